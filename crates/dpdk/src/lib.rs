@@ -1,0 +1,57 @@
+//! The safe layer over DPDK, and (with `dpdk-sys`) the only home of `unsafe`
+//! in Spillway.
+//!
+//! Design:
+//! - [`Eal`] is a process-wide token: every other constructor takes `&Eal`, so
+//!   nothing can touch DPDK before `rte_eal_init` has succeeded.
+//! - [`Mbuf`] owns one `rte_mbuf` and frees it on drop; [`MbufBurst`] is a
+//!   fixed array of them (no heap per burst) whose layout is exactly the
+//!   `struct rte_mbuf *[]` that `rte_eth_rx_burst`/`rte_eth_tx_burst` take.
+//!   Ownership passes to the driver only for the mbufs `tx_burst` reports as
+//!   sent; everything else stays owned by Rust and is freed by `Drop`, so no
+//!   code path can leak or double-free an mbuf.
+//! - [`Port`] configures and starts an ethdev; its [`RxQueue`]/[`TxQueue`]
+//!   handles borrow it, so a port cannot be stopped or closed while a worker
+//!   still polls one of its queues.
+//! - Errors are one enum per kind of operation, decoded from DPDK's negative
+//!   errno / `rte_errno` with `rte_strerror`'s text.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod eal;
+mod errno;
+mod lcore;
+mod mbuf;
+mod mempool;
+mod port;
+
+pub use eal::{Eal, EalError};
+pub use errno::Errno;
+pub use lcore::{lcore_id, socket_id, thread_register, tsc, tsc_hz};
+pub use mbuf::{Mbuf, MbufBurst, MbufError};
+pub use mempool::{Mempool, MempoolConfig, MempoolError};
+pub use port::{
+    Link, Port, PortConfig, PortError, PortId, PortStats, RxQueue, TxQueue, create_vdev,
+};
+
+/// Version string of the DPDK library this process is linked against, e.g.
+/// `"DPDK 22.11.11"`. Usable before EAL initialisation.
+pub fn version() -> String {
+    // SAFETY: rte_version returns a pointer to a static NUL-terminated string
+    // owned by the library; it is never freed or mutated.
+    let ptr = unsafe { dpdk_sys::rte_version() };
+    if ptr.is_null() {
+        return String::from("DPDK (unknown version)");
+    }
+    // SAFETY: non-null, NUL-terminated, 'static (see above).
+    unsafe { std::ffi::CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Default headroom DPDK reserves in front of packet data in each mbuf
+/// (`RTE_PKTMBUF_HEADROOM`): the space encapsulation prepends into.
+pub const MBUF_HEADROOM: usize = dpdk_sys::RTE_PKTMBUF_HEADROOM as usize;

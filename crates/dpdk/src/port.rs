@@ -1,0 +1,717 @@
+//! Ethernet ports, their queues and virtual devices.
+
+use std::ffi::{CStr, CString, c_char};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{Eal, Errno, MbufBurst, Mempool};
+
+/// A DPDK ethdev port number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortId(pub u16);
+
+impl std::fmt::Display for PortId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "port {}", self.0)
+    }
+}
+
+/// Why a port operation failed. Each variant names the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// no ethdev has this name
+    #[error("no DPDK port named {name:?} (available: {available})")]
+    NotFound {
+        /// The name looked up.
+        name: String,
+        /// Names of the ports that do exist.
+        available: String,
+    },
+    /// a name or argument string contains a NUL byte
+    #[error("{0:?} contains a NUL byte")]
+    Nul(String),
+    /// creating a virtual device failed
+    #[error("cannot create virtual device {name:?} with args {args:?}: {errno}")]
+    VdevCreate {
+        /// Device name, e.g. `net_ring0`.
+        name: String,
+        /// Device arguments.
+        args: String,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// rte_eth_dev_info_get failed
+    #[error("{port}: cannot read device info: {errno}")]
+    Info {
+        /// The port.
+        port: PortId,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// more queues were asked for than the device has
+    #[error("{port} ({driver}): {what} queues requested: {requested}, device maximum: {max}")]
+    TooManyQueues {
+        /// The port.
+        port: PortId,
+        /// Driver name.
+        driver: String,
+        /// "RX" or "TX".
+        what: &'static str,
+        /// Requested count.
+        requested: u16,
+        /// Device maximum.
+        max: u16,
+    },
+    /// rte_eth_dev_configure failed
+    #[error("{port}: configure failed: {errno}")]
+    Configure {
+        /// The port.
+        port: PortId,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// a queue could not be set up
+    #[error("{port}: {what} queue {queue} setup failed: {errno}")]
+    QueueSetup {
+        /// The port.
+        port: PortId,
+        /// "RX" or "TX".
+        what: &'static str,
+        /// Queue index.
+        queue: u16,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// setting the MTU failed
+    #[error("{port}: cannot set MTU {mtu}: {errno}")]
+    Mtu {
+        /// The port.
+        port: PortId,
+        /// The MTU asked for.
+        mtu: u16,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// rte_eth_dev_start failed
+    #[error("{port}: start failed: {errno}")]
+    Start {
+        /// The port.
+        port: PortId,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// rte_eth_dev_stop failed
+    #[error("{port}: stop failed: {errno}")]
+    Stop {
+        /// The port.
+        port: PortId,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+    /// reading counters failed
+    #[error("{port}: cannot read {what}: {errno}")]
+    Stats {
+        /// The port.
+        port: PortId,
+        /// "stats", "xstats" or "xstat names".
+        what: &'static str,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
+}
+
+/// How to set up a port.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// RX queues (one per worker).
+    pub rx_queues: u16,
+    /// TX queues (one per worker).
+    pub tx_queues: u16,
+    /// RX descriptors per queue (adjusted to the device's limits).
+    pub rx_descriptors: u16,
+    /// TX descriptors per queue (adjusted to the device's limits).
+    pub tx_descriptors: u16,
+    /// Spread flows over RX queues by hashing IP addresses and TCP/UDP
+    /// ports, where the device supports it.
+    pub rss: bool,
+    /// Receive frames for any destination MAC.
+    pub promiscuous: bool,
+    /// MTU to set, if not the device default.
+    pub mtu: Option<u16>,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            rss: true,
+            promiscuous: true,
+            mtu: None,
+        }
+    }
+}
+
+/// Link state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// Carrier up.
+    pub up: bool,
+    /// Speed in Mbit/s (0 if unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// Basic device counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets dropped by the device because RX queues were full.
+    pub rx_missed: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// A configured ethdev port. Stopped and closed on drop.
+///
+/// Queue handles borrow the port, so it cannot be stopped, reconfigured or
+/// dropped while a worker is still polling one of its queues.
+pub struct Port {
+    id: PortId,
+    name: String,
+    driver: String,
+    rss_hf: u64,
+    started: bool,
+    rx_taken: Vec<AtomicBool>,
+    tx_taken: Vec<AtomicBool>,
+    // RX queues allocate from this pool; keep it alive as long as the port.
+    _pool: Mempool,
+}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("driver", &self.driver)
+            .field("rx_queues", &self.rx_taken.len())
+            .field("tx_queues", &self.tx_taken.len())
+            .field("rss_hf", &format_args!("{:#x}", self.rss_hf))
+            .field("started", &self.started)
+            .finish()
+    }
+}
+
+/// Creates a virtual device at runtime (like `--vdev` on the EAL command
+/// line), e.g. `create_vdev(eal, "net_af_packet0", "iface=veth0")`, and
+/// returns its port.
+pub fn create_vdev(_eal: &Eal, name: &str, args: &str) -> Result<PortId, PortError> {
+    let cname = CString::new(name).map_err(|_| PortError::Nul(name.to_owned()))?;
+    let cargs = CString::new(args).map_err(|_| PortError::Nul(args.to_owned()))?;
+    // SAFETY: EAL is initialised; both strings are valid C strings that DPDK
+    // copies (devargs) before returning.
+    let ret = unsafe { dpdk_sys::rte_vdev_init(cname.as_ptr(), cargs.as_ptr()) };
+    if ret < 0 {
+        return Err(PortError::VdevCreate {
+            name: name.to_owned(),
+            args: args.to_owned(),
+            errno: Errno::from_ret(ret),
+        });
+    }
+    Port::find(_eal, name)
+}
+
+fn ret_ok(ret: i32, err: impl FnOnce(Errno) -> PortError) -> Result<(), PortError> {
+    if ret < 0 {
+        Err(err(Errno::from_ret(ret)))
+    } else {
+        Ok(())
+    }
+}
+
+impl Port {
+    /// Every port DPDK has probed, in id order.
+    pub fn all(_eal: &Eal) -> Vec<PortId> {
+        let mut ids = Vec::new();
+        let mut next = 0u64;
+        loop {
+            // SAFETY: EAL is initialised; the call only scans the port table.
+            let id = unsafe {
+                dpdk_sys::rte_eth_find_next_owned_by(
+                    next as u16,
+                    dpdk_sys::RTE_ETH_DEV_NO_OWNER as u64,
+                )
+            };
+            if id >= u64::from(dpdk_sys::RTE_MAX_ETHPORTS) {
+                break;
+            }
+            ids.push(PortId(id as u16));
+            next = id + 1;
+        }
+        ids
+    }
+
+    /// The name of a port (its device name, e.g. `net_ring0` or a PCI address).
+    pub fn name_of(_eal: &Eal, id: PortId) -> Option<String> {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: EAL is initialised; buf has room for RTE_ETH_NAME_MAX_LEN (64)
+        // bytes including the NUL, which DPDK writes.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_get_name_by_port(id.0, buf.as_mut_ptr()) };
+        if ret < 0 {
+            return None;
+        }
+        // SAFETY: DPDK wrote a NUL-terminated string into buf.
+        Some(
+            unsafe { CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+
+    /// Looks a port up by device name, or by number (`"0"`).
+    pub fn find(eal: &Eal, name: &str) -> Result<PortId, PortError> {
+        let not_found = || PortError::NotFound {
+            name: name.to_owned(),
+            available: {
+                let names: Vec<String> = Port::all(eal)
+                    .into_iter()
+                    .map(|id| format!("{} ({})", Port::name_of(eal, id).unwrap_or_default(), id.0))
+                    .collect();
+                if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                }
+            },
+        };
+        if let Ok(n) = name.parse::<u16>() {
+            // SAFETY: EAL is initialised; the call only checks the port table.
+            let valid = unsafe { dpdk_sys::rte_eth_dev_is_valid_port(n) } == 1;
+            return if valid {
+                Ok(PortId(n))
+            } else {
+                Err(not_found())
+            };
+        }
+        let cname = CString::new(name).map_err(|_| PortError::Nul(name.to_owned()))?;
+        let mut id = 0u16;
+        // SAFETY: EAL is initialised; cname is a valid C string and id a valid
+        // out-pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+        if ret < 0 {
+            Err(not_found())
+        } else {
+            Ok(PortId(id))
+        }
+    }
+
+    /// Configures port `id` with `cfg`, its RX queues drawing from `pool`.
+    /// The port is left stopped; call [`Port::start`].
+    pub fn configure(
+        eal: &Eal,
+        id: PortId,
+        cfg: &PortConfig,
+        pool: &Mempool,
+    ) -> Result<Port, PortError> {
+        let mut info = MaybeUninit::<dpdk_sys::rte_eth_dev_info>::zeroed();
+        // SAFETY: EAL is initialised; info is a valid out-pointer to a zeroed
+        // (valid for this plain C struct) rte_eth_dev_info.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_info_get(id.0, info.as_mut_ptr()) };
+        ret_ok(ret, |errno| PortError::Info { port: id, errno })?;
+        // SAFETY: zero-initialised and then filled in by DPDK.
+        let info = unsafe { info.assume_init() };
+        let driver = if info.driver_name.is_null() {
+            String::from("?")
+        } else {
+            // SAFETY: DPDK's driver_name is a static NUL-terminated string.
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        for (what, requested, max) in [
+            ("RX", cfg.rx_queues, info.max_rx_queues),
+            ("TX", cfg.tx_queues, info.max_tx_queues),
+        ] {
+            if requested == 0 || requested > max {
+                return Err(PortError::TooManyQueues {
+                    port: id,
+                    driver,
+                    what,
+                    requested,
+                    max,
+                });
+            }
+        }
+
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        let wanted_rss =
+            dpdk_sys::SPW_ETH_RSS_IP | dpdk_sys::SPW_ETH_RSS_TCP | dpdk_sys::SPW_ETH_RSS_UDP;
+        let rss_hf = if cfg.rss {
+            wanted_rss & info.flow_type_rss_offloads
+        } else {
+            0
+        };
+        if rss_hf != 0 {
+            conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode::RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+            // A null key selects the driver's default key.
+            conf.rx_adv_conf.rss_conf.rss_key = std::ptr::null_mut();
+        } else if cfg.rss && cfg.rx_queues > 1 {
+            log::warn!(
+                "{id} ({driver}) cannot hash TCP/UDP flows (RSS); all traffic lands on RX queue 0"
+            );
+        }
+        // SAFETY: EAL is initialised; conf is a fully initialised rte_eth_conf
+        // that DPDK copies.
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_configure(id.0, cfg.rx_queues, cfg.tx_queues, &conf) };
+        ret_ok(ret, |errno| PortError::Configure { port: id, errno })?;
+
+        let (mut nb_rx, mut nb_tx) = (cfg.rx_descriptors, cfg.tx_descriptors);
+        // SAFETY: port configured; both are valid in/out pointers.
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id.0, &mut nb_rx, &mut nb_tx) };
+        ret_ok(ret, |errno| PortError::Configure { port: id, errno })?;
+
+        // SAFETY: EAL initialised; reads the port's NUMA node.
+        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
+        let socket = if socket < 0 {
+            dpdk_sys::SOCKET_ID_ANY
+        } else {
+            socket
+        } as u32;
+        for q in 0..cfg.rx_queues {
+            // SAFETY: port configured with rx_queues queues; a null rxconf means
+            // the driver's defaults; the pool outlives the port (held below).
+            let ret = unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    id.0,
+                    q,
+                    nb_rx,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            };
+            ret_ok(ret, |errno| PortError::QueueSetup {
+                port: id,
+                what: "RX",
+                queue: q,
+                errno,
+            })?;
+        }
+        for q in 0..cfg.tx_queues {
+            // SAFETY: port configured with tx_queues queues; a null txconf means
+            // the driver's defaults.
+            let ret = unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(id.0, q, nb_tx, socket, std::ptr::null())
+            };
+            ret_ok(ret, |errno| PortError::QueueSetup {
+                port: id,
+                what: "TX",
+                queue: q,
+                errno,
+            })?;
+        }
+        if let Some(mtu) = cfg.mtu {
+            // SAFETY: port configured and stopped; plain integer arguments.
+            let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
+            ret_ok(ret, |errno| PortError::Mtu {
+                port: id,
+                mtu,
+                errno,
+            })?;
+        }
+        if cfg.promiscuous {
+            // SAFETY: port configured. Devices without the mode (ENOTSUP) are
+            // fine: virtual devices receive everything anyway.
+            let ret = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id.0) };
+            if ret < 0 {
+                log::debug!(
+                    "{id} ({driver}): promiscuous mode unavailable: {}",
+                    Errno::from_ret(ret)
+                );
+            }
+        }
+        Ok(Port {
+            id,
+            name: Port::name_of(eal, id).unwrap_or_default(),
+            driver,
+            rss_hf,
+            started: false,
+            rx_taken: (0..cfg.rx_queues).map(|_| AtomicBool::new(false)).collect(),
+            tx_taken: (0..cfg.tx_queues).map(|_| AtomicBool::new(false)).collect(),
+            _pool: pool.clone(),
+        })
+    }
+
+    /// Port number.
+    pub fn id(&self) -> PortId {
+        self.id
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Driver name (e.g. `net_ring`, `net_ice`).
+    pub fn driver(&self) -> &str {
+        &self.driver
+    }
+
+    /// The RSS hash functions in use (`RTE_ETH_RSS_*` bits); 0 when the
+    /// device does not spread flows over queues.
+    pub fn rss_hash_functions(&self) -> u64 {
+        self.rss_hf
+    }
+
+    /// Starts the port.
+    pub fn start(&mut self) -> Result<(), PortError> {
+        // SAFETY: the port is configured with its queues set up.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_start(self.id.0) };
+        ret_ok(ret, |errno| PortError::Start {
+            port: self.id,
+            errno,
+        })?;
+        self.started = true;
+        Ok(())
+    }
+
+    /// Stops the port (`&mut self`: no queue handle can be in use).
+    pub fn stop(&mut self) -> Result<(), PortError> {
+        if !self.started {
+            return Ok(());
+        }
+        // SAFETY: the port is started and, with &mut self, no queue is polled.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.id.0) };
+        ret_ok(ret, |errno| PortError::Stop {
+            port: self.id,
+            errno,
+        })?;
+        self.started = false;
+        Ok(())
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        let mut addr = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: valid port; addr is a valid out-pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_macaddr_get(self.id.0, &mut addr) };
+        if ret < 0 { [0; 6] } else { addr.addr_bytes }
+    }
+
+    /// Current link state, without waiting for negotiation.
+    pub fn link(&self) -> Link {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port; link is a valid out-pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut link) };
+        if ret < 0 {
+            return Link {
+                up: false,
+                speed_mbps: 0,
+                full_duplex: false,
+            };
+        }
+        Link {
+            up: link.link_status() == dpdk_sys::RTE_ETH_LINK_UP as u16,
+            speed_mbps: link.link_speed,
+            full_duplex: link.link_duplex() == dpdk_sys::RTE_ETH_LINK_FULL_DUPLEX as u16,
+        }
+    }
+
+    /// Basic counters.
+    pub fn stats(&self) -> Result<PortStats, PortError> {
+        let mut s = MaybeUninit::<dpdk_sys::rte_eth_stats>::zeroed();
+        // SAFETY: valid port; s is a valid out-pointer to a zeroed struct.
+        let ret = unsafe { dpdk_sys::rte_eth_stats_get(self.id.0, s.as_mut_ptr()) };
+        ret_ok(ret, |errno| PortError::Stats {
+            port: self.id,
+            what: "stats",
+            errno,
+        })?;
+        // SAFETY: zero-initialised, then filled by DPDK.
+        let s = unsafe { s.assume_init() };
+        Ok(PortStats {
+            rx_packets: s.ipackets,
+            tx_packets: s.opackets,
+            rx_bytes: s.ibytes,
+            tx_bytes: s.obytes,
+            rx_missed: s.imissed,
+            rx_errors: s.ierrors,
+            tx_errors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Extended (driver-specific) counters, by name.
+    pub fn xstats(&self) -> Result<Vec<(String, u64)>, PortError> {
+        let err = |what, ret| PortError::Stats {
+            port: self.id,
+            what,
+            errno: Errno::from_ret(ret),
+        };
+        // SAFETY: valid port; a null array with size 0 asks only for the count.
+        let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id.0, std::ptr::null_mut(), 0) };
+        if n < 0 {
+            return Err(err("xstat names", n));
+        }
+        let mut names = vec![dpdk_sys::rte_eth_xstat_name::default(); n as usize];
+        let mut values = vec![dpdk_sys::rte_eth_xstat::default(); n as usize];
+        // SAFETY: names has room for n entries.
+        let got =
+            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id.0, names.as_mut_ptr(), n as u32) };
+        if got < 0 {
+            return Err(err("xstat names", got));
+        }
+        // SAFETY: values has room for n entries.
+        let got_v =
+            unsafe { dpdk_sys::rte_eth_xstats_get(self.id.0, values.as_mut_ptr(), n as u32) };
+        if got_v < 0 {
+            return Err(err("xstats", got_v));
+        }
+        let count = (got.min(got_v)) as usize;
+        Ok(values[..count]
+            .iter()
+            .filter_map(|v| {
+                let name = names.get(usize::try_from(v.id).ok()?)?;
+                // SAFETY: DPDK NUL-terminates every name within its fixed array.
+                let name = unsafe { CStr::from_ptr(name.name.as_ptr()) };
+                Some((name.to_string_lossy().into_owned(), v.value))
+            })
+            .collect())
+    }
+
+    /// The handle for RX queue `q`, once: a second request while the first
+    /// handle lives returns `None`.
+    pub fn rx_queue(&self, q: u16) -> Option<RxQueue<'_>> {
+        let slot = self.rx_taken.get(usize::from(q))?;
+        (!slot.swap(true, Ordering::AcqRel)).then_some(RxQueue {
+            port: self,
+            queue: q,
+        })
+    }
+
+    /// The handle for TX queue `q`, once (see [`Port::rx_queue`]).
+    pub fn tx_queue(&self, q: u16) -> Option<TxQueue<'_>> {
+        let slot = self.tx_taken.get(usize::from(q))?;
+        (!slot.swap(true, Ordering::AcqRel)).then_some(TxQueue {
+            port: self,
+            queue: q,
+        })
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            log::warn!("{e}");
+        }
+        // SAFETY: the port is stopped and no queue handle exists (they borrow
+        // self); after close DPDK releases the port and we never use the id.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_close(self.id.0) };
+        if ret < 0 {
+            log::warn!("{}: close failed: {}", self.id, Errno::from_ret(ret));
+        }
+    }
+}
+
+/// Exclusive handle to one RX queue of a started port.
+#[derive(Debug)]
+pub struct RxQueue<'p> {
+    port: &'p Port,
+    queue: u16,
+}
+
+impl RxQueue<'_> {
+    /// Queue index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receives up to the burst's free capacity; returns how many arrived.
+    #[inline]
+    pub fn rx_burst<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> usize {
+        let (ptr, room) = burst.spare_ptr();
+        if room == 0 || !self.port.started {
+            return 0;
+        }
+        let room = u16::try_from(room).unwrap_or(u16::MAX);
+        // SAFETY: this handle is the only user of (port, queue) (taken once);
+        // ptr has room for `room` mbuf pointers; the port is started.
+        let n = unsafe { dpdk_sys::rte_eth_rx_burst(self.port.id.0, self.queue, ptr, room) };
+        // SAFETY: the driver wrote n owned, valid mbuf pointers into the slots.
+        unsafe { burst.commit(usize::from(n)) };
+        usize::from(n)
+    }
+}
+
+impl Drop for RxQueue<'_> {
+    fn drop(&mut self) {
+        self.port.rx_taken[usize::from(self.queue)].store(false, Ordering::Release);
+    }
+}
+
+/// Exclusive handle to one TX queue of a started port.
+#[derive(Debug)]
+pub struct TxQueue<'p> {
+    port: &'p Port,
+    queue: u16,
+}
+
+impl TxQueue<'_> {
+    /// Queue index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Offers every mbuf in the burst to the device. The ones it took leave the
+    /// burst (the driver owns them now); the ones it did not stay in the burst,
+    /// still owned by the caller, at the front. Returns how many were sent.
+    #[inline]
+    pub fn tx_burst<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> usize {
+        let len = burst.len();
+        if len == 0 || !self.port.started {
+            return 0;
+        }
+        let len = u16::try_from(len).unwrap_or(u16::MAX);
+        // SAFETY: this handle is the only user of (port, queue); the first len
+        // slots hold owned, valid mbufs; the port is started.
+        let sent = unsafe {
+            dpdk_sys::rte_eth_tx_burst(self.port.id.0, self.queue, burst.held_ptr(), len)
+        };
+        // SAFETY: the driver took ownership of exactly the first `sent` mbufs.
+        unsafe { burst.forget_front(usize::from(sent)) };
+        usize::from(sent)
+    }
+
+    /// Sends the burst and frees what the device did not take, leaving the burst
+    /// empty. Returns (sent, dropped).
+    #[inline]
+    pub fn tx_burst_or_drop<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> (usize, usize) {
+        let sent = self.tx_burst(burst);
+        let dropped = burst.len();
+        burst.clear();
+        (sent, dropped)
+    }
+}
+
+impl Drop for TxQueue<'_> {
+    fn drop(&mut self) {
+        self.port.tx_taken[usize::from(self.queue)].store(false, Ordering::Release);
+    }
+}

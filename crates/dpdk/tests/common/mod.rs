@@ -1,0 +1,174 @@
+//! Shared helpers for the DPDK integration tests: EAL set-up and frames.
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+
+use dpdk::{Eal, Mempool, MempoolConfig};
+
+/// EAL arguments for a test process that uses hugepages.
+pub const HUGEPAGE_ARGS: &[&str] = &[
+    "-l",
+    "0",
+    "--in-memory",
+    "--no-pci",
+    "--no-telemetry",
+    "--log-level=lib.eal:warning",
+];
+
+/// EAL arguments for a test process without hugepages.
+pub const NO_HUGE_ARGS: &[&str] = &[
+    "-l",
+    "0",
+    "--no-huge",
+    "--no-shconf",
+    "-m",
+    "256",
+    "--no-pci",
+    "--no-telemetry",
+    "--log-level=lib.eal:warning",
+];
+
+/// Free 2 MB hugepages on this machine (from /proc/meminfo).
+pub fn free_hugepages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                l.strip_prefix("HugePages_Free:")
+                    .map(|v| v.trim().parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Hugepage arguments when enough hugepages are free, otherwise `--no-huge`.
+pub fn best_args() -> &'static [&'static str] {
+    if free_hugepages() >= 64 {
+        HUGEPAGE_ARGS
+    } else {
+        NO_HUGE_ARGS
+    }
+}
+
+static INIT: Mutex<()> = Mutex::new(());
+
+/// The process's EAL, initialised with `args` on first use. Tests in one
+/// binary share it (cargo test runs them as threads of one process; nextest
+/// gives each its own process).
+pub fn eal(args: &[&str]) -> &'static Eal {
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(eal) = Eal::get() {
+        return eal;
+    }
+    match Eal::init(args.iter().copied()) {
+        Ok(eal) => eal,
+        Err(e) => panic!("EAL init failed: {e}"),
+    }
+}
+
+/// A name unique to this process and call, for pools and devices.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}x{}",
+        std::process::id() % 100_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn pool(eal: &Eal, size: u32) -> Mempool {
+    Mempool::new(eal, &MempoolConfig::new(unique("tp"), size)).expect("create mempool")
+}
+
+/// RFC 1071 Internet checksum over `data` with an initial partial sum.
+pub fn checksum(mut sum: u32, data: &[u8]) -> u16 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [b] = chunks.remainder() {
+        sum += u32::from(*b) << 8;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An Ethernet/IPv4/UDP frame with correct IPv4 and UDP checksums.
+pub fn udp_frame(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let udp_len = 8 + payload.len();
+    let ip_len = 20 + udp_len;
+    let mut f = Vec::with_capacity(14 + ip_len);
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let ip_start = f.len();
+    f.extend_from_slice(&[0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0]);
+    f[ip_start + 2..ip_start + 4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    let c = checksum(0, &f[ip_start..ip_start + 20]);
+    f[ip_start + 10..ip_start + 12].copy_from_slice(&c.to_be_bytes());
+    let udp_start = f.len();
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    let pseudo = u32::from(u16::from_be_bytes([src[0], src[1]]))
+        + u32::from(u16::from_be_bytes([src[2], src[3]]))
+        + u32::from(u16::from_be_bytes([dst[0], dst[1]]))
+        + u32::from(u16::from_be_bytes([dst[2], dst[3]]))
+        + 17
+        + udp_len as u32;
+    let c = match checksum(pseudo, &f[udp_start..]) {
+        0 => 0xffff,
+        c => c,
+    };
+    f[udp_start + 6..udp_start + 8].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// The `i`-th test frame: distinct ports and payload per index, 60..~300 bytes.
+pub fn test_frame(i: usize) -> Vec<u8> {
+    let payload: Vec<u8> = (0..(18 + (i * 37) % 240))
+        .map(|b| (b as u8) ^ (i as u8))
+        .collect();
+    udp_frame(
+        [0x02, 0, 0, 0, 0, 1],
+        [0x02, 0, 0, 0, 0, 2],
+        [198, 18, 0, 1],
+        [198, 18, 1, (i % 250) as u8 + 1],
+        1024 + i as u16,
+        5000 + (i % 7) as u16,
+        &payload,
+    )
+}
+
+/// Checks the helper itself against a frame built independently (by scapy:
+/// `Ether(src="02:00:00:00:00:01",dst="02:00:00:00:00:02")/IP(src="198.18.0.1",
+/// dst="198.18.0.2",id=1,flags="DF")/UDP(sport=1234,dport=5678)/b"spillway"`).
+pub fn assert_frame_builder_matches_scapy() {
+    let f = udp_frame(
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        [198, 18, 0, 1],
+        [198, 18, 0, 2],
+        1234,
+        5678,
+        b"spillway",
+    );
+    let scapy = "020000000002020000000001080045000024000140004011aea0c6120001c612000204d2162e0010add87370696c6c776179";
+    let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, scapy);
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: set-up, formatting, lints, every test
+# (unit, property, integration on DPDK virtual devices and network
+# namespaces), and a short fuzz smoke.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/lib.sh
+
+start=$SECONDS
+scripts/setup.sh
+ensure_cargo
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+
+say "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+filter=()
+if (( $(hugepages_free) < 64 )); then
+    say "NOTICE: no free hugepages: the hugepage variants of the DPDK tests are skipped; the --no-huge ones run"
+    filter=(-E 'not test(/^hugepages_/)')
+fi
+say "cargo nextest (a process per test: DPDK's EAL initialises once per process)"
+cargo nextest run --workspace --profile ci "${filter[@]}"
+
+if [ -x scripts/fuzz-smoke.sh ]; then
+    say "fuzz smoke"
+    scripts/fuzz-smoke.sh
+fi
+
+say "all checks passed in $((SECONDS - start)) s"

@@ -1,0 +1,91 @@
+//! `spillway`: the L4 passthrough / GENEVE gateway load balancer.
+//!
+//! This binary is thin: it parses the command line and wires the crates
+//! together. Subcommands that later issues fill in say so and exit non-zero.
+
+mod forward;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "spillway",
+    about = "L4 passthrough load balancer and GENEVE gateway load balancer on DPDK",
+    long_version = long_version(),
+    version = env!("CARGO_PKG_VERSION"),
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the load balancer daemon.
+    Run(NotYet),
+    /// Validate a configuration file and print a summary (like `nginx -t`).
+    CheckConfig(NotYet),
+    /// Push a pcap through the exact data-plane pipeline offline and write
+    /// the transmitted packets to a pcap.
+    Replay(NotYet),
+    /// Show a running daemon's state (over its control socket).
+    Status(NotYet),
+    /// Show a running daemon's counters.
+    Stats(NotYet),
+    /// List a running daemon's flow-table entries.
+    Flows(NotYet),
+    /// Make a running daemon reload its configuration.
+    Reload(NotYet),
+    /// Drain a node, zone or region.
+    Drain(NotYet),
+    /// Forward frames from one DPDK port to another and report what happened
+    /// (bring-up check for DPDK, drivers and hugepages on this host).
+    Forward(forward::Args),
+}
+
+/// Arguments of a subcommand that is not built yet (accepted and ignored).
+#[derive(clap::Args, Debug)]
+struct NotYet {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<String>,
+}
+
+fn long_version() -> String {
+    format!(
+        "{} (commit {}; linked against {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("SPILLWAY_COMMIT"),
+        dpdk::version()
+    )
+}
+
+fn not_built(name: &str) -> ExitCode {
+    eprintln!("spillway {name}: not built yet in this release of Spillway");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Forward(args) => forward::run(&args),
+        Command::Run(_) => return not_built("run"),
+        Command::CheckConfig(_) => return not_built("check-config"),
+        Command::Replay(_) => return not_built("replay"),
+        Command::Status(_) => return not_built("status"),
+        Command::Stats(_) => return not_built("stats"),
+        Command::Flows(_) => return not_built("flows"),
+        Command::Reload(_) => return not_built("reload"),
+        Command::Drain(_) => return not_built("drain"),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("spillway: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
