@@ -21,7 +21,13 @@ impl Veth {
         assert!(ok, "create veth {name}");
         for dev in [&name, &peer] {
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
-            assert!(Command::new("ip").args(["link", "set", dev, "up"]).status().expect("ip").success());
+            assert!(
+                Command::new("ip")
+                    .args(["link", "set", dev, "up"])
+                    .status()
+                    .expect("ip")
+                    .success()
+            );
         }
         Veth(name)
     }
@@ -57,23 +63,42 @@ fn every_supported_virtual_driver_loads_and_starts() {
         (
             "net_pcap",
             "net_pcap_p".to_string(),
-            format!("rx_pcap={},tx_pcap={}", pcap_in.display(), dir.join("out.pcap").display()),
+            format!(
+                "rx_pcap={},tx_pcap={}",
+                pcap_in.display(),
+                dir.join("out.pcap").display()
+            ),
         ),
         (
             "net_memif",
             "net_memif_p".to_string(),
-            format!("role=server,socket={},socket-abstract=no", dir.join("memif.sock").display()),
+            format!(
+                "role=server,socket={},socket-abstract=no",
+                dir.join("memif.sock").display()
+            ),
         ),
         ("net_tap", "net_tap_p".to_string(), format!("iface={tap}")),
-        ("net_af_packet", "net_af_packet_p".to_string(), format!("iface={}", veth_pkt.0)),
-        ("net_af_xdp", "net_af_xdp_p".to_string(), format!("iface={},start_queue=0,queue_count=1", veth_xdp.0)),
+        (
+            "net_af_packet",
+            "net_af_packet_p".to_string(),
+            format!("iface={}", veth_pkt.0),
+        ),
+        (
+            "net_af_xdp",
+            "net_af_xdp_p".to_string(),
+            format!("iface={},start_queue=0,queue_count=1", veth_xdp.0),
+        ),
     ];
     let mut started = Vec::new();
     for (driver, name, args) in &devices {
         let id = create_vdev(eal, name, args).unwrap_or_else(|e| panic!("{driver}: {e}"));
         let mut port = Port::configure(eal, id, &PortConfig::default(), &pool)
             .unwrap_or_else(|e| panic!("{driver}: {e}"));
-        assert_eq!(port.driver(), *driver, "device {name} is driven by {driver}");
+        assert_eq!(
+            port.driver(),
+            *driver,
+            "device {name} is driven by {driver}"
+        );
         port.start().unwrap_or_else(|e| panic!("{driver}: {e}"));
         port.stats().unwrap_or_else(|e| panic!("{driver}: {e}"));
         started.push(port);
