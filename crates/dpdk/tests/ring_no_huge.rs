@@ -34,3 +34,31 @@ fn eal_init_runs_once_per_process() {
         other => panic!("second init must be refused, got {other:?}"),
     }
 }
+
+#[test]
+fn worker_threads_register_as_lcores_and_read_the_tsc() {
+    let eal = eal();
+    let hz = dpdk::tsc_hz(eal);
+    assert!(hz > 1_000_000, "TSC runs at more than 1 MHz: {hz}");
+    let ids = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    assert_eq!(dpdk::lcore_id(), None, "a new thread is unknown to DPDK");
+                    let id = dpdk::thread_register(eal).expect("register");
+                    assert_eq!(dpdk::lcore_id(), Some(id));
+                    assert_eq!(dpdk::thread_register(eal).expect("again"), id, "idempotent");
+                    let (a, b) = (dpdk::tsc(), dpdk::tsc());
+                    assert!(b >= a, "the TSC does not run backwards");
+                    id
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect::<Vec<_>>()
+    });
+    assert_ne!(ids[0], ids[1], "each worker gets its own lcore id");
+    assert!(ids.iter().all(|&id| id != 0));
+}
