@@ -3,6 +3,7 @@
 //! This binary is thin: it parses the command line and wires the crates
 //! together. Subcommands that later issues fill in say so and exit non-zero.
 
+mod check_config;
 mod forward;
 
 use std::process::ExitCode;
@@ -27,7 +28,7 @@ enum Command {
     /// Run the load balancer daemon.
     Run(NotYet),
     /// Validate a configuration file and print a summary (like `nginx -t`).
-    CheckConfig(NotYet),
+    CheckConfig(check_config::Args),
     /// Push a pcap through the exact data-plane pipeline offline and write
     /// the transmitted packets to a pcap.
     Replay(NotYet),
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Forward(args) => forward::run(&args),
         Command::Run(_) => return not_built("run"),
-        Command::CheckConfig(_) => return not_built("check-config"),
+        Command::CheckConfig(args) => return check_config::run(&args),
         Command::Replay(_) => return not_built("replay"),
         Command::Status(_) => return not_built("status"),
         Command::Stats(_) => return not_built("stats"),

@@ -1,0 +1,881 @@
+//! The configuration file's schema: what the operator writes, with every
+//! default. `config/reference.toml` documents the same fields for operators;
+//! keep the two in step.
+//!
+//! These types are the file's shape only. Cross-field rules (overlaps,
+//! references, ranges) live in `validate`, and the data plane never reads
+//! these types: it reads `compiled::Compiled`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::values::{Duration, MacAddr, PortSpec, Prefix};
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// This node's identity and place (`[node]`).
+    pub node: Node,
+    /// DPDK and worker settings (`[dataplane]`).
+    #[serde(default)]
+    pub dataplane: Dataplane,
+    /// Network ports (`[[ports]]`).
+    #[serde(default)]
+    pub ports: Vec<Port>,
+    /// Frontends (`[[forwarding_rules]]`).
+    #[serde(default)]
+    pub forwarding_rules: Vec<ForwardingRule>,
+    /// Backends (`[[backend_services]]`).
+    #[serde(default)]
+    pub backend_services: Vec<BackendService>,
+    /// Health checks (`[[health_checks]]`).
+    #[serde(default)]
+    pub health_checks: Vec<HealthCheck>,
+    /// Composite health checks (`[[composite_health_checks]]`).
+    #[serde(default)]
+    pub composite_health_checks: Vec<CompositeHealthCheck>,
+    /// Client-prefix → zone map for zonal affinity (`[[client_zones]]`).
+    #[serde(default)]
+    pub client_zones: Vec<ClientZone>,
+    /// Route announcement through a BGP speaker (`[bgp]`); absent: none.
+    #[serde(default)]
+    pub bgp: Option<Bgp>,
+    /// Flow-state sync between nodes (`[flow_sync]`); absent: off.
+    #[serde(default)]
+    pub flow_sync: Option<FlowSync>,
+    /// Prometheus endpoint (`[metrics]`).
+    #[serde(default)]
+    pub metrics: Metrics,
+    /// Control socket (`[control]`).
+    #[serde(default)]
+    pub control: Control,
+}
+
+/// `[node]`: who this balancer is and where it stands.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    /// Node name (logs, metrics, flow sync).
+    pub name: String,
+    /// The node's region (M24).
+    pub region: String,
+    /// The node's zone.
+    pub zone: String,
+    /// `0` or `1`: serve and announce only that availability group's VIPs
+    /// (M5). Absent: serve both.
+    #[serde(default)]
+    pub availability_group: Option<u8>,
+    /// Regions nearest first (M24). Default: the node's own region only;
+    /// regions not listed come after the listed ones, in name order.
+    #[serde(default)]
+    pub region_preference: Vec<String>,
+    /// How long to keep forwarding after withdrawing routes on shutdown (M39).
+    #[serde(default = "d_shutdown_drain")]
+    pub shutdown_drain: Duration,
+}
+
+fn d_shutdown_drain() -> Duration {
+    Duration::secs(30)
+}
+
+/// `[dataplane]`: DPDK, cores, buffers, the flow table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dataplane {
+    /// EAL arguments, as on a DPDK command line (`-l` is derived from the
+    /// cores below when absent).
+    #[serde(default)]
+    pub eal_args: Vec<String>,
+    /// Cores of the poll-mode workers, one queue pair per port each.
+    #[serde(default = "d_worker_cores")]
+    pub worker_cores: Vec<u32>,
+    /// Core of the management thread (health, reload, metrics).
+    #[serde(default)]
+    pub management_core: u32,
+    /// Packets per RX/TX burst.
+    #[serde(default = "d_burst")]
+    pub burst_size: u16,
+    /// Mbufs in the packet pool.
+    #[serde(default = "d_mbufs")]
+    pub mbufs: u32,
+    /// RX and TX descriptors per queue.
+    #[serde(default = "d_descriptors")]
+    pub queue_descriptors: u16,
+    /// Flow-table capacity in entries (M15).
+    #[serde(default = "d_flow_capacity")]
+    pub flow_table_capacity: u32,
+    /// Flow idle timeouts (M10).
+    #[serde(default)]
+    pub timeouts: Timeouts,
+}
+
+fn d_worker_cores() -> Vec<u32> {
+    vec![1]
+}
+fn d_burst() -> u16 {
+    32
+}
+fn d_mbufs() -> u32 {
+    16_383
+}
+fn d_descriptors() -> u16 {
+    1024
+}
+fn d_flow_capacity() -> u32 {
+    1 << 20
+}
+
+impl Default for Dataplane {
+    fn default() -> Self {
+        Self {
+            eal_args: Vec::new(),
+            worker_cores: d_worker_cores(),
+            management_core: 0,
+            burst_size: d_burst(),
+            mbufs: d_mbufs(),
+            queue_descriptors: d_descriptors(),
+            flow_table_capacity: d_flow_capacity(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// `[dataplane.timeouts]`: how long an idle flow keeps its entry.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// TCP after the handshake.
+    #[serde(default = "d_tcp_established")]
+    pub tcp_established: Duration,
+    /// TCP before the handshake completes (SYN floods age out fast).
+    #[serde(default = "d_tcp_half_open")]
+    pub tcp_half_open: Duration,
+    /// TCP after a FIN or RST was seen (the shortening of M10).
+    #[serde(default = "d_tcp_closing")]
+    pub tcp_closing: Duration,
+    /// UDP.
+    #[serde(default = "d_udp")]
+    pub udp: Duration,
+    /// Everything else (ICMP, ESP, GRE, …).
+    #[serde(default = "d_other")]
+    pub other: Duration,
+}
+
+fn d_tcp_established() -> Duration {
+    Duration::secs(600)
+}
+fn d_tcp_half_open() -> Duration {
+    Duration::secs(10)
+}
+fn d_tcp_closing() -> Duration {
+    Duration::secs(10)
+}
+fn d_udp() -> Duration {
+    Duration::secs(30)
+}
+fn d_other() -> Duration {
+    Duration::secs(30)
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            tcp_established: d_tcp_established(),
+            tcp_half_open: d_tcp_half_open(),
+            tcp_closing: d_tcp_closing(),
+            udp: d_udp(),
+            other: d_other(),
+        }
+    }
+}
+
+/// What a port is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortRole {
+    /// Faces clients and the fabric (VIP traffic arrives here).
+    Uplink,
+    /// Faces backends (encapsulated traffic leaves here).
+    Backend,
+    /// The TAP/virtio-user interface to the kernel.
+    Exception,
+}
+
+/// `[[ports]]`: one DPDK port.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Port {
+    /// Port name (logs, metrics).
+    pub name: String,
+    /// DPDK device: a PCI address (`0000:3b:00.0`) or a virtual device name
+    /// given in `eal_args` (`net_tap0`).
+    pub device: String,
+    /// What the port is for.
+    pub role: PortRole,
+    /// The balancer's own addresses on this port, with prefix length.
+    #[serde(default)]
+    pub addresses: Vec<Prefix>,
+    /// MAC address to use; default: the device's.
+    #[serde(default)]
+    pub mac: Option<MacAddr>,
+    /// Next hop for traffic leaving this port; default: none (directly
+    /// connected destinations only).
+    #[serde(default)]
+    pub gateway: Option<IpAddr>,
+    /// The next hop's MAC, when it should not be resolved with ARP/NDP.
+    #[serde(default)]
+    pub gateway_mac: Option<MacAddr>,
+    /// MTU in bytes.
+    #[serde(default = "d_mtu")]
+    pub mtu: u16,
+}
+
+fn d_mtu() -> u16 {
+    1500
+}
+
+/// A rule's protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+pub enum Protocol {
+    /// TCP only.
+    #[serde(rename = "TCP")]
+    Tcp,
+    /// UDP only.
+    #[serde(rename = "UDP")]
+    Udp,
+    /// TCP, UDP, ESP, GRE, ICMP and ICMPv6 (M2).
+    #[serde(rename = "L3_DEFAULT")]
+    L3Default,
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::L3Default => "L3_DEFAULT",
+        })
+    }
+}
+
+/// A rule's mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleMode {
+    /// L4 passthrough to the service's endpoints (M1–M15).
+    #[default]
+    Passthrough,
+    /// Gateway load balancer (M30–M33).
+    Gateway,
+}
+
+/// `[[forwarding_rules]]`: a frontend.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardingRule {
+    /// Rule name; child rules are `<name>-ag0` and `<name>-ag1` (M5).
+    pub name: String,
+    /// The VIP of availability group 0 and, optionally, of group 1; both of
+    /// one IP version.
+    pub vips: Vec<IpAddr>,
+    /// `TCP`, `UDP` or `L3_DEFAULT`.
+    pub protocol: Protocol,
+    /// Destination ports; default `"all"`.
+    #[serde(default)]
+    pub ports: PortSpec,
+    /// The backend service that takes the traffic.
+    pub backend_service: String,
+    /// `passthrough` (default) or `gateway`.
+    #[serde(default)]
+    pub mode: RuleMode,
+    /// Gateway mode: the gateway endpoints traffic comes from (M31).
+    #[serde(default)]
+    pub gateway_endpoints: Vec<GatewayEndpoint>,
+}
+
+/// A gateway endpoint of a gateway-mode rule.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayEndpoint {
+    /// Source address of the traffic it sends.
+    pub address: IpAddr,
+    /// The 64-bit ID carried in the Geneve option (M30).
+    pub id: u64,
+}
+
+/// How packets reach endpoints (M8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryMode {
+    /// Rewrite the destination MAC only.
+    L2dsr,
+    /// IP-in-IP.
+    Ipip,
+    /// GRE (RFC 2784).
+    Gre,
+    /// GUE variant 1 over UDP.
+    Gue,
+    /// Geneve (RFC 8926).
+    Geneve,
+}
+
+impl std::fmt::Display for DeliveryMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeliveryMode::L2dsr => "l2dsr",
+            DeliveryMode::Ipip => "ipip",
+            DeliveryMode::Gre => "gre",
+            DeliveryMode::Gue => "gue",
+            DeliveryMode::Geneve => "geneve",
+        })
+    }
+}
+
+/// `[backend_services.geneve]`: Geneve parameters (M30).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneveOptions {
+    /// Outer UDP destination port.
+    #[serde(default = "d_geneve_port")]
+    pub port: u16,
+    /// Option class of both options.
+    #[serde(default = "d_geneve_class")]
+    pub option_class: u16,
+    /// Option type of the 64-bit gateway endpoint ID.
+    #[serde(default = "d_geneve_endpoint_type")]
+    pub endpoint_id_type: u8,
+    /// Option type of the 32-bit flow cookie.
+    #[serde(default = "d_geneve_cookie_type")]
+    pub flow_cookie_type: u8,
+}
+
+fn d_geneve_port() -> u16 {
+    6081
+}
+fn d_geneve_class() -> u16 {
+    0x0139
+}
+fn d_geneve_endpoint_type() -> u8 {
+    1
+}
+fn d_geneve_cookie_type() -> u8 {
+    3
+}
+
+impl Default for GeneveOptions {
+    fn default() -> Self {
+        Self {
+            port: d_geneve_port(),
+            option_class: d_geneve_class(),
+            endpoint_id_type: d_geneve_endpoint_type(),
+            flow_cookie_type: d_geneve_cookie_type(),
+        }
+    }
+}
+
+/// Session affinity (M9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SessionAffinity {
+    /// 5-tuple.
+    #[default]
+    None,
+    /// Source, destination, protocol.
+    ClientIpProto,
+    /// Source and destination.
+    ClientIp,
+    /// Source address and port, destination, protocol.
+    ClientIpPortProto,
+}
+
+/// Connection persistence on unhealthy backends (M11).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ConnectionPersistence {
+    /// TCP flows stay, UDP and others move.
+    #[default]
+    DefaultForProtocol,
+    /// Every flow moves.
+    NeverPersist,
+    /// Every flow stays.
+    AlwaysPersist,
+}
+
+/// Selection algorithm (M12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum LoadBalancing {
+    /// Maglev with slots in proportion to endpoint weights.
+    #[default]
+    WeightedMaglev,
+    /// Maglev, every eligible endpoint equal.
+    Maglev,
+}
+
+/// The versioned hash algorithm: every node of a cluster must build
+/// identical tables, so the algorithm is named in the config from day one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum HashAlgorithm {
+    /// Maglev permutation fill, version 1.
+    #[default]
+    #[serde(rename = "maglev-v1")]
+    MaglevV1,
+}
+
+/// What to do when a rule matches but no endpoint is eligible (M14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoBackendAction {
+    /// Drop (and count).
+    #[default]
+    Drop,
+    /// Answer TCP with RST; drop everything else.
+    Reset,
+}
+
+/// Capacity accounting (M25).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BalancingMode {
+    /// Utilization reported by the endpoints' health checks.
+    #[default]
+    Utilization,
+    /// Packets per second.
+    Rate,
+}
+
+/// `[backend_services.aggregation]`: when a service (per region) counts as
+/// healthy (M19).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aggregation {
+    /// Unhealthy below this percentage of healthy endpoints (0–100).
+    #[serde(default = "d_min_percent")]
+    pub min_healthy_percent: u8,
+    /// Unhealthy below this many healthy endpoints.
+    #[serde(default = "d_min_count")]
+    pub min_healthy_count: u32,
+}
+
+fn d_min_percent() -> u8 {
+    60
+}
+fn d_min_count() -> u32 {
+    1
+}
+
+impl Default for Aggregation {
+    fn default() -> Self {
+        Self {
+            min_healthy_percent: d_min_percent(),
+            min_healthy_count: d_min_count(),
+        }
+    }
+}
+
+/// `[backend_services.locality]`: zones (M27, M28).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Locality {
+    /// Prefer endpoints in the client's zone (zones from `[[client_zones]]`).
+    #[serde(default)]
+    pub zonal_affinity: bool,
+    /// With zonal affinity: fraction of new connections allowed to leave the
+    /// zone while it has healthy endpoints (0.0–1.0; 0 = stay in zone).
+    #[serde(default)]
+    pub zonal_spill_ratio: f64,
+    /// Spread load evenly over all zones of a region (by weight).
+    #[serde(default = "d_true")]
+    pub cross_zone: bool,
+}
+
+fn d_true() -> bool {
+    true
+}
+
+impl Default for Locality {
+    fn default() -> Self {
+        Self {
+            zonal_affinity: false,
+            zonal_spill_ratio: 0.0,
+            cross_zone: true,
+        }
+    }
+}
+
+/// `[[backend_services]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendService {
+    /// Service name.
+    pub name: String,
+    /// `l2dsr`, `ipip`, `gre`, `gue` or `geneve`.
+    pub delivery: DeliveryMode,
+    /// `gre`: the optional GRE key.
+    #[serde(default)]
+    pub gre_key: Option<u32>,
+    /// `gue`: outer UDP destination port; default 6080.
+    #[serde(default)]
+    pub gue_port: Option<u16>,
+    /// `geneve`: port and option classes/types (defaults of M30).
+    #[serde(default)]
+    pub geneve: Option<GeneveOptions>,
+    /// Session affinity; default `NONE`.
+    #[serde(default)]
+    pub session_affinity: SessionAffinity,
+    /// Default `DEFAULT_FOR_PROTOCOL`.
+    #[serde(default)]
+    pub connection_persistence: ConnectionPersistence,
+    /// How long a removed or unhealthy endpoint keeps its flows; `"0s"`
+    /// disables draining. Default `"300s"`.
+    #[serde(default = "d_draining")]
+    pub connection_draining_timeout: Duration,
+    /// Default `WEIGHTED_MAGLEV`.
+    #[serde(default)]
+    pub load_balancing: LoadBalancing,
+    /// Maglev lookup-table size, a prime; default 65537.
+    #[serde(default = "d_table_size")]
+    pub maglev_table_size: u32,
+    /// Default `"maglev-v1"`.
+    #[serde(default)]
+    pub hash: HashAlgorithm,
+    /// Name of the health check probing the endpoints; absent: endpoints
+    /// are always healthy.
+    #[serde(default)]
+    pub health_check: Option<String>,
+    /// Health aggregation policy.
+    #[serde(default)]
+    pub aggregation: Aggregation,
+    /// Use every endpoint when all are unhealthy (M23); default false.
+    #[serde(default)]
+    pub fail_open: bool,
+    /// `drop` (default) or `reset`.
+    #[serde(default)]
+    pub no_backend_action: NoBackendAction,
+    /// `UTILIZATION` (default) or `RATE`.
+    #[serde(default)]
+    pub balancing_mode: BalancingMode,
+    /// `RATE`: packets per second per endpoint.
+    #[serde(default)]
+    pub max_rate_per_endpoint: Option<u64>,
+    /// `UTILIZATION`: target utilization (0 < x ≤ 1); default 0.8.
+    #[serde(default)]
+    pub max_utilization: Option<f64>,
+    /// Zonal affinity and cross-zone balancing.
+    #[serde(default)]
+    pub locality: Locality,
+    /// Backend groups (at least one, all of one kind).
+    pub groups: Vec<BackendGroup>,
+}
+
+fn d_draining() -> Duration {
+    Duration::secs(300)
+}
+fn d_table_size() -> u32 {
+    65_537
+}
+
+/// What a group holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// Endpoints listed in `endpoints`.
+    #[default]
+    Endpoints,
+    /// Another Spillway's forwarding rule (M21), in `remote`.
+    RemoteRule,
+}
+
+/// `[[backend_services.groups]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendGroup {
+    /// Group name, unique within the service.
+    pub name: String,
+    /// Region of its endpoints.
+    pub region: String,
+    /// Zone of its endpoints.
+    pub zone: String,
+    /// `endpoints` (default) or `remote_rule`.
+    #[serde(default)]
+    pub kind: GroupKind,
+    /// Share of the group's capacity in use, 0.0–1.0 (0 drains it); default 1.
+    #[serde(default = "d_scaler")]
+    pub capacity_scaler: f64,
+    /// `RATE`: packets per second for the whole group.
+    #[serde(default)]
+    pub max_rate: Option<u64>,
+    /// `endpoints` groups: the endpoints.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    /// `remote_rule` groups: the remote rule.
+    #[serde(default)]
+    pub remote: Option<RemoteRule>,
+}
+
+fn d_scaler() -> f64 {
+    1.0
+}
+
+/// One endpoint.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// Address packets are delivered to.
+    pub address: IpAddr,
+    /// Port probed by the health check when it names none (traffic is never
+    /// port-translated: M6).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Relative weight 0–1000 (0: no new flows); default 100.
+    #[serde(default = "d_weight")]
+    pub weight: u16,
+    /// `l2dsr`: the endpoint's MAC when it should not be resolved.
+    #[serde(default)]
+    pub mac: Option<MacAddr>,
+}
+
+fn d_weight() -> u16 {
+    100
+}
+
+/// A remote rule backing a `remote_rule` group (M21).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteRule {
+    /// The remote Spillway's status URL (`http://host:port/status`).
+    pub status_url: String,
+    /// Name of the forwarding rule there whose exported state decides.
+    pub rule: String,
+    /// The remote rule's VIP, where packets go.
+    pub vip: IpAddr,
+}
+
+/// Health-check protocol (M16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum HealthCheckType {
+    /// Connect succeeds.
+    #[serde(rename = "TCP")]
+    Tcp,
+    /// Status 2xx or 3xx.
+    #[serde(rename = "HTTP")]
+    Http,
+    /// Status 2xx or 3xx over TLS (host names not verified).
+    #[serde(rename = "HTTPS")]
+    Https,
+}
+
+/// `[[health_checks]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    /// Name.
+    pub name: String,
+    /// `TCP`, `HTTP` or `HTTPS`.
+    #[serde(rename = "type")]
+    pub kind: HealthCheckType,
+    /// Port probed; default: each endpoint's `port`.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// HTTP(S) path; default `"/"`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// HTTP(S) Host header; default: the endpoint address.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Time between probes; default `"5s"`.
+    #[serde(default = "d_interval")]
+    pub interval: Duration,
+    /// Probe timeout, at most the interval; default `"3s"`.
+    #[serde(default = "d_timeout")]
+    pub timeout: Duration,
+    /// Successes to become healthy; default 2.
+    #[serde(default = "d_healthy")]
+    pub healthy_threshold: u32,
+    /// Failures to become unhealthy; default 3.
+    #[serde(default = "d_unhealthy")]
+    pub unhealthy_threshold: u32,
+    /// HTTP(S): read `X-Load-Balancing-Endpoint-Weight` (M17); default false.
+    #[serde(default)]
+    pub weight_from_header: bool,
+    /// Source address of probes, documented to backends (M22); default: the
+    /// kernel's choice on the exception interface.
+    #[serde(default)]
+    pub source_address: Option<IpAddr>,
+}
+
+fn d_interval() -> Duration {
+    Duration::secs(5)
+}
+fn d_timeout() -> Duration {
+    Duration::secs(3)
+}
+fn d_healthy() -> u32 {
+    2
+}
+fn d_unhealthy() -> u32 {
+    3
+}
+
+/// `[[composite_health_checks]]` (M20).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompositeHealthCheck {
+    /// Name.
+    pub name: String,
+    /// 1–10 health sources.
+    pub sources: Vec<HealthSource>,
+    /// The forwarding rule whose exported state this decides.
+    pub destination: String,
+}
+
+/// One source of a composite.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSource {
+    /// A backend service (never a composite).
+    pub backend_service: String,
+    /// Aggregation policy; default: the service's own.
+    #[serde(default)]
+    pub aggregation: Option<Aggregation>,
+}
+
+/// `[[client_zones]]`: clients from these prefixes are in this zone (M27).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientZone {
+    /// Zone name (as in backend groups).
+    pub zone: String,
+    /// Source prefixes.
+    pub prefixes: Vec<Prefix>,
+}
+
+/// Supported BGP speakers (M34): we drive a real one, never our own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BgpSpeaker {
+    /// BIRD, through its control socket.
+    Bird,
+    /// GoBGP, through its gRPC API.
+    Gobgp,
+    /// ExaBGP, through its API pipe.
+    Exabgp,
+}
+
+/// `[bgp]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bgp {
+    /// `bird`, `gobgp` or `exabgp`.
+    pub speaker: BgpSpeaker,
+    /// How to reach the speaker: a socket/pipe path or `host:port`.
+    pub control: String,
+    /// Local AS number.
+    pub local_asn: u32,
+    /// Router ID; default: the speaker's.
+    #[serde(default)]
+    pub router_id: Option<Ipv4Addr>,
+    /// Neighbours (for status output and speaker configuration checks).
+    #[serde(default)]
+    pub peers: Vec<BgpPeer>,
+    /// Next hop announced; default: the speaker's.
+    #[serde(default)]
+    pub next_hop: Option<IpAddr>,
+    /// When to announce a VIP: `when_healthy` (default: only while its rule
+    /// is healthy and the node is not draining, M35) or `always` (static).
+    #[serde(default)]
+    pub announce: AnnouncePolicy,
+    /// Keep announcing when every VIP would be withdrawn (M35); default true.
+    #[serde(default = "d_true")]
+    pub fail_open: bool,
+}
+
+/// When VIPs are announced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnnouncePolicy {
+    /// While the rule's (composite or aggregated) health is HEALTHY and the
+    /// node is neither draining nor shutting down.
+    #[default]
+    WhenHealthy,
+    /// Always, until shutdown (health never withdraws).
+    Always,
+}
+
+/// A BGP neighbour.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BgpPeer {
+    /// Neighbour address.
+    pub address: IpAddr,
+    /// Neighbour AS number.
+    pub asn: u32,
+}
+
+/// `[flow_sync]` (M36).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSync {
+    /// UDP address to receive on.
+    pub listen: SocketAddr,
+    /// Peers to send to.
+    pub peers: Vec<SocketAddr>,
+    /// Flow entries per datagram; default 64.
+    #[serde(default = "d_batch")]
+    pub batch_size: u16,
+    /// Longest wait before a partial batch is sent; default `"10ms"`.
+    #[serde(default = "d_batch_interval")]
+    pub batch_interval: Duration,
+}
+
+fn d_batch() -> u16 {
+    64
+}
+fn d_batch_interval() -> Duration {
+    Duration::millis(10)
+}
+
+/// `[metrics]` (M42).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    /// HTTP listen address of the Prometheus endpoint; default
+    /// `127.0.0.1:9469`.
+    #[serde(default = "d_metrics")]
+    pub listen: SocketAddr,
+}
+
+fn d_metrics() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9469))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            listen: d_metrics(),
+        }
+    }
+}
+
+/// `[control]` (M40).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Control {
+    /// Unix socket of `spillway status|stats|flows|reload|drain`; default
+    /// `/run/spillway/control.sock`.
+    #[serde(default = "d_socket")]
+    pub socket: PathBuf,
+}
+
+fn d_socket() -> PathBuf {
+    PathBuf::from("/run/spillway/control.sock")
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self { socket: d_socket() }
+    }
+}

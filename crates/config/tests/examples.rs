@@ -1,0 +1,190 @@
+//! The files in `config/`: each loads on this machine without warnings, and
+//! `reference.toml` documents every field of the schema.
+
+use std::path::{Path, PathBuf};
+
+use config::{Env, load, load_str};
+
+fn config_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config")
+}
+
+fn files() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(config_dir())
+        .expect("config/ exists")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_example_loads_without_warnings() {
+    let files = files();
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for want in [
+        "reference.toml",
+        "lab.toml",
+        "two-region-spillover.toml",
+        "geneve-gateway.toml",
+        "ipv6.toml",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "config/{want} exists: {names:?}"
+        );
+    }
+    for f in &files {
+        let l = load(f).unwrap_or_else(|e| panic!("{}:\n{e}", f.display()));
+        assert!(l.warnings.is_empty(), "{}: {:?}", f.display(), l.warnings);
+        // The examples are meant to run on the two-core lab machine too.
+        let text = std::fs::read_to_string(f).unwrap();
+        load_str("x", &text, &Env::with_cpus(2)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn examples_show_what_they_say() {
+    let c = |name: &str| load(&config_dir().join(name)).unwrap().compiled;
+    let v6 = c("ipv6.toml");
+    let m = v6
+        .rule_index
+        .lookup("2001:db8:f00::11".parse().unwrap(), 58, None)
+        .unwrap();
+    assert_eq!(v6.children[m.child.index()].name, "rest6-ag1");
+    let m = v6
+        .rule_index
+        .lookup("2001:db8:f00::10".parse().unwrap(), 17, Some(443))
+        .unwrap();
+    assert_eq!(v6.children[m.child.index()].name, "quic6-ag0");
+
+    let gw = c("geneve-gateway.toml");
+    assert_eq!(
+        gw.gateway_endpoint("10.50.0.22".parse().unwrap()),
+        Some((config::compiled::RuleId(0), 0x1_0000_0002))
+    );
+    assert!(matches!(
+        gw.services[0].delivery,
+        config::compiled::Delivery::Geneve {
+            port: 6081,
+            option_class: 0x0139,
+            ..
+        }
+    ));
+
+    let two = c("two-region-spillover.toml");
+    assert_eq!(two.regions, ["us-east", "us-west"]);
+    // Availability group 0 only: the ag1 VIP is not served here.
+    assert!(two.rule_index.is_vip("198.51.100.10".parse().unwrap()));
+    assert!(!two.rule_index.is_vip("198.51.100.11".parse().unwrap()));
+    let regions: Vec<&str> = two
+        .groups
+        .iter()
+        .map(|g| two.regions[g.region.index()].as_str())
+        .collect();
+    assert_eq!(regions, ["us-east", "us-east", "us-west"]);
+}
+
+/// The fields serde expects in one table, read from its unknown-field error
+/// (so that a field added to the schema is noticed here without a list).
+fn expected_fields(text: &str) -> Vec<String> {
+    let err = load_str("probe.toml", text, &Env::default())
+        .unwrap_err()
+        .to_string();
+    let list = err
+        .split("expected one of ")
+        .nth(1)
+        .or_else(|| err.split("expected ").nth(1))
+        .unwrap_or_else(|| panic!("not an unknown-field error: {err}"));
+    // serde writes "`a` or `b`" for two fields and "one of `a`, `b`, …" for more.
+    list.lines()
+        .next()
+        .unwrap_or_default()
+        .split(", ")
+        .flat_map(|f| f.split(" or "))
+        .map(|f| f.trim().trim_matches('`').to_owned())
+        .collect()
+}
+
+#[test]
+fn reference_documents_every_field() {
+    let reference = std::fs::read_to_string(config_dir().join("reference.toml")).unwrap();
+    let header = |h: &str| {
+        assert!(reference.contains(&format!("\n{h}")), "reference has {h}");
+        reference.replacen(&format!("\n{h}"), &format!("\n{h}\nzzz_probe = 1"), 1)
+    };
+    let inline = |from: &str, to: &str| {
+        assert!(reference.contains(from), "reference has {from}");
+        reference.replacen(from, to, 1)
+    };
+    let probes = vec![
+        format!("zzz_probe = 1\n{reference}"),
+        header("[node]"),
+        header("[dataplane]"),
+        header("[dataplane.timeouts]"),
+        header("[[ports]]"),
+        header("[[forwarding_rules]]"),
+        header("[[backend_services]]"),
+        header("[backend_services.aggregation]"),
+        header("[backend_services.locality]"),
+        header("[[backend_services.groups]]"),
+        header("[[health_checks]]"),
+        header("[[composite_health_checks]]"),
+        header("[[client_zones]]"),
+        header("[bgp]"),
+        header("[flow_sync]"),
+        header("[metrics]"),
+        header("[control]"),
+        inline(
+            "{ address = \"198.51.100.11\"",
+            "{ zzz_probe = 1, address = \"198.51.100.11\"",
+        ),
+        inline(
+            "remote = { status_url",
+            "remote = { zzz_probe = 1, status_url",
+        ),
+        inline(
+            "{ backend_service = \"web\",",
+            "{ zzz_probe = 1, backend_service = \"web\",",
+        ),
+        inline(
+            "{ address = \"192.0.2.1\", asn",
+            "{ zzz_probe = 1, address = \"192.0.2.1\", asn",
+        ),
+        inline(
+            "gateway_endpoints = []",
+            "gateway_endpoints = [{ zzz_probe = 1 }]",
+        ),
+        inline(
+            "delivery = \"gue\"",
+            "delivery = \"geneve\"\ngeneve = { zzz_probe = 1 }",
+        ),
+    ];
+    let mut missing = Vec::new();
+    let mut total = 0;
+    for p in probes {
+        for f in expected_fields(&p) {
+            total += 1;
+            let documented = [
+                format!("{f} ="),
+                format!("[{f}]"),
+                format!("[[{f}]]"),
+                format!(".{f}]"),
+            ]
+            .iter()
+            .any(|pat| reference.contains(pat.as_str()));
+            if !documented {
+                missing.push(f);
+            }
+        }
+    }
+    assert!(total > 100, "{total} fields probed");
+    assert!(
+        missing.is_empty(),
+        "reference.toml does not document: {missing:?}"
+    );
+}

@@ -1,0 +1,423 @@
+//! One failing config per validation rule: each case marks the offending
+//! line with `#!`, and the test asserts that the rejection names that line,
+//! the field path and the reason.
+
+use config::{ConfigErrors, Env, load_str};
+
+const NODE: &str = r#"
+[node]
+name = "n1"
+region = "r1"
+zone = "r1-a"
+"#;
+
+const SVC: &str = r#"
+[[backend_services]]
+name = "web"
+delivery = "ipip"
+[[backend_services.groups]]
+name = "g"
+region = "r1"
+zone = "r1-a"
+endpoints = [{ address = "10.1.0.1", port = 80 }]
+
+[[forwarding_rules]]
+name = "web"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = 80
+backend_service = "web"
+"#;
+
+/// The node, the `web` service and rule, then `extra`.
+fn with(extra: &str) -> String {
+    format!("{NODE}{SVC}{extra}")
+}
+
+/// `node` replaces the `[node]` table.
+fn node(node: &str) -> String {
+    format!("{node}{SVC}")
+}
+
+fn load(text: &str) -> Result<config::Loaded, ConfigErrors> {
+    load_str("t.toml", text, &Env::with_cpus(4))
+}
+
+struct Case {
+    name: &'static str,
+    text: String,
+    path: &'static str,
+    reason: &'static str,
+}
+
+fn case(name: &'static str, text: String, path: &'static str, reason: &'static str) -> Case {
+    Case {
+        name,
+        text,
+        path,
+        reason,
+    }
+}
+
+fn rule(name: &str, vips: &str, proto: &str, ports: &str, marker: &str) -> String {
+    format!(
+        "\n[[forwarding_rules]]\nname = \"{name}\"\nvips = [{vips}]\nprotocol = \"{proto}\"\nports = {ports}{}\nbackend_service = \"web\"\n",
+        marker
+    )
+}
+
+/// A Geneve service `nva` of appliances, and `rule_text` pointed at it.
+fn nva(rule_text: &str) -> String {
+    format!(
+        "{}\n[[backend_services]]\nname = \"nva\"\ndelivery = \"geneve\"\ngroups = [{{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{{ address = \"10.7.0.1\" }}] }}]\n",
+        rule_text.replace("backend_service = \"web\"", "backend_service = \"nva\"")
+    )
+}
+
+/// Eleven services and a composite over all of them.
+fn eleven_sources() -> String {
+    let mut s = String::new();
+    for i in 0..11 {
+        s.push_str(&format!(
+            "[[backend_services]]\nname = \"s{i}\"\ndelivery = \"gre\"\ngroups = [{{ name = \"g\", region = \"r1\", zone = \"z\" }}]\n"
+        ));
+    }
+    let sources: Vec<String> = (0..11)
+        .map(|i| format!("{{ backend_service = \"s{i}\" }}"))
+        .collect();
+    s.push_str(&format!(
+        "[[composite_health_checks]]\nname = \"c\"\nsources = [{}] #!\ndestination = \"web\"\n",
+        sources.join(", ")
+    ));
+    s
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // ---- TOML and schema (reported by the parser / deserializer) ----
+        case("syntax error", with("[[health_checks] #!\n"), "", "unclosed array table"),
+        case("unknown field", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nintervall = \"5s\" #!\n"), "health_checks[0].intervall", "unknown field `intervall`"),
+        case("unknown top-level table", with("[metric] #!\nlisten = \"127.0.0.1:1\"\n"), "metric", "unknown field `metric`"),
+        case("unknown enum value", with(&rule("x", "\"10.0.0.11\"", "SCTP", "80", "").replacen("protocol = \"SCTP\"", "protocol = \"SCTP\" #!", 1)), "forwarding_rules[1].protocol", "unknown variant `SCTP`"),
+        case("missing field", with("[[forwarding_rules]] #!\nname = \"x\"\nprotocol = \"TCP\"\nbackend_service = \"web\"\n"), "forwarding_rules[1].vips", "missing field `vips`"),
+        case("wrong type", with("[[forwarding_rules]]\nname = \"x\"\nvips = \"10.0.0.1\" #!\nprotocol = \"TCP\"\nbackend_service = \"web\"\n"), "forwarding_rules[1].vips", "expected a sequence"),
+        case("duration without unit", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = 5 #!\n"), "health_checks[0].interval", "a duration needs a unit"),
+        case("duration with unknown unit", with("[dataplane.timeouts]\nudp = \"3d\" #!\n"), "dataplane.timeouts.udp", "invalid duration \"3d\""),
+        case("port range backwards", with(&rule("x", "\"10.0.0.11\"", "TCP", "\"90-80\"", " #!")), "forwarding_rules[1].ports", "backwards"),
+        case("port out of range", with(&rule("x", "\"10.0.0.11\"", "TCP", "70000", " #!")), "forwarding_rules[1].ports", "out of range 1-65535"),
+        case("port zero", with(&rule("x", "\"10.0.0.11\"", "TCP", "[\"0\"]", " #!")), "forwarding_rules[1].ports[0]", "port 0 is out of range"),
+        case("all inside a port list", with(&rule("x", "\"10.0.0.11\"", "TCP", "[80, \"all\"]", " #!")), "forwarding_rules[1].ports", "cannot be part of a list"),
+        case("bad address", with("[[ports]]\nname = \"p\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"10.0.0.300/24\"] #!\n"), "ports[0].addresses[0]", "invalid IP address \"10.0.0.300\""),
+        case("bad MAC", with("[[ports]]\nname = \"p\"\ndevice = \"net_null0\"\nrole = \"uplink\"\nmac = \"02:00\" #!\n"), "ports[0].mac", "invalid MAC address"),
+        // ---- names ----
+        case("duplicate rule name", with(&rule("web", "\"10.0.0.11\"", "TCP", "80", "").replacen("name = \"web\"", "name = \"web\" #!", 1)), "forwarding_rules[1].name", "duplicate forwarding rule name \"web\""),
+        case("duplicate service name", with("[[backend_services]]\nname = \"web\" #!\ndelivery = \"gre\"\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\" }]\n"), "backend_services[1].name", "duplicate backend service name"),
+        case("duplicate health check name", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 1\n[[health_checks]]\nname = \"h\" #!\ntype = \"TCP\"\nport = 1\n"), "health_checks[1].name", "duplicate health check name"),
+        case("duplicate group name", with("[[backend_services]]\nname = \"s2\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"z\"\n[[backend_services.groups]]\nname = \"g\" #!\nregion = \"r1\"\nzone = \"z\"\n"), "backend_services[1].groups[1].name", "duplicate group name \"g\""),
+        case("duplicate port name", with("[[ports]]\nname = \"p\"\ndevice = \"a\"\nrole = \"uplink\"\n[[ports]]\nname = \"p\" #!\ndevice = \"b\"\nrole = \"backend\"\n"), "ports[1].name", "duplicate port name"),
+        case("malformed name", with(&rule("a b", "\"10.0.0.11\"", "TCP", "80", "").replacen("name = \"a b\"", "name = \"a b\" #!", 1)), "forwarding_rules[1].name", "must be 1-63 characters"),
+        // ---- forwarding rules (M1, M4) ----
+        case("no VIP", with(&rule("x", "", "TCP", "81", "").replacen("vips = []", "vips = [] #!", 1)), "forwarding_rules[1].vips", "needs one VIP"),
+        case("three VIPs", with(&rule("x", "\"10.0.0.11\", \"10.0.0.12\", \"10.0.0.13\"", "TCP", "81", "").replacen("\"10.0.0.13\"]", "\"10.0.0.13\"] #!", 1)), "forwarding_rules[1].vips", "at most two"),
+        case("VIPs of two families", with(&rule("x", "\"10.0.0.11\", \"fd00::11\"", "TCP", "81", "").replacen("\"fd00::11\"]", "\"fd00::11\"] #!", 1)), "forwarding_rules[1].vips[1]", "both VIPs of a rule are of one IP version"),
+        case("same VIP twice", with(&rule("x", "\"10.0.0.11\", \"10.0.0.11\"", "TCP", "81", "").replacen("\"10.0.0.11\"]", "\"10.0.0.11\"] #!", 1)), "forwarding_rules[1].vips[1]", "each availability group needs its own VIP"),
+        case("unusable VIP", with(&rule("x", "\"0.0.0.0\"", "TCP", "81", "").replacen("\"0.0.0.0\"]", "\"0.0.0.0\"] #!", 1)), "forwarding_rules[1].vips[0]", "cannot be a VIP"),
+        case("L3_DEFAULT with ports", with(&rule("x", "\"10.0.0.11\"", "L3_DEFAULT", "\"80\"", " #!")), "forwarding_rules[1].ports", "ports must be \"all\""),
+        case("two L3_DEFAULT on a pair", with(&(rule("x", "\"10.0.0.11\"", "L3_DEFAULT", "\"all\"", "") + &rule("y", "\"10.0.0.11\"", "L3_DEFAULT", "\"all\"", "").replacen("protocol = \"L3_DEFAULT\"", "protocol = \"L3_DEFAULT\" #!", 1))), "forwarding_rules[2].protocol", "a second L3_DEFAULT rule on 10.0.0.11: rule \"x\" (t.toml:23:1)"),
+        case("overlapping TCP ports", with(&rule("x", "\"10.0.0.10\"", "TCP", "\"all\"", " #!")), "forwarding_rules[1].ports", "TCP ports 80 overlap rule \"web\" (t.toml:16:1) on 10.0.0.10"),
+        case("overlap through one shared VIP", with(&rule("x", "\"10.0.0.99\", \"10.0.0.10\"", "TCP", "\"70-90,443\"", " #!")), "forwarding_rules[1].ports", "TCP ports 80 overlap rule \"web\""),
+        case("unknown backend service", with(&rule("x", "\"10.0.0.11\"", "TCP", "80", "").replacen("backend_service = \"web\"", "backend_service = \"nope\" #!", 1)), "forwarding_rules[1].backend_service", "no backend service is named \"nope\" (known: web)"),
+        case("VIP is the balancer's own address", with(&format!("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.11/24\"]\n{}", rule("x", "\"10.0.0.11\"", "TCP", "81", "").replacen("\"10.0.0.11\"]", "\"10.0.0.11\"] #!", 1))), "forwarding_rules[1].vips[0]", "also the balancer's own address"),
+        // ---- address families (M4, M8) ----
+        case("l2dsr across families", node(NODE).replace("delivery = \"ipip\"", "delivery = \"l2dsr\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"fd01::1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "IPv6 endpoint fd01::1 cannot take the IPv4 traffic of rule \"web\""),
+        case("ipip 6-in-4", node(NODE).replace("vips = [\"10.0.0.10\"]", "vips = [\"fd00::10\"]").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "not IPv6 in IPv4"),
+        // ---- services ----
+        case("Maglev size not prime", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\nmaglev_table_size = 65536 #!\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\" }]\n"), "backend_services[1].maglev_table_size", "65536 is not a prime"),
+        case("Maglev size below the endpoint count", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\nmaglev_table_size = 2 #!\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{ address = \"10.9.0.1\" }, { address = \"10.9.0.2\" }, { address = \"10.9.0.3\" }] }]\n"), "backend_services[1].maglev_table_size", "2 slots cannot hold 3 endpoints"),
+        case("unknown health check", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"nope\" #!"), "backend_services[0].health_check", "no health check is named \"nope\""),
+        case("health percentage above 100", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\naggregation = { min_healthy_percent = 101 } #!"), "backend_services[0].aggregation.min_healthy_percent", "101% is not a percentage"),
+        case("no groups", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\ngroups = [] #!\n"), "backend_services[1].groups", "at least one group"),
+        case("groups of two kinds", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\n[[backend_services.groups]]\nname = \"b\"\nregion = \"r2\"\nzone = \"z\"\nkind = \"remote_rule\" #!\nremote = { status_url = \"http://10.9.0.1:9469/status\", rule = \"web\", vip = \"10.9.0.10\" }\n"), "backend_services[1].groups[1].kind", "all groups of a service are of one kind"),
+        case("remote_rule group without remote", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]] #!\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nkind = \"remote_rule\"\n"), "backend_services[1].groups[0].remote", "needs remote = { status_url, rule, vip }"),
+        case("remote_rule with a bad URL", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nkind = \"remote_rule\"\nremote = { status_url = \"10.9.0.1:9469\", rule = \"web\", vip = \"10.9.0.10\" } #!\n"), "backend_services[1].groups[0].remote.status_url", "not an http:// or https:// URL"),
+        case("endpoints group with a remote", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nendpoints = [{ address = \"10.9.0.1\" }]\nremote = { status_url = \"http://x/\", rule = \"web\", vip = \"10.9.0.10\" } #!\n"), "backend_services[1].groups[0].remote", "lists endpoints, not a remote rule"),
+        case("capacity_scaler above 1", node(NODE).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\ncapacity_scaler = 1.5 #!\nendpoints"), "backend_services[0].groups[0].capacity_scaler", "1.5 is out of range 0.0-1.0"),
+        case("capacity_scaler negative", node(NODE).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\ncapacity_scaler = -0.1 #!\nendpoints"), "backend_services[0].groups[0].capacity_scaler", "-0.1 is out of range"),
+        case("endpoint weight above 1000", node(NODE).replace("port = 80 }]", "port = 80, weight = 1001 }] #!"), "backend_services[0].groups[0].endpoints[0].weight", "weight 1001 is out of range 0-1000"),
+        case("endpoint listed twice", node(NODE).replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [\n  { address = \"10.1.0.1\", port = 80 },\n  { address = \"10.1.0.1\", port = 80 }, #!\n]"), "backend_services[0].groups[0].endpoints[1].address", "endpoint 10.1.0.1 is already in this service"),
+        case("endpoint MAC without l2dsr", node(NODE).replace("port = 80 }]", "port = 80, mac = \"02:00:00:00:00:01\" }] #!"), "backend_services[0].groups[0].endpoints[0].mac", "applies to delivery \"l2dsr\""),
+        case("GRE key with ipip", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\ngre_key = 7 #!"), "backend_services[0].gre_key", "gre_key applies to delivery \"gre\", not \"ipip\""),
+        case("Geneve options with gre", node(NODE).replace("delivery = \"ipip\"", "delivery = \"gre\"\ngeneve = { port = 6081 } #!"), "backend_services[0].geneve", "geneve options apply to delivery \"geneve\""),
+        case("Geneve option types equal", node(NODE).replace("delivery = \"ipip\"", "delivery = \"geneve\"\ngeneve = { endpoint_id_type = 3 } #!"), "backend_services[0].geneve.flow_cookie_type", "need distinct types"),
+        case("RATE without a rate", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nbalancing_mode = \"RATE\"").replace("[[backend_services.groups]]", "[[backend_services.groups]] #!"), "backend_services[0].groups[0].max_rate", "balancing_mode RATE needs max_rate"),
+        case("max_rate with UTILIZATION", node(NODE).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\nmax_rate = 1000 #!\nendpoints"), "backend_services[0].groups[0].max_rate", "max_rate applies to balancing_mode RATE"),
+        case("max_utilization zero", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nmax_utilization = 0.0 #!"), "backend_services[0].max_utilization", "0 < max_utilization <= 1.0"),
+        case("zonal affinity without client zones", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true } #!"), "backend_services[0].locality.zonal_affinity", "needs [[client_zones]]"),
+        case("spill ratio out of range", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true, zonal_spill_ratio = 2.0 } #!") + "[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.0.0.0/8\"]\n", "backend_services[0].locality.zonal_spill_ratio", "2 is out of range 0.0-1.0"),
+        // ---- health checks (M16) ----
+        case("health timeout above interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"1s\"\ntimeout = \"2s\" #!\n"), "health_checks[0].timeout", "timeout 2s exceeds interval 1s"),
+        case("zero interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"0s\" #!\n"), "health_checks[0].interval", "longer than 0s"),
+        case("healthy threshold zero", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nhealthy_threshold = 0 #!\n"), "health_checks[0].healthy_threshold", "at least 1"),
+        case("unhealthy threshold zero", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nunhealthy_threshold = 0 #!\n"), "health_checks[0].unhealthy_threshold", "at least 1"),
+        case("HTTP path on a TCP check", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\npath = \"/\" #!\n"), "health_checks[0].path", "path applies to HTTP and HTTPS health checks, not TCP"),
+        case("weight header on a TCP check", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nweight_from_header = true #!\n"), "health_checks[0].weight_from_header", "not TCP"),
+        case("relative HTTP path", with("[[health_checks]]\nname = \"h\"\ntype = \"HTTP\"\nport = 80\npath = \"healthz\" #!\n"), "health_checks[0].path", "must start with '/'"),
+        case("no port to probe", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"h\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\" }] #!") + "[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\n", "backend_services[0].groups[0].endpoints[0].port", "names no port, so endpoint 10.1.0.1 needs one"),
+        // ---- composite health (M20) ----
+        case("composite with no source", with("[[composite_health_checks]]\nname = \"c\"\nsources = [] #!\ndestination = \"web\"\n"), "composite_health_checks[0].sources", "0 sources: a composite health check has 1 to 10"),
+        case("composite with eleven sources", with(&eleven_sources()), "composite_health_checks[0].sources", "11 sources: a composite health check has 1 to 10"),
+        case("composite of a composite", with("[[composite_health_checks]]\nname = \"c1\"\nsources = [{ backend_service = \"web\" }]\ndestination = \"web\"\n[[composite_health_checks]]\nname = \"c2\"\nsources = [{ backend_service = \"c1\" }] #!\ndestination = \"web2\"\n") + &rule("web2", "\"10.0.0.11\"", "TCP", "80", ""), "composite_health_checks[1].sources[0].backend_service", "may not use another composite's state"),
+        case("composite source unknown", with("[[composite_health_checks]]\nname = \"c\"\nsources = [{ backend_service = \"nope\" }] #!\ndestination = \"web\"\n"), "composite_health_checks[0].sources[0].backend_service", "no backend service is named \"nope\""),
+        case("composite destination unknown", with("[[composite_health_checks]]\nname = \"c\"\nsources = [{ backend_service = \"web\" }]\ndestination = \"nope\" #!\n"), "composite_health_checks[0].destination", "no forwarding rule is named \"nope\""),
+        case("two composites for one rule", with("[[composite_health_checks]]\nname = \"c1\"\nsources = [{ backend_service = \"web\" }]\ndestination = \"web\"\n[[composite_health_checks]]\nname = \"c2\"\nsources = [{ backend_service = \"web\" }]\ndestination = \"web\" #!\n"), "composite_health_checks[1].destination", "already takes its state from composite \"c1\""),
+        case("composite source percentage", with("[[composite_health_checks]]\nname = \"c\"\nsources = [{ backend_service = \"web\", aggregation = { min_healthy_percent = 150 } }] #!\ndestination = \"web\"\n"), "composite_health_checks[0].sources[0].aggregation.min_healthy_percent", "150% is not a percentage"),
+        // ---- gateway mode (M30, M31) ----
+        case("gateway rule on a non-Geneve service", with(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\" #!\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }]")), "forwarding_rules[1].mode", "delivers with ipip"),
+        case("gateway rule without gateway endpoints", with(&nva(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"").replacen("[[forwarding_rules]]", "[[forwarding_rules]] #!", 1))), "forwarding_rules[1].gateway_endpoints", "at least one gateway endpoint"),
+        case("gateway endpoint ID twice", with(&nva(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [\n  { address = \"10.5.0.1\", id = 0x10 },\n  { address = \"10.5.0.2\", id = 0x10 }, #!\n]"))), "forwarding_rules[1].gateway_endpoints[1].id", "endpoint ID 0x10 is used twice"),
+        case("gateway endpoint in two rules", with(&nva(&(rule("gw1", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }]") + &rule("gw2", "\"10.0.0.21\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 2 }] #!")))), "forwarding_rules[2].gateway_endpoints[0].address", "gateway endpoint 10.5.0.1 is already listed at t.toml:"),
+        case("gateway endpoints on a passthrough rule", with(&rule("x", "\"10.0.0.20\"", "TCP", "80", "\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }] #!")), "forwarding_rules[1].gateway_endpoints", "only apply to rules with mode = \"gateway\""),
+        // ---- node, locality (M5, M24) ----
+        case("availability group 2", node(&format!("{NODE}availability_group = 2 #!\n")), "node.availability_group", "availability group 2 does not exist"),
+        case("preference without own region", node(&format!("{NODE}region_preference = [\"r2\", \"r3\"] #!\n")), "node.region_preference", "own region \"r1\" is missing"),
+        case("region listed twice", node(&format!("{NODE}region_preference = [\"r1\", \"r2\",\n  \"r2\"] #!\n")), "node.region_preference[2]", "region \"r2\" is listed twice"),
+        case("client prefix with host bits", with("[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.1.2.3/16\"] #!\n"), "client_zones[0].prefixes[0]", "has bits set beyond /16"),
+        case("client prefix in two zones", with("[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.1.0.0/16\"]\n[[client_zones]]\nzone = \"r1-b\"\nprefixes = [\"10.1.0.0/16\"] #!\n"), "client_zones[1].prefixes[0]", "already mapped at t.toml:"),
+        // ---- dataplane ----
+        case("worker core that does not exist", with("[dataplane]\nworker_cores = [1, 9] #!\n"), "dataplane.worker_cores[1]", "core 9 does not exist on this machine (online: 0,1,2,3)"),
+        case("management core that does not exist", with("[dataplane]\nmanagement_core = 4 #!\n"), "dataplane.management_core", "core 4 does not exist"),
+        case("worker on the management core", with("[dataplane]\nmanagement_core = 2\nworker_cores = [2] #!\n"), "dataplane.worker_cores[0]", "is the management core"),
+        case("worker core twice", with("[dataplane]\nworker_cores = [1, 1] #!\n"), "dataplane.worker_cores[1]", "core 1 is listed twice"),
+        case("no worker core", with("[dataplane]\nworker_cores = [] #!\n"), "dataplane.worker_cores", "at least one worker core"),
+        case("burst size zero", with("[dataplane]\nburst_size = 0 #!\n"), "dataplane.burst_size", "out of range 1-512"),
+        case("descriptors not a power of two", with("[dataplane]\nqueue_descriptors = 1000 #!\n"), "dataplane.queue_descriptors", "power of two"),
+        case("too few mbufs", with("[dataplane]\nmbufs = 1000 #!\n"), "dataplane.mbufs", "cannot fill the RX and TX rings"),
+        case("flow table of zero", with("[dataplane]\nflow_table_capacity = 0 #!\n"), "dataplane.flow_table_capacity", "at least 1"),
+        case("zero idle timeout", with("[dataplane.timeouts]\nudp = \"0s\" #!\n"), "dataplane.timeouts.udp", "longer than 0s"),
+        case("FIN/RST timeout longer than established", with("[dataplane.timeouts]\ntcp_established = \"60s\"\ntcp_closing = \"2m\" #!\n"), "dataplane.timeouts.tcp_closing", "must shorten"),
+        // ---- ports ----
+        case("MTU out of range", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\nmtu = 100 #!\n"), "ports[0].mtu", "MTU 100 is out of range 576-9216"),
+        case("gateway off the port's subnets", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\ngateway = \"10.0.1.1\" #!\n"), "ports[0].gateway", "not on any subnet"),
+        case("address on two ports", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n[[ports]]\nname = \"q\"\ndevice = \"e\"\nrole = \"backend\"\naddresses = [\"10.0.0.2/24\"] #!\n"), "ports[1].addresses[0]", "already assigned"),
+        case("two exception ports", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"exception\"\n[[ports]]\nname = \"q\"\ndevice = \"e\"\nrole = \"exception\" #!\n"), "ports[1].role", "only one exception port"),
+        // ---- BGP, flow sync, control ----
+        case("reserved local ASN", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 0 #!\n"), "bgp.local_asn", "AS 0 is reserved"),
+        case("BGP peer twice", with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 65001\npeers = [\n  { address = \"10.0.0.1\", asn = 65000 },\n  { address = \"10.0.0.1\", asn = 65000 }, #!\n]\n"), "bgp.peers[1].address", "listed twice"),
+        case("flow-sync peer is itself", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.2:7700\"] #!\n"), "flow_sync.peers[0]", "own listen address"),
+        case("flow-sync batch of zero", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nbatch_size = 0 #!\n"), "flow_sync.batch_size", "expected 1-1024"),
+        case("relative control socket", with("[control]\nsocket = \"spillway.sock\" #!\n"), "control.socket", "not an absolute path"),
+    ]
+}
+
+#[test]
+fn every_rule_rejects_its_config_naming_field_line_and_reason() {
+    let all = cases();
+    assert!(all.len() >= 80, "{} cases", all.len());
+    let mut names = std::collections::HashSet::new();
+    // Every case runs; the failures are reported together.
+    let mut failures = Vec::new();
+    for c in all {
+        assert!(names.insert(c.name), "case name {:?} twice", c.name);
+        let marker = c
+            .text
+            .lines()
+            .position(|l| l.contains("#!"))
+            .unwrap_or_else(|| panic!("{}: no #! marker", c.name))
+            + 1;
+        let errs = match load(&c.text) {
+            Ok(_) => {
+                failures.push(format!("{}: accepted:\n{}", c.name, c.text));
+                continue;
+            }
+            Err(e) => e,
+        };
+        let hit = errs
+            .errors
+            .iter()
+            .find(|e| e.path == c.path && e.message.contains(c.reason));
+        let Some(e) = hit else {
+            failures.push(format!(
+                "{}: no error at {} saying {:?}; got:\n{errs}",
+                c.name, c.path, c.reason
+            ));
+            continue;
+        };
+        if e.line != marker {
+            failures.push(format!(
+                "{}: line {} instead of {marker}: {e}",
+                c.name, e.line
+            ));
+        }
+        let prefix = match c.path {
+            "" => format!("t.toml:{marker}:{}: ", e.col),
+            p => format!("t.toml:{marker}:{}: {p}: ", e.col),
+        };
+        if e.file != "t.toml" || !e.to_string().starts_with(&prefix) {
+            failures.push(format!("{}: rendered as {e}", c.name));
+        }
+        // One mistake, one error: no noise from rules that did not fire.
+        if errs.errors.len() != 1 {
+            failures.push(format!("{}: expected one error, got:\n{errs}", c.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_base_config_of_the_cases_is_valid() {
+    let l = load(&with("")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+}
+
+#[test]
+fn all_errors_are_reported_at_once_in_file_order() {
+    let text = with(concat!(
+        "[dataplane]\n",
+        "worker_cores = [0] #! 1\n",
+        "burst_size = 1000 #! 2\n",
+        "\n[[forwarding_rules]]\n",
+        "name = \"web\" #! 3\n",
+        "vips = [\"10.0.0.10\"]\n",
+        "protocol = \"TCP\"\n",
+        "ports = \"1-100\" #! 4\n",
+        "backend_service = \"nope\" #! 5\n",
+        "\n[[health_checks]]\n",
+        "name = \"h\"\n",
+        "type = \"TCP\"\n",
+        "timeout = \"10s\" #! 6\n",
+    ));
+    let errs = load(&text).unwrap_err();
+    let lines: Vec<usize> = errs.errors.iter().map(|e| e.line).collect();
+    let markers: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("#!"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(lines, markers, "{errs}");
+    let shown = errs.to_string();
+    assert_eq!(shown.lines().count(), 6, "{shown}");
+    assert!(shown.lines().all(|l| l.starts_with("t.toml:")), "{shown}");
+}
+
+#[test]
+fn syntax_errors_are_all_reported_with_positions() {
+    let text = format!("{NODE}\nx = = 1\ny = \"unterminated\nz = 3\n");
+    let errs = load(&text).unwrap_err();
+    assert!(errs.errors.len() >= 2, "{errs}");
+    assert_eq!(errs.errors[0].line, 7, "{errs}");
+    assert!(errs.errors.iter().any(|e| e.line == 8), "{errs}");
+}
+
+#[test]
+fn warnings_do_not_reject() {
+    let text = with("[[health_checks]]\nname = \"unused\"\ntype = \"TCP\"\nport = 80\n");
+    let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert!(
+        l.warnings[0].contains("t.toml:23:8: health_checks[0].name: health check \"unused\" is used by no backend service"),
+        "{:?}",
+        l.warnings
+    );
+}
+
+#[test]
+fn cores_are_not_checked_when_the_machine_is_unknown() {
+    let text = with("[dataplane]\nmanagement_core = 60\nworker_cores = [61, 62]\n");
+    assert!(load_str("t.toml", &text, &Env::default()).is_ok());
+    assert!(load_str("t.toml", &text, &Env::with_cpus(2)).is_err());
+}
+
+#[test]
+fn schema_errors_are_all_reported_too() {
+    // Each marked line has one mistake serde would stop at; the loader
+    // removes the offending entry and goes on, so all are reported. Rule "b"
+    // comes after rule "a", whose bad protocol removes "a" as a whole.
+    let text = concat!(
+        "[node]\n",
+        "name = \"n\"\n",
+        "region = \"r\"\n",
+        "zone = \"z\"\n",
+        "zoen = \"z\" #!\n",
+        "[dataplane]\n",
+        "burst_size = \"32\" #!\n",
+        "[[forwarding_rules]]\n",
+        "name = \"a\"\n",
+        "vips = [\"10.0.0.1\"]\n",
+        "protocol = \"SCTP\" #!\n",
+        "backend_service = \"s\"\n",
+        "[[forwarding_rules]]\n",
+        "name = \"b\"\n",
+        "vips = [\"10.0.0.300\"] #!\n",
+        "protocol = \"TCP\"\n",
+        "ports = \"90-80\" #!\n",
+        "backend_service = \"s\"\n",
+        "[[backend_services]]\n",
+        "name = \"s\"\n",
+        "delivery = \"gre\"\n",
+        "[[backend_services.groups]]\n",
+        "name = \"g\"\n",
+        "region = \"r\"\n",
+        "zone = \"z\"\n",
+        "endpoints = [\n",
+        "  { address = \"10.1.0.1\", prt = 80 }, #!\n",
+        "  { address = \"10.1.0.2\", weight = \"x\" }, #!\n",
+        "]\n",
+        "[[health_checks]]\n",
+        "name = \"h\"\n",
+        "type = \"TCP\"\n",
+        "interval = 5 #!\n",
+    );
+    let errs = load(text).unwrap_err();
+    let lines: Vec<usize> = errs.errors.iter().map(|e| e.line).collect();
+    let markers: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("#!"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(lines, markers, "{errs}");
+    let paths: Vec<&str> = errs.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "node.zoen",
+            "dataplane.burst_size",
+            "forwarding_rules[0].protocol",
+            "forwarding_rules[1].vips[0]",
+            "forwarding_rules[1].ports",
+            "backend_services[0].groups[0].endpoints[0].prt",
+            "backend_services[0].groups[0].endpoints[1].weight",
+            "health_checks[0].interval",
+        ]
+    );
+}
+
+#[test]
+fn a_removed_element_does_not_renumber_later_paths() {
+    // Elements 0 and 2 are broken; after element 0 is dropped, element 2
+    // is still called [2], and its two errors are both found (the second
+    // only if the first's removal finds the element at its new index).
+    let text = with(concat!(
+        // A bad required field: the whole element 0 is dropped.
+        "[[health_checks]]\nname = \"a\"\ntype = \"TCPX\"\nport = 1\n",
+        "[[health_checks]]\nname = \"b\"\ntype = \"TCP\"\nport = 1\n",
+        "[[health_checks]]\nname = \"c\"\ntype = \"TCP\"\nport = 1\ntimeout = 3\nbogus = 1\n",
+    ));
+    let errs = load(&text).unwrap_err();
+    let paths: Vec<&str> = errs.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "health_checks[0].type",
+            "health_checks[2].timeout",
+            "health_checks[2].bogus"
+        ],
+        "{errs}"
+    );
+}

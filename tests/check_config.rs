@@ -1,0 +1,148 @@
+//! `spillway check-config`: every file in `config/` passes; a broken file
+//! fails with every error as `file:line:col: path: reason`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn check(file: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("check-config")
+        .arg(file)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run spillway")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-check-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write config");
+    p
+}
+
+#[test]
+fn every_file_in_config_passes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("config/") {
+        let p = e.expect("entry").path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        n += 1;
+        let out = check(&p);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}:\n{}",
+            p.display(),
+            stderr(&out)
+        );
+        let s = stdout(&out);
+        assert!(s.contains("configuration is valid"), "{s}");
+        assert!(
+            s.contains("forwarding rules: ") && s.contains("endpoints: ") && s.contains("regions"),
+            "{s}"
+        );
+        assert!(s.contains("warnings: 0"), "{}: {s}", p.display());
+    }
+    assert!(n >= 5, "{n} files in config/");
+}
+
+#[test]
+fn summary_shows_rules_per_vip() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/lab.toml");
+    let s = stdout(&check(&p));
+    assert!(
+        s.contains("10.0.0.10: web TCP 80,443 -> web; dns UDP 53 -> web"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_broken_file_fails_with_every_error_positioned() {
+    let lab =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/lab.toml"))
+            .expect("lab.toml");
+    let broken = lab
+        .replace("maglev_table_size = 65537", "maglev_table_size = 65536")
+        .replacen(
+            "[[backend_services]]",
+            "[[forwarding_rules]]\nname = \"all-tcp\"\nvips = [\"10.0.0.10\"]\nprotocol = \"TCP\"\nbackend_service = \"web\"\n\n[[backend_services]]",
+            1,
+        );
+    assert_ne!(broken, lab);
+    let p = tmp("broken.toml", &broken);
+    let out = check(&p);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    let err = stderr(&out);
+    let line_of = |needle: &str| {
+        broken
+            .lines()
+            .position(|l| l.contains(needle))
+            .expect("needle")
+            + 1
+    };
+    let file = p.display().to_string();
+    let rule_line = line_of("name = \"all-tcp\"") - 1;
+    let size_line = line_of("maglev_table_size");
+    for want in [
+        format!(
+            "{file}:{rule_line}:1: forwarding_rules[2].ports: TCP ports 80,443 overlap rule \"web\""
+        ),
+        format!(
+            "{file}:{size_line}:21: backend_services[0].maglev_table_size: 65536 is not a prime"
+        ),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in:\n{err}");
+    }
+    assert!(err.contains("2 errors; configuration rejected"), "{err}");
+}
+
+#[test]
+fn syntax_and_unknown_fields_are_positioned_too() {
+    let p = tmp(
+        "typo.toml",
+        "[node]\nname = \"a\"\nregion = \"r\"\nzone = \"z\"\nzoen = \"z\"\n",
+    );
+    let out = check(&p);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{}:5:1: node.zoen: unknown field `zoen`",
+            p.display()
+        )),
+        "{err}"
+    );
+
+    let p = tmp("syntax.toml", "[node\nname = 1\n");
+    let out = check(&p);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!("{}:1:", p.display())),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_missing_file_is_an_error() {
+    let out = check(Path::new("/nonexistent/spillway.toml"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("/nonexistent/spillway.toml:1:1: cannot read the file"),
+        "{}",
+        stderr(&out)
+    );
+}
