@@ -387,3 +387,37 @@ impl<const N: usize> std::fmt::Debug for MbufBurst<N> {
             .finish()
     }
 }
+
+/// The data plane's encapsulation code (`wire`) is written against
+/// `PacketBuf`; on DPDK it runs directly on mbufs.
+impl wire::buf::PacketBuf for Mbuf {
+    #[inline]
+    fn data(&self) -> &[u8] {
+        Mbuf::data(self)
+    }
+
+    #[inline]
+    fn data_mut(&mut self) -> &mut [u8] {
+        Mbuf::data_mut(self)
+    }
+
+    #[inline]
+    fn headroom(&self) -> usize {
+        Mbuf::headroom(self)
+    }
+
+    #[inline]
+    fn prepend(&mut self, n: usize) -> Result<&mut [u8], wire::BufError> {
+        Mbuf::prepend(self, n).map_err(|_| wire::BufError::NoHeadroom)
+    }
+
+    #[inline]
+    fn adj(&mut self, n: usize) -> Result<(), wire::BufError> {
+        Mbuf::adj(self, n).map_err(|_| wire::BufError::TooShort)
+    }
+
+    #[inline]
+    fn trim(&mut self, n: usize) -> Result<(), wire::BufError> {
+        Mbuf::trim(self, n).map_err(|_| wire::BufError::TooShort)
+    }
+}

@@ -1,0 +1,153 @@
+//! The packet-buffer abstraction that in-place encapsulation is written against.
+//!
+//! A buffer is a contiguous window (`data`) inside larger storage, with free space before it
+//! (headroom). DPDK's `rte_mbuf` has exactly this shape (`rte_pktmbuf_prepend` / `_adj` /
+//! `_trim`); the `dpdk` crate implements [`PacketBuf`] for its `Mbuf`, and [`MemBuf`] is the
+//! heap-free in-memory implementation used by tests, fuzzers, `replay` and the benches.
+
+use crate::error::BufError;
+
+/// A packet in a buffer with headroom, as DPDK mbufs and [`MemBuf`] provide.
+///
+/// Implementations must keep `data()` contiguous. Growing at the tail is not needed by any
+/// encapsulation here and is therefore not part of the trait.
+pub trait PacketBuf {
+    /// The packet bytes.
+    fn data(&self) -> &[u8];
+    /// The packet bytes, writable.
+    fn data_mut(&mut self) -> &mut [u8];
+    /// Free bytes available in front of the packet.
+    fn headroom(&self) -> usize;
+    /// Grows the packet by `n` bytes at the front and returns those new (unspecified) bytes.
+    fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufError>;
+    /// Removes `n` bytes from the front of the packet.
+    fn adj(&mut self, n: usize) -> Result<(), BufError>;
+    /// Removes `n` bytes from the end of the packet.
+    fn trim(&mut self, n: usize) -> Result<(), BufError>;
+    /// Length of the packet in bytes.
+    fn len(&self) -> usize {
+        self.data().len()
+    }
+    /// Whether the packet is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An in-memory [`PacketBuf`] over any byte storage (an array, a `&mut [u8]`, …); no heap.
+///
+/// `MemBuf<[u8; 2048]>` owns its bytes; `MemBuf<&mut [u8]>` borrows them.
+#[derive(Debug, Clone)]
+pub struct MemBuf<S> {
+    storage: S,
+    head: usize,
+    len: usize,
+}
+
+impl<S: AsRef<[u8]> + AsMut<[u8]>> MemBuf<S> {
+    /// Places `packet` in `storage` after `headroom` free bytes.
+    pub fn new(mut storage: S, headroom: usize, packet: &[u8]) -> Result<Self, BufError> {
+        let cap = storage.as_ref().len();
+        let end = headroom
+            .checked_add(packet.len())
+            .ok_or(BufError::TooLarge)?;
+        if end > cap {
+            return Err(BufError::TooLarge);
+        }
+        storage.as_mut()[headroom..end].copy_from_slice(packet);
+        Ok(MemBuf {
+            storage,
+            head: headroom,
+            len: packet.len(),
+        })
+    }
+
+    /// Resets the buffer to hold `packet` after `headroom` free bytes (reuses the storage).
+    pub fn reset(&mut self, headroom: usize, packet: &[u8]) -> Result<(), BufError> {
+        let cap = self.storage.as_ref().len();
+        let end = headroom
+            .checked_add(packet.len())
+            .ok_or(BufError::TooLarge)?;
+        if end > cap {
+            return Err(BufError::TooLarge);
+        }
+        self.storage.as_mut()[headroom..end].copy_from_slice(packet);
+        self.head = headroom;
+        self.len = packet.len();
+        Ok(())
+    }
+
+    /// Returns the storage.
+    pub fn into_inner(self) -> S {
+        self.storage
+    }
+}
+
+impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf for MemBuf<S> {
+    fn data(&self) -> &[u8] {
+        &self.storage.as_ref()[self.head..self.head + self.len]
+    }
+
+    fn data_mut(&mut self) -> &mut [u8] {
+        let (h, l) = (self.head, self.len);
+        &mut self.storage.as_mut()[h..h + l]
+    }
+
+    fn headroom(&self) -> usize {
+        self.head
+    }
+
+    fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        if n > self.head {
+            return Err(BufError::NoHeadroom);
+        }
+        self.head -= n;
+        self.len += n;
+        let h = self.head;
+        Ok(&mut self.storage.as_mut()[h..h + n])
+    }
+
+    fn adj(&mut self, n: usize) -> Result<(), BufError> {
+        if n > self.len {
+            return Err(BufError::TooShort);
+        }
+        self.head += n;
+        self.len -= n;
+        Ok(())
+    }
+
+    fn trim(&mut self, n: usize) -> Result<(), BufError> {
+        if n > self.len {
+            return Err(BufError::TooShort);
+        }
+        self.len -= n;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepend_adj_trim() {
+        let mut b = MemBuf::new([0u8; 32], 8, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(b.headroom(), 8);
+        b.prepend(2).unwrap().copy_from_slice(&[9, 9]);
+        assert_eq!(b.data(), &[9, 9, 1, 2, 3, 4]);
+        assert_eq!(b.prepend(7), Err(BufError::NoHeadroom));
+        b.adj(3).unwrap();
+        assert_eq!(b.data(), &[2, 3, 4]);
+        b.trim(1).unwrap();
+        assert_eq!(b.data(), &[2, 3]);
+        assert_eq!(b.trim(3), Err(BufError::TooShort));
+        assert_eq!(b.adj(3), Err(BufError::TooShort));
+        assert_eq!(b.len(), 2);
+        assert!(MemBuf::new([0u8; 4], 2, &[1, 2, 3]).is_err());
+        let mut store = [0u8; 16];
+        let mut s = MemBuf::new(&mut store[..], 4, &[7]).unwrap();
+        s.reset(0, &[1, 2]).unwrap();
+        assert_eq!(s.data(), &[1, 2]);
+        assert_eq!(s.headroom(), 0);
+    }
+}

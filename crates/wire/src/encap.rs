@@ -1,0 +1,598 @@
+//! In-place encapsulation and decapsulation for every delivery mode of SPEC M8, and the
+//! GENEVE return-path rewrite an NVA performs (SPEC M32).
+//!
+//! # Shape
+//!
+//! [`encapsulate`] takes a buffer holding a frame as received (Ethernet header, optional
+//! VLAN tags, IPv4 or IPv6 packet, optional link padding), strips the link-layer header and
+//! the padding, and prepends
+//!
+//! | mode | outer headers |
+//! | --- | --- |
+//! | `ipip` | Ethernet, IPv4/IPv6 (protocol 4 or 41) |
+//! | `gre` | Ethernet, IP (47), GRE (protocol = inner EtherType, optional key) |
+//! | `gue` | Ethernet, IP (17), UDP — variant 1: the inner IP packet follows directly |
+//! | `geneve` | Ethernet, IP (17), UDP (dst 6081), GENEVE (protocol = inner EtherType, options) |
+//!
+//! Outer and inner families may differ (4-in-6 etc.). The outer IPv4 header gets a full
+//! checksum, identification 0 and the DF bit as configured; the outer DS field copies the
+//! inner one (RFC 6040 normal mode); an outer IPv6 flow label carries the flow hash
+//! (RFC 6438). The outer UDP source port is taken from the flow hash within a configured
+//! range, so NIC RSS and ECMP spread flows. UDP checksums follow [`UdpChecksum`].
+//!
+//! [`decapsulate`] is the inverse: it validates the outer headers (checksums, lengths,
+//! tunnel kind), removes them, and prepends a link-layer header the caller supplies, so
+//! `decapsulate(encapsulate(frame))` returns the original frame byte for byte (minus any
+//! link padding). [`l2dsr_rewrite`] is the `l2dsr` mode: only MAC addresses change.
+
+use core::net::IpAddr;
+
+use crate::buf::PacketBuf;
+use crate::error::{DecapError, EncapError, ParseError};
+use crate::ethernet::{self, EthernetRepr, MacAddr, ethertype};
+use crate::flow::port_in_range;
+use crate::geneve::{self, GatewayOptions, GeneveRepr, OptionIds};
+use crate::gre::{self, GreRepr};
+use crate::gue::{self, GueRepr};
+use crate::ip::proto;
+use crate::ipv4;
+use crate::ipv6::{self, Ipv6Repr};
+use crate::udp::{self, UdpRepr};
+
+/// Which checksum outer UDP headers of GUE/GENEVE get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum UdpChecksum {
+    /// Zero over IPv4 (RFC 768), computed over IPv6: a plain IPv6 receiver drops zero
+    /// checksums unless configured per RFC 6935/6936.
+    #[default]
+    Auto,
+    /// Always computed.
+    Full,
+    /// Zero over both families (RFC 6935 tunnels; the decapsulator must allow it).
+    Zero,
+}
+
+/// The outer headers' fixed parts, shared by every tunnel mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Outer {
+    /// Outer source MAC (this node's port).
+    pub src_mac: MacAddr,
+    /// Outer destination MAC (next hop or backend).
+    pub dst_mac: MacAddr,
+    /// Outer source IP (this node's tunnel address).
+    pub src_ip: IpAddr,
+    /// Outer destination IP (backend or NVA); must be of the same family as `src_ip`.
+    pub dst_ip: IpAddr,
+    /// Outer TTL / hop limit.
+    pub ttl: u8,
+    /// Outer IPv4 don't-fragment bit. The outer identification is always 0, which RFC 6864
+    /// allows only for atomic datagrams: keep this set unless the path really needs
+    /// fragmentation of tunnel packets.
+    pub dont_fragment: bool,
+    /// The flow hash: outer UDP source port and IPv6 flow label.
+    pub flow_hash: u64,
+    /// Lowest outer UDP source port (49152 by default).
+    pub src_port_min: u16,
+    /// Highest outer UDP source port (65535 by default).
+    pub src_port_max: u16,
+    /// UDP checksum policy.
+    pub udp_checksum: UdpChecksum,
+}
+
+/// The tunnel of a delivery mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tunnel {
+    /// IP-in-IP (4in4, 6in6, 4in6, 6in4).
+    IpIp,
+    /// GRE (RFC 2784) with an optional key (RFC 2890).
+    Gre {
+        /// Key.
+        key: Option<u32>,
+    },
+    /// GUE variant 1 (direct IP) over UDP to `port`.
+    Gue {
+        /// UDP destination port of the decapsulator.
+        port: u16,
+    },
+    /// GENEVE over UDP to `port` (6081) with Spillway's gateway options.
+    Geneve {
+        /// UDP destination port (6081).
+        port: u16,
+        /// VNI (0 per SPEC M30).
+        vni: u32,
+        /// Option class and types.
+        ids: OptionIds,
+        /// Endpoint ID and cookie.
+        options: GatewayOptions,
+    },
+}
+
+impl Tunnel {
+    /// Bytes of tunnel headers between the outer IP header and the inner packet.
+    pub const fn header_len(&self) -> usize {
+        match self {
+            Tunnel::IpIp => 0,
+            Tunnel::Gre { key } => gre::MIN_HEADER_LEN + if key.is_some() { 4 } else { 0 },
+            Tunnel::Gue { .. } => udp::HEADER_LEN,
+            Tunnel::Geneve { options, .. } => {
+                udp::HEADER_LEN + geneve::BASE_HEADER_LEN + options.wire_len()
+            }
+        }
+    }
+}
+
+/// Default range of outer UDP source ports (the IANA ephemeral range).
+pub const DEFAULT_SRC_PORTS: (u16, u16) = (49152, 65535);
+
+/// Rewrites destination and source MAC of a frame in place (`l2dsr` delivery).
+pub fn l2dsr_rewrite(frame: &mut [u8], dst: MacAddr, src: MacAddr) -> Result<(), ParseError> {
+    let mut f = ethernet::Frame::new_checked(frame)?;
+    f.set_dst(dst);
+    f.set_src(src);
+    Ok(())
+}
+
+/// Facts about the inner IP packet of a frame.
+struct Inner {
+    l2_len: usize,
+    ip_len: usize,
+    ethertype: u16,
+    ds: u8,
+}
+
+fn inner_of(frame: &[u8]) -> Result<Inner, EncapError> {
+    let eth = EthernetRepr::parse(frame)?;
+    let l2_len = eth.header_len();
+    let ip = frame.get(l2_len..).ok_or(ParseError::Truncated)?;
+    let (ip_len, ds) = match eth.ethertype {
+        ethertype::IPV4 => {
+            let p = ipv4::Packet::new_checked(ip)?;
+            (usize::from(p.total_len()), p.dscp_ecn())
+        }
+        ethertype::IPV6 => {
+            let p = ipv6::Packet::new_checked(ip)?;
+            (
+                ipv6::HEADER_LEN + usize::from(p.payload_len()),
+                p.traffic_class(),
+            )
+        }
+        _ => return Err(EncapError::NotIp),
+    };
+    Ok(Inner {
+        l2_len,
+        ip_len,
+        ethertype: eth.ethertype,
+        ds,
+    })
+}
+
+/// Encapsulates the frame in `buf` in place (see the module docs). Returns the number of
+/// outer header bytes now in front of the inner IP packet.
+pub fn encapsulate<B: PacketBuf>(
+    buf: &mut B,
+    outer: &Outer,
+    tunnel: &Tunnel,
+) -> Result<usize, EncapError> {
+    let inner = inner_of(buf.data())?;
+    let outer_v6 = match (outer.src_ip, outer.dst_ip) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => false,
+        (IpAddr::V6(_), IpAddr::V6(_)) => true,
+        _ => return Err(EncapError::MixedFamilies),
+    };
+    if outer.src_port_min > outer.src_port_max {
+        return Err(EncapError::BadPortRange);
+    }
+    let ip_hdr = if outer_v6 {
+        ipv6::HEADER_LEN
+    } else {
+        ipv4::MIN_HEADER_LEN
+    };
+    let tun_len = tunnel.header_len();
+    let ip_payload = tun_len + inner.ip_len;
+    let limit = usize::from(u16::MAX) - if outer_v6 { 0 } else { ip_hdr };
+    if ip_payload > limit {
+        return Err(EncapError::TooLong);
+    }
+    let hdr_len = ethernet::HEADER_LEN + ip_hdr + tun_len;
+    if buf.headroom() + inner.l2_len < hdr_len {
+        return Err(crate::error::BufError::NoHeadroom.into());
+    }
+    // Drop link padding after the inner IP packet, then the inner link-layer header.
+    let excess = buf.len() - inner.l2_len - inner.ip_len;
+    buf.trim(excess)?;
+    buf.adj(inner.l2_len)?;
+    buf.prepend(hdr_len)?;
+    let d = buf.data_mut();
+
+    let inner_proto = if inner.ethertype == ethertype::IPV4 {
+        proto::IPIP
+    } else {
+        proto::IPV6
+    };
+    let l4_proto = match tunnel {
+        Tunnel::IpIp => inner_proto,
+        Tunnel::Gre { .. } => proto::GRE,
+        Tunnel::Gue { .. } | Tunnel::Geneve { .. } => proto::UDP,
+    };
+    let outer_et = if outer_v6 {
+        ethertype::IPV6
+    } else {
+        ethertype::IPV4
+    };
+    EthernetRepr::untagged(outer.dst_mac, outer.src_mac, outer_et).emit(d)?;
+    let l3 = ethernet::HEADER_LEN;
+    match (outer.src_ip, outer.dst_ip) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            // Setters rather than `Ipv4Repr::emit`: no options to copy on the hot path.
+            let mut p = ipv4::Packet::new_unchecked(&mut d[l3..]);
+            p.set_version_and_header_len(ipv4::MIN_HEADER_LEN);
+            p.set_dscp_ecn(inner.ds);
+            p.set_total_len((ipv4::MIN_HEADER_LEN + ip_payload) as u16);
+            p.set_ident(0);
+            p.set_frag(outer.dont_fragment, false, 0);
+            p.set_ttl(outer.ttl);
+            p.set_protocol(l4_proto);
+            p.set_src(src);
+            p.set_dst(dst);
+            // Sum the fields from registers instead of re-reading the bytes just written
+            // (which would stall on store forwarding); verified against scapy in the tests.
+            let (s4, d4) = (src.octets(), dst.octets());
+            let words = [
+                0x4500 | u16::from(inner.ds),
+                (ipv4::MIN_HEADER_LEN + ip_payload) as u16,
+                if outer.dont_fragment { 0x4000 } else { 0 },
+                (u16::from(outer.ttl) << 8) | u16::from(l4_proto),
+                u16::from_be_bytes([s4[0], s4[1]]),
+                u16::from_be_bytes([s4[2], s4[3]]),
+                u16::from_be_bytes([d4[0], d4[1]]),
+                u16::from_be_bytes([d4[2], d4[3]]),
+            ];
+            let sum = words.iter().map(|w| u64::from(*w)).sum::<u64>();
+            p.set_checksum(!crate::checksum::fold(sum));
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Repr {
+            src,
+            dst,
+            next_header: l4_proto,
+            payload_len: ip_payload as u16,
+            hop_limit: outer.ttl,
+            traffic_class: inner.ds,
+            flow_label: (outer.flow_hash as u32) & 0x000f_ffff,
+        }
+        .emit(&mut ipv6::Packet::new_unchecked(&mut d[l3..]))?,
+        _ => return Err(EncapError::MixedFamilies),
+    }
+    let l4 = l3 + ip_hdr;
+    let dst_port = match *tunnel {
+        Tunnel::IpIp => return Ok(hdr_len),
+        Tunnel::Gre { key } => {
+            GreRepr {
+                protocol: inner.ethertype,
+                checksum: false,
+                key,
+                seq: None,
+            }
+            .emit(&mut d[l4..])?;
+            return Ok(hdr_len);
+        }
+        Tunnel::Gue { port } => port,
+        Tunnel::Geneve {
+            port,
+            vni,
+            ids,
+            options,
+        } => {
+            let g = l4 + udp::HEADER_LEN;
+            let ol = options.wire_len();
+            GeneveRepr {
+                oam: false,
+                critical: false,
+                protocol: inner.ethertype,
+                vni,
+                options_len: ol as u16,
+            }
+            .emit(&mut geneve::Packet::new_unchecked(&mut d[g..]))?;
+            let o = g + geneve::BASE_HEADER_LEN;
+            options.emit(&ids, &mut d[o..o + ol])?;
+            port
+        }
+    };
+    let mut u = udp::Packet::new_unchecked(&mut d[l4..]);
+    UdpRepr {
+        src_port: port_in_range(outer.flow_hash, outer.src_port_min, outer.src_port_max),
+        dst_port,
+        payload_len: (ip_payload - udp::HEADER_LEN) as u16,
+    }
+    .emit(&mut u)?;
+    let compute = match outer.udp_checksum {
+        UdpChecksum::Auto => outer_v6,
+        UdpChecksum::Full => true,
+        UdpChecksum::Zero => false,
+    };
+    if compute {
+        u.fill_checksum(&outer.src_ip, &outer.dst_ip)?;
+    }
+    Ok(hdr_len)
+}
+
+/// The kind of tunnel a packet arrived in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TunnelKind {
+    /// IP-in-IP.
+    IpIp,
+    /// GRE.
+    Gre,
+    /// GUE (variant 1 or variant 0 with a header).
+    Gue,
+    /// GENEVE.
+    Geneve,
+}
+
+/// What the decapsulator accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecapConfig {
+    /// UDP port of GUE (None: GUE not accepted).
+    pub gue_port: Option<u16>,
+    /// UDP port of GENEVE (None: GENEVE not accepted).
+    pub geneve_port: Option<u16>,
+    /// Accept zero UDP checksums over IPv6 (RFC 6935/6936).
+    pub allow_zero_udp_checksum_v6: bool,
+    /// Option class and types of Spillway's GENEVE options.
+    pub geneve_ids: OptionIds,
+}
+
+impl Default for DecapConfig {
+    fn default() -> Self {
+        DecapConfig {
+            gue_port: Some(gue::PORT),
+            geneve_port: Some(geneve::PORT),
+            allow_zero_udp_checksum_v6: false,
+            geneve_ids: OptionIds::default(),
+        }
+    }
+}
+
+/// What the outer headers of a tunnel packet said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TunnelInfo {
+    /// Tunnel kind.
+    pub kind: TunnelKind,
+    /// Outer link-layer header.
+    pub eth: EthernetRepr,
+    /// Outer source IP.
+    pub src_ip: IpAddr,
+    /// Outer destination IP.
+    pub dst_ip: IpAddr,
+    /// Outer TTL / hop limit.
+    pub ttl: u8,
+    /// Outer UDP ports (GUE, GENEVE).
+    pub udp_ports: Option<(u16, u16)>,
+    /// GRE key.
+    pub gre_key: Option<u32>,
+    /// GENEVE VNI.
+    pub vni: Option<u32>,
+    /// Spillway's GENEVE options.
+    pub gateway: GatewayOptions,
+    /// Whether the inner packet is IPv6.
+    pub inner_v6: bool,
+    /// Offset of the inner IP packet in the frame.
+    pub inner_offset: usize,
+    /// Length of the inner IP packet.
+    pub inner_len: usize,
+}
+
+fn inner_ip_len(b: &[u8], want_v6: Option<bool>) -> Result<(bool, usize), DecapError> {
+    let v = b.first().ok_or(ParseError::Truncated)? >> 4;
+    let v6 = match v {
+        4 => false,
+        6 => true,
+        _ => return Err(DecapError::NotIp),
+    };
+    if want_v6.is_some_and(|w| w != v6) {
+        return Err(DecapError::NotIp);
+    }
+    let len = if v6 {
+        let p = ipv6::Packet::new_checked(b)?;
+        ipv6::HEADER_LEN + usize::from(p.payload_len())
+    } else {
+        usize::from(ipv4::Packet::new_checked(b)?.total_len())
+    };
+    Ok((v6, len))
+}
+
+fn want_from_ethertype(et: u16) -> Result<bool, DecapError> {
+    match et {
+        ethertype::IPV4 => Ok(false),
+        ethertype::IPV6 => Ok(true),
+        _ => Err(DecapError::NotIp),
+    }
+}
+
+/// Parses and validates the outer headers of a tunnel frame without changing it.
+#[inline]
+pub fn parse_tunnel(frame: &[u8], cfg: &DecapConfig) -> Result<TunnelInfo, DecapError> {
+    let eth = EthernetRepr::parse(frame)?;
+    let l3 = eth.header_len();
+    let ipb = frame.get(l3..).ok_or(ParseError::Truncated)?;
+    let (src_ip, dst_ip, ttl, l4_proto, l4_off, l3_end) = match eth.ethertype {
+        ethertype::IPV4 => {
+            let p = ipv4::Packet::new_checked(ipb)?;
+            if !p.verify_checksum() {
+                return Err(ParseError::BadChecksum.into());
+            }
+            if p.is_fragment() {
+                return Err(ParseError::Unsupported.into());
+            }
+            (
+                IpAddr::V4(p.src()),
+                IpAddr::V4(p.dst()),
+                p.ttl(),
+                p.protocol(),
+                l3 + p.header_len(),
+                l3 + usize::from(p.total_len()),
+            )
+        }
+        ethertype::IPV6 => {
+            let p = ipv6::Packet::new_checked(ipb)?;
+            let w = ipv6::walk_extensions(p.payload(), p.next_header())?;
+            if w.fragment.is_some() {
+                return Err(ParseError::Unsupported.into());
+            }
+            (
+                IpAddr::V6(p.src()),
+                IpAddr::V6(p.dst()),
+                p.hop_limit(),
+                w.upper,
+                l3 + ipv6::HEADER_LEN + w.offset,
+                l3 + ipv6::HEADER_LEN + usize::from(p.payload_len()),
+            )
+        }
+        _ => return Err(DecapError::NotTunnel),
+    };
+    let l4 = frame.get(l4_off..l3_end).ok_or(ParseError::Truncated)?;
+    let mut info = TunnelInfo {
+        kind: TunnelKind::IpIp,
+        eth,
+        src_ip,
+        dst_ip,
+        ttl,
+        udp_ports: None,
+        gre_key: None,
+        vni: None,
+        gateway: GatewayOptions::default(),
+        inner_v6: false,
+        inner_offset: 0,
+        inner_len: 0,
+    };
+    let (rel, want) = match l4_proto {
+        proto::IPIP => (0, Some(false)),
+        proto::IPV6 => (0, Some(true)),
+        proto::GRE => {
+            let g = GreRepr::parse(&gre::Packet::new_checked(l4)?)?;
+            info.kind = TunnelKind::Gre;
+            info.gre_key = g.key;
+            (g.header_len(), Some(want_from_ethertype(g.protocol)?))
+        }
+        proto::UDP => {
+            let u = udp::Packet::new_checked(l4)?;
+            if u.checksum() == 0 && src_ip.is_ipv6() {
+                if !cfg.allow_zero_udp_checksum_v6 {
+                    return Err(DecapError::ZeroUdpChecksum);
+                }
+            } else if !u.verify_checksum(&src_ip, &dst_ip) {
+                return Err(ParseError::BadChecksum.into());
+            }
+            if usize::from(u.len()) != l4.len() {
+                return Err(ParseError::BadLength.into());
+            }
+            info.udp_ports = Some((u.src_port(), u.dst_port()));
+            let payload = u.payload();
+            if Some(u.dst_port()) == cfg.geneve_port {
+                let p = geneve::Packet::new_checked(payload)?;
+                let r = GeneveRepr::parse(&p)?;
+                info.kind = TunnelKind::Geneve;
+                info.vni = Some(r.vni);
+                info.gateway = GatewayOptions::parse(&cfg.geneve_ids, p.options())?;
+                (
+                    udp::HEADER_LEN + r.header_len(),
+                    Some(want_from_ethertype(r.protocol)?),
+                )
+            } else if Some(u.dst_port()) == cfg.gue_port {
+                info.kind = TunnelKind::Gue;
+                match GueRepr::parse(payload)? {
+                    GueRepr::DirectIp { ipv6 } => (udp::HEADER_LEN, Some(ipv6)),
+                    r @ GueRepr::Header {
+                        control: false,
+                        proto,
+                        ..
+                    } => {
+                        let want = match proto {
+                            proto::IPIP => false,
+                            proto::IPV6 => true,
+                            _ => return Err(DecapError::NotIp),
+                        };
+                        (udp::HEADER_LEN + r.header_len(), Some(want))
+                    }
+                    GueRepr::Header { .. } => return Err(DecapError::NotIp),
+                }
+            } else {
+                return Err(DecapError::NotTunnel);
+            }
+        }
+        _ => return Err(DecapError::NotTunnel),
+    };
+    let inner = l4.get(rel..).ok_or(ParseError::Truncated)?;
+    let (v6, len) = inner_ip_len(inner, want)?;
+    if len != inner.len() {
+        return Err(ParseError::BadLength.into());
+    }
+    info.inner_v6 = v6;
+    info.inner_offset = l4_off + rel;
+    info.inner_len = len;
+    Ok(info)
+}
+
+/// Decapsulates the tunnel frame in `buf` in place and prepends `l2` (a complete
+/// link-layer header whose EtherType, after any VLAN tags, matches the inner packet; empty
+/// to leave a bare IP packet). Returns what the outer headers said.
+pub fn decapsulate<B: PacketBuf>(
+    buf: &mut B,
+    cfg: &DecapConfig,
+    l2: &[u8],
+) -> Result<TunnelInfo, DecapError> {
+    let info = parse_tunnel(buf.data(), cfg)?;
+    if !l2.is_empty() {
+        let eth = EthernetRepr::parse(l2)?;
+        let et = if info.inner_v6 {
+            ethertype::IPV6
+        } else {
+            ethertype::IPV4
+        };
+        if eth.ethertype != et || eth.header_len() != l2.len() {
+            return Err(DecapError::L2Mismatch);
+        }
+    }
+    if buf.headroom() + info.inner_offset < l2.len() {
+        return Err(crate::error::BufError::NoHeadroom.into());
+    }
+    let excess = buf.len() - info.inner_offset - info.inner_len;
+    buf.trim(excess)?;
+    buf.adj(info.inner_offset)?;
+    buf.prepend(l2.len())?.copy_from_slice(l2);
+    Ok(info)
+}
+
+/// The NVA's return-path rewrite of a GENEVE frame (SPEC M32), in place: swaps outer MACs
+/// and IPs, keeps UDP ports, the GENEVE header and every option. If `ttl` is given the
+/// outer TTL / hop limit is set to it (IPv4 checksum updated incrementally, RFC 1624).
+/// Swapping addresses changes neither the IPv4 header checksum nor the UDP checksum (the
+/// pseudo-header sum is order-independent), so both stay valid.
+pub fn geneve_return_rewrite(
+    frame: &mut [u8],
+    cfg: &DecapConfig,
+    ttl: Option<u8>,
+) -> Result<TunnelInfo, DecapError> {
+    let info = parse_tunnel(frame, cfg)?;
+    if info.kind != TunnelKind::Geneve {
+        return Err(DecapError::NotTunnel);
+    }
+    let mut f = ethernet::Frame::new_unchecked(&mut *frame);
+    f.set_dst(info.eth.src);
+    f.set_src(info.eth.dst);
+    let l3 = info.eth.header_len();
+    let ipb = &mut frame[l3..];
+    if info.src_ip.is_ipv4() {
+        let mut p = ipv4::Packet::new_unchecked(ipb);
+        p.swap_addrs();
+        if let Some(t) = ttl {
+            p.set_ttl_incremental(t);
+        }
+    } else {
+        let mut p = ipv6::Packet::new_unchecked(ipb);
+        p.swap_addrs();
+        if let Some(t) = ttl {
+            p.set_hop_limit(t);
+        }
+    }
+    Ok(info)
+}

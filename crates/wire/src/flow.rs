@@ -1,0 +1,374 @@
+//! Flow keys (SPEC M9, M13, M31) and the stable `spillway-flow-v1` hash.
+//!
+//! # Which key a packet gets
+//!
+//! * Affinity `None` and `ClientIpPortProto` hash the 5-tuple (GCP defines
+//!   `CLIENT_IP_PORT_PROTO` as a 5-tuple hash too; the two differ only in connection
+//!   tracking, which is not this crate's business); `ClientIpProto` the 3-tuple (source,
+//!   destination, protocol); `ClientIp` the 2-tuple (source, destination).
+//! * Protocols without ports (ESP, GRE, ICMP, …) fall back from 5- to 3-tuple.
+//! * **Fragments**: a later fragment has no ports, so to keep all fragments of a datagram on
+//!   one backend (M13) *every* fragment — the first one included — uses the 3-tuple (or the
+//!   2-tuple under `ClientIp`). Non-fragmented packets of the same flow still use the
+//!   5-tuple; a datagram that is fragmented may therefore reach a different backend than the
+//!   flow's unfragmented packets would, which is what Maglev and Katran do as well.
+//! * **ICMP errors** are keyed by the packet they quote, reversed: an error sent to the VIP
+//!   quotes a packet the backend sent from the VIP to the client, so swapping source and
+//!   destination (addresses and ports) yields the key of the original client → VIP flow.
+//! * The **symmetric** key orders the two endpoints so that both directions of a connection
+//!   give the same key (gateway mode, M31).
+//!
+//! # Hash (`spillway-flow-v1`)
+//!
+//! The key is packed into five big-endian 64-bit words ([`FlowKey::pack`]) and hashed with
+//! [`hash_words`]: two folded 64×64→128-bit multiplications over word pairs mixed with fixed
+//! constants (digits of π), a third folding the fifth word with their combination, and a
+//! final fold. The constants and the packing are part of the wire contract: nodes of a
+//! cluster must agree on them, so they never change; a new algorithm gets a new name.
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::packet::{Fragment, IcmpInfo, PacketInfo, QuotedFlow};
+
+fn is_mapped_v4(a: &[u8; 16]) -> bool {
+    a[..10].iter().all(|b| *b == 0) && a[10] == 0xff && a[11] == 0xff
+}
+
+fn unmap(a: &[u8; 16]) -> IpAddr {
+    if is_mapped_v4(a) {
+        IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(*a))
+    }
+}
+
+/// Session affinity of a backend service (SPEC M9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Affinity {
+    /// 5-tuple.
+    #[default]
+    None,
+    /// 5-tuple (client IP, client port, protocol, VIP, VIP port).
+    ClientIpPortProto,
+    /// 3-tuple: client IP, VIP, protocol.
+    ClientIpProto,
+    /// 2-tuple: client IP, VIP.
+    ClientIp,
+}
+
+/// Which fields of a [`FlowKey`] are significant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Tuple {
+    /// Source and destination addresses.
+    Two = 2,
+    /// Addresses and protocol.
+    Three = 3,
+    /// Addresses, protocol and ports.
+    Five = 5,
+}
+
+/// A flow key. Addresses are 16 bytes (IPv4 as IPv4-mapped IPv6); fields not covered by
+/// the key's [`Tuple`] are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: [u8; 16],
+    /// Destination address.
+    pub dst: [u8; 16],
+    /// Source port (0 unless 5-tuple).
+    pub src_port: u16,
+    /// Destination port (0 unless 5-tuple).
+    pub dst_port: u16,
+    /// Protocol (0 for a 2-tuple).
+    pub proto: u8,
+    /// Significant fields.
+    pub tuple: Tuple,
+}
+
+impl FlowKey {
+    /// A 5-tuple key.
+    pub const fn five(
+        src: [u8; 16],
+        dst: [u8; 16],
+        proto: u8,
+        src_port: u16,
+        dst_port: u16,
+    ) -> Self {
+        FlowKey {
+            src,
+            dst,
+            src_port,
+            dst_port,
+            proto,
+            tuple: Tuple::Five,
+        }
+    }
+    /// A 3-tuple key.
+    pub const fn three(src: [u8; 16], dst: [u8; 16], proto: u8) -> Self {
+        FlowKey {
+            src,
+            dst,
+            src_port: 0,
+            dst_port: 0,
+            proto,
+            tuple: Tuple::Three,
+        }
+    }
+    /// A 2-tuple key.
+    pub const fn two(src: [u8; 16], dst: [u8; 16]) -> Self {
+        FlowKey {
+            src,
+            dst,
+            src_port: 0,
+            dst_port: 0,
+            proto: 0,
+            tuple: Tuple::Two,
+        }
+    }
+
+    /// The key for a flow under an affinity, given its ports if it has any and whether the
+    /// packet is a fragment (see the module docs for the rules).
+    pub const fn with_affinity(
+        src: [u8; 16],
+        dst: [u8; 16],
+        proto: u8,
+        ports: Option<(u16, u16)>,
+        fragment: bool,
+        affinity: Affinity,
+    ) -> Self {
+        match affinity {
+            Affinity::ClientIp => FlowKey::two(src, dst),
+            Affinity::ClientIpProto => FlowKey::three(src, dst, proto),
+            Affinity::None | Affinity::ClientIpPortProto => match ports {
+                Some((sp, dp)) if !fragment => FlowKey::five(src, dst, proto, sp, dp),
+                _ => FlowKey::three(src, dst, proto),
+            },
+        }
+    }
+
+    /// The key of the flow an ICMP error refers to: the quoted packet reversed, so that the
+    /// error maps to the same key as the original client → VIP flow.
+    pub const fn from_quoted(q: &QuotedFlow, affinity: Affinity) -> Self {
+        let ports = match q.ports {
+            Some((s, d)) => Some((d, s)),
+            None => None,
+        };
+        FlowKey::with_affinity(q.dst, q.src, q.proto, ports, q.fragment, affinity)
+    }
+
+    /// The key of a parsed packet. ICMP errors get the key of the flow they quote
+    /// ([`FlowKey::from_quoted`]); everything else its own key.
+    pub fn from_packet(info: &PacketInfo, affinity: Affinity) -> Self {
+        if let Some(IcmpInfo {
+            quoted: Some(q), ..
+        }) = &info.icmp
+        {
+            return FlowKey::from_quoted(q, affinity);
+        }
+        FlowKey::with_affinity(
+            info.src,
+            info.dst,
+            info.proto,
+            info.ports,
+            !matches!(info.fragment, Fragment::No),
+            affinity,
+        )
+    }
+
+    /// Whether both addresses are IPv4 (IPv4-mapped).
+    pub fn is_ipv4(&self) -> bool {
+        is_mapped_v4(&self.src) && is_mapped_v4(&self.dst)
+    }
+
+    /// The source address as an `IpAddr` (IPv4-mapped addresses become IPv4).
+    pub fn src_addr(&self) -> IpAddr {
+        unmap(&self.src)
+    }
+
+    /// The destination address as an `IpAddr` (IPv4-mapped addresses become IPv4).
+    pub fn dst_addr(&self) -> IpAddr {
+        unmap(&self.dst)
+    }
+
+    /// The key with source and destination (addresses and ports) swapped.
+    pub const fn reversed(&self) -> Self {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+            proto: self.proto,
+            tuple: self.tuple,
+        }
+    }
+
+    /// The direction-independent key: endpoints ordered so that `(src, src_port) <=
+    /// (dst, dst_port)`. Both directions of a connection map to the same symmetric key.
+    pub fn symmetric(&self) -> Self {
+        if (self.src, self.src_port) <= (self.dst, self.dst_port) {
+            *self
+        } else {
+            self.reversed()
+        }
+    }
+
+    /// The fixed 40-byte representation: source (2 words), destination (2 words) as
+    /// big-endian, then `src_port << 48 | dst_port << 32 | proto << 24 | tuple << 16`.
+    pub fn pack(&self) -> [u64; 5] {
+        let w = |a: &[u8; 16], i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&a[i * 8..i * 8 + 8]);
+            u64::from_be_bytes(b)
+        };
+        [
+            w(&self.src, 0),
+            w(&self.src, 1),
+            w(&self.dst, 0),
+            w(&self.dst, 1),
+            (u64::from(self.src_port) << 48)
+                | (u64::from(self.dst_port) << 32)
+                | (u64::from(self.proto) << 24)
+                | ((self.tuple as u64) << 16),
+        ]
+    }
+
+    /// The inverse of [`FlowKey::pack`]; `None` for words no key packs to.
+    pub fn unpack(w: &[u64; 5]) -> Option<Self> {
+        let tuple = match (w[4] >> 16) & 0xff {
+            2 => Tuple::Two,
+            3 => Tuple::Three,
+            5 => Tuple::Five,
+            _ => return None,
+        };
+        if w[4] & 0xffff != 0 {
+            return None;
+        }
+        let mut src = [0u8; 16];
+        let mut dst = [0u8; 16];
+        src[..8].copy_from_slice(&w[0].to_be_bytes());
+        src[8..].copy_from_slice(&w[1].to_be_bytes());
+        dst[..8].copy_from_slice(&w[2].to_be_bytes());
+        dst[8..].copy_from_slice(&w[3].to_be_bytes());
+        Some(FlowKey {
+            src,
+            dst,
+            src_port: (w[4] >> 48) as u16,
+            dst_port: (w[4] >> 32) as u16,
+            proto: (w[4] >> 24) as u8,
+            tuple,
+        })
+    }
+
+    /// The `spillway-flow-v1` hash of the key (seed 0).
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        hash_words(&self.pack(), 0)
+    }
+
+    /// The `spillway-flow-v1` hash with a seed (e.g. per VIP).
+    #[inline]
+    pub fn hash64_seeded(&self, seed: u64) -> u64 {
+        hash_words(&self.pack(), seed)
+    }
+}
+
+/// Name of the hash algorithm implemented by [`hash_words`].
+pub const HASH_NAME: &str = "spillway-flow-v1";
+
+/// Fixed constants of `spillway-flow-v1` (hex digits of π after the point).
+const K: [u64; 6] = [
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7344,
+    0xa409_3822_299f_31d0,
+    0x082e_fa98_ec4e_6c89,
+    0x4528_21e6_38d0_1377,
+    0xbe54_66cf_34e9_0c6c,
+];
+
+/// 64×64→128-bit multiply, folded to 64 bits by xor of the halves.
+#[inline(always)]
+const fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = (a as u128).wrapping_mul(b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// `spillway-flow-v1` over five words:
+///
+/// ```text
+/// a = fold_mul(w0 ^ K0, w1 ^ K1 ^ seed)
+/// b = fold_mul(w2 ^ K2, w3 ^ K3)
+/// c = fold_mul(w4 ^ K4, a ^ b.rotate_left(32) ^ K5)
+/// h = fold_mul(c ^ K0, K5 ^ seed) ^ c
+/// ```
+///
+/// where `fold_mul(x, y)` is the 128-bit product of `x` and `y` with its two halves
+/// xor-ed. Stable across processes, machines and releases.
+#[inline]
+pub const fn hash_words(w: &[u64; 5], seed: u64) -> u64 {
+    let a = fold_mul(w[0] ^ K[0], w[1] ^ K[1] ^ seed);
+    let b = fold_mul(w[2] ^ K[2], w[3] ^ K[3]);
+    let c = fold_mul(w[4] ^ K[4], a ^ b.rotate_left(32) ^ K[5]);
+    fold_mul(c ^ K[0], K[5] ^ seed) ^ c
+}
+
+/// Maps a hash to a port in `[min, max]` (multiply-shift on the top 32 bits, no division).
+/// An empty range (`max < min`) yields `min`.
+#[inline]
+pub const fn port_in_range(hash: u64, min: u16, max: u16) -> u16 {
+    if max < min {
+        return min;
+    }
+    let span = (max - min) as u64 + 1;
+    min + (((hash >> 32) * span) >> 32) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_range_edges() {
+        assert_eq!(port_in_range(u64::MAX, 49152, 65535), 65535);
+        assert_eq!(port_in_range(0, 49152, 65535), 49152);
+        assert_eq!(port_in_range(u64::MAX, 0, 65535), 65535);
+        assert_eq!(port_in_range(12345, 7, 7), 7);
+        assert_eq!(port_in_range(12345, 9, 8), 9);
+    }
+
+    #[test]
+    fn addresses_unmap() {
+        let k = FlowKey::two(crate::ip::mapped_v4([1, 2, 3, 4]), [0x20; 16]);
+        assert_eq!(k.src_addr(), IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)));
+        assert!(k.dst_addr().is_ipv6());
+        assert!(!k.is_ipv4());
+        let k = FlowKey::two(
+            crate::ip::mapped_v4([1, 2, 3, 4]),
+            crate::ip::mapped_v4([5; 4]),
+        );
+        assert!(k.is_ipv4());
+    }
+
+    #[test]
+    fn hash_depends_on_every_field() {
+        let base = FlowKey::five([1; 16], [2; 16], 6, 1000, 80);
+        let h = base.hash64();
+        let mut variants = [base; 6];
+        variants[0].src[15] ^= 1;
+        variants[1].dst[0] ^= 0x80;
+        variants[2].src_port ^= 1;
+        variants[3].dst_port ^= 0x8000;
+        variants[4].proto = 17;
+        variants[5].tuple = Tuple::Three;
+        for v in variants {
+            assert_ne!(v.hash64(), h, "{v:?}");
+        }
+        assert_ne!(base.hash64_seeded(1), h);
+    }
+
+    #[test]
+    fn unpack_rejects_garbage() {
+        assert_eq!(FlowKey::unpack(&[0, 0, 0, 0, 4 << 16]), None);
+        assert_eq!(FlowKey::unpack(&[0, 0, 0, 0, (5 << 16) | 1]), None);
+    }
+}

@@ -1,0 +1,320 @@
+//! One-pass classification of a received frame: the facts the pipeline needs to pick a rule,
+//! build a flow key and encapsulate, without re-parsing.
+
+use crate::arp::{self, ArpRepr};
+use crate::error::ParseError;
+use crate::ethernet::{EthernetRepr, ethertype};
+use crate::ip::{mapped_v4, proto};
+use crate::tcp::Flags;
+use crate::{icmpv4, icmpv6, ipv4, ipv6, need, rd16};
+
+/// IP version of a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpVersion {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+/// Fragment state of an IP packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fragment {
+    /// Not a fragment.
+    No,
+    /// The first fragment (offset 0, more fragments follow): ports are present.
+    First {
+        /// Datagram identification.
+        ident: u32,
+    },
+    /// A later fragment: no upper-layer header.
+    Later {
+        /// Datagram identification.
+        ident: u32,
+    },
+}
+
+impl Fragment {
+    /// Whether the packet is any fragment of a larger datagram.
+    pub const fn is_fragment(&self) -> bool {
+        !matches!(self, Fragment::No)
+    }
+}
+
+/// The flow an ICMP error refers to, as quoted (i.e. in the direction of the offending
+/// packet, which for a balancer is usually VIP → client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QuotedFlow {
+    /// Source of the quoted packet (IPv4-mapped if IPv4).
+    pub src: [u8; 16],
+    /// Destination of the quoted packet.
+    pub dst: [u8; 16],
+    /// Upper-layer protocol of the quoted packet.
+    pub proto: u8,
+    /// Ports (source, destination) if the quoted packet carried a TCP/UDP header start.
+    pub ports: Option<(u16, u16)>,
+    /// Whether the quoted packet was a fragment.
+    pub fragment: bool,
+}
+
+/// ICMP / ICMPv6 facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IcmpInfo {
+    /// Message type.
+    pub msg_type: u8,
+    /// Code.
+    pub code: u8,
+    /// The rest-of-header word (MTU for "frag needed" / "packet too big", echo id/seq…).
+    pub rest: u32,
+    /// The quoted flow for error messages (None for informational messages).
+    pub quoted: Option<QuotedFlow>,
+}
+
+/// What the pipeline needs to know about an IP packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketInfo {
+    /// Offset of the IP header from the start of the parsed buffer.
+    pub l3_offset: u32,
+    /// IP total length (IPv4 total length, or 40 + IPv6 payload length).
+    pub l3_len: u32,
+    /// IP version.
+    pub version: IpVersion,
+    /// Source address (IPv4-mapped if IPv4).
+    pub src: [u8; 16],
+    /// Destination address (IPv4-mapped if IPv4).
+    pub dst: [u8; 16],
+    /// Upper-layer protocol (after IPv6 extension headers).
+    pub proto: u8,
+    /// Offset of the upper-layer header from the start of the parsed buffer.
+    pub l4_offset: u32,
+    /// TTL / hop limit.
+    pub ttl: u8,
+    /// Fragment state.
+    pub fragment: Fragment,
+    /// Source and destination ports (TCP and UDP, unless a later fragment).
+    pub ports: Option<(u16, u16)>,
+    /// TCP flags (empty for other protocols).
+    pub tcp_flags: Flags,
+    /// ESP SPI, if ESP and not a later fragment.
+    pub spi: Option<u32>,
+    /// ICMP facts, if ICMP / ICMPv6 and not a later fragment.
+    pub icmp: Option<IcmpInfo>,
+}
+
+/// A classified Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Frame {
+    /// IPv4 or IPv6.
+    Ip(EthernetRepr, PacketInfo),
+    /// Ethernet/IPv4 ARP.
+    Arp(EthernetRepr, ArpRepr),
+    /// Any other EtherType (the payload starts at `header_len()`).
+    Other(EthernetRepr),
+}
+
+/// Classifies a frame starting at its Ethernet header.
+pub fn parse_frame(frame: &[u8]) -> Result<Frame, ParseError> {
+    let eth = EthernetRepr::parse(frame)?;
+    let off = eth.header_len();
+    let rest = frame.get(off..).ok_or(ParseError::Truncated)?;
+    match eth.ethertype {
+        ethertype::IPV4 => Ok(Frame::Ip(eth, parse_v4(rest, off as u32)?)),
+        ethertype::IPV6 => Ok(Frame::Ip(eth, parse_v6(rest, off as u32)?)),
+        ethertype::ARP => {
+            let a = ArpRepr::parse(&arp::Packet::new_checked(rest)?)?;
+            Ok(Frame::Arp(eth, a))
+        }
+        _ => Ok(Frame::Other(eth)),
+    }
+}
+
+/// Parses a bare IP packet (offsets are relative to `packet`). The buffer may be longer
+/// than the IP length (link padding); the IP length must fit.
+pub fn parse_ip(packet: &[u8]) -> Result<PacketInfo, ParseError> {
+    need(packet, 1)?;
+    match packet[0] >> 4 {
+        4 => parse_v4(packet, 0),
+        6 => parse_v6(packet, 0),
+        _ => Err(ParseError::BadVersion),
+    }
+}
+
+/// `b` starts at the IPv4 header, which is at `base` in the caller's buffer.
+#[inline(always)]
+fn parse_v4(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
+    let p = ipv4::Packet::new_checked(b)?;
+    let hl = p.header_len();
+    let tl = usize::from(p.total_len());
+    let fragment = if !p.is_fragment() {
+        Fragment::No
+    } else if p.frag_offset() == 0 {
+        Fragment::First {
+            ident: u32::from(p.ident()),
+        }
+    } else {
+        Fragment::Later {
+            ident: u32::from(p.ident()),
+        }
+    };
+    let mut info = PacketInfo {
+        l3_offset: base,
+        l3_len: tl as u32,
+        version: IpVersion::V4,
+        src: mapped_v4(p.src_bytes()),
+        dst: mapped_v4(p.dst_bytes()),
+        proto: p.protocol(),
+        l4_offset: base + hl as u32,
+        ttl: p.ttl(),
+        fragment,
+        ports: None,
+        tcp_flags: Flags::default(),
+        spi: None,
+        icmp: None,
+    };
+    if !matches!(fragment, Fragment::Later { .. }) {
+        parse_l4(&mut info, &b[hl..tl], IpVersion::V4)?;
+    }
+    Ok(info)
+}
+
+/// `b` starts at the IPv6 header, which is at `base` in the caller's buffer.
+#[inline(always)]
+fn parse_v6(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
+    let p = ipv6::Packet::new_checked(b)?;
+    let payload = p.payload();
+    let walk = ipv6::walk_extensions(payload, p.next_header())?;
+    let fragment = match walk.fragment {
+        None => Fragment::No,
+        Some(f) if f.is_first() => Fragment::First { ident: f.ident },
+        Some(f) => Fragment::Later { ident: f.ident },
+    };
+    let mut info = PacketInfo {
+        l3_offset: base,
+        l3_len: (ipv6::HEADER_LEN + payload.len()) as u32,
+        version: IpVersion::V6,
+        src: p.src_bytes(),
+        dst: p.dst_bytes(),
+        proto: walk.upper,
+        l4_offset: base + (ipv6::HEADER_LEN + walk.offset) as u32,
+        ttl: p.hop_limit(),
+        fragment,
+        ports: None,
+        tcp_flags: Flags::default(),
+        spi: None,
+        icmp: None,
+    };
+    if !matches!(fragment, Fragment::Later { .. }) {
+        let l4 = payload.get(walk.offset..).ok_or(ParseError::Truncated)?;
+        parse_l4(&mut info, l4, IpVersion::V6)?;
+    }
+    Ok(info)
+}
+
+#[inline(always)]
+fn parse_l4(info: &mut PacketInfo, l4: &[u8], v: IpVersion) -> Result<(), ParseError> {
+    match (info.proto, v) {
+        (proto::TCP, _) => {
+            let t = crate::tcp::Packet::new_checked(l4)?;
+            info.ports = Some((t.src_port(), t.dst_port()));
+            info.tcp_flags = t.flags();
+        }
+        (proto::UDP, _) => {
+            // A first fragment carries only part of the datagram its length field covers.
+            // (A first fragment too short for the TCP/UDP header is an error: RFC 1858's
+            // tiny-fragment attack; such packets are dropped.)
+            let u = crate::udp::Packet::new_unchecked(l4);
+            if info.fragment.is_fragment() {
+                need(l4, crate::udp::HEADER_LEN)?;
+            } else {
+                u.check_len()?;
+            }
+            info.ports = Some((u.src_port(), u.dst_port()));
+        }
+        (proto::ESP, _) => {
+            let e = crate::esp::Packet::new_checked(l4)?;
+            info.spi = Some(e.spi());
+        }
+        (proto::ICMP, IpVersion::V4) => {
+            let i = icmpv4::Packet::new_checked(l4)?;
+            let quoted = if i.is_error() {
+                Some(parse_quoted(i.data(), IpVersion::V4)?)
+            } else {
+                None
+            };
+            info.icmp = Some(IcmpInfo {
+                msg_type: i.msg_type(),
+                code: i.code(),
+                rest: i.rest(),
+                quoted,
+            });
+        }
+        (proto::ICMPV6, IpVersion::V6) => {
+            let i = icmpv6::Packet::new_checked(l4)?;
+            let quoted = if i.is_error() {
+                Some(parse_quoted(i.data(), IpVersion::V6)?)
+            } else {
+                None
+            };
+            info.icmp = Some(IcmpInfo {
+                msg_type: i.msg_type(),
+                code: i.code(),
+                rest: i.rest(),
+                quoted,
+            });
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Parses the packet quoted in an ICMP(v6) error: its IP header and, if present, the first
+/// four bytes of its TCP/UDP header. The quoted packet is usually cut short, so its
+/// length fields are not checked against the buffer.
+pub fn parse_quoted(q: &[u8], v: IpVersion) -> Result<QuotedFlow, ParseError> {
+    let (src, dst, upper, l4, fragment) = match v {
+        IpVersion::V4 => {
+            let p = ipv4::Packet::new_unchecked(q);
+            p.check_header_len()?;
+            let later = p.frag_offset() != 0;
+            let l4 = if later { &[][..] } else { &q[p.header_len()..] };
+            (
+                mapped_v4(p.src_bytes()),
+                mapped_v4(p.dst_bytes()),
+                p.protocol(),
+                l4,
+                p.is_fragment(),
+            )
+        }
+        IpVersion::V6 => {
+            let p = ipv6::Packet::new_unchecked(q);
+            p.check_header_len()?;
+            let rest = &q[ipv6::HEADER_LEN..];
+            let w = ipv6::walk_extensions(rest, p.next_header())?;
+            let later = w.fragment.is_some_and(|f| !f.is_first());
+            let l4 = if later {
+                &[][..]
+            } else {
+                rest.get(w.offset..).ok_or(ParseError::Truncated)?
+            };
+            (
+                p.src_bytes(),
+                p.dst_bytes(),
+                w.upper,
+                l4,
+                w.fragment.is_some(),
+            )
+        }
+    };
+    let ports = if matches!(upper, proto::TCP | proto::UDP) && l4.len() >= 4 {
+        Some((rd16(l4, 0), rd16(l4, 2)))
+    } else {
+        None
+    };
+    Ok(QuotedFlow {
+        src,
+        dst,
+        proto: upper,
+        ports,
+        fragment,
+    })
+}

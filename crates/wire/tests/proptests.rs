@@ -1,0 +1,536 @@
+//! Property tests: emit → parse round trips for every header, encapsulate → decapsulate
+//! round trips for every delivery mode, flow-key laws, and "arbitrary bytes never panic".
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use wire::buf::{MemBuf, PacketBuf};
+use wire::encap::{
+    DecapConfig, Outer, Tunnel, UdpChecksum, decapsulate, encapsulate, parse_tunnel,
+};
+use wire::ethernet::{EthernetRepr, VlanTag, ethertype};
+use wire::flow::{Affinity, FlowKey};
+use wire::geneve::{GatewayOptions, GeneveOption, OptionIds};
+use wire::ip::proto;
+use wire::packet::{Frame, parse_frame};
+use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, tcp, udp, vxlan};
+
+fn mac() -> impl Strategy<Value = [u8; 6]> {
+    any::<[u8; 6]>()
+}
+
+fn v4() -> impl Strategy<Value = Ipv4Addr> {
+    any::<[u8; 4]>().prop_map(Ipv4Addr::from)
+}
+
+fn v6() -> impl Strategy<Value = Ipv6Addr> {
+    any::<[u8; 16]>().prop_map(Ipv6Addr::from)
+}
+
+fn options40() -> impl Strategy<Value = ipv4::Options> {
+    (0usize..=10)
+        .prop_flat_map(|words| vec(any::<u8>(), words * 4))
+        .prop_map(|b| ipv4::Options::new(&b).unwrap())
+}
+
+fn eth_repr() -> impl Strategy<Value = EthernetRepr> {
+    (mac(), mac(), 0u8..=2, any::<[u16; 2]>(), any::<u16>()).prop_map(|(d, s, n, tci, et)| {
+        let mut e = EthernetRepr::untagged(d, s, et);
+        // The payload EtherType must not itself look like a tag.
+        if et == ethertype::VLAN || et == ethertype::QINQ {
+            e.ethertype = ethertype::IPV4;
+        }
+        e.vlan_count = n;
+        let tpids = if n == 2 {
+            [ethertype::QINQ, ethertype::VLAN]
+        } else {
+            [ethertype::VLAN, ethertype::VLAN]
+        };
+        for i in 0..usize::from(n) {
+            e.vlans[i] = VlanTag {
+                tpid: tpids[i],
+                tci: tci[i],
+            };
+        }
+        e
+    })
+}
+
+fn ipv4_repr() -> impl Strategy<Value = ipv4::Ipv4Repr> {
+    (
+        (
+            v4(),
+            v4(),
+            any::<u8>(),
+            0u16..1000,
+            any::<u8>(),
+            any::<u8>(),
+        ),
+        (
+            any::<u16>(),
+            any::<bool>(),
+            any::<bool>(),
+            0u16..8192,
+            options40(),
+        ),
+    )
+        .prop_map(
+            |((src, dst, protocol, payload_len, ttl, ds), (id, df, mf, off, options))| {
+                ipv4::Ipv4Repr {
+                    src,
+                    dst,
+                    protocol,
+                    payload_len,
+                    ttl,
+                    dscp_ecn: ds,
+                    ident: id,
+                    dont_frag: df,
+                    more_frags: mf,
+                    frag_offset: off * 8,
+                    options,
+                }
+            },
+        )
+}
+
+fn ipv6_repr() -> impl Strategy<Value = ipv6::Ipv6Repr> {
+    (
+        v6(),
+        v6(),
+        any::<u8>(),
+        0u16..1000,
+        any::<u8>(),
+        any::<u8>(),
+        0u32..0x10_0000,
+    )
+        .prop_map(|(src, dst, nh, pl, hl, tc, fl)| ipv6::Ipv6Repr {
+            src,
+            dst,
+            next_header: nh,
+            payload_len: pl,
+            hop_limit: hl,
+            traffic_class: tc,
+            flow_label: fl,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ethernet_round_trip(e in eth_repr()) {
+        let mut b = [0xa5u8; 64];
+        e.emit(&mut b).unwrap();
+        prop_assert_eq!(EthernetRepr::parse(&b[..e.header_len()]).unwrap(), e);
+    }
+
+    #[test]
+    fn arp_round_trip(oper in any::<u16>(), sha in mac(), spa in v4(), tha in mac(), tpa in v4()) {
+        let r = arp::ArpRepr { oper, sha, spa, tha, tpa };
+        let mut b = [0xa5u8; arp::PACKET_LEN];
+        r.emit(&mut arp::Packet::new_unchecked(&mut b[..])).unwrap();
+        prop_assert_eq!(arp::ArpRepr::parse(&arp::Packet::new_checked(&b[..]).unwrap()).unwrap(), r);
+    }
+
+    #[test]
+    fn ipv4_round_trip(r in ipv4_repr()) {
+        let mut b = vec![0xa5u8; r.header_len() + usize::from(r.payload_len)];
+        r.emit(&mut ipv4::Packet::new_unchecked(&mut b[..])).unwrap();
+        let p = ipv4::Packet::new_checked(&b[..]).unwrap();
+        prop_assert_eq!(ipv4::Ipv4Repr::parse(&p).unwrap(), r);
+        prop_assert!(p.verify_checksum());
+    }
+
+    #[test]
+    fn ipv4_incremental_ttl_matches_recompute(r in ipv4_repr(), ttl in any::<u8>()) {
+        let mut b = vec![0xa5u8; r.header_len() + usize::from(r.payload_len)];
+        let mut p = ipv4::Packet::new_unchecked(&mut b[..]);
+        r.emit(&mut p).unwrap();
+        p.set_ttl_incremental(ttl);
+        prop_assert!(p.verify_checksum());
+        p.swap_addrs();
+        prop_assert!(p.verify_checksum());
+    }
+
+    #[test]
+    fn ipv6_round_trip(r in ipv6_repr()) {
+        let mut b = vec![0xa5u8; 40 + usize::from(r.payload_len)];
+        r.emit(&mut ipv6::Packet::new_unchecked(&mut b[..])).unwrap();
+        prop_assert_eq!(ipv6::Ipv6Repr::parse(&ipv6::Packet::new_checked(&b[..]).unwrap()).unwrap(), r);
+    }
+
+    #[test]
+    fn ipv6_extension_chain_round_trip(
+        exts in vec((prop_oneof![Just(proto::HOPOPT), Just(proto::IPV6_ROUTE), Just(proto::IPV6_OPTS)], 0u8..4), 0..5),
+        frag in proptest::option::of((0u16..8192, any::<bool>(), any::<u32>())),
+        upper in prop_oneof![Just(proto::TCP), Just(proto::UDP), Just(proto::ESP)],
+    ) {
+        // Build the chain back to front.
+        let mut b = [0xa5u8; 512];
+        let mut kinds: Vec<u8> = exts.iter().map(|e| e.0).collect();
+        if frag.is_some() { kinds.push(proto::IPV6_FRAG); }
+        let mut off = 0;
+        for (i, kind) in kinds.iter().enumerate() {
+            let next = kinds.get(i + 1).copied().unwrap_or(upper);
+            if *kind == proto::IPV6_FRAG {
+                let (o, m, id) = frag.unwrap();
+                let f = ipv6::FragmentRepr { next_header: next, offset: o * 8, more_frags: m, ident: id };
+                f.emit(&mut b[off..]).unwrap();
+                prop_assert_eq!(ipv6::FragmentRepr::parse(&b[off..]).unwrap(), f);
+                off += 8;
+            } else {
+                let e = ipv6::ExtHeaderRepr { next_header: next, len_units: exts[i].1 };
+                e.emit(&mut b[off..]).unwrap();
+                prop_assert_eq!(ipv6::ExtHeaderRepr::parse(&b[off..]).unwrap(), e);
+                off += e.header_len();
+            }
+        }
+        let first = kinds.first().copied().unwrap_or(upper);
+        let w = ipv6::walk_extensions(&b[..off], first).unwrap();
+        prop_assert_eq!(w.upper, upper);
+        prop_assert_eq!(w.offset, off);
+        prop_assert_eq!(usize::from(w.count), kinds.len());
+        prop_assert_eq!(w.fragment.map(|f| f.ident), frag.map(|f| f.2));
+    }
+
+    #[test]
+    fn tcp_round_trip(
+        sp in any::<u16>(), dp in any::<u16>(), seq in any::<u32>(), ack in any::<u32>(),
+        flags in 0u16..0x200, window in any::<u16>(), urgent in any::<u16>(),
+        options in options40(), payload in vec(any::<u8>(), 0..64), src in v4(), dst in v4(),
+    ) {
+        let r = tcp::TcpRepr { src_port: sp, dst_port: dp, seq, ack, flags: tcp::Flags(flags), window, urgent, options };
+        let mut b = vec![0xa5u8; r.header_len() + payload.len()];
+        b[r.header_len()..].copy_from_slice(&payload);
+        let mut p = tcp::Packet::new_unchecked(&mut b[..]);
+        r.emit(&mut p).unwrap();
+        p.fill_checksum(&IpAddr::V4(src), &IpAddr::V4(dst)).unwrap();
+        let p = tcp::Packet::new_checked(&b[..]).unwrap();
+        prop_assert_eq!(tcp::TcpRepr::parse(&p).unwrap(), r);
+        prop_assert!(p.verify_checksum(&IpAddr::V4(src), &IpAddr::V4(dst)));
+        prop_assert_eq!(p.payload(), &payload[..]);
+    }
+
+    #[test]
+    fn udp_round_trip(sp in any::<u16>(), dp in any::<u16>(), payload in vec(any::<u8>(), 0..64), src in v6(), dst in v6()) {
+        let r = udp::UdpRepr { src_port: sp, dst_port: dp, payload_len: payload.len() as u16 };
+        let mut b = vec![0xa5u8; 8 + payload.len()];
+        b[8..].copy_from_slice(&payload);
+        let mut p = udp::Packet::new_unchecked(&mut b[..]);
+        r.emit(&mut p).unwrap();
+        p.fill_checksum(&IpAddr::V6(src), &IpAddr::V6(dst)).unwrap();
+        let p = udp::Packet::new_checked(&b[..]).unwrap();
+        prop_assert_eq!(udp::UdpRepr::parse(&p).unwrap(), r);
+        prop_assert!(p.checksum() != 0);
+        prop_assert!(p.verify_checksum(&IpAddr::V6(src), &IpAddr::V6(dst)));
+    }
+
+    #[test]
+    fn icmp_round_trip(t in any::<u8>(), c in any::<u8>(), rest in any::<u32>(), data in vec(any::<u8>(), 0..64), src in v6(), dst in v6()) {
+        let mut b = vec![0xa5u8; 8 + data.len()];
+        b[8..].copy_from_slice(&data);
+        let r = icmpv4::Icmpv4Repr { msg_type: t, code: c, rest };
+        r.emit(&mut icmpv4::Packet::new_unchecked(&mut b[..])).unwrap();
+        prop_assert_eq!(icmpv4::Icmpv4Repr::parse(&icmpv4::Packet::new_checked(&b[..]).unwrap()).unwrap(), r);
+        let r6 = icmpv6::Icmpv6Repr { msg_type: t, code: c, rest };
+        b[..8].fill(0xa5);
+        r6.emit(&mut icmpv6::Packet::new_unchecked(&mut b[..]), &src, &dst).unwrap();
+        prop_assert_eq!(icmpv6::Icmpv6Repr::parse(&icmpv6::Packet::new_checked(&b[..]).unwrap(), &src, &dst).unwrap(), r6);
+    }
+
+    #[test]
+    fn esp_vxlan_round_trip(spi in 1u32.., seq in any::<u32>(), vni in 0u32..0x100_0000) {
+        let r = esp::EspRepr { spi, seq };
+        let mut b = [0xa5u8; 8];
+        r.emit(&mut esp::Packet::new_unchecked(&mut b[..])).unwrap();
+        prop_assert_eq!(esp::EspRepr::parse(&esp::Packet::new_checked(&b[..]).unwrap()).unwrap(), r);
+        let x = vxlan::VxlanRepr { vni };
+        let mut b = [0xa5u8; 8];
+        x.emit(&mut vxlan::Packet::new_unchecked(&mut b[..])).unwrap();
+        prop_assert_eq!(vxlan::VxlanRepr::parse(&vxlan::Packet::new_checked(&b[..]).unwrap()).unwrap(), x);
+    }
+
+    #[test]
+    fn gre_round_trip(protocol in any::<u16>(), checksum in any::<bool>(), key in proptest::option::of(any::<u32>()),
+                      seq in proptest::option::of(any::<u32>()), payload in vec(any::<u8>(), 0..32)) {
+        let r = gre::GreRepr { protocol, checksum, key, seq };
+        let mut b = vec![0xa5u8; r.header_len() + payload.len()];
+        b[r.header_len()..].copy_from_slice(&payload);
+        r.emit(&mut b).unwrap();
+        let p = gre::Packet::new_checked(&b[..]).unwrap();
+        prop_assert_eq!(gre::GreRepr::parse(&p).unwrap(), r);
+        prop_assert_eq!(p.payload(), &payload[..]);
+    }
+
+    #[test]
+    fn gue_round_trip(control in any::<bool>(), p in any::<u8>(), flags in any::<u16>(), hlen in 0u8..32) {
+        let r = gue::GueRepr::Header { control, proto: p, flags, hlen };
+        let mut b = vec![0xa5u8; r.header_len()];
+        r.emit(&mut b).unwrap();
+        prop_assert_eq!(gue::GueRepr::parse(&b).unwrap(), r);
+        for (first, v6) in [(0x45u8, false), (0x60, true)] {
+            prop_assert_eq!(gue::GueRepr::parse(&[first]).unwrap(), gue::GueRepr::DirectIp { ipv6: v6 });
+        }
+    }
+
+    #[test]
+    fn geneve_round_trip(
+        oam in any::<bool>(), critical in any::<bool>(), protocol in any::<u16>(), vni in 0u32..0x100_0000,
+        opts in vec((any::<u16>(), any::<u8>(), 0usize..8), 0..6),
+        gw in (proptest::option::of(any::<u64>()), proptest::option::of(any::<u32>())),
+    ) {
+        let datas: Vec<Vec<u8>> = opts.iter().map(|o| vec![o.1; o.2 * 4]).collect();
+        let options: Vec<GeneveOption> = opts.iter().zip(&datas)
+            .map(|(o, d)| GeneveOption { class: if o.0 == 0x0139 { 0x013a } else { o.0 }, opt_type: o.1, data: d })
+            .collect();
+        let gwo = GatewayOptions { endpoint_id: gw.0, cookie: gw.1 };
+        let ids = OptionIds::default();
+        let ol = options.iter().map(|o| o.wire_len()).sum::<usize>() + gwo.wire_len();
+        let r = geneve::GeneveRepr { oam, critical, protocol, vni, options_len: ol as u16 };
+        let mut b = vec![0xa5u8; r.header_len()];
+        r.emit(&mut geneve::Packet::new_unchecked(&mut b[..])).unwrap();
+        let mut off = 8;
+        for o in &options { off += o.emit(&mut b[off..]).unwrap(); }
+        off += gwo.emit(&ids, &mut b[off..]).unwrap();
+        prop_assert_eq!(off, b.len());
+        let p = geneve::Packet::new_checked(&b[..]).unwrap();
+        prop_assert_eq!(geneve::GeneveRepr::parse(&p).unwrap(), r);
+        let parsed: Vec<GeneveOption> = p.option_iter().map(Result::unwrap).collect();
+        prop_assert_eq!(&parsed[..options.len()], &options[..]);
+        prop_assert_eq!(GatewayOptions::parse(&ids, p.options()).unwrap(), gwo);
+    }
+
+    #[test]
+    fn flow_key_laws(src in any::<[u8; 16]>(), dst in any::<[u8; 16]>(), p in any::<u8>(), sp in any::<u16>(), dp in any::<u16>(), seed in any::<u64>()) {
+        for k in [FlowKey::five(src, dst, p, sp, dp), FlowKey::three(src, dst, p), FlowKey::two(src, dst)] {
+            prop_assert_eq!(FlowKey::unpack(&k.pack()), Some(k));
+            prop_assert_eq!(k.symmetric(), k.reversed().symmetric());
+            prop_assert_eq!(k.reversed().reversed(), k);
+            prop_assert_eq!(k.hash64_seeded(seed), k.hash64_seeded(seed));
+        }
+        let a = FlowKey::with_affinity(src, dst, p, Some((sp, dp)), false, Affinity::None);
+        let b = FlowKey::with_affinity(src, dst, p, Some((sp, dp)), true, Affinity::None);
+        prop_assert_eq!(b, FlowKey::three(src, dst, p));
+        prop_assert_eq!(a, FlowKey::five(src, dst, p, sp, dp));
+        prop_assert_eq!(FlowKey::with_affinity(src, dst, p, None, false, Affinity::ClientIpPortProto), FlowKey::three(src, dst, p));
+    }
+
+    #[test]
+    fn port_in_range_stays_in_range(h in any::<u64>(), lo in any::<u16>(), span in any::<u16>()) {
+        let hi = lo.saturating_add(span);
+        let p = wire::flow::port_in_range(h, lo, hi);
+        prop_assert!(p >= lo && p <= hi);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(b in vec(any::<u8>(), 0..200)) {
+        let _ = parse_frame(&b);
+        let _ = wire::packet::parse_ip(&b);
+        let _ = parse_tunnel(&b, &DecapConfig::default());
+        let mut buf = MemBuf::new([0u8; 512], 128, &b).unwrap();
+        let _ = decapsulate(&mut buf, &DecapConfig::default(), &[]);
+    }
+}
+
+// ------------------------------------------------------------------ encap/decap
+
+#[derive(Debug, Clone)]
+struct InnerSpec {
+    eth: EthernetRepr,
+    v6: bool,
+    src: [u8; 16],
+    dst: [u8; 16],
+    l4: u8,
+    ds: u8,
+    ports: (u16, u16),
+    payload: Vec<u8>,
+}
+
+fn inner_spec() -> impl Strategy<Value = InnerSpec> {
+    (
+        eth_repr(),
+        any::<bool>(),
+        any::<[u8; 16]>(),
+        any::<[u8; 16]>(),
+        prop_oneof![
+            Just(proto::TCP),
+            Just(proto::UDP),
+            Just(proto::ESP),
+            Just(proto::GRE)
+        ],
+        any::<u8>(),
+        any::<(u16, u16)>(),
+        vec(any::<u8>(), 0..200),
+    )
+        .prop_map(|(eth, v6, src, dst, l4, ds, ports, payload)| InnerSpec {
+            eth,
+            v6,
+            src,
+            dst,
+            l4,
+            ds,
+            ports,
+            payload,
+        })
+}
+
+/// Builds an inner frame with this crate's emitters (themselves checked against scapy).
+fn build_inner(s: &InnerSpec) -> Vec<u8> {
+    let mut eth = s.eth;
+    eth.ethertype = if s.v6 {
+        ethertype::IPV6
+    } else {
+        ethertype::IPV4
+    };
+    let l2 = eth.header_len();
+    let ip_hdr = if s.v6 { 40 } else { 20 };
+    let l4_len = match s.l4 {
+        proto::TCP => 20,
+        proto::UDP => 8,
+        _ => 0,
+    };
+    let total = l2 + ip_hdr + l4_len + s.payload.len();
+    let mut f = vec![0xa5u8; total];
+    eth.emit(&mut f).unwrap();
+    let pl = (l4_len + s.payload.len()) as u16;
+    let (src, dst): (IpAddr, IpAddr) = if s.v6 {
+        let r = ipv6::Ipv6Repr {
+            src: Ipv6Addr::from(s.src),
+            dst: Ipv6Addr::from(s.dst),
+            next_header: s.l4,
+            payload_len: pl,
+            hop_limit: 64,
+            traffic_class: s.ds,
+            flow_label: 0,
+        };
+        r.emit(&mut ipv6::Packet::new_unchecked(&mut f[l2..]))
+            .unwrap();
+        (r.src.into(), r.dst.into())
+    } else {
+        let a = |x: &[u8; 16]| Ipv4Addr::new(x[0], x[1], x[2], x[3]);
+        let r = ipv4::Ipv4Repr {
+            src: a(&s.src),
+            dst: a(&s.dst),
+            protocol: s.l4,
+            payload_len: pl,
+            ttl: 64,
+            dscp_ecn: s.ds,
+            ident: 7,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            options: ipv4::Options::default(),
+        };
+        r.emit(&mut ipv4::Packet::new_unchecked(&mut f[l2..]))
+            .unwrap();
+        (r.src.into(), r.dst.into())
+    };
+    let l4 = l2 + ip_hdr;
+    f[l4 + l4_len..].copy_from_slice(&s.payload);
+    match s.l4 {
+        proto::TCP => {
+            let r = tcp::TcpRepr {
+                src_port: s.ports.0,
+                dst_port: s.ports.1,
+                seq: 1,
+                ack: 2,
+                flags: tcp::Flags::ACK,
+                window: 100,
+                urgent: 0,
+                options: ipv4::Options::default(),
+            };
+            let mut p = tcp::Packet::new_unchecked(&mut f[l4..]);
+            r.emit(&mut p).unwrap();
+            p.fill_checksum(&src, &dst).unwrap();
+        }
+        proto::UDP => {
+            let r = udp::UdpRepr {
+                src_port: s.ports.0,
+                dst_port: s.ports.1,
+                payload_len: s.payload.len() as u16,
+            };
+            let mut p = udp::Packet::new_unchecked(&mut f[l4..]);
+            r.emit(&mut p).unwrap();
+            p.fill_checksum(&src, &dst).unwrap();
+        }
+        _ => {}
+    }
+    f
+}
+
+fn tunnel() -> impl Strategy<Value = Tunnel> {
+    prop_oneof![
+        Just(Tunnel::IpIp),
+        proptest::option::of(any::<u32>()).prop_map(|key| Tunnel::Gre { key }),
+        (1u16..)
+            .prop_filter("not GENEVE's port", |p| *p != 6081)
+            .prop_map(|port| Tunnel::Gue { port }),
+        (
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(any::<u32>()),
+            any::<u16>(),
+            any::<u8>(),
+            0u32..0x100_0000
+        )
+            .prop_map(|(e, c, class, t, vni)| Tunnel::Geneve {
+                port: 6081,
+                vni,
+                ids: OptionIds {
+                    class,
+                    endpoint_type: t,
+                    cookie_type: t.wrapping_add(1),
+                },
+                options: GatewayOptions {
+                    endpoint_id: e,
+                    cookie: c,
+                },
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    #[test]
+    fn encap_decap_round_trip(
+        s in inner_spec(), t in tunnel(), outer_v6 in any::<bool>(), smac in mac(), dmac in mac(),
+        a in any::<[u8; 16]>(), b in any::<[u8; 16]>(), hash in any::<u64>(), ttl in 1u8..,
+        csum in prop_oneof![Just(UdpChecksum::Auto), Just(UdpChecksum::Full), Just(UdpChecksum::Zero)],
+    ) {
+        let orig = build_inner(&s);
+        let (src_ip, dst_ip): (IpAddr, IpAddr) = if outer_v6 {
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into())
+        } else {
+            (Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(b[0], b[1], b[2], b[3]).into())
+        };
+        let outer = Outer {
+            src_mac: smac, dst_mac: dmac, src_ip, dst_ip, ttl, dont_fragment: hash & 1 == 0,
+            flow_hash: hash, src_port_min: 49152, src_port_max: 65535, udp_checksum: csum,
+        };
+        let mut buf = MemBuf::new([0u8; 600], 128, &orig).unwrap();
+        encapsulate(&mut buf, &outer, &t).unwrap();
+        // The outer frame parses as an IP packet to the outer destination.
+        match parse_frame(buf.data()).unwrap() {
+            Frame::Ip(e, info) => {
+                prop_assert_eq!(e.dst, dmac);
+                prop_assert_eq!(info.dst, wire::ip::to_mapped(&dst_ip));
+                if let Some((sp, _)) = info.ports { prop_assert!(sp >= 49152); }
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
+        let cfg = DecapConfig {
+            gue_port: match t { Tunnel::Gue { port } => Some(port), _ => Some(6080) },
+            geneve_port: Some(6081),
+            allow_zero_udp_checksum_v6: true,
+            geneve_ids: match t { Tunnel::Geneve { ids, .. } => ids, _ => OptionIds::default() },
+        };
+        let l2 = orig[..s.eth.header_len()].to_vec();
+        let info = decapsulate(&mut buf, &cfg, &l2).unwrap();
+        prop_assert_eq!(buf.data(), &orig[..]);
+        prop_assert_eq!(info.src_ip, src_ip);
+        if let Tunnel::Geneve { options, .. } = t {
+            prop_assert_eq!(info.gateway, options);
+        }
+    }
+}

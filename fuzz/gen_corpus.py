@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Writes the small seed corpus under fuzz/corpus/<target>/ from the scapy-built vectors in
+crates/wire/testdata/vectors.txt (run gen_vectors.py there first)."""
+import hashlib
+import os
+
+from scapy.all import ARP, ESP, GRE, ICMP, IP, TCP, UDP, Ether, IPv6
+from scapy.layers.inet6 import _ICMPv6
+from scapy.contrib.geneve import GENEVE
+from scapy.layers.vxlan import VXLAN
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VEC = os.path.join(HERE, "..", "crates", "wire", "testdata", "vectors.txt")
+vectors = {}
+for line in open(VEC):
+    if line.startswith(("#", "hash")):
+        continue
+    name, hx = line.split()
+    vectors[name] = bytes.fromhex(hx)
+
+
+def seed(target, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, hashlib.sha1(data).hexdigest()[:16]), "wb") as f:
+        f.write(data)
+
+
+for name, b in vectors.items():
+    seed("frame", b)
+    p = Ether(b)
+    if IP in p:
+        seed("ipv4", bytes(p[IP]))
+    if IPv6 in p:
+        seed("ipv6", bytes(p[IPv6]))
+    for layer in (TCP, UDP):
+        if layer in p:
+            seed("tcp_udp", bytes(p[layer]))
+    for layer in (ICMP, _ICMPv6):
+        if layer in p:
+            seed("icmp", bytes(p[layer]))
+    for layer in (ARP, ESP, VXLAN):
+        if layer in p:
+            seed("arp_esp_vxlan", bytes(p[layer]))
+    if GRE in p:
+        seed("gre_gue", bytes(p[GRE]))
+    if UDP in p and p[UDP].dport == 6080:
+        seed("gre_gue", bytes(p[UDP].payload))
+    if GENEVE in p:
+        seed("geneve", bytes(p[GENEVE]))
+    if name.startswith(("encap_", "geneve_", "gre_", "gue_", "vxlan")):
+        seed("decap", b)
+    if name.startswith(("inner", "flow", "eth_", "tcp_", "ipv")):
+        for sel in (0x00, 0x03, 0x05, 0x0e, 0x1f, 0x47, 0xc6):
+            seed("encap_roundtrip", bytes([sel]) + b)
+print("corpus written")
