@@ -1,0 +1,449 @@
+use super::*;
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn key(i: u64) -> FlowKey {
+    FlowKey([i, !i, 0x0a00_0001, 0x1f90_c350, 6])
+}
+
+fn hash(i: u64) -> u64 {
+    mix64(i.wrapping_add(0x9e37_79b9_7f4a_7c15))
+}
+
+fn entry(backend: u32, flags: EntryFlags) -> NewEntry {
+    NewEntry {
+        backend,
+        generation: 7,
+        cookie: backend.wrapping_mul(2_654_435_761),
+        flags,
+    }
+}
+
+fn tcp() -> EntryFlags {
+    EntryFlags::new(ProtoClass::Tcp)
+}
+fn established() -> EntryFlags {
+    tcp().with(EntryFlags::ESTABLISHED)
+}
+fn udp() -> EntryFlags {
+    EntryFlags::new(ProtoClass::Udp)
+}
+
+fn inserted(o: InsertOutcome) -> (SlotRef, Evicted) {
+    match o {
+        InsertOutcome::Inserted { slot, evicted } => (slot, evicted),
+        other => panic!("expected Inserted, got {other:?}"),
+    }
+}
+
+/// The smallest table: two buckets, 14 slots, every key's candidates are both buckets.
+fn tiny(timeouts: Timeouts) -> FlowTable {
+    let t = FlowTable::new(Config {
+        timeouts,
+        ..Config::with_capacity(1)
+    })
+    .unwrap();
+    assert_eq!(t.slot_count(), 14);
+    t
+}
+
+#[test]
+fn insert_lookup_and_existing() {
+    let t = FlowTable::new(Config::with_capacity(1000)).unwrap();
+    assert_eq!(t.lookup(&key(1), hash(1)), None);
+    let (slot, ev) = inserted(t.insert(&key(1), hash(1), entry(42, tcp()), 100));
+    assert_eq!(ev, Evicted::Nothing);
+    let hit = t.lookup(&key(1), hash(1)).unwrap();
+    assert_eq!(hit.slot, slot);
+    assert_eq!(
+        hit.entry,
+        Entry {
+            backend: 42,
+            generation: 7,
+            cookie: 42u32.wrapping_mul(2_654_435_761),
+            flags: tcp(),
+            created: 100,
+            last_seen: 100,
+        }
+    );
+    // A second insert of the same key returns the first entry, not its own value.
+    match t.insert(&key(1), hash(1), entry(99, udp()), 101) {
+        InsertOutcome::Existing(h) => assert_eq!(h, hit),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(t.count_key(&key(1), hash(1)), 1);
+    assert_eq!(t.occupancy().live, 1);
+}
+
+#[test]
+fn keys_with_the_same_hash_are_told_apart() {
+    let t = FlowTable::new(Config::with_capacity(100)).unwrap();
+    let h = hash(5);
+    let _ = inserted(t.insert(&key(1), h, entry(1, udp()), 0));
+    assert_eq!(t.lookup(&key(2), h), None);
+    let _ = inserted(t.insert(&key(2), h, entry(2, udp()), 0));
+    assert_eq!(t.lookup(&key(1), h).unwrap().entry.backend, 1);
+    assert_eq!(t.lookup(&key(2), h).unwrap().entry.backend, 2);
+    // Differing only in the last word.
+    let mut k3 = key(1);
+    k3.0[4] = 17;
+    assert_eq!(t.lookup(&k3, h), None);
+}
+
+#[test]
+fn full_table_signals_full_and_never_evicts_established() {
+    let t = tiny(Timeouts::default());
+    for i in 0..14 {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(i as u32, established()), 0));
+    }
+    assert_eq!(
+        t.insert(&key(100), hash(100), entry(0, established()), 1),
+        InsertOutcome::Full
+    );
+    assert_eq!(
+        t.insert(&key(101), hash(101), entry(0, tcp()), 1),
+        InsertOutcome::Full
+    );
+    assert_eq!(
+        t.insert(&key(102), hash(102), entry(0, udp()), 1),
+        InsertOutcome::Full
+    );
+    for i in 0..14 {
+        assert_eq!(t.lookup(&key(i), hash(i)).unwrap().entry.backend, i as u32);
+    }
+}
+
+#[test]
+fn half_open_floods_only_displace_half_open_entries_oldest_first() {
+    let t = tiny(Timeouts::default());
+    // 7 established flows and 7 half-open ones, the half-open ones seen at ticks 0..7.
+    for i in 0..7 {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(1, established()), 0));
+    }
+    for i in 7..14 {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(2, tcp()), (i - 7) as Tick));
+    }
+    // A flood of new half-open flows at tick 8: each displaces the oldest half-open entry.
+    for (n, i) in (1000..1007).enumerate() {
+        let (_, ev) = inserted(t.insert(&key(i), hash(i), entry(3, tcp()), 8));
+        assert_eq!(ev, Evicted::HalfOpen);
+        // The victim was key(7 + n), seen at tick n.
+        assert_eq!(
+            t.lookup(&key(7 + n as u64), hash(7 + n as u64)),
+            None,
+            "n={n}"
+        );
+    }
+    for i in 0..7 {
+        assert!(
+            t.lookup(&key(i), hash(i)).is_some(),
+            "established {i} evicted"
+        );
+    }
+    // New UDP flows may displace half-open ones too, but never established ones.
+    let (_, ev) = inserted(t.insert(&key(2000), hash(2000), entry(4, udp()), 9));
+    assert_eq!(ev, Evicted::HalfOpen);
+    let o = t.occupancy();
+    assert_eq!((o.live, o.half_open), (14, 6));
+}
+
+#[test]
+fn a_completed_handshake_protects_the_entry() {
+    let t = tiny(Timeouts::default());
+    let mut slots = Vec::new();
+    for i in 0..14 {
+        slots.push(inserted(t.insert(&key(i), hash(i), entry(1, tcp()), 0)).0);
+    }
+    for s in &slots {
+        let f = t.update_flags(*s, EntryFlags::ESTABLISHED, 0).unwrap();
+        assert!(!f.is_half_open());
+    }
+    assert_eq!(
+        t.insert(&key(99), hash(99), entry(0, tcp()), 1),
+        InsertOutcome::Full
+    );
+}
+
+#[test]
+fn expired_entries_are_reclaimed_by_inserts() {
+    let to = Timeouts::default();
+    let t = tiny(to);
+    for i in 0..14 {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(1, udp()), 0));
+    }
+    assert_eq!(
+        t.insert(&key(50), hash(50), entry(0, udp()), to.udp - 1),
+        InsertOutcome::Full
+    );
+    let (_, ev) = inserted(t.insert(&key(50), hash(50), entry(0, udp()), to.udp));
+    assert_eq!(ev, Evicted::Expired);
+    assert_eq!(t.occupancy().live, 14);
+}
+
+#[test]
+fn timeouts_follow_class_and_fin_rst_shorten() {
+    let to = Timeouts {
+        tcp_established: 100,
+        tcp_half_open: 20,
+        tcp_fin: 10,
+        tcp_rst: 2,
+        udp: 50,
+        other: 30,
+    };
+    assert_eq!(to.for_flags(established()), 100);
+    assert_eq!(to.for_flags(tcp()), 20);
+    assert_eq!(to.for_flags(established().with(EntryFlags::FIN)), 10);
+    assert_eq!(to.for_flags(established().with(EntryFlags::RST)), 2);
+    assert_eq!(
+        to.for_flags(established().with(EntryFlags::FIN | EntryFlags::RST)),
+        2
+    );
+    assert_eq!(to.for_flags(udp()), 50);
+    assert_eq!(to.for_flags(EntryFlags::new(ProtoClass::Other)), 30);
+    // FIN never lengthens a shorter class timeout.
+    let long_fin = Timeouts {
+        tcp_fin: 1000,
+        ..to
+    };
+    assert_eq!(long_fin.for_flags(tcp().with(EntryFlags::FIN)), 20);
+    assert_eq!(Timeouts::default().scaled(10).udp, 1200);
+    assert!(tcp().is_half_open());
+    assert!(!established().is_half_open());
+    assert!(!tcp().with(EntryFlags::RST).is_half_open());
+    assert!(!udp().is_half_open());
+    assert_eq!(tcp().with(EntryFlags::APP_MASK).proto(), ProtoClass::Tcp);
+    assert_eq!(EntryFlags::from_bits(udp().bits()), udp());
+}
+
+#[test]
+fn sweep_expires_idle_entries_per_class() {
+    let to = Timeouts {
+        tcp_established: 100,
+        tcp_half_open: 20,
+        tcp_fin: 10,
+        tcp_rst: 2,
+        udp: 50,
+        other: 30,
+    };
+    let t = FlowTable::new(Config {
+        timeouts: to,
+        ..Config::with_capacity(64)
+    })
+    .unwrap();
+    let flags = [
+        established(),
+        tcp(),
+        established().with(EntryFlags::FIN),
+        established().with(EntryFlags::RST),
+        udp(),
+        EntryFlags::new(ProtoClass::Other),
+    ];
+    for (i, f) in flags.iter().enumerate() {
+        let _ = inserted(t.insert(&key(i as u64), hash(i as u64), entry(1, *f), 0));
+    }
+    let all = usize::MAX;
+    let present = |t: &FlowTable| -> Vec<bool> {
+        (0..6u64)
+            .map(|i| t.lookup(&key(i), hash(i)).is_some())
+            .collect()
+    };
+    let s = t.sweep(1, all);
+    assert_eq!((s.expired, s.live, s.half_open), (0, 6, 1));
+    assert!(s.wrapped);
+    assert_eq!(t.sweep(2, all).expired, 1); // RST
+    assert_eq!(present(&t), [true, true, true, false, true, true]);
+    assert_eq!(t.sweep(10, all).expired, 1); // FIN
+    assert_eq!(t.sweep(29, all).expired, 1); // half-open
+    assert_eq!(present(&t), [true, false, false, false, true, true]);
+    assert_eq!(t.sweep(49, all).expired, 1); // other
+    assert_eq!(t.sweep(99, all).expired, 1); // UDP
+    let s = t.sweep(100, all);
+    assert_eq!((s.expired, s.live), (1, 0));
+    assert_eq!(t.occupancy().live, 0);
+}
+
+#[test]
+fn sweep_is_incremental_and_touch_keeps_entries_alive() {
+    let t = FlowTable::new(Config::with_capacity(1000)).unwrap();
+    let buckets = t.slot_count() / BUCKET_SLOTS;
+    let mut slots = Vec::new();
+    for i in 0..500 {
+        slots.push(inserted(t.insert(&key(i), hash(i), entry(1, udp()), 0)).0);
+    }
+    // Keep the even ones fresh.
+    for (i, s) in slots.iter().enumerate() {
+        if i % 2 == 0 {
+            assert!(t.touch(*s, 100));
+        }
+    }
+    assert_eq!(t.lookup(&key(0), hash(0)).unwrap().entry.last_seen, 100);
+    let now = 130; // odd ones idle 130 > 120 ticks; even ones 30
+    let mut total = SweepStats::default();
+    let mut steps = 0;
+    loop {
+        let s = t.sweep(now, 10);
+        assert!(s.buckets <= 10);
+        total.buckets += s.buckets;
+        total.expired += s.expired;
+        total.live += s.live;
+        steps += 1;
+        if s.wrapped {
+            break;
+        }
+    }
+    assert_eq!(steps, buckets.div_ceil(10));
+    assert_eq!(total.buckets, buckets);
+    assert_eq!((total.expired, total.live), (250, 250));
+    for i in 0..500u64 {
+        assert_eq!(t.lookup(&key(i), hash(i)).is_some(), i % 2 == 0, "{i}");
+    }
+}
+
+#[test]
+fn stale_handles_are_refused() {
+    let t = tiny(Timeouts::default());
+    let (s1, _) = inserted(t.insert(&key(1), hash(1), entry(1, tcp()), 0));
+    assert!(t.remove(s1));
+    assert!(!t.remove(s1));
+    assert_eq!(t.lookup(&key(1), hash(1)), None);
+    // Refill every slot so the old one is certainly reused.
+    let mut new_slots = Vec::new();
+    for i in 10..24 {
+        new_slots.push(inserted(t.insert(&key(i), hash(i), entry(2, tcp()), 5)).0);
+    }
+    assert!(new_slots.iter().any(|s| s.index() == s1.index()));
+    assert!(!new_slots.contains(&s1));
+    assert_eq!(t.update_flags(s1, EntryFlags::RST, 0), None);
+    assert!(!t.touch(s1, 50));
+    assert!(!t.remove(s1));
+    for i in 10..24 {
+        let e = t.lookup(&key(i), hash(i)).unwrap().entry;
+        assert_eq!((e.flags, e.last_seen), (tcp(), 5));
+    }
+}
+
+#[test]
+fn flag_updates_keep_the_protocol_class() {
+    let t = tiny(Timeouts::default());
+    let (s, _) = inserted(t.insert(&key(1), hash(1), entry(1, tcp()), 0));
+    let f = t
+        .update_flags(s, EntryFlags::ESTABLISHED | EntryFlags::FIN, 0xff)
+        .unwrap();
+    // `clear` cannot touch the protocol bits; set-and-clear of the same bit clears it.
+    assert_eq!(f, tcp());
+    let f = t.update_flags(s, EntryFlags::ESTABLISHED, 0).unwrap();
+    assert_eq!(f, established());
+    let f = t.update_flags(s, EntryFlags::FIN, 0).unwrap();
+    assert_eq!(t.lookup(&key(1), hash(1)).unwrap().entry.flags, f);
+    assert_eq!(t.update_flags(s, 0, EntryFlags::FIN), Some(established()));
+}
+
+#[test]
+fn ticks_may_wrap() {
+    let t = tiny(Timeouts::default());
+    let start = u32::MAX - 5;
+    let _ = inserted(t.insert(&key(1), hash(1), entry(1, udp()), start));
+    // 100 ticks later, across the wrap: still alive (UDP timeout 120).
+    assert_eq!(t.sweep(start.wrapping_add(100), usize::MAX).expired, 0);
+    // A worker's tick slightly behind the sweeper's does not look like a huge age.
+    assert_eq!(t.sweep(start.wrapping_sub(3), usize::MAX).expired, 0);
+    assert_eq!(t.sweep(start.wrapping_add(120), usize::MAX).expired, 1);
+}
+
+#[test]
+fn configuration_is_validated() {
+    assert_eq!(
+        FlowTable::new(Config::with_capacity(0)).unwrap_err(),
+        ConfigError::ZeroCapacity
+    );
+    assert_eq!(
+        FlowTable::new(Config::with_capacity(MAX_CAPACITY + 1)).unwrap_err(),
+        ConfigError::CapacityTooLarge(MAX_CAPACITY + 1)
+    );
+    let bad = Config {
+        timeouts: Timeouts {
+            udp: 1 << 31,
+            ..Timeouts::default()
+        },
+        ..Config::with_capacity(10)
+    };
+    assert_eq!(
+        FlowTable::new(bad).unwrap_err(),
+        ConfigError::TimeoutTooLarge(1 << 31)
+    );
+    assert!(ConfigError::ZeroCapacity.to_string().contains("capacity"));
+}
+
+#[test]
+fn ten_million_entries_fit_well_under_two_gib() {
+    let bytes = FlowTable::memory_bytes_for(10_000_000).unwrap();
+    let per_entry = bytes as f64 / 10_000_000.0;
+    println!("10M entries: {bytes} bytes, {per_entry:.1} B/entry");
+    assert!(bytes < 1 << 30, "{bytes}");
+    assert!((per_entry - 91.4).abs() < 0.5, "{per_entry}");
+    // The small case allocates what it says.
+    let t = FlowTable::new(Config::with_capacity(1000)).unwrap();
+    assert_eq!(
+        FlowTable::memory_bytes_for(1000).unwrap(),
+        t.slot_count() / BUCKET_SLOTS * 64 * 8
+    );
+}
+
+#[test]
+fn a_table_fills_to_its_nominal_capacity() {
+    let cap = 100_000;
+    let t = FlowTable::new(Config::with_capacity(cap)).unwrap();
+    let mut full = 0;
+    for i in 0..cap as u64 {
+        match t.insert(&key(i), hash(i), entry(i as u32, udp()), 0) {
+            InsertOutcome::Inserted { .. } => {}
+            InsertOutcome::Full => full += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    println!("filling to capacity {cap}: {full} inserts found both buckets full");
+    assert!(full <= cap / 1000, "{full}");
+    assert_eq!(t.occupancy().live, cap - full);
+    for i in (0..cap as u64).step_by(97) {
+        if let Some(h) = t.lookup(&key(i), hash(i)) {
+            assert_eq!(h.entry.backend, i as u32);
+        }
+    }
+}
+
+#[test]
+fn burst_lookups_match_single_lookups() {
+    let t = FlowTable::new(Config::with_capacity(10_000)).unwrap();
+    // Present: even keys below 2000; absent: odd ones and everything above.
+    for i in (0..2000).step_by(2) {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(i as u32, udp()), 3));
+    }
+    // 100 keys: more than one internal group of 32, with a ragged end.
+    let ids: Vec<u64> = (0..100u64).map(|j| (j * 37) % 2100).collect();
+    let keys: Vec<FlowKey> = ids.iter().map(|&i| key(i)).collect();
+    let hashes: Vec<u64> = ids.iter().map(|&i| hash(i)).collect();
+    let mut out = vec![None; 100];
+    t.lookup_burst(&keys, &hashes, &mut out);
+    let mut hits = 0;
+    for (j, &i) in ids.iter().enumerate() {
+        assert_eq!(out[j], t.lookup(&key(i), hash(i)), "key {i}");
+        assert_eq!(out[j].is_some(), i < 2000 && i % 2 == 0, "key {i}");
+        if let Some(h) = out[j] {
+            assert_eq!(h.entry.backend, i as u32);
+            hits += 1;
+        }
+    }
+    assert!(hits > 30);
+    // Slices of different lengths: only the common prefix is written.
+    let mut short = vec![None; 10];
+    t.lookup_burst(&keys, &hashes[..5], &mut short);
+    assert_eq!(&short[..5], &out[..5]);
+    assert!(short[5..].iter().all(Option::is_none));
+    // Prefetching is only a hint.
+    t.prefetch(hash(0));
+    assert!(t.lookup(&key(0), hash(0)).is_some());
+}
