@@ -24,29 +24,6 @@ pub const MAX_COMPOSITE_SOURCES: usize = 10;
 /// change; beyond this the rebuild no longer fits the M29 one-second budget).
 pub const MAX_TABLE_SIZE: u32 = 16_777_216;
 
-/// Whether `n` is prime (trial division: n < 2^32, so at most 2^16 steps,
-/// and this runs once per service per load).
-pub fn is_prime(n: u32) -> bool {
-    if n < 2 {
-        return false;
-    }
-    if n < 4 {
-        return true;
-    }
-    if n % 2 == 0 || n % 3 == 0 {
-        return false;
-    }
-    let n = u64::from(n);
-    let mut d = 5u64;
-    while d * d <= n {
-        if n % d == 0 || n % (d + 2) == 0 {
-            return false;
-        }
-        d += 6;
-    }
-    true
-}
-
 /// Whether an endpoint of family `endpoint` can carry traffic to a VIP of
 /// family `vip` with `delivery` (M4, M8).
 pub fn family_compatible(delivery: DeliveryMode, vip: IpAddr, endpoint: IpAddr) -> bool {
@@ -657,7 +634,7 @@ impl Checker<'_> {
         for (i, s) in cfg.backend_services.iter().enumerate() {
             let p = format!("backend_services[{i}]");
             self.delivery_options(&p, s);
-            if !is_prime(s.maglev_table_size) || s.maglev_table_size > MAX_TABLE_SIZE {
+            if !maglev::is_prime(s.maglev_table_size) || s.maglev_table_size > MAX_TABLE_SIZE {
                 self.err(
                     &format!("{p}.maglev_table_size"),
                     format!("{} is not a prime up to {MAX_TABLE_SIZE}: Maglev needs a prime table size (e.g. 65537 or 655373)", s.maglev_table_size),
@@ -668,7 +645,8 @@ impl Checker<'_> {
                 .iter()
                 .map(|g| g.endpoints.len() + usize::from(g.remote.is_some()))
                 .sum();
-            if is_prime(s.maglev_table_size) && (s.maglev_table_size as usize) < n_endpoints {
+            if maglev::is_prime(s.maglev_table_size) && (s.maglev_table_size as usize) < n_endpoints
+            {
                 self.err(
                     &format!("{p}.maglev_table_size"),
                     format!("{} slots cannot hold {n_endpoints} endpoints: choose a prime larger than the endpoint count", s.maglev_table_size),
@@ -1311,13 +1289,13 @@ mod tests {
 
     #[test]
     fn primes() {
-        let primes: Vec<u32> = (0..50).filter(|&n| is_prime(n)).collect();
+        let primes: Vec<u32> = (0..50).filter(|&n| maglev::is_prime(n)).collect();
         assert_eq!(
             primes,
             [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47]
         );
         for p in [65_537, 655_373, 4_294_967_291] {
-            assert!(is_prime(p), "{p}");
+            assert!(maglev::is_prime(p), "{p}");
         }
         for c in [
             65_536,
@@ -1328,7 +1306,7 @@ mod tests {
             4_294_967_295,
             4_294_836_225,
         ] {
-            assert!(!is_prime(c), "{c}");
+            assert!(!maglev::is_prime(c), "{c}");
         }
     }
 
