@@ -5,6 +5,7 @@
 
 mod check_config;
 mod forward;
+mod replay;
 
 use std::process::ExitCode;
 
@@ -31,7 +32,7 @@ enum Command {
     CheckConfig(check_config::Args),
     /// Push a pcap through the exact data-plane pipeline offline and write
     /// the transmitted packets to a pcap.
-    Replay(NotYet),
+    Replay(replay::Args),
     /// Show a running daemon's state (over its control socket).
     Status(NotYet),
     /// Show a running daemon's counters.
@@ -75,7 +76,7 @@ fn main() -> ExitCode {
         Command::Forward(args) => forward::run(&args),
         Command::Run(_) => return not_built("run"),
         Command::CheckConfig(args) => return check_config::run(&args),
-        Command::Replay(_) => return not_built("replay"),
+        Command::Replay(args) => replay::run(&args),
         Command::Status(_) => return not_built("status"),
         Command::Stats(_) => return not_built("stats"),
         Command::Flows(_) => return not_built("flows"),

@@ -1,0 +1,125 @@
+//! Per-worker counters: written by one worker only, read by the management
+//! core after the fact. Every dropped packet has a reason.
+
+/// Why a packet was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DropReason {
+    /// The frame could not be parsed (truncated, bad lengths, bad checksum of a header we rely on).
+    Malformed,
+    /// Addressed to a VIP, but no forwarding rule matches its protocol and port (SPEC M3).
+    NoRule,
+    /// Addressed to neither a VIP nor the balancer itself: never relayed (SPEC M6).
+    NotOurs,
+    /// A rule matched but its service has no eligible backend (SPEC M14).
+    NoBackend,
+    /// An ICMP error addressed to a VIP quotes a packet that did not come from that VIP.
+    IcmpMismatch,
+    /// The rule is a gateway rule, which this pipeline does not serve yet.
+    GatewayUnsupported,
+    /// Encapsulation failed (no headroom, or the inner frame was unusable).
+    EncapFailed,
+    /// The backend's address family has no tunnel source address on this node.
+    NoTunnelSource,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 8] = [
+        DropReason::Malformed,
+        DropReason::NoRule,
+        DropReason::NotOurs,
+        DropReason::NoBackend,
+        DropReason::IcmpMismatch,
+        DropReason::GatewayUnsupported,
+        DropReason::EncapFailed,
+        DropReason::NoTunnelSource,
+    ];
+
+    /// Metric label.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::NoRule => "no_rule",
+            DropReason::NotOurs => "not_ours",
+            DropReason::NoBackend => "no_backend",
+            DropReason::IcmpMismatch => "icmp_mismatch",
+            DropReason::GatewayUnsupported => "gateway_unsupported",
+            DropReason::EncapFailed => "encap_failed",
+            DropReason::NoTunnelSource => "no_tunnel_source",
+        }
+    }
+}
+
+/// Counters of one child rule (`<rule>-ag0`/`-ag1`, SPEC M5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChildCounters {
+    /// Packets matched.
+    pub packets: u64,
+    /// Bytes matched (as received).
+    pub bytes: u64,
+    /// Flows created.
+    pub new_flows: u64,
+    /// Packets dropped after matching (no backend, encapsulation failures).
+    pub drops: u64,
+}
+
+/// One worker's counters. Aligned to a cache line so that two workers'
+/// counters never share one.
+#[derive(Debug, Clone, Default)]
+#[repr(align(64))]
+pub struct WorkerCounters {
+    /// Packets seen.
+    pub rx_packets: u64,
+    /// Bytes seen.
+    pub rx_bytes: u64,
+    /// Packets sent towards a backend.
+    pub forwarded: u64,
+    /// ARP replies sent for the balancer's addresses.
+    pub arp_replies: u64,
+    /// Packets handed to the host (exception path).
+    pub to_host: u64,
+    /// Packets that followed an existing flow entry.
+    pub flow_hits: u64,
+    /// Flows created.
+    pub new_flows: u64,
+    /// Another worker created the flow first; its entry was used.
+    pub flow_races: u64,
+    /// Flows moved off a backend that no longer takes them (SPEC M11).
+    pub flows_rescheduled: u64,
+    /// New flows forwarded without an entry because the table was full or
+    /// contended (stateless Maglev fallback, SPEC M15).
+    pub stateless: u64,
+    /// Drops by reason, indexed by `DropReason as usize`.
+    pub drops: [u64; DropReason::ALL.len()],
+    /// Per child rule, indexed by child rule id.
+    pub children: Vec<ChildCounters>,
+}
+
+impl WorkerCounters {
+    /// Counters for a snapshot with `children` child rules.
+    pub fn new(children: usize) -> Self {
+        WorkerCounters {
+            children: vec![ChildCounters::default(); children],
+            ..Default::default()
+        }
+    }
+
+    /// Drops for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    /// All drops.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Makes room for a snapshot with `children` child rules (off the packet
+    /// path: call when a new snapshot is picked up).
+    pub fn resize_children(&mut self, children: usize) {
+        if self.children.len() < children {
+            self.children.resize(children, ChildCounters::default());
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Spillway's data-plane pipeline, written against `wire::buf::PacketBuf` so
+//! that DPDK workers, `replay`, tests and fuzzers all run the same code.
+//!
+//! Data flows one way: the management core builds an immutable [`Snapshot`]
+//! (compiled rules, per-service Maglev tables over stable backend slots,
+//! backend states); a worker processes each packet against the snapshot it
+//! loaded for the burst, the shared flow table and a coarse tick, and counts
+//! what it did in its own [`WorkerCounters`]. Nothing here reads a clock,
+//! allocates per packet, locks, or panics on packet contents.
+
+#![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod counters;
+pub mod pipeline;
+pub mod snapshot;
+
+pub use counters::{ChildCounters, DropReason, WorkerCounters};
+pub use pipeline::{Verdict, Worker};
+pub use snapshot::{
+    Backend, BackendState, EndpointHealth, Local, ServicePlan, Snapshot, SnapshotBuilder,
+    SnapshotError,
+};

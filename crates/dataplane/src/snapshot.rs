@@ -1,0 +1,361 @@
+//! The immutable snapshot workers read, and the management-core builder that
+//! makes one from a compiled configuration and endpoint health.
+//!
+//! Flow entries name backends by **slot**: an index into
+//! [`Snapshot::backends`] that the builder keeps stable for a (service name,
+//! endpoint identity) pair across every rebuild and reload, so an established
+//! flow keeps reaching the same backend whatever happens to the order of the
+//! configuration file. A backend that leaves the configuration keeps its slot
+//! in state [`BackendState::Draining`] for the service's
+//! `connection_draining_timeout`, then [`BackendState::Removed`]; slots are
+//! not reused within a process.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId};
+use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, SessionAffinity};
+use flowtable::Tick;
+use maglev::MaglevTable;
+use wire::ethernet::MacAddr;
+use wire::flow::Affinity;
+
+/// What the management core knows about an endpoint's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointHealth {
+    /// Passing its health check (or not checked).
+    pub healthy: bool,
+    /// Weight reported by the health check (SPEC M17); `None` keeps the
+    /// configured weight.
+    pub weight: Option<u16>,
+}
+
+impl EndpointHealth {
+    /// Healthy with the configured weight.
+    pub const HEALTHY: EndpointHealth = EndpointHealth {
+        healthy: true,
+        weight: None,
+    };
+}
+
+/// A backend's state as far as flows are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendState {
+    /// In the configuration and healthy: keeps its flows; new flows if its
+    /// weight is positive.
+    Active,
+    /// Failing its health check: no new flows; existing ones follow the
+    /// service's persistence policy (SPEC M11).
+    Unhealthy,
+    /// Left the configuration: keeps existing flows until the tick `until`,
+    /// no new ones (connection draining, SPEC M11).
+    Draining {
+        /// Last tick of the draining period.
+        until: Tick,
+    },
+    /// Gone: its flows move to another backend.
+    Removed,
+}
+
+/// One backend slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// Where packets for it go.
+    pub addr: IpAddr,
+    /// Next-hop MAC for it (its own for `l2dsr`).
+    pub mac: MacAddr,
+    /// Index of its service in [`Snapshot::services`] (of the snapshot where
+    /// it was last configured).
+    pub service: u32,
+    /// Flow-relevant state.
+    pub state: BackendState,
+}
+
+/// Everything a worker needs about one backend service.
+#[derive(Debug, Clone)]
+pub struct ServicePlan {
+    /// How packets reach its backends.
+    pub delivery: Delivery,
+    /// Session affinity (SPEC M9).
+    pub affinity: Affinity,
+    /// Persistence on unhealthy backends (SPEC M11).
+    pub persistence: ConnectionPersistence,
+    /// What to do without an eligible backend (SPEC M14).
+    pub no_backend_action: NoBackendAction,
+    /// Maglev table over the eligible backends; `None` when there are none.
+    pub table: Option<MaglevTable>,
+    /// Maps the table's endpoint index to a backend slot.
+    pub table_slots: Vec<u32>,
+}
+
+impl ServicePlan {
+    /// The backend slot Maglev picks for `hash`, if any backend is eligible.
+    #[inline]
+    pub fn pick(&self, hash: u64) -> Option<u32> {
+        let table = self.table.as_ref()?;
+        self.table_slots.get(table.lookup(hash) as usize).copied()
+    }
+}
+
+/// The balancer's own addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Local {
+    /// MAC of the port packets leave on.
+    pub mac: MacAddr,
+    /// MAC of the next hop towards backends without their own MAC.
+    pub next_hop_mac: MacAddr,
+    /// Outer source address of IPv4 tunnels.
+    pub tunnel_src_v4: Option<Ipv4Addr>,
+    /// Outer source address of IPv6 tunnels.
+    pub tunnel_src_v6: Option<Ipv6Addr>,
+    /// Addresses of the balancer itself (answered by ARP, handed to the host).
+    pub own_addrs: Vec<IpAddr>,
+}
+
+/// An immutable view of everything the pipeline decides with.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Increases with every build.
+    pub generation: u32,
+    /// The configuration it was built from (rule index, rules, services).
+    pub compiled: Arc<Compiled>,
+    /// Per service, indexed like `compiled.services`.
+    pub services: Vec<ServicePlan>,
+    /// Backend slots (stable across builds).
+    pub backends: Vec<Backend>,
+    /// This node's addresses.
+    pub local: Local,
+}
+
+/// MAC used when neither the configuration nor a device gives one
+/// (offline replays): locally administered, "SPW".
+pub const DEFAULT_MAC: MacAddr = [0x02, 0x53, 0x50, 0x57, 0x00, 0x01];
+
+impl Local {
+    /// The balancer's addresses from `[[ports]]`: packets to backends leave
+    /// through the `backend` port if there is one, else the `uplink` port;
+    /// its MAC (configured, else `device_mac(device)`, else [`DEFAULT_MAC`]),
+    /// its gateway MAC as next hop, and its first address of each family as
+    /// tunnel source. Every configured address is the balancer's own.
+    pub fn from_config(compiled: &Compiled, device_mac: impl Fn(&str) -> Option<MacAddr>) -> Local {
+        use config::schema::PortRole;
+        let ports = &compiled.settings.ports;
+        let out = ports
+            .iter()
+            .find(|p| p.role == PortRole::Backend)
+            .or_else(|| ports.iter().find(|p| p.role == PortRole::Uplink));
+        let mut local = Local {
+            mac: DEFAULT_MAC,
+            own_addrs: ports
+                .iter()
+                .flat_map(|p| p.addresses.iter().map(|a| a.addr))
+                .collect(),
+            ..Local::default()
+        };
+        if let Some(p) = out {
+            local.mac = p
+                .mac
+                .map(|m| m.0)
+                .or_else(|| device_mac(&p.device))
+                .unwrap_or(DEFAULT_MAC);
+            local.next_hop_mac = p.gateway_mac.map(|m| m.0).unwrap_or_default();
+            for a in &p.addresses {
+                match a.addr {
+                    IpAddr::V4(v4) => {
+                        local.tunnel_src_v4.get_or_insert(v4);
+                    }
+                    IpAddr::V6(v6) => {
+                        local.tunnel_src_v6.get_or_insert(v6);
+                    }
+                }
+            }
+        }
+        local
+    }
+}
+
+impl Snapshot {
+    /// Whether `addr` belongs to the balancer itself.
+    pub fn is_own(&self, addr: IpAddr) -> bool {
+        self.local.own_addrs.contains(&addr)
+    }
+}
+
+/// Why a snapshot could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// building a service's Maglev table failed
+    #[error("service {service:?}: cannot build its Maglev table: {source}")]
+    Maglev {
+        /// Service name.
+        service: String,
+        /// The builder's complaint.
+        source: maglev::BuildError,
+    },
+}
+
+#[derive(Debug)]
+struct SlotRecord {
+    backend: Backend,
+    drain_ticks: Tick,
+    seen: bool,
+}
+
+/// Builds snapshots, remembering backend slots between builds.
+#[derive(Debug, Default)]
+pub struct SnapshotBuilder {
+    generation: u32,
+    slots: Vec<SlotRecord>,
+    by_identity: HashMap<(String, String), u32>,
+}
+
+/// Maps configuration affinity onto the flow-key rule of `wire`.
+pub fn affinity(a: SessionAffinity) -> Affinity {
+    match a {
+        SessionAffinity::None => Affinity::None,
+        SessionAffinity::ClientIpProto => Affinity::ClientIpProto,
+        SessionAffinity::ClientIp => Affinity::ClientIp,
+        SessionAffinity::ClientIpPortProto => Affinity::ClientIpPortProto,
+    }
+}
+
+impl SnapshotBuilder {
+    /// A builder with no slots yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds the next snapshot. `health` answers for every endpoint of the
+    /// configuration; `now` is the current tick and `ticks_per_second` the
+    /// tick rate (for draining deadlines).
+    pub fn build(
+        &mut self,
+        compiled: Arc<Compiled>,
+        local: Local,
+        health: impl Fn(ConfigEndpointId) -> EndpointHealth,
+        now: Tick,
+        ticks_per_second: u32,
+    ) -> Result<Snapshot, SnapshotError> {
+        for rec in &mut self.slots {
+            rec.seen = false;
+        }
+        let mut services = Vec::with_capacity(compiled.services.len());
+        for (svc_index, svc) in compiled.services.iter().enumerate() {
+            let svc_id = u32::try_from(svc_index).unwrap_or(u32::MAX);
+            let drain_ticks = ticks(svc.connection_draining_timeout, ticks_per_second);
+            let mut eligible = Vec::new();
+            let mut all = Vec::new();
+            for ep_id in svc.endpoint_ids() {
+                let Some(ep) = compiled.endpoints.get(ep_id.0 as usize) else {
+                    continue;
+                };
+                let h = health(ep_id);
+                let weight = match svc.load_balancing {
+                    LoadBalancing::Maglev => 1,
+                    LoadBalancing::WeightedMaglev => u32::from(h.weight.unwrap_or(ep.weight)),
+                };
+                let backend = Backend {
+                    addr: ep.address,
+                    mac: ep.mac.map(|m| m.0).unwrap_or(local.next_hop_mac),
+                    service: svc_id,
+                    state: if h.healthy {
+                        BackendState::Active
+                    } else {
+                        BackendState::Unhealthy
+                    },
+                };
+                let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
+                let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
+                if weight > 0 {
+                    all.push((slot, maglev::Endpoint { id, weight }));
+                    if h.healthy {
+                        eligible.push((slot, maglev::Endpoint { id, weight }));
+                    }
+                }
+            }
+            // Fail-open (SPEC M23): with every endpoint unhealthy, use them all.
+            if eligible.is_empty() && svc.fail_open {
+                eligible = all;
+            }
+            let (table, table_slots) = if eligible.is_empty() {
+                (None, Vec::new())
+            } else {
+                let eps: Vec<maglev::Endpoint> = eligible.iter().map(|(_, e)| *e).collect();
+                let table =
+                    MaglevTable::build_v1(svc.maglev_table_size, &eps).map_err(|source| {
+                        SnapshotError::Maglev {
+                            service: svc.name.clone(),
+                            source,
+                        }
+                    })?;
+                (Some(table), eligible.iter().map(|(s, _)| *s).collect())
+            };
+            services.push(ServicePlan {
+                delivery: svc.delivery,
+                affinity: affinity(svc.session_affinity),
+                persistence: svc.connection_persistence,
+                no_backend_action: svc.no_backend_action,
+                table,
+                table_slots,
+            });
+        }
+        // Backends that left the configuration drain, then go.
+        for rec in self.slots.iter_mut().filter(|r| !r.seen) {
+            rec.backend.state = match rec.backend.state {
+                BackendState::Active | BackendState::Unhealthy => BackendState::Draining {
+                    until: now.wrapping_add(rec.drain_ticks),
+                },
+                BackendState::Draining { until } if tick_reached(now, until) => {
+                    BackendState::Removed
+                }
+                s => s,
+            };
+        }
+        self.generation = self.generation.wrapping_add(1);
+        Ok(Snapshot {
+            generation: self.generation,
+            compiled,
+            services,
+            backends: self.slots.iter().map(|r| r.backend.clone()).collect(),
+            local,
+        })
+    }
+
+    fn slot_for(
+        &mut self,
+        service: &str,
+        identity: &str,
+        backend: Backend,
+        drain_ticks: Tick,
+    ) -> u32 {
+        let key = (service.to_owned(), identity.to_owned());
+        if let Some(&slot) = self.by_identity.get(&key) {
+            if let Some(rec) = self.slots.get_mut(slot as usize) {
+                rec.backend = backend;
+                rec.drain_ticks = drain_ticks;
+                rec.seen = true;
+                return slot;
+            }
+        }
+        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        self.slots.push(SlotRecord {
+            backend,
+            drain_ticks,
+            seen: true,
+        });
+        self.by_identity.insert(key, slot);
+        slot
+    }
+}
+
+/// Whether the wrapping tick `now` is at or past `deadline`.
+#[inline]
+pub fn tick_reached(now: Tick, deadline: Tick) -> bool {
+    now.wrapping_sub(deadline) < (1 << 31)
+}
+
+fn ticks(d: std::time::Duration, per_second: u32) -> Tick {
+    let t = d.as_millis().saturating_mul(u128::from(per_second)) / 1000;
+    Tick::try_from(t).unwrap_or(Tick::MAX / 2)
+}
