@@ -6,6 +6,7 @@
 mod check_config;
 mod forward;
 mod replay;
+mod run;
 
 use std::process::ExitCode;
 
@@ -27,20 +28,20 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the load balancer daemon.
-    Run(NotYet),
+    Run(run::Args),
     /// Validate a configuration file and print a summary (like `nginx -t`).
     CheckConfig(check_config::Args),
     /// Push a pcap through the exact data-plane pipeline offline and write
     /// the transmitted packets to a pcap.
     Replay(replay::Args),
     /// Show a running daemon's state (over its control socket).
-    Status(NotYet),
+    Status(run::ClientArgs),
     /// Show a running daemon's counters.
-    Stats(NotYet),
+    Stats(run::ClientArgs),
     /// List a running daemon's flow-table entries.
     Flows(NotYet),
     /// Make a running daemon reload its configuration.
-    Reload(NotYet),
+    Reload(run::ClientArgs),
     /// Drain a node, zone or region.
     Drain(NotYet),
     /// Forward frames from one DPDK port to another and report what happened
@@ -69,18 +70,25 @@ fn not_built(name: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+fn exit(r: anyhow::Result<ExitCode>) -> ExitCode {
+    r.unwrap_or_else(|e| {
+        eprintln!("spillway: error: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Forward(args) => forward::run(&args),
-        Command::Run(_) => return not_built("run"),
+        Command::Run(args) => run::run(&args),
         Command::CheckConfig(args) => return check_config::run(&args),
         Command::Replay(args) => replay::run(&args),
-        Command::Status(_) => return not_built("status"),
-        Command::Stats(_) => return not_built("stats"),
+        Command::Status(args) => return exit(run::client("status", &args)),
+        Command::Stats(args) => return exit(run::client("stats", &args)),
         Command::Flows(_) => return not_built("flows"),
-        Command::Reload(_) => return not_built("reload"),
+        Command::Reload(args) => return exit(run::client("reload", &args)),
         Command::Drain(_) => return not_built("drain"),
     };
     match result {

@@ -65,8 +65,8 @@ pub fn run(args: &Args) -> Result<()> {
             1,
         )
         .context("building the snapshot")?;
-    let capacity = compiled.settings.dataplane.flow_table_capacity as usize;
-    let flows = FlowTable::new(flowtable::Config::with_capacity(capacity))
+    let capacity = compiled.settings.dataplane.flow_table_capacity;
+    let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))
         .with_context(|| format!("flow table of {capacity} entries"))?;
     let mut worker = Worker::new(args.seed, compiled.children.len());
 

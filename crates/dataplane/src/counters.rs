@@ -90,6 +90,10 @@ pub struct WorkerCounters {
     /// New flows forwarded without an entry because the table was full or
     /// contended (stateless Maglev fallback, SPEC M15).
     pub stateless: u64,
+    /// Packets the device did not take at TX (freed).
+    pub tx_dropped: u64,
+    /// Packets for the host dropped because no exception port is configured.
+    pub host_dropped: u64,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
     /// Per child rule, indexed by child rule id.

@@ -22,5 +22,5 @@ pub use counters::{ChildCounters, DropReason, WorkerCounters};
 pub use pipeline::{Verdict, Worker};
 pub use snapshot::{
     Backend, BackendState, EndpointHealth, Local, ServicePlan, Snapshot, SnapshotBuilder,
-    SnapshotError,
+    SnapshotError, flow_table_config,
 };

@@ -299,6 +299,20 @@ impl<const N: usize> MbufBurst<N> {
         Some(unsafe { self.bufs[self.len].assume_init_read() })
     }
 
+    /// Moves every held mbuf out, in order, to `f(index, mbuf)`; the burst is
+    /// empty afterwards. (Used to sort a received burst into TX bursts.)
+    #[inline]
+    pub fn drain_each(&mut self, mut f: impl FnMut(usize, Mbuf)) {
+        let len = std::mem::replace(&mut self.len, 0);
+        for i in 0..len {
+            // SAFETY: slots below the old len are initialised; len is already
+            // 0, so each is moved out exactly once (should `f` panic, the rest
+            // leak rather than being freed twice).
+            let m = unsafe { self.bufs[i].assume_init_read() };
+            f(i, m);
+        }
+    }
+
     /// The held mbufs.
     #[inline]
     pub fn as_slice(&self) -> &[Mbuf] {

@@ -1,0 +1,363 @@
+//! The management core (SPEC §1): everything slow, on its own thread.
+//!
+//! It owns the configuration and the [`SnapshotBuilder`]; it publishes each
+//! new [`Snapshot`] with `arc-swap`, which workers load once per burst
+//! (RCU-style: a worker finishes its burst on the snapshot it started with,
+//! the old one is freed when the last worker lets go). It advances the coarse
+//! clock workers stamp flows with, ages the flow table a slice at a time, and
+//! reads the counters workers publish. Workers never call into it.
+//!
+//! A reload that fails validation changes nothing: the running snapshot
+//! stays, the errors are returned to the caller and logged (SPEC M38).
+
+#![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod socket;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use config::Compiled;
+use dataplane::{
+    BackendState, DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, WorkerCounters,
+};
+use flowtable::FlowTable;
+
+/// What workers and the management core share.
+pub struct Shared {
+    /// The snapshot workers use; replaced whole on reload.
+    pub snapshot: ArcSwap<Snapshot>,
+    /// The connection table.
+    pub flows: FlowTable,
+    /// Current coarse tick (seconds since start).
+    pub now: AtomicU32,
+    /// Set to stop the workers.
+    pub stop: AtomicBool,
+    /// Each worker's last published counters (written by that worker with
+    /// `try_lock` every ~100 ms, never per packet).
+    pub published: Vec<Mutex<WorkerCounters>>,
+}
+
+/// Why the management core could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// the flow table could not be allocated
+    #[error("flow table: {0}")]
+    FlowTable(#[from] flowtable::ConfigError),
+    /// the first snapshot could not be built
+    #[error("{0}")]
+    Snapshot(#[from] dataplane::SnapshotError),
+}
+
+/// The management core's state.
+pub struct Manager {
+    path: PathBuf,
+    builder: SnapshotBuilder,
+    shared: Arc<Shared>,
+    local: Local,
+    started: Instant,
+    compiled: Arc<Compiled>,
+    reloads_ok: u64,
+    reloads_failed: u64,
+    last_error: Option<String>,
+    last_rebuild: u32,
+    sweep_stats: flowtable::SweepStats,
+}
+
+/// Buckets aged per management tick: bounded so a tick stays short.
+const SWEEP_BUDGET: usize = 1 << 14;
+
+impl Manager {
+    /// Starts from a loaded configuration (`path` is re-read on reload).
+    pub fn start(
+        path: &Path,
+        compiled: Compiled,
+        local: Local,
+        workers: usize,
+    ) -> Result<(Manager, Arc<Shared>), StartError> {
+        let compiled = Arc::new(compiled);
+        let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))?;
+        let mut builder = SnapshotBuilder::new();
+        let snap = builder.build(
+            compiled.clone(),
+            local.clone(),
+            |_| EndpointHealth::HEALTHY,
+            0,
+            1,
+        )?;
+        let children = snap.compiled.children.len();
+        let shared = Arc::new(Shared {
+            snapshot: ArcSwap::from_pointee(snap),
+            flows,
+            now: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            published: (0..workers)
+                .map(|_| Mutex::new(WorkerCounters::new(children)))
+                .collect(),
+        });
+        let mgr = Manager {
+            path: path.to_owned(),
+            builder,
+            shared: shared.clone(),
+            local,
+            started: Instant::now(),
+            compiled,
+            reloads_ok: 0,
+            reloads_failed: 0,
+            last_error: None,
+            last_rebuild: 0,
+            sweep_stats: flowtable::SweepStats::default(),
+        };
+        Ok((mgr, shared))
+    }
+
+    /// The current tick.
+    pub fn now(&self) -> u32 {
+        u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// Re-reads, validates and compiles the configuration file and, if it is
+    /// valid, publishes a snapshot built from it. Returns the new generation,
+    /// or every error (the running configuration stays).
+    pub fn reload(&mut self) -> Result<u32, String> {
+        let t0 = Instant::now();
+        let loaded = match config::load(&self.path) {
+            Ok(l) => l,
+            Err(e) => return Err(self.reload_failed(e.to_string())),
+        };
+        let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
+        let compiled = Arc::new(loaded.compiled);
+        match self.publish(compiled.clone()) {
+            Ok(generation) => {
+                self.compiled = compiled;
+                self.reloads_ok += 1;
+                self.last_error = None;
+                for w in &loaded.warnings {
+                    log::warn!("{}: {w}", self.path.display());
+                }
+                if let Some(what) = restart_needed {
+                    log::warn!("reload: {what} changed; that takes effect at the next restart");
+                }
+                log::info!(
+                    "reload: generation {generation} live in {:.1} ms",
+                    t0.elapsed().as_secs_f64() * 1e3
+                );
+                Ok(generation)
+            }
+            Err(e) => Err(self.reload_failed(e)),
+        }
+    }
+
+    fn reload_failed(&mut self, e: String) -> String {
+        self.reloads_failed += 1;
+        log::error!("reload rejected; the running configuration stays:\n{e}");
+        self.last_error = Some(e.clone());
+        e
+    }
+
+    fn publish(&mut self, compiled: Arc<Compiled>) -> Result<u32, String> {
+        let now = self.now();
+        let snap = self
+            .builder
+            .build(
+                compiled,
+                self.local.clone(),
+                |_| EndpointHealth::HEALTHY,
+                now,
+                1,
+            )
+            .map_err(|e| e.to_string())?;
+        let generation = snap.generation;
+        self.shared.snapshot.store(Arc::new(snap));
+        self.last_rebuild = now;
+        Ok(generation)
+    }
+
+    /// Periodic work: advance the clock, age a slice of the flow table, and
+    /// retire draining backends whose period is over.
+    pub fn tick(&mut self) {
+        let now = self.now();
+        self.shared.now.store(now, Ordering::Relaxed);
+        let s = self.shared.flows.sweep(now, SWEEP_BUDGET);
+        self.sweep_stats.expired += s.expired;
+        let draining = self
+            .shared
+            .snapshot
+            .load()
+            .backends
+            .iter()
+            .any(|b| matches!(b.state, BackendState::Draining { .. }));
+        if draining && now != self.last_rebuild {
+            if let Err(e) = self.publish(self.compiled.clone()) {
+                log::error!("rebuilding the snapshot: {e}");
+            }
+        }
+    }
+
+    /// Sum of every worker's last published counters.
+    pub fn counters(&self) -> WorkerCounters {
+        let mut total = WorkerCounters::new(self.compiled.children.len());
+        for slot in &self.shared.published {
+            let c = match slot.lock() {
+                Ok(g) => g.clone(),
+                Err(p) => p.into_inner().clone(),
+            };
+            add(&mut total, &c);
+        }
+        total
+    }
+
+    /// `spillway status`.
+    pub fn status(&self) -> String {
+        let snap = self.shared.snapshot.load();
+        let occ = self.shared.flows.occupancy();
+        let mut out = format!(
+            "node {} (region {}, zone {})\nuptime {} s, snapshot generation {}, reloads {} ok / {} rejected\n",
+            self.compiled.node.name,
+            self.compiled
+                .regions
+                .get(self.compiled.node.region.index())
+                .map_or("?", String::as_str),
+            self.compiled
+                .zones
+                .get(self.compiled.node.zone.index())
+                .map_or("?", String::as_str),
+            self.now(),
+            snap.generation,
+            self.reloads_ok,
+            self.reloads_failed
+        );
+        out += &format!(
+            "flow table: {} live of {} ({} half-open)\n",
+            occ.live,
+            self.shared.flows.capacity(),
+            occ.half_open
+        );
+        for (svc, plan) in self.compiled.services.iter().zip(&snap.services) {
+            let eligible = plan.table_slots.len();
+            out += &format!(
+                "service {}: {} ({eligible} eligible backends)\n",
+                svc.name, svc.delivery
+            );
+        }
+        for (i, b) in snap.backends.iter().enumerate() {
+            out += &format!("  backend {i}: {} {:?}\n", b.addr, b.state);
+        }
+        if let Some(e) = &self.last_error {
+            out += &format!("last reload error:\n{e}\n");
+        }
+        out
+    }
+
+    /// `spillway stats`.
+    pub fn stats(&self) -> String {
+        let c = self.counters();
+        let mut out = format!(
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; to host {} (dropped without exception port {}); tx dropped {}\n",
+            c.rx_packets,
+            c.rx_bytes,
+            c.forwarded,
+            c.arp_replies,
+            c.to_host,
+            c.host_dropped,
+            c.tx_dropped
+        );
+        out += &format!(
+            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless; {} expired by ageing\n",
+            c.new_flows,
+            c.flow_hits,
+            c.flow_races,
+            c.flows_rescheduled,
+            c.stateless,
+            self.sweep_stats.expired
+        );
+        for r in DropReason::ALL {
+            out += &format!("drop {}: {}\n", r.name(), c.dropped(r));
+        }
+        for (child, cc) in self.compiled.children.iter().zip(&c.children) {
+            out += &format!(
+                "rule {}: {} packets {} bytes {} new flows {} drops\n",
+                child.name, cc.packets, cc.bytes, cc.new_flows, cc.drops
+            );
+        }
+        out
+    }
+
+    /// Runs the management loop on the calling thread until `stop` is set:
+    /// ticks every `period`, reloads when `reload` is set (SIGHUP), serves
+    /// the control socket if there is one.
+    pub fn run(
+        &mut self,
+        period: Duration,
+        reload: &AtomicBool,
+        stop: &AtomicBool,
+        socket: Option<&socket::ControlSocket>,
+    ) {
+        while !stop.load(Ordering::Relaxed) {
+            if reload.swap(false, Ordering::AcqRel) {
+                let _ = self.reload();
+            }
+            if let Some(s) = socket {
+                s.serve_pending(self);
+            }
+            self.tick();
+            std::thread::sleep(period);
+        }
+        self.shared.stop.store(true, Ordering::Release);
+    }
+}
+
+fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
+    total.rx_packets += c.rx_packets;
+    total.rx_bytes += c.rx_bytes;
+    total.forwarded += c.forwarded;
+    total.arp_replies += c.arp_replies;
+    total.to_host += c.to_host;
+    total.flow_hits += c.flow_hits;
+    total.new_flows += c.new_flows;
+    total.flow_races += c.flow_races;
+    total.flows_rescheduled += c.flows_rescheduled;
+    total.stateless += c.stateless;
+    total.tx_dropped += c.tx_dropped;
+    total.host_dropped += c.host_dropped;
+    for (t, d) in total.drops.iter_mut().zip(&c.drops) {
+        *t += d;
+    }
+    total.resize_children(c.children.len());
+    for (t, cc) in total.children.iter_mut().zip(&c.children) {
+        t.packets += cc.packets;
+        t.bytes += cc.bytes;
+        t.new_flows += cc.new_flows;
+        t.drops += cc.drops;
+    }
+}
+
+/// Settings a reload cannot change in a running process (cores, ports, EAL).
+fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static str> {
+    let (a, b) = (&old.settings.dataplane, &new.settings.dataplane);
+    if a.eal_args != b.eal_args {
+        Some("[dataplane].eal_args")
+    } else if a.worker_cores != b.worker_cores || a.management_core != b.management_core {
+        Some("[dataplane] cores")
+    } else if a.flow_table_capacity != b.flow_table_capacity || a.mbufs != b.mbufs {
+        Some("[dataplane] sizes")
+    } else if old.settings.ports.len() != new.settings.ports.len()
+        || old
+            .settings
+            .ports
+            .iter()
+            .zip(&new.settings.ports)
+            .any(|(x, y)| x.device != y.device)
+    {
+        Some("[[ports]]")
+    } else {
+        None
+    }
+}
