@@ -1,27 +1,11 @@
 #!/usr/bin/env bash
-# Spillway's main job, runnable on any machine of this kind: builds the
-# release binary and forwards a packet set between two DPDK virtual devices
-# (net_pcap in, net_pcap out), then checks every frame came out unchanged.
-# (It grows into the full network-namespace lab of SPEC M45.)
+# Spillway's main job on one machine: the network-namespace lab of SPEC M45.
+# Builds the release binary, creates a client, a router, the balancer on DPDK
+# net_af_packet ports and three backends running real HTTP servers, sends
+# 300 HTTP requests from the client through the VIP, prints how they spread
+# over the backends and what the balancer counted, and cleans everything up
+# (also on Ctrl-C).
+#
+#   scripts/demo.sh [gue|ipip]      delivery mode (default gue)
 set -euo pipefail
-
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/lib.sh
-
-scripts/setup.sh
-ensure_cargo
-say "building spillway (release)"
-cargo build --release --quiet
-
-work="$(mktemp -d /tmp/spillway-demo.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-count="${1:-100000}"
-python3 scripts/pcap.py gen "$work/in.pcap" --count "$count" --flows 4096
-
-# shellcheck disable=SC2046
-./target/release/spillway forward --rx net_pcap0 --tx net_pcap1 -- \
-    -l 0 $(eal_memory_args) --no-pci --no-telemetry --log-level=lib.eal:warning \
-    --vdev="net_pcap0,rx_pcap=$work/in.pcap" --vdev="net_pcap1,tx_pcap=$work/out.pcap"
-
-python3 scripts/pcap.py same "$work/in.pcap" "$work/out.pcap"
-say "demo done: DPDK is up on this machine and Spillway moved every packet"
+exec "$(dirname "${BASH_SOURCE[0]}")/lab.sh" demo "${1:-gue}"

@@ -20,8 +20,9 @@ source "$here/lib.sh"
 #   clang libclang-dev    bindgen
 #   build-essential       cc for the static-inline wrappers
 #   iproute2 ethtool      namespaces and veth pairs in tests and the lab
-#   python3               scripts/pcap.py
-PACKAGES=(libdpdk-dev dpdk-dev dpdk pkg-config clang libclang-dev build-essential iproute2 ethtool python3)
+#   python3               scripts/pcap.py, the lab's HTTP servers
+#   curl                  the lab demo's client
+PACKAGES=(libdpdk-dev dpdk-dev dpdk pkg-config clang libclang-dev build-essential iproute2 ethtool python3 curl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

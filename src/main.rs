@@ -44,6 +44,9 @@ enum Command {
     Reload(run::ClientArgs),
     /// Drain a node, zone or region.
     Drain(NotYet),
+    /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels through a TUN
+    /// device to servers listening on the VIP.
+    Decap(decap::daemon::Args),
     /// Forward frames from one DPDK port to another and report what happened
     /// (bring-up check for DPDK, drivers and hugepages on this host).
     Forward(forward::Args),
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Forward(args) => forward::run(&args),
+        Command::Decap(args) => decap::daemon::run(&args),
         Command::Run(args) => run::run(&args),
         Command::CheckConfig(args) => return check_config::run(&args),
         Command::Replay(args) => replay::run(&args),
