@@ -152,6 +152,28 @@ impl RuleIndex {
         }
     }
 
+    /// The rule for an IP fragment to `dst` with protocol `proto` (SPEC
+    /// M13). A fragment carries no usable port (later fragments have none),
+    /// so every fragment of a datagram, the first included, must get the
+    /// same answer without looking at ports: the rule that takes the
+    /// protocol on all ports (or `L3_DEFAULT`) if there is one, otherwise the
+    /// protocol's only rule on this VIP if exactly one rule serves it there;
+    /// otherwise none (drop: the fragments cannot be told apart).
+    pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {
+        if let Some(m) = self.lookup(dst, proto, None) {
+            return Some(m);
+        }
+        let i = self.vips.binary_search_by(|v| v.addr.cmp(&dst)).ok()?;
+        let v = &self.vips[i];
+        let intervals = match proto {
+            TCP => &v.tcp,
+            UDP => &v.udp,
+            _ => return None,
+        };
+        let first = intervals.first()?.hit;
+        intervals.iter().all(|x| x.hit == first).then_some(first)
+    }
+
     /// Whether `addr` is a VIP this node serves (it answers ARP/NDP for it
     /// and counts unmatched traffic as "VIP, no rule" rather than "not ours").
     pub fn is_vip(&self, addr: IpAddr) -> bool {

@@ -141,35 +141,29 @@ impl Worker {
         // backend sent from the VIP), so PMTU discovery reaches the flow's
         // backend (SPEC M13). Fragments carry no usable port (M13: all
         // fragments of a datagram take one path).
-        let (proto, port, is_icmp_error) = match &info.icmp {
+        let (proto, port, fragment, is_icmp_error) = match &info.icmp {
             Some(IcmpInfo {
                 quoted: Some(q), ..
             }) => {
                 if unmap(&q.src) != dst {
                     return Verdict::Drop(DropReason::IcmpMismatch);
                 }
-                (
-                    q.proto,
-                    if q.fragment {
-                        None
-                    } else {
-                        q.ports.map(|(s, _)| s)
-                    },
-                    true,
-                )
+                (q.proto, q.ports.map(|(s, _)| s), q.fragment, true)
             }
             _ => (
                 info.proto,
-                if info.fragment.is_fragment() {
-                    None
-                } else {
-                    info.ports.map(|(_, d)| d)
-                },
+                info.ports.map(|(_, d)| d),
+                info.fragment.is_fragment(),
                 false,
             ),
         };
         let index = &snap.compiled.rule_index;
-        let Some(m) = index.lookup(dst, proto, port) else {
+        let rule = if fragment {
+            index.lookup_fragment(dst, proto)
+        } else {
+            index.lookup(dst, proto, port)
+        };
+        let Some(m) = rule else {
             return if index.is_vip(dst) {
                 Verdict::Drop(DropReason::NoRule)
             } else if snap.is_own(dst) {

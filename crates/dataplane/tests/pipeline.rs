@@ -601,3 +601,137 @@ endpoints = [{ address = "10.0.2.22" }]
     assert_eq!(backend_of(&out, &u).to_string(), "10.0.2.22");
     assert_eq!(lab.worker.counters.new_flows, 2);
 }
+
+/// IPv4 fragment of a UDP datagram: `offset` in 8-byte units, `more` = MF.
+fn udp_fragment(id: u16, offset: u16, more: bool, payload: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0];
+    ip[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    ip[4..6].copy_from_slice(&id.to_be_bytes());
+    ip[6..8].copy_from_slice(&(offset | if more { 0x2000 } else { 0 }).to_be_bytes());
+    ip.extend_from_slice(&CLIENT);
+    ip.extend_from_slice(&VIP);
+    let c = csum(0, &ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(payload);
+    eth(&ip)
+}
+
+#[test]
+fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
+    let mut lab = Lab::new("ipip");
+    for id in 0..40u16 {
+        // First fragment: UDP header (port 53) + 8 bytes; second: the rest.
+        let mut first_payload = vec![0x13, 0x88, 0, 53, 0, 24, 0, 0];
+        first_payload.extend_from_slice(&[0xaa; 8]);
+        let first = udp_fragment(1000 + id, 0, true, &first_payload);
+        let second = udp_fragment(1000 + id, 2, false, &[0xbb; 8]);
+        let (order_a, order_b) = if id % 2 == 0 {
+            (&first, &second)
+        } else {
+            (&second, &first)
+        };
+        let (va, out_a) = lab.run(order_a, 1);
+        let (vb, out_b) = lab.run(order_b, 1);
+        assert_eq!(
+            (va, vb),
+            (Verdict::Forward, Verdict::Forward),
+            "datagram {id}"
+        );
+        assert_eq!(
+            backend_of(&out_a, order_a),
+            backend_of(&out_b, order_b),
+            "datagram {id}: one backend for both fragments"
+        );
+    }
+    // A fragment for a protocol with two rules on the VIP cannot be placed.
+    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
+        "[[backend_services]]",
+        "[[forwarding_rules]]\nname = \"dns2\"\nvips = [\"10.0.0.10\"]\nprotocol = \"UDP\"\nports = 5353\nbackend_service = \"web\"\n\n[[backend_services]]",
+    );
+    let mut lab = Lab::with(&cfg, 64);
+    let frag = udp_fragment(7, 2, false, &[0xbb; 8]);
+    assert_eq!(lab.run(&frag, 1).0, Verdict::Drop(DropReason::NoRule));
+}
+
+#[test]
+fn ipv6_vips_are_served_over_ipv6_tunnels() {
+    let cfg = r#"
+[node]
+name = "t"
+region = "r"
+zone = "z"
+
+[[ports]]
+name = "up"
+device = "net_ring0"
+role = "uplink"
+addresses = ["fd00::2/64"]
+
+[[forwarding_rules]]
+name = "web6"
+vips = ["fd00::10"]
+protocol = "TCP"
+ports = "443"
+backend_service = "web6"
+
+[[backend_services]]
+name = "web6"
+delivery = "ipip"
+[[backend_services.groups]]
+name = "a"
+region = "r"
+zone = "z"
+endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
+"#;
+    let mut builder = SnapshotBuilder::new();
+    let mut v6_local = local();
+    v6_local.tunnel_src_v6 = Some("fd00:1::2".parse().expect("v6"));
+    let snap = builder
+        .build(compiled(cfg), v6_local, |_| EndpointHealth::HEALTHY, 0, 1)
+        .expect("snapshot");
+    let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("table");
+    let mut worker = Worker::new(1, snap.compiled.children.len());
+    // Ethernet/IPv6/TCP SYN [2001:db8::7]:40000 -> [fd00::10]:443.
+    let src: [u8; 16] = "2001:db8::7"
+        .parse::<std::net::Ipv6Addr>()
+        .expect("v6")
+        .octets();
+    let dst: [u8; 16] = "fd00::10"
+        .parse::<std::net::Ipv6Addr>()
+        .expect("v6")
+        .octets();
+    let mut tcp = vec![0u8; 20];
+    tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    tcp[2..4].copy_from_slice(&443u16.to_be_bytes());
+    tcp[12] = 0x50;
+    tcp[13] = SYN;
+    let mut frame = LB_MAC.to_vec();
+    frame.extend_from_slice(&CLIENT_MAC);
+    frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 20, 6, 64]);
+    frame.extend_from_slice(&src);
+    frame.extend_from_slice(&dst);
+    frame.extend_from_slice(&tcp);
+    let mut buf = MemBuf::new([0u8; 2048], 128, &frame).expect("fits");
+    assert_eq!(worker.process(&snap, &flows, 1, &mut buf), Verdict::Forward);
+    let out = buf.data().to_vec();
+    let t = parse_tunnel(&out, &DecapConfig::default()).expect("6in6 tunnel");
+    assert_eq!(t.kind, TunnelKind::IpIp);
+    assert!(t.inner_v6);
+    assert!(["fd00:1::11", "fd00:1::12"].contains(&t.dst_ip.to_string().as_str()));
+    assert_eq!(
+        &out[t.inner_offset..t.inner_offset + t.inner_len],
+        &frame[14..]
+    );
+    // The same VIP over IPv4 tunnels has no source address: counted, not sent.
+    let mut no_src = local();
+    no_src.tunnel_src_v6 = None;
+    let snap = SnapshotBuilder::new()
+        .build(compiled(cfg), no_src, |_| EndpointHealth::HEALTHY, 0, 1)
+        .expect("snapshot");
+    let mut buf = MemBuf::new([0u8; 2048], 128, &frame).expect("fits");
+    let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("table");
+    assert_eq!(
+        worker.process(&snap, &flows, 1, &mut buf),
+        Verdict::Drop(DropReason::NoTunnelSource)
+    );
+}
