@@ -76,9 +76,24 @@ lab_up() {
         nsx "$R" ip link set "s${T}r$i" up
         mkdir -p "$dir/www$i"
         echo "backend$i" >"$dir/www$i/index.html"
-        nsx "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" >"$dir/http$i.log" 2>&1 &
+        ip netns exec "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" >"$dir/http$i.log" 2>&1 &
         echo $! >"$dir/http$i.pid"
-        nsx "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip >"$dir/decap$i.log" 2>&1 &
+        # A line echo server on port 7 that names its backend: long-lived
+        # connections for the reload tests.
+        ip netns exec "$B" python3 -c '
+import socketserver, sys
+name = sys.argv[1].encode()
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self):
+        for line in self.rfile:
+            self.wfile.write(name + b" " + line)
+            self.wfile.flush()
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.daemon_threads = True
+socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
+' "backend$i" >"$dir/echo$i.log" 2>&1 &
+        echo $! >"$dir/echo$i.pid"
+        ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
         endpoints+="  { address = \"$addr\" },"$'\n'
     done
@@ -127,9 +142,17 @@ protocol = "TCP"
 ports = 80
 backend_service = "web"
 
+[[forwarding_rules]]
+name = "echo"
+vips = ["$VIP"]
+protocol = "TCP"
+ports = 7
+backend_service = "web"
+
 [[backend_services]]
 name = "web"
 delivery = "$mode"
+connection_draining_timeout = "300s"
 
 [[backend_services.groups]]
 name = "lab-a"
@@ -141,7 +164,7 @@ $endpoints]
 [control]
 socket = "$dir/control.sock"
 TOML
-    nsx "$L" "$bin/spillway" run --config "$dir/lab.toml" >"$dir/spillway.log" 2>&1 &
+    ip netns exec "$L" "$bin/spillway" run --config "$dir/lab.toml" >"$dir/spillway.log" 2>&1 &
     echo $! >"$dir/spillway.pid"
     for _ in $(seq 100); do
         [ -S "$dir/control.sock" ] && return 0
@@ -168,7 +191,11 @@ lab_down() {
         [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
         rm -f "$f"
     done
-    for ns in c r lb b1 b2 b3; do ip netns del "spw${T}$ns" 2>/dev/null || true; done
+    # Anything still running in the lab's namespaces goes too.
+    for ns in c r lb b1 b2 b3; do
+        ip netns pids "spw${T}$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "spw${T}$ns" 2>/dev/null || true
+    done
     rm -f "$dir/tag"
 }
 

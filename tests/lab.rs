@@ -166,3 +166,181 @@ fn lab_gue_real_tcp_clients_reach_real_servers() {
 fn lab_ipip_real_tcp_clients_reach_real_servers() {
     through_the_balancer("ipip");
 }
+
+/// Runs `f` on a new thread inside the lab's client namespace.
+fn in_client<T: Send + 'static>(
+    lab: &Lab,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{}", lab.ns("c"));
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).expect("open netns");
+        // SAFETY: setns with a valid namespace fd only moves this thread.
+        let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+fn stats(lab: &Lab) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["stats", "--socket"])
+        .arg(lab.dir.join("control.sock"))
+        .output()
+        .expect("spillway stats");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn lab_reload_under_load_is_hitless() {
+    use std::io::BufRead;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let lab = Lab::up("gue");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reloaded = Arc::new(AtomicBool::new(false));
+
+    // 30 long-lived connections, each echoing a line every 20 ms.
+    let stop_l = stop.clone();
+    let long = in_client(&lab, move || {
+        let vip: SocketAddrV4 = "198.18.10.10:7".parse().expect("vip");
+        let mut conns = Vec::new();
+        for _ in 0..30 {
+            let s =
+                TcpStream::connect_timeout(&vip.into(), Duration::from_secs(5)).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let r = std::io::BufReader::new(s.try_clone().expect("clone"));
+            conns.push((s, r, String::new()));
+        }
+        let (mut rounds, mut failures) = (0u64, Vec::new());
+        while !stop_l.load(Ordering::Relaxed) {
+            for (i, (s, r, backend)) in conns.iter_mut().enumerate() {
+                let mut line = String::new();
+                let ok = s.write_all(format!("ping {rounds}\n").as_bytes()).is_ok()
+                    && r.read_line(&mut line).is_ok();
+                let name = line.split(' ').next().unwrap_or("").to_owned();
+                if !ok || !line.ends_with(&format!("ping {rounds}\n")) {
+                    failures.push(format!("connection {i} round {rounds}: {line:?}"));
+                } else if backend.is_empty() {
+                    *backend = name;
+                } else if *backend != name {
+                    failures.push(format!("connection {i} moved from {backend} to {name}"));
+                }
+            }
+            rounds += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let backends: Vec<String> = conns.into_iter().map(|c| c.2).collect();
+        (rounds, failures, backends)
+    });
+
+    // New HTTP connections all along; remember which came after the reload.
+    let (stop_n, reloaded_n) = (stop.clone(), reloaded.clone());
+    let fresh = in_client(&lab, move || {
+        let vip: SocketAddrV4 = "198.18.10.10:80".parse().expect("vip");
+        let mut seen = Vec::new();
+        while !stop_n.load(Ordering::Relaxed) {
+            let after = reloaded_n.load(Ordering::Acquire);
+            let get = || -> std::io::Result<String> {
+                let mut s = TcpStream::connect_timeout(&vip.into(), Duration::from_secs(5))?;
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+                let mut resp = String::new();
+                s.read_to_string(&mut resp)?;
+                Ok(resp
+                    .rsplit("\r\n\r\n")
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned())
+            };
+            seen.push((after, get().unwrap_or_else(|e| format!("FAILED: {e}"))));
+        }
+        seen
+    });
+
+    std::thread::sleep(Duration::from_secs(2));
+    // Change weights and remove backend3, then reload through the socket.
+    let cfg_path = lab.dir.join("lab.toml");
+    let cfg = std::fs::read_to_string(&cfg_path)
+        .expect("lab.toml")
+        .replace("{ address = \"198.18.13.2\" },\n", "")
+        .replace(
+            "{ address = \"198.18.11.2\" }",
+            "{ address = \"198.18.11.2\", weight = 300 }",
+        );
+    assert!(!cfg.contains("198.18.13.2"));
+    std::fs::write(&cfg_path, cfg).expect("write lab.toml");
+    let before = stats(&lab);
+    let r = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["reload", "--socket"])
+        .arg(lab.dir.join("control.sock"))
+        .output()
+        .expect("reload");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    reloaded.store(true, Ordering::Release);
+    // An invalid configuration during the same run is rejected; traffic goes on.
+    std::fs::write(lab.dir.join("bad.toml"), "[node]\nname = 1\n").expect("bad");
+    let bad = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["check-config"])
+        .arg(lab.dir.join("bad.toml"))
+        .output()
+        .expect("check");
+    assert!(!bad.status.success());
+    let good = std::fs::read_to_string(&cfg_path).expect("cfg");
+    std::fs::write(&cfg_path, "[node]\nname = 1\n").expect("break config");
+    let r = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["reload", "--socket"])
+        .arg(lab.dir.join("control.sock"))
+        .output()
+        .expect("reload");
+    assert_eq!(r.status.code(), Some(1), "an invalid reload is refused");
+    std::fs::write(&cfg_path, good).expect("restore config");
+    std::thread::sleep(Duration::from_secs(5));
+    stop.store(true, Ordering::Release);
+
+    let (rounds, failures, backends) = long.join().expect("long-lived connections");
+    let seen = fresh.join().expect("new connections");
+    assert!(rounds >= 5, "{rounds} rounds");
+    assert!(
+        failures.is_empty(),
+        "established connections broke: {failures:?}"
+    );
+    assert!(
+        backends.iter().any(|b| b == "backend3"),
+        "some long-lived connection was on the removed backend: {backends:?}"
+    );
+    let failed: Vec<_> = seen
+        .iter()
+        .filter(|(_, b)| b.starts_with("FAILED"))
+        .collect();
+    assert!(failed.is_empty(), "new connections failed: {failed:?}");
+    let after: Vec<_> = seen.iter().filter(|(a, _)| *a).collect();
+    assert!(
+        after.len() >= 10 && seen.len() >= after.len() + 10,
+        "{} before, {} after",
+        seen.len() - after.len(),
+        after.len()
+    );
+    assert!(
+        after.iter().all(|(_, b)| b != "backend3"),
+        "a new connection reached the removed backend"
+    );
+    let after_stats = stats(&lab);
+    for reason in ["malformed", "no_rule", "no_backend", "encap_failed"] {
+        let line = |s: &str| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("drop {reason}:")))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            line(&before),
+            line(&after_stats),
+            "drop {reason} changed over the reload"
+        );
+        assert_eq!(line(&after_stats), Some(format!("drop {reason}: 0")));
+    }
+    assert!(after_stats.contains("tx dropped 0"), "{after_stats}");
+}

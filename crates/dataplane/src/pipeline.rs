@@ -200,8 +200,20 @@ impl Worker {
             _ => ProtoClass::Other,
         };
 
+        // A bare SYN opens a new connection even when an entry exists for its
+        // 5-tuple (a reused client port, a closed predecessor, a retried
+        // handshake): it may only follow the entry to a backend that still
+        // takes new connections, and never revives a closed one.
+        let syn_only = class == ProtoClass::Tcp
+            && !is_icmp_error
+            && info.tcp_flags.contains(Flags::SYN)
+            && !info.tcp_flags.contains(Flags::ACK);
         let chosen = match flows.lookup_touch(&fkey, hash, now) {
-            Some(hit) if self.keeps(snap, plan, hit.entry.backend, class, now) => {
+            Some(hit)
+                if self.keeps(snap, plan, hit.entry.backend, class, now)
+                    && (!syn_only
+                        || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags)) =>
+            {
                 self.counters.flow_hits += 1;
                 if class == ProtoClass::Tcp && !is_icmp_error {
                     let set = tcp_flag_bits(info.tcp_flags);
@@ -278,6 +290,16 @@ impl Worker {
             Some(BackendState::Draining { until }) => !tick_reached(now, until),
             Some(BackendState::Removed) | None => false,
         }
+    }
+
+    /// Whether a SYN may follow an existing entry: its backend is active and
+    /// the previous connection on the tuple was not closed.
+    fn takes_new_connection(&self, snap: &Snapshot, slot: u32, flags: EntryFlags) -> bool {
+        let active = matches!(
+            snap.backends.get(slot as usize).map(|b| b.state),
+            Some(BackendState::Active)
+        );
+        active && !flags.contains(EntryFlags::FIN) && !flags.contains(EntryFlags::RST)
     }
 
     /// Picks a backend for a flow without a usable entry and records it.

@@ -735,3 +735,51 @@ endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
         Verdict::Drop(DropReason::NoTunnelSource)
     );
 }
+
+#[test]
+fn a_new_syn_never_follows_an_entry_to_a_draining_backend() {
+    let four = config("ipip", true, "DEFAULT_FOR_PROTOCOL");
+    let mut lab = Lab::with(&four, 4096);
+    let mut port = 30000u16;
+    let port = loop {
+        let f = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let (_, out) = lab.run(&f, 1);
+        if backend_of(&out, &f).to_string() == "10.0.1.14" {
+            break port;
+        }
+        port += 1;
+    };
+    lab.rebuild(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), |_| true, 2);
+    let ack = eth(&tcp(CLIENT, port, VIP, 80, ACK));
+    let (_, out) = lab.run(&ack, 3);
+    assert_eq!(
+        backend_of(&out, &ack).to_string(),
+        "10.0.1.14",
+        "the established connection drains"
+    );
+    // The client reuses the port for a new connection: a SYN on the tuple.
+    let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+    let (_, out) = lab.run(&syn, 4);
+    assert_ne!(
+        backend_of(&out, &syn).to_string(),
+        "10.0.1.14",
+        "a new connection never goes to a draining backend"
+    );
+    assert_eq!(lab.worker.counters.flows_rescheduled, 1);
+}
+
+#[test]
+fn a_syn_after_fin_opens_a_fresh_flow() {
+    let mut lab = Lab::new("ipip");
+    let f = eth(&tcp(CLIENT, 41000, VIP, 80, SYN));
+    lab.run(&f, 1);
+    lab.run(&eth(&tcp(CLIENT, 41000, VIP, 80, ACK | 0x01)), 2); // FIN
+    let (v, _) = lab.run(&eth(&tcp(CLIENT, 41000, VIP, 80, SYN)), 3);
+    assert_eq!(v, Verdict::Forward);
+    let c = &lab.worker.counters;
+    assert_eq!(
+        (c.new_flows, c.flows_rescheduled),
+        (2, 1),
+        "the closed entry is replaced, not revived"
+    );
+}
