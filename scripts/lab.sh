@@ -11,9 +11,9 @@
 #
 #        client 198.18.0.100
 #          |
-#        router ---- 198.18.1.2 [uplink] spillway [backend] 198.18.2.2 ---- router
+#        router ---- 198.18.1.2 [uplink] spillway [backend] 198.18.2.2 ---- bridge (router 198.18.2.1)
 #          |                                                                 |
-#        VIP 198.18.10.10 routed to the balancer        backends 198.18.1{1,2,3}.2
+#        VIP 198.18.10.10 routed to the balancer            backends 198.18.2.1{1,2,3}
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,27 +53,33 @@ lab_up() {
     ip link add "s${T}up" netns "$L" type veth peer name "s${T}ru" netns "$R"
     ip link add "s${T}be" netns "$L" mtu 9000 type veth peer name "s${T}rb" netns "$R" mtu 9000
     for i in up be; do nsx "$L" ip link set "s${T}$i" up; done
-    nsx "$R" ip link set "s${T}rb" address "$ROUTER_BE_MAC"
     nsx "$R" ip addr add 198.18.1.1/24 dev "s${T}ru"
-    nsx "$R" ip addr add 198.18.2.1/24 dev "s${T}rb"
     nsx "$R" ip link set "s${T}ru" up
-    nsx "$R" ip link set "s${T}rb" up
+    # The backend segment: a bridge joining the balancer's backend port and the
+    # backends (l2dsr needs them on one L2 segment; tunnels are routed through
+    # the router's address on it).
+    nsx "$R" ip link add "s${T}br" address "$ROUTER_BE_MAC" mtu 9000 type bridge
+    nsx "$R" sysctl -qw net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0
+    nsx "$R" ip addr add 198.18.2.1/24 dev "s${T}br"
+    nsx "$R" ip link set "s${T}rb" master "s${T}br" up
+    nsx "$R" ip link set "s${T}br" up
     nsx "$R" ip route add "$VIP/32" via 198.18.1.2
 
     # backends
     local endpoints=""
     for i in 1 2 3; do
-        local B="spw${T}b$i" addr="198.18.1$i.2"
+        local B="spw${T}b$i" addr="198.18.2.1$i" mac="02:53:50:00:00:1$i"
         ip netns add "$B"
         nsx "$B" ip link set lo up
-        nsx "$B" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
-        ip link add "s${T}b$i" netns "$B" mtu 9000 type veth peer name "s${T}r$i" netns "$R" mtu 9000
+        # The VIP sits on lo; never answer ARP for it on the segment.
+        nsx "$B" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+            net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
+        ip link add "s${T}b$i" netns "$B" address "$mac" mtu 9000 type veth peer name "s${T}r$i" netns "$R" mtu 9000
         nsx "$B" ip addr add "$addr/24" dev "s${T}b$i"
         nsx "$B" ip link set "s${T}b$i" up
-        nsx "$B" ip route add default via "198.18.1$i.1"
+        nsx "$B" ip route add default via 198.18.2.1
         nsx "$B" ip addr add "$VIP/32" dev lo
-        nsx "$R" ip addr add "198.18.1$i.1/24" dev "s${T}r$i"
-        nsx "$R" ip link set "s${T}r$i" up
+        nsx "$R" ip link set "s${T}r$i" master "s${T}br" up
         mkdir -p "$dir/www$i"
         echo "backend$i" >"$dir/www$i/index.html"
         ip netns exec "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" >"$dir/http$i.log" 2>&1 &
@@ -95,7 +101,11 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
         echo $! >"$dir/echo$i.pid"
         ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
-        endpoints+="  { address = \"$addr\" },"$'\n'
+        if [ "$mode" = l2dsr ]; then
+            endpoints+="  { address = \"$addr\", mac = \"$mac\" },"$'\n'
+        else
+            endpoints+="  { address = \"$addr\" },"$'\n'
+        fi
     done
     for i in 1 2 3; do
         for _ in $(seq 50); do

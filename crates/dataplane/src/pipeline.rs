@@ -223,9 +223,12 @@ impl Worker {
                 }
                 Some((hit.entry.backend, hit.entry.cookie))
             }
-            Some(hit) => {
-                flows.remove(hit.slot);
-                self.counters.flows_rescheduled += 1;
+            stale => {
+                // No entry, or one whose backend no longer takes this packet.
+                if let Some(hit) = stale {
+                    flows.remove(hit.slot);
+                    self.counters.flows_rescheduled += 1;
+                }
                 self.new_flow(
                     snap,
                     flows,
@@ -239,18 +242,6 @@ impl Worker {
                     m.child.index(),
                 )
             }
-            None => self.new_flow(
-                snap,
-                flows,
-                now,
-                plan,
-                &fkey,
-                hash,
-                class,
-                info,
-                is_icmp_error,
-                m.child.index(),
-            ),
         };
         let Some((slot, cookie)) = chosen else {
             self.child_drop(m.child.index());
