@@ -175,44 +175,37 @@ fn worker_loop(index: usize, shared: &Shared, mut ports: Vec<WorkerPort<'_>>) {
             if ports[p].rx.rx_burst(&mut rx) == 0 {
                 continue;
             }
+            let dropped = &mut worker.counters.tx_dropped;
             if ports[p].role == PortRole::Exception {
                 // From the host's stack (ARP, BGP, health probes): out the uplink.
                 let out = uplink.unwrap_or(p);
-                rx.drain_each(|_, m| push(&mut tx[out], m, &mut worker.counters.tx_dropped));
-                continue;
+                rx.drain_each(|_, m| push(&mut tx[out], m, dropped));
+            } else {
+                let n = rx.len();
+                worker.process_burst(
+                    &snap,
+                    &shared.flows,
+                    now,
+                    rx.as_mut_slice(),
+                    &mut verdicts[..n],
+                );
+                let counters = &mut worker.counters;
+                rx.drain_each(|i, m| match verdicts[i] {
+                    Verdict::Forward => match backend {
+                        Some(b) => push(&mut tx[b], m, &mut counters.tx_dropped),
+                        None => counters.tx_dropped += 1,
+                    },
+                    Verdict::Reply => push(&mut tx[p], m, &mut counters.tx_dropped),
+                    Verdict::ToHost => match exception {
+                        Some(e) => push(&mut tx[e], m, &mut counters.tx_dropped),
+                        None => counters.host_dropped += 1,
+                    },
+                    Verdict::Drop(_) => {}
+                });
             }
-            let n = rx.len();
-            worker.process_burst(
-                &snap,
-                &shared.flows,
-                now,
-                rx.as_mut_slice(),
-                &mut verdicts[..n],
-            );
-            rx.drain_each(|i, m| match verdicts[i] {
-                Verdict::Forward => match backend {
-                    Some(b) => push(&mut tx[b], m, &mut worker.counters.tx_dropped),
-                    None => drop(m),
-                },
-                Verdict::Reply => push(&mut tx[p], m, &mut worker.counters.tx_dropped),
-                Verdict::ToHost => match exception {
-                    Some(e) => push(&mut tx[e], m, &mut worker.counters.tx_dropped),
-                    None => worker.counters.host_dropped += 1,
-                },
-                Verdict::Drop(_) => {}
-            });
-            for (q, burst) in ports.iter_mut().zip(tx.iter_mut()) {
-                if !burst.is_empty() {
-                    let (_, dropped) = q.tx.tx_burst_or_drop(burst);
-                    worker.counters.tx_dropped += dropped as u64;
-                }
-            }
-        }
-        for (q, burst) in ports.iter_mut().zip(tx.iter_mut()) {
-            if !burst.is_empty() {
-                let (_, dropped) = q.tx.tx_burst_or_drop(burst);
-                worker.counters.tx_dropped += dropped as u64;
-            }
+            // Send before the next port's burst, so that no TX burst ever
+            // holds more than one RX burst's worth.
+            flush(&mut ports, &mut tx, &mut worker.counters.tx_dropped);
         }
         let t = dpdk::tsc();
         if t.wrapping_sub(last_publish) >= publish_every {
@@ -227,6 +220,17 @@ fn worker_loop(index: usize, shared: &Shared, mut ports: Vec<WorkerPort<'_>>) {
     if let Some(slot) = shared.published.get(index) {
         if let Ok(mut g) = slot.lock() {
             g.clone_from(&worker.counters);
+        }
+    }
+}
+
+/// Offers every non-empty TX burst to its port; frees and counts what a
+/// device does not take.
+fn flush(ports: &mut [WorkerPort<'_>], tx: &mut [MbufBurst<BURST>], dropped: &mut u64) {
+    for (q, burst) in ports.iter_mut().zip(tx.iter_mut()) {
+        if !burst.is_empty() {
+            let (_, d) = q.tx.tx_burst_or_drop(burst);
+            *dropped += d as u64;
         }
     }
 }
