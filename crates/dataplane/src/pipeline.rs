@@ -2,7 +2,7 @@
 //! create a flow (M10, M11, M15), pick a backend by Maglev (M12), deliver
 //! (M8), and count everything by outcome.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 
 use config::compiled::Delivery;
 use config::schema::{ConnectionPersistence, RuleMode};
@@ -13,6 +13,7 @@ use wire::encap::{self, Outer, Tunnel, UdpChecksum};
 use wire::ethernet::{self, EthernetRepr};
 use wire::flow::FlowKey;
 use wire::geneve::{GatewayOptions, OptionIds};
+use wire::ip::unmap;
 use wire::packet::{Frame, IcmpInfo, PacketInfo, parse_frame};
 use wire::tcp::Flags;
 
@@ -188,8 +189,9 @@ impl Worker {
         }
 
         let key = FlowKey::from_packet(info, plan.affinity);
-        let hash = key.hash64();
         let mut words = key.pack();
+        // `key.hash64()`, without packing the key a second time.
+        let hash = wire::flow::hash_words(&words, 0);
         // The service is part of the flow's identity: with 2-tuple affinity a
         // TCP and a UDP rule on one VIP may feed different services.
         words[4] |= (svc & 0xffff) as u64;
@@ -437,12 +439,4 @@ fn deliver<B: PacketBuf>(
     encap::encapsulate(pkt, &outer, &tunnel)
         .map(|_| ())
         .map_err(|_| DropReason::EncapFailed)
-}
-
-fn unmap(a: &[u8; 16]) -> IpAddr {
-    let v6 = Ipv6Addr::from(*a);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
 }

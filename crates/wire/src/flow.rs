@@ -26,21 +26,10 @@
 //! final fold. The constants and the packing are part of the wire contract: nodes of a
 //! cluster must agree on them, so they never change; a new algorithm gets a new name.
 
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::net::IpAddr;
 
+use crate::ip::{is_mapped_v4, unmap};
 use crate::packet::{Fragment, IcmpInfo, PacketInfo, QuotedFlow};
-
-fn is_mapped_v4(a: &[u8; 16]) -> bool {
-    a[..10].iter().all(|b| *b == 0) && a[10] == 0xff && a[11] == 0xff
-}
-
-fn unmap(a: &[u8; 16]) -> IpAddr {
-    if is_mapped_v4(a) {
-        IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15]))
-    } else {
-        IpAddr::V6(Ipv6Addr::from(*a))
-    }
-}
 
 /// Session affinity of a backend service (SPEC M9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -326,6 +315,7 @@ pub const fn port_in_range(hash: u64, min: u16, max: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::net::Ipv4Addr;
 
     #[test]
     fn port_range_edges() {

@@ -1,6 +1,6 @@
 //! IP protocol numbers and address helpers shared by IPv4 and IPv6.
 
-use core::net::IpAddr;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// IP protocol / IPv6 next-header numbers.
 pub mod proto {
@@ -40,6 +40,23 @@ pub fn to_mapped(addr: &IpAddr) -> [u8; 16] {
     match addr {
         IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
         IpAddr::V6(a) => a.octets(),
+    }
+}
+
+/// Whether a 16-byte address is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+#[inline]
+pub fn is_mapped_v4(a: &[u8; 16]) -> bool {
+    a[..10].iter().all(|b| *b == 0) && a[10] == 0xff && a[11] == 0xff
+}
+
+/// The address a 16-byte (IPv4-mapped for IPv4) address stands for: the
+/// inverse of the mapping `PacketInfo` and `FlowKey` use.
+#[inline]
+pub fn unmap(a: &[u8; 16]) -> IpAddr {
+    if is_mapped_v4(a) {
+        IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(*a))
     }
 }
 
