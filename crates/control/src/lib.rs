@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use config::Compiled;
+use dataplane::snapshot::tick_reached;
 use dataplane::{
     BackendState, DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, WorkerCounters,
 };
@@ -67,7 +68,6 @@ pub struct Manager {
     reloads_ok: u64,
     reloads_failed: u64,
     last_error: Option<String>,
-    last_rebuild: u32,
     sweep_stats: flowtable::SweepStats,
 }
 
@@ -112,7 +112,6 @@ impl Manager {
             reloads_ok: 0,
             reloads_failed: 0,
             last_error: None,
-            last_rebuild: 0,
             sweep_stats: flowtable::SweepStats::default(),
         };
         Ok((mgr, shared))
@@ -176,7 +175,6 @@ impl Manager {
             .map_err(|e| e.to_string())?;
         let generation = snap.generation;
         self.shared.snapshot.store(Arc::new(snap));
-        self.last_rebuild = now;
         Ok(generation)
     }
 
@@ -187,14 +185,12 @@ impl Manager {
         self.shared.now.store(now, Ordering::Relaxed);
         let s = self.shared.flows.sweep(now, SWEEP_BUDGET);
         self.sweep_stats.expired += s.expired;
-        let draining = self
-            .shared
-            .snapshot
-            .load()
-            .backends
-            .iter()
-            .any(|b| matches!(b.state, BackendState::Draining { .. }));
-        if draining && now != self.last_rebuild {
+        // Rebuild only when a draining backend's period is over (the builder
+        // then retires it), not every tick of the draining period.
+        let retire_due = self.shared.snapshot.load().backends.iter().any(
+            |b| matches!(b.state, BackendState::Draining { until } if tick_reached(now, until)),
+        );
+        if retire_due {
             if let Err(e) = self.publish(self.compiled.clone()) {
                 log::error!("rebuilding the snapshot: {e}");
             }
