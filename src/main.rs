@@ -39,7 +39,7 @@ enum Command {
     /// Show a running daemon's counters.
     Stats(run::ClientArgs),
     /// List a running daemon's flow-table entries.
-    Flows(NotYet),
+    Flows(run::FlowsArgs),
     /// Make a running daemon reload its configuration.
     Reload(run::ClientArgs),
     /// Drain a node, zone or region.
@@ -91,7 +91,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(&args),
         Command::Status(args) => return exit(run::client("status", &args)),
         Command::Stats(args) => return exit(run::client("stats", &args)),
-        Command::Flows(_) => return not_built("flows"),
+        Command::Flows(args) => return exit(run::flows(&args)),
         Command::Reload(args) => return exit(run::client("reload", &args)),
         Command::Drain(_) => return not_built("drain"),
     };

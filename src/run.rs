@@ -57,6 +57,7 @@ pub fn run(args: &Args) -> Result<()> {
     let eal = Eal::init(eal_args).context("cannot start DPDK")?;
     let pool = Mempool::new(eal, &MempoolConfig::new("spillway_rx", dp.mbufs))
         .context("cannot create the packet pool (too few hugepages? try --no-huge in eal_args)")?;
+    let start_in_use = pool.in_use();
 
     let port_cfg = PortConfig {
         rx_queues: workers as u16,
@@ -142,7 +143,20 @@ pub fn run(args: &Args) -> Result<()> {
     })?;
     shared.stop.store(true, Ordering::Release);
     print!("{}", mgr.stats());
+    // Closing the ports returns the mbufs their rings hold (and flushes
+    // file-backed devices); then every mbuf must be back in the pool.
     drop(ports);
+    let end_in_use = pool.in_use();
+    println!(
+        "mempool {}: {start_in_use} mbufs in use at start, {end_in_use} at exit",
+        pool.name()
+    );
+    if end_in_use != start_in_use {
+        bail!(
+            "{} mbufs did not come back to the pool (a leak: please report it)",
+            end_in_use.abs_diff(start_in_use)
+        );
+    }
     Ok(())
 }
 
@@ -280,4 +294,43 @@ pub struct ClientArgs {
     /// Read the control socket path from this configuration file.
     #[arg(long, short)]
     config: Option<PathBuf>,
+}
+
+/// `spillway flows` arguments: where the daemon is, and which flows.
+#[derive(clap::Args, Debug)]
+pub struct FlowsArgs {
+    #[command(flatten)]
+    daemon: ClientArgs,
+    /// Only flows to this VIP.
+    #[arg(long)]
+    vip: Option<std::net::IpAddr>,
+    /// Only flows from this client address.
+    #[arg(long)]
+    client: Option<std::net::IpAddr>,
+    /// Only flows on this backend (endpoint address).
+    #[arg(long)]
+    backend: Option<std::net::IpAddr>,
+    /// Only flows of this backend service.
+    #[arg(long)]
+    service: Option<String>,
+    /// List at most this many entries (all matches are counted).
+    #[arg(long, default_value_t = control::flows::DEFAULT_LIMIT)]
+    limit: usize,
+}
+
+/// `spillway flows`: asks the daemon for its matching flow entries.
+pub fn flows(args: &FlowsArgs) -> Result<std::process::ExitCode> {
+    if let Some(s) = &args.service
+        && (s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '='))
+    {
+        anyhow::bail!("--service {s:?}: a service name has no spaces or '='");
+    }
+    let q = control::flows::FlowQuery {
+        vip: args.vip,
+        client: args.client,
+        backend: args.backend,
+        service: args.service.clone(),
+        limit: args.limit,
+    };
+    client(&q.to_command(), &args.daemon)
 }

@@ -16,6 +16,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod flows;
 pub mod socket;
 
 use std::path::{Path, PathBuf};
@@ -284,6 +285,12 @@ impl Manager {
             );
         }
         out
+    }
+
+    /// `spillway flows`: the connection table filtered by `q`.
+    pub fn flows(&self, q: &flows::FlowQuery) -> String {
+        let snap = self.shared.snapshot.load();
+        flows::list(q, &self.shared.flows, &snap, &self.compiled, self.now())
     }
 
     /// Runs the management loop on the calling thread until `stop` is set:

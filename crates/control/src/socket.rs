@@ -1,6 +1,6 @@
 //! The Unix control socket: one command per connection, a text answer.
 //!
-//! Commands: `status`, `stats`, `reload`. The answer's first line is `ok` or
+//! Commands: `status`, `stats`, `flows [filters]`, `reload`. The answer's first line is `ok` or
 //! `error`; the rest is for people.
 
 use std::io::{BufRead, BufReader, Write};
@@ -67,7 +67,13 @@ fn answer(stream: UnixStream, mgr: &mut Manager) -> std::io::Result<()> {
             Ok(g) => format!("ok\nreloaded: generation {g} is live\n"),
             Err(e) => format!("error\nreload rejected; the running configuration stays:\n{e}\n"),
         },
-        other => format!("error\nunknown command {other:?} (status, stats, reload)\n"),
+        cmd if cmd == "flows" || cmd.starts_with("flows ") => {
+            match crate::flows::FlowQuery::parse(&cmd["flows".len()..]) {
+                Ok(q) => format!("ok\n{}", mgr.flows(&q)),
+                Err(e) => format!("error\n{e}\n"),
+            }
+        }
+        other => format!("error\nunknown command {other:?} (status, stats, flows, reload)\n"),
     };
     (&stream).write_all(reply.as_bytes())
 }

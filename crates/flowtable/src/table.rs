@@ -3,6 +3,7 @@
 //! this file.
 
 use super::sync::{AtomicU64, AtomicUsize, Ordering, alloc_slice, fence, spin_loop};
+use std::ops::ControlFlow;
 
 /// Coarse time as supplied by the caller (its unit is the caller's; the timeouts use the same
 /// unit). Compared with wrapping arithmetic, so it may wrap as long as timeouts stay below 2^31.
@@ -1105,6 +1106,49 @@ impl FlowTable {
             }
         }
         o
+    }
+
+    /// Calls `f` with every live entry, reading each slot consistently (a slot that keeps
+    /// changing under the reader is skipped after a bounded number of re-reads). Management
+    /// core only: O(slots), never writes. Stops early when `f` returns `Break`. Returns the
+    /// number of entries visited.
+    pub fn scan(&self, mut f: impl FnMut(&FlowKey, &Entry) -> ControlFlow<()>) -> usize {
+        let mut visited = 0;
+        for (b, h) in self.headers.iter().enumerate() {
+            for (i, ctrl) in h.ctrl.iter().enumerate() {
+                let Some(slot) = self.slots.get(b * BUCKET_SLOTS + i) else {
+                    continue;
+                };
+                for _ in 0..READ_RETRIES {
+                    let c1 = ctrl.load(Ordering::Acquire);
+                    if state(c1) != LIVE {
+                        break;
+                    }
+                    let w: [u64; 8] =
+                        std::array::from_fn(|k| slot.words[k].load(Ordering::Relaxed));
+                    // Seqlock validation as in `read_validated`.
+                    fence(Ordering::Acquire);
+                    if ctrl.load(Ordering::Relaxed) != c1 {
+                        continue;
+                    }
+                    let key = FlowKey([w[0], w[1], w[2], w[3], w[4]]);
+                    let entry = Entry {
+                        backend: w[W_BACKEND] as u32,
+                        generation: (w[W_BACKEND] >> 32) as u32,
+                        cookie: w[W_COOKIE] as u32,
+                        created: (w[W_COOKIE] >> 32) as u32,
+                        flags: EntryFlags(flags_of(c1)),
+                        last_seen: w[W_SEEN] as u32,
+                    };
+                    visited += 1;
+                    if f(&key, &entry).is_break() {
+                        return visited;
+                    }
+                    break;
+                }
+            }
+        }
+        visited
     }
 
     /// How many live slots hold `key` (diagnostics and tests: the table's invariant is that this

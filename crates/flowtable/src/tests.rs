@@ -1,4 +1,5 @@
 use super::*;
+use std::ops::ControlFlow;
 
 fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -446,4 +447,45 @@ fn burst_lookups_match_single_lookups() {
     // Prefetching is only a hint.
     t.prefetch(hash(0));
     assert!(t.lookup(&key(0), hash(0)).is_some());
+}
+
+#[test]
+fn scan_visits_every_live_entry_once_and_can_stop_early() {
+    let t = FlowTable::new(Config::with_capacity(1000)).unwrap();
+    for i in 0..500u64 {
+        inserted(t.insert(&key(i), hash(i), entry(i as u32, udp()), 10 + i as u32));
+    }
+    // Removed entries are not visited.
+    for i in 0..100u64 {
+        let hit = t.lookup(&key(i), hash(i)).unwrap();
+        assert!(t.remove(hit.slot));
+    }
+    let mut seen = std::collections::HashMap::new();
+    let visited = t.scan(|k, e| {
+        assert!(seen.insert(k.0, *e).is_none(), "visited twice: {k:?}");
+        ControlFlow::Continue(())
+    });
+    assert_eq!(visited, 400);
+    assert_eq!(seen.len(), 400);
+    for i in 100..500u64 {
+        let e = seen[&key(i).0];
+        assert_eq!(e.backend, i as u32);
+        assert_eq!(e.cookie, (i as u32).wrapping_mul(2_654_435_761));
+        assert_eq!(e.generation, 7);
+        assert_eq!(e.created, 10 + i as u32);
+        assert_eq!(e.last_seen, 10 + i as u32);
+        assert_eq!(e.flags, udp());
+    }
+    let mut n = 0;
+    assert_eq!(
+        t.scan(|_, _| {
+            n += 1;
+            if n == 3 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }),
+        3
+    );
 }
