@@ -53,4 +53,14 @@ for name, b in vectors.items():
     if name.startswith(("inner", "flow", "eth_", "tcp_", "ipv")):
         for sel in (0x00, 0x03, 0x05, 0x0e, 0x1f, 0x47, 0xc6):
             seed("encap_roundtrip", bytes([sel]) + b)
+    # ndp: mode byte 0/2 + a bare ICMPv6 message, mode 1 + a whole frame.
+    if name.startswith(("ns_", "na_")):
+        seed("ndp", bytes([1]) + b)
+        msg = bytes(p[IPv6].payload)
+        seed("ndp", bytes([0]) + msg)
+        seed("ndp", bytes([2]) + msg)
+    # tcp_reset: mode byte 0 (as is) / 1 (checksums fixed up) + a whole frame.
+    if TCP in p:
+        seed("tcp_reset", bytes([0]) + b)
+        seed("tcp_reset", bytes([1]) + b)
 print("corpus written")

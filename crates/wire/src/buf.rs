@@ -34,6 +34,18 @@ pub trait PacketBuf {
     }
 }
 
+/// Makes `pkt` exactly `len` bytes long for a reply that is written from scratch: trims the
+/// tail when it is longer, grows at the front (into the headroom) when it is shorter. The
+/// contents are unspecified afterwards. On error the packet is unchanged.
+pub fn resize_for_rewrite<B: PacketBuf + ?Sized>(pkt: &mut B, len: usize) -> Result<(), BufError> {
+    let cur = pkt.len();
+    if len > cur {
+        pkt.prepend(len - cur).map(|_| ())
+    } else {
+        pkt.trim(cur - len)
+    }
+}
+
 /// An in-memory [`PacketBuf`] over any byte storage (an array, a `&mut [u8]`, …); no heap.
 ///
 /// `MemBuf<[u8; 2048]>` owns its bytes; `MemBuf<&mut [u8]>` borrows them.
@@ -149,5 +161,16 @@ mod tests {
         s.reset(0, &[1, 2]).unwrap();
         assert_eq!(s.data(), &[1, 2]);
         assert_eq!(s.headroom(), 0);
+    }
+
+    #[test]
+    fn resize_for_rewrite_grows_at_the_front_and_trims_the_tail() {
+        let mut b = MemBuf::new([0u8; 16], 4, &[1, 2, 3, 4]).unwrap();
+        resize_for_rewrite(&mut b, 6).unwrap();
+        assert_eq!((b.len(), b.headroom()), (6, 2));
+        resize_for_rewrite(&mut b, 3).unwrap();
+        assert_eq!((b.len(), b.headroom()), (3, 2));
+        assert_eq!(resize_for_rewrite(&mut b, 6), Err(BufError::NoHeadroom));
+        assert_eq!(b.len(), 3, "unchanged on error");
     }
 }

@@ -95,3 +95,65 @@ pub enum DecapError {
     #[error("supplied link-layer header does not end in the inner packet's EtherType")]
     L2Mismatch,
 }
+
+/// Why a Neighbor Solicitation or Advertisement is invalid and must be silently ignored
+/// (RFC 4861 §7.1.1, §7.1.2; RFC 6980).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+pub enum NdpError {
+    /// headers or options are malformed, or the checksum does not verify
+    #[error("headers or options are malformed, or the checksum does not verify: {0}")]
+    Parse(#[from] ParseError),
+    /// message is not of the expected neighbor discovery type
+    #[error("message is not of the expected neighbor discovery type")]
+    WrongType,
+    /// IP hop limit is not 255 (the message crossed a router)
+    #[error("IP hop limit is not 255 (the message crossed a router)")]
+    HopLimit,
+    /// ICMPv6 code is not 0
+    #[error("ICMPv6 code is not 0")]
+    Code,
+    /// message is shorter than 24 bytes
+    #[error("message is shorter than 24 bytes")]
+    TooShort,
+    /// target address is a multicast address
+    #[error("target address is a multicast address")]
+    MulticastTarget,
+    /// a source address (IPv6 or link-layer) is a multicast address
+    #[error("a source address (IPv6 or link-layer) is a multicast address")]
+    MulticastSource,
+    /// a solicitation from the unspecified address is not for duplicate address detection
+    #[error("a solicitation from the unspecified address is not for duplicate address detection")]
+    BadDad,
+    /// an advertisement to a multicast address has the Solicited flag set
+    #[error("an advertisement to a multicast address has the Solicited flag set")]
+    SolicitedMulticast,
+    /// message is an IPv6 fragment (RFC 6980)
+    #[error("message is an IPv6 fragment (RFC 6980)")]
+    Fragmented,
+}
+
+/// Why a packet could not be turned into a reply in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+pub enum ReplyError {
+    /// received frame is malformed
+    #[error("received frame is malformed: {0}")]
+    Parse(#[from] ParseError),
+    /// received neighbor solicitation is invalid
+    #[error("received neighbor solicitation is invalid: {0}")]
+    Ndp(#[from] NdpError),
+    /// buffer operation failed
+    #[error("buffer operation failed: {0}")]
+    Buf(#[from] BufError),
+    /// received frame is not a TCP segment over IPv4 or IPv6
+    #[error("received frame is not a TCP segment over IPv4 or IPv6")]
+    NotTcp,
+    /// received segment is an IP fragment
+    #[error("received segment is an IP fragment")]
+    Fragment,
+    /// received segment is itself a reset (never answered, RFC 9293 §3.10.7.1)
+    #[error("received segment is itself a reset")]
+    Reset,
+    /// sender address is not a unicast address a reply may be sent to
+    #[error("sender address is not a unicast address a reply may be sent to")]
+    BadSource,
+}

@@ -15,6 +15,8 @@
 //! * **ICMP errors** are keyed by the packet they quote, reversed: an error sent to the VIP
 //!   quotes a packet the backend sent from the VIP to the client, so swapping source and
 //!   destination (addresses and ports) yields the key of the original client → VIP flow.
+//!   A quoted first fragment still carries its ports and gets that 5-tuple key; a quoted
+//!   later fragment gets the 3-tuple.
 //! * The **symmetric** key orders the two endpoints so that both directions of a connection
 //!   give the same key (gateway mode, M31).
 //!
@@ -139,11 +141,16 @@ impl FlowKey {
     /// The key of the flow an ICMP error refers to: the quoted packet reversed, so that the
     /// error maps to the same key as the original client → VIP flow.
     pub const fn from_quoted(q: &QuotedFlow, affinity: Affinity) -> Self {
-        let ports = match q.ports {
-            Some((s, d)) => Some((d, s)),
-            None => None,
+        // A quoted *first* fragment still shows its ports: the error is about
+        // a large reply the backend sent on a flow whose client packets were
+        // (almost always) unfragmented, so it gets that flow's 5-tuple key.
+        // Only a quoted later fragment, without ports, falls back to the
+        // 3-tuple that fragments are keyed on.
+        let (ports, fragment) = match q.ports {
+            Some((s, d)) => (Some((d, s)), false),
+            None => (None, q.fragment),
         };
-        FlowKey::with_affinity(q.dst, q.src, q.proto, ports, q.fragment, affinity)
+        FlowKey::with_affinity(q.dst, q.src, q.proto, ports, fragment, affinity)
     }
 
     /// The key of a parsed packet. ICMP errors get the key of the flow they quote

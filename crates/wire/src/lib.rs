@@ -26,6 +26,9 @@
 //!   [`buf::MemBuf`] implement.
 //! * [`encap`] encapsulates and decapsulates in place for every delivery mode of SPEC M8 and
 //!   performs the GENEVE return-path rewrite of SPEC M32.
+//! * [`ndp`] validates IPv6 neighbor solicitations and answers them in place for the
+//!   balancer's addresses; [`reply`] turns a TCP segment into the reset that answers it
+//!   (SPEC M14). Both rewrite the received frame instead of building a new one.
 //!
 //! Malformed input is reported through small typed error enums ([`error`]); the data plane
 //! turns them into drop counters.
@@ -39,6 +42,7 @@
 
 pub mod arp;
 pub mod buf;
+pub mod burst;
 pub mod checksum;
 pub mod encap;
 pub mod error;
@@ -53,12 +57,14 @@ pub mod icmpv6;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
+pub mod ndp;
 pub mod packet;
+pub mod reply;
 pub mod tcp;
 pub mod udp;
 pub mod vxlan;
 
-pub use error::{BufError, DecapError, EncapError, ParseError};
+pub use error::{BufError, DecapError, EncapError, NdpError, ParseError, ReplyError};
 
 /// Reads a big-endian `u16` at `off`. Panics if out of bounds: callers check lengths first.
 #[inline(always)]

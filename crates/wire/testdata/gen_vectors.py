@@ -11,7 +11,8 @@ import ipaddress
 import os
 
 from scapy.all import (ARP, ESP, GRE, ICMP, IP, UDP, TCP, Dot1AD, Dot1Q, Ether,
-                       ICMPv6DestUnreach, ICMPv6EchoRequest, ICMPv6PacketTooBig,
+                       ICMPv6DestUnreach, ICMPv6EchoRequest, ICMPv6ND_NA, ICMPv6ND_NS,
+                       ICMPv6NDOptDstLLAddr, ICMPv6NDOptSrcLLAddr, ICMPv6PacketTooBig,
                        ICMPv6TimeExceeded, IPOption_Router_Alert, IPv6,
                        IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop,
                        IPv6ExtHdrRouting, Padding, Raw, fragment, fragment6)
@@ -162,6 +163,58 @@ add("encap_geneve_4in4_full", o4(17, 0x2a) / UDP(sport=SPORT, dport=6081)
     / GENEVE(proto=0x0800, vni=0, options=gopts()) / Raw(ip4))
 add("geneve_return_4in4_full", Ether(dst=LB_MAC, src=BE_MAC) / IP(src=BE4, dst=LB4, ttl=63, id=0, flags="DF", tos=0x2a, proto=17)
     / UDP(sport=SPORT, dport=6081) / GENEVE(proto=0x0800, vni=0, options=gopts()) / Raw(ip4))
+
+# ---------------------------------------------------------------- replies built in place
+# Neighbor discovery for the balancer's IPv6 addresses (RFC 4861): each `ns_*` solicitation
+# is answered by the `na_*` advertisement (R=0, S=1 unless DAD, O=1, target link-layer
+# address option = LB_MAC, hop limit 255, IPv6 source = the target).
+SN_VIP6 = "ff02::1:ff00:1"  # solicited-node group of VIP6
+add("ns_vip6", Ether(dst="33:33:ff:00:00:01", src=CLIENT_MAC)
+    / IPv6(src=CLIENT6, dst=SN_VIP6, hlim=255) / ICMPv6ND_NS(tgt=VIP6) / ICMPv6NDOptSrcLLAddr(lladdr=CLIENT_MAC))
+add("na_vip6", Ether(dst=CLIENT_MAC, src=LB_MAC)
+    / IPv6(src=VIP6, dst=CLIENT6, hlim=255) / ICMPv6ND_NA(R=0, S=1, O=1, tgt=VIP6)
+    / ICMPv6NDOptDstLLAddr(lladdr=LB_MAC))
+# A unicast reachability probe without a source link-layer option, VLAN-tagged: answered
+# to the frame's source MAC, the tag kept, the frame grown by 8 bytes.
+add("ns_nud_vlan", Ether(dst=LB_MAC, src=CLIENT_MAC) / Dot1Q(vlan=42)
+    / IPv6(src=CLIENT6, dst=LB6, hlim=255) / ICMPv6ND_NS(tgt=LB6))
+add("na_nud_vlan", Ether(dst=CLIENT_MAC, src=LB_MAC) / Dot1Q(vlan=42)
+    / IPv6(src=LB6, dst=CLIENT6, hlim=255) / ICMPv6ND_NA(R=0, S=1, O=1, tgt=LB6)
+    / ICMPv6NDOptDstLLAddr(lladdr=LB_MAC))
+# Duplicate address detection: from ::, answered unsolicited to all nodes.
+add("ns_dad", Ether(dst="33:33:ff:00:00:01", src=CLIENT_MAC)
+    / IPv6(src="::", dst=SN_VIP6, hlim=255) / ICMPv6ND_NS(tgt=VIP6))
+add("na_dad", Ether(dst="33:33:00:00:00:01", src=LB_MAC)
+    / IPv6(src=VIP6, dst="ff02::1", hlim=255) / ICMPv6ND_NA(R=0, S=0, O=1, tgt=VIP6)
+    / ICMPv6NDOptDstLLAddr(lladdr=LB_MAC))
+# TCP resets for a service without backends (SPEC M14, RFC 9293 §3.10.7.1): each `rst_in_*`
+# segment is answered by `rst_out_*` (MACs, addresses and ports swapped, options and payload
+# gone, window 0, IPv4 TTL 64 / ID 0 / DF, IPv6 hop limit 64).
+add("rst_in_syn4", Ether(dst=LB_MAC, src=CLIENT_MAC)
+    / IP(src=CLIENT4, dst=VIP4, ttl=61, id=77, tos=0x10, options=[IPOption_Router_Alert()])
+    / TCP(sport=40000, dport=80, flags="S", seq=1000, window=64240,
+          options=[("MSS", 1460), ("SAckOK", b""), ("WScale", 7), ("NOP", None)]))
+add("rst_out_syn4", Ether(dst=CLIENT_MAC, src=LB_MAC) / IP(src=VIP4, dst=CLIENT4, ttl=64, id=0, flags="DF")
+    / TCP(sport=80, dport=40000, flags="RA", seq=0, ack=1001, window=0))
+add("rst_in_ack4_qinq", Ether(dst=LB_MAC, src=CLIENT_MAC) / Dot1AD(vlan=100) / Dot1Q(vlan=200)
+    / IP(src=CLIENT4, dst=VIP4, ttl=61) / TCP(sport=40001, dport=80, flags="PA", seq=5000, ack=0x89abcdef)
+    / Raw(b"GET / HTTP/1.1\r\n\r\n"))
+add("rst_out_ack4_qinq", Ether(dst=CLIENT_MAC, src=LB_MAC) / Dot1AD(vlan=100) / Dot1Q(vlan=200)
+    / IP(src=VIP4, dst=CLIENT4, ttl=64, id=0, flags="DF")
+    / TCP(sport=80, dport=40001, flags="R", seq=0x89abcdef, ack=0, window=0))
+add("rst_in_fin4", Ether(dst=LB_MAC, src=CLIENT_MAC) / IP(src=CLIENT4, dst=VIP4)
+    / TCP(sport=40002, dport=80, flags="F", seq=0xfffffffe, ack=0) / Raw(b"bye"))
+add("rst_out_fin4", Ether(dst=CLIENT_MAC, src=LB_MAC) / IP(src=VIP4, dst=CLIENT4, ttl=64, id=0, flags="DF")
+    / TCP(sport=80, dport=40002, flags="RA", seq=0, ack=(0xfffffffe + 3 + 1) & 0xffffffff, window=0))
+add("rst_in_syn6", Ether(dst=LB_MAC, src=CLIENT_MAC) / IPv6(src=CLIENT6, dst=VIP6, hlim=60, tc=0x20, fl=0x12345)
+    / TCP(sport=50000, dport=443, flags="S", seq=0xdeadbeef, options=[("MSS", 1440)]))
+add("rst_out_syn6", Ether(dst=CLIENT_MAC, src=LB_MAC) / IPv6(src=VIP6, dst=CLIENT6, hlim=64)
+    / TCP(sport=443, dport=50000, flags="RA", seq=0, ack=0xdeadbef0, window=0))
+add("rst_in_ack6_vlan_ext", Ether(dst=LB_MAC, src=CLIENT_MAC) / Dot1Q(vlan=7)
+    / IPv6(src=CLIENT6, dst=VIP6, hlim=60) / IPv6ExtHdrDestOpt()
+    / TCP(sport=50001, dport=443, flags="A", seq=1, ack=2) / Raw(b"z" * 30))
+add("rst_out_ack6_vlan_ext", Ether(dst=CLIENT_MAC, src=LB_MAC) / Dot1Q(vlan=7)
+    / IPv6(src=VIP6, dst=CLIENT6, hlim=64) / TCP(sport=443, dport=50001, flags="R", seq=2, ack=0, window=0))
 
 # ---------------------------------------------------------------- spillway-flow-v1
 M64 = (1 << 64) - 1

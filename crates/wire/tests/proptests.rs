@@ -1,5 +1,6 @@
 //! Property tests: emit → parse round trips for every header, encapsulate → decapsulate
-//! round trips for every delivery mode, flow-key laws, and "arbitrary bytes never panic".
+//! round trips for every delivery mode, flow-key laws, "arbitrary bytes never panic", and the
+//! replies built in place (neighbor advertisements, TCP resets) against their RFCs.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -14,7 +15,7 @@ use wire::flow::{Affinity, FlowKey};
 use wire::geneve::{GatewayOptions, GeneveOption, OptionIds};
 use wire::ip::proto;
 use wire::packet::{Frame, parse_frame};
-use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, tcp, udp, vxlan};
+use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, ndp, reply, tcp, udp, vxlan};
 
 fn mac() -> impl Strategy<Value = [u8; 6]> {
     any::<[u8; 6]>()
@@ -531,6 +532,204 @@ proptest! {
         prop_assert_eq!(info.src_ip, src_ip);
         if let Tunnel::Geneve { options, .. } = t {
             prop_assert_eq!(info.gateway, options);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ replies (NDP, M14)
+
+fn unicast_v6() -> impl Strategy<Value = Ipv6Addr> {
+    v6().prop_filter("unicast", |a| !a.is_multicast() && !a.is_unspecified())
+}
+
+fn unicast_v4() -> impl Strategy<Value = Ipv4Addr> {
+    v4().prop_filter("unicast", |a| {
+        !a.is_multicast() && !a.is_broadcast() && !a.is_unspecified()
+    })
+}
+
+fn unicast_mac() -> impl Strategy<Value = [u8; 6]> {
+    mac().prop_map(|mut m| {
+        m[0] &= 0xfe;
+        m
+    })
+}
+
+/// An Ethernet header from a unicast source (a frame a reply may answer).
+fn unicast_eth() -> impl Strategy<Value = EthernetRepr> {
+    eth_repr().prop_map(|mut e| {
+        e.src[0] &= 0xfe;
+        e
+    })
+}
+
+fn na_flags() -> impl Strategy<Value = ndp::NaFlags> {
+    (0u8..8).prop_map(|b| ndp::NaFlags(b << 5))
+}
+
+/// A frame around an ICMPv6 message, hop limit 255.
+fn nd_frame(eth: &EthernetRepr, src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> Vec<u8> {
+    let mut eth = *eth;
+    eth.ethertype = ethertype::IPV6;
+    let l2 = eth.header_len();
+    let mut f = vec![0xa5u8; l2 + 40 + msg.len()];
+    eth.emit(&mut f).unwrap();
+    ipv6::Ipv6Repr {
+        src,
+        dst,
+        next_header: proto::ICMPV6,
+        payload_len: msg.len() as u16,
+        hop_limit: ndp::HOP_LIMIT,
+        traffic_class: 0,
+        flow_label: 0,
+    }
+    .emit(&mut ipv6::Packet::new_unchecked(&mut f[l2..]))
+    .unwrap();
+    f[l2 + 40..].copy_from_slice(msg);
+    f
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn neighbor_solicit_round_trip(target in unicast_v6(), ll in proptest::option::of(unicast_mac()), src in unicast_v6(), dst in v6()) {
+        let r = ndp::NeighborSolicitRepr { target, source_ll: ll };
+        let mut b = vec![0xa5u8; r.buffer_len()];
+        r.emit(&mut b, &src, &dst).unwrap();
+        prop_assert_eq!(ndp::NeighborSolicitRepr::parse(&b, &src, &dst, 255), Ok(r));
+        prop_assert_eq!(ndp::NeighborSolicitRepr::parse(&b, &src, &dst, 64), Err(wire::NdpError::HopLimit));
+    }
+
+    #[test]
+    fn neighbor_advert_round_trip(flags in na_flags(), target in unicast_v6(), ll in proptest::option::of(mac()), src in v6(), dst in unicast_v6()) {
+        let r = ndp::NeighborAdvertRepr { flags, target, target_ll: ll };
+        let mut b = vec![0xa5u8; r.buffer_len()];
+        r.emit(&mut b, &src, &dst).unwrap();
+        prop_assert_eq!(ndp::NeighborAdvertRepr::parse(&b, &src, &dst, 255), Ok(r));
+    }
+
+    #[test]
+    fn every_valid_solicitation_gets_a_valid_advertisement(
+        eth in unicast_eth(), target in unicast_v6(), src in unicast_v6(), dad in any::<bool>(),
+        ll in proptest::option::of(unicast_mac()), unicast_dst in any::<bool>(), lb in mac(),
+    ) {
+        let (src, ll) = if dad { (Ipv6Addr::UNSPECIFIED, None) } else { (src, ll) };
+        let dst = if unicast_dst && !dad { target } else { ndp::solicited_node(&target) };
+        let ns = ndp::NeighborSolicitRepr { target, source_ll: ll };
+        let mut m = vec![0xa5u8; ns.buffer_len()];
+        ns.emit(&mut m, &src, &dst).unwrap();
+        let f = nd_frame(&eth, src, dst, &m);
+        let sol = ndp::parse_solicitation(&f).unwrap();
+        prop_assert_eq!(sol.ns, ns);
+        let mut buf = MemBuf::new([0u8; 512], 128, &f).unwrap();
+        ndp::answer_solicitation(&mut buf, &sol, lb).unwrap();
+        let out = buf.data();
+        let e = EthernetRepr::parse(out).unwrap();
+        prop_assert_eq!(&e.vlans[..usize::from(e.vlan_count)], &eth.vlans[..usize::from(eth.vlan_count)]);
+        prop_assert_eq!(e.src, lb);
+        prop_assert_eq!(e.ethertype, ethertype::IPV6);
+        let l2 = e.header_len();
+        prop_assert_eq!(out.len(), l2 + 40 + 32);
+        let ip = ipv6::Packet::new_checked(&out[l2..]).unwrap();
+        prop_assert_eq!(ip.src(), target);
+        prop_assert_eq!(ip.hop_limit(), 255);
+        let na = ndp::NeighborAdvertRepr::parse(ip.payload(), &ip.src(), &ip.dst(), 255).unwrap();
+        prop_assert_eq!(na.target, target);
+        prop_assert_eq!(na.target_ll, Some(lb));
+        prop_assert!(!na.flags.contains(ndp::NaFlags::ROUTER));
+        prop_assert!(na.flags.contains(ndp::NaFlags::OVERRIDE));
+        if dad {
+            prop_assert_eq!(ip.dst(), ndp::ALL_NODES);
+            prop_assert_eq!(e.dst, ndp::multicast_mac(&ndp::ALL_NODES));
+            prop_assert!(!na.flags.contains(ndp::NaFlags::SOLICITED));
+        } else {
+            prop_assert_eq!(ip.dst(), src);
+            prop_assert_eq!(e.dst, ll.unwrap_or(eth.src));
+            prop_assert!(na.flags.contains(ndp::NaFlags::SOLICITED));
+        }
+    }
+
+    #[test]
+    fn tcp_reset_answers_every_segment_per_rfc_9293(
+        eth in unicast_eth(), v6 in any::<bool>(), a4 in (unicast_v4(), unicast_v4()),
+        a6 in (unicast_v6(), unicast_v6()), ports in any::<(u16, u16)>(), seq in any::<u32>(),
+        ack in any::<u32>(), flags in (0u16..0x200).prop_map(|f| tcp::Flags(f & !tcp::Flags::RST.0)),
+        options in options40(), payload in vec(any::<u8>(), 0..100), lb in mac(), pad in 0usize..20,
+    ) {
+        let (src, dst): (IpAddr, IpAddr) = if v6 { (a6.0.into(), a6.1.into()) } else { (a4.0.into(), a4.1.into()) };
+        let mut eth = eth;
+        eth.ethertype = if v6 { ethertype::IPV6 } else { ethertype::IPV4 };
+        let l2 = eth.header_len();
+        let ip_len = if v6 { 40 } else { 20 };
+        let t = tcp::TcpRepr { src_port: ports.0, dst_port: ports.1, seq, ack, flags, window: 9, urgent: 3, options };
+        let tl = t.header_len() + payload.len();
+        // Link padding after the IP packet must not count as payload.
+        let mut f = vec![0u8; l2 + ip_len + tl + pad];
+        eth.emit(&mut f).unwrap();
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::Ipv4Repr {
+                src: s, dst: d, protocol: proto::TCP, payload_len: tl as u16, ttl: 3, dscp_ecn: 0xb8,
+                ident: 5, dont_frag: false, more_frags: false, frag_offset: 0, options: ipv4::Options::default(),
+            }.emit(&mut ipv4::Packet::new_unchecked(&mut f[l2..])).unwrap(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::Ipv6Repr {
+                src: s, dst: d, next_header: proto::TCP, payload_len: tl as u16, hop_limit: 3,
+                traffic_class: 0xb8, flow_label: 0x12345,
+            }.emit(&mut ipv6::Packet::new_unchecked(&mut f[l2..])).unwrap(),
+            _ => unreachable!(),
+        }
+        let l4 = l2 + ip_len;
+        f[l4 + t.header_len()..l4 + tl].copy_from_slice(&payload);
+        let mut p = tcp::Packet::new_unchecked(&mut f[l4..l4 + tl]);
+        t.emit(&mut p).unwrap();
+        p.fill_checksum(&src, &dst).unwrap();
+
+        let mut buf = MemBuf::new([0u8; 512], 128, &f).unwrap();
+        reply::tcp_reset(&mut buf, lb).unwrap();
+        let out = buf.data();
+        prop_assert_eq!(out.len(), l2 + ip_len + 20);
+        let e = EthernetRepr::parse(out).unwrap();
+        prop_assert_eq!((e.dst, e.src, e.ethertype), (eth.src, lb, eth.ethertype));
+        prop_assert_eq!(&e.vlans[..usize::from(e.vlan_count)], &eth.vlans[..usize::from(eth.vlan_count)]);
+        let seg = if v6 {
+            let ip = ipv6::Packet::new_checked(&out[l2..]).unwrap();
+            let r = ipv6::Ipv6Repr::parse(&ip).unwrap();
+            prop_assert_eq!((IpAddr::V6(r.src), IpAddr::V6(r.dst)), (dst, src));
+            prop_assert_eq!((r.hop_limit, r.next_header, r.payload_len), (64, proto::TCP, 20));
+            &out[l2 + 40..]
+        } else {
+            let ip = ipv4::Packet::new_checked(&out[l2..]).unwrap();
+            let r = ipv4::Ipv4Repr::parse(&ip).unwrap();
+            prop_assert_eq!((IpAddr::V4(r.src), IpAddr::V4(r.dst)), (dst, src));
+            prop_assert_eq!((r.ttl, r.ident, r.dont_frag, r.protocol, r.payload_len), (64, 0, true, proto::TCP, 20));
+            &out[l2 + 20..]
+        };
+        let p = tcp::Packet::new_checked(seg).unwrap();
+        prop_assert!(p.verify_checksum(&dst, &src));
+        let r = tcp::TcpRepr::parse(&p).unwrap();
+        prop_assert_eq!((r.src_port, r.dst_port, r.window, r.header_len()), (ports.1, ports.0, 0, 20));
+        if flags.contains(tcp::Flags::ACK) {
+            prop_assert_eq!((r.seq, r.ack, r.flags), (ack, 0, tcp::Flags::RST));
+        } else {
+            let len = payload.len() as u32
+                + u32::from(flags.contains(tcp::Flags::SYN))
+                + u32::from(flags.contains(tcp::Flags::FIN));
+            prop_assert_eq!((r.seq, r.ack, r.flags), (0, seq.wrapping_add(len), tcp::Flags::RST.union(tcp::Flags::ACK)));
+        }
+        // The reset itself is never answered (unless from a group MAC, refused first).
+        let want = if lb[0] & 1 == 0 { wire::ReplyError::Reset } else { wire::ReplyError::BadSource };
+        prop_assert_eq!(reply::tcp_reset(&mut buf, [2; 6]), Err(want));
+    }
+
+    #[test]
+    fn replies_never_panic_on_arbitrary_frames(b in vec(any::<u8>(), 0..200)) {
+        let mut buf = MemBuf::new([0u8; 512], 128, &b).unwrap();
+        if reply::tcp_reset(&mut buf, [2; 6]).is_err() {
+            prop_assert_eq!(buf.data(), &b[..]);
+        }
+        if let Ok(sol) = ndp::parse_solicitation(&b) {
+            let mut buf = MemBuf::new([0u8; 512], 128, &b).unwrap();
+            prop_assert!(ndp::answer_solicitation(&mut buf, &sol, [2; 6]).is_ok());
         }
     }
 }

@@ -15,7 +15,8 @@ use wire::geneve::{GatewayOptions, OptionIds};
 use wire::ip::proto;
 use wire::packet::{Fragment, Frame, IpVersion, PacketInfo, parse_frame};
 use wire::{
-    DecapError, ParseError, arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, tcp, udp, vxlan,
+    DecapError, NdpError, ParseError, ReplyError, arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4,
+    ipv6, ndp, reply, tcp, udp, vxlan,
 };
 
 const VECTORS: &str = include_str!("../testdata/vectors.txt");
@@ -619,6 +620,87 @@ fn encap_errors() {
     );
 }
 
+// ------------------------------------------------------------------ replies (NDP, M14)
+
+#[test]
+fn neighbor_solicitations_are_answered_as_scapy_builds_the_advertisement() {
+    let cases = [
+        ("ns_vip6", "na_vip6", VIP6, Some(CLIENT_MAC)),
+        ("ns_nud_vlan", "na_nud_vlan", LB6, None),
+        ("ns_dad", "na_dad", VIP6, None),
+    ];
+    for (ns, na, target, source_ll) in cases {
+        let f = v(ns);
+        let sol = ndp::parse_solicitation(&f).unwrap();
+        assert_eq!(sol.ns.target, target, "{ns}");
+        assert_eq!(sol.ns.source_ll, source_ll, "{ns}");
+        // Emitting the parsed solicitation reproduces scapy's message.
+        let l4 = sol.eth.header_len() + 40;
+        let mut m = vec![0xa5u8; sol.ns.buffer_len()];
+        sol.ns.emit(&mut m, &sol.src, &sol.dst).unwrap();
+        assert_eq!(&m[..], &f[l4..], "{ns}");
+        // The answer, byte for byte.
+        let mut buf = MemBuf::new([0xa5u8; 512], 128, &f).unwrap();
+        ndp::answer_solicitation(&mut buf, &sol, LB_MAC).unwrap();
+        let want = v(na);
+        assert_eq!(buf.data(), &want[..], "{na}");
+        // And scapy's advertisement passes our validation.
+        let ip = ipv6::Packet::new_checked(&want[l4 - 40..]).unwrap();
+        let adv =
+            ndp::NeighborAdvertRepr::parse(ip.payload(), &ip.src(), &ip.dst(), ip.hop_limit())
+                .unwrap();
+        assert_eq!(adv.target, target);
+        assert_eq!(adv.target_ll, Some(LB_MAC));
+        assert!(adv.flags.contains(ndp::NaFlags::OVERRIDE));
+        assert!(!adv.flags.contains(ndp::NaFlags::ROUTER));
+        assert_eq!(
+            adv.flags.contains(ndp::NaFlags::SOLICITED),
+            ns != "ns_dad",
+            "{na}"
+        );
+    }
+    // Other frames are not solicitations.
+    assert_eq!(
+        ndp::parse_solicitation(&v("na_vip6")),
+        Err(NdpError::WrongType)
+    );
+    assert_eq!(
+        ndp::parse_solicitation(&v("icmp6_echo")),
+        Err(NdpError::WrongType)
+    );
+    assert_eq!(
+        ndp::parse_solicitation(&v("inner4")),
+        Err(NdpError::WrongType)
+    );
+    // A forwarded copy (hop limit decremented) is not answered.
+    let mut f = v("ns_vip6");
+    f[21] = 254;
+    assert_eq!(ndp::parse_solicitation(&f), Err(NdpError::HopLimit));
+}
+
+#[test]
+fn tcp_resets_match_scapy() {
+    for (seg, want) in [
+        ("rst_in_syn4", "rst_out_syn4"),
+        ("rst_in_ack4_qinq", "rst_out_ack4_qinq"),
+        ("rst_in_fin4", "rst_out_fin4"),
+        ("rst_in_syn6", "rst_out_syn6"),
+        ("rst_in_ack6_vlan_ext", "rst_out_ack6_vlan_ext"),
+    ] {
+        let f = v(seg);
+        let mut buf = MemBuf::new([0xa5u8; 512], 128, &f).unwrap();
+        reply::tcp_reset(&mut buf, LB_MAC).unwrap();
+        assert_eq!(buf.data(), &v(want)[..], "{want}");
+    }
+    // A reset is never answered; nor is anything but TCP.
+    let mut buf = MemBuf::new([0u8; 512], 128, &v("tcp_rst_v6")).unwrap();
+    assert_eq!(reply::tcp_reset(&mut buf, LB_MAC), Err(ReplyError::Reset));
+    let mut buf = MemBuf::new([0u8; 512], 128, &v("eth_vlan_ipv6_udp")).unwrap();
+    assert_eq!(reply::tcp_reset(&mut buf, LB_MAC), Err(ReplyError::NotTcp));
+    let mut buf = MemBuf::new([0u8; 512], 128, &v("arp_request")).unwrap();
+    assert_eq!(reply::tcp_reset(&mut buf, LB_MAC), Err(ReplyError::NotTcp));
+}
+
 // ------------------------------------------------------------------ hash
 
 #[test]
@@ -688,8 +770,13 @@ fn every_prefix_of_every_vector_is_handled() {
             if encapsulate(&mut buf, &outer(false, UdpChecksum::Full), &geneve_tunnel()).is_err() {
                 assert_eq!(buf.data(), p, "{name}[..{n}]");
             }
+            // A cut frame is never answered: its IP length no longer fits.
+            assert!(ndp::parse_solicitation(p).is_err(), "{name}[..{n}]");
+            let mut buf = MemBuf::new([0u8; 2048], 128, p).unwrap();
+            assert!(reply::tcp_reset(&mut buf, LB_MAC).is_err(), "{name}[..{n}]");
+            assert_eq!(buf.data(), p, "{name}[..{n}]");
         }
         vectors += 1;
     }
-    assert_eq!(vectors, 50);
+    assert_eq!(vectors, 66);
 }

@@ -1,0 +1,341 @@
+//! TCP resets built in place from the segment they answer (RFC 9293 §3.10.7.1), for
+//! services without an eligible backend (SPEC M14, `no_backend_action = "reset"`).
+//!
+//! # Design
+//!
+//! The balancer answers as a TCP endpoint in state CLOSED would: a segment with ACK gets
+//! `<SEQ=SEG.ACK><CTL=RST>`, any other `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`, where
+//! SEG.LEN counts the payload plus one for SYN and one for FIN. A reset is never answered,
+//! nor a fragment (its TCP header may be elsewhere), nor a segment whose IPv4 header or TCP
+//! checksum does not verify (it might carry wrong sequence numbers), nor one from or to a
+//! non-unicast address.
+//!
+//! The reply reuses the frame: MACs swapped (source = ours), VLAN tags kept, addresses and
+//! ports swapped, a fresh IP header (IPv4: TTL 64, ID 0, DF, no options; IPv6: hop limit
+//! 64, no extension headers), a bare 20-byte TCP header with window 0, and the tail
+//! trimmed. Ethernet minimum-size padding is left to the NIC.
+
+use core::net::IpAddr;
+
+use crate::buf::{PacketBuf, resize_for_rewrite};
+use crate::error::{ParseError, ReplyError};
+use crate::ethernet::{EthernetRepr, MacAddr, ethertype};
+use crate::ip::proto;
+use crate::ipv4::{self, Ipv4Repr};
+use crate::ipv6::{self, Ipv6Repr};
+use crate::tcp::{self, Flags, TcpRepr};
+
+/// TTL / hop limit of generated resets.
+pub const RESET_TTL: u8 = 64;
+
+/// Whether a reply may be sent from or to `a`.
+fn is_unicast(a: &IpAddr) -> bool {
+    match a {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_broadcast() || a.is_multicast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
+    }
+}
+
+/// The TCP header of the reset answering a segment with `seq`, `ack`, `flags` and
+/// `payload_len` payload bytes, from `src_port` (ours) to `dst_port` (theirs).
+pub fn reset_for(
+    src_port: u16,
+    dst_port: u16,
+    seq: u32,
+    ack: u32,
+    flags: Flags,
+    payload_len: usize,
+) -> TcpRepr {
+    let (seq, ack, flags) = if flags.contains(Flags::ACK) {
+        (ack, 0, Flags::RST)
+    } else {
+        let mut len = payload_len as u32;
+        len = len.wrapping_add(u32::from(flags.contains(Flags::SYN)));
+        len = len.wrapping_add(u32::from(flags.contains(Flags::FIN)));
+        (0, seq.wrapping_add(len), Flags::RST.union(Flags::ACK))
+    };
+    TcpRepr {
+        src_port,
+        dst_port,
+        seq,
+        ack,
+        flags,
+        window: 0,
+        urgent: 0,
+        options: tcp::Options::default(),
+    }
+}
+
+/// Rewrites the Ethernet frame `pkt`, a TCP segment over IPv4 or IPv6, into the reset that
+/// answers it, sent from `mac`. On error the frame is unchanged.
+pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(), ReplyError> {
+    let data = pkt.data();
+    let eth = EthernetRepr::parse(data)?;
+    if eth.src[0] & 1 != 0 {
+        return Err(ReplyError::BadSource);
+    }
+    let l2 = eth.header_len();
+    let l3 = data.get(l2..).ok_or(ParseError::Truncated)?;
+    let (src, dst, seg) = match eth.ethertype {
+        ethertype::IPV4 => {
+            let ip = ipv4::Packet::new_checked(l3)?;
+            if !ip.verify_checksum() {
+                return Err(ParseError::BadChecksum.into());
+            }
+            if ip.protocol() != proto::TCP {
+                return Err(ReplyError::NotTcp);
+            }
+            if ip.is_fragment() {
+                return Err(ReplyError::Fragment);
+            }
+            let (hl, tl) = (ip.header_len(), usize::from(ip.total_len()));
+            let seg = l3.get(hl..tl).ok_or(ParseError::Truncated)?;
+            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), seg)
+        }
+        ethertype::IPV6 => {
+            let ip = ipv6::Packet::new_checked(l3)?;
+            let end = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+            let payload = l3.get(ipv6::HEADER_LEN..end).ok_or(ParseError::Truncated)?;
+            let walk = ipv6::walk_extensions(payload, ip.next_header())?;
+            if walk.fragment.is_some() {
+                return Err(ReplyError::Fragment);
+            }
+            if walk.upper != proto::TCP {
+                return Err(ReplyError::NotTcp);
+            }
+            let seg = payload.get(walk.offset..).ok_or(ParseError::Truncated)?;
+            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), seg)
+        }
+        _ => return Err(ReplyError::NotTcp),
+    };
+    if !is_unicast(&src) || !is_unicast(&dst) {
+        return Err(ReplyError::BadSource);
+    }
+    let t = tcp::Packet::new_checked(seg)?;
+    if !t.verify_checksum(&src, &dst) {
+        return Err(ParseError::BadChecksum.into());
+    }
+    let flags = t.flags();
+    if flags.contains(Flags::RST) {
+        return Err(ReplyError::Reset);
+    }
+    let rst = reset_for(
+        t.dst_port(),
+        t.src_port(),
+        t.seq(),
+        t.ack(),
+        flags,
+        t.payload().len(),
+    );
+
+    let ip_len = match src {
+        IpAddr::V4(_) => ipv4::MIN_HEADER_LEN,
+        IpAddr::V6(_) => ipv6::HEADER_LEN,
+    };
+    resize_for_rewrite(pkt, l2 + ip_len + tcp::MIN_HEADER_LEN)?;
+    let data = pkt.data_mut();
+    EthernetRepr {
+        dst: eth.src,
+        src: mac,
+        ..eth
+    }
+    .emit(data)?;
+    let (ip, seg) = data
+        .get_mut(l2..)
+        .and_then(|b| b.split_at_mut_checked(ip_len))
+        .ok_or(ParseError::Truncated)?;
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
+            src: d,
+            dst: s,
+            protocol: proto::TCP,
+            payload_len: tcp::MIN_HEADER_LEN as u16,
+            ttl: RESET_TTL,
+            dscp_ecn: 0,
+            ident: 0,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            options: ipv4::Options::default(),
+        }
+        .emit(&mut ipv4::Packet::new_unchecked(ip))?,
+        (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
+            src: d,
+            dst: s,
+            next_header: proto::TCP,
+            payload_len: tcp::MIN_HEADER_LEN as u16,
+            hop_limit: RESET_TTL,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+        .emit(&mut ipv6::Packet::new_unchecked(ip))?,
+        _ => return Err(ParseError::BadVersion.into()),
+    }
+    let mut t = tcp::Packet::new_unchecked(seg);
+    rst.emit(&mut t)?;
+    t.fill_checksum(&dst, &src)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::MemBuf;
+    use core::net::{Ipv4Addr, Ipv6Addr};
+
+    const CLIENT_MAC: MacAddr = [2, 0, 0, 0, 0, 1];
+    const LB_MAC: MacAddr = [2, 0, 0, 0, 0, 2];
+
+    /// An untagged TCP segment frame, checksummed.
+    fn segment(src: IpAddr, dst: IpAddr, r: &TcpRepr, payload: &[u8]) -> Vec<u8> {
+        let (et, ip_len) = match src {
+            IpAddr::V4(_) => (ethertype::IPV4, 20),
+            IpAddr::V6(_) => (ethertype::IPV6, 40),
+        };
+        let tl = r.header_len() + payload.len();
+        let mut f = vec![0xa5u8; 14 + ip_len + tl];
+        EthernetRepr::untagged(LB_MAC, CLIENT_MAC, et)
+            .emit(&mut f)
+            .unwrap();
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
+                src: s,
+                dst: d,
+                protocol: proto::TCP,
+                payload_len: tl as u16,
+                ttl: 50,
+                dscp_ecn: 0,
+                ident: 9,
+                dont_frag: false,
+                more_frags: false,
+                frag_offset: 0,
+                options: ipv4::Options::default(),
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut f[14..]))
+            .unwrap(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: proto::TCP,
+                payload_len: tl as u16,
+                hop_limit: 50,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(&mut f[14..]))
+            .unwrap(),
+            _ => unreachable!(),
+        }
+        let seg = &mut f[14 + ip_len..];
+        let mut t = tcp::Packet::new_unchecked(seg);
+        r.emit(&mut t).unwrap();
+        let hl = r.header_len();
+        t.into_inner()[hl..].copy_from_slice(payload);
+        tcp::Packet::new_unchecked(&mut f[14 + ip_len..])
+            .fill_checksum(&src, &dst)
+            .unwrap();
+        f
+    }
+
+    fn client_segment(flags: Flags, seq: u32, ack: u32) -> TcpRepr {
+        TcpRepr {
+            src_port: 40000,
+            dst_port: 80,
+            seq,
+            ack,
+            flags,
+            window: 1000,
+            urgent: 0,
+            options: tcp::Options::default(),
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_follow_rfc_9293() {
+        let f = Flags::SYN.union(Flags::FIN);
+        let r = reset_for(80, 40000, u32::MAX, 5, f, 3);
+        assert_eq!(
+            (r.seq, r.ack, r.flags),
+            (0, 4, Flags::RST.union(Flags::ACK))
+        );
+        let r = reset_for(80, 40000, 1, 77, Flags::ACK.union(Flags::PSH), 100);
+        assert_eq!((r.seq, r.ack, r.flags), (77, 0, Flags::RST));
+        assert_eq!((r.src_port, r.dst_port, r.window), (80, 40000, 0));
+    }
+
+    #[test]
+    fn what_is_never_answered() {
+        let c = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        let v = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
+        let cases = [
+            (c, v, Flags::RST, ReplyError::Reset),
+            (
+                IpAddr::V4(Ipv4Addr::BROADCAST),
+                v,
+                Flags::SYN,
+                ReplyError::BadSource,
+            ),
+            (
+                c,
+                IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1)),
+                Flags::SYN,
+                ReplyError::BadSource,
+            ),
+            (
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                IpAddr::V6(Ipv6Addr::LOCALHOST),
+                Flags::SYN,
+                ReplyError::BadSource,
+            ),
+        ];
+        for (s, d, flags, want) in cases {
+            let f = segment(s, d, &client_segment(flags, 1, 0), b"");
+            let mut buf = MemBuf::new([0u8; 256], 0, &f).unwrap();
+            assert_eq!(tcp_reset(&mut buf, LB_MAC), Err(want));
+            assert_eq!(buf.data(), &f[..], "unchanged");
+        }
+        let mut f = segment(c, v, &client_segment(Flags::SYN, 1, 0), b"x");
+        *f.last_mut().unwrap() ^= 1;
+        let mut buf = MemBuf::new([0u8; 256], 0, &f).unwrap();
+        assert_eq!(
+            tcp_reset(&mut buf, LB_MAC),
+            Err(ReplyError::Parse(ParseError::BadChecksum))
+        );
+        let mut f = segment(c, v, &client_segment(Flags::SYN, 1, 0), b"x");
+        f[6] |= 1;
+        let mut buf = MemBuf::new([0u8; 256], 0, &f).unwrap();
+        assert_eq!(tcp_reset(&mut buf, LB_MAC), Err(ReplyError::BadSource));
+        // Not TCP; a fragment.
+        let mut f = segment(c, v, &client_segment(Flags::SYN, 1, 0), b"x");
+        f[14 + 9] = proto::UDP;
+        ipv4::Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        let mut buf = MemBuf::new([0u8; 256], 0, &f).unwrap();
+        assert_eq!(tcp_reset(&mut buf, LB_MAC), Err(ReplyError::NotTcp));
+        let mut f = segment(c, v, &client_segment(Flags::SYN, 1, 0), b"x");
+        ipv4::Packet::new_unchecked(&mut f[14..]).set_frag(false, true, 0);
+        ipv4::Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        let mut buf = MemBuf::new([0u8; 256], 0, &f).unwrap();
+        assert_eq!(tcp_reset(&mut buf, LB_MAC), Err(ReplyError::Fragment));
+        for n in 0..f.len() {
+            let mut buf = MemBuf::new([0u8; 256], 0, &f[..n]).unwrap();
+            assert!(tcp_reset(&mut buf, LB_MAC).is_err());
+        }
+    }
+
+    #[test]
+    fn a_syn_with_payload_is_acknowledged_in_full() {
+        let c = IpAddr::V6("2001:db8::1".parse().unwrap());
+        let v = IpAddr::V6("2001:db8::2".parse().unwrap());
+        let f = segment(c, v, &client_segment(Flags::SYN, 100, 0), b"early data");
+        let mut buf = MemBuf::new([0u8; 256], 0, &f).unwrap();
+        tcp_reset(&mut buf, LB_MAC).unwrap();
+        let out = buf.data();
+        assert_eq!(out.len(), 14 + 40 + 20);
+        let ip = ipv6::Packet::new_checked(&out[14..]).unwrap();
+        assert_eq!(ip.hop_limit(), RESET_TTL);
+        let t = tcp::Packet::new_checked(ip.payload()).unwrap();
+        assert!(t.verify_checksum(&v, &c));
+        assert_eq!((t.seq(), t.ack()), (0, 100 + 10 + 1));
+        assert_eq!(t.flags(), Flags::RST.union(Flags::ACK));
+    }
+}
