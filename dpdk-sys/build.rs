@@ -153,6 +153,7 @@ const FUNCTIONS: &[&str] = &[
     "rte_eth_dev_close",
     "rte_eth_dev_socket_id",
     "rte_eth_macaddr_get",
+    "rte_eth_dev_default_mac_addr_set",
     "rte_eth_link_get_nowait",
     "rte_eth_promiscuous_enable",
     "rte_eth_dev_set_mtu",

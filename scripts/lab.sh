@@ -129,7 +129,8 @@ mbufs = 8191
 queue_descriptors = 512
 flow_table_capacity = 65536
 eal_args = ["$(eal_memory_args | sed 's/ /", "/g')", "--no-pci", "--no-telemetry", "--log-level=lib.eal:warning",
-  "--vdev=net_af_packet0,iface=s${T}up", "--vdev=net_af_packet1,iface=s${T}be"]
+  "--vdev=net_af_packet0,iface=s${T}up", "--vdev=net_af_packet1,iface=s${T}be",
+  "--vdev=net_tap0,iface=s${T}k"]
 
 [[ports]]
 name = "uplink"
@@ -144,6 +145,14 @@ role = "backend"
 addresses = ["198.18.2.2/24"]
 gateway_mac = "$ROUTER_BE_MAC"
 mtu = 9000
+
+# The balancer host's own stack (ARP resolution, SSH, BGP, health probes):
+# what the data plane does not own goes to this TAP, and what the kernel
+# sends on it leaves through the uplink.
+[[ports]]
+name = "kernel"
+device = "net_tap0"
+role = "exception"
 
 [[forwarding_rules]]
 name = "web"
@@ -177,7 +186,10 @@ TOML
     ip netns exec "$L" "$bin/spillway" run --config "$dir/lab.toml" >"$dir/spillway.log" 2>&1 &
     echo $! >"$dir/spillway.pid"
     for _ in $(seq 100); do
-        [ -S "$dir/control.sock" ] && return 0
+        if [ -S "$dir/control.sock" ]; then
+            lab_host "$dir" "$L" "s${T}k"
+            return 0
+        fi
         if ! kill -0 "$(cat "$dir/spillway.pid")" 2>/dev/null; then
             cat "$dir/spillway.log" >&2
             die "spillway run exited"
@@ -186,6 +198,38 @@ TOML
     done
     cat "$dir/spillway.log" >&2
     die "spillway run did not open its control socket"
+}
+
+# The balancer host's kernel behind the exception TAP: the uplink's address,
+# a default route via the router, and a line echo server on port 179 (a
+# stand-in for BGP/SSH on the same NIC).
+lab_host() {
+    local dir=$1 L=$2 tap=$3
+    for _ in $(seq 50); do
+        nsx "$L" ip link show "$tap" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    # The uplink veths are the "NIC": in the lab the namespace's kernel sees
+    # them too and, weak-host, would answer for 198.18.1.2 on them as well.
+    # Strict reverse-path filtering there (the route back is via the TAP)
+    # leaves those frames to the data plane only, as on real hardware.
+    for i in up be; do
+        nsx "$L" sysctl -qw "net.ipv4.conf.s$(cat "$dir/tag")$i.rp_filter=1"
+    done
+    nsx "$L" ip addr add 198.18.1.2/24 dev "$tap"
+    nsx "$L" ip link set "$tap" up
+    nsx "$L" ip route add default via 198.18.1.1
+    ip netns exec "$L" python3 -c '
+import socketserver
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self):
+        for line in self.rfile:
+            self.wfile.write(b"host " + line)
+            self.wfile.flush()
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer(("198.18.1.2", 179), Echo).serve_forever()
+' >"$dir/host-echo.log" 2>&1 &
+    echo $! >"$dir/host-echo.pid"
 }
 
 lab_down() {

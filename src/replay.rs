@@ -10,15 +10,23 @@ use std::io::{BufReader, BufWriter};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use dataplane::{DropReason, EndpointHealth, Local, SnapshotBuilder, Verdict, Worker};
+use config::schema::PortRole;
+use dataplane::{
+    BURST, DropReason, EndpointHealth, Engine, Local, PacketIo, SnapshotBuilder, VecBurst, Worker,
+};
 use flowtable::FlowTable;
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use wire::buf::{MemBuf, PacketBuf};
+use wire::burst::PacketBurst;
+use wire::error::BufError;
 
 /// Headroom in front of each packet, as DPDK mbufs have.
 const HEADROOM: usize = 128;
+/// Largest packet replayed.
+const MAX_PACKET: usize = 65536;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -68,7 +76,15 @@ pub fn run(args: &Args) -> Result<()> {
     let capacity = compiled.settings.dataplane.flow_table_capacity;
     let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))
         .with_context(|| format!("flow table of {capacity} entries"))?;
-    let mut worker = Worker::new(args.seed, compiled.children.len());
+    let worker = Worker::new(args.seed, compiled.children.len());
+    // The configured ports, plus an uplink when none is configured; input
+    // arrives on the (first) uplink.
+    let mut roles: Vec<PortRole> = compiled.settings.ports.iter().map(|p| p.role).collect();
+    if !roles.contains(&PortRole::Uplink) {
+        roles.push(PortRole::Uplink);
+    }
+    let mut engine = Engine::new(worker, &roles, BURST, || VecBurst::with_capacity(BURST));
+    let uplink = engine.routes().uplink.unwrap_or(0);
 
     let input =
         File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
@@ -76,45 +92,80 @@ pub fn run(args: &Args) -> Result<()> {
         .with_context(|| format!("{}: not a pcap file", args.input.display()))?;
     let output = File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
-    let mut writer = PcapWriter::new(BufWriter::new(output))?;
+    let mut io = ReplayIo {
+        uplink,
+        roles: roles.clone(),
+        staged: Vec::with_capacity(BURST),
+        free: Vec::new(),
+        writer: PcapWriter::new(BufWriter::new(output))?,
+        written: 0,
+        error: None,
+    };
 
     let mut first_ts = None;
-    let mut buf = MemBuf::new([0u8; HEADROOM + 65536], HEADROOM, &[])?;
-    let (mut seen, mut written, mut too_big) = (0u64, 0u64, 0u64);
-    while let Some(pkt) = reader.next_packet() {
-        let pkt = pkt.with_context(|| format!("{}: packet {}", args.input.display(), seen + 1))?;
+    let (mut seen, mut too_big) = (0u64, 0u64);
+    let mut tick = None;
+    loop {
+        let pkt = match reader.next_packet() {
+            Some(p) => {
+                Some(p.with_context(|| format!("{}: packet {}", args.input.display(), seen + 1))?)
+            }
+            None => None,
+        };
+        // A burst holds packets of one tick: the clock advances between
+        // bursts, as it does between a DPDK worker's polls.
+        let pkt_tick = pkt.as_ref().map(|p| {
+            let start = *first_ts.get_or_insert(p.timestamp);
+            u32::try_from(p.timestamp.saturating_sub(start).as_secs()).unwrap_or(u32::MAX)
+        });
+        if !io.staged.is_empty() && (pkt.is_none() || io.staged.len() == BURST || pkt_tick != tick)
+        {
+            engine.poll(&mut io, &snap, &flows, tick.unwrap_or(0));
+            if let Some(e) = io.error.take() {
+                return Err(e);
+            }
+        }
+        let Some(pkt) = pkt else { break };
         seen += 1;
-        let start = *first_ts.get_or_insert(pkt.timestamp);
-        let now = u32::try_from(pkt.timestamp.saturating_sub(start).as_secs()).unwrap_or(u32::MAX);
-        if buf.reset(HEADROOM, &pkt.data).is_err() {
+        tick = pkt_tick;
+        let mut buf = match io.free.pop() {
+            Some(b) => b,
+            None => ReplayPkt {
+                buf: MemBuf::new(
+                    vec![0u8; HEADROOM + MAX_PACKET].into_boxed_slice(),
+                    HEADROOM,
+                    &[],
+                )?,
+                ts: Duration::ZERO,
+            },
+        };
+        if buf.buf.reset(HEADROOM, &pkt.data).is_err() {
             too_big += 1;
+            io.free.push(buf);
             continue;
         }
-        match worker.process(&snap, &flows, now, &mut buf) {
-            Verdict::Forward | Verdict::Reply => {
-                let data = buf.data();
-                writer.write_packet(&PcapPacket::new(pkt.timestamp, data.len() as u32, data))?;
-                written += 1;
-            }
-            Verdict::ToHost | Verdict::Drop(_) => {}
-        }
+        buf.ts = pkt.timestamp;
+        io.staged.push(buf);
     }
-    drop(writer);
+    let written = io.written;
+    drop(io);
 
-    let c = &worker.counters;
+    let c = &engine.worker.counters;
     println!(
         "{}: {seen} packets in, {written} out to {}",
         args.input.display(),
         args.output.display()
     );
     println!(
-        "forwarded {}, ARP replies {}, to host {}, dropped {}{}",
+        "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, dropped {}{}",
         c.forwarded,
         c.arp_replies,
+        c.nd_replies,
+        c.no_backend_resets,
         c.to_host,
         c.total_drops(),
         if too_big > 0 {
-            format!(", {too_big} larger than 64 KiB skipped")
+            format!(", {too_big} larger than {MAX_PACKET} bytes skipped")
         } else {
             String::new()
         }
@@ -137,4 +188,80 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A replayed packet: its bytes and its capture time (kept for the output).
+struct ReplayPkt {
+    buf: MemBuf<Box<[u8]>>,
+    ts: Duration,
+}
+
+impl PacketBuf for ReplayPkt {
+    fn data(&self) -> &[u8] {
+        self.buf.data()
+    }
+    fn data_mut(&mut self) -> &mut [u8] {
+        self.buf.data_mut()
+    }
+    fn headroom(&self) -> usize {
+        self.buf.headroom()
+    }
+    fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        self.buf.prepend(n)
+    }
+    fn adj(&mut self, n: usize) -> Result<(), BufError> {
+        self.buf.adj(n)
+    }
+    fn trim(&mut self, n: usize) -> Result<(), BufError> {
+        self.buf.trim(n)
+    }
+}
+
+/// The pcap as the uplink's RX queue; every port's TX writes the output pcap
+/// in transmit order (the exception port's, which goes to the host and not
+/// to the network, is counted but not written).
+struct ReplayIo {
+    uplink: usize,
+    roles: Vec<PortRole>,
+    staged: Vec<ReplayPkt>,
+    free: Vec<ReplayPkt>,
+    writer: PcapWriter<BufWriter<File>>,
+    written: u64,
+    error: Option<anyhow::Error>,
+}
+
+impl PacketIo for ReplayIo {
+    type Burst = VecBurst<ReplayPkt>;
+
+    fn rx_burst(&mut self, port: usize, burst: &mut VecBurst<ReplayPkt>) -> usize {
+        if port != self.uplink {
+            return 0;
+        }
+        let mut n = 0;
+        for p in self.staged.drain(..) {
+            match burst.push(p) {
+                Ok(()) => n += 1,
+                Err(p) => self.free.push(p),
+            }
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, port: usize, burst: &mut VecBurst<ReplayPkt>) -> usize {
+        let to_host = self.roles.get(port) == Some(&PortRole::Exception);
+        burst.drain_each(|_, p| {
+            if !to_host && self.error.is_none() {
+                let data = p.data();
+                match self
+                    .writer
+                    .write_packet(&PcapPacket::new(p.ts, data.len() as u32, data))
+                {
+                    Ok(_) => self.written += 1,
+                    Err(e) => self.error = Some(e.into()),
+                }
+            }
+            self.free.push(p);
+        });
+        0
+    }
 }

@@ -12,10 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
 use control::{Manager, Shared};
-use dataplane::{Local, Verdict, Worker};
+use dataplane::{BURST, Engine, Local, PacketIo, Worker};
 use dpdk::{Eal, MbufBurst, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
-
-const BURST: usize = 32;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -71,6 +69,10 @@ pub fn run(args: &Args) -> Result<()> {
         let id = Port::find(eal, &p.device).with_context(|| format!("port {:?}", p.name))?;
         let mut port = Port::configure(eal, id, &port_cfg, &pool)
             .with_context(|| format!("port {:?}", p.name))?;
+        if let Some(mac) = p.mac {
+            port.set_mac(mac.0)
+                .with_context(|| format!("port {:?}: mac {mac}", p.name))?;
+        }
         port.start().with_context(|| format!("port {:?}", p.name))?;
         log::info!(
             "port {} ({}, {}): {:?}, {} queue pairs, RSS {:#x}",
@@ -83,6 +85,23 @@ pub fn run(args: &Args) -> Result<()> {
         );
         ports.push((p.role, port));
     }
+    // The kernel behind the exception interface answers as the uplink NIC
+    // would (ARP, TCP to the host's own addresses), so by default it gets the
+    // uplink's MAC: frames the data plane hands it are addressed to that MAC.
+    let uplink_mac = ports
+        .iter()
+        .find(|(role, _)| *role == PortRole::Uplink)
+        .map(|(_, port)| port.mac());
+    for (p, (role, port)) in compiled.settings.ports.iter().zip(ports.iter_mut()) {
+        if *role == PortRole::Exception
+            && p.mac.is_none()
+            && let Some(mac) = uplink_mac
+        {
+            port.set_mac(mac).with_context(|| {
+                format!("exception port {:?}: cannot take the uplink's MAC", p.name)
+            })?;
+        }
+    }
     let local = Local::from_config(&compiled, |device| {
         compiled
             .settings
@@ -93,7 +112,9 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|(_, (_, port))| port.mac())
     });
     let socket_path = compiled.settings.control.socket.clone();
+    let watch = compiled.settings.control.watch_config;
     let (mut mgr, shared) = Manager::start(&args.config, compiled, local, workers)?;
+    mgr.watch_file(watch);
     let socket = control::socket::ControlSocket::bind(&socket_path)
         .with_context(|| format!("control socket {}", socket_path.display()))?;
 
@@ -160,19 +181,40 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The poll loop of one worker: rx burst -> pipeline -> tx bursts.
-fn worker_loop(index: usize, shared: &Shared, mut ports: Vec<WorkerPort<'_>>) {
-    let mut worker = Worker::new(0x5350_494c_0000_0000 ^ (index as u64) << 8 ^ dpdk::tsc(), 0);
-    let mut rx = MbufBurst::<BURST>::new();
-    let mut verdicts = [Verdict::ToHost; BURST];
-    // One TX burst per port; a received burst is sorted into them.
-    let mut tx: Vec<MbufBurst<BURST>> = ports.iter().map(|_| MbufBurst::new()).collect();
-    let uplink = ports.iter().position(|p| p.role == PortRole::Uplink);
-    let backend = ports
-        .iter()
-        .position(|p| p.role == PortRole::Backend)
-        .or(uplink);
-    let exception = ports.iter().position(|p| p.role == PortRole::Exception);
+/// DPDK queues as the data plane's packet I/O.
+struct DpdkIo<'p> {
+    ports: Vec<WorkerPort<'p>>,
+}
+
+impl PacketIo for DpdkIo<'_> {
+    type Burst = MbufBurst<BURST>;
+
+    #[inline]
+    fn rx_burst(&mut self, port: usize, burst: &mut MbufBurst<BURST>) -> usize {
+        self.ports.get_mut(port).map_or(0, |p| p.rx.rx_burst(burst))
+    }
+
+    #[inline]
+    fn tx_burst(&mut self, port: usize, burst: &mut MbufBurst<BURST>) -> usize {
+        match self.ports.get_mut(port) {
+            Some(p) => p.tx.tx_burst_or_drop(burst).1,
+            None => {
+                let n = burst.len();
+                burst.clear();
+                n
+            }
+        }
+    }
+}
+
+/// The poll loop of one worker: the data plane's engine over its queues,
+/// picking up a new snapshot between passes and publishing its counters
+/// every ~100 ms (never per packet).
+fn worker_loop(index: usize, shared: &Shared, ports: Vec<WorkerPort<'_>>) {
+    let worker = Worker::new(0x5350_494c_0000_0000 ^ (index as u64) << 8 ^ dpdk::tsc(), 0);
+    let roles: Vec<PortRole> = ports.iter().map(|p| p.role).collect();
+    let mut engine = Engine::new(worker, &roles, BURST, MbufBurst::<BURST>::new);
+    let mut io = DpdkIo { ports };
     let publish_every = dpdk::tsc_hz(match Eal::get() {
         Some(e) => e,
         None => return,
@@ -181,79 +223,22 @@ fn worker_loop(index: usize, shared: &Shared, mut ports: Vec<WorkerPort<'_>>) {
 
     while !shared.stop.load(Ordering::Relaxed) {
         let snap = shared.snapshot.load();
-        worker
-            .counters
-            .resize_children(snap.compiled.children.len());
         let now = shared.now.load(Ordering::Relaxed);
-        for p in 0..ports.len() {
-            if ports[p].rx.rx_burst(&mut rx) == 0 {
-                continue;
-            }
-            let dropped = &mut worker.counters.tx_dropped;
-            if ports[p].role == PortRole::Exception {
-                // From the host's stack (ARP, BGP, health probes): out the uplink.
-                let out = uplink.unwrap_or(p);
-                rx.drain_each(|_, m| push(&mut tx[out], m, dropped));
-            } else {
-                let n = rx.len();
-                worker.process_burst(
-                    &snap,
-                    &shared.flows,
-                    now,
-                    rx.as_mut_slice(),
-                    &mut verdicts[..n],
-                );
-                let counters = &mut worker.counters;
-                rx.drain_each(|i, m| match verdicts[i] {
-                    Verdict::Forward => match backend {
-                        Some(b) => push(&mut tx[b], m, &mut counters.tx_dropped),
-                        None => counters.tx_dropped += 1,
-                    },
-                    Verdict::Reply => push(&mut tx[p], m, &mut counters.tx_dropped),
-                    Verdict::ToHost => match exception {
-                        Some(e) => push(&mut tx[e], m, &mut counters.tx_dropped),
-                        None => counters.host_dropped += 1,
-                    },
-                    Verdict::Drop(_) => {}
-                });
-            }
-            // Send before the next port's burst, so that no TX burst ever
-            // holds more than one RX burst's worth.
-            flush(&mut ports, &mut tx, &mut worker.counters.tx_dropped);
-        }
+        engine.poll(&mut io, &snap, &shared.flows, now);
         let t = dpdk::tsc();
         if t.wrapping_sub(last_publish) >= publish_every {
             last_publish = t;
             if let Some(slot) = shared.published.get(index) {
                 if let Ok(mut g) = slot.try_lock() {
-                    g.clone_from(&worker.counters);
+                    g.clone_from(&engine.worker.counters);
                 }
             }
         }
     }
     if let Some(slot) = shared.published.get(index) {
         if let Ok(mut g) = slot.lock() {
-            g.clone_from(&worker.counters);
+            g.clone_from(&engine.worker.counters);
         }
-    }
-}
-
-/// Offers every non-empty TX burst to its port; frees and counts what a
-/// device does not take.
-fn flush(ports: &mut [WorkerPort<'_>], tx: &mut [MbufBurst<BURST>], dropped: &mut u64) {
-    for (q, burst) in ports.iter_mut().zip(tx.iter_mut()) {
-        if !burst.is_empty() {
-            let (_, d) = q.tx.tx_burst_or_drop(burst);
-            *dropped += d as u64;
-        }
-    }
-}
-
-/// Adds an mbuf to a TX burst; a full burst (more than one RX burst's worth
-/// for one port cannot happen, but stay safe) frees and counts it.
-fn push(burst: &mut MbufBurst<BURST>, m: dpdk::Mbuf, dropped: &mut u64) {
-    if burst.push(m).is_err() {
-        *dropped += 1;
     }
 }
 

@@ -328,3 +328,71 @@ fn lab_reload_under_load_is_hitless() {
 fn lab_l2dsr_real_tcp_clients_reach_real_servers() {
     through_the_balancer("l2dsr");
 }
+
+/// SPEC §1 exception path: what the data plane does not own (here: traffic
+/// for the balancer's own address, ARP replies to the host) reaches the
+/// kernel through the TAP, and what the kernel sends leaves by the uplink.
+#[test]
+fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
+    let lab = Lab::up("ipip");
+    let ping = |ns: &str, dst: &str| {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns(ns),
+                "ping",
+                "-c",
+                "5",
+                "-i",
+                "0.2",
+                "-W",
+                "2",
+                dst,
+            ])
+            .output()
+            .expect("ping");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Client -> the balancer's own address: answered by the host's kernel,
+    // once per request (the data plane hands it over exactly once).
+    let p = ping("c", "198.18.1.2");
+    assert!(
+        p.contains("5 packets transmitted, 5 received") && !p.contains("duplicates"),
+        "{p}"
+    );
+    // The host's own connections go out through the uplink and come back.
+    let p = ping("lb", "198.18.0.100");
+    assert!(p.contains("5 packets transmitted, 5 received"), "{p}");
+    // A TCP service of the host (BGP/SSH stand-in) on the uplink address.
+    let echo = in_client(&lab, || {
+        let addr: SocketAddrV4 = "198.18.1.2:179".parse().expect("addr");
+        let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"hello\n")?;
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf)?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf[..n]).into_owned())
+    })
+    .join()
+    .expect("client thread");
+    assert_eq!(
+        echo.expect("connect to the host's port 179"),
+        "host hello\n"
+    );
+    // And VIP traffic still goes to the backends meanwhile.
+    let answers = lab.requests(30);
+    assert!(
+        answers.iter().all(|a| a.starts_with("backend")),
+        "{answers:?}"
+    );
+    let s = stats(&lab);
+    let to_host: u64 = s
+        .split("to host ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(to_host >= 10, "{s}");
+    assert!(s.contains("(dropped without exception port 0)"), "{s}");
+}

@@ -54,6 +54,10 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 }
 
 fn config(dir: &Path, service: &str) -> String {
+    config_watching(dir, service, false)
+}
+
+fn config_watching(dir: &Path, service: &str, watch: bool) -> String {
     format!(
         r#"
 [node]
@@ -103,6 +107,7 @@ endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
 
 [control]
 socket = "{d}/ctl.sock"
+watch_config = {watch}
 "#,
         d = dir.display()
     )
@@ -403,5 +408,61 @@ fn the_daemon_survives_fuzzed_frames_on_dpdk_ports_without_leaking_mbufs() {
     let out = read_stdout(&mut daemon);
     assert!(code.success(), "clean exit: {code}\n{out}");
     assert!(out.contains("mbufs in use at start, 0 at exit"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SPEC M38: editing the file is enough; a broken edit is refused and the
+/// running configuration stays.
+#[test]
+fn the_daemon_reloads_when_its_file_changes() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let cfg = dir.join("spillway.toml");
+    std::fs::write(&cfg, config_watching(&dir, "dns", true)).expect("config");
+    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["run", "--config", cfg.to_str().expect("utf-8")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start spillway run");
+    let mut daemon = Daemon(child);
+    let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
+    let wait_for = |what: &str, daemon: &mut Daemon| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = text(&spillway(&["status", "--socket", &socket_s]));
+            if status.contains(what) {
+                return status;
+            }
+            if let Ok(Some(s)) = daemon.0.try_wait() {
+                panic!("spillway run exited: {s}");
+            }
+            assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("snapshot generation 1", &mut daemon);
+
+    std::fs::write(&cfg, config_watching(&dir, "dns2", true)).expect("config");
+    let s = wait_for("service dns2", &mut daemon);
+    assert!(
+        s.contains("snapshot generation 2, reloads 1 ok / 0 rejected"),
+        "{s}"
+    );
+
+    std::fs::write(&cfg, "[node]\nname = 3\n").expect("config");
+    let s = wait_for("reloads 1 ok / 1 rejected", &mut daemon);
+    assert!(
+        s.contains("snapshot generation 2") && s.contains("service dns2"),
+        "{s}"
+    );
+    assert!(s.contains("spillway.toml:2:"), "the error is shown: {s}");
+    // Nothing more happens while the file stays as it is.
+    std::thread::sleep(Duration::from_millis(800));
+    let s = text(&spillway(&["status", "--socket", &socket_s]));
+    assert!(s.contains("reloads 1 ok / 1 rejected"), "{s}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -868,6 +868,9 @@ pub struct Control {
     /// `/run/spillway/control.sock`.
     #[serde(default = "d_socket")]
     pub socket: PathBuf,
+    /// Reload when the configuration file changes (M38); default true.
+    #[serde(default = "d_true")]
+    pub watch_config: bool,
 }
 
 fn d_socket() -> PathBuf {
@@ -876,6 +879,9 @@ fn d_socket() -> PathBuf {
 
 impl Default for Control {
     fn default() -> Self {
-        Self { socket: d_socket() }
+        Self {
+            socket: d_socket(),
+            watch_config: true,
+        }
     }
 }

@@ -70,6 +70,68 @@ pub struct Manager {
     reloads_failed: u64,
     last_error: Option<String>,
     sweep_stats: flowtable::SweepStats,
+    watch: FileWatch,
+}
+
+/// What identifies a version of the configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        inode: m.ino(),
+    })
+}
+
+/// Polls the configuration file (SPEC M38 "file watch"): a change is acted on
+/// once the file has stayed unchanged for [`SETTLE`], so an editor's or a
+/// deployment tool's multi-step write is read whole.
+#[derive(Debug)]
+struct FileWatch {
+    enabled: bool,
+    seen: Option<Stamp>,
+    changed_at: Option<Instant>,
+}
+
+/// How long a changed file must stay unchanged before it is reloaded.
+const SETTLE: Duration = Duration::from_millis(300);
+
+impl FileWatch {
+    /// Whether the file changed and has settled since the last call that
+    /// returned true (or since the last [`FileWatch::reset`]).
+    fn due(&mut self, path: &Path) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let now = stamp(path);
+        if now != self.seen {
+            self.seen = now;
+            self.changed_at = Some(Instant::now());
+            return false;
+        }
+        match self.changed_at {
+            Some(t) if t.elapsed() >= SETTLE => {
+                self.changed_at = None;
+                // A file that vanished (mid-rename) is not a new configuration.
+                now.is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// The file as it is now is what the running configuration came from.
+    fn reset(&mut self, path: &Path) {
+        self.seen = stamp(path);
+        self.changed_at = None;
+    }
 }
 
 /// Buckets aged per management tick: bounded so a tick stays short.
@@ -114,8 +176,19 @@ impl Manager {
             reloads_failed: 0,
             last_error: None,
             sweep_stats: flowtable::SweepStats::default(),
+            watch: FileWatch {
+                enabled: false,
+                seen: stamp(path),
+                changed_at: None,
+            },
         };
         Ok((mgr, shared))
+    }
+
+    /// Turns reloading on file change on or off (the daemon follows
+    /// `[control] watch_config`, re-read at every reload).
+    pub fn watch_file(&mut self, on: bool) {
+        self.watch.enabled = on;
     }
 
     /// The current tick.
@@ -128,6 +201,9 @@ impl Manager {
     /// or every error (the running configuration stays).
     pub fn reload(&mut self) -> Result<u32, String> {
         let t0 = Instant::now();
+        // Whatever this reload makes of the file, the watcher need not
+        // reload it again.
+        self.watch.reset(&self.path);
         let loaded = match config::load(&self.path) {
             Ok(l) => l,
             Err(e) => return Err(self.reload_failed(e.to_string())),
@@ -136,6 +212,7 @@ impl Manager {
         let compiled = Arc::new(loaded.compiled);
         match self.publish(compiled.clone()) {
             Ok(generation) => {
+                self.watch.enabled = compiled.settings.control.watch_config;
                 self.compiled = compiled;
                 self.reloads_ok += 1;
                 self.last_error = None;
@@ -257,13 +334,16 @@ impl Manager {
     pub fn stats(&self) -> String {
         let c = self.counters();
         let mut out = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; to host {} (dropped without exception port {}); tx dropped {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
             c.arp_replies,
+            c.nd_replies,
+            c.no_backend_resets,
             c.to_host,
             c.host_dropped,
+            c.from_host,
             c.tx_dropped
         );
         out += &format!(
@@ -307,6 +387,10 @@ impl Manager {
             if reload.swap(false, Ordering::AcqRel) {
                 let _ = self.reload();
             }
+            if self.watch.due(&self.path) {
+                log::info!("{} changed; reloading", self.path.display());
+                let _ = self.reload();
+            }
             if let Some(s) = socket {
                 s.serve_pending(self);
             }
@@ -322,6 +406,8 @@ fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
     total.rx_bytes += c.rx_bytes;
     total.forwarded += c.forwarded;
     total.arp_replies += c.arp_replies;
+    total.nd_replies += c.nd_replies;
+    total.no_backend_resets += c.no_backend_resets;
     total.to_host += c.to_host;
     total.flow_hits += c.flow_hits;
     total.new_flows += c.new_flows;
@@ -330,6 +416,7 @@ fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
     total.stateless += c.stateless;
     total.tx_dropped += c.tx_dropped;
     total.host_dropped += c.host_dropped;
+    total.from_host += c.from_host;
     for (t, d) in total.drops.iter_mut().zip(&c.drops) {
         *t += d;
     }

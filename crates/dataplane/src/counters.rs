@@ -11,13 +11,15 @@ pub enum DropReason {
     NoRule,
     /// Addressed to neither a VIP nor the balancer itself: never relayed (SPEC M6).
     NotOurs,
-    /// A rule matched but its service has no eligible backend (SPEC M14).
+    /// A rule matched but its service has no eligible backend (SPEC M14), and
+    /// the packet was not answered with a reset (see `no_backend_resets`).
     NoBackend,
     /// An ICMP error addressed to a VIP quotes a packet that did not come from that VIP.
     IcmpMismatch,
     /// The rule is a gateway rule, which this pipeline does not serve yet.
     GatewayUnsupported,
-    /// Encapsulation failed (no headroom, or the inner frame was unusable).
+    /// Encapsulation failed (no headroom, or the inner frame was unusable), or a
+    /// reply built in place found no headroom to grow into.
     EncapFailed,
     /// The backend's address family has no tunnel source address on this node.
     NoTunnelSource,
@@ -77,6 +79,13 @@ pub struct WorkerCounters {
     pub forwarded: u64,
     /// ARP replies sent for the balancer's addresses.
     pub arp_replies: u64,
+    /// Neighbor advertisements sent for the balancer's IPv6 addresses.
+    pub nd_replies: u64,
+    /// TCP resets sent because a rule matched but its service had no eligible
+    /// backend and answers with a reset (SPEC M14). Such a packet is counted
+    /// here, not under `drops[NoBackend]`: every received packet has exactly one
+    /// outcome counter. Its child rule counts it among its drops either way.
+    pub no_backend_resets: u64,
     /// Packets handed to the host (exception path).
     pub to_host: u64,
     /// Packets that followed an existing flow entry.
@@ -92,8 +101,11 @@ pub struct WorkerCounters {
     pub stateless: u64,
     /// Packets the device did not take at TX (freed).
     pub tx_dropped: u64,
-    /// Packets for the host dropped because no exception port is configured.
+    /// Packets for the host dropped because no exception port is configured
+    /// (or, from the host, because no uplink is).
     pub host_dropped: u64,
+    /// Packets the host's stack sent through the exception port (out the uplink).
+    pub from_host: u64,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::ALL.len()],
     /// Per child rule, indexed by child rule id.
@@ -117,6 +129,17 @@ impl WorkerCounters {
     /// All drops.
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().sum()
+    }
+
+    /// Packets turned into replies to their sender (ARP, NDP, TCP resets).
+    pub fn replies(&self) -> u64 {
+        self.arp_replies + self.nd_replies + self.no_backend_resets
+    }
+
+    /// Rule matches without an eligible backend (SPEC M14): dropped or
+    /// answered with a reset.
+    pub fn no_backend(&self) -> u64 {
+        self.dropped(DropReason::NoBackend) + self.no_backend_resets
     }
 
     /// Makes room for a snapshot with `children` child rules (off the packet

@@ -1,5 +1,6 @@
-//! Spillway's data-plane pipeline, written against `wire::buf::PacketBuf` so
-//! that DPDK workers, `replay`, tests and fuzzers all run the same code.
+//! Spillway's data-plane pipeline, written against `wire::buf::PacketBuf` and
+//! the [`PacketIo`] trait so that DPDK workers, `replay`, tests and fuzzers
+//! all run the same code.
 //!
 //! Data flows one way: the management core builds an immutable [`Snapshot`]
 //! (compiled rules, per-service Maglev tables over stable backend slots,
@@ -15,10 +16,12 @@
 )]
 
 pub mod counters;
+pub mod engine;
 pub mod pipeline;
 pub mod snapshot;
 
 pub use counters::{ChildCounters, DropReason, WorkerCounters};
+pub use engine::{BURST, Engine, PacketIo, Routes, VecBurst};
 pub use pipeline::{Verdict, Worker};
 pub use snapshot::{
     Backend, BackendState, EndpointHealth, Local, ServicePlan, Snapshot, SnapshotBuilder,

@@ -1,21 +1,31 @@
 //! The per-packet decisions: classify, select a rule (SPEC M3), follow or
 //! create a flow (M10, M11, M15), pick a backend by Maglev (M12), deliver
 //! (M8), and count everything by outcome.
+//!
+//! Besides forwarding, the pipeline answers a few packets itself by rewriting
+//! them in place into a reply to their sender (SPEC §1, M14): ARP requests and
+//! IPv6 neighbor solicitations for a VIP or one of the balancer's own
+//! addresses, and — for services with `no_backend_action = "reset"` — TCP
+//! segments that match a rule whose service has no eligible backend. Other
+//! neighbor-discovery and multicast-listener messages belong to the host's
+//! kernel and go to the exception path whatever their address.
 
 use std::net::IpAddr;
 
 use config::compiled::Delivery;
-use config::schema::{ConnectionPersistence, RuleMode};
+use config::schema::{ConnectionPersistence, NoBackendAction, RuleMode};
 use flowtable::{EntryFlags, FlowTable, InsertOutcome, NewEntry, ProtoClass, Tick};
 use wire::arp::{self, ArpRepr};
 use wire::buf::PacketBuf;
 use wire::encap::{self, Outer, Tunnel, UdpChecksum};
-use wire::ethernet::{self, EthernetRepr};
+use wire::ethernet::{self, EthernetRepr, MacAddr};
 use wire::flow::FlowKey;
 use wire::geneve::{GatewayOptions, OptionIds};
-use wire::ip::unmap;
-use wire::packet::{Frame, IcmpInfo, PacketInfo, parse_frame};
+use wire::icmpv6::msg;
+use wire::ip::{proto as ipproto, unmap};
+use wire::packet::{Frame, IcmpInfo, IpVersion, PacketInfo, parse_frame};
 use wire::tcp::Flags;
+use wire::{ReplyError, ndp, reply};
 
 use crate::counters::{DropReason, WorkerCounters};
 use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
@@ -28,12 +38,34 @@ const UDP: u8 = 17;
 pub enum Verdict {
     /// Rewritten or encapsulated for a backend: transmit it.
     Forward,
-    /// Turned into a reply (ARP) to its sender: transmit it.
+    /// Turned into a reply to its sender (ARP reply, neighbor advertisement,
+    /// TCP reset): transmit it.
     Reply,
     /// Not for the data plane: hand it to the host (exception path).
     ToHost,
     /// Dropped (and counted) for this reason.
     Drop(DropReason),
+}
+
+/// What became of a packet: a [`Verdict`], with the kinds of reply told
+/// apart so that each is counted under its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Forward,
+    ToHost,
+    Drop(DropReason),
+    ArpReply,
+    NeighborAdvert,
+    Reset,
+}
+
+/// ICMPv6 messages of the link that the host's kernel needs (RFC 4861 router
+/// and neighbor discovery and redirects, RFC 2710/3810 multicast listener
+/// discovery). They go to the host unless the data plane answers them itself
+/// (a neighbor solicitation for a VIP or an own address), never to the
+/// "not ours" drop.
+const fn is_link_control(msg_type: u8) -> bool {
+    matches!(msg_type, 130..=137 | 143)
 }
 
 /// One worker's private state: counters and the generator of flow cookies.
@@ -42,6 +74,9 @@ pub struct Worker {
     /// What this worker did.
     pub counters: WorkerCounters,
     rng: u64,
+    /// Port the packets being processed arrived on (index into
+    /// `Local::port_macs`), for the source MAC of replies.
+    rx_port: usize,
 }
 
 impl Worker {
@@ -51,7 +86,23 @@ impl Worker {
         Worker {
             counters: WorkerCounters::new(children),
             rng: seed | 1,
+            rx_port: usize::MAX,
         }
+    }
+
+    /// The packets processed next arrived on port `port` (in `[[ports]]`
+    /// order); replies to them carry that port's MAC.
+    pub fn set_rx_port(&mut self, port: usize) {
+        self.rx_port = port;
+    }
+
+    /// Source MAC of a reply to the packet being processed.
+    fn reply_mac(&self, snap: &Snapshot) -> MacAddr {
+        snap.local
+            .port_macs
+            .get(self.rx_port)
+            .copied()
+            .unwrap_or(snap.local.mac)
     }
 
     /// Processes a burst in place; `verdicts[i]` says what to do with `pkts[i]`.
@@ -78,19 +129,48 @@ impl Worker {
     ) -> Verdict {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
-        let verdict = match parse_frame(pkt.data()) {
-            Err(_) => Verdict::Drop(DropReason::Malformed),
+        let outcome = match parse_frame(pkt.data()) {
+            Err(_) => Outcome::Drop(DropReason::Malformed),
             Ok(Frame::Arp(eth, req)) => self.arp(snap, pkt, &eth, &req),
-            Ok(Frame::Other(_)) => Verdict::ToHost,
-            Ok(Frame::Ip(_, info)) => self.ip(snap, flows, now, pkt, &info),
+            Ok(Frame::Other(_)) => Outcome::ToHost,
+            Ok(Frame::Ip(_, info)) => match info.icmp {
+                Some(icmp)
+                    if info.version == IpVersion::V6
+                        && info.proto == ipproto::ICMPV6
+                        && is_link_control(icmp.msg_type) =>
+                {
+                    self.link_control(snap, pkt, &info, icmp.msg_type)
+                }
+                _ => self.ip(snap, flows, now, pkt, &info),
+            },
         };
-        match verdict {
-            Verdict::Drop(r) => self.counters.drops[r as usize] += 1,
-            Verdict::ToHost => self.counters.to_host += 1,
-            Verdict::Reply => self.counters.arp_replies += 1,
-            Verdict::Forward => self.counters.forwarded += 1,
+        let c = &mut self.counters;
+        match outcome {
+            Outcome::Forward => {
+                c.forwarded += 1;
+                Verdict::Forward
+            }
+            Outcome::ToHost => {
+                c.to_host += 1;
+                Verdict::ToHost
+            }
+            Outcome::Drop(r) => {
+                c.drops[r as usize] += 1;
+                Verdict::Drop(r)
+            }
+            Outcome::ArpReply => {
+                c.arp_replies += 1;
+                Verdict::Reply
+            }
+            Outcome::NeighborAdvert => {
+                c.nd_replies += 1;
+                Verdict::Reply
+            }
+            Outcome::Reset => {
+                c.no_backend_resets += 1;
+                Verdict::Reply
+            }
         }
-        verdict
     }
 
     /// Answers ARP requests for VIPs and the balancer's own addresses.
@@ -100,32 +180,62 @@ impl Worker {
         pkt: &mut B,
         eth: &EthernetRepr,
         req: &ArpRepr,
-    ) -> Verdict {
+    ) -> Outcome {
         let target = IpAddr::V4(req.tpa);
-        if req.oper != arp::op::REQUEST
-            || !(snap.compiled.rule_index.is_vip(target) || snap.is_own(target))
-        {
-            return Verdict::ToHost;
+        if req.oper != arp::op::REQUEST || !answers_for(snap, target) {
+            return Outcome::ToHost;
         }
         let reply = ArpRepr {
             oper: arp::op::REPLY,
-            sha: snap.local.mac,
+            sha: self.reply_mac(snap),
             spa: req.tpa,
             tha: req.sha,
             tpa: req.spa,
         };
         let data = pkt.data_mut();
         let Ok(mut frame) = ethernet::Frame::new_checked(&mut *data) else {
-            return Verdict::Drop(DropReason::Malformed);
+            return Outcome::Drop(DropReason::Malformed);
         };
         frame.set_dst(req.sha);
-        frame.set_src(snap.local.mac);
+        frame.set_src(self.reply_mac(snap));
         let Some(body) = data.get_mut(eth.header_len()..) else {
-            return Verdict::Drop(DropReason::Malformed);
+            return Outcome::Drop(DropReason::Malformed);
         };
         match arp::Packet::new_checked(body).and_then(|mut p| reply.emit(&mut p)) {
-            Ok(()) => Verdict::Reply,
-            Err(_) => Verdict::Drop(DropReason::Malformed),
+            Ok(()) => Outcome::ArpReply,
+            Err(_) => Outcome::Drop(DropReason::Malformed),
+        }
+    }
+
+    /// Neighbor discovery and multicast listener discovery (see
+    /// [`is_link_control`]): answers valid neighbor solicitations for VIPs and
+    /// the balancer's own addresses in place (RFC 4861 §7.2.4), drops invalid
+    /// ones (§7.1.1; fragmented ones, RFC 6980) as malformed, and hands
+    /// everything else to the host.
+    fn link_control<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        info: &PacketInfo,
+        msg_type: u8,
+    ) -> Outcome {
+        if info.fragment.is_fragment() {
+            return Outcome::Drop(DropReason::Malformed);
+        }
+        if msg_type != msg::NEIGHBOR_SOLICIT {
+            return Outcome::ToHost;
+        }
+        let Ok(sol) = ndp::parse_solicitation(pkt.data()) else {
+            return Outcome::Drop(DropReason::Malformed);
+        };
+        if !answers_for(snap, IpAddr::V6(sol.ns.target)) {
+            return Outcome::ToHost;
+        }
+        match ndp::answer_solicitation(pkt, &sol, self.reply_mac(snap)) {
+            Ok(()) => Outcome::NeighborAdvert,
+            // The answer may be 8 bytes longer than the solicitation: only a
+            // buffer without headroom fails here.
+            Err(_) => Outcome::Drop(DropReason::EncapFailed),
         }
     }
 
@@ -136,7 +246,7 @@ impl Worker {
         now: Tick,
         pkt: &mut B,
         info: &PacketInfo,
-    ) -> Verdict {
+    ) -> Outcome {
         let dst = unmap(&info.dst);
         // An ICMP error to a VIP is routed by the packet it quotes (which the
         // backend sent from the VIP), so PMTU discovery reaches the flow's
@@ -147,9 +257,17 @@ impl Worker {
                 quoted: Some(q), ..
             }) => {
                 if unmap(&q.src) != dst {
-                    return Verdict::Drop(DropReason::IcmpMismatch);
+                    return Outcome::Drop(DropReason::IcmpMismatch);
                 }
-                (q.proto, q.ports.map(|(s, _)| s), q.fragment, true)
+                // A quoted first fragment (a large reply) still shows its
+                // ports: it belongs to that 5-tuple flow, not to the 3-tuple
+                // path of fragments (same rule as `FlowKey::from_quoted`).
+                (
+                    q.proto,
+                    q.ports.map(|(s, _)| s),
+                    q.fragment && q.ports.is_none(),
+                    true,
+                )
             }
             _ => (
                 info.proto,
@@ -166,22 +284,22 @@ impl Worker {
         };
         let Some(m) = rule else {
             return if index.is_vip(dst) {
-                Verdict::Drop(DropReason::NoRule)
+                Outcome::Drop(DropReason::NoRule)
             } else if snap.is_own(dst) {
-                Verdict::ToHost
+                Outcome::ToHost
             } else {
-                Verdict::Drop(DropReason::NotOurs)
+                Outcome::Drop(DropReason::NotOurs)
             };
         };
         let Some(rule) = snap.compiled.rules.get(m.rule.index()) else {
-            return Verdict::Drop(DropReason::NoRule);
+            return Outcome::Drop(DropReason::NoRule);
         };
         if rule.mode == RuleMode::Gateway {
-            return Verdict::Drop(DropReason::GatewayUnsupported);
+            return Outcome::Drop(DropReason::GatewayUnsupported);
         }
         let svc = rule.service.index();
         let Some(plan) = snap.services.get(svc) else {
-            return Verdict::Drop(DropReason::NoRule);
+            return Outcome::Drop(DropReason::NoRule);
         };
         if let Some(child) = self.counters.children.get_mut(m.child.index()) {
             child.packets += 1;
@@ -246,14 +364,18 @@ impl Worker {
             }
         };
         let Some((slot, cookie)) = chosen else {
+            // The client's packet reaches no backend either way: its child
+            // rule counts a drop, whether or not it is answered.
             self.child_drop(m.child.index());
-            return Verdict::Drop(DropReason::NoBackend);
+            let answerable =
+                proto == TCP && !is_icmp_error && !fragment && !info.tcp_flags.contains(Flags::RST);
+            return no_backend(self.reply_mac(snap), plan, pkt, answerable);
         };
         match deliver(snap, plan, slot, cookie, hash, pkt) {
-            Ok(()) => Verdict::Forward,
+            Ok(()) => Outcome::Forward,
             Err(reason) => {
                 self.child_drop(m.child.index());
-                Verdict::Drop(reason)
+                Outcome::Drop(reason)
             }
         }
     }
@@ -362,6 +484,39 @@ impl Worker {
         x ^= x >> 27;
         self.rng = x;
         (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+}
+
+/// Whether the data plane answers ARP / neighbor solicitations for `addr`.
+fn answers_for(snap: &Snapshot, addr: IpAddr) -> bool {
+    snap.compiled.rule_index.is_vip(addr) || snap.is_own(addr)
+}
+
+/// A rule matched but its service has no eligible backend (SPEC M14): drop,
+/// or, with `no_backend_action = "reset"`, turn an `answerable` TCP segment
+/// (not a reset, an ICMP error or a fragment) into the reset that answers it.
+///
+/// Counting: an answered segment counts as `no_backend_resets`, an
+/// unanswered one as `drops[NoBackend]` (both visible in `spillway stats`,
+/// and [`WorkerCounters::no_backend`] sums them), so that every received
+/// packet has exactly one outcome; the child rule counts a drop in both cases.
+/// A segment the reset cannot be built from (bad checksum, truncated) is
+/// malformed.
+///
+/// [`WorkerCounters::no_backend`]: crate::WorkerCounters::no_backend
+fn no_backend<B: PacketBuf>(
+    reply_mac: MacAddr,
+    plan: &ServicePlan,
+    pkt: &mut B,
+    answerable: bool,
+) -> Outcome {
+    if plan.no_backend_action != NoBackendAction::Reset || !answerable {
+        return Outcome::Drop(DropReason::NoBackend);
+    }
+    match reply::tcp_reset(pkt, reply_mac) {
+        Ok(()) => Outcome::Reset,
+        Err(ReplyError::Parse(_)) => Outcome::Drop(DropReason::Malformed),
+        Err(_) => Outcome::Drop(DropReason::NoBackend),
     }
 }
 

@@ -111,6 +111,10 @@ pub struct Local {
     pub tunnel_src_v6: Option<Ipv6Addr>,
     /// Addresses of the balancer itself (answered by ARP, handed to the host).
     pub own_addrs: Vec<IpAddr>,
+    /// MAC of each port, in `[[ports]]` order: a reply (ARP, NDP, TCP reset)
+    /// leaves with the MAC of the port its request came in on. Empty (or
+    /// shorter) means `mac` for every port.
+    pub port_macs: Vec<MacAddr>,
 }
 
 /// An immutable view of everything the pipeline decides with.
@@ -153,6 +157,15 @@ impl Local {
                 .collect(),
             ..Local::default()
         };
+        local.port_macs = ports
+            .iter()
+            .map(|p| {
+                p.mac
+                    .map(|m| m.0)
+                    .or_else(|| device_mac(&p.device))
+                    .unwrap_or(DEFAULT_MAC)
+            })
+            .collect();
         if let Some(p) = out {
             local.mac = p
                 .mac

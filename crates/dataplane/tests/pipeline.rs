@@ -81,6 +81,7 @@ fn local() -> Local {
         tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
         tunnel_src_v6: None,
         own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
+        port_macs: Vec::new(),
     }
 }
 
@@ -335,7 +336,7 @@ fn rule_selection_and_no_open_relay() {
     assert_eq!(c.rx_packets, cases.len() as u64);
     assert_eq!(
         c.rx_packets,
-        c.forwarded + c.total_drops() + c.to_host + c.arp_replies,
+        c.forwarded + c.total_drops() + c.to_host + c.replies(),
         "every packet is counted once"
     );
 }
@@ -782,4 +783,608 @@ fn a_syn_after_fin_opens_a_fresh_flow() {
         (2, 1),
         "the closed entry is replaced, not revived"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Replies built in place: neighbor advertisements for our IPv6 addresses
+// (SPEC §1) and TCP resets for services without a backend (SPEC M14). The
+// expected frames are built here byte by byte, independently of `wire`.
+
+const VIP6: &str = "fd00::10";
+const OWN6: &str = "fd00::2";
+const CLIENT6: &str = "2001:db8::7";
+
+fn a6(s: &str) -> [u8; 16] {
+    s.parse::<std::net::Ipv6Addr>().expect("v6").octets()
+}
+
+/// The balancer with an IPv4 and an IPv6 VIP, both served by services whose
+/// `no_backend_action` is `action`, and an own address of each family.
+fn dual_config(action: &str) -> String {
+    format!(
+        r#"
+[node]
+name = "t"
+region = "r"
+zone = "z"
+
+[[ports]]
+name = "up"
+device = "net_ring0"
+role = "uplink"
+addresses = ["10.0.0.2/24", "{OWN6}/64"]
+
+[[forwarding_rules]]
+name = "web"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+
+[[forwarding_rules]]
+name = "dns"
+vips = ["10.0.0.10"]
+protocol = "UDP"
+ports = 53
+backend_service = "web"
+
+[[forwarding_rules]]
+name = "web6"
+vips = ["{VIP6}"]
+protocol = "TCP"
+ports = "443"
+backend_service = "web6"
+
+[[backend_services]]
+name = "web"
+delivery = "ipip"
+no_backend_action = "{action}"
+[[backend_services.groups]]
+name = "a"
+region = "r"
+zone = "z"
+endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
+
+[[backend_services]]
+name = "web6"
+delivery = "ipip"
+no_backend_action = "{action}"
+[[backend_services.groups]]
+name = "b"
+region = "r"
+zone = "z"
+endpoints = [{{ address = "fd00:1::11" }}, {{ address = "fd00:1::12" }}]
+"#
+    )
+}
+
+fn dual_lab(action: &str, healthy: bool) -> Lab {
+    let cfg = dual_config(action);
+    let mut lab = Lab::with(&cfg, 4096);
+    lab.snap.local.own_addrs.push(OWN6.parse().expect("v6"));
+    lab.snap.local.tunnel_src_v6 = Some("fd00:1::2".parse().expect("v6"));
+    if !healthy {
+        let local = lab.snap.local.clone();
+        lab.rebuild(&cfg, |_| false, 1);
+        lab.snap.local = local;
+    }
+    lab
+}
+
+fn child(lab: &Lab, name: &str) -> usize {
+    lab.snap
+        .compiled
+        .children
+        .iter()
+        .position(|ch| ch.name == name)
+        .expect("child rule")
+}
+
+/// One's-complement sum of an IPv6 pseudo header.
+fn pseudo6(src: [u8; 16], dst: [u8; 16], next: u8, len: usize) -> u32 {
+    let mut sum: u32 = src
+        .chunks(2)
+        .chain(dst.chunks(2))
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    sum += u32::from(next) + len as u32;
+    sum
+}
+
+/// An IPv6 packet with hop limit `hop` and the upper-layer checksum at `at`
+/// of `l4` filled in.
+fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, hop: u8, l4: &[u8], at: usize) -> Vec<u8> {
+    let mut seg = l4.to_vec();
+    seg[at..at + 2].fill(0);
+    let c = csum(pseudo6(src, dst, next, seg.len()), &seg);
+    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&(seg.len() as u16).to_be_bytes());
+    ip.extend_from_slice(&[next, hop]);
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    ip.extend_from_slice(&seg);
+    ip
+}
+
+/// A frame from `src_mac` to `dst_mac` with optional 802.1Q `vlan`.
+fn frame(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    vlan: Option<u16>,
+    ethertype: u16,
+    ip: &[u8],
+) -> Vec<u8> {
+    let mut f = dst_mac.to_vec();
+    f.extend_from_slice(&src_mac);
+    if let Some(vid) = vlan {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&vid.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(ip);
+    f
+}
+
+/// An ICMPv6 neighbor discovery message: type, code, a 32-bit flags field,
+/// the target, and an optional link-layer address option.
+fn nd_msg(ty: u8, code: u8, flags: u8, target: [u8; 16], ll: Option<(u8, [u8; 6])>) -> Vec<u8> {
+    let mut m = vec![ty, code, 0, 0, flags, 0, 0, 0];
+    m.extend_from_slice(&target);
+    if let Some((kind, mac)) = ll {
+        m.extend_from_slice(&[kind, 1]);
+        m.extend_from_slice(&mac);
+    }
+    m
+}
+
+fn solicited_node(target: [u8; 16]) -> [u8; 16] {
+    let mut a = a6("ff02::1:ff00:0");
+    a[13..].copy_from_slice(&target[13..]);
+    a
+}
+
+/// A neighbor solicitation frame for `target` from `src` to `dst`.
+fn ns(
+    src: [u8; 16],
+    dst: [u8; 16],
+    target: [u8; 16],
+    sll: bool,
+    hop: u8,
+    vlan: Option<u16>,
+) -> Vec<u8> {
+    let ll = sll.then_some((1, CLIENT_MAC));
+    let ip = ipv6(src, dst, 58, hop, &nd_msg(135, 0, 0, target, ll), 2);
+    let mac = if dst[0] == 0xff {
+        [0x33, 0x33, dst[12], dst[13], dst[14], dst[15]]
+    } else {
+        LB_MAC
+    };
+    frame(mac, CLIENT_MAC, vlan, 0x86dd, &ip)
+}
+
+/// The advertisement answering a solicitation for `target`: to `dst`
+/// (solicited) or all nodes (not), from our MAC with our link-layer address.
+fn na(target: [u8; 16], dst: Option<([u8; 16], [u8; 6])>, vlan: Option<u16>) -> Vec<u8> {
+    let (ip_dst, mac, flags) = match dst {
+        Some((a, m)) => (a, m, 0x60),
+        None => (a6("ff02::1"), [0x33, 0x33, 0, 0, 0, 1], 0x20),
+    };
+    let m = nd_msg(136, 0, flags, target, Some((2, LB_MAC)));
+    frame(
+        mac,
+        LB_MAC,
+        vlan,
+        0x86dd,
+        &ipv6(target, ip_dst, 58, 255, &m, 2),
+    )
+}
+
+/// A fixture: a frame in, the verdict, and the reply's exact bytes if any.
+type Case = (&'static str, Vec<u8>, Verdict, Option<Vec<u8>>);
+
+#[test]
+fn neighbor_solicitations_for_our_ipv6_addresses_are_answered_in_place() {
+    let (vip, own, client) = (a6(VIP6), a6(OWN6), a6(CLIENT6));
+    let router = a6("fd00::1");
+    let mut bad_sum = ns(client, solicited_node(vip), vip, true, 255, None);
+    *bad_sum.last_mut().expect("byte") ^= 0xff;
+    let rs = frame(
+        [0x33, 0x33, 0, 0, 0, 2],
+        CLIENT_MAC,
+        None,
+        0x86dd,
+        &ipv6(
+            client,
+            a6("ff02::2"),
+            58,
+            255,
+            &[133, 0, 0, 0, 0, 0, 0, 0],
+            2,
+        ),
+    );
+    let ra = frame(
+        [0x33, 0x33, 0, 0, 0, 1],
+        ROUTER_MAC,
+        None,
+        0x86dd,
+        &ipv6(
+            router,
+            a6("ff02::1"),
+            58,
+            255,
+            &[134, 0, 0, 0, 64, 0, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0],
+            2,
+        ),
+    );
+    let na_in = frame(
+        LB_MAC,
+        ROUTER_MAC,
+        None,
+        0x86dd,
+        &ipv6(
+            router,
+            own,
+            58,
+            255,
+            &nd_msg(136, 0, 0x60, router, Some((2, ROUTER_MAC))),
+            2,
+        ),
+    );
+    let echo_all = frame(
+        [0x33, 0x33, 0, 0, 0, 1],
+        CLIENT_MAC,
+        None,
+        0x86dd,
+        &ipv6(
+            client,
+            a6("ff02::1"),
+            58,
+            64,
+            &[128, 0, 0, 0, 0, 1, 0, 1],
+            2,
+        ),
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "NS for the v6 VIP to its solicited-node group",
+            ns(client, solicited_node(vip), vip, true, 255, None),
+            Verdict::Reply,
+            Some(na(vip, Some((client, CLIENT_MAC)), None)),
+        ),
+        (
+            "NS for our own v6 address, VLAN-tagged: the tag is kept",
+            ns(client, solicited_node(own), own, true, 255, Some(42)),
+            Verdict::Reply,
+            Some(na(own, Some((client, CLIENT_MAC)), Some(42))),
+        ),
+        (
+            "unicast reachability probe without a source link-layer option",
+            ns(client, vip, vip, false, 255, None),
+            Verdict::Reply,
+            Some(na(vip, Some((client, CLIENT_MAC)), None)),
+        ),
+        (
+            "duplicate address detection from ::, answered to all nodes",
+            ns(a6("::"), solicited_node(vip), vip, false, 255, None),
+            Verdict::Reply,
+            Some(na(vip, None, None)),
+        ),
+        (
+            "NS for another host's address: the host's kernel decides",
+            ns(client, solicited_node(router), router, true, 255, None),
+            Verdict::ToHost,
+            None,
+        ),
+        (
+            "NS that crossed a router (hop limit 64)",
+            ns(client, solicited_node(vip), vip, true, 64, None),
+            Verdict::Drop(DropReason::Malformed),
+            None,
+        ),
+        (
+            "NS with a bad checksum",
+            bad_sum,
+            Verdict::Drop(DropReason::Malformed),
+            None,
+        ),
+        (
+            "NS for a multicast target",
+            ns(client, vip, a6("ff02::1"), true, 255, None),
+            Verdict::Drop(DropReason::Malformed),
+            None,
+        ),
+        ("router solicitation", rs, Verdict::ToHost, None),
+        ("router advertisement", ra, Verdict::ToHost, None),
+        (
+            "neighbor advertisement for the host",
+            na_in,
+            Verdict::ToHost,
+            None,
+        ),
+        (
+            "echo request to all nodes is still not ours",
+            echo_all,
+            Verdict::Drop(DropReason::NotOurs),
+            None,
+        ),
+    ];
+    let mut lab = dual_lab("drop", true);
+    for (name, frame, want, reply) in &cases {
+        let (v, out) = lab.run(frame, 1);
+        assert_eq!(v, *want, "{name}");
+        if let Some(reply) = reply {
+            assert_eq!(&out, reply, "{name}");
+        }
+    }
+    let c = &lab.worker.counters;
+    assert_eq!((c.nd_replies, c.arp_replies, c.forwarded), (4, 0, 0));
+    assert_eq!(c.dropped(DropReason::Malformed), 3);
+    assert_eq!(
+        c.rx_packets,
+        c.forwarded + c.total_drops() + c.to_host + c.replies(),
+        "every packet is counted once"
+    );
+}
+
+/// A TCP segment with sequence and acknowledgment numbers and a payload.
+fn segment(
+    (src, sport): (&[u8], u16),
+    (dst, dport): (&[u8], u16),
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut seg = vec![0u8; 20];
+    seg[0..2].copy_from_slice(&sport.to_be_bytes());
+    seg[2..4].copy_from_slice(&dport.to_be_bytes());
+    seg[4..8].copy_from_slice(&seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&ack.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = flags;
+    seg[14..16].copy_from_slice(&8192u16.to_be_bytes());
+    seg.extend_from_slice(payload);
+    match (<[u8; 4]>::try_from(src), <[u8; 4]>::try_from(dst)) {
+        (Ok(s), Ok(d)) => {
+            l4_csum(s, d, 6, &mut seg, 16);
+            ipv4(s, d, 6, &seg)
+        }
+        _ => {
+            let (s, d) = (src.try_into().expect("v6"), dst.try_into().expect("v6"));
+            ipv6(s, d, 6, 64, &seg, 16)
+        }
+    }
+}
+
+/// The reset we expect, from `vip`:`vport` to `client`:`cport`: IPv4 with
+/// ID 0, DF, TTL 64 or IPv6 with hop limit 64; window 0, no options.
+fn expected_reset(
+    (vip, vport): (&[u8], u16),
+    (client, cport): (&[u8], u16),
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    vlan: Option<u16>,
+) -> Vec<u8> {
+    let mut seg = vec![0u8; 20];
+    seg[0..2].copy_from_slice(&vport.to_be_bytes());
+    seg[2..4].copy_from_slice(&cport.to_be_bytes());
+    seg[4..8].copy_from_slice(&seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&ack.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = flags;
+    let (ethertype, ip) = match (<[u8; 4]>::try_from(vip), <[u8; 4]>::try_from(client)) {
+        (Ok(v), Ok(c)) => {
+            l4_csum(v, c, 6, &mut seg, 16);
+            let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+            ip.extend_from_slice(&v);
+            ip.extend_from_slice(&c);
+            let sum = csum(0, &ip);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            ip.extend_from_slice(&seg);
+            (0x0800, ip)
+        }
+        _ => {
+            let (v, c) = (vip.try_into().expect("v6"), client.try_into().expect("v6"));
+            (0x86dd, ipv6(v, c, 6, 64, &seg, 16))
+        }
+    };
+    frame(CLIENT_MAC, LB_MAC, vlan, ethertype, &ip)
+}
+
+const RST: u8 = 0x04;
+const FIN: u8 = 0x01;
+const PSH: u8 = 0x08;
+
+#[test]
+fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
+    let (vip6, client6) = (a6(VIP6), a6(CLIENT6));
+    let tagged = {
+        let f = eth(&segment((&CLIENT, 40003), (&VIP, 80), SYN, 7, 0, &[]));
+        frame(LB_MAC, CLIENT_MAC, Some(300), 0x0800, &f[14..])
+    };
+    let mut bad_sum = eth(&segment((&CLIENT, 40004), (&VIP, 80), SYN, 7, 0, b"x"));
+    *bad_sum.last_mut().expect("byte") ^= 0xff;
+    let cases: Vec<Case> = vec![
+        (
+            "SYN over IPv4: RST|ACK acknowledging the SYN",
+            eth(&segment((&CLIENT, 40000), (&VIP, 80), SYN, 1000, 0, &[])),
+            Verdict::Reply,
+            Some(expected_reset(
+                (&VIP, 80),
+                (&CLIENT, 40000),
+                RST | ACK,
+                0,
+                1001,
+                None,
+            )),
+        ),
+        (
+            "ACK with data over IPv4: RST at the acknowledged sequence number",
+            eth(&segment(
+                (&CLIENT, 40001),
+                (&VIP, 80),
+                ACK | PSH,
+                5000,
+                0x8000_0001,
+                b"GET / HTTP/1.1\r\n\r\n",
+            )),
+            Verdict::Reply,
+            Some(expected_reset(
+                (&VIP, 80),
+                (&CLIENT, 40001),
+                RST,
+                0x8000_0001,
+                0,
+                None,
+            )),
+        ),
+        (
+            "FIN with data and no ACK: payload and FIN acknowledged, wrapping",
+            eth(&segment(
+                (&CLIENT, 40002),
+                (&VIP, 80),
+                FIN,
+                u32::MAX - 1,
+                0,
+                b"bye",
+            )),
+            Verdict::Reply,
+            Some(expected_reset(
+                (&VIP, 80),
+                (&CLIENT, 40002),
+                RST | ACK,
+                0,
+                2,
+                None,
+            )),
+        ),
+        (
+            "VLAN-tagged SYN: the tag is kept",
+            tagged,
+            Verdict::Reply,
+            Some(expected_reset(
+                (&VIP, 80),
+                (&CLIENT, 40003),
+                RST | ACK,
+                0,
+                8,
+                Some(300),
+            )),
+        ),
+        (
+            "SYN over IPv6",
+            frame(
+                LB_MAC,
+                CLIENT_MAC,
+                None,
+                0x86dd,
+                &segment((&client6, 50000), (&vip6, 443), SYN, 0xdead_beef, 0, &[]),
+            ),
+            Verdict::Reply,
+            Some(expected_reset(
+                (&vip6, 443),
+                (&client6, 50000),
+                RST | ACK,
+                0,
+                0xdead_bef0,
+                None,
+            )),
+        ),
+        (
+            "ACK over IPv6",
+            frame(
+                LB_MAC,
+                CLIENT_MAC,
+                None,
+                0x86dd,
+                &segment((&client6, 50001), (&vip6, 443), ACK, 1, 99, b"data"),
+            ),
+            Verdict::Reply,
+            Some(expected_reset(
+                (&vip6, 443),
+                (&client6, 50001),
+                RST,
+                99,
+                0,
+                None,
+            )),
+        ),
+        (
+            "a reset is never answered",
+            eth(&segment((&CLIENT, 40005), (&VIP, 80), RST | ACK, 1, 2, &[])),
+            Verdict::Drop(DropReason::NoBackend),
+            None,
+        ),
+        (
+            "UDP is dropped",
+            eth(&udp(CLIENT, 5353, VIP, 53)),
+            Verdict::Drop(DropReason::NoBackend),
+            None,
+        ),
+        (
+            "a segment whose checksum fails is malformed",
+            bad_sum,
+            Verdict::Drop(DropReason::Malformed),
+            None,
+        ),
+    ];
+    let mut lab = dual_lab("reset", false);
+    for (name, frame, want, reply) in &cases {
+        let (v, out) = lab.run(frame, 2);
+        assert_eq!(v, *want, "{name}");
+        if let Some(reply) = reply {
+            assert_eq!(&out, reply, "{name}");
+        }
+    }
+    let c = &lab.worker.counters;
+    assert_eq!(c.no_backend_resets, 6);
+    assert_eq!(c.dropped(DropReason::NoBackend), 2);
+    assert_eq!(
+        c.no_backend(),
+        8,
+        "every match without a backend is counted"
+    );
+    assert_eq!((c.forwarded, c.new_flows), (0, 0));
+    assert_eq!(
+        c.rx_packets,
+        c.forwarded + c.total_drops() + c.to_host + c.replies()
+    );
+    // Child rules count every one of their packets that reached no backend,
+    // answered or not.
+    assert_eq!(c.children[child(&lab, "web-ag0")].drops, 6);
+    assert_eq!(c.children[child(&lab, "web6-ag0")].drops, 2);
+    assert_eq!(c.children[child(&lab, "dns-ag0")].drops, 1);
+}
+
+#[test]
+fn without_backends_the_default_action_drops_tcp_too() {
+    let (vip6, client6) = (a6(VIP6), a6(CLIENT6));
+    let mut lab = dual_lab("drop", false);
+    let cases = [
+        eth(&segment((&CLIENT, 40000), (&VIP, 80), SYN, 1000, 0, &[])),
+        eth(&segment((&CLIENT, 40001), (&VIP, 80), ACK, 1000, 5, b"x")),
+        frame(
+            LB_MAC,
+            CLIENT_MAC,
+            None,
+            0x86dd,
+            &segment((&client6, 50000), (&vip6, 443), SYN, 1, 0, &[]),
+        ),
+    ];
+    for f in &cases {
+        assert_eq!(lab.run(f, 2).0, Verdict::Drop(DropReason::NoBackend));
+    }
+    let c = &lab.worker.counters;
+    assert_eq!(
+        (c.no_backend_resets, c.dropped(DropReason::NoBackend)),
+        (0, 3)
+    );
+    // With healthy backends the reset action changes nothing.
+    let mut lab = dual_lab("reset", true);
+    for f in &cases {
+        assert_eq!(lab.run(f, 2).0, Verdict::Forward);
+    }
+    assert_eq!(lab.worker.counters.no_backend_resets, 0);
 }

@@ -435,3 +435,27 @@ impl wire::buf::PacketBuf for Mbuf {
         Mbuf::trim(self, n).map_err(|_| wire::BufError::TooShort)
     }
 }
+
+impl<const N: usize> wire::burst::PacketBurst for MbufBurst<N> {
+    type Pkt = Mbuf;
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn packets_mut(&mut self) -> &mut [Mbuf] {
+        self.as_mut_slice()
+    }
+
+    #[inline]
+    fn push(&mut self, pkt: Mbuf) -> Result<(), Mbuf> {
+        MbufBurst::push(self, pkt)
+    }
+
+    #[inline]
+    fn drain_each(&mut self, f: impl FnMut(usize, Mbuf)) {
+        MbufBurst::drain_each(self, f);
+    }
+}

@@ -92,6 +92,14 @@ pub enum PortError {
         /// The error DPDK returned.
         errno: Errno,
     },
+    /// setting the MAC address failed
+    #[error("{port}: cannot set the MAC address: {errno}")]
+    Mac {
+        /// The port.
+        port: PortId,
+        /// The error DPDK returned.
+        errno: Errno,
+    },
     /// rte_eth_dev_start failed
     #[error("{port}: start failed: {errno}")]
     Start {
@@ -513,6 +521,21 @@ impl Port {
         // SAFETY: valid port; addr is a valid out-pointer.
         let ret = unsafe { dpdk_sys::rte_eth_macaddr_get(self.id.0, &mut addr) };
         if ret < 0 { [0; 6] } else { addr.addr_bytes }
+    }
+
+    /// Sets the port's MAC address (for a TAP exception port this is also
+    /// the kernel interface's address).
+    pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<(), PortError> {
+        let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
+        // SAFETY: valid port; addr is a valid pointer for the call.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(self.id.0, &mut addr) };
+        if ret < 0 {
+            return Err(PortError::Mac {
+                port: self.id,
+                errno: Errno::from_ret(ret),
+            });
+        }
+        Ok(())
     }
 
     /// Current link state, without waiting for negotiation.

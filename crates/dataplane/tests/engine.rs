@@ -1,0 +1,278 @@
+//! The worker loop (`Engine`) over an in-memory `PacketIo`: what each verdict
+//! does to a packet's way out, the exception path in both directions, and the
+//! accounting of everything a port does not take.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use config::schema::PortRole;
+use dataplane::{EndpointHealth, Engine, Local, PacketIo, SnapshotBuilder, VecBurst, Worker};
+use flowtable::FlowTable;
+use wire::buf::{MemBuf, PacketBuf};
+use wire::burst::PacketBurst;
+
+type Pkt = MemBuf<Vec<u8>>;
+
+const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const BE_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x77];
+
+/// Ports with queued input and recorded output; `accept[p]` limits how many
+/// packets one TX call of port `p` takes.
+struct MemIo {
+    rx: Vec<VecDeque<Vec<u8>>>,
+    tx: Vec<Vec<Vec<u8>>>,
+    accept: Vec<usize>,
+}
+
+impl MemIo {
+    fn new(ports: usize) -> MemIo {
+        MemIo {
+            rx: vec![VecDeque::new(); ports],
+            tx: vec![Vec::new(); ports],
+            accept: vec![usize::MAX; ports],
+        }
+    }
+}
+
+impl PacketIo for MemIo {
+    type Burst = VecBurst<Pkt>;
+
+    fn rx_burst(&mut self, port: usize, burst: &mut VecBurst<Pkt>) -> usize {
+        let mut n = 0;
+        while let Some(f) = self.rx[port].pop_front() {
+            let p = MemBuf::new(vec![0u8; 2048], 128, &f).expect("fits");
+            if let Err(p) = burst.push(p) {
+                self.rx[port].push_front(p.data().to_vec());
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, port: usize, burst: &mut VecBurst<Pkt>) -> usize {
+        let (mut taken, mut refused) = (0, 0);
+        let accept = self.accept[port];
+        let out = &mut self.tx[port];
+        burst.drain_each(|_, p| {
+            if taken < accept {
+                out.push(p.data().to_vec());
+                taken += 1;
+            } else {
+                refused += 1;
+            }
+        });
+        refused
+    }
+}
+
+fn config(exception: bool) -> String {
+    format!(
+        r#"
+[node]
+name = "t"
+region = "r"
+zone = "z"
+
+[[ports]]
+name = "up"
+device = "net_ring0"
+role = "uplink"
+addresses = ["10.0.0.2/24"]
+
+[[ports]]
+name = "be"
+device = "net_ring1"
+role = "backend"
+addresses = ["10.0.1.2/24"]
+gateway_mac = "02:00:00:00:00:fe"
+{}
+[[forwarding_rules]]
+name = "dns"
+vips = ["10.0.0.10"]
+protocol = "UDP"
+ports = 53
+backend_service = "dns"
+
+[[backend_services]]
+name = "dns"
+delivery = "gue"
+[[backend_services.groups]]
+name = "a"
+region = "r"
+zone = "z"
+endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
+"#,
+        if exception {
+            "\n[[ports]]\nname = \"kernel\"\ndevice = \"net_tap0\"\nrole = \"exception\"\n"
+        } else {
+            ""
+        }
+    )
+}
+
+fn csum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Ethernet/IPv4/UDP from 192.0.2.7:`sport` to `dst`:`dport`.
+fn udp(dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    let mut ip = vec![0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 7];
+    ip.extend_from_slice(&dst);
+    let c = csum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut f = LB_MAC.to_vec();
+    f.extend_from_slice(&CLIENT_MAC);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&[0, 12, 0, 0, 1, 2, 3, 4]);
+    f
+}
+
+fn arp_request(target: [u8; 4]) -> Vec<u8> {
+    arp_request_from([10, 0, 0, 1], target)
+}
+
+fn arp_request_from(sender: [u8; 4], target: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&CLIENT_MAC);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&CLIENT_MAC);
+    f.extend_from_slice(&sender);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target);
+    f
+}
+
+struct Setup {
+    engine: Engine<VecBurst<Pkt>>,
+    snap: dataplane::Snapshot,
+    flows: FlowTable,
+    io: MemIo,
+}
+
+fn setup(exception: bool) -> Setup {
+    let compiled = match config::load_str("t.toml", &config(exception), &config::Env::default()) {
+        Ok(l) => Arc::new(l.compiled),
+        Err(e) => panic!("{e}"),
+    };
+    let roles: Vec<PortRole> = compiled.settings.ports.iter().map(|p| p.role).collect();
+    let local = Local::from_config(&compiled, |device| {
+        Some(if device == "net_ring1" {
+            BE_MAC
+        } else {
+            LB_MAC
+        })
+    });
+    let snap = SnapshotBuilder::new()
+        .build(compiled.clone(), local, |_| EndpointHealth::HEALTHY, 0, 1)
+        .expect("snapshot");
+    let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows");
+    let worker = Worker::new(1, compiled.children.len());
+    Setup {
+        engine: Engine::new(worker, &roles, 32, || VecBurst::with_capacity(32)),
+        snap,
+        flows,
+        io: MemIo::new(roles.len()),
+    }
+}
+
+impl Setup {
+    fn poll(&mut self) -> usize {
+        self.engine.poll(&mut self.io, &self.snap, &self.flows, 0)
+    }
+}
+
+#[test]
+fn each_verdict_leaves_by_its_port_in_order() {
+    let mut s = setup(true);
+    let (up, be, kernel) = (0, 1, 2);
+    let vip_frames: Vec<Vec<u8>> = (0..40).map(|i| udp([10, 0, 0, 10], 1000 + i, 53)).collect();
+    s.io.rx[up].extend(vip_frames.iter().cloned());
+    s.io.rx[up].push_back(arp_request([10, 0, 0, 10]));
+    s.io.rx[up].push_back(udp([10, 0, 0, 2], 5000, 22)); // the host's own address
+    s.io.rx[up].push_back(udp([10, 0, 0, 10], 5000, 54)); // no rule: dropped
+    s.io.rx[kernel].push_back(udp([198, 51, 100, 1], 179, 179)); // the host talking
+    // 43 frames on the uplink: a burst of 32, then 11; one from the host.
+    assert_eq!(s.poll(), 33);
+    assert_eq!(s.poll(), 11);
+    assert_eq!(s.poll(), 0);
+
+    // Forwarded: encapsulated, on the backend port, in arrival order.
+    assert_eq!(s.io.tx[be].len(), 40);
+    for (out, inp) in s.io.tx[be].iter().zip(&vip_frames) {
+        assert!(
+            out.ends_with(&inp[14..]),
+            "the inner packet is the received one"
+        );
+        assert_eq!(&out[12..14], &[0x08, 0x00]);
+        assert_eq!(out[14 + 9], 17, "GUE over UDP");
+    }
+    // ARP answered on the port it came in on; the host's packet went out the
+    // uplink as sent.
+    assert_eq!(s.io.tx[up].len(), 2);
+    assert_eq!(s.io.tx[up][0], udp([198, 51, 100, 1], 179, 179));
+    assert_eq!(&s.io.tx[up][1][12..14], &[0x08, 0x06]);
+    assert_eq!(&s.io.tx[up][1][20..22], &[0, 2], "an ARP reply");
+    // To the host: exactly the frame received.
+    assert_eq!(s.io.tx[kernel], vec![udp([10, 0, 0, 2], 5000, 22)]);
+
+    let c = &s.engine.worker.counters;
+    assert_eq!(c.rx_packets, 43);
+    assert_eq!(
+        (c.forwarded, c.arp_replies, c.to_host, c.from_host),
+        (40, 1, 1, 1)
+    );
+    assert_eq!(c.dropped(dataplane::DropReason::NoRule), 1);
+    assert_eq!((c.tx_dropped, c.host_dropped), (0, 0));
+}
+
+#[test]
+fn without_an_exception_port_host_traffic_is_dropped_and_counted() {
+    let mut s = setup(false);
+    s.io.rx[0].push_back(udp([10, 0, 0, 2], 5000, 22));
+    s.io.rx[0].push_back(udp([10, 0, 0, 10], 5000, 53));
+    assert_eq!(s.poll(), 2);
+    let c = &s.engine.worker.counters;
+    assert_eq!((c.to_host, c.host_dropped, c.forwarded), (1, 1, 1));
+    assert_eq!(s.io.tx[0].len(), 0);
+    assert_eq!(s.io.tx[1].len(), 1);
+}
+
+#[test]
+fn what_a_port_refuses_is_freed_and_counted() {
+    let mut s = setup(true);
+    s.io.accept[1] = 5;
+    s.io.rx[0].extend((0..20).map(|i| udp([10, 0, 0, 10], 2000 + i, 53)));
+    assert_eq!(s.poll(), 20);
+    assert_eq!(s.io.tx[1].len(), 5);
+    let c = &s.engine.worker.counters;
+    assert_eq!((c.forwarded, c.tx_dropped), (20, 15));
+}
+
+#[test]
+fn replies_carry_the_mac_of_the_port_the_request_came_in_on() {
+    let mut s = setup(true);
+    s.io.rx[0].push_back(arp_request([10, 0, 0, 10]));
+    s.io.rx[1].push_back(arp_request_from([10, 0, 1, 11], [10, 0, 1, 2]));
+    assert_eq!(s.poll(), 2);
+    let (up, be) = (&s.io.tx[0], &s.io.tx[1]);
+    assert_eq!((up.len(), be.len()), (1, 1));
+    // Ethernet source and ARP sender hardware address.
+    assert_eq!(&up[0][6..12], &LB_MAC);
+    assert_eq!(&up[0][22..28], &LB_MAC);
+    assert_eq!(&be[0][6..12], &BE_MAC);
+    assert_eq!(&be[0][22..28], &BE_MAC);
+    assert_eq!(&be[0][28..32], &[10, 0, 1, 2]);
+    assert_eq!(s.engine.worker.counters.arp_replies, 2);
+}
