@@ -156,7 +156,7 @@ pub fn list(
         out,
         "{matched} matching flows of {scanned} live entries{}",
         if matched > listed {
-            format!(" ({listed} listed; raise limit= or narrow the filter)")
+            format!(" ({listed} listed; raise the limit or narrow the filter)")
         } else {
             String::new()
         }
