@@ -68,7 +68,7 @@ pub struct ChildCounters {
 
 /// One worker's counters. Aligned to a cache line so that two workers'
 /// counters never share one.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[repr(align(64))]
 pub struct WorkerCounters {
     /// Packets seen.

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 use config::compiled::Delivery;
 use config::schema::{ConnectionPersistence, NoBackendAction, RuleMode};
-use flowtable::{EntryFlags, FlowTable, InsertOutcome, NewEntry, ProtoClass, Tick};
+use flowtable::{EntryFlags, FlowTable, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
 use wire::arp::{self, ArpRepr};
 use wire::buf::PacketBuf;
 use wire::encap::{self, Outer, Tunnel, UdpChecksum};
@@ -57,6 +57,31 @@ enum Outcome {
     ArpReply,
     NeighborAdvert,
     Reset,
+}
+
+/// Packets classified together before their flow-table lookups (the
+/// prefetch distance of [`FlowTable::lookup_burst`]).
+pub const GROUP: usize = 32;
+
+/// A packet after classification.
+enum Stage {
+    /// Finished without the flow table.
+    Done(Outcome),
+    /// Matched a rule; needs its flow entry.
+    Lookup(Pending),
+}
+
+/// What the flow-table part of the pipeline needs to know about a packet.
+struct Pending {
+    tcp_flags: Flags,
+    child: usize,
+    svc: usize,
+    proto: u8,
+    fragment: bool,
+    is_icmp_error: bool,
+    fkey: flowtable::FlowKey,
+    hash: u64,
+    class: ProtoClass,
 }
 
 /// ICMPv6 messages of the link that the host's kernel needs (RFC 4861 router
@@ -106,6 +131,14 @@ impl Worker {
     }
 
     /// Processes a burst in place; `verdicts[i]` says what to do with `pkts[i]`.
+    ///
+    /// In three passes over groups of [`GROUP`] packets, so that the flow
+    /// table's cache misses overlap instead of stalling one packet at a time:
+    /// classify every packet (parse, rule, flow key and hash), look all keys
+    /// up at once ([`FlowTable::lookup_burst`] prefetches the buckets), then
+    /// finish each packet in order. A packet whose flow an earlier packet of
+    /// the same group changed (a new entry, a removed one) is looked up again,
+    /// so the outcome is the one packet-at-a-time processing gives.
     pub fn process_burst<B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
@@ -114,8 +147,69 @@ impl Worker {
         pkts: &mut [B],
         verdicts: &mut [Verdict],
     ) {
-        for (pkt, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
-            *v = self.process(snap, flows, now, pkt);
+        let n = pkts.len().min(verdicts.len());
+        let mut start = 0;
+        while start < n {
+            let end = (start + GROUP).min(n);
+            self.process_group(
+                snap,
+                flows,
+                now,
+                &mut pkts[start..end],
+                &mut verdicts[start..end],
+            );
+            start = end;
+        }
+    }
+
+    fn process_group<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
+        pkts: &mut [B],
+        verdicts: &mut [Verdict],
+    ) {
+        let mut stages: [Stage; GROUP] = [const { Stage::Done(Outcome::ToHost) }; GROUP];
+        let mut keys = [flowtable::FlowKey([0; 5]); GROUP];
+        let mut hashes = [0u64; GROUP];
+        let mut which = [0usize; GROUP];
+        let mut lookups = 0;
+        for (i, (pkt, stage)) in pkts.iter_mut().zip(stages.iter_mut()).enumerate() {
+            *stage = self.classify(snap, pkt);
+            if let Stage::Lookup(p) = stage {
+                keys[lookups] = p.fkey;
+                hashes[lookups] = p.hash;
+                which[lookups] = i;
+                lookups += 1;
+            }
+        }
+        let mut hits = [None; GROUP];
+        flows.lookup_burst(&keys[..lookups], &hashes[..lookups], &mut hits[..lookups]);
+        // Bit (hash % 64) set: an earlier packet of this group changed an
+        // entry with that hash; later packets with it look up afresh.
+        let mut changed = 0u64;
+        let mut next_lookup = 0;
+        for (i, (pkt, v)) in pkts.iter_mut().zip(verdicts.iter_mut()).enumerate() {
+            let outcome = match &stages[i] {
+                Stage::Done(o) => *o,
+                Stage::Lookup(p) => {
+                    let mut hit = hits.get(next_lookup).copied().flatten();
+                    if which.get(next_lookup) == Some(&i) {
+                        next_lookup += 1;
+                    }
+                    let bit = 1u64 << (p.hash & 63);
+                    if changed & bit != 0 {
+                        hit = flows.lookup(&p.fkey, p.hash);
+                    }
+                    let (o, wrote) = self.finish(snap, flows, now, pkt, p, hit);
+                    if wrote {
+                        changed |= bit;
+                    }
+                    o
+                }
+            };
+            *v = self.count(outcome);
         }
     }
 
@@ -127,9 +221,22 @@ impl Worker {
         now: Tick,
         pkt: &mut B,
     ) -> Verdict {
+        let outcome = match self.classify(snap, pkt) {
+            Stage::Done(o) => o,
+            Stage::Lookup(p) => {
+                let hit = flows.lookup(&p.fkey, p.hash);
+                self.finish(snap, flows, now, pkt, &p, hit).0
+            }
+        };
+        self.count(outcome)
+    }
+
+    /// Everything up to the flow table: parse, answer what is answered in
+    /// place, select the rule, compute the flow key.
+    fn classify<B: PacketBuf>(&mut self, snap: &Snapshot, pkt: &mut B) -> Stage {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
-        let outcome = match parse_frame(pkt.data()) {
+        Stage::Done(match parse_frame(pkt.data()) {
             Err(_) => Outcome::Drop(DropReason::Malformed),
             Ok(Frame::Arp(eth, req)) => self.arp(snap, pkt, &eth, &req),
             Ok(Frame::Other(_)) => Outcome::ToHost,
@@ -141,9 +248,13 @@ impl Worker {
                 {
                     self.link_control(snap, pkt, &info, icmp.msg_type)
                 }
-                _ => self.ip(snap, flows, now, pkt, &info),
+                _ => return self.ip(snap, pkt, &info),
             },
-        };
+        })
+    }
+
+    /// Counts an outcome once, under its own counter.
+    fn count(&mut self, outcome: Outcome) -> Verdict {
         let c = &mut self.counters;
         match outcome {
             Outcome::Forward => {
@@ -239,14 +350,8 @@ impl Worker {
         }
     }
 
-    fn ip<B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        flows: &FlowTable,
-        now: Tick,
-        pkt: &mut B,
-        info: &PacketInfo,
-    ) -> Outcome {
+    /// Rule selection and flow key of an IP packet (not link control).
+    fn ip<B: PacketBuf>(&mut self, snap: &Snapshot, pkt: &mut B, info: &PacketInfo) -> Stage {
         let dst = unmap(&info.dst);
         // An ICMP error to a VIP is routed by the packet it quotes (which the
         // backend sent from the VIP), so PMTU discovery reaches the flow's
@@ -257,7 +362,7 @@ impl Worker {
                 quoted: Some(q), ..
             }) => {
                 if unmap(&q.src) != dst {
-                    return Outcome::Drop(DropReason::IcmpMismatch);
+                    return Stage::Done(Outcome::Drop(DropReason::IcmpMismatch));
                 }
                 // A quoted first fragment (a large reply) still shows its
                 // ports: it belongs to that 5-tuple flow, not to the 3-tuple
@@ -283,23 +388,23 @@ impl Worker {
             index.lookup(dst, proto, port)
         };
         let Some(m) = rule else {
-            return if index.is_vip(dst) {
+            return Stage::Done(if index.is_vip(dst) {
                 Outcome::Drop(DropReason::NoRule)
             } else if snap.is_own(dst) {
                 Outcome::ToHost
             } else {
                 Outcome::Drop(DropReason::NotOurs)
-            };
+            });
         };
         let Some(rule) = snap.compiled.rules.get(m.rule.index()) else {
-            return Outcome::Drop(DropReason::NoRule);
+            return Stage::Done(Outcome::Drop(DropReason::NoRule));
         };
         if rule.mode == RuleMode::Gateway {
-            return Outcome::Drop(DropReason::GatewayUnsupported);
+            return Stage::Done(Outcome::Drop(DropReason::GatewayUnsupported));
         }
         let svc = rule.service.index();
         let Some(plan) = snap.services.get(svc) else {
-            return Outcome::Drop(DropReason::NoRule);
+            return Stage::Done(Outcome::Drop(DropReason::NoRule));
         };
         if let Some(child) = self.counters.children.get_mut(m.child.index()) {
             child.packets += 1;
@@ -319,26 +424,69 @@ impl Worker {
             UDP => ProtoClass::Udp,
             _ => ProtoClass::Other,
         };
+        Stage::Lookup(Pending {
+            tcp_flags: info.tcp_flags,
+            child: m.child.index(),
+            svc,
+            proto,
+            fragment,
+            is_icmp_error,
+            fkey,
+            hash,
+            class,
+        })
+    }
 
+    /// The flow-table part of an IP packet: follow its entry (`hit`) or
+    /// create one, then deliver. Returns the outcome and whether the flow's
+    /// entry was inserted or removed.
+    fn finish<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
+        pkt: &mut B,
+        p: &Pending,
+        hit: Option<Hit>,
+    ) -> (Outcome, bool) {
+        let Pending {
+            tcp_flags,
+            child,
+            svc,
+            proto,
+            fragment,
+            is_icmp_error,
+            ref fkey,
+            hash,
+            class,
+        } = *p;
+        let Some(plan) = snap.services.get(svc) else {
+            return (Outcome::Drop(DropReason::NoRule), false);
+        };
+        let mut wrote = false;
         // A bare SYN opens a new connection even when an entry exists for its
         // 5-tuple (a reused client port, a closed predecessor, a retried
         // handshake): it may only follow the entry to a backend that still
         // takes new connections, and never revives a closed one.
         let syn_only = class == ProtoClass::Tcp
             && !is_icmp_error
-            && info.tcp_flags.contains(Flags::SYN)
-            && !info.tcp_flags.contains(Flags::ACK);
-        let chosen = match flows.lookup_touch(&fkey, hash, now) {
+            && tcp_flags.contains(Flags::SYN)
+            && !tcp_flags.contains(Flags::ACK);
+        let chosen = match hit {
             Some(hit)
                 if self.keeps(snap, plan, hit.entry.backend, class, now)
                     && (!syn_only
                         || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags)) =>
             {
                 self.counters.flow_hits += 1;
+                if hit.entry.last_seen != now {
+                    flows.touch(hit.slot, now);
+                }
                 if class == ProtoClass::Tcp && !is_icmp_error {
-                    let set = tcp_flag_bits(info.tcp_flags);
+                    let set = tcp_flag_bits(tcp_flags);
                     if set & !hit.entry.flags.bits() != 0 {
                         let _ = flows.update_flags(hit.slot, set, 0);
+                        wrote = true;
                     }
                 }
                 Some((hit.entry.backend, hit.entry.cookie))
@@ -349,35 +497,40 @@ impl Worker {
                     flows.remove(hit.slot);
                     self.counters.flows_rescheduled += 1;
                 }
+                wrote = !is_icmp_error;
                 self.new_flow(
                     snap,
                     flows,
                     now,
                     plan,
-                    &fkey,
+                    fkey,
                     hash,
                     class,
-                    info,
+                    tcp_flags,
                     is_icmp_error,
-                    m.child.index(),
+                    child,
                 )
             }
         };
         let Some((slot, cookie)) = chosen else {
             // The client's packet reaches no backend either way: its child
             // rule counts a drop, whether or not it is answered.
-            self.child_drop(m.child.index());
+            self.child_drop(child);
             let answerable =
-                proto == TCP && !is_icmp_error && !fragment && !info.tcp_flags.contains(Flags::RST);
-            return no_backend(self.reply_mac(snap), plan, pkt, answerable);
+                proto == TCP && !is_icmp_error && !fragment && !tcp_flags.contains(Flags::RST);
+            return (
+                no_backend(self.reply_mac(snap), plan, pkt, answerable),
+                wrote,
+            );
         };
-        match deliver(snap, plan, slot, cookie, hash, pkt) {
+        let outcome = match deliver(snap, plan, slot, cookie, hash, pkt) {
             Ok(()) => Outcome::Forward,
             Err(reason) => {
-                self.child_drop(m.child.index());
+                self.child_drop(child);
                 Outcome::Drop(reason)
             }
-        }
+        };
+        (outcome, wrote)
     }
 
     fn child_drop(&mut self, child: usize) {
@@ -429,7 +582,7 @@ impl Worker {
         fkey: &flowtable::FlowKey,
         hash: u64,
         class: ProtoClass,
-        info: &PacketInfo,
+        tcp_flags: Flags,
         is_icmp_error: bool,
         child: usize,
     ) -> Option<(u32, u32)> {
@@ -442,9 +595,8 @@ impl Worker {
         if class == ProtoClass::Tcp {
             // A flow first seen mid-stream (after a failover or an ECMP change)
             // is established; only a bare SYN opens a half-open entry.
-            let set = tcp_flag_bits(info.tcp_flags);
-            let syn_only =
-                info.tcp_flags.contains(Flags::SYN) && !info.tcp_flags.contains(Flags::ACK);
+            let set = tcp_flag_bits(tcp_flags);
+            let syn_only = tcp_flags.contains(Flags::SYN) && !tcp_flags.contains(Flags::ACK);
             flags = flags.with(if syn_only {
                 set & !EntryFlags::ESTABLISHED
             } else {
