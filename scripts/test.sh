@@ -25,6 +25,8 @@ fi
 say "cargo nextest (a process per test: DPDK's EAL initialises once per process)"
 cargo nextest run --workspace --profile ci "${filter[@]}"
 
+perf/check-profiles.sh
+
 if [ -x scripts/fuzz-smoke.sh ]; then
     say "fuzz smoke"
     scripts/fuzz-smoke.sh

@@ -1,0 +1,279 @@
+-- Runs perf/pktgen/spillway.lua against a fake `pktgen` table, without pktgen-dpdk (CI runs
+-- this through perf/pktgen/check.sh, after `luac -p`). The fake records every call; for each
+-- case (kind x flow count, both the pktgen.range.* API and the older flat one) this checks the
+-- range settings, that stepping the ranges as pktgen does gives exactly `flows` client flows,
+-- the CLI lines for TCP flags and IPv6, the run/measure/report sequence, the expected egress
+-- per delivery mode against a table worked out by hand, and that bad parameters are refused.
+--
+--   lua5.4 perf/pktgen/check.lua
+
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+SPILLWAY_PKTGEN_NO_MAIN = true
+local M = dofile(here .. "/spillway.lua")
+
+-- spillway.lua reports as it goes; keep the check's own output to its result.
+local real_print = print
+print = function() end
+
+local checks, failures = 0, {}
+local function check(cond, what)
+  checks = checks + 1
+  if not cond then failures[#failures + 1] = what end
+end
+
+local function ip4(s)
+  local a, b, c, d = s:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+  assert(a, "not an IPv4 address: " .. tostring(s))
+  return ((tonumber(a) * 256 + tonumber(b)) * 256 + tonumber(c)) * 256 + tonumber(d)
+end
+
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, a % b end
+  return a
+end
+
+-- A fake pktgen. opts.flat: the pre-3.x flat range API; opts.run: nil (no pktgen.run),
+-- "ok" or "error"; opts.loss: packets lost per measurement; opts.egress: received frame size.
+local function fake(opts)
+  local calls, pg = {}, {}
+  local function rec(name)
+    return function(...) calls[#calls + 1] = { name = name, args = { ... } } end
+  end
+  for _, n in ipairs({ "stop", "start", "set_type", "set_proto", "set", "clr", "set_mac" }) do
+    pg[n] = rec(n)
+  end
+  local slept = 0
+  pg.delay = function(ms) slept = slept + ms end
+  local range = {}
+  for _, n in ipairs({ "dst_mac", "src_mac", "dst_ip", "src_ip", "dst_port", "src_port",
+    "ip_proto", "pkt_size", "ttl" }) do
+    range[n] = rec("range." .. n)
+  end
+  if opts.flat then
+    for k, v in pairs(range) do pg[k] = v end
+    pg.range = rec("range_on")
+  else
+    pg.range = range
+    pg.set_range = rec("range_on")
+  end
+  local ran = {}
+  if opts.run then
+    pg.run = function(kind, file)
+      if opts.run == "error" then error("run( ['cmd'|'lua'], <string_or_path>), arguments wrong.") end
+      calls[#calls + 1] = { name = "run", args = { kind, file } }
+      for line in io.lines(file) do
+        if line:sub(1, 1) ~= "#" then ran[#ran + 1] = line end
+      end
+    end
+  end
+  -- Counters follow the simulated clock: 1000 packets per ms sent on port 0, `loss` of them
+  -- per ms missing on port 1, every received frame `egress` bytes.
+  pg.portStats = function(port, _)
+    local sent = 1000 * slept
+    local got = sent - (opts.loss or 0) * slept
+    local entry
+    if tonumber(port) == 0 then
+      entry = { opackets = sent, obytes = sent * 60, ipackets = 0, ibytes = 0 }
+    else
+      entry = { opackets = 0, obytes = 0, ipackets = got, ibytes = got * (opts.egress or 60) }
+    end
+    local t = { n = 1 }
+    t[tonumber(port)] = opts.nested and { curr = entry } or entry
+    return t
+  end
+  return pg, calls, ran, function() return slept end
+end
+
+local function env_of(t)
+  return function(name) return t[name] end
+end
+
+-- The (start, inc, min, max) of a recorded range field.
+local function field(calls, name)
+  local f = {}
+  for _, c in ipairs(calls) do
+    if c.name == name then f[c.args[2]] = c.args[3] end
+  end
+  return f
+end
+
+-- Distinct values of the stepped fields over `steps` packets, as pktgen_range_ctor steps
+-- them: value += inc; below min -> max; above max -> min; inc 0 keeps the start value.
+local function step(fields, steps)
+  local cur, seen, count = {}, {}, 0
+  for i, f in ipairs(fields) do cur[i] = f.start end
+  for _ = 1, steps do
+    local key = table.concat(cur, "/")
+    if not seen[key] then seen[key] = true; count = count + 1 end
+    for i, f in ipairs(fields) do
+      if f.inc ~= 0 then
+        local v = cur[i] + f.inc
+        if v < f.min then v = f.max elseif v > f.max then v = f.min end
+        cur[i] = v
+      end
+    end
+  end
+  return count
+end
+
+-- Hand-worked egress frame lengths (no FCS) for pktgen's default sizes. pktgen pads nothing:
+-- a 60-byte TCP or UDP IPv4 frame holds a 46-byte IP packet, IPv6 TCP 74 -> 60, IPv6 UDP 62 -> 48.
+-- egress = 14 + outer IP (20; 40 for the IPv6 service) + tunnel header + inner IP.
+local EGRESS = {
+  ack = { l2dsr = 60, ipip = 80, gre = 84, ["gre-key"] = 88, gue = 88, geneve = 104 },
+  syn = { l2dsr = 60, ipip = 80, gre = 84, ["gre-key"] = 88, gue = 88, geneve = 104 },
+  udp = { l2dsr = 60, ipip = 80, gre = 84, ["gre-key"] = 88, gue = 88, geneve = 104 },
+  ipv6 = { l2dsr = 74, ipip = 114, gre = 118, ["gre-key"] = 122, gue = 122, geneve = 138 },
+  ["ipv6-syn"] = { l2dsr = 74, ipip = 114, gre = 118, ["gre-key"] = 122, gue = 122, geneve = 138 },
+  ["ipv6-udp"] = { l2dsr = 62, ipip = 102, gre = 106, ["gre-key"] = 110, gue = 110, geneve = 126 },
+}
+
+local cmdfile = os.tmpname()
+local MAC = "3c:fd:fe:aa:bb:cc"
+
+for _, kind in ipairs(M.KINDS) do
+  for _, mode in ipairs(M.MODES) do
+    local got = M.expected_egress(mode, kind, M.min_size(kind))
+    check(got == EGRESS[kind][mode], string.format("egress %s/%s: %d, the table says %d",
+      kind, mode, got, EGRESS[kind][mode]))
+  end
+  for _, flows in ipairs(M.FLOW_COUNTS) do
+    for _, flat in ipairs({ false, true }) do
+      local case = string.format("SPW_KIND=%s SPW_FLOWS=%d%s", kind, flows, flat and " (flat API)" or "")
+      local pg, calls, ran = fake({ flat = flat, run = "ok", nested = not flat,
+        egress = M.expected_egress("gue", kind, M.min_size(kind)) })
+      local p, state, report = M.main(pg, env_of({ SPW_KIND = kind, SPW_FLOWS = tostring(flows),
+        SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile, SPW_DURATION = "10" }), pg.delay)
+      check(p ~= nil and state == "measured", case .. ": did not run to a measurement: " .. tostring(state))
+      local v6, udp = M.is_ipv6(kind), M.is_udp(kind)
+      local size = M.min_size(kind) + 4
+      local proto = udp and "udp" or "tcp"
+      local seen = {}
+      for _, c in ipairs(calls) do seen[c.name] = (seen[c.name] or 0) + 1 end
+      check(seen.range_on == 1, case .. ": range mode not switched on")
+      check(seen.start == 1 and seen.clr == 1, case .. ": traffic not started once after clearing stats")
+      local ps = field(calls, "range.pkt_size")
+      check(ps.start == size and ps.min == size and ps.max == size and ps.inc == 0,
+        case .. ": range pkt_size is not " .. size)
+      local dm = field(calls, "range.dst_mac")
+      check(dm.start == MAC, case .. ": range dst_mac is not SPW_DST_MAC")
+      local dp = field(calls, "range.dst_port")
+      check(dp.start == (udp and 53 or 80) and dp.inc == 0 and dp.min == dp.start and dp.max == dp.start,
+        case .. ": destination port not fixed at the VIP port")
+      local sp = field(calls, "range.src_port")
+      local ports = sp.max - sp.min + 1
+      check(sp.min == 1024 and sp.start == 1024 and sp.max <= 65535, case .. ": source ports")
+      check(flows % ports == 0, case .. ": " .. ports .. " source ports do not divide the flows")
+      check((ports > 1) == (sp.inc == 1), case .. ": source port increment")
+      local sets = {}
+      for _, c in ipairs(calls) do if c.name == "set_proto" then sets[#sets + 1] = c.args[2] end end
+      check(sets[1] == proto, case .. ": set_proto " .. tostring(sets[1]))
+      local cli = M.cli_commands(p)
+      check(#ran == #cli, case .. ": pktgen.run did not get the CLI file")
+      local text = table.concat(cli, "\n")
+      if not udp then
+        local want = M.is_syn(kind) and "range 0 tcp flag set syn" or "range 0 tcp flag set ack"
+        check(text:find(want, 1, true) ~= nil, case .. ": missing `" .. want .. "`")
+        if M.is_syn(kind) then
+          check(text:find("range 0 tcp flag clr ack", 1, true) ~= nil, case .. ": SYN without clearing ACK")
+        end
+      end
+      if v6 then
+        check(text:find("range 0 type ipv6", 1, true) ~= nil, case .. ": no `range 0 type ipv6`")
+        check(text:find("range 0 dst ip start " .. p.vip, 1, true) ~= nil, case .. ": IPv6 VIP not set")
+        local want_max = "range 0 src ip max " .. M.ipv6_client(flows - 1)
+        check(text:find(want_max, 1, true) ~= nil, case .. ": missing `" .. want_max .. "`")
+        local inc_line = "range 0 src ip inc " .. (flows > 1 and "::1" or "::")
+        local has_inc = false
+        for _, line in ipairs(cli) do if line == inc_line then has_inc = true end end
+        check(has_inc, case .. ": missing `" .. inc_line .. "`")
+        check(M.ipv6_client(0) == "2001:db8:c::1", "first IPv6 client")
+        check(M.ipv6_client(65535) == "2001:db8:c::1:0", "IPv6 client 65536")
+        check(seen["range.src_ip"] == nil, case .. ": IPv4 src_ip range set for IPv6")
+      else
+        local di = field(calls, "range.dst_ip")
+        check(di.start == p.vip and di.min == p.vip and di.max == p.vip and di.inc == "0.0.0.0",
+          case .. ": destination not fixed at the VIP")
+        local si = field(calls, "range.src_ip")
+        local lo, hi = ip4(si.min), ip4(si.max)
+        check(si.start == "10.0.0.1" and lo == ip4("10.0.0.1"), case .. ": clients start at 10.0.0.1")
+        check(hi - lo + 1 == flows, case .. ": " .. (hi - lo + 1) .. " client addresses for " .. flows .. " flows")
+        check(si.inc == (flows > 1 and "0.0.0.1" or "0.0.0.0"), case .. ": client address increment")
+        if flows <= 65536 then
+          local n = step({ { start = ip4(si.start), inc = ip4(si.inc), min = lo, max = hi },
+            { start = sp.start, inc = sp.inc, min = sp.min, max = sp.max } }, 2 * flows)
+          check(n == flows, case .. ": stepping the ranges gives " .. n .. " flows")
+        else
+          local period = (hi - lo + 1) * ports // gcd(hi - lo + 1, ports)
+          check(period == flows, case .. ": the ranges repeat after " .. period .. " packets")
+        end
+      end
+      check(report ~= nil and report[1]:find("lost 0 ", 1, true) ~= nil, case .. ": report " .. tostring(report and report[1]))
+      check(report ~= nil and report[2]:find(string.format("average %.1f bytes; expected %d",
+        M.expected_egress("gue", kind, M.min_size(kind)), M.expected_egress("gue", kind, M.min_size(kind))),
+        1, true) ~= nil, case .. ": size report " .. tostring(report and report[2]))
+    end
+  end
+end
+
+-- Without pktgen.run (or when it refuses), TCP kinds stop before starting; UDP needs no CLI.
+do
+  local pg, calls = fake({ run = "error" })
+  local _, state = M.main(pg, env_of({ SPW_KIND = "syn", SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile }))
+  local started = false
+  for _, c in ipairs(calls) do if c.name == "start" then started = true end end
+  check(state == "manual" and not started, "syn without pktgen.run must not start traffic")
+  local lines = {}
+  for line in io.lines(cmdfile) do lines[#lines + 1] = line end
+  check(#lines >= 3 and lines[#lines] == "range 0 tcp flag set syn", "CLI file for a manual `load`")
+  local pg2 = fake({})
+  local _, state2 = M.main(pg2, env_of({ SPW_KIND = "udp", SPW_DST_MAC = MAC, SPW_DURATION = "0" }))
+  check(state2 == "running", "udp runs without pktgen.run")
+  local pg3, calls3 = fake({ run = "ok" })
+  local _, state3 = M.main(pg3, env_of({ SPW_KIND = "ack", SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile,
+    SPW_DURATION = "-1" }))
+  local started3 = false
+  for _, c in ipairs(calls3) do if c.name == "start" then started3 = true end end
+  check(state3 == "configured" and not started3, "SPW_DURATION=-1 only configures")
+  local pg4 = fake({ run = "ok", loss = 1, egress = 82 })
+  local _, _, report = M.main(pg4, env_of({ SPW_KIND = "ack", SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile,
+    SPW_DURATION = "2", SPW_MODE = "ipip" }))
+  check(report and report[1]:find("sent 2000000 packets (1.000 Mpps), received 1998000 (0.999 Mpps) in 2 s; lost 2000 (0.1000%)", 1, true) ~= nil,
+    "loss report: " .. tostring(report and report[1]))
+  check(report and report[2]:find("average 82.0 bytes; expected 80 (ipip)", 1, true) ~= nil,
+    "size report: " .. tostring(report and report[2]))
+  local pg5, calls5 = fake({})
+  local _, state5 = M.main(pg5, env_of({ SPW_KIND = "ack", SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile,
+    SPW_DURATION = "0" }))
+  check(state5 == "running", "ack runs without pktgen.run (pktgen's TCP default is ACK)")
+  local started5 = false
+  for _, c in ipairs(calls5) do if c.name == "start" then started5 = true end end
+  check(started5, "ack without pktgen.run starts traffic")
+end
+
+for _, bad in ipairs({
+  { SPW_KIND = "bogus" }, { SPW_FLOWS = "0" }, { SPW_FLOWS = "abc" }, { SPW_FLOWS = "1.5" },
+  { SPW_FLOWS = tostring(M.MAX_FLOWS + 1) }, { SPW_MODE = "vxlan" }, { SPW_VIP = "2001:db8::10" },
+  { SPW_KIND = "ipv6", SPW_VIP = "198.18.10.10" }, { SPW_SIZE = "59" },
+  { SPW_KIND = "ipv6", SPW_SIZE = "60" }, { SPW_PORT = "0" }, { SPW_DST_MAC = "" },
+  { SPW_DST_MAC = "nope" },
+}) do
+  local env = { SPW_DST_MAC = MAC }
+  local desc = {}
+  for k, v in pairs(bad) do env[k] = v; desc[#desc + 1] = k .. "=" .. v end
+  if bad.SPW_DST_MAC == "" then env.SPW_DST_MAC = nil end
+  local p = M.params(env_of(env))
+  check(p == nil, "parameters " .. table.concat(desc, " ") .. " should be refused")
+end
+local p = M.params(env_of({ SPW_DST_MAC = MAC }))
+check(p and p.kind == "ack" and p.flows == 4096 and p.vip == "198.18.10.10" and p.port == 80
+  and p.size == 60 and p.mode == "gue" and p.duration == 30, "defaults")
+
+os.remove(cmdfile)
+for i, f in ipairs(failures) do
+  if i <= 40 then real_print("FAIL: " .. f) end
+end
+if #failures > 40 then real_print("FAIL: ... and " .. (#failures - 40) .. " more") end
+real_print(string.format("check.lua: %d checks (%s): %d passed, %d failed", checks, _VERSION,
+  checks - #failures, #failures))
+os.exit(#failures == 0 and 0 or 1)

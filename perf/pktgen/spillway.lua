@@ -1,0 +1,319 @@
+-- Pktgen-DPDK script: traffic to a Spillway VIP for the bare-metal benchmarks
+-- (perf/BARE-METAL.md). The same cases as perf/trex/spillway_bench.py: TCP ACKs (established
+-- flows), TCP SYNs (new flows), UDP and IPv6 to the VIP, from 1 to millions of client flows.
+--
+-- pktgen passes no arguments to a -f script, so the case comes from the environment:
+--
+--   SPW_DST_MAC   MAC of Spillway's uplink port (required)
+--   SPW_KIND      ack | syn | udp | ipv6 | ipv6-syn | ipv6-udp            (default ack)
+--   SPW_FLOWS     distinct client flows, 1 .. 8388608                     (default 4096)
+--   SPW_VIP       default 198.18.10.10, or 2001:db8::10 for the ipv6 kinds
+--   SPW_PORT      VIP port; default 80 for TCP, 53 for UDP
+--   SPW_SIZE      frame length without FCS (default 60; IPv6 TCP 74, IPv6 UDP 62)
+--   SPW_MODE      l2dsr | ipip | gre | gre-key | gue | geneve: the DUT's delivery mode, for the
+--                 expected egress frame length in the report                (default gue)
+--   SPW_TX_PORT   pktgen port cabled to Spillway's uplink                   (default 0)
+--   SPW_RX_PORT   pktgen port cabled to Spillway's backend port             (default 1)
+--   SPW_RATE      transmit rate, percent of line rate                       (default 100)
+--   SPW_WARMUP    seconds of traffic before the measurement                 (default 2)
+--   SPW_DURATION  seconds measured, then traffic stops and a report is printed; 0 starts the
+--                 traffic and leaves it running; -1 only configures       (default 30)
+--   SPW_CMDFILE   where to write the pktgen CLI commands that the Lua binding lacks
+--                 (default /tmp/spillway-pktgen.pkt)
+--
+--   sudo env SPW_DST_MAC=3c:fd:fe:aa:bb:cc SPW_KIND=syn SPW_FLOWS=65536 \
+--       pktgen -l 0-7 -n 4 -a 0000:af:00.0 -a 0000:af:00.1 -- -m "[1:2-5].0, [6:7].1" \
+--       -f perf/pktgen/spillway.lua
+--
+-- Flow layout (as the TRex profile): flow i, 0 <= i < flows, has client address 10.0.0.1 + i
+-- (IPv6: 2001:db8:c::1 + i) and source port 1024 + (i mod P), P = gcd(flows, 4096). pktgen's
+-- range mode steps every field with a non-zero increment together and wraps it at its maximum;
+-- P divides flows, so the (address, port) pairs repeat after exactly `flows` steps.
+--
+-- TCP flags and IPv6 ranges have no Lua call in pktgen (only the CLI commands `range <port> tcp
+-- flag set|clr <flag>` and `range <port> type ipv6`, pktgen 21.x and later): the script writes
+-- them to SPW_CMDFILE and runs that file through pktgen.run("cmd", ...) where the binding has
+-- it; otherwise it stops before starting traffic and says to `load` the file by hand.
+
+local M = {}
+
+M.KINDS = { "ack", "syn", "udp", "ipv6", "ipv6-syn", "ipv6-udp" }
+M.MODES = { "l2dsr", "ipip", "gre", "gre-key", "gue", "geneve" }
+M.FLOW_COUNTS = { 1, 4096, 65536, 1048576 }
+M.MAX_FLOWS = 8388608
+M.CLIENT4_FIRST = (10 << 24) | 1 -- 10.0.0.1
+M.CLIENT6_PREFIX = "2001:db8:c::"
+M.CLIENT_PORT_FIRST = 1024
+M.PORT_CYCLE = 4096
+M.FCS = 4
+
+local ETH, IPV4, IPV6, TCP_HDR, UDP_HDR = 14, 20, 40, 20, 8
+-- Bytes between the outer IP header and the inner packet, per delivery mode (SPEC M8, M30).
+M.TUNNEL_HEADER = { ipip = 0, gre = 4, ["gre-key"] = 8, gue = 8, geneve = 8 + 8 + 8 }
+
+local function member(list, x)
+  for _, v in ipairs(list) do
+    if v == x then return true end
+  end
+  return false
+end
+
+function M.is_ipv6(kind) return kind:sub(1, 4) == "ipv6" end
+function M.is_udp(kind) return kind == "udp" or kind == "ipv6-udp" end
+function M.is_syn(kind) return kind == "syn" or kind == "ipv6-syn" end
+
+function M.min_size(kind)
+  local hdr = ETH + (M.is_ipv6(kind) and IPV6 or IPV4) + (M.is_udp(kind) and UDP_HDR or TCP_HDR)
+  return math.max(60, hdr)
+end
+
+-- pktgen makes the IP packet cover the whole frame (no Ethernet padding: a 60-byte TCP frame
+-- carries 6 bytes of data), so the inner IP packet is the frame less its Ethernet header.
+function M.expected_egress(mode, kind, size)
+  if mode == "l2dsr" then return size end
+  local outer = M.is_ipv6(kind) and IPV6 or IPV4
+  return ETH + outer + M.TUNNEL_HEADER[mode] + (size - ETH)
+end
+
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, a % b end
+  return a
+end
+
+function M.flow_layout(flows)
+  return flows, gcd(flows, M.PORT_CYCLE)
+end
+
+function M.ipv4(n)
+  return string.format("%d.%d.%d.%d", (n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255)
+end
+
+-- 2001:db8:c::1 + index (the low 32 bits).
+function M.ipv6_client(index)
+  local low = index + 1
+  if low > 0xffff then
+    return string.format("%s%x:%x", M.CLIENT6_PREFIX, low >> 16, low & 0xffff)
+  end
+  return string.format("%s%x", M.CLIENT6_PREFIX, low)
+end
+
+-- Reads the parameters through `getenv` (os.getenv by default); returns a table or nil, error.
+function M.params(getenv)
+  getenv = getenv or os.getenv
+  local function num(name, default)
+    local v = getenv(name)
+    if v == nil or v == "" then return default end
+    local n = tonumber(v)
+    if n == nil or n ~= math.floor(n) then return nil, name .. " must be an integer, not " .. v end
+    return math.tointeger(n)
+  end
+  local p, err = {}, nil
+  p.kind = getenv("SPW_KIND") or "ack"
+  if not member(M.KINDS, p.kind) then
+    return nil, "SPW_KIND must be one of " .. table.concat(M.KINDS, ", ") .. ", not " .. p.kind
+  end
+  p.mode = getenv("SPW_MODE") or "gue"
+  if not member(M.MODES, p.mode) then
+    return nil, "SPW_MODE must be one of " .. table.concat(M.MODES, ", ") .. ", not " .. p.mode
+  end
+  p.flows, err = num("SPW_FLOWS", 4096)
+  if err then return nil, err end
+  if p.flows < 1 or p.flows > M.MAX_FLOWS then
+    return nil, "SPW_FLOWS must be 1.." .. M.MAX_FLOWS
+  end
+  local v6 = M.is_ipv6(p.kind)
+  p.vip = getenv("SPW_VIP") or (v6 and "2001:db8::10" or "198.18.10.10")
+  if (p.vip:find(":", 1, true) ~= nil) ~= v6 then
+    return nil, "SPW_VIP " .. p.vip .. " does not match SPW_KIND " .. p.kind
+  end
+  p.port, err = num("SPW_PORT", M.is_udp(p.kind) and 53 or 80)
+  if err then return nil, err end
+  if p.port < 1 or p.port > 65535 then return nil, "SPW_PORT must be 1..65535" end
+  p.size, err = num("SPW_SIZE", M.min_size(p.kind))
+  if err then return nil, err end
+  if p.size < M.min_size(p.kind) or p.size > 9600 then
+    return nil, string.format("SPW_SIZE must be %d..9600 for %s", M.min_size(p.kind), p.kind)
+  end
+  p.tx = getenv("SPW_TX_PORT") or "0"
+  p.rx = getenv("SPW_RX_PORT") or "1"
+  p.rate, err = num("SPW_RATE", 100)
+  if err then return nil, err end
+  p.warmup, err = num("SPW_WARMUP", 2)
+  if err then return nil, err end
+  p.duration, err = num("SPW_DURATION", 30)
+  if err then return nil, err end
+  p.cmdfile = getenv("SPW_CMDFILE") or "/tmp/spillway-pktgen.pkt"
+  p.dst_mac = getenv("SPW_DST_MAC")
+  if p.dst_mac == nil or not p.dst_mac:match("^%x%x:%x%x:%x%x:%x%x:%x%x:%x%x$") then
+    return nil, "SPW_DST_MAC must be the MAC of Spillway's uplink port (aa:bb:cc:dd:ee:ff)"
+  end
+  return p
+end
+
+-- Sets start/inc/min/max of one range field.
+local function range4(fn, port, start, inc, min, max)
+  fn(port, "start", start)
+  fn(port, "inc", inc)
+  fn(port, "min", min)
+  fn(port, "max", max)
+end
+
+-- The pktgen CLI lines for what Lua cannot set: TCP flags, and IPv6 range addresses. The
+-- second result says whether the case needs them: pktgen's TCP packets are ACKs by default,
+-- so IPv4 ACK runs do without; SYN and IPv6 runs do not.
+function M.cli_commands(p)
+  local t, cmds = p.tx, {}
+  local function add(fmt, ...) cmds[#cmds + 1] = string.format(fmt, ...) end
+  if M.is_ipv6(p.kind) then
+    local addresses = M.flow_layout(p.flows)
+    add("range %s type ipv6", t)
+    add("range %s proto %s", t, M.is_udp(p.kind) and "udp" or "tcp")
+    add("range %s dst ip start %s", t, p.vip)
+    add("range %s dst ip min %s", t, p.vip)
+    add("range %s dst ip max %s", t, p.vip)
+    add("range %s dst ip inc ::", t)
+    add("range %s src ip start %s", t, M.ipv6_client(0))
+    add("range %s src ip min %s", t, M.ipv6_client(0))
+    add("range %s src ip max %s", t, M.ipv6_client(addresses - 1))
+    add("range %s src ip inc %s", t, addresses > 1 and "::1" or "::")
+  end
+  if not M.is_udp(p.kind) then
+    if M.is_syn(p.kind) then
+      add("range %s tcp flag clr ack", t)
+      add("range %s tcp flag set syn", t)
+    else
+      add("range %s tcp flag clr syn", t)
+      add("range %s tcp flag set ack", t)
+    end
+  end
+  return cmds, M.is_ipv6(p.kind) or M.is_syn(p.kind)
+end
+
+-- Configures port p.tx through the Lua binding (pktgen.range.* since pktgen 3.x, the flat
+-- pktgen.* range calls before) and returns the CLI lines still to apply (see cli_commands).
+function M.configure(pg, p)
+  local R = (type(pg.range) == "table") and pg.range or pg
+  local t = p.tx
+  local addresses, ports = M.flow_layout(p.flows)
+  local proto = M.is_udp(p.kind) and "udp" or "tcp"
+  local frame = p.size + M.FCS -- pktgen sizes count the FCS
+
+  pg.stop(t)
+  pg.set_type(t, M.is_ipv6(p.kind) and "ipv6" or "ipv4")
+  pg.set_proto(t, proto)
+  pg.set(t, "size", frame)
+  pg.set(t, "rate", p.rate)
+  pg.set(t, "count", 0) -- forever
+
+  R.dst_mac(t, "start", p.dst_mac)
+  if R.ip_proto then R.ip_proto(t, proto) end
+  if not M.is_ipv6(p.kind) then
+    range4(R.dst_ip, t, p.vip, "0.0.0.0", p.vip, p.vip)
+    local first, last = M.CLIENT4_FIRST, M.CLIENT4_FIRST + addresses - 1
+    range4(R.src_ip, t, M.ipv4(first), addresses > 1 and "0.0.0.1" or "0.0.0.0",
+      M.ipv4(first), M.ipv4(last))
+  end
+  range4(R.dst_port, t, p.port, 0, p.port, p.port)
+  range4(R.src_port, t, M.CLIENT_PORT_FIRST, ports > 1 and 1 or 0, M.CLIENT_PORT_FIRST,
+    M.CLIENT_PORT_FIRST + ports - 1)
+  range4(R.pkt_size, t, frame, 0, frame, frame)
+  if R.ttl then range4(R.ttl, t, 64, 0, 64, 64) end
+
+  if type(pg.set_range) == "function" then
+    pg.set_range(t, "on")
+  elseif type(pg.range) == "function" then
+    pg.range(t, "on")
+  end
+  return M.cli_commands(p)
+end
+
+-- Writes the CLI lines to p.cmdfile and tries to run them; true when pktgen took them.
+function M.apply_cli(pg, p, cmds)
+  if #cmds == 0 then return true end
+  local f, err = io.open(p.cmdfile, "w")
+  if not f then
+    print("spillway.lua: cannot write " .. p.cmdfile .. ": " .. tostring(err))
+    return false
+  end
+  f:write("# pktgen CLI commands written by perf/pktgen/spillway.lua\n")
+  for _, c in ipairs(cmds) do f:write(c, "\n") end
+  f:close()
+  if type(pg.run) == "function" then
+    -- pktgen.run("cmd", file) runs a command file; some versions check for a third argument.
+    if pcall(pg.run, "cmd", p.cmdfile) or pcall(pg.run, "cmd", p.cmdfile, "") then
+      print("spillway.lua: applied " .. #cmds .. " CLI commands from " .. p.cmdfile)
+      return true
+    end
+  end
+  return false
+end
+
+local function counters(pg, port)
+  local ok, t = pcall(pg.portStats, port, "port")
+  if not ok or type(t) ~= "table" then ok, t = pcall(pg.portStats, port) end
+  if not ok or type(t) ~= "table" then return nil end
+  local e = t[tonumber(port)] or t[port]
+  if type(e) ~= "table" then return nil end
+  return e.curr or e -- pktgen 24.x nests the counters in `curr`
+end
+
+function M.describe(p)
+  local addresses, ports = M.flow_layout(p.flows)
+  return string.format(
+    "spillway.lua: %s to %s port %d, %d-byte frames (%d with FCS), %d flows (%d client " ..
+    "addresses, %d source ports) from port %s; DUT egress with %s: %d-byte frames to port %s",
+    p.kind, p.vip, p.port, p.size, p.size + M.FCS, p.flows, addresses, ports, p.tx, p.mode,
+    M.expected_egress(p.mode, p.kind, p.size), p.rx)
+end
+
+-- Runs one case: configure, start, warm up, measure, stop, report.
+function M.main(pg, getenv, sleep_ms)
+  local p, err = M.params(getenv)
+  if not p then
+    print("spillway.lua: " .. err)
+    return nil, err
+  end
+  sleep_ms = sleep_ms or pg.delay
+  print(M.describe(p))
+  local cmds, required = M.configure(pg, p)
+  if not M.apply_cli(pg, p, cmds) then
+    if required then
+      print("spillway.lua: this pktgen's Lua cannot set TCP flags or IPv6 ranges; type\n" ..
+        "    load " .. p.cmdfile .. "\nthen `start " .. p.tx .. "`. Traffic not started.")
+      return p, "manual"
+    end
+    print("spillway.lua: could not run " .. p.cmdfile .. "; sending pktgen's default TCP ACKs")
+  end
+  if p.duration < 0 then return p, "configured" end
+  pg.clr()
+  pg.start(p.tx)
+  if p.duration == 0 then return p, "running" end
+  sleep_ms(p.warmup * 1000)
+  local tx0, rx0 = counters(pg, p.tx), counters(pg, p.rx)
+  sleep_ms(p.duration * 1000)
+  local tx1, rx1 = counters(pg, p.tx), counters(pg, p.rx)
+  pg.stop(p.tx)
+  if not (tx0 and rx0 and tx1 and rx1) then
+    print("spillway.lua: pktgen.portStats gave no counters; read them on the main page")
+    return p, "stopped"
+  end
+  local sent = tx1.opackets - tx0.opackets
+  local got = rx1.ipackets - rx0.ipackets
+  local bytes = rx1.ibytes - rx0.ibytes
+  local report = {
+    string.format("sent %d packets (%.3f Mpps), received %d (%.3f Mpps) in %d s; lost %d (%.4f%%)",
+      sent, sent / p.duration / 1e6, got, got / p.duration / 1e6, p.duration, sent - got,
+      sent > 0 and 100 * (sent - got) / sent or 0),
+    string.format("received frames average %.1f bytes; expected %d (%s), or %d if the NIC counts the FCS",
+      got > 0 and bytes / got or 0, M.expected_egress(p.mode, p.kind, p.size), p.mode,
+      M.expected_egress(p.mode, p.kind, p.size) + M.FCS),
+  }
+  for _, line in ipairs(report) do print("spillway.lua: " .. line) end
+  return p, "measured", report
+end
+
+-- In pktgen: run the case. Loaded from a check (no pktgen global): only return the module.
+if type(pktgen) == "table" and not SPILLWAY_PKTGEN_NO_MAIN then
+  M.main(pktgen)
+end
+return M
