@@ -113,11 +113,29 @@ struct VipRules {
 /// Destination address → protocol → port → rule (SPEC M3).
 #[derive(Clone, Debug, Default)]
 pub struct RuleIndex {
-    /// Sorted by address.
+    /// Sorted by address key ([`addr_key`]).
     vips: Vec<VipRules>,
+    /// `addr_key` of each entry of `vips`: searched as integers, not as
+    /// `IpAddr`s (whose ordering compares byte by byte).
+    keys: Vec<u128>,
+}
+
+/// An address as one integer (IPv4 as IPv4-mapped IPv6).
+#[inline]
+fn addr_key(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(v4) => 0xffff_0000_0000 | u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
 }
 
 impl RuleIndex {
+    #[inline]
+    fn find(&self, dst: IpAddr) -> Option<&VipRules> {
+        let i = self.keys.binary_search(&addr_key(dst)).ok()?;
+        self.vips.get(i)
+    }
+
     /// The rule for a packet to `dst` with IP protocol `proto` and
     /// destination port `dst_port` (`None` for protocols without ports and
     /// non-first fragments), or `None`: drop (M3, M6).
@@ -125,8 +143,7 @@ impl RuleIndex {
     /// A TCP/UDP rule whose ports contain the port wins over `L3_DEFAULT`;
     /// a packet without a port matches only all-port rules. No allocation.
     pub fn lookup(&self, dst: IpAddr, proto: u8, dst_port: Option<u16>) -> Option<RuleMatch> {
-        let i = self.vips.binary_search_by(|v| v.addr.cmp(&dst)).ok()?;
-        let v = &self.vips[i];
+        let v = self.find(dst)?;
         let specific = match proto {
             TCP => Some(&v.tcp),
             UDP => Some(&v.udp),
@@ -163,8 +180,7 @@ impl RuleIndex {
         if let Some(m) = self.lookup(dst, proto, None) {
             return Some(m);
         }
-        let i = self.vips.binary_search_by(|v| v.addr.cmp(&dst)).ok()?;
-        let v = &self.vips[i];
+        let v = self.find(dst)?;
         let intervals = match proto {
             TCP => &v.tcp,
             UDP => &v.udp,
@@ -177,7 +193,7 @@ impl RuleIndex {
     /// Whether `addr` is a VIP this node serves (it answers ARP/NDP for it
     /// and counts unmatched traffic as "VIP, no rule" rather than "not ours").
     pub fn is_vip(&self, addr: IpAddr) -> bool {
-        self.vips.binary_search_by(|v| v.addr.cmp(&addr)).is_ok()
+        self.find(addr).is_some()
     }
 
     /// The VIPs this node serves, in address order.
@@ -188,7 +204,7 @@ impl RuleIndex {
     /// Rules reachable at `vip`, in selection order per protocol: TCP
     /// intervals, UDP intervals, then L3_DEFAULT (for summaries and status).
     pub fn rules_at(&self, vip: IpAddr) -> Vec<RuleId> {
-        let Ok(i) = self.vips.binary_search_by(|v| v.addr.cmp(&vip)) else {
+        let Ok(i) = self.keys.binary_search(&addr_key(vip)) else {
             return Vec::new();
         };
         let v = &self.vips[i];
@@ -817,8 +833,9 @@ fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
         v.tcp.sort_by_key(|x| x.lo);
         v.udp.sort_by_key(|x| x.lo);
     }
-    vips.sort_by_key(|v| v.addr);
-    RuleIndex { vips }
+    vips.sort_by_key(|v| addr_key(v.addr));
+    let keys = vips.iter().map(|v| addr_key(v.addr)).collect();
+    RuleIndex { vips, keys }
 }
 
 /// What `spillway check-config` prints.

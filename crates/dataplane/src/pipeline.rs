@@ -79,7 +79,6 @@ struct Pending {
     proto: u8,
     fragment: bool,
     is_icmp_error: bool,
-    fkey: flowtable::FlowKey,
     hash: u64,
     class: ProtoClass,
 }
@@ -171,16 +170,18 @@ impl Worker {
         verdicts: &mut [Verdict],
     ) {
         let mut stages: [Stage; GROUP] = [const { Stage::Done(Outcome::ToHost) }; GROUP];
+        // Keys are written in place by `classify` (no copies of them between
+        // passes: copying freshly written keys stalls store forwarding).
         let mut keys = [flowtable::FlowKey([0; 5]); GROUP];
         let mut hashes = [0u64; GROUP];
-        let mut which = [0usize; GROUP];
         let mut lookups = 0;
-        for (i, (pkt, stage)) in pkts.iter_mut().zip(stages.iter_mut()).enumerate() {
-            *stage = self.classify(snap, pkt);
+        for (pkt, stage) in pkts.iter_mut().zip(stages.iter_mut()) {
+            let Some(key) = keys.get_mut(lookups) else {
+                break;
+            };
+            *stage = self.classify(snap, pkt, key);
             if let Stage::Lookup(p) = stage {
-                keys[lookups] = p.fkey;
                 hashes[lookups] = p.hash;
-                which[lookups] = i;
                 lookups += 1;
             }
         }
@@ -189,20 +190,22 @@ impl Worker {
         // Bit (hash % 64) set: an earlier packet of this group changed an
         // entry with that hash; later packets with it look up afresh.
         let mut changed = 0u64;
-        let mut next_lookup = 0;
-        for (i, (pkt, v)) in pkts.iter_mut().zip(verdicts.iter_mut()).enumerate() {
-            let outcome = match &stages[i] {
+        let mut next = 0;
+        for ((pkt, v), stage) in pkts.iter_mut().zip(verdicts.iter_mut()).zip(&stages) {
+            let outcome = match stage {
                 Stage::Done(o) => *o,
                 Stage::Lookup(p) => {
-                    let mut hit = hits.get(next_lookup).copied().flatten();
-                    if which.get(next_lookup) == Some(&i) {
-                        next_lookup += 1;
-                    }
+                    let (Some(key), Some(&found)) = (keys.get(next), hits.get(next)) else {
+                        break;
+                    };
+                    next += 1;
                     let bit = 1u64 << (p.hash & 63);
-                    if changed & bit != 0 {
-                        hit = flows.lookup(&p.fkey, p.hash);
-                    }
-                    let (o, wrote) = self.finish(snap, flows, now, pkt, p, hit);
+                    let hit = if changed & bit != 0 {
+                        flows.lookup(key, p.hash)
+                    } else {
+                        found
+                    };
+                    let (o, wrote) = self.finish(snap, flows, now, pkt, p, key, hit);
                     if wrote {
                         changed |= bit;
                     }
@@ -221,11 +224,12 @@ impl Worker {
         now: Tick,
         pkt: &mut B,
     ) -> Verdict {
-        let outcome = match self.classify(snap, pkt) {
+        let mut key = flowtable::FlowKey([0; 5]);
+        let outcome = match self.classify(snap, pkt, &mut key) {
             Stage::Done(o) => o,
             Stage::Lookup(p) => {
-                let hit = flows.lookup(&p.fkey, p.hash);
-                self.finish(snap, flows, now, pkt, &p, hit).0
+                let hit = flows.lookup(&key, p.hash);
+                self.finish(snap, flows, now, pkt, &p, &key, hit).0
             }
         };
         self.count(outcome)
@@ -233,7 +237,12 @@ impl Worker {
 
     /// Everything up to the flow table: parse, answer what is answered in
     /// place, select the rule, compute the flow key.
-    fn classify<B: PacketBuf>(&mut self, snap: &Snapshot, pkt: &mut B) -> Stage {
+    fn classify<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        key: &mut flowtable::FlowKey,
+    ) -> Stage {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
         Stage::Done(match parse_frame(pkt.data()) {
@@ -248,7 +257,7 @@ impl Worker {
                 {
                     self.link_control(snap, pkt, &info, icmp.msg_type)
                 }
-                _ => return self.ip(snap, pkt, &info),
+                _ => return self.ip(snap, pkt, &info, key),
             },
         })
     }
@@ -351,7 +360,13 @@ impl Worker {
     }
 
     /// Rule selection and flow key of an IP packet (not link control).
-    fn ip<B: PacketBuf>(&mut self, snap: &Snapshot, pkt: &mut B, info: &PacketInfo) -> Stage {
+    fn ip<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        info: &PacketInfo,
+        key_out: &mut flowtable::FlowKey,
+    ) -> Stage {
         let dst = unmap(&info.dst);
         // An ICMP error to a VIP is routed by the packet it quotes (which the
         // backend sent from the VIP), so PMTU discovery reaches the flow's
@@ -418,7 +433,7 @@ impl Worker {
         // The service is part of the flow's identity: with 2-tuple affinity a
         // TCP and a UDP rule on one VIP may feed different services.
         words[4] |= (svc & 0xffff) as u64;
-        let fkey = flowtable::FlowKey(words);
+        *key_out = flowtable::FlowKey(words);
         let class = match proto {
             TCP => ProtoClass::Tcp,
             UDP => ProtoClass::Udp,
@@ -431,7 +446,6 @@ impl Worker {
             proto,
             fragment,
             is_icmp_error,
-            fkey,
             hash,
             class,
         })
@@ -440,6 +454,7 @@ impl Worker {
     /// The flow-table part of an IP packet: follow its entry (`hit`) or
     /// create one, then deliver. Returns the outcome and whether the flow's
     /// entry was inserted or removed.
+    #[allow(clippy::too_many_arguments)]
     fn finish<B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
@@ -447,6 +462,7 @@ impl Worker {
         now: Tick,
         pkt: &mut B,
         p: &Pending,
+        fkey: &flowtable::FlowKey,
         hit: Option<Hit>,
     ) -> (Outcome, bool) {
         let Pending {
@@ -456,7 +472,6 @@ impl Worker {
             proto,
             fragment,
             is_icmp_error,
-            ref fkey,
             hash,
             class,
         } = *p;
