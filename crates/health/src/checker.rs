@@ -1,0 +1,475 @@
+//! The running health checker: one thread (`spillway-health`) with a tokio
+//! current-thread runtime, one task per endpoint, and a handle the
+//! management core polls without ever waiting on a probe.
+//!
+//! # Threading
+//!
+//! Every endpoint is its own task with its own interval timer, so a slow or
+//! silent endpoint only ever delays itself: its probe waits (at most the
+//! timeout) while the runtime keeps driving the others. Probe starts are
+//! spread over the interval by a phase derived from the endpoint's index in
+//! the target list (the golden-ratio sequence `frac(i · 0.618…)`, evenly
+//! spread for any number of endpoints and stable when endpoints are added),
+//! not by random jitter, so runs are reproducible.
+//!
+//! Each task publishes its results into its own small slot (a `Mutex` held
+//! only to copy a few fields, never across an `.await`). The handle's
+//! [`HealthChecker::generation`] is an atomic counter bumped whenever a
+//! state, weight or utilization changes (or the targets do): the management
+//! core compares it with the generation of its last rebuild and calls
+//! [`HealthChecker::snapshot`] only on a change. Counters and latencies do
+//! not bump it (metrics read them with `snapshot` at their own pace).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use config::compiled::EndpointId;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+use tokio::time::MissedTickBehavior;
+
+use crate::error::HealthError;
+use crate::probe::{Prepared, ProbeError, ProbeOk, Prober};
+use crate::state::{State, Tracker};
+use crate::target::{Check, Target};
+
+/// Name of the health-check thread (as in `/proc/self/task/*/comm`).
+pub const THREAD_NAME: &str = "spillway-health";
+
+/// Per-endpoint counters (M18), monotonic while the endpoint is kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Probes that passed.
+    pub probes_ok: u64,
+    /// Probes that failed.
+    pub probes_failed: u64,
+    /// Transitions to HEALTHY.
+    pub to_healthy: u64,
+    /// Transitions to UNHEALTHY.
+    pub to_unhealthy: u64,
+}
+
+impl Counters {
+    /// All state transitions.
+    pub const fn transitions(&self) -> u64 {
+        self.to_healthy + self.to_unhealthy
+    }
+
+    /// All probes.
+    pub const fn probes(&self) -> u64 {
+        self.probes_ok + self.probes_failed
+    }
+}
+
+/// What the checker knows about one target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndpointStatus {
+    /// The target's `endpoint` handle.
+    pub endpoint: EndpointId,
+    /// Its service.
+    pub service: Arc<str>,
+    /// Address and port probed.
+    pub addr: SocketAddr,
+    /// Current state.
+    pub state: State,
+    /// Weight reported by the last passing probe's header (M17); `None`:
+    /// the configured weight applies (no header, or not asked for).
+    pub weight: Option<u16>,
+    /// Utilization reported by the last passing probe's header; `None`: not
+    /// reported.
+    pub utilization: Option<f64>,
+    /// Duration of the last probe, passing or failing.
+    pub last_latency: Option<Duration>,
+    /// The last probe's verdict (`HTTP 200`, `connect refused`, …); empty
+    /// before the first probe.
+    pub last_reason: String,
+    /// When the state last changed.
+    pub changed_at: Option<Instant>,
+    /// Counters.
+    pub counters: Counters,
+}
+
+impl EndpointStatus {
+    /// The weight to use: the reported one, else `configured`.
+    pub fn effective_weight(&self, configured: u16) -> u16 {
+        self.weight.unwrap_or(configured)
+    }
+
+    /// Eligible for new flows (M17): HEALTHY with a positive effective
+    /// weight. UNKNOWN is not eligible (a new endpoint gets traffic once it
+    /// has proved healthy); fail-open (M23) is the caller's decision.
+    pub fn is_eligible(&self, configured_weight: u16) -> bool {
+        self.state == State::Healthy && self.effective_weight(configured_weight) > 0
+    }
+}
+
+/// A consistent-enough copy of every target's status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthSnapshot {
+    /// [`HealthChecker::generation`] read before the statuses were copied:
+    /// a change racing the copy may already show, and then shows again with
+    /// the next generation — never lost.
+    pub generation: u64,
+    /// One per target (deduplicated), sorted by `endpoint`.
+    pub endpoints: Vec<EndpointStatus>,
+}
+
+impl HealthSnapshot {
+    /// The status of `endpoint` (binary search).
+    pub fn get(&self, endpoint: EndpointId) -> Option<&EndpointStatus> {
+        self.endpoints
+            .binary_search_by(|s| s.endpoint.cmp(&endpoint))
+            .ok()
+            .and_then(|i| self.endpoints.get(i))
+    }
+}
+
+/// A probe's published state.
+#[derive(Debug, Default)]
+struct SlotStatus {
+    state: State,
+    weight: Option<u16>,
+    utilization: Option<f64>,
+    last_latency: Option<Duration>,
+    last_reason: String,
+    changed_at: Option<Instant>,
+    counters: Counters,
+}
+
+/// One probe task's shared half.
+#[derive(Debug)]
+struct Slot {
+    service: Arc<str>,
+    addr: SocketAddr,
+    status: Mutex<SlotStatus>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotStatus> {
+        // A panic elsewhere cannot leave these plain fields half-written in
+        // a way that matters; keep serving them.
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records one probe result; returns whether anything the management
+    /// core decides on changed.
+    fn record(
+        &self,
+        tracker: &mut Tracker,
+        result: &Result<ProbeOk, ProbeError>,
+        latency: Duration,
+    ) -> bool {
+        let transition = tracker.record(result.is_ok());
+        let reason = match result {
+            Ok(ok) => ok.reason(),
+            Err(e) => e.to_string(),
+        };
+        let changed = {
+            let mut s = self.lock();
+            let mut changed = false;
+            s.last_latency = Some(latency);
+            match result {
+                Ok(ok) => {
+                    s.counters.probes_ok += 1;
+                    changed |= s.weight != ok.weight || s.utilization != ok.utilization;
+                    s.weight = ok.weight;
+                    s.utilization = ok.utilization;
+                }
+                Err(_) => s.counters.probes_failed += 1,
+            }
+            if let Some(t) = transition {
+                s.state = t.to;
+                s.changed_at = Some(Instant::now());
+                match t.to {
+                    State::Healthy => s.counters.to_healthy += 1,
+                    State::Unhealthy => s.counters.to_unhealthy += 1,
+                    State::Unknown => {}
+                }
+                changed = true;
+            }
+            if s.last_reason != reason {
+                s.last_reason.clone_from(&reason);
+            }
+            changed
+        };
+        if let Some(t) = transition {
+            log::info!(
+                "health: {}/{} {} -> {} ({reason})",
+                self.service,
+                self.addr,
+                t.from,
+                t.to
+            );
+        }
+        changed
+    }
+}
+
+/// Identity of a probe across updates.
+type Key = (Arc<str>, SocketAddr, Check);
+
+struct Entry {
+    slot: Arc<Slot>,
+    task: AbortHandle,
+}
+
+/// Start offset of the `index`th target within `interval`: the golden-ratio
+/// (Fibonacci hashing) sequence, low-discrepancy for every prefix.
+pub fn phase(index: usize, interval: Duration) -> Duration {
+    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15; // 2^64 / φ
+    let frac = u128::from((index as u64).wrapping_mul(GOLDEN));
+    let nanos = (interval.as_nanos() * frac) >> 64;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// Probes a set of targets on its own thread until stopped or dropped.
+pub struct HealthChecker {
+    handle: Handle,
+    prober: Prober,
+    generation: Arc<AtomicU64>,
+    entries: HashMap<Key, Entry>,
+    /// Sorted by endpoint handle.
+    list: Vec<(EndpointId, Arc<Slot>)>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HealthChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthChecker")
+            .field("targets", &self.list.len())
+            .field("generation", &self.generation())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthChecker {
+    /// Starts the `spillway-health` thread and probes `targets`.
+    pub fn start(targets: Vec<Target>) -> Result<Self, HealthError> {
+        validate(&targets)?;
+        let prober = Prober::new()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(HealthError::Runtime)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(THREAD_NAME.to_owned())
+            .spawn(move || {
+                // Either a stop message or the sender's drop ends it; the
+                // runtime's drop then cancels every probe task.
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(HealthError::Thread)?;
+        let mut checker = Self {
+            handle,
+            prober,
+            generation: Arc::new(AtomicU64::new(0)),
+            entries: HashMap::new(),
+            list: Vec::new(),
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        checker.apply(targets);
+        Ok(checker)
+    }
+
+    /// Replaces the targets (reload). A target whose service, address, port
+    /// and check settings all equal a running one's keeps its state,
+    /// counters and probe cadence (its `endpoint` handle is updated); others
+    /// start UNKNOWN; targets no longer listed stop. Nothing changes if a
+    /// target is invalid.
+    pub fn update(&mut self, targets: Vec<Target>) -> Result<(), HealthError> {
+        validate(&targets)?;
+        self.apply(targets);
+        Ok(())
+    }
+
+    fn apply(&mut self, targets: Vec<Target>) {
+        let mut old = std::mem::take(&mut self.entries);
+        let mut list = Vec::with_capacity(targets.len());
+        for (index, t) in targets.into_iter().enumerate() {
+            let key: Key = (Arc::clone(&t.service), t.addr, t.check.clone());
+            let slot = if let Some(e) = self.entries.get(&key) {
+                Arc::clone(&e.slot) // listed twice
+            } else if let Some(e) = old.remove(&key) {
+                let slot = Arc::clone(&e.slot);
+                self.entries.insert(key, e);
+                slot
+            } else {
+                let slot = Arc::new(Slot {
+                    service: Arc::clone(&t.service),
+                    addr: t.addr,
+                    status: Mutex::new(SlotStatus::default()),
+                });
+                let offset = phase(index, t.check.interval);
+                let task = self.handle.spawn(run(
+                    Arc::clone(&slot),
+                    Prepared::new(t.addr, t.check),
+                    self.prober.clone(),
+                    Arc::clone(&self.generation),
+                    offset,
+                ));
+                self.entries.insert(
+                    key,
+                    Entry {
+                        slot: Arc::clone(&slot),
+                        task: task.abort_handle(),
+                    },
+                );
+                slot
+            };
+            list.push((t.endpoint, slot));
+        }
+        for e in old.values() {
+            e.task.abort();
+        }
+        list.sort_by_key(|(id, _)| *id);
+        self.list = list;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Changes whenever a state, weight or utilization changes or the
+    /// targets are replaced. One atomic load.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Number of probes running (targets after deduplication).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No targets.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Copies every target's status (one short uncontended lock per target;
+    /// never waits on a probe).
+    pub fn snapshot(&self) -> HealthSnapshot {
+        let generation = self.generation();
+        let endpoints = self
+            .list
+            .iter()
+            .map(|(id, slot)| {
+                let s = slot.lock();
+                EndpointStatus {
+                    endpoint: *id,
+                    service: Arc::clone(&slot.service),
+                    addr: slot.addr,
+                    state: s.state,
+                    weight: s.weight,
+                    utilization: s.utilization,
+                    last_latency: s.last_latency,
+                    last_reason: s.last_reason.clone(),
+                    changed_at: s.changed_at,
+                    counters: s.counters,
+                }
+            })
+            .collect();
+        HealthSnapshot {
+            generation,
+            endpoints,
+        }
+    }
+
+    /// The snapshot if the generation moved past `generation`, else `None`
+    /// (one atomic load).
+    pub fn changed_since(&self, generation: u64) -> Option<HealthSnapshot> {
+        (self.generation() != generation).then(|| self.snapshot())
+    }
+
+    /// Stops every probe and joins the thread.
+    pub fn stop(mut self) -> Result<(), HealthError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), HealthError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| HealthError::Panicked),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for HealthChecker {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::error!("health: {e}");
+        }
+    }
+}
+
+fn validate(targets: &[Target]) -> Result<(), HealthError> {
+    for t in targets {
+        t.check
+            .validate()
+            .map_err(|reason| HealthError::InvalidCheck {
+                name: format!("{}/{}", t.service, t.addr),
+                reason,
+            })?;
+    }
+    Ok(())
+}
+
+/// One endpoint's probe loop.
+async fn run(
+    slot: Arc<Slot>,
+    probe: Prepared,
+    prober: Prober,
+    generation: Arc<AtomicU64>,
+    offset: Duration,
+) {
+    let check = probe.check();
+    let mut tracker = Tracker::new(check.healthy_threshold, check.unhealthy_threshold);
+    let start = tokio::time::Instant::now() + offset;
+    let mut ticker = tokio::time::interval_at(start, check.interval);
+    // A probe never outlasts the interval (timeout ≤ interval), but a
+    // stalled thread could: then skip the missed starts and keep the phase.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        ticker.tick().await;
+        let began = Instant::now();
+        let result = prober.run(&probe).await;
+        let latency = began.elapsed();
+        if slot.record(&mut tracker, &result, latency) {
+            generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_spread_evenly() {
+        let interval = Duration::from_secs(1);
+        for n in [1usize, 7, 100, 10_000] {
+            let mut buckets = [0usize; 10];
+            for i in 0..n {
+                let p = phase(i, interval);
+                assert!(p < interval);
+                buckets[(p.as_nanos() * 10 / interval.as_nanos()) as usize] += 1;
+            }
+            let (lo, hi) = (buckets.iter().min().unwrap(), buckets.iter().max().unwrap());
+            // Every tenth of the interval gets its share, give or take one.
+            if n >= 10 {
+                assert!(hi - lo <= 2, "{n}: {buckets:?}");
+            }
+        }
+        assert_eq!(phase(0, interval), Duration::ZERO);
+    }
+}

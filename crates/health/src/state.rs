@@ -1,0 +1,169 @@
+//! The per-endpoint state machine (SPEC M16, M18).
+//!
+//! An endpoint starts [`State::Unknown`]; `healthy_threshold` consecutive
+//! successful probes make it [`State::Healthy`], `unhealthy_threshold`
+//! consecutive failures make it [`State::Unhealthy`]. A result of the other
+//! kind resets the run, so a flapping endpoint whose runs are shorter than
+//! the threshold never changes state. The machine is pure (no clock, no
+//! I/O): the prober feeds it results, and a deterministic harness can do the
+//! same.
+
+use std::fmt;
+
+/// An endpoint's health.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Not yet decided: just created (or its check changed) and fewer than
+    /// a threshold's worth of results seen.
+    #[default]
+    Unknown,
+    /// Passing its health check.
+    Healthy,
+    /// Failing its health check.
+    Unhealthy,
+}
+
+impl State {
+    /// `UNKNOWN`, `HEALTHY` or `UNHEALTHY` (as logged and exported).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            State::Unknown => "UNKNOWN",
+            State::Healthy => "HEALTHY",
+            State::Unhealthy => "UNHEALTHY",
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state change: `from -> to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// State before.
+    pub from: State,
+    /// State after.
+    pub to: State,
+}
+
+/// Consecutive-result counting with hysteresis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tracker {
+    state: State,
+    /// Current run of successes (0 while the last result failed).
+    successes: u32,
+    /// Current run of failures (0 while the last result succeeded).
+    failures: u32,
+    healthy_threshold: u32,
+    unhealthy_threshold: u32,
+}
+
+impl Tracker {
+    /// A tracker in [`State::Unknown`]. Thresholds below 1 count as 1.
+    pub fn new(healthy_threshold: u32, unhealthy_threshold: u32) -> Self {
+        Self {
+            state: State::Unknown,
+            successes: 0,
+            failures: 0,
+            healthy_threshold: healthy_threshold.max(1),
+            unhealthy_threshold: unhealthy_threshold.max(1),
+        }
+    }
+
+    /// The current state.
+    pub const fn state(&self) -> State {
+        self.state
+    }
+
+    /// Records one probe result; returns the transition it caused, if any.
+    pub fn record(&mut self, success: bool) -> Option<Transition> {
+        let from = self.state;
+        if success {
+            self.failures = 0;
+            self.successes = self.successes.saturating_add(1);
+            if self.successes >= self.healthy_threshold {
+                self.state = State::Healthy;
+            }
+        } else {
+            self.successes = 0;
+            self.failures = self.failures.saturating_add(1);
+            if self.failures >= self.unhealthy_threshold {
+                self.state = State::Unhealthy;
+            }
+        }
+        (self.state != from).then_some(Transition {
+            from,
+            to: self.state,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(t: &mut Tracker, results: &[bool]) -> Vec<State> {
+        results
+            .iter()
+            .map(|&r| {
+                t.record(r);
+                t.state()
+            })
+            .collect()
+    }
+
+    use State::{Healthy as H, Unhealthy as U, Unknown as K};
+
+    #[test]
+    fn becomes_healthy_after_threshold_successes() {
+        let mut t = Tracker::new(2, 3);
+        assert_eq!(run(&mut t, &[true, true, true]), [K, H, H]);
+    }
+
+    #[test]
+    fn becomes_unhealthy_after_threshold_failures() {
+        let mut t = Tracker::new(2, 3);
+        assert_eq!(run(&mut t, &[false, false, false, false]), [K, K, U, U]);
+    }
+
+    #[test]
+    fn alternating_results_never_cross_a_threshold_of_two() {
+        let mut t = Tracker::new(2, 2);
+        let flaps: Vec<bool> = (0..20).map(|i| i % 2 == 0).collect();
+        assert!(run(&mut t, &flaps).iter().all(|&s| s == K));
+
+        // Once healthy, alternating results keep it healthy.
+        let mut t = Tracker::new(2, 2);
+        run(&mut t, &[true, true]);
+        assert!(run(&mut t, &flaps).iter().all(|&s| s == H));
+    }
+
+    #[test]
+    fn a_success_resets_the_failure_run() {
+        let mut t = Tracker::new(1, 3);
+        assert_eq!(
+            run(&mut t, &[true, false, false, true, false, false, false]),
+            [H, H, H, H, H, H, U]
+        );
+    }
+
+    #[test]
+    fn record_reports_each_transition_once() {
+        let mut t = Tracker::new(1, 1);
+        assert_eq!(t.record(true), Some(Transition { from: K, to: H }));
+        assert_eq!(t.record(true), None);
+        assert_eq!(t.record(false), Some(Transition { from: H, to: U }));
+        assert_eq!(t.record(false), None);
+        assert_eq!(t.record(true), Some(Transition { from: U, to: H }));
+    }
+
+    #[test]
+    fn zero_thresholds_count_as_one() {
+        let mut t = Tracker::new(0, 0);
+        assert_eq!(t.record(true).map(|x| x.to), Some(H));
+        assert_eq!(t.record(false).map(|x| x.to), Some(U));
+    }
+}

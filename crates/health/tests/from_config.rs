@@ -1,0 +1,42 @@
+//! Targets built from a compiled configuration (never probed here: the
+//! reference configuration's addresses are documentation prefixes).
+
+use std::time::Duration;
+
+use config::{Env, load_str};
+use health::{ProbeKind, targets_from_compiled};
+
+#[test]
+fn reference_config_targets() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/reference.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let loaded = load_str("reference.toml", &text, &Env::with_cpus(64)).unwrap();
+    let c = &loaded.compiled;
+    let targets = targets_from_compiled(c).unwrap();
+
+    // Every endpoint of every checked endpoints-kind service, none other.
+    let want: Vec<_> = c
+        .services
+        .iter()
+        .filter(|s| s.health_check.is_some() && s.kind == config::schema::GroupKind::Endpoints)
+        .flat_map(|s| s.endpoint_ids())
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(targets.iter().map(|t| t.endpoint).collect::<Vec<_>>(), want);
+
+    for t in &targets {
+        let ep = &c.endpoints[t.endpoint.index()];
+        let svc = &c.services[ep.service.index()];
+        assert_eq!(&*t.service, svc.name);
+        assert_eq!(t.addr.ip(), ep.address);
+        assert_eq!(Some(t.addr.port()), ep.health_port);
+        let hc = &c.health_checks[svc.health_check.unwrap().index()];
+        assert_eq!(t.check.kind, ProbeKind::from(hc.kind));
+        assert_eq!(t.check.path, hc.path.clone().unwrap_or_else(|| "/".into()));
+        assert_eq!(t.check.host, hc.host);
+        assert_eq!(t.check.interval, hc.interval.get());
+        assert_eq!(t.check.timeout, hc.timeout.get());
+        assert_eq!(t.check.source_address, hc.source_address);
+        assert!(t.check.interval >= Duration::from_millis(1));
+    }
+}
