@@ -66,7 +66,7 @@ lab_up() {
     nsx "$R" ip route add "$VIP/32" via 198.18.1.2
 
     # backends
-    local endpoints=""
+    local endpoints="" far_endpoints=""
     for i in 1 2 3; do
         local B="spw${T}b$i" addr="198.18.2.1$i" mac="02:53:50:00:00:1$i"
         ip netns add "$B"
@@ -77,6 +77,10 @@ lab_up() {
         ip link add "s${T}b$i" netns "$B" address "$mac" mtu 9000 type veth peer name "s${T}r$i" netns "$R" mtu 9000
         nsx "$B" ip addr add "$addr/24" dev "s${T}b$i"
         nsx "$B" ip link set "s${T}b$i" up
+        # Full checksums here too: the balancer host's own connections (health
+        # probes) get their answers through the DPDK uplink, which passes the
+        # frames on as they are.
+        nsx "$B" ethtool -K "s${T}b$i" tx off >/dev/null
         nsx "$B" ip route add default via 198.18.2.1
         nsx "$B" ip addr add "$VIP/32" dev lo
         nsx "$R" ip link set "s${T}r$i" master "s${T}br" up
@@ -101,10 +105,13 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
         echo $! >"$dir/echo$i.pid"
         ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
-        if [ "$mode" = l2dsr ]; then
-            endpoints+="  { address = \"$addr\", mac = \"$mac\" },"$'\n'
+        local ep="  { address = \"$addr\" },"
+        [ "$mode" = l2dsr ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
+        # LAB_REGIONS=2: backend3 is a second, farther region.
+        if [ "${LAB_REGIONS:-1}" = 2 ] && [ "$i" = 3 ]; then
+            far_endpoints+="$ep"$'\n'
         else
-            endpoints+="  { address = \"$addr\" },"$'\n'
+            endpoints+="$ep"$'\n'
         fi
     done
     for i in 1 2 3; do
@@ -121,6 +128,7 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
 name = "lab"
 region = "lab"
 zone = "lab-a"
+region_preference = ["lab", "far"]
 
 [dataplane]
 management_core = 0
@@ -172,14 +180,14 @@ backend_service = "web"
 name = "web"
 delivery = "$mode"
 connection_draining_timeout = "300s"
-
+$(lab_health)
 [[backend_services.groups]]
 name = "lab-a"
 region = "lab"
 zone = "lab-a"
 endpoints = [
 $endpoints]
-
+$(lab_far_group "$far_endpoints")
 [control]
 socket = "$dir/control.sock"
 TOML
@@ -198,6 +206,35 @@ TOML
     done
     cat "$dir/spillway.log" >&2
     die "spillway run did not open its control socket"
+}
+
+# With LAB_REGIONS=2 the service is health-checked over HTTP (probes leave
+# through the exception TAP) and backend3 forms region "far", which takes new
+# connections only when region "lab" cannot (SPEC M24, M26).
+lab_health() {
+    [ "${LAB_REGIONS:-1}" = 2 ] || return 0
+    echo 'health_check = "web-http"'
+}
+
+lab_far_group() {
+    [ "${LAB_REGIONS:-1}" = 2 ] || return 0
+    cat <<TOML
+[[backend_services.groups]]
+name = "far-a"
+region = "far"
+zone = "far-a"
+endpoints = [
+$1]
+
+[[health_checks]]
+name = "web-http"
+type = "HTTP"
+port = 80
+interval = "1s"
+timeout = "500ms"
+healthy_threshold = 1
+unhealthy_threshold = 2
+TOML
 }
 
 # The balancer host's kernel behind the exception TAP: the uplink's address,

@@ -19,6 +19,10 @@ struct Lab {
 
 impl Lab {
     fn up(mode: &str) -> Lab {
+        Lab::up_with(mode, &[])
+    }
+
+    fn up_with(mode: &str, env: &[(&str, &str)]) -> Lab {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let script = root.join("scripts/lab.sh");
         let dir = std::env::temp_dir().join(format!("spillway-lab-{mode}-{}", std::process::id()));
@@ -28,6 +32,7 @@ impl Lab {
             .expect("bin dir")
             .to_owned();
         let out = Command::new("bash")
+            .envs(env.iter().copied())
             .arg(&script)
             .args(["up", mode])
             .arg(&dir)
@@ -395,4 +400,145 @@ fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
         .unwrap_or(0);
     assert!(to_host >= 10, "{s}");
     assert!(s.contains("(dropped without exception port 0)"), "{s}");
+}
+
+/// SPEC M16, M24, M26: HTTP health checks (probes through the exception
+/// TAP) decide where new connections go. Region "lab" (backend1, backend2)
+/// is preferred over region "far" (backend3); when lab's servers die, new
+/// connections fail over to far within interval × unhealthy_threshold + 1 s
+/// (1 s × 2 + 1 s here), established connections stay where they are
+/// (TCP persistence, M11), and when the servers return so do new
+/// connections.
+#[test]
+fn lab_failover_between_regions_follows_health_checks() {
+    use std::io::BufRead;
+    let lab = Lab::up_with("gue", &[("LAB_REGIONS", "2")]);
+    let status = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["status", "--socket"])
+            .arg(lab.dir.join("control.sock"))
+            .output()
+            .expect("spillway status");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let wait_for = |what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = status();
+            if s.contains(what) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never saw {what:?}:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("region lab: Healthy, 2 endpoints (2 healthy");
+    wait_for("region far: Healthy, 1 endpoints (1 healthy");
+    let before = lab.requests(60);
+    assert!(
+        before.iter().all(|b| b == "backend1" || b == "backend2"),
+        "the nearer region takes every new connection: {before:?}"
+    );
+    // A long-lived connection on region lab (the echo servers stay up).
+    let echo = in_client(&lab, || {
+        let vip: SocketAddrV4 = "198.18.10.10:7".parse().expect("vip");
+        let mut s =
+            TcpStream::connect_timeout(&vip.into(), Duration::from_secs(5)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(b"one\n").expect("write");
+        let mut r = std::io::BufReader::new(s.try_clone().expect("clone"));
+        let mut line = String::new();
+        r.read_line(&mut line).expect("read");
+        (s, r, line)
+    })
+    .join()
+    .expect("echo");
+    let (mut echo_s, mut echo_r, first) = echo;
+    let backend_of_echo = first.split(' ').next().unwrap_or("").to_owned();
+    assert!(
+        backend_of_echo == "backend1" || backend_of_echo == "backend2",
+        "{first}"
+    );
+
+    // Region lab's web servers die.
+    for i in 1..=2 {
+        let pid = std::fs::read_to_string(lab.dir.join(format!("http{i}.pid"))).expect("pid");
+        let _ = Command::new("kill").arg(pid.trim()).status();
+    }
+    let killed = std::time::Instant::now();
+    let failed_over = loop {
+        let answers = lab.requests(5);
+        if answers.iter().all(|b| b == "backend3") {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "no failover: {answers:?}\n{}",
+            status()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("failover to region far after {failed_over:?}");
+    assert!(
+        failed_over <= Duration::from_secs(3) + Duration::from_millis(500),
+        "failover took {failed_over:?} (interval 1 s x unhealthy threshold 2 + 1 s)"
+    );
+    let after = lab.requests(40);
+    assert!(after.iter().all(|b| b == "backend3"), "{after:?}");
+    assert!(status().contains("region lab: Unhealthy"), "{}", status());
+    // The established connection stays on its (now unhealthy) backend.
+    echo_s.write_all(b"two\n").expect("write");
+    let mut line = String::new();
+    echo_r
+        .read_line(&mut line)
+        .expect("the established connection still answers");
+    assert_eq!(line, format!("{backend_of_echo} two\n"));
+
+    // The servers come back: so do new connections.
+    let ns_b = |i: u32| lab.ns(&format!("b{i}"));
+    let mut servers = Vec::new();
+    for i in 1..=2u32 {
+        servers.push(
+            Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns_b(i),
+                    "python3",
+                    "-m",
+                    "http.server",
+                    "80",
+                    "--bind",
+                    "0.0.0.0",
+                    "--directory",
+                ])
+                .arg(lab.dir.join(format!("www{i}")))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("restart http"),
+        );
+    }
+    let restarted = std::time::Instant::now();
+    loop {
+        let answers = lab.requests(5);
+        if answers.iter().all(|b| b == "backend1" || b == "backend2") {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "no return: {answers:?}\n{}",
+            status()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("back to region lab after {:?}", restarted.elapsed());
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
 }

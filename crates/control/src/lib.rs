@@ -16,6 +16,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod balance;
 pub mod flows;
 pub mod socket;
 
@@ -27,9 +28,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use config::Compiled;
 use dataplane::snapshot::tick_reached;
-use dataplane::{
-    BackendState, DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, WorkerCounters,
-};
+use dataplane::{BackendState, DropReason, Local, Snapshot, SnapshotBuilder, WorkerCounters};
 use flowtable::FlowTable;
 
 /// What workers and the management core share.
@@ -56,6 +55,9 @@ pub enum StartError {
     /// the first snapshot could not be built
     #[error("{0}")]
     Snapshot(#[from] dataplane::SnapshotError),
+    /// health checking could not start
+    #[error("health checks: {0}")]
+    Health(#[from] health::HealthError),
 }
 
 /// The management core's state.
@@ -71,6 +73,7 @@ pub struct Manager {
     last_error: Option<String>,
     sweep_stats: flowtable::SweepStats,
     watch: FileWatch,
+    balance: balance::Balance,
 }
 
 /// What identifies a version of the configuration file.
@@ -147,11 +150,13 @@ impl Manager {
     ) -> Result<(Manager, Arc<Shared>), StartError> {
         let compiled = Arc::new(compiled);
         let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))?;
+        let balance = balance::Balance::start(&compiled)?;
         let mut builder = SnapshotBuilder::new();
-        let snap = builder.build(
+        let snap = builder.build_with_plans(
             compiled.clone(),
             local.clone(),
-            |_| EndpointHealth::HEALTHY,
+            |id| balance.endpoint_health(id),
+            balance.plans(),
             0,
             1,
         )?;
@@ -181,6 +186,7 @@ impl Manager {
                 seen: stamp(path),
                 changed_at: None,
             },
+            balance,
         };
         Ok((mgr, shared))
     }
@@ -210,6 +216,11 @@ impl Manager {
         };
         let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
         let compiled = Arc::new(loaded.compiled);
+        if let Err(e) = self.balance.reload(&compiled) {
+            // Keep going on the new configuration without health updates
+            // rather than refuse it: the error says what is wrong.
+            log::error!("reload: health checks: {e}");
+        }
         match self.publish(compiled.clone()) {
             Ok(generation) => {
                 self.watch.enabled = compiled.settings.control.watch_config;
@@ -241,12 +252,14 @@ impl Manager {
 
     fn publish(&mut self, compiled: Arc<Compiled>) -> Result<u32, String> {
         let now = self.now();
+        let balance = &self.balance;
         let snap = self
             .builder
-            .build(
+            .build_with_plans(
                 compiled,
                 self.local.clone(),
-                |_| EndpointHealth::HEALTHY,
+                |id| balance.endpoint_health(id),
+                balance.plans(),
                 now,
                 1,
             )
@@ -268,7 +281,9 @@ impl Manager {
         let retire_due = self.shared.snapshot.load().backends.iter().any(
             |b| matches!(b.state, BackendState::Draining { until } if tick_reached(now, until)),
         );
-        if retire_due {
+        let counters = self.counters();
+        let replan = self.balance.tick(&self.compiled, &self.builder, &counters);
+        if retire_due || replan {
             if let Err(e) = self.publish(self.compiled.clone()) {
                 log::error!("rebuilding the snapshot: {e}");
             }
@@ -315,7 +330,7 @@ impl Manager {
             occ.half_open
         );
         for (svc, plan) in self.compiled.services.iter().zip(&snap.services) {
-            let eligible = plan.table_slots.len();
+            let eligible = plan.eligible_slots().len();
             out += &format!(
                 "service {}: {} ({eligible} eligible backends)\n",
                 svc.name, svc.delivery
@@ -324,6 +339,7 @@ impl Manager {
         for (i, b) in snap.backends.iter().enumerate() {
             out += &format!("  backend {i}: {} {:?}\n", b.addr, b.state);
         }
+        out += &self.balance.status(&self.compiled);
         if let Some(e) = &self.last_error {
             out += &format!("last reload error:\n{e}\n");
         }
@@ -398,6 +414,7 @@ impl Manager {
             std::thread::sleep(period);
         }
         self.shared.stop.store(true, Ordering::Release);
+        self.balance.stop();
     }
 }
 
@@ -421,6 +438,10 @@ fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
         *t += d;
     }
     total.resize_children(c.children.len());
+    total.resize_backends(c.backend_packets.len());
+    for (t, n) in total.backend_packets.iter_mut().zip(&c.backend_packets) {
+        *t += n;
+    }
     for (t, cc) in total.children.iter_mut().zip(&c.children) {
         t.packets += cc.packets;
         t.bytes += cc.bytes;

@@ -110,6 +110,9 @@ pub struct WorkerCounters {
     pub drops: [u64; DropReason::ALL.len()],
     /// Per child rule, indexed by child rule id.
     pub children: Vec<ChildCounters>,
+    /// Packets forwarded to each backend slot (the management core derives
+    /// measured rates from them: RATE capacity, spillover, M25/M26).
+    pub backend_packets: Vec<u64>,
 }
 
 impl WorkerCounters {
@@ -147,6 +150,14 @@ impl WorkerCounters {
     pub fn resize_children(&mut self, children: usize) {
         if self.children.len() < children {
             self.children.resize(children, ChildCounters::default());
+        }
+    }
+
+    /// Makes room for a snapshot with `backends` backend slots (off the
+    /// packet path, like [`WorkerCounters::resize_children`]).
+    pub fn resize_backends(&mut self, backends: usize) {
+        if self.backend_packets.len() < backends {
+            self.backend_packets.resize(backends, 0);
         }
     }
 }

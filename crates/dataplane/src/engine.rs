@@ -93,6 +93,7 @@ impl<B: PacketBurst> Engine<B> {
         self.worker
             .counters
             .resize_children(snap.compiled.children.len());
+        self.worker.counters.resize_backends(snap.backends.len());
         let mut received = 0;
         for p in 0..self.roles.len() {
             let n = io.rx_burst(p, &mut self.rx);

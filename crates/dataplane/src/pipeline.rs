@@ -12,7 +12,7 @@
 
 use std::net::IpAddr;
 
-use config::compiled::Delivery;
+use config::compiled::{Delivery, ZoneId};
 use config::schema::{ConnectionPersistence, NoBackendAction, RuleMode};
 use flowtable::{EntryFlags, FlowTable, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
 use wire::arp::{self, ArpRepr};
@@ -81,6 +81,8 @@ struct Pending {
     is_icmp_error: bool,
     hash: u64,
     class: ProtoClass,
+    /// The client's zone, when the service has zonal affinity (M27).
+    client_zone: Option<ZoneId>,
 }
 
 /// ICMPv6 messages of the link that the host's kernel needs (RFC 4861 router
@@ -448,6 +450,11 @@ impl Worker {
             is_icmp_error,
             hash,
             class,
+            client_zone: if plan.zonal {
+                snap.compiled.client_zone(key.src_addr())
+            } else {
+                None
+            },
         })
     }
 
@@ -474,6 +481,7 @@ impl Worker {
             is_icmp_error,
             hash,
             class,
+            client_zone,
         } = *p;
         let Some(plan) = snap.services.get(svc) else {
             return (Outcome::Drop(DropReason::NoRule), false);
@@ -524,6 +532,7 @@ impl Worker {
                     tcp_flags,
                     is_icmp_error,
                     child,
+                    client_zone,
                 )
             }
         };
@@ -539,7 +548,12 @@ impl Worker {
             );
         };
         let outcome = match deliver(snap, plan, slot, cookie, hash, pkt) {
-            Ok(()) => Outcome::Forward,
+            Ok(()) => {
+                if let Some(n) = self.counters.backend_packets.get_mut(slot as usize) {
+                    *n += 1;
+                }
+                Outcome::Forward
+            }
             Err(reason) => {
                 self.child_drop(child);
                 Outcome::Drop(reason)
@@ -600,8 +614,9 @@ impl Worker {
         tcp_flags: Flags,
         is_icmp_error: bool,
         child: usize,
+        client_zone: Option<ZoneId>,
     ) -> Option<(u32, u32)> {
-        let slot = plan.pick(hash)?;
+        let slot = plan.pick(hash, client_zone)?;
         if is_icmp_error {
             return Some((slot, 0));
         }

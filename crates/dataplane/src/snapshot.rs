@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId};
+use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId, ZoneId};
 use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, SessionAffinity};
 use flowtable::Tick;
 use maglev::MaglevTable;
@@ -83,18 +83,65 @@ pub struct ServicePlan {
     pub persistence: ConnectionPersistence,
     /// What to do without an eligible backend (SPEC M14).
     pub no_backend_action: NoBackendAction,
-    /// Maglev table over the eligible backends; `None` when there are none.
-    pub table: Option<MaglevTable>,
-    /// Maps the table's endpoint index to a backend slot.
-    pub table_slots: Vec<u32>,
+    /// Where new connections go (SPEC M24–M28), one entry per region that
+    /// takes a share of them, in the order of `thresholds`.
+    pub regions: Vec<RegionTables>,
+    /// Cumulative shares of the regions as 32-bit thresholds
+    /// ([`locality::pick_index`]); empty when no backend is eligible.
+    pub thresholds: Vec<u32>,
+    /// Whether the region tables have per-client-zone variants (M27).
+    pub zonal: bool,
+}
+
+/// One region's selection tables: the default set first, then one per
+/// client zone with zonal affinity.
+#[derive(Debug, Clone)]
+pub struct RegionTables {
+    /// Maglev tables and the backend slot of each table entry.
+    pub tables: Vec<SlotTable>,
+    /// Client zone of `tables[i + 1]`.
+    pub zones: Vec<ZoneId>,
+}
+
+/// A Maglev table whose endpoint indices map to backend slots.
+#[derive(Debug, Clone)]
+pub struct SlotTable {
+    /// The table.
+    pub table: MaglevTable,
+    /// Backend slot of each of the table's endpoints.
+    pub slots: Vec<u32>,
 }
 
 impl ServicePlan {
-    /// The backend slot Maglev picks for `hash`, if any backend is eligible.
+    /// The backend slot a new flow with `hash` goes to, if any backend is
+    /// eligible: the region by its share of new connections, then (for a
+    /// client in a zone with its own table) the zone's table, then Maglev.
     #[inline]
-    pub fn pick(&self, hash: u64) -> Option<u32> {
-        let table = self.table.as_ref()?;
-        self.table_slots.get(table.lookup(hash) as usize).copied()
+    pub fn pick(&self, hash: u64, client_zone: Option<ZoneId>) -> Option<u32> {
+        let r = locality::pick_index(&self.thresholds, hash)?;
+        let region = self.regions.get(r)?;
+        let t = match client_zone {
+            Some(z) if self.zonal => region
+                .zones
+                .iter()
+                .position(|&x| x == z)
+                .map_or(0, |i| i + 1),
+            _ => 0,
+        };
+        let st = region.tables.get(t).or_else(|| region.tables.first())?;
+        st.slots.get(st.table.lookup(hash) as usize).copied()
+    }
+
+    /// Distinct backend slots that can get new connections.
+    pub fn eligible_slots(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .regions
+            .iter()
+            .flat_map(|r| r.tables.iter().flat_map(|t| t.slots.iter().copied()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 }
 
@@ -250,6 +297,22 @@ impl SnapshotBuilder {
         now: Tick,
         ticks_per_second: u32,
     ) -> Result<Snapshot, SnapshotError> {
+        self.build_with_plans(compiled, local, health, &[], now, ticks_per_second)
+    }
+
+    /// Like [`SnapshotBuilder::build`], with the management core's locality
+    /// decision for each service (indexed like `compiled.services`; a
+    /// service without one gets a single table over its eligible
+    /// endpoints, fail-open per M23).
+    pub fn build_with_plans(
+        &mut self,
+        compiled: Arc<Compiled>,
+        local: Local,
+        health: impl Fn(ConfigEndpointId) -> EndpointHealth,
+        plans: &[Option<locality::Plan>],
+        now: Tick,
+        ticks_per_second: u32,
+    ) -> Result<Snapshot, SnapshotError> {
         for rec in &mut self.slots {
             rec.seen = false;
         }
@@ -259,6 +322,9 @@ impl SnapshotBuilder {
             let drain_ticks = ticks(svc.connection_draining_timeout, ticks_per_second);
             let mut eligible = Vec::new();
             let mut all = Vec::new();
+            // Every endpoint by its index within the service (what a
+            // locality plan names), with its configured identity.
+            let mut all_by_index: Vec<(u32, maglev::Endpoint)> = Vec::new();
             for ep_id in svc.endpoint_ids() {
                 let Some(ep) = compiled.endpoints.get(ep_id.0 as usize) else {
                     continue;
@@ -280,6 +346,7 @@ impl SnapshotBuilder {
                 };
                 let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
                 let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
+                all_by_index.push((slot, maglev::Endpoint { id, weight }));
                 if weight > 0 {
                     all.push((slot, maglev::Endpoint { id, weight }));
                     if h.healthy {
@@ -291,26 +358,64 @@ impl SnapshotBuilder {
             if eligible.is_empty() && svc.fail_open {
                 eligible = all;
             }
-            let (table, table_slots) = if eligible.is_empty() {
-                (None, Vec::new())
-            } else {
-                let eps: Vec<maglev::Endpoint> = eligible.iter().map(|(_, e)| *e).collect();
-                let table =
-                    MaglevTable::build_v1(svc.maglev_table_size, &eps).map_err(|source| {
-                        SnapshotError::Maglev {
-                            service: svc.name.clone(),
-                            source,
+            let maglev_err = |source| SnapshotError::Maglev {
+                service: svc.name.clone(),
+                source,
+            };
+            let (regions, thresholds, zonal) = match plans.get(svc_index).and_then(Option::as_ref) {
+                Some(plan) => {
+                    let mut regions = Vec::with_capacity(plan.regions.len());
+                    for share in &plan.regions {
+                        let mut tables = Vec::new();
+                        for set in share.tables() {
+                            let chosen: Vec<(u32, maglev::Endpoint)> = set
+                                .iter()
+                                .filter(|w| w.weight > 0)
+                                .filter_map(|w| {
+                                    let (slot, ep) = all_by_index.get(w.endpoint as usize)?;
+                                    Some((
+                                        *slot,
+                                        maglev::Endpoint {
+                                            id: ep.id,
+                                            weight: w.weight,
+                                        },
+                                    ))
+                                })
+                                .collect();
+                            if let Some(t) =
+                                slot_table(svc.maglev_table_size, &chosen).map_err(maglev_err)?
+                            {
+                                tables.push(t);
+                            }
                         }
-                    })?;
-                (Some(table), eligible.iter().map(|(s, _)| *s).collect())
+                        regions.push(RegionTables {
+                            tables,
+                            zones: share.zone_variants.iter().map(|v| v.zone).collect(),
+                        });
+                    }
+                    let zonal = regions.iter().any(|r| !r.zones.is_empty());
+                    (regions, plan.thresholds.clone(), zonal)
+                }
+                None => match slot_table(svc.maglev_table_size, &eligible).map_err(maglev_err)? {
+                    Some(t) => (
+                        vec![RegionTables {
+                            tables: vec![t],
+                            zones: Vec::new(),
+                        }],
+                        vec![u32::MAX],
+                        false,
+                    ),
+                    None => (Vec::new(), Vec::new(), false),
+                },
             };
             services.push(ServicePlan {
                 delivery: svc.delivery,
                 affinity: affinity(svc.session_affinity),
                 persistence: svc.connection_persistence,
                 no_backend_action: svc.no_backend_action,
-                table,
-                table_slots,
+                regions,
+                thresholds,
+                zonal,
             });
         }
         // Backends that left the configuration drain, then go.
@@ -333,6 +438,13 @@ impl SnapshotBuilder {
             backends: self.slots.iter().map(|r| r.backend.clone()).collect(),
             local,
         })
+    }
+
+    /// The backend slot of endpoint `identity` of `service`, if it has one.
+    pub fn slot_of(&self, service: &str, identity: &str) -> Option<u32> {
+        self.by_identity
+            .get(&(service.to_owned(), identity.to_owned()))
+            .copied()
     }
 
     fn slot_for(
@@ -360,6 +472,22 @@ impl SnapshotBuilder {
         self.by_identity.insert(key, slot);
         slot
     }
+}
+
+/// A weighted Maglev table over `chosen` (backend slot, endpoint); `None`
+/// when it is empty.
+fn slot_table(
+    size: u32,
+    chosen: &[(u32, maglev::Endpoint)],
+) -> Result<Option<SlotTable>, maglev::BuildError> {
+    if chosen.is_empty() {
+        return Ok(None);
+    }
+    let eps: Vec<maglev::Endpoint> = chosen.iter().map(|(_, e)| *e).collect();
+    Ok(Some(SlotTable {
+        table: MaglevTable::build_v1(size, &eps)?,
+        slots: chosen.iter().map(|(s, _)| *s).collect(),
+    }))
 }
 
 /// Whether the wrapping tick `now` is at or past `deadline`.
