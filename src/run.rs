@@ -113,8 +113,10 @@ pub fn run(args: &Args) -> Result<()> {
     });
     let socket_path = compiled.settings.control.socket.clone();
     let watch = compiled.settings.control.watch_config;
+    let http = compiled.settings.metrics.listen;
     let (mut mgr, shared) = Manager::start(&args.config, compiled, local, workers)?;
     mgr.watch_file(watch);
+    mgr.serve_http(http);
     let socket = control::socket::ControlSocket::bind(&socket_path)
         .with_context(|| format!("control socket {}", socket_path.display()))?;
 

@@ -466,3 +466,136 @@ fn the_daemon_reloads_when_its_file_changes() {
     assert!(s.contains("reloads 1 ok / 1 rejected"), "{s}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fake remote Spillway: answers `GET /status` with `rule web <state>`.
+fn fake_remote(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let state = if healthy.load(std::sync::atomic::Ordering::Relaxed) {
+                "HEALTHY"
+            } else {
+                "UNHEALTHY"
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.0 200 OK\r\n\r\nrule other HEALTHY\nrule web {state}\n"
+            );
+        }
+    });
+    port
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "GET {path} HTTP/1.0\r\n\r\n").expect("send");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// SPEC M21: the daemon exports every rule's state over HTTP, and a
+/// `remote_rule` group follows the state another Spillway exports.
+#[test]
+fn rule_states_are_exported_and_remote_rules_are_followed() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-remote-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let healthy = Arc::new(AtomicBool::new(true));
+    let remote = fake_remote(healthy.clone());
+    let http_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let cfg = dir.join("spillway.toml");
+    let toml = config(&dir, "dns").replace(
+        "[control]",
+        &format!(
+            r#"[[forwarding_rules]]
+name = "far"
+vips = ["10.0.0.11"]
+protocol = "UDP"
+ports = 53
+backend_service = "far"
+
+[[backend_services]]
+name = "far"
+delivery = "gue"
+[[backend_services.groups]]
+name = "tier2"
+region = "r"
+zone = "z"
+kind = "remote_rule"
+remote = {{ status_url = "http://127.0.0.1:{remote}/status", rule = "web", vip = "10.9.9.9" }}
+
+[metrics]
+listen = "127.0.0.1:{http_port}"
+
+[control]"#
+        ),
+    );
+    std::fs::write(&cfg, toml).expect("config");
+    let check = spillway(&["check-config", cfg.to_str().expect("utf-8")]);
+    assert!(check.status.success(), "{}", text(&check));
+    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["run", "--config", cfg.to_str().expect("utf-8")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start spillway run");
+    let mut daemon = Daemon(child);
+    let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
+    let mut wait_for = |what: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = text(&spillway(&["status", "--socket", &socket_s]));
+            if status.contains(what) {
+                return status;
+            }
+            if let Ok(Some(s)) = daemon.0.try_wait() {
+                panic!("spillway run exited: {s}");
+            }
+            assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let s = wait_for("rule far: HEALTHY");
+    assert!(s.contains("remote rule web at http://127.0.0.1:"), "{s}");
+    assert!(
+        s.contains("service far: gue (port 6080) (1 eligible backends)"),
+        "{s}"
+    );
+    let st = http_get(http_port, "/status");
+    assert!(st.starts_with("HTTP/1.0 200"), "{st}");
+    assert!(
+        st.contains("rule dns HEALTHY\n") && st.contains("rule far HEALTHY\n"),
+        "{st}"
+    );
+    let m = http_get(http_port, "/metrics");
+    assert!(m.contains("spillway_rx_packets_total 0"), "{m}");
+    assert!(m.contains("spillway_rule_healthy{rule=\"far\"} 1"), "{m}");
+    assert!(http_get(http_port, "/nope").starts_with("HTTP/1.0 404"));
+
+    // The remote rule turns UNHEALTHY: so does ours, and its group takes
+    // no new connections.
+    healthy.store(false, Ordering::Relaxed);
+    let s = wait_for("rule far: UNHEALTHY");
+    assert!(
+        s.contains("service far: gue (port 6080) (0 eligible backends)"),
+        "{s}"
+    );
+    assert!(http_get(http_port, "/status").contains("rule far UNHEALTHY\n"));
+    healthy.store(true, Ordering::Relaxed);
+    wait_for("rule far: HEALTHY");
+    let _ = std::fs::remove_dir_all(&dir);
+}

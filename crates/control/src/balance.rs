@@ -20,6 +20,13 @@ pub const PLAN_PERIOD: Duration = Duration::from_secs(1);
 /// The management core's health and locality state.
 pub struct Balance {
     checker: Option<HealthChecker>,
+    remote: crate::remote::RemotePoller,
+    /// Per endpoint (index of `compiled.endpoints`): its remote rule, for
+    /// endpoints of `remote_rule` groups.
+    remote_of: Vec<Option<crate::remote::RemoteKey>>,
+    /// The remote verdicts the current plans were made with (status and
+    /// plans read these, so both agree with the snapshot).
+    remote_seen: HashMap<crate::remote::RemoteKey, State>,
     health: HealthSnapshot,
     node: NodeSpec,
     specs: Vec<Option<ServiceSpec>>,
@@ -37,6 +44,9 @@ impl Balance {
     pub fn start(compiled: &Compiled) -> Result<Balance, health::HealthError> {
         let mut b = Balance {
             checker: None,
+            remote: crate::remote::RemotePoller::start(Vec::new()),
+            remote_of: Vec::new(),
+            remote_seen: HashMap::new(),
             health: HealthSnapshot::default(),
             node: NodeSpec::from_compiled(compiled),
             specs: Vec::new(),
@@ -68,6 +78,25 @@ impl Balance {
         } else {
             self.health = HealthSnapshot::default();
         }
+        self.remote_of = compiled
+            .endpoints
+            .iter()
+            .map(|ep| {
+                let g = compiled.groups.get(ep.group.index())?;
+                let r = g.remote.as_ref()?;
+                Some(crate::remote::RemoteKey {
+                    url: r.status_url.clone(),
+                    rule: r.rule.clone(),
+                })
+            })
+            .collect();
+        let mut keys: Vec<crate::remote::RemoteKey> =
+            self.remote_of.iter().flatten().cloned().collect();
+        keys.sort_by(|a, b| (&a.url, &a.rule).cmp(&(&b.url, &b.rule)));
+        keys.dedup();
+        if keys != self.remote.keys() {
+            self.remote = crate::remote::RemotePoller::start(keys);
+        }
         self.node = NodeSpec::from_compiled(compiled);
         self.specs = (0..compiled.services.len())
             .map(|i| ServiceSpec::from_compiled(compiled, ServiceId(i as u32)))
@@ -83,16 +112,22 @@ impl Balance {
         Ok(())
     }
 
+    /// The verdict on endpoint `id`: its probe's, or for a `remote_rule`
+    /// group the remote rule's exported state; `None`: not checked.
+    fn verdict(&self, id: EndpointId) -> Option<State> {
+        if let Some(Some(k)) = self.remote_of.get(id.index()) {
+            return Some(self.remote_seen.get(k).copied().unwrap_or(State::Unknown));
+        }
+        self.health.get(id).map(|s| s.state)
+    }
+
     /// What the snapshot builder needs about endpoint `id`. An endpoint not
     /// known UNHEALTHY keeps its flows (UNKNOWN right after start included);
     /// which endpoints take new flows is the plan's decision.
     pub fn endpoint_health(&self, id: EndpointId) -> EndpointHealth {
-        match self.health.get(id) {
-            Some(s) => EndpointHealth {
-                healthy: s.state != State::Unhealthy,
-                weight: s.weight,
-            },
-            None => EndpointHealth::HEALTHY,
+        EndpointHealth {
+            healthy: self.verdict(id) != Some(State::Unhealthy),
+            weight: self.health.get(id).and_then(|s| s.weight),
         }
     }
 
@@ -124,6 +159,17 @@ impl Balance {
                 rebuild |= differs;
             }
         }
+        // A remote rule's verdict changed: act on it now, like a probe's.
+        let remote: HashMap<crate::remote::RemoteKey, State> = self
+            .remote_of
+            .iter()
+            .flatten()
+            .map(|k| (k.clone(), self.remote.state(k).0))
+            .collect();
+        if remote != self.remote_seen {
+            self.remote_seen = remote;
+            rebuild = true;
+        }
         let now = Instant::now();
         let due = self
             .last_plan
@@ -153,7 +199,8 @@ impl Balance {
             let Some(spec) = self.specs.get(i).and_then(Option::as_ref) else {
                 continue;
             };
-            let checked = svc.health_check.is_some();
+            let checked =
+                svc.health_check.is_some() || svc.kind == config::schema::GroupKind::RemoteRule;
             let endpoints = compiled.service_endpoints(ServiceId(i as u32));
             let obs: Vec<EndpointObs> = svc
                 .endpoint_ids()
@@ -169,7 +216,7 @@ impl Balance {
                         });
                     let status = self.health.get(id);
                     EndpointObs {
-                        health: match status.map(|s| s.state) {
+                        health: match self.verdict(id) {
                             _ if !checked => Health::Healthy,
                             Some(State::Healthy) => Health::Healthy,
                             Some(State::Unhealthy) => Health::Unhealthy,
@@ -243,8 +290,8 @@ impl Balance {
         };
         let states: Vec<State> = svc
             .endpoint_ids()
-            .map(|id| match self.health.get(id) {
-                Some(st) => st.state,
+            .map(|id| match self.verdict(id) {
+                Some(st) => st,
                 None if svc.health_check.is_none() => State::Healthy,
                 None => State::Unknown,
             })
@@ -292,6 +339,24 @@ impl Balance {
         }
         for (rule, state) in self.rule_states(compiled) {
             let _ = writeln!(out, "rule {rule}: {state}");
+        }
+        for (ep, key) in compiled.endpoints.iter().zip(&self.remote_of) {
+            if let Some(k) = key {
+                let state = self.remote_seen.get(k).copied().unwrap_or(State::Unknown);
+                let why = self.remote.state(k).1;
+                let _ = writeln!(
+                    out,
+                    "  remote rule {} at {} (VIP {}): {state} ({})",
+                    k.rule,
+                    k.url,
+                    ep.address,
+                    if why.is_empty() {
+                        "no answer yet"
+                    } else {
+                        &why
+                    }
+                );
+            }
         }
         for s in &self.health.endpoints {
             let _ = writeln!(

@@ -18,6 +18,8 @@
 
 pub mod balance;
 pub mod flows;
+pub mod http;
+pub mod remote;
 pub mod socket;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +76,7 @@ pub struct Manager {
     sweep_stats: flowtable::SweepStats,
     watch: FileWatch,
     balance: balance::Balance,
+    http: Option<http::HttpEndpoint>,
 }
 
 /// What identifies a version of the configuration file.
@@ -187,6 +190,7 @@ impl Manager {
                 changed_at: None,
             },
             balance,
+            http: None,
         };
         Ok((mgr, shared))
     }
@@ -346,6 +350,134 @@ impl Manager {
         out
     }
 
+    /// Serves `GET /status` and `GET /metrics` on `addr` from the
+    /// management loop. A port already taken is logged, not fatal: the
+    /// data plane does not need it.
+    pub fn serve_http(&mut self, addr: std::net::SocketAddr) {
+        match http::HttpEndpoint::bind(addr) {
+            Ok(h) => {
+                log::info!("status and metrics on http://{addr}/status and /metrics");
+                self.http = Some(h);
+            }
+            Err(e) => log::error!("[metrics] listen {addr}: {e}; no HTTP status or metrics"),
+        }
+    }
+
+    /// The address of the HTTP endpoint, if it is listening.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().and_then(|h| h.local_addr().ok())
+    }
+
+    /// Every forwarding rule's exported state (M21), one `rule <name>
+    /// <STATE>` line each.
+    pub fn exported_status(&self) -> String {
+        self.balance
+            .rule_states(&self.compiled)
+            .into_iter()
+            .map(|(rule, state)| format!("rule {rule} {state}\n"))
+            .collect()
+    }
+
+    /// Counters in Prometheus text format (M42).
+    pub fn metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let c = self.counters();
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP spillway_{name} {help}\n# TYPE spillway_{name} counter\nspillway_{name} {v}"
+            );
+        };
+        counter(
+            "rx_packets_total",
+            "Packets received on data ports.",
+            c.rx_packets,
+        );
+        counter(
+            "rx_bytes_total",
+            "Bytes received on data ports.",
+            c.rx_bytes,
+        );
+        counter(
+            "forwarded_packets_total",
+            "Packets sent towards backends.",
+            c.forwarded,
+        );
+        counter(
+            "to_host_packets_total",
+            "Packets handed to the exception port.",
+            c.to_host,
+        );
+        counter(
+            "from_host_packets_total",
+            "Packets from the exception port.",
+            c.from_host,
+        );
+        counter(
+            "tx_dropped_packets_total",
+            "Packets a port did not take.",
+            c.tx_dropped,
+        );
+        counter("flows_new_total", "Flow entries created.", c.new_flows);
+        counter(
+            "flows_stateless_total",
+            "New flows forwarded without an entry (table full).",
+            c.stateless,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP spillway_dropped_packets_total Packets dropped, by reason.\n# TYPE spillway_dropped_packets_total counter"
+        );
+        for r in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "spillway_dropped_packets_total{{reason=\"{}\"}} {}",
+                r.name(),
+                c.dropped(r)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spillway_rule_packets_total Packets per child rule (M5).\n# TYPE spillway_rule_packets_total counter"
+        );
+        for (child, cc) in self.compiled.children.iter().zip(&c.children) {
+            let _ = writeln!(
+                out,
+                "spillway_rule_packets_total{{rule=\"{}\"}} {}",
+                child.name, cc.packets
+            );
+            let _ = writeln!(
+                out,
+                "spillway_rule_bytes_total{{rule=\"{}\"}} {}",
+                child.name, cc.bytes
+            );
+            let _ = writeln!(
+                out,
+                "spillway_rule_new_flows_total{{rule=\"{}\"}} {}",
+                child.name, cc.new_flows
+            );
+            let _ = writeln!(
+                out,
+                "spillway_rule_dropped_packets_total{{rule=\"{}\"}} {}",
+                child.name, cc.drops
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spillway_rule_healthy Exported rule state (M21): 1 healthy, 0 unhealthy, -1 unknown.\n# TYPE spillway_rule_healthy gauge"
+        );
+        for (rule, state) in self.balance.rule_states(&self.compiled) {
+            let v = match state {
+                health::Aggregate::Healthy => 1,
+                health::Aggregate::Unhealthy => 0,
+                health::Aggregate::Unknown => -1,
+            };
+            let _ = writeln!(out, "spillway_rule_healthy{{rule=\"{rule}\"}} {v}");
+        }
+        out
+    }
+
     /// `spillway stats`.
     pub fn stats(&self) -> String {
         let c = self.counters();
@@ -409,6 +541,9 @@ impl Manager {
             }
             if let Some(s) = socket {
                 s.serve_pending(self);
+            }
+            if let Some(h) = &self.http {
+                h.serve_pending(self);
             }
             self.tick();
             std::thread::sleep(period);
