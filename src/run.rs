@@ -126,7 +126,6 @@ pub fn run(args: &Args) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
 
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
     std::thread::scope(|s| -> Result<()> {
         for (i, &core) in dp.worker_cores.iter().enumerate() {
             let mut wports = Vec::new();
@@ -142,17 +141,21 @@ pub fn run(args: &Args) -> Result<()> {
                 });
             }
             let shared = shared.clone();
-            let pin = cores.iter().copied().find(|c| c.id == core as usize);
+            // Not core_affinity::get_core_ids(): after EAL init it lists only
+            // the main thread's (management) core.
+            let pin = core_affinity::CoreId { id: core as usize };
             std::thread::Builder::new()
                 .name(format!("spillway-w{i}"))
                 .spawn_scoped(s, move || {
-                    if let Some(c) = pin {
-                        core_affinity::set_for_current(c);
-                    }
+                    // Register first: DPDK gives a registered thread the
+                    // main lcore's CPU set, which would undo the pinning.
                     if let Err(e) = dpdk::thread_register(eal) {
                         log::warn!(
                             "worker {i}: not registered with DPDK ({e}); mempool caches unused"
                         );
+                    }
+                    if !core_affinity::set_for_current(pin) {
+                        log::warn!("worker {i}: cannot pin to core {core}; not pinned");
                     }
                     worker_loop(i, &shared, wports);
                 })?;

@@ -181,6 +181,29 @@ fn the_daemon_forwards_reloads_and_stops_cleanly() {
     }
     assert_eq!(forwarded, Some(500), "every datagram forwarded");
 
+    // The worker runs pinned to its configured core (worker_cores = [1]),
+    // the management thread on core 0.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        let pid = daemon.0.id();
+        let affinity = |comm: &str| {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .expect("tasks")
+                .flatten()
+                .find(|t| {
+                    std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm)
+                })
+                .and_then(|t| std::fs::read_to_string(t.path().join("status")).ok())
+                .and_then(|st| {
+                    st.lines().find_map(|l| {
+                        l.strip_prefix("Cpus_allowed_list:")
+                            .map(|v| v.trim().to_owned())
+                    })
+                })
+        };
+        assert_eq!(affinity("spillway-w0").as_deref(), Some("1"));
+        assert_eq!(affinity("spillway").as_deref(), Some("0"));
+    }
+
     // `spillway flows`: one entry per client port, filters combine.
     let all = text(&spillway(&["flows", "--socket", &socket_s, "--limit", "3"]));
     assert!(
