@@ -579,11 +579,15 @@ impl Worker {
     ) -> bool {
         match snap.backends.get(slot as usize).map(|b| b.state) {
             Some(BackendState::Active) => true,
-            Some(BackendState::Unhealthy) => match plan.persistence {
-                ConnectionPersistence::AlwaysPersist => true,
-                ConnectionPersistence::NeverPersist => false,
-                ConnectionPersistence::DefaultForProtocol => class == ProtoClass::Tcp,
-            },
+            // Persistence (M11), bounded by the draining period.
+            Some(BackendState::Unhealthy { until }) => {
+                !tick_reached(now, until)
+                    && match plan.persistence {
+                        ConnectionPersistence::AlwaysPersist => true,
+                        ConnectionPersistence::NeverPersist => false,
+                        ConnectionPersistence::DefaultForProtocol => class == ProtoClass::Tcp,
+                    }
+            }
             Some(BackendState::Draining { until }) => !tick_reached(now, until),
             Some(BackendState::Removed) | None => false,
         }

@@ -46,8 +46,13 @@ pub enum BackendState {
     /// weight is positive.
     Active,
     /// Failing its health check: no new flows; existing ones follow the
-    /// service's persistence policy (SPEC M11).
-    Unhealthy,
+    /// service's persistence policy (SPEC M11), at most until the tick
+    /// `until` (its connection-draining period, counted from when it turned
+    /// unhealthy).
+    Unhealthy {
+        /// Last tick persisted flows may stay.
+        until: Tick,
+    },
     /// Left the configuration: keeps existing flows until the tick `until`,
     /// no new ones (connection draining, SPEC M11).
     Draining {
@@ -341,7 +346,9 @@ impl SnapshotBuilder {
                     state: if h.healthy {
                         BackendState::Active
                     } else {
-                        BackendState::Unhealthy
+                        BackendState::Unhealthy {
+                            until: now.wrapping_add(drain_ticks),
+                        }
                     },
                 };
                 let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
@@ -421,7 +428,7 @@ impl SnapshotBuilder {
         // Backends that left the configuration drain, then go.
         for rec in self.slots.iter_mut().filter(|r| !r.seen) {
             rec.backend.state = match rec.backend.state {
-                BackendState::Active | BackendState::Unhealthy => BackendState::Draining {
+                BackendState::Active | BackendState::Unhealthy { .. } => BackendState::Draining {
                     until: now.wrapping_add(rec.drain_ticks),
                 },
                 BackendState::Draining { until } if tick_reached(now, until) => {
@@ -457,6 +464,16 @@ impl SnapshotBuilder {
         let key = (service.to_owned(), identity.to_owned());
         if let Some(&slot) = self.by_identity.get(&key) {
             if let Some(rec) = self.slots.get_mut(slot as usize) {
+                let mut backend = backend;
+                // Still unhealthy: its draining period runs from when it
+                // turned unhealthy, not from this rebuild.
+                if let (
+                    BackendState::Unhealthy { until },
+                    BackendState::Unhealthy { until: earlier },
+                ) = (&mut backend.state, rec.backend.state)
+                {
+                    *until = earlier;
+                }
                 rec.backend = backend;
                 rec.drain_ticks = drain_ticks;
                 rec.seen = true;

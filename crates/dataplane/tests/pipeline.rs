@@ -1388,3 +1388,43 @@ fn without_backends_the_default_action_drops_tcp_too() {
     }
     assert_eq!(lab.worker.counters.no_backend_resets, 0);
 }
+
+#[test]
+fn persisted_flows_on_an_unhealthy_backend_last_only_its_draining_period() {
+    // connection_draining_timeout is 10 s: TCP flows persist on a backend
+    // that turned unhealthy at tick 2 until tick 12 (M11), however often the
+    // snapshot is rebuilt meanwhile; then they move.
+    let mut lab = Lab::new("ipip");
+    let mut flows = Vec::new();
+    for port in 0..60u16 {
+        let t = eth(&tcp(CLIENT, 40000 + port, VIP, 80, SYN));
+        let (_, out) = lab.run(&t, 1);
+        flows.push((40000 + port, backend_of(&out, &t)));
+    }
+    let sick = flows[0].1.to_string();
+    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL");
+    let s2 = sick.clone();
+    lab.rebuild(&cfg, move |a| a != s2, 2);
+    let s3 = sick.clone();
+    lab.rebuild(&cfg, move |a| a != s3, 8);
+    let on_sick: Vec<u16> = flows
+        .iter()
+        .filter(|(_, b)| b.to_string() == sick)
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(!on_sick.is_empty());
+    for p in &on_sick {
+        let f = eth(&tcp(CLIENT, *p, VIP, 80, ACK));
+        let (_, out) = lab.run(&f, 11);
+        assert_eq!(
+            backend_of(&out, &f).to_string(),
+            sick,
+            "still draining at 11"
+        );
+    }
+    for p in &on_sick {
+        let f = eth(&tcp(CLIENT, *p, VIP, 80, ACK));
+        let (_, out) = lab.run(&f, 12);
+        assert_ne!(backend_of(&out, &f).to_string(), sick, "moved at 12");
+    }
+}
