@@ -198,9 +198,12 @@ impl Checker<'_> {
                 self.err(&p, format!("core {c} is listed twice"));
             }
             if c == d.management_core {
-                self.err(
+                self.warn(
                     &p,
-                    format!("core {c} is the management core; workers need cores of their own"),
+                    format!(
+                        "core {c} is also the management core: this worker shares it (fine for a \
+                         lab or a small machine; in production give workers cores of their own)"
+                    ),
                 );
             }
         }

@@ -186,7 +186,6 @@ fn cases() -> Vec<Case> {
         // ---- dataplane ----
         case("worker core that does not exist", with("[dataplane]\nworker_cores = [1, 9] #!\n"), "dataplane.worker_cores[1]", "core 9 does not exist on this machine (online: 0,1,2,3)"),
         case("management core that does not exist", with("[dataplane]\nmanagement_core = 4 #!\n"), "dataplane.management_core", "core 4 does not exist"),
-        case("worker on the management core", with("[dataplane]\nmanagement_core = 2\nworker_cores = [2] #!\n"), "dataplane.worker_cores[0]", "is the management core"),
         case("worker core twice", with("[dataplane]\nworker_cores = [1, 1] #!\n"), "dataplane.worker_cores[1]", "core 1 is listed twice"),
         case("no worker core", with("[dataplane]\nworker_cores = [] #!\n"), "dataplane.worker_cores", "at least one worker core"),
         case("burst size zero", with("[dataplane]\nburst_size = 0 #!\n"), "dataplane.burst_size", "out of range 1-512"),
@@ -278,7 +277,7 @@ fn the_base_config_of_the_cases_is_valid() {
 fn all_errors_are_reported_at_once_in_file_order() {
     let text = with(concat!(
         "[dataplane]\n",
-        "worker_cores = [0] #! 1\n",
+        "worker_cores = [1, 1] #! 1\n",
         "burst_size = 1000 #! 2\n",
         "\n[[forwarding_rules]]\n",
         "name = \"web\" #! 3\n",
@@ -321,6 +320,18 @@ fn warnings_do_not_reject() {
     assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
     assert!(
         l.warnings[0].contains("t.toml:23:8: health_checks[0].name: health check \"unused\" is used by no backend service"),
+        "{:?}",
+        l.warnings
+    );
+}
+
+#[test]
+fn a_worker_on_the_management_core_is_a_warning() {
+    let text = with("[dataplane]\nmanagement_core = 1\nworker_cores = [0, 1]\n");
+    let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert!(
+        l.warnings[0].contains("dataplane.worker_cores[1]: core 1 is also the management core"),
         "{:?}",
         l.warnings
     );
