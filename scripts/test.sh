@@ -25,6 +25,11 @@ fi
 say "cargo nextest (a process per test: DPDK's EAL initialises once per process)"
 cargo nextest run --workspace --profile ci "${filter[@]}"
 
+# The benchmark harness must keep working: one short case on the debug build
+# (it prints figures and asserts none; it fails only if a run fails).
+say "benchmark harness smoke (perf/bench.sh --quick --debug)"
+perf/bench.sh --quick --debug
+
 perf/check-profiles.sh
 
 if [ -x scripts/fuzz-smoke.sh ]; then
