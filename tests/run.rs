@@ -115,6 +115,50 @@ watch_config = {watch}
 
 struct Daemon(Child);
 
+impl Daemon {
+    /// `spillway run --config cfg`, stdout piped (its exit report), stderr
+    /// piped or discarded.
+    fn start(cfg: &Path, keep_stderr: bool) -> Daemon {
+        let stderr = if keep_stderr {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        };
+        Daemon(
+            Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .args(["run", "--config", cfg.to_str().expect("utf-8")])
+                .env("RUST_LOG", "info")
+                .stdout(std::process::Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .expect("start spillway run"),
+        )
+    }
+
+    /// SIGTERM, then wait (at most 10 s) for the exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill")
+                .success()
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(s) = self.0.try_wait().expect("wait") {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "spillway run did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 fn read_stdout(d: &mut Daemon) -> String {
     let mut out = String::new();
     if let Some(mut o) = d.0.stdout.take() {
@@ -154,14 +198,7 @@ fn the_daemon_forwards_reloads_and_stops_cleanly() {
     let check = spillway(&["check-config", cfg.to_str().expect("utf-8")]);
     assert!(check.status.success(), "{}", text(&check));
 
-    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["run", "--config", cfg.to_str().expect("utf-8")])
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start spillway run");
-    let mut daemon = Daemon(child);
+    let mut daemon = Daemon::start(&cfg, true);
     let socket = dir.join("ctl.sock");
     let socket_s = socket.to_str().expect("utf-8").to_owned();
 
@@ -264,25 +301,7 @@ fn the_daemon_forwards_reloads_and_stops_cleanly() {
     );
     assert!(status.contains("service dns2"), "{status}");
 
-    let pid = daemon.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(s) = daemon.0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "spillway run did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let code = daemon.terminate();
     assert!(code.success(), "clean exit: {code}");
     let out = read_stdout(&mut daemon);
     assert!(out.contains("mbufs in use at start, 0 at exit"), "{out}");
@@ -382,13 +401,7 @@ fn the_daemon_survives_fuzzed_frames_on_dpdk_ports_without_leaking_mbufs() {
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
     std::fs::write(&cfg, config(&dir, "dns")).expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["run", "--config", cfg.to_str().expect("utf-8")])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start spillway run");
-    let mut daemon = Daemon(child);
+    let mut daemon = Daemon::start(&cfg, true);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
 
     // Every frame is received and accounted for; the daemon stays up.
@@ -412,22 +425,7 @@ fn the_daemon_survives_fuzzed_frames_on_dpdk_ports_without_leaking_mbufs() {
         "mutations were seen as malformed: {stats}"
     );
 
-    let pid = daemon.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(s) = daemon.0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no clean stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let code = daemon.terminate();
     let out = read_stdout(&mut daemon);
     assert!(code.success(), "clean exit: {code}\n{out}");
     assert!(out.contains("mbufs in use at start, 0 at exit"), "{out}");
@@ -445,13 +443,7 @@ fn the_daemon_reloads_when_its_file_changes() {
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
     std::fs::write(&cfg, config_watching(&dir, "dns", true)).expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["run", "--config", cfg.to_str().expect("utf-8")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start spillway run");
-    let mut daemon = Daemon(child);
+    let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
     let wait_for = |what: &str, daemon: &mut Daemon| -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -570,13 +562,7 @@ listen = "127.0.0.1:{http_port}"
     std::fs::write(&cfg, toml).expect("config");
     let check = spillway(&["check-config", cfg.to_str().expect("utf-8")]);
     assert!(check.status.success(), "{}", text(&check));
-    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["run", "--config", cfg.to_str().expect("utf-8")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start spillway run");
-    let mut daemon = Daemon(child);
+    let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
     let mut wait_for = |what: &str| -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
