@@ -1040,13 +1040,46 @@ impl Checker<'_> {
                     }
                 }
             }
+            // Path and Host go into the probe's request line and header:
+            // nothing that could split them.
+            let clean =
+                |v: &str| !v.is_empty() && !v.chars().any(|c| c.is_whitespace() || c.is_control());
             if let Some(path) = &h.path
-                && !path.starts_with('/')
+                && (!path.starts_with('/') || !clean(path))
             {
                 self.err(
                     &format!("{p}.path"),
-                    format!("{path:?} must start with '/'"),
+                    format!(
+                        "{path:?} must start with '/' and have no spaces or control characters"
+                    ),
                 );
+            }
+            if let Some(host) = &h.host
+                && !clean(host)
+            {
+                self.err(
+                    &format!("{p}.host"),
+                    format!("{host:?}: a host name has no spaces or control characters"),
+                );
+            }
+            // Probes bind to source_address: endpoints of the other family
+            // could never be reached from it.
+            if let Some(src) = h.source_address {
+                let other = cfg
+                    .backend_services
+                    .iter()
+                    .filter(|s| s.health_check.as_deref() == Some(h.name.as_str()))
+                    .flat_map(|s| s.groups.iter().flat_map(|g| g.endpoints.iter()))
+                    .find(|e| e.address.is_ipv4() != src.is_ipv4());
+                if let Some(e) = other {
+                    self.err(
+                        &format!("{p}.source_address"),
+                        format!(
+                            "{src} cannot probe endpoint {} (another IP version): use one check per family",
+                            e.address
+                        ),
+                    );
+                }
             }
             if !cfg
                 .backend_services

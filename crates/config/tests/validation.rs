@@ -157,6 +157,9 @@ fn cases() -> Vec<Case> {
         // ---- health checks (M16) ----
         case("health timeout above interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"1s\"\ntimeout = \"2s\" #!\n"), "health_checks[0].timeout", "timeout 2s exceeds interval 1s"),
         case("zero interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"0s\" #!\n"), "health_checks[0].interval", "longer than 0s"),
+        case("health path that splits the request", with("[[health_checks]]\nname = \"h\"\ntype = \"HTTP\"\nport = 80\npath = \"/a b\" #!\n"), "health_checks[0].path", "no spaces or control characters"),
+        case("health host with a space", with("[[health_checks]]\nname = \"h\"\ntype = \"HTTP\"\nport = 80\nhost = \"a b\" #!\n"), "health_checks[0].host", "a host name has no spaces"),
+        case("probe source of the other family", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nsource_address = \"2001:db8::2\" #!\n").replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"h\""), "health_checks[0].source_address", "cannot probe endpoint 10.1.0.1"),
         case("healthy threshold zero", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nhealthy_threshold = 0 #!\n"), "health_checks[0].healthy_threshold", "at least 1"),
         case("unhealthy threshold zero", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nunhealthy_threshold = 0 #!\n"), "health_checks[0].unhealthy_threshold", "at least 1"),
         case("HTTP path on a TCP check", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\npath = \"/\" #!\n"), "health_checks[0].path", "path applies to HTTP and HTTPS health checks, not TCP"),
