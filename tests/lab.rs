@@ -490,6 +490,39 @@ fn lab_failover_between_regions_follows_health_checks() {
     let after = lab.requests(40);
     assert!(after.iter().all(|b| b == "backend3"), "{after:?}");
     assert!(status().contains("region lab: Unhealthy"), "{}", status());
+    // Transitions are counted in the metrics (M18), served in the balancer's
+    // namespace on [metrics].listen's default 127.0.0.1:9469. (Region lab
+    // fails over as soon as one of its two endpoints is down, 50 % < 60 %;
+    // the other one's verdict may come a probe later.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns("lb"),
+                "curl",
+                "-s",
+                "--max-time",
+                "5",
+            ])
+            .arg("http://127.0.0.1:9469/metrics")
+            .output()
+            .expect("curl metrics");
+        let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
+        let counted = ["198.18.2.11:80", "198.18.2.12:80"].iter().all(|b| {
+            metrics.contains(&format!(
+                "spillway_health_transitions_total{{service=\"web\",endpoint=\"{b}\",to=\"unhealthy\"}} 1"
+            )) && metrics.contains(&format!(
+                "spillway_endpoint_healthy{{service=\"web\",endpoint=\"{b}\"}} 0"
+            ))
+        });
+        if counted {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // The established connection stays on its (now unhealthy) backend.
     echo_s.write_all(b"two\n").expect("write");
     let mut line = String::new();

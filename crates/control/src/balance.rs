@@ -379,6 +379,11 @@ impl Balance {
         out
     }
 
+    /// Every probed endpoint's latest status (metrics).
+    pub fn probed(&self) -> &[health::EndpointStatus] {
+        &self.health.endpoints
+    }
+
     /// Stops the health checker.
     pub fn stop(&mut self) {
         if let Some(c) = self.checker.take() {

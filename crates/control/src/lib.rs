@@ -475,6 +475,58 @@ impl Manager {
             };
             let _ = writeln!(out, "spillway_rule_healthy{{rule=\"{rule}\"}} {v}");
         }
+        // Health checks (M18): state, transitions and probes per endpoint.
+        let probed = self.balance.probed();
+        if !probed.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP spillway_endpoint_healthy Health-check state: 1 healthy, 0 unhealthy, -1 unknown.\n# TYPE spillway_endpoint_healthy gauge"
+            );
+            for s in probed {
+                let v = match s.state {
+                    health::State::Healthy => 1,
+                    health::State::Unhealthy => 0,
+                    health::State::Unknown => -1,
+                };
+                let _ = writeln!(
+                    out,
+                    "spillway_endpoint_healthy{{service=\"{}\",endpoint=\"{}\"}} {v}",
+                    s.service, s.addr
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP spillway_health_transitions_total Health-state transitions (M18).\n# TYPE spillway_health_transitions_total counter"
+            );
+            for s in probed {
+                for (to, n) in [
+                    ("healthy", s.counters.to_healthy),
+                    ("unhealthy", s.counters.to_unhealthy),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "spillway_health_transitions_total{{service=\"{}\",endpoint=\"{}\",to=\"{to}\"}} {n}",
+                        s.service, s.addr
+                    );
+                }
+            }
+            let _ = writeln!(
+                out,
+                "# HELP spillway_health_probes_total Health-check probes by result.\n# TYPE spillway_health_probes_total counter"
+            );
+            for s in probed {
+                for (result, n) in [
+                    ("ok", s.counters.probes_ok),
+                    ("failed", s.counters.probes_failed),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "spillway_health_probes_total{{service=\"{}\",endpoint=\"{}\",result=\"{result}\"}} {n}",
+                        s.service, s.addr
+                    );
+                }
+            }
+        }
         out
     }
 
