@@ -243,7 +243,14 @@ impl Manager {
                 );
                 Ok(generation)
             }
-            Err(e) => Err(self.reload_failed(e)),
+            Err(e) => {
+                // The new configuration did not go live: health and
+                // locality follow the running one again.
+                if let Err(h) = self.balance.reload(&self.compiled) {
+                    log::error!("health checks: {h}");
+                }
+                Err(self.reload_failed(e))
+            }
         }
     }
 
