@@ -221,9 +221,11 @@ impl Manager {
         let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
         let compiled = Arc::new(loaded.compiled);
         if let Err(e) = self.balance.reload(&compiled) {
-            // Keep going on the new configuration without health updates
-            // rather than refuse it: the error says what is wrong.
-            log::error!("reload: health checks: {e}");
+            // Health checks the prober refuses: the whole reload is refused.
+            if let Err(h) = self.balance.reload(&self.compiled) {
+                log::error!("health checks: {h}");
+            }
+            return Err(self.reload_failed(format!("health checks: {e}")));
         }
         match self.publish(compiled.clone()) {
             Ok(generation) => {
