@@ -19,6 +19,7 @@
 pub mod balance;
 pub mod flows;
 pub mod http;
+pub mod metrics;
 pub mod remote;
 pub mod socket;
 
@@ -389,154 +390,12 @@ impl Manager {
 
     /// Counters in Prometheus text format (M42).
     pub fn metrics(&self) -> String {
-        use std::fmt::Write as _;
-        let c = self.counters();
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP spillway_{name} {help}\n# TYPE spillway_{name} counter\nspillway_{name} {v}"
-            );
-        };
-        counter(
-            "rx_packets_total",
-            "Packets received on data ports.",
-            c.rx_packets,
-        );
-        counter(
-            "rx_bytes_total",
-            "Bytes received on data ports.",
-            c.rx_bytes,
-        );
-        counter(
-            "forwarded_packets_total",
-            "Packets sent towards backends.",
-            c.forwarded,
-        );
-        counter(
-            "to_host_packets_total",
-            "Packets handed to the exception port.",
-            c.to_host,
-        );
-        counter(
-            "from_host_packets_total",
-            "Packets from the exception port.",
-            c.from_host,
-        );
-        counter(
-            "tx_dropped_packets_total",
-            "Packets a port did not take.",
-            c.tx_dropped,
-        );
-        counter("flows_new_total", "Flow entries created.", c.new_flows);
-        counter(
-            "flows_stateless_total",
-            "New flows forwarded without an entry (table full).",
-            c.stateless,
-        );
-        let _ = writeln!(
-            out,
-            "# HELP spillway_dropped_packets_total Packets dropped, by reason.\n# TYPE spillway_dropped_packets_total counter"
-        );
-        for r in DropReason::ALL {
-            let _ = writeln!(
-                out,
-                "spillway_dropped_packets_total{{reason=\"{}\"}} {}",
-                r.name(),
-                c.dropped(r)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP spillway_rule_packets_total Packets per child rule (M5).\n# TYPE spillway_rule_packets_total counter"
-        );
-        for (child, cc) in self.compiled.children.iter().zip(&c.children) {
-            let _ = writeln!(
-                out,
-                "spillway_rule_packets_total{{rule=\"{}\"}} {}",
-                child.name, cc.packets
-            );
-            let _ = writeln!(
-                out,
-                "spillway_rule_bytes_total{{rule=\"{}\"}} {}",
-                child.name, cc.bytes
-            );
-            let _ = writeln!(
-                out,
-                "spillway_rule_new_flows_total{{rule=\"{}\"}} {}",
-                child.name, cc.new_flows
-            );
-            let _ = writeln!(
-                out,
-                "spillway_rule_dropped_packets_total{{rule=\"{}\"}} {}",
-                child.name, cc.drops
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP spillway_rule_healthy Exported rule state (M21): 1 healthy, 0 unhealthy, -1 unknown.\n# TYPE spillway_rule_healthy gauge"
-        );
-        for (rule, state) in self.balance.rule_states(&self.compiled) {
-            let v = match state {
-                health::Aggregate::Healthy => 1,
-                health::Aggregate::Unhealthy => 0,
-                health::Aggregate::Unknown => -1,
-            };
-            let _ = writeln!(out, "spillway_rule_healthy{{rule=\"{rule}\"}} {v}");
-        }
-        // Health checks (M18): state, transitions and probes per endpoint.
-        let probed = self.balance.probed();
-        if !probed.is_empty() {
-            let _ = writeln!(
-                out,
-                "# HELP spillway_endpoint_healthy Health-check state: 1 healthy, 0 unhealthy, -1 unknown.\n# TYPE spillway_endpoint_healthy gauge"
-            );
-            for s in probed {
-                let v = match s.state {
-                    health::State::Healthy => 1,
-                    health::State::Unhealthy => 0,
-                    health::State::Unknown => -1,
-                };
-                let _ = writeln!(
-                    out,
-                    "spillway_endpoint_healthy{{service=\"{}\",endpoint=\"{}\"}} {v}",
-                    s.service, s.addr
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# HELP spillway_health_transitions_total Health-state transitions (M18).\n# TYPE spillway_health_transitions_total counter"
-            );
-            for s in probed {
-                for (to, n) in [
-                    ("healthy", s.counters.to_healthy),
-                    ("unhealthy", s.counters.to_unhealthy),
-                ] {
-                    let _ = writeln!(
-                        out,
-                        "spillway_health_transitions_total{{service=\"{}\",endpoint=\"{}\",to=\"{to}\"}} {n}",
-                        s.service, s.addr
-                    );
-                }
-            }
-            let _ = writeln!(
-                out,
-                "# HELP spillway_health_probes_total Health-check probes by result.\n# TYPE spillway_health_probes_total counter"
-            );
-            for s in probed {
-                for (result, n) in [
-                    ("ok", s.counters.probes_ok),
-                    ("failed", s.counters.probes_failed),
-                ] {
-                    let _ = writeln!(
-                        out,
-                        "spillway_health_probes_total{{service=\"{}\",endpoint=\"{}\",result=\"{result}\"}} {n}",
-                        s.service, s.addr
-                    );
-                }
-            }
-        }
-        out
+        metrics::render(
+            &self.counters(),
+            &self.compiled,
+            &self.balance.rule_states(&self.compiled),
+            self.balance.probed(),
+        )
     }
 
     /// `spillway stats`.

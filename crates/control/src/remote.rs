@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use health::{Aggregate, State};
+use health::State;
 
 /// How often each remote is asked.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -180,15 +180,6 @@ pub fn parse_status(text: &str, rule: &str) -> Option<State> {
             _ => None,
         }
     })
-}
-
-/// A rule state as a remote consumer reads it.
-pub fn state_of(a: Aggregate) -> State {
-    match a {
-        Aggregate::Healthy => State::Healthy,
-        Aggregate::Unhealthy => State::Unhealthy,
-        Aggregate::Unknown => State::Unknown,
-    }
 }
 
 #[cfg(test)]
