@@ -48,17 +48,6 @@ zone = "z"
 endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }, { address = "10.0.1.13" }]
 "#;
 
-fn csum(data: &[u8]) -> u16 {
-    let mut sum: u32 = data
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// One of a few clients/ports/protocols/flags/destinations, so that flows
 /// repeat often within a burst.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +81,7 @@ fn frame(p: Pkt) -> Vec<u8> {
         p.client,
     ];
     ip.extend_from_slice(&[10, 0, 0, 10]);
-    let c = csum(&ip);
+    let c = wire::checksum::checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
     f.extend_from_slice(&ip);

@@ -112,22 +112,11 @@ endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
     )
 }
 
-fn csum(data: &[u8]) -> u16 {
-    let mut sum: u32 = data
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// Ethernet/IPv4/UDP from 192.0.2.7:`sport` to `dst`:`dport`.
 fn udp(dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     let mut ip = vec![0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 7];
     ip.extend_from_slice(&dst);
-    let c = csum(&ip);
+    let c = wire::checksum::checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let mut f = LB_MAC.to_vec();
     f.extend_from_slice(&CLIENT_MAC);

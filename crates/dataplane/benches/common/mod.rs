@@ -58,24 +58,13 @@ endpoints = [{}]
     )
 }
 
-pub fn csum(data: &[u8]) -> u16 {
-    let mut sum: u32 = data
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// A 60-byte TCP segment (ACK, or SYN) of flow `i` to the VIP.
 pub fn frame(i: u32, syn: bool) -> Vec<u8> {
     let c = 0x0a64_0000u32 + (i >> 8);
     let mut ip = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0];
     ip.extend_from_slice(&c.to_be_bytes());
     ip.extend_from_slice(&[198, 18, 10, 10]);
-    let sum = csum(&ip);
+    let sum = wire::checksum::checksum(&ip);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
     let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
     f.extend_from_slice(&ip);
