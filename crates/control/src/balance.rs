@@ -137,12 +137,13 @@ impl Balance {
     }
 
     /// Periodic work. Returns true when the snapshot must be rebuilt: a
-    /// health verdict changed, or a plan did.
+    /// health verdict changed, or a plan did. `counters` is asked for only
+    /// when plans are recomputed.
     pub fn tick(
         &mut self,
         compiled: &Compiled,
         builder: &SnapshotBuilder,
-        counters: &WorkerCounters,
+        counters: impl FnOnce() -> WorkerCounters,
     ) -> bool {
         let mut rebuild = false;
         if let Some(c) = &self.checker {
@@ -180,7 +181,7 @@ impl Balance {
                 .map_or(PLAN_PERIOD, |t| now.duration_since(t))
                 .max(Duration::from_millis(1));
             self.last_plan = Some(now);
-            rebuild |= self.plan(compiled, Some(builder), counters, elapsed);
+            rebuild |= self.plan(compiled, Some(builder), &counters(), elapsed);
         }
         rebuild
     }

@@ -295,8 +295,11 @@ impl Manager {
         let retire_due = self.shared.snapshot.load().backends.iter().any(
             |b| matches!(b.state, BackendState::Draining { until } if tick_reached(now, until)),
         );
-        let counters = self.counters();
-        let replan = self.balance.tick(&self.compiled, &self.builder, &counters);
+        let shared = &self.shared;
+        let children = self.compiled.children.len();
+        let replan = self.balance.tick(&self.compiled, &self.builder, || {
+            sum_published(shared, children)
+        });
         if retire_due || replan {
             if let Err(e) = self.publish(self.compiled.clone()) {
                 log::error!("rebuilding the snapshot: {e}");
@@ -306,15 +309,7 @@ impl Manager {
 
     /// Sum of every worker's last published counters.
     pub fn counters(&self) -> WorkerCounters {
-        let mut total = WorkerCounters::new(self.compiled.children.len());
-        for slot in &self.shared.published {
-            let c = match slot.lock() {
-                Ok(g) => g.clone(),
-                Err(p) => p.into_inner().clone(),
-            };
-            add(&mut total, &c);
-        }
-        total
+        sum_published(&self.shared, self.compiled.children.len())
     }
 
     /// `spillway status`.
@@ -471,6 +466,18 @@ impl Manager {
         self.shared.stop.store(true, Ordering::Release);
         self.balance.stop();
     }
+}
+
+fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
+    let mut total = WorkerCounters::new(children);
+    for slot in &shared.published {
+        let c = match slot.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        add(&mut total, &c);
+    }
+    total
 }
 
 fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
