@@ -16,6 +16,7 @@
 )]
 
 pub mod counters;
+mod delivery;
 pub mod engine;
 pub mod pipeline;
 pub mod snapshot;

@@ -18,6 +18,7 @@ use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId, ZoneI
 use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, SessionAffinity};
 use flowtable::Tick;
 use maglev::MaglevTable;
+use wire::encap::Template;
 use wire::ethernet::MacAddr;
 use wire::flow::Affinity;
 
@@ -75,6 +76,9 @@ pub struct Backend {
     pub service: u32,
     /// Flow-relevant state.
     pub state: BackendState,
+    /// Outer headers for packets to it, precomputed for its service's
+    /// delivery mode (tunnels with an IPv4 outer header; `None` otherwise).
+    pub encap: Option<Template>,
 }
 
 /// Everything a worker needs about one backend service.
@@ -350,6 +354,7 @@ impl SnapshotBuilder {
                             until: now.wrapping_add(drain_ticks),
                         }
                     },
+                    encap: None,
                 };
                 let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
                 let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
@@ -438,11 +443,17 @@ impl SnapshotBuilder {
             };
         }
         self.generation = self.generation.wrapping_add(1);
+        let mut backends: Vec<Backend> = self.slots.iter().map(|r| r.backend.clone()).collect();
+        for be in &mut backends {
+            be.encap = services
+                .get(be.service as usize)
+                .and_then(|p| crate::delivery::template(&local, be, p.delivery));
+        }
         Ok(Snapshot {
             generation: self.generation,
             compiled,
             services,
-            backends: self.slots.iter().map(|r| r.backend.clone()).collect(),
+            backends,
             local,
         })
     }

@@ -315,6 +315,267 @@ pub fn encapsulate<B: PacketBuf>(
     Ok(hdr_len)
 }
 
+/// The inner IP packet of a frame, as [`encapsulate_with`] needs it: what the caller's
+/// parse already found out (the data plane's [`crate::packet::PacketInfo`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InnerIp {
+    /// Bytes of link-layer header (Ethernet and VLAN tags) before the IP header.
+    pub l2_len: usize,
+    /// IP total length (IPv4 total length, or 40 + IPv6 payload length).
+    pub ip_len: usize,
+    /// IPv6 rather than IPv4.
+    pub v6: bool,
+    /// DS field (IPv4 TOS byte, IPv6 traffic class).
+    pub ds: u8,
+}
+
+impl InnerIp {
+    /// Reads the facts from a frame (what [`encapsulate`] does).
+    pub fn of(frame: &[u8]) -> Result<InnerIp, EncapError> {
+        let i = inner_of(frame)?;
+        Ok(InnerIp {
+            l2_len: i.l2_len,
+            ip_len: i.ip_len,
+            v6: i.ethertype == ethertype::IPV6,
+            ds: i.ds,
+        })
+    }
+
+    /// The facts from a parse of `frame` ([`crate::packet::parse_frame`]'s `info`): no
+    /// second parse, only the DS byte is read.
+    #[inline]
+    pub fn from_parsed(info: &crate::packet::PacketInfo, frame: &[u8]) -> InnerIp {
+        let l3 = info.l3_offset as usize;
+        let b = |i: usize| frame.get(l3 + i).copied().unwrap_or(0);
+        let v6 = info.version == crate::packet::IpVersion::V6;
+        InnerIp {
+            l2_len: l3,
+            ip_len: info.l3_len as usize,
+            v6,
+            ds: if v6 { (b(0) << 4) | (b(1) >> 4) } else { b(1) },
+        }
+    }
+}
+
+/// Longest GENEVE options a [`Template`] carries (endpoint ID and cookie).
+const TEMPLATE_OPTIONS: usize = 20;
+
+/// The tunnel part of a [`Template`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum TemplateTunnel {
+    IpIp,
+    Gre {
+        key: Option<u32>,
+    },
+    Gue {
+        port: u16,
+    },
+    Geneve {
+        port: u16,
+        vni: u32,
+        /// The options as emitted, the cookie's value (last, if any) overwritten per packet.
+        options: [u8; TEMPLATE_OPTIONS],
+        options_len: u8,
+        cookie: bool,
+    },
+}
+
+/// The outer headers of one destination, computed once (when the data plane's snapshot is
+/// built) so that each packet only copies them and fills in its own fields: [`encapsulate`]
+/// for IPv4 outer headers, minus the per-packet work that never changes. `None` from
+/// [`Template::new`] for what it does not cover (IPv6 outer headers, computed UDP
+/// checksums): use [`encapsulate`] there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Template {
+    /// Ethernet and IPv4 header; DS, total length, checksum (and, for IP-in-IP, the
+    /// protocol) zero.
+    head: [u8; 34],
+    /// Ones'-complement sum of `head`'s IPv4 header words.
+    sum: u32,
+    tunnel: TemplateTunnel,
+    src_port_min: u16,
+    src_port_max: u16,
+}
+
+impl Template {
+    /// The template of `outer` (its `flow_hash` is ignored) and `tunnel` (a GENEVE cookie's
+    /// presence counts, not its value).
+    pub fn new(outer: &Outer, tunnel: &Tunnel) -> Option<Template> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (outer.src_ip, outer.dst_ip) else {
+            return None;
+        };
+        if outer.udp_checksum == UdpChecksum::Full || outer.src_port_min > outer.src_port_max {
+            return None;
+        }
+        let mut head = [0u8; 34];
+        EthernetRepr::untagged(outer.dst_mac, outer.src_mac, ethertype::IPV4)
+            .emit(&mut head)
+            .ok()?;
+        let l4_proto = match tunnel {
+            Tunnel::IpIp => 0,
+            Tunnel::Gre { .. } => proto::GRE,
+            Tunnel::Gue { .. } | Tunnel::Geneve { .. } => proto::UDP,
+        };
+        let mut p = ipv4::Packet::new_unchecked(&mut head[ethernet::HEADER_LEN..]);
+        p.set_version_and_header_len(ipv4::MIN_HEADER_LEN);
+        p.set_frag(outer.dont_fragment, false, 0);
+        p.set_ttl(outer.ttl);
+        p.set_protocol(l4_proto);
+        p.set_src(src);
+        p.set_dst(dst);
+        let sum = head[ethernet::HEADER_LEN..]
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let tunnel = match *tunnel {
+            Tunnel::IpIp => TemplateTunnel::IpIp,
+            Tunnel::Gre { key } => TemplateTunnel::Gre { key },
+            Tunnel::Gue { port } => TemplateTunnel::Gue { port },
+            Tunnel::Geneve {
+                port,
+                vni,
+                ids,
+                options,
+            } => {
+                if vni > 0x00ff_ffff {
+                    return None;
+                }
+                let mut o = [0u8; TEMPLATE_OPTIONS];
+                let n = options.emit(&ids, &mut o).ok()?;
+                TemplateTunnel::Geneve {
+                    port,
+                    vni,
+                    options: o,
+                    options_len: n as u8,
+                    cookie: options.cookie.is_some(),
+                }
+            }
+        };
+        Some(Template {
+            head,
+            sum,
+            tunnel,
+            src_port_min: outer.src_port_min,
+            src_port_max: outer.src_port_max,
+        })
+    }
+
+    /// Bytes of tunnel headers between the outer IP header and the inner packet.
+    const fn tunnel_len(&self) -> usize {
+        match self.tunnel {
+            TemplateTunnel::IpIp => 0,
+            TemplateTunnel::Gre { key } => gre::MIN_HEADER_LEN + if key.is_some() { 4 } else { 0 },
+            TemplateTunnel::Gue { .. } => udp::HEADER_LEN,
+            TemplateTunnel::Geneve { options_len, .. } => {
+                udp::HEADER_LEN + geneve::BASE_HEADER_LEN + options_len as usize
+            }
+        }
+    }
+}
+
+/// [`encapsulate`] with the outer headers of a [`Template`]: the same bytes for the same
+/// packet, flow hash and cookie (the value of the GENEVE cookie option, if the template
+/// has one), with the inner packet's facts from the caller's parse instead of a second one.
+#[inline]
+pub fn encapsulate_with<B: PacketBuf>(
+    buf: &mut B,
+    t: &Template,
+    inner: &InnerIp,
+    flow_hash: u64,
+    cookie: u32,
+) -> Result<usize, EncapError> {
+    const L3: usize = ethernet::HEADER_LEN;
+    const L4: usize = L3 + ipv4::MIN_HEADER_LEN;
+    let tun_len = t.tunnel_len();
+    let ip_payload = tun_len + inner.ip_len;
+    if ip_payload > usize::from(u16::MAX) - ipv4::MIN_HEADER_LEN {
+        return Err(EncapError::TooLong);
+    }
+    let hdr_len = L4 + tun_len;
+    // The frame's link-layer header is overwritten, the rest prepended.
+    let grow = hdr_len
+        .checked_sub(inner.l2_len)
+        .ok_or(ParseError::BadHeaderLength)?;
+    if buf.headroom() < grow {
+        return Err(crate::error::BufError::NoHeadroom.into());
+    }
+    let excess = buf
+        .len()
+        .checked_sub(inner.l2_len + inner.ip_len)
+        .ok_or(ParseError::Truncated)?;
+    if excess != 0 {
+        buf.trim(excess)?;
+    }
+    buf.prepend(grow)?;
+    let d = buf.data_mut();
+    let inner_et = if inner.v6 {
+        ethertype::IPV6
+    } else {
+        ethertype::IPV4
+    };
+    let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
+    let ipip_proto = match (t.tunnel, inner.v6) {
+        (TemplateTunnel::IpIp, false) => proto::IPIP,
+        (TemplateTunnel::IpIp, true) => proto::IPV6,
+        _ => 0,
+    };
+    let head: &mut [u8; 34] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
+    *head = t.head;
+    head[L3 + 1] = inner.ds;
+    head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
+    head[L3 + 9] |= ipip_proto;
+    let sum = t.sum + u32::from(inner.ds) + u32::from(total_len) + u32::from(ipip_proto);
+    head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold(u64::from(sum))).to_be_bytes());
+    let udp_header = |d: &mut [u8], port: u16| {
+        let src = port_in_range(flow_hash, t.src_port_min, t.src_port_max);
+        let len = (ip_payload as u16).to_be_bytes();
+        let [s0, s1] = src.to_be_bytes();
+        let [p0, p1] = port.to_be_bytes();
+        if let Some(u) = d.get_mut(L4..L4 + udp::HEADER_LEN) {
+            u.copy_from_slice(&[s0, s1, p0, p1, len[0], len[1], 0, 0]);
+        }
+    };
+    match t.tunnel {
+        TemplateTunnel::IpIp => {}
+        TemplateTunnel::Gre { key } => {
+            let [e0, e1] = inner_et.to_be_bytes();
+            let flags = if key.is_some() { 0x20 } else { 0 };
+            if let Some(g) = d.get_mut(L4..L4 + 4) {
+                g.copy_from_slice(&[flags, 0, e0, e1]);
+            }
+            if let (Some(k), Some(g)) = (key, d.get_mut(L4 + 4..L4 + 8)) {
+                g.copy_from_slice(&k.to_be_bytes());
+            }
+        }
+        TemplateTunnel::Gue { port } => udp_header(d, port),
+        TemplateTunnel::Geneve {
+            port,
+            vni,
+            options,
+            options_len,
+            cookie: has_cookie,
+        } => {
+            udp_header(d, port);
+            let g = L4 + udp::HEADER_LEN;
+            let ol = usize::from(options_len);
+            let [e0, e1] = inner_et.to_be_bytes();
+            let [_, v0, v1, v2] = vni.to_be_bytes();
+            if let Some(b) = d.get_mut(g..g + geneve::BASE_HEADER_LEN) {
+                b.copy_from_slice(&[(ol / 4) as u8, 0, e0, e1, v0, v1, v2, 0]);
+            }
+            let o = g + geneve::BASE_HEADER_LEN;
+            if let (Some(dst), Some(src)) = (d.get_mut(o..o + ol), options.get(..ol)) {
+                dst.copy_from_slice(src);
+                match dst.last_chunk_mut::<4>() {
+                    Some(c) if has_cookie => *c = cookie.to_be_bytes(),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(hdr_len)
+}
+
 /// The kind of tunnel a packet arrived in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TunnelKind {

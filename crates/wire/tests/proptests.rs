@@ -8,13 +8,14 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{
-    DecapConfig, Outer, Tunnel, UdpChecksum, decapsulate, encapsulate, parse_tunnel,
+    DecapConfig, InnerIp, Outer, Template, Tunnel, UdpChecksum, decapsulate, encapsulate,
+    encapsulate_with, parse_tunnel,
 };
 use wire::ethernet::{EthernetRepr, VlanTag, ethertype};
 use wire::flow::{Affinity, FlowKey};
 use wire::geneve::{GatewayOptions, GeneveOption, OptionIds};
 use wire::ip::proto;
-use wire::packet::{Frame, parse_frame};
+use wire::packet::{Fragment, Frame, IpVersion, parse_frame, parse_v4_flow};
 use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, ndp, reply, tcp, udp, vxlan};
 
 fn mac() -> impl Strategy<Value = [u8; 6]> {
@@ -533,6 +534,121 @@ proptest! {
         if let Tunnel::Geneve { options, .. } = t {
             prop_assert_eq!(info.gateway, options);
         }
+    }
+}
+
+// ------------------------------------------------------------------ the data plane's fast path
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// A template gives the bytes `encapsulate` gives, and fails where it fails.
+    #[test]
+    fn template_encap_matches_encapsulate(
+        s in inner_spec(), t in tunnel(), smac in mac(), dmac in mac(), a in v4(), b in v4(),
+        hash in any::<u64>(), ttl in 1u8.., df in any::<bool>(), pad in vec(any::<u8>(), 0..8),
+        headroom in 0usize..80, lo in any::<u16>(), span in any::<u16>(),
+        csum in prop_oneof![Just(UdpChecksum::Auto), Just(UdpChecksum::Zero)],
+    ) {
+        let mut frame = build_inner(&s);
+        frame.extend_from_slice(&pad);
+        let outer = Outer {
+            src_mac: smac, dst_mac: dmac, src_ip: a.into(), dst_ip: b.into(), ttl,
+            dont_fragment: df, flow_hash: hash, src_port_min: lo,
+            src_port_max: lo.saturating_add(span), udp_checksum: csum,
+        };
+        let tmpl = Template::new(&outer, &t).expect("IPv4 outer headers have a template");
+        let cookie = match t { Tunnel::Geneve { options, .. } => options.cookie.unwrap_or(0), _ => 0 };
+        let mut want = MemBuf::new([0u8; 700], headroom, &frame).unwrap();
+        let mut got = MemBuf::new([0u8; 700], headroom, &frame).unwrap();
+        let inner = InnerIp::of(&frame).unwrap();
+        if let Ok(Frame::Ip(_, info)) = parse_frame(&frame) {
+            prop_assert_eq!(InnerIp::from_parsed(&info, &frame), inner);
+        }
+        let w = encapsulate(&mut want, &outer, &t);
+        let g = encapsulate_with(&mut got, &tmpl, &inner, hash, cookie);
+        prop_assert_eq!(w.is_ok(), g.is_ok(), "{:?} vs {:?}", w, g);
+        if w.is_ok() {
+            prop_assert_eq!(w.unwrap(), g.unwrap());
+            prop_assert_eq!(want.data(), got.data());
+        }
+    }
+
+    /// No template for what it does not cover; `encapsulate` stays the way there.
+    #[test]
+    fn templates_only_for_ipv4_without_udp_checksums(t in tunnel(), a in v6(), b in v6(), c in v4(), d in v4()) {
+        let mut outer = Outer {
+            src_mac: [2; 6], dst_mac: [4; 6], src_ip: a.into(), dst_ip: b.into(), ttl: 64,
+            dont_fragment: true, flow_hash: 0, src_port_min: 1, src_port_max: 2,
+            udp_checksum: UdpChecksum::Auto,
+        };
+        prop_assert!(Template::new(&outer, &t).is_none());
+        outer.src_ip = c.into();
+        prop_assert!(Template::new(&outer, &t).is_none());
+        outer.dst_ip = d.into();
+        prop_assert!(Template::new(&outer, &t).is_some());
+        outer.udp_checksum = UdpChecksum::Full;
+        prop_assert!(Template::new(&outer, &t).is_none());
+    }
+
+    /// `parse_v4_flow` says yes to exactly the untagged, option-less, unfragmented IPv4
+    /// TCP/UDP frames `parse_frame` accepts, with the same facts.
+    #[test]
+    fn v4_fast_parse_agrees_with_parse_frame(
+        s in inner_spec(), cut in 0usize..80, flips in vec((0usize..64, any::<u8>()), 0..4),
+        plain in any::<bool>(), tcp in any::<bool>(), mutate in any::<bool>(),
+    ) {
+        // Half the cases are frames the fast path takes, before any mutation.
+        let mut s = s;
+        if plain {
+            s.eth.vlan_count = 0;
+            s.v6 = false;
+            s.l4 = if tcp { proto::TCP } else { proto::UDP };
+        }
+        let mut f = build_inner(&s);
+        if mutate {
+            for (i, x) in flips {
+                if let Some(b) = f.get_mut(i) {
+                    *b ^= x;
+                }
+            }
+            f.truncate(f.len().saturating_sub(cut % 4 * cut));
+        }
+        let fast = parse_v4_flow(&f);
+        let canonical = match parse_frame(&f) {
+            Ok(Frame::Ip(eth, info)) => {
+                let yes = eth.vlan_count == 0
+                    && info.version == IpVersion::V4
+                    && info.l4_offset == 34
+                    && info.fragment == Fragment::No
+                    && matches!(info.proto, proto::TCP | proto::UDP);
+                yes.then_some(info)
+            }
+            _ => None,
+        };
+        prop_assert_eq!(fast.is_some(), canonical.is_some(), "{:?} vs {:?}", fast, canonical);
+        if let (Some(v), Some(info)) = (fast, canonical) {
+            let mapped = |x: u32| wire::ip::mapped_v4(x.to_be_bytes());
+            prop_assert_eq!(info.src, mapped(v.src));
+            prop_assert_eq!(info.dst, mapped(v.dst));
+            prop_assert_eq!(info.proto, v.proto);
+            prop_assert_eq!(info.ports, Some((v.src_port, v.dst_port)));
+            prop_assert_eq!(info.tcp_flags, v.tcp_flags);
+            prop_assert_eq!(info.l3_len, u32::from(v.total_len));
+            prop_assert_eq!(f[15], v.ds);
+        }
+    }
+
+    /// The fast path's flow key is the general one, packed.
+    #[test]
+    fn v4_key_packs_like_the_general_key(
+        src in any::<u32>(), dst in any::<u32>(), p in any::<u8>(), ports in any::<(u16, u16)>(),
+        affinity in prop_oneof![Just(Affinity::None), Just(Affinity::ClientIpPortProto),
+            Just(Affinity::ClientIpProto), Just(Affinity::ClientIp)],
+    ) {
+        let mapped = |x: u32| wire::ip::mapped_v4(x.to_be_bytes());
+        let k = FlowKey::with_affinity(mapped(src), mapped(dst), p, Some(ports), false, affinity);
+        prop_assert_eq!(FlowKey::pack_v4(src, dst, p, ports, affinity), k.pack());
     }
 }
 

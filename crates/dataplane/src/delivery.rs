@@ -1,0 +1,103 @@
+//! Delivery to a backend (SPEC M8): the tunnel and outer headers of each
+//! mode, precomputed per backend where `wire` offers a template for them.
+
+use std::net::IpAddr;
+
+use config::compiled::Delivery;
+use wire::buf::PacketBuf;
+use wire::encap::{self, InnerIp, Outer, Template, Tunnel, UdpChecksum};
+use wire::geneve::{GatewayOptions, OptionIds};
+
+use crate::counters::DropReason;
+use crate::snapshot::{Backend, Local, ServicePlan};
+
+/// The tunnel of a delivery mode (`None` for `l2dsr`), carrying `cookie`
+/// where the mode has one.
+fn tunnel(delivery: Delivery, cookie: u32) -> Option<Tunnel> {
+    Some(match delivery {
+        Delivery::L2dsr => return None,
+        Delivery::Ipip => Tunnel::IpIp,
+        Delivery::Gre { key } => Tunnel::Gre { key },
+        Delivery::Gue { port } => Tunnel::Gue { port },
+        Delivery::Geneve {
+            port,
+            option_class,
+            endpoint_id_type,
+            flow_cookie_type,
+        } => Tunnel::Geneve {
+            port,
+            vni: 0,
+            ids: OptionIds {
+                class: option_class,
+                endpoint_type: endpoint_id_type,
+                cookie_type: flow_cookie_type,
+            },
+            options: GatewayOptions {
+                endpoint_id: None,
+                cookie: Some(cookie),
+            },
+        },
+    })
+}
+
+/// The outer headers towards `be`, from this node's tunnel source of the
+/// backend's family.
+fn outer(local: &Local, be: &Backend, hash: u64) -> Result<Outer, DropReason> {
+    let src_ip = match be.addr {
+        IpAddr::V4(_) => local.tunnel_src_v4.map(IpAddr::V4),
+        IpAddr::V6(_) => local.tunnel_src_v6.map(IpAddr::V6),
+    }
+    .ok_or(DropReason::NoTunnelSource)?;
+    Ok(Outer {
+        src_mac: local.mac,
+        dst_mac: be.mac,
+        src_ip,
+        dst_ip: be.addr,
+        ttl: 64,
+        dont_fragment: true,
+        flow_hash: hash,
+        src_port_min: encap::DEFAULT_SRC_PORTS.0,
+        src_port_max: encap::DEFAULT_SRC_PORTS.1,
+        udp_checksum: UdpChecksum::Auto,
+    })
+}
+
+/// The precomputed outer headers for packets of `delivery` to `be`, where
+/// `wire` has a template for them (IPv4 tunnels).
+pub(crate) fn template(local: &Local, be: &Backend, delivery: Delivery) -> Option<Template> {
+    let t = tunnel(delivery, 0)?;
+    Template::new(&outer(local, be, 0).ok()?, &t)
+}
+
+/// Sends the packet on its way to backend `slot` per the delivery mode of
+/// service `svc` (`plan`). `inner` describes the packet as parsed.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn deliver<B: PacketBuf>(
+    backends: &[Backend],
+    local: &Local,
+    plan: &ServicePlan,
+    svc: usize,
+    slot: u32,
+    cookie: u32,
+    hash: u64,
+    inner: &InnerIp,
+    pkt: &mut B,
+) -> Result<(), DropReason> {
+    let Some(be) = backends.get(slot as usize) else {
+        return Err(DropReason::NoBackend);
+    };
+    // The backend's template was made for its own service's delivery mode.
+    if let (Some(t), true) = (&be.encap, be.service as usize == svc) {
+        return encap::encapsulate_with(pkt, t, inner, hash, cookie)
+            .map(|_| ())
+            .map_err(|_| DropReason::EncapFailed);
+    }
+    let Some(tunnel) = tunnel(plan.delivery, cookie) else {
+        return encap::l2dsr_rewrite(pkt.data_mut(), be.mac, local.mac)
+            .map_err(|_| DropReason::Malformed);
+    };
+    encap::encapsulate(pkt, &outer(local, be, hash)?, &tunnel)
+        .map(|_| ())
+        .map_err(|_| DropReason::EncapFailed)
+}
