@@ -142,6 +142,7 @@ impl RuleIndex {
     ///
     /// A TCP/UDP rule whose ports contain the port wins over `L3_DEFAULT`;
     /// a packet without a port matches only all-port rules. No allocation.
+    #[inline]
     pub fn lookup(&self, dst: IpAddr, proto: u8, dst_port: Option<u16>) -> Option<RuleMatch> {
         let v = self.find(dst)?;
         let specific = match proto {

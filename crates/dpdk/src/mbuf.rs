@@ -72,6 +72,14 @@ impl Mbuf {
         unsafe { self.0.as_ref() }
     }
 
+    /// The header, writable (exclusively owned, as in [`Mbuf::raw`]).
+    #[inline(always)]
+    fn raw_mut(&mut self) -> &mut rte_mbuf {
+        // SAFETY: we own the mbuf exclusively (type invariant) and `&mut self`
+        // guarantees no other borrow of its header exists.
+        unsafe { self.0.as_mut() }
+    }
+
     /// Start of the packet data in the first segment.
     #[inline(always)]
     fn data_ptr(&self) -> *mut u8 {
@@ -140,9 +148,14 @@ impl Mbuf {
             .ok()
             .filter(|_| n <= have)
             .ok_or(MbufError::NoHeadroom { need: n, have })?;
-        // SAFETY: valid owned mbuf; n <= headroom, so prepend cannot fail.
-        let p = unsafe { dpdk_sys::rte_pktmbuf_prepend(self.0.as_ptr(), len) };
-        debug_assert!(!p.is_null());
+        // What rte_pktmbuf_prepend does once its headroom check passed, here
+        // so that it inlines (the C function is static inline: through
+        // bindgen's wrapper it would be a call per packet). data_off +
+        // data_len <= buf_len, so data_len + len fits in u16.
+        let m = self.raw_mut();
+        m.data_off -= len;
+        m.data_len += len;
+        m.pkt_len += u32::from(len);
         Ok(&mut self.data_mut()[..n])
     }
 
@@ -155,9 +168,11 @@ impl Mbuf {
             .ok()
             .filter(|_| n <= have)
             .ok_or(MbufError::TooShort { need: n, have })?;
-        // SAFETY: valid owned mbuf; n <= data_len, so adj cannot fail.
-        let p = unsafe { dpdk_sys::rte_pktmbuf_adj(self.0.as_ptr(), len) };
-        debug_assert!(!p.is_null());
+        // rte_pktmbuf_adj after its length check (inlined, as in `prepend`).
+        let m = self.raw_mut();
+        m.data_len -= len;
+        m.data_off += len;
+        m.pkt_len -= u32::from(len);
         Ok(())
     }
 
@@ -186,9 +201,11 @@ impl Mbuf {
             .ok()
             .filter(|_| n <= have && self.is_contiguous())
             .ok_or(MbufError::TooShort { need: n, have })?;
-        // SAFETY: valid owned mbuf; single segment holding at least n bytes.
-        let ret = unsafe { dpdk_sys::rte_pktmbuf_trim(self.0.as_ptr(), len) };
-        debug_assert_eq!(ret, 0);
+        // rte_pktmbuf_trim of a single segment after its length check
+        // (inlined, as in `prepend`).
+        let m = self.raw_mut();
+        m.data_len -= len;
+        m.pkt_len -= u32::from(len);
         Ok(())
     }
 
