@@ -135,6 +135,36 @@ pub struct Worker {
     /// Port the packets being processed arrived on (index into
     /// `Local::port_macs`), for the source MAC of replies.
     rx_port: usize,
+    /// The passes' working arrays, allocated once: on the stack they were
+    /// cleared for every group (some 4 KB per burst).
+    scratch: Option<Box<Scratch>>,
+}
+
+/// What [`Worker::process_group`]'s passes hand each other. Entries are
+/// written before they are read within a group, never read from an earlier
+/// group.
+struct Scratch {
+    stages: [Stage; GROUP],
+    keys: [flowtable::FlowKey; GROUP],
+    hashes: [u64; GROUP],
+    hits: [Option<Hit>; GROUP],
+}
+
+impl Scratch {
+    fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            stages: [const { Stage::Done(Outcome::ToHost) }; GROUP],
+            keys: [flowtable::FlowKey([0; 5]); GROUP],
+            hashes: [0; GROUP],
+            hits: [None; GROUP],
+        })
+    }
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scratch")
+    }
 }
 
 impl Worker {
@@ -145,6 +175,7 @@ impl Worker {
             counters: WorkerCounters::new(children),
             rng: seed | 1,
             rx_port: usize::MAX,
+            scratch: Some(Scratch::new()),
         }
     }
 
@@ -203,11 +234,17 @@ impl Worker {
         pkts: &mut [B],
         verdicts: &mut [Verdict],
     ) {
-        let mut stages: [Stage; GROUP] = [const { Stage::Done(Outcome::ToHost) }; GROUP];
+        // Taken out for the group (and put back) so that `self` stays free
+        // for the passes; a worker is never re-entered.
+        let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
+        let Scratch {
+            stages,
+            keys,
+            hashes,
+            hits,
+        } = &mut *sc;
         // Keys are written in place by `classify` (no copies of them between
         // passes: copying freshly written keys stalls store forwarding).
-        let mut keys = [flowtable::FlowKey([0; 5]); GROUP];
-        let mut hashes = [0u64; GROUP];
         let mut lookups = 0;
         for (pkt, stage) in pkts.iter_mut().zip(stages.iter_mut()) {
             let Some(key) = keys.get_mut(lookups) else {
@@ -219,13 +256,12 @@ impl Worker {
                 lookups += 1;
             }
         }
-        let mut hits = [None; GROUP];
         flows.lookup_burst(&keys[..lookups], &hashes[..lookups], &mut hits[..lookups]);
         // Bit (hash % 64) set: an earlier packet of this group changed an
         // entry with that hash; later packets with it look up afresh.
         let mut changed = 0u64;
         let mut next = 0;
-        for ((pkt, v), stage) in pkts.iter_mut().zip(verdicts.iter_mut()).zip(&stages) {
+        for ((pkt, v), stage) in pkts.iter_mut().zip(verdicts.iter_mut()).zip(stages.iter()) {
             let outcome = match stage {
                 Stage::Done(o) => *o,
                 Stage::Lookup(p) => {
@@ -248,6 +284,7 @@ impl Worker {
             };
             *v = self.count(outcome);
         }
+        self.scratch = Some(sc);
     }
 
     /// Processes one packet in place.

@@ -393,6 +393,8 @@ pub struct Template {
     /// Ones'-complement sum of `head`'s IPv4 header words.
     sum: u32,
     tunnel: TemplateTunnel,
+    /// Bytes of tunnel headers between the outer IP header and the inner packet.
+    tunnel_len: u8,
     src_port_min: u16,
     src_port_max: u16,
 }
@@ -454,15 +456,15 @@ impl Template {
         Some(Template {
             head,
             sum,
+            tunnel_len: Self::tunnel_len_of(&tunnel) as u8,
             tunnel,
             src_port_min: outer.src_port_min,
             src_port_max: outer.src_port_max,
         })
     }
 
-    /// Bytes of tunnel headers between the outer IP header and the inner packet.
-    const fn tunnel_len(&self) -> usize {
-        match self.tunnel {
+    const fn tunnel_len_of(tunnel: &TemplateTunnel) -> usize {
+        match *tunnel {
             TemplateTunnel::IpIp => 0,
             TemplateTunnel::Gre { key } => gre::MIN_HEADER_LEN + if key.is_some() { 4 } else { 0 },
             TemplateTunnel::Gue { .. } => udp::HEADER_LEN,
@@ -486,7 +488,7 @@ pub fn encapsulate_with<B: PacketBuf>(
 ) -> Result<usize, EncapError> {
     const L3: usize = ethernet::HEADER_LEN;
     const L4: usize = L3 + ipv4::MIN_HEADER_LEN;
-    let tun_len = t.tunnel_len();
+    let tun_len = usize::from(t.tunnel_len);
     let ip_payload = tun_len + inner.ip_len;
     if ip_payload > usize::from(u16::MAX) - ipv4::MIN_HEADER_LEN {
         return Err(EncapError::TooLong);
