@@ -92,6 +92,11 @@ pub struct RuleMatch {
     pub rule: RuleId,
     /// The child rule of the destination VIP.
     pub child: ChildRuleId,
+    /// The rule's backend service (copied here so that the data plane's
+    /// per-packet path needs no second lookup into `rules`).
+    pub service: ServiceId,
+    /// Whether the rule is a gateway-mode rule (likewise copied).
+    pub gateway: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -798,9 +803,14 @@ fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
         if !c.served {
             continue;
         }
+        let Some(rule) = rules.get(c.rule.0 as usize) else {
+            continue;
+        };
         let hit = RuleMatch {
             rule: c.rule,
             child: ChildRuleId(ci as u32),
+            service: rule.service,
+            gateway: rule.mode == RuleMode::Gateway,
         };
         let entry = match vips.iter().position(|v| v.addr == c.vip) {
             Some(i) => &mut vips[i],

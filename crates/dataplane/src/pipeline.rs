@@ -13,7 +13,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use config::compiled::ZoneId;
-use config::schema::{ConnectionPersistence, NoBackendAction, RuleMode};
+use config::schema::{ConnectionPersistence, NoBackendAction};
 use flowtable::{EntryFlags, FlowTable, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
 use wire::arp::{self, ArpRepr};
 use wire::buf::PacketBuf;
@@ -577,13 +577,10 @@ impl Worker {
                 Outcome::Drop(DropReason::NotOurs)
             });
         };
-        let Some(rule) = snap.compiled.rules.get(m.rule.index()) else {
-            return Err(Outcome::Drop(DropReason::NoRule));
-        };
-        if rule.mode == RuleMode::Gateway {
+        if m.gateway {
             return Err(Outcome::Drop(DropReason::GatewayUnsupported));
         }
-        let svc = rule.service.index();
+        let svc = m.service.index();
         let Some(plan) = snap.services.get(svc) else {
             return Err(Outcome::Drop(DropReason::NoRule));
         };
