@@ -138,6 +138,9 @@ pub struct Worker {
     /// The passes' working arrays, allocated once: on the stack they were
     /// cleared for every group (some 4 KB per burst).
     scratch: Option<Box<Scratch>>,
+    /// The rule of the group's last fast-path packet: (destination,
+    /// protocol, port) -> (child, service). Cleared with every group.
+    last_rule: Option<((u32, u8, u16), usize, usize)>,
 }
 
 /// What [`Worker::process_group`]'s passes hand each other. Entries are
@@ -176,6 +179,7 @@ impl Worker {
             rng: seed | 1,
             rx_port: usize::MAX,
             scratch: Some(Scratch::new()),
+            last_rule: None,
         }
     }
 
@@ -237,6 +241,7 @@ impl Worker {
         // Taken out for the group (and put back) so that `self` stays free
         // for the passes; a worker is never re-entered.
         let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
+        self.last_rule = None;
         let Scratch {
             stages,
             keys,
@@ -295,6 +300,7 @@ impl Worker {
         now: Tick,
         pkt: &mut B,
     ) -> Verdict {
+        self.last_rule = None;
         let mut key = flowtable::FlowKey([0; 5]);
         let outcome = match self.classify(snap, pkt, &mut key) {
             Stage::Done(o) => o,
@@ -510,11 +516,28 @@ impl Worker {
         f: &V4Flow,
         key_out: &mut flowtable::FlowKey,
     ) -> Stage {
-        let dst = IpAddr::V4(Ipv4Addr::from(f.dst));
-        let (child, svc, plan) = match self.select(snap, dst, f.proto, Some(f.dst_port), false, len)
-        {
-            Ok(x) => x,
-            Err(o) => return Stage::Done(o),
+        // Packets of a burst mostly go to the same service: the previous
+        // fast-path packet's rule is reused when its destination, protocol
+        // and port are this one's (the snapshot is the same within a group).
+        let dest = (f.dst, f.proto, f.dst_port);
+        let (child, svc, plan) = match self.last_rule {
+            Some((d, child, svc)) if d == dest => match snap.services.get(svc) {
+                Some(plan) => {
+                    self.count_child(child, len);
+                    (child, svc, plan)
+                }
+                None => return Stage::Done(Outcome::Drop(DropReason::NoRule)),
+            },
+            _ => {
+                let dst = IpAddr::V4(Ipv4Addr::from(f.dst));
+                match self.select(snap, dst, f.proto, Some(f.dst_port), false, len) {
+                    Ok(x) => {
+                        self.last_rule = Some((dest, x.0, x.1));
+                        x
+                    }
+                    Err(o) => return Stage::Done(o),
+                }
+            }
         };
         let mut words = FlowKey::pack_v4(
             f.src,
@@ -584,11 +607,16 @@ impl Worker {
         let Some(plan) = snap.services.get(svc) else {
             return Err(Outcome::Drop(DropReason::NoRule));
         };
-        if let Some(child) = self.counters.children.get_mut(m.child.index()) {
-            child.packets += 1;
-            child.bytes += len as u64;
-        }
+        self.count_child(m.child.index(), len);
         Ok((m.child.index(), svc, plan))
+    }
+
+    #[inline(always)]
+    fn count_child(&mut self, child: usize, len: usize) {
+        if let Some(c) = self.counters.children.get_mut(child) {
+            c.packets += 1;
+            c.bytes += len as u64;
+        }
     }
 
     /// The flow-table part of an IP packet: follow its entry (`hit`) or
