@@ -516,7 +516,9 @@ pub fn encapsulate_with<B: PacketBuf>(
         ethertype::IPV4
     };
     let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
-    let ipip_proto = match (t.tunnel, inner.v6) {
+    // By reference: the tunnel carries GENEVE's options, and a copy of it
+    // per packet showed in instruction counts.
+    let ipip_proto = match (&t.tunnel, inner.v6) {
         (TemplateTunnel::IpIp, false) => proto::IPIP,
         (TemplateTunnel::IpIp, true) => proto::IPV6,
         _ => 0,
@@ -537,9 +539,9 @@ pub fn encapsulate_with<B: PacketBuf>(
             u.copy_from_slice(&[s0, s1, p0, p1, len[0], len[1], 0, 0]);
         }
     };
-    match t.tunnel {
+    match &t.tunnel {
         TemplateTunnel::IpIp => {}
-        TemplateTunnel::Gre { key } => {
+        &TemplateTunnel::Gre { key } => {
             let [e0, e1] = inner_et.to_be_bytes();
             let flags = if key.is_some() { 0x20 } else { 0 };
             if let Some(g) = d.get_mut(L4..L4 + 4) {
@@ -549,7 +551,7 @@ pub fn encapsulate_with<B: PacketBuf>(
                 g.copy_from_slice(&k.to_be_bytes());
             }
         }
-        TemplateTunnel::Gue { port } => udp_header(d, port),
+        &TemplateTunnel::Gue { port } => udp_header(d, port),
         TemplateTunnel::Geneve {
             port,
             vni,
@@ -557,6 +559,7 @@ pub fn encapsulate_with<B: PacketBuf>(
             options_len,
             cookie: has_cookie,
         } => {
+            let (port, vni, options_len, has_cookie) = (*port, *vni, *options_len, *has_cookie);
             udp_header(d, port);
             let g = L4 + udp::HEADER_LEN;
             let ol = usize::from(options_len);
