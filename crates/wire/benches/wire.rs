@@ -10,14 +10,14 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{
-    DecapConfig, Outer, Tunnel, UdpChecksum, decapsulate, encapsulate, geneve_return_rewrite,
-    l2dsr_rewrite,
+    DecapConfig, InnerIp, Outer, Template, Tunnel, UdpChecksum, decapsulate, encapsulate,
+    encapsulate_with, geneve_return_rewrite, l2dsr_rewrite,
 };
 use wire::ethernet::{EthernetRepr, ethertype};
 use wire::flow::{Affinity, FlowKey};
 use wire::geneve::{GatewayOptions, OptionIds};
 use wire::ip::proto;
-use wire::packet::{Frame, parse_frame};
+use wire::packet::{Frame, parse_frame, parse_v4_flow};
 use wire::{ipv4, ipv6, tcp};
 
 fn frame(v6: bool) -> Vec<u8> {
@@ -125,6 +125,16 @@ fn benches(c: &mut Criterion) {
             })
         });
     }
+    // The data plane's fast path for the same IPv4 frame.
+    g.bench_function("parse_v4_flow+pack_v4+hash/ipv4_tcp", |b| {
+        b.iter(|| match parse_v4_flow(black_box(&f4)) {
+            Some(f) => wire::flow::hash_words(
+                &FlowKey::pack_v4(f.src, f.dst, f.proto, (f.src_port, f.dst_port), Affinity::None),
+                0,
+            ),
+            None => 0,
+        })
+    });
     let key = FlowKey::five([7; 16], [9; 16], 6, 1234, 80);
     g.bench_function("hash64", |b| b.iter(|| black_box(&key).hash64()));
     g.bench_function("symmetric+hash64", |b| {
@@ -157,6 +167,22 @@ fn benches(c: &mut Criterion) {
             b.iter(|| {
                 buf.reset(128, f).unwrap();
                 encapsulate(&mut buf, black_box(&o), black_box(&t)).unwrap()
+            })
+        });
+    }
+    // Per-backend templates (IPv4 outer headers), as the data plane delivers.
+    let inner4 = InnerIp::of(&f4).unwrap();
+    for (name, t) in [
+        ("template/ipip_4in4", Tunnel::IpIp),
+        ("template/gre_key_4in4", gre),
+        ("template/gue_4in4", gue),
+        ("template/geneve_4in4", geneve()),
+    ] {
+        let tmpl = Template::new(&outer(false), &t).unwrap();
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                buf.reset(128, &f4).unwrap();
+                encapsulate_with(&mut buf, black_box(&tmpl), &inner4, black_box(7), 9).unwrap()
             })
         });
     }
