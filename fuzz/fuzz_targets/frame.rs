@@ -1,9 +1,11 @@
 //! parse_frame / parse_ip and every flow key derived from the result; the data plane's fast
-//! path (parse_v4_flow, FlowKey::pack_v4) against them.
+//! paths (parse_v4_flow / parse_v6_flow, FlowKey::pack_v4 / pack_v6) against them.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use wire::flow::{Affinity, FlowKey};
-use wire::packet::{Fragment, Frame, IpVersion, parse_frame, parse_ip, parse_v4_flow};
+use wire::packet::{
+    Fragment, Frame, IpVersion, parse_frame, parse_ip, parse_v4_flow, parse_v6_flow,
+};
 
 fuzz_target!(|data: &[u8]| {
     let fast = parse_v4_flow(data);
@@ -37,6 +39,38 @@ fuzz_target!(|data: &[u8]| {
         ] {
             let k = FlowKey::from_packet(&info, a);
             assert_eq!(FlowKey::pack_v4(f.src, f.dst, f.proto, ports, a), k.pack());
+        }
+    }
+    let fast6 = parse_v6_flow(data);
+    let canonical6 = match parse_frame(data) {
+        Ok(Frame::Ip(eth, info))
+            if eth.vlan_count == 0
+                && info.version == IpVersion::V6
+                && info.l4_offset == 54
+                && info.fragment == Fragment::No
+                && matches!(info.proto, 6 | 17)
+                && !wire::ip::is_mapped_v4(&info.src)
+                && !wire::ip::is_mapped_v4(&info.dst) =>
+        {
+            Some(info)
+        }
+        _ => None,
+    };
+    assert_eq!(fast6.is_some(), canonical6.is_some(), "{fast6:?} vs {canonical6:?}");
+    if let (Some(f), Some(info)) = (fast6, canonical6) {
+        assert_eq!((info.src, info.dst), (f.src, f.dst));
+        assert_eq!(info.ports, Some((f.src_port, f.dst_port)));
+        assert_eq!((info.proto, info.tcp_flags), (f.proto, f.tcp_flags));
+        assert_eq!(info.l3_len, 40 + u32::from(f.payload_len));
+        let ports = (f.src_port, f.dst_port);
+        for a in [
+            Affinity::None,
+            Affinity::ClientIpPortProto,
+            Affinity::ClientIpProto,
+            Affinity::ClientIp,
+        ] {
+            let k = FlowKey::from_packet(&info, a);
+            assert_eq!(FlowKey::pack_v6(&f.src, &f.dst, f.proto, ports, a), k.pack());
         }
     }
     if let Ok(Frame::Ip(_, info)) = parse_frame(data) {

@@ -1,5 +1,6 @@
 //! Delivery to a backend (SPEC M8): the tunnel and outer headers of each
-//! mode, precomputed per backend where `wire` offers a template for them.
+//! mode, precomputed per backend (`wire::encap::Template`) when the snapshot
+//! is built.
 
 use std::net::IpAddr;
 
@@ -62,8 +63,8 @@ fn outer(local: &Local, be: &Backend, hash: u64) -> Result<Outer, DropReason> {
     })
 }
 
-/// The precomputed outer headers for packets of `delivery` to `be`, where
-/// `wire` has a template for them (IPv4 tunnels).
+/// The precomputed outer headers for packets of `delivery` to `be` (`None`
+/// for `l2dsr`, or without a tunnel source of the backend's family).
 pub(crate) fn template(local: &Local, be: &Backend, delivery: Delivery) -> Option<Template> {
     let t = tunnel(delivery, 0)?;
     Template::new(&outer(local, be, 0).ok()?, &t)

@@ -10,7 +10,7 @@
 //! neighbor-discovery and multicast-listener messages belong to the host's
 //! kernel and go to the exception path whatever their address.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use config::compiled::ZoneId;
 use config::schema::{ConnectionPersistence, NoBackendAction};
@@ -22,7 +22,10 @@ use wire::ethernet::{self, EthernetRepr, MacAddr};
 use wire::flow::FlowKey;
 use wire::icmpv6::msg;
 use wire::ip::{proto as ipproto, unmap};
-use wire::packet::{Frame, IcmpInfo, IpVersion, PacketInfo, V4Flow, parse_frame, parse_v4_flow};
+use wire::packet::{
+    Frame, IcmpInfo, IpVersion, PacketInfo, V4Flow, V6Flow, parse_frame, parse_v4_flow,
+    parse_v6_flow,
+};
 use wire::tcp::Flags;
 use wire::{ReplyError, ndp, reply};
 
@@ -325,6 +328,9 @@ impl Worker {
         if let Some(f) = parse_v4_flow(pkt.data()) {
             return self.v4_flow(snap, pkt.len(), &f, key);
         }
+        if let Some(f) = parse_v6_flow(pkt.data()) {
+            return self.v6_flow(snap, pkt.len(), &f, key);
+        }
         Stage::Done(match parse_frame(pkt.data()) {
             Err(_) => Outcome::Drop(DropReason::Malformed),
             Ok(Frame::Arp(eth, req)) => self.arp(snap, pkt, &eth, &req),
@@ -568,6 +574,55 @@ impl Worker {
                 v6: false,
                 ds: f.ds,
                 ip_len: u32::from(f.total_len),
+            },
+        })
+    }
+
+    /// [`Worker::ip`] for an IPv6 packet of the fast path
+    /// ([`parse_v6_flow`]).
+    #[inline(always)]
+    fn v6_flow(
+        &mut self,
+        snap: &Snapshot,
+        len: usize,
+        f: &V6Flow,
+        key_out: &mut flowtable::FlowKey,
+    ) -> Stage {
+        let dst = IpAddr::V6(Ipv6Addr::from(f.dst));
+        let (child, svc, plan) = match self.select(snap, dst, f.proto, Some(f.dst_port), false, len)
+        {
+            Ok(x) => x,
+            Err(o) => return Stage::Done(o),
+        };
+        let mut words = FlowKey::pack_v6(
+            &f.src,
+            &f.dst,
+            f.proto,
+            (f.src_port, f.dst_port),
+            plan.affinity,
+        );
+        let hash = wire::flow::hash_words(&words, 0);
+        words[4] |= (svc & 0xffff) as u64;
+        *key_out = flowtable::FlowKey(words);
+        Stage::Lookup(Pending {
+            tcp_flags: f.tcp_flags,
+            child,
+            svc,
+            proto: f.proto,
+            fragment: false,
+            is_icmp_error: false,
+            hash,
+            class: class_of(f.proto),
+            client_zone: if plan.zonal {
+                snap.compiled.client_zone(IpAddr::V6(Ipv6Addr::from(f.src)))
+            } else {
+                None
+            },
+            inner: Inner {
+                l2_len: ethernet::HEADER_LEN as u8,
+                v6: true,
+                ds: f.traffic_class,
+                ip_len: 40 + u32::from(f.payload_len),
             },
         })
     }

@@ -77,7 +77,7 @@ pub struct Backend {
     /// Flow-relevant state.
     pub state: BackendState,
     /// Outer headers for packets to it, precomputed for its service's
-    /// delivery mode (tunnels with an IPv4 outer header; `None` otherwise).
+    /// delivery mode (`None` for `l2dsr` and without a tunnel source).
     pub encap: Option<Template>,
 }
 

@@ -129,7 +129,13 @@ fn benches(c: &mut Criterion) {
     g.bench_function("parse_v4_flow+pack_v4+hash/ipv4_tcp", |b| {
         b.iter(|| match parse_v4_flow(black_box(&f4)) {
             Some(f) => wire::flow::hash_words(
-                &FlowKey::pack_v4(f.src, f.dst, f.proto, (f.src_port, f.dst_port), Affinity::None),
+                &FlowKey::pack_v4(
+                    f.src,
+                    f.dst,
+                    f.proto,
+                    (f.src_port, f.dst_port),
+                    Affinity::None,
+                ),
                 0,
             ),
             None => 0,

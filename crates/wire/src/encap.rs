@@ -382,16 +382,21 @@ enum TemplateTunnel {
 
 /// The outer headers of one destination, computed once (when the data plane's snapshot is
 /// built) so that each packet only copies them and fills in its own fields: [`encapsulate`]
-/// for IPv4 outer headers, minus the per-packet work that never changes. `None` from
-/// [`Template::new`] for what it does not cover (IPv6 outer headers, computed UDP
-/// checksums): use [`encapsulate`] there.
+/// minus the per-packet work that never changes. Every [`Outer`] and [`Tunnel`] that
+/// `encapsulate` takes has one ([`Template::new`] is `None` only for what `encapsulate`
+/// refuses too: mixed families, an empty port range, options too long).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Template {
-    /// Ethernet and IPv4 header; DS, total length, checksum (and, for IP-in-IP, the
-    /// protocol) zero.
-    head: [u8; 34],
-    /// Ones'-complement sum of `head`'s IPv4 header words.
+    /// Ethernet and IP header (34 bytes for IPv4, 54 for IPv6) with the per-packet fields
+    /// zero: DS / traffic class, lengths, IPv4 checksum, IPv6 flow label, and for IP-in-IP
+    /// the protocol.
+    head: [u8; 54],
+    /// IPv6 outer header.
+    v6: bool,
+    /// Ones'-complement sum of the IPv4 header words in `head`.
     sum: u32,
+    /// Sum of the pseudo header's addresses, when the outer UDP header gets a checksum.
+    udp_checksum: Option<u64>,
     tunnel: TemplateTunnel,
     /// Bytes of tunnel headers between the outer IP header and the inner packet.
     tunnel_len: u8,
@@ -403,14 +408,17 @@ impl Template {
     /// The template of `outer` (its `flow_hash` is ignored) and `tunnel` (a GENEVE cookie's
     /// presence counts, not its value).
     pub fn new(outer: &Outer, tunnel: &Tunnel) -> Option<Template> {
-        let (IpAddr::V4(src), IpAddr::V4(dst)) = (outer.src_ip, outer.dst_ip) else {
-            return None;
+        let v6 = match (outer.src_ip, outer.dst_ip) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => false,
+            (IpAddr::V6(_), IpAddr::V6(_)) => true,
+            _ => return None,
         };
-        if outer.udp_checksum == UdpChecksum::Full || outer.src_port_min > outer.src_port_max {
+        if outer.src_port_min > outer.src_port_max {
             return None;
         }
-        let mut head = [0u8; 34];
-        EthernetRepr::untagged(outer.dst_mac, outer.src_mac, ethertype::IPV4)
+        let mut head = [0u8; 54];
+        let et = if v6 { ethertype::IPV6 } else { ethertype::IPV4 };
+        EthernetRepr::untagged(outer.dst_mac, outer.src_mac, et)
             .emit(&mut head)
             .ok()?;
         let l4_proto = match tunnel {
@@ -418,17 +426,44 @@ impl Template {
             Tunnel::Gre { .. } => proto::GRE,
             Tunnel::Gue { .. } | Tunnel::Geneve { .. } => proto::UDP,
         };
-        let mut p = ipv4::Packet::new_unchecked(&mut head[ethernet::HEADER_LEN..]);
-        p.set_version_and_header_len(ipv4::MIN_HEADER_LEN);
-        p.set_frag(outer.dont_fragment, false, 0);
-        p.set_ttl(outer.ttl);
-        p.set_protocol(l4_proto);
-        p.set_src(src);
-        p.set_dst(dst);
-        let sum = head[ethernet::HEADER_LEN..]
-            .chunks_exact(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum();
+        let ip = &mut head[ethernet::HEADER_LEN..];
+        let mut sum = 0;
+        match (outer.src_ip, outer.dst_ip) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                let mut p = ipv4::Packet::new_unchecked(&mut ip[..ipv4::MIN_HEADER_LEN]);
+                p.set_version_and_header_len(ipv4::MIN_HEADER_LEN);
+                p.set_frag(outer.dont_fragment, false, 0);
+                p.set_ttl(outer.ttl);
+                p.set_protocol(l4_proto);
+                p.set_src(src);
+                p.set_dst(dst);
+                sum = ip[..ipv4::MIN_HEADER_LEN]
+                    .chunks_exact(2)
+                    .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                    .sum();
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Repr {
+                src,
+                dst,
+                next_header: l4_proto,
+                payload_len: 0,
+                hop_limit: outer.ttl,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(ip))
+            .ok()?,
+            _ => return None,
+        }
+        let udp = l4_proto == proto::UDP;
+        let checksummed = match outer.udp_checksum {
+            UdpChecksum::Auto => v6,
+            UdpChecksum::Full => true,
+            UdpChecksum::Zero => false,
+        };
+        let udp_checksum = (udp && checksummed)
+            .then(|| crate::ip::pseudo_header(&outer.src_ip, &outer.dst_ip, 0, 0))
+            .flatten();
         let tunnel = match *tunnel {
             Tunnel::IpIp => TemplateTunnel::IpIp,
             Tunnel::Gre { key } => TemplateTunnel::Gre { key },
@@ -455,7 +490,9 @@ impl Template {
         };
         Some(Template {
             head,
+            v6,
             sum,
+            udp_checksum,
             tunnel_len: Self::tunnel_len_of(&tunnel) as u8,
             tunnel,
             src_port_min: outer.src_port_min,
@@ -487,13 +524,19 @@ pub fn encapsulate_with<B: PacketBuf>(
     cookie: u32,
 ) -> Result<usize, EncapError> {
     const L3: usize = ethernet::HEADER_LEN;
-    const L4: usize = L3 + ipv4::MIN_HEADER_LEN;
+    let ip_hdr = if t.v6 {
+        ipv6::HEADER_LEN
+    } else {
+        ipv4::MIN_HEADER_LEN
+    };
+    let l4 = L3 + ip_hdr;
     let tun_len = usize::from(t.tunnel_len);
     let ip_payload = tun_len + inner.ip_len;
-    if ip_payload > usize::from(u16::MAX) - ipv4::MIN_HEADER_LEN {
+    let limit = usize::from(u16::MAX) - if t.v6 { 0 } else { ip_hdr };
+    if ip_payload > limit {
         return Err(EncapError::TooLong);
     }
-    let hdr_len = L4 + tun_len;
+    let hdr_len = l4 + tun_len;
     // The frame's link-layer header is overwritten, the rest prepended.
     let grow = hdr_len
         .checked_sub(inner.l2_len)
@@ -515,27 +558,40 @@ pub fn encapsulate_with<B: PacketBuf>(
     } else {
         ethertype::IPV4
     };
-    let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
-    // By reference: the tunnel carries GENEVE's options, and a copy of it
-    // per packet showed in instruction counts.
+    // By reference: the tunnel carries GENEVE's options, and a copy of it per packet
+    // showed in instruction counts.
     let ipip_proto = match (&t.tunnel, inner.v6) {
         (TemplateTunnel::IpIp, false) => proto::IPIP,
         (TemplateTunnel::IpIp, true) => proto::IPV6,
         _ => 0,
     };
-    let head: &mut [u8; 34] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
-    *head = t.head;
-    head[L3 + 1] = inner.ds;
-    head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
-    head[L3 + 9] |= ipip_proto;
-    let sum = t.sum + u32::from(inner.ds) + u32::from(total_len) + u32::from(ipip_proto);
-    head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold(u64::from(sum))).to_be_bytes());
+    if t.v6 {
+        let head: &mut [u8; 54] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
+        *head = t.head;
+        // Version, traffic class (the inner DS, RFC 6040) and the flow hash as flow label
+        // (RFC 6438).
+        let w = (6 << 28) | (u32::from(inner.ds) << 20) | (flow_hash as u32 & 0x000f_ffff);
+        head[L3..L3 + 4].copy_from_slice(&w.to_be_bytes());
+        head[L3 + 4..L3 + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        head[L3 + 6] |= ipip_proto;
+    } else {
+        let head: &mut [u8; 34] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
+        let from: &[u8; 34] = t.head.first_chunk().ok_or(ParseError::Truncated)?;
+        *head = *from;
+        let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
+        head[L3 + 1] = inner.ds;
+        head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
+        head[L3 + 9] |= ipip_proto;
+        let sum = t.sum + u32::from(inner.ds) + u32::from(total_len) + u32::from(ipip_proto);
+        head[L3 + 10..L3 + 12]
+            .copy_from_slice(&(!crate::checksum::fold(u64::from(sum))).to_be_bytes());
+    }
     let udp_header = |d: &mut [u8], port: u16| {
         let src = port_in_range(flow_hash, t.src_port_min, t.src_port_max);
         let len = (ip_payload as u16).to_be_bytes();
         let [s0, s1] = src.to_be_bytes();
         let [p0, p1] = port.to_be_bytes();
-        if let Some(u) = d.get_mut(L4..L4 + udp::HEADER_LEN) {
+        if let Some(u) = d.get_mut(l4..l4 + udp::HEADER_LEN) {
             u.copy_from_slice(&[s0, s1, p0, p1, len[0], len[1], 0, 0]);
         }
     };
@@ -544,10 +600,10 @@ pub fn encapsulate_with<B: PacketBuf>(
         &TemplateTunnel::Gre { key } => {
             let [e0, e1] = inner_et.to_be_bytes();
             let flags = if key.is_some() { 0x20 } else { 0 };
-            if let Some(g) = d.get_mut(L4..L4 + 4) {
+            if let Some(g) = d.get_mut(l4..l4 + 4) {
                 g.copy_from_slice(&[flags, 0, e0, e1]);
             }
-            if let (Some(k), Some(g)) = (key, d.get_mut(L4 + 4..L4 + 8)) {
+            if let (Some(k), Some(g)) = (key, d.get_mut(l4 + 4..l4 + 8)) {
                 g.copy_from_slice(&k.to_be_bytes());
             }
         }
@@ -561,7 +617,7 @@ pub fn encapsulate_with<B: PacketBuf>(
         } => {
             let (port, vni, options_len, has_cookie) = (*port, *vni, *options_len, *has_cookie);
             udp_header(d, port);
-            let g = L4 + udp::HEADER_LEN;
+            let g = l4 + udp::HEADER_LEN;
             let ol = usize::from(options_len);
             let [e0, e1] = inner_et.to_be_bytes();
             let [_, v0, v1, v2] = vni.to_be_bytes();
@@ -576,6 +632,17 @@ pub fn encapsulate_with<B: PacketBuf>(
                     _ => {}
                 }
             }
+        }
+    }
+    // A UDP checksum covers the inner packet: only where the policy asks for one (IPv6
+    // by default), as `UdpPacket::fill_checksum` computes it.
+    if let (Some(addrs), Some(seg)) = (t.udp_checksum, d.get_mut(l4..l4 + ip_payload)) {
+        let len = ip_payload as u64;
+        let ph = addrs + u64::from(proto::UDP) + (len >> 16) + (len & 0xffff);
+        let c = !crate::checksum::fold(crate::checksum::add(ph, seg));
+        let c = if c == 0 { 0xffff } else { c };
+        if let Some(x) = seg.get_mut(6..8) {
+            x.copy_from_slice(&c.to_be_bytes());
         }
     }
     Ok(hdr_len)

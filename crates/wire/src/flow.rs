@@ -254,6 +254,37 @@ impl FlowKey {
             ((sp as u64) << 48) | ((dp as u64) << 32) | ((p as u64) << 24) | ((tuple as u64) << 16),
         ]
     }
+    /// [`FlowKey::pack`] of the key [`FlowKey::with_affinity`] gives an unfragmented packet
+    /// with ports between 16-byte addresses, without building the key first.
+    #[inline(always)]
+    pub fn pack_v6(
+        src: &[u8; 16],
+        dst: &[u8; 16],
+        proto: u8,
+        ports: (u16, u16),
+        affinity: Affinity,
+    ) -> [u64; 5] {
+        let w = |a: &[u8; 16], i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&a[i * 8..i * 8 + 8]);
+            u64::from_be_bytes(b)
+        };
+        let (sp, dp, p, tuple) = match affinity {
+            Affinity::ClientIp => (0, 0, 0, Tuple::Two),
+            Affinity::ClientIpProto => (0, 0, proto, Tuple::Three),
+            Affinity::None | Affinity::ClientIpPortProto => (ports.0, ports.1, proto, Tuple::Five),
+        };
+        [
+            w(src, 0),
+            w(src, 1),
+            w(dst, 0),
+            w(dst, 1),
+            (u64::from(sp) << 48)
+                | (u64::from(dp) << 32)
+                | (u64::from(p) << 24)
+                | ((tuple as u64) << 16),
+        ]
+    }
 
     /// The inverse of [`FlowKey::pack`]; `None` for words no key packs to.
     pub fn unpack(w: &[u64; 5]) -> Option<Self> {

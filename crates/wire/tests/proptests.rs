@@ -15,7 +15,7 @@ use wire::ethernet::{EthernetRepr, VlanTag, ethertype};
 use wire::flow::{Affinity, FlowKey};
 use wire::geneve::{GatewayOptions, GeneveOption, OptionIds};
 use wire::ip::proto;
-use wire::packet::{Fragment, Frame, IpVersion, parse_frame, parse_v4_flow};
+use wire::packet::{Fragment, Frame, IpVersion, parse_frame, parse_v4_flow, parse_v6_flow};
 use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, ndp, reply, tcp, udp, vxlan};
 
 fn mac() -> impl Strategy<Value = [u8; 6]> {
@@ -545,19 +545,25 @@ proptest! {
     /// A template gives the bytes `encapsulate` gives, and fails where it fails.
     #[test]
     fn template_encap_matches_encapsulate(
-        s in inner_spec(), t in tunnel(), smac in mac(), dmac in mac(), a in v4(), b in v4(),
+        s in inner_spec(), t in tunnel(), smac in mac(), dmac in mac(), outer_v6 in any::<bool>(),
+        a in any::<[u8; 16]>(), b in any::<[u8; 16]>(),
         hash in any::<u64>(), ttl in 1u8.., df in any::<bool>(), pad in vec(any::<u8>(), 0..8),
-        headroom in 0usize..80, lo in any::<u16>(), span in any::<u16>(),
-        csum in prop_oneof![Just(UdpChecksum::Auto), Just(UdpChecksum::Zero)],
+        headroom in 0usize..100, lo in any::<u16>(), span in any::<u16>(),
+        csum in prop_oneof![Just(UdpChecksum::Auto), Just(UdpChecksum::Full), Just(UdpChecksum::Zero)],
     ) {
         let mut frame = build_inner(&s);
         frame.extend_from_slice(&pad);
+        let (src_ip, dst_ip): (IpAddr, IpAddr) = if outer_v6 {
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into())
+        } else {
+            (Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(b[0], b[1], b[2], b[3]).into())
+        };
         let outer = Outer {
-            src_mac: smac, dst_mac: dmac, src_ip: a.into(), dst_ip: b.into(), ttl,
+            src_mac: smac, dst_mac: dmac, src_ip, dst_ip, ttl,
             dont_fragment: df, flow_hash: hash, src_port_min: lo,
             src_port_max: lo.saturating_add(span), udp_checksum: csum,
         };
-        let tmpl = Template::new(&outer, &t).expect("IPv4 outer headers have a template");
+        let tmpl = Template::new(&outer, &t).expect("every outer encapsulate takes has a template");
         let cookie = match t { Tunnel::Geneve { options, .. } => options.cookie.unwrap_or(0), _ => 0 };
         let mut want = MemBuf::new([0u8; 700], headroom, &frame).unwrap();
         let mut got = MemBuf::new([0u8; 700], headroom, &frame).unwrap();
@@ -574,20 +580,18 @@ proptest! {
         }
     }
 
-    /// No template for what it does not cover; `encapsulate` stays the way there.
+    /// No template where `encapsulate` refuses the outer headers themselves.
     #[test]
-    fn templates_only_for_ipv4_without_udp_checksums(t in tunnel(), a in v6(), b in v6(), c in v4(), d in v4()) {
+    fn no_template_for_mixed_families_or_empty_port_ranges(t in tunnel(), a in v6(), c in v4()) {
         let mut outer = Outer {
-            src_mac: [2; 6], dst_mac: [4; 6], src_ip: a.into(), dst_ip: b.into(), ttl: 64,
+            src_mac: [2; 6], dst_mac: [4; 6], src_ip: a.into(), dst_ip: c.into(), ttl: 64,
             dont_fragment: true, flow_hash: 0, src_port_min: 1, src_port_max: 2,
             udp_checksum: UdpChecksum::Auto,
         };
         prop_assert!(Template::new(&outer, &t).is_none());
-        outer.src_ip = c.into();
-        prop_assert!(Template::new(&outer, &t).is_none());
-        outer.dst_ip = d.into();
+        outer.dst_ip = a.into();
         prop_assert!(Template::new(&outer, &t).is_some());
-        outer.udp_checksum = UdpChecksum::Full;
+        outer.src_port_min = 3;
         prop_assert!(Template::new(&outer, &t).is_none());
     }
 
@@ -636,6 +640,64 @@ proptest! {
             prop_assert_eq!(info.tcp_flags, v.tcp_flags);
             prop_assert_eq!(info.l3_len, u32::from(v.total_len));
             prop_assert_eq!(f[15], v.ds);
+        }
+    }
+
+    /// `parse_v6_flow` says yes to exactly the untagged IPv6 frames with TCP/UDP right after
+    /// the fixed header, between addresses that are not IPv4-mapped, that `parse_frame`
+    /// accepts, with the same facts.
+    #[test]
+    fn v6_fast_parse_agrees_with_parse_frame(
+        s in inner_spec(), cut in 0usize..80, flips in vec((0usize..80, any::<u8>()), 0..4),
+        plain in any::<bool>(), tcp in any::<bool>(), mutate in any::<bool>(), mapped in any::<u8>(),
+    ) {
+        let mut s = s;
+        if plain {
+            s.eth.vlan_count = 0;
+            s.v6 = true;
+            s.l4 = if tcp { proto::TCP } else { proto::UDP };
+        }
+        // Now and then an IPv4-mapped source or destination.
+        if mapped < 16 {
+            let a = if mapped & 1 == 0 { &mut s.src } else { &mut s.dst };
+            a[..12].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        }
+        let mut f = build_inner(&s);
+        if mutate {
+            for (i, x) in flips {
+                if let Some(b) = f.get_mut(i) {
+                    *b ^= x;
+                }
+            }
+            f.truncate(f.len().saturating_sub(cut % 4 * cut));
+        }
+        let fast = parse_v6_flow(&f);
+        let canonical = match parse_frame(&f) {
+            Ok(Frame::Ip(eth, info)) => {
+                let yes = eth.vlan_count == 0
+                    && info.version == IpVersion::V6
+                    && info.l4_offset == 54
+                    && info.fragment == Fragment::No
+                    && matches!(info.proto, proto::TCP | proto::UDP)
+                    && !wire::ip::is_mapped_v4(&info.src)
+                    && !wire::ip::is_mapped_v4(&info.dst);
+                yes.then_some(info)
+            }
+            _ => None,
+        };
+        prop_assert_eq!(fast.is_some(), canonical.is_some(), "{:?} vs {:?}", fast, canonical);
+        if let (Some(v), Some(info)) = (fast, canonical) {
+            prop_assert_eq!(info.src, v.src);
+            prop_assert_eq!(info.dst, v.dst);
+            prop_assert_eq!(info.proto, v.proto);
+            prop_assert_eq!(info.ports, Some((v.src_port, v.dst_port)));
+            prop_assert_eq!(info.tcp_flags, v.tcp_flags);
+            prop_assert_eq!(info.l3_len, 40 + u32::from(v.payload_len));
+            prop_assert_eq!(InnerIp::from_parsed(&info, &f).ds, v.traffic_class);
+            for a in [Affinity::None, Affinity::ClientIpPortProto, Affinity::ClientIpProto, Affinity::ClientIp] {
+                let k = FlowKey::from_packet(&info, a);
+                prop_assert_eq!(FlowKey::pack_v6(&v.src, &v.dst, v.proto, (v.src_port, v.dst_port), a), k.pack());
+            }
         }
     }
 
