@@ -61,7 +61,7 @@ fuzz_target!(|input: &[u8]| {
     let Ok(mut buf) = MemBuf::new([0u8; 4400], 128, frame) else {
         return;
     };
-    let templated = Template::new(&outer, &tunnel).and_then(|t| {
+    let templated = Template::new(&outer, &tunnel).ok().and_then(|t| {
         let inner = InnerIp::of(frame).ok()?;
         let mut b = MemBuf::new([0u8; 4400], 128, frame).ok()?;
         let cookie = match tunnel {

@@ -67,7 +67,7 @@ fn outer(local: &Local, be: &Backend, hash: u64) -> Result<Outer, DropReason> {
 /// for `l2dsr`, or without a tunnel source of the backend's family).
 pub(crate) fn template(local: &Local, be: &Backend, delivery: Delivery) -> Option<Template> {
     let t = tunnel(delivery, 0)?;
-    Template::new(&outer(local, be, 0).ok()?, &t)
+    Template::new(&outer(local, be, 0).ok()?, &t).ok()
 }
 
 /// Sends the packet on its way to backend `slot` per the delivery mode of

@@ -37,7 +37,7 @@ use crate::gue::{self, GueRepr};
 use crate::ip::proto;
 use crate::ipv4;
 use crate::ipv6::{self, Ipv6Repr};
-use crate::udp::{self, UdpRepr};
+use crate::udp;
 
 /// Which checksum outer UDP headers of GUE/GENEVE get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -132,187 +132,23 @@ pub fn l2dsr_rewrite(frame: &mut [u8], dst: MacAddr, src: MacAddr) -> Result<(),
     Ok(())
 }
 
-/// Facts about the inner IP packet of a frame.
-struct Inner {
-    l2_len: usize,
-    ip_len: usize,
-    ethertype: u16,
-    ds: u8,
-}
-
-fn inner_of(frame: &[u8]) -> Result<Inner, EncapError> {
-    let eth = EthernetRepr::parse(frame)?;
-    let l2_len = eth.header_len();
-    let ip = frame.get(l2_len..).ok_or(ParseError::Truncated)?;
-    let (ip_len, ds) = match eth.ethertype {
-        ethertype::IPV4 => {
-            let p = ipv4::Packet::new_checked(ip)?;
-            (usize::from(p.total_len()), p.dscp_ecn())
-        }
-        ethertype::IPV6 => {
-            let p = ipv6::Packet::new_checked(ip)?;
-            (
-                ipv6::HEADER_LEN + usize::from(p.payload_len()),
-                p.traffic_class(),
-            )
-        }
-        _ => return Err(EncapError::NotIp),
-    };
-    Ok(Inner {
-        l2_len,
-        ip_len,
-        ethertype: eth.ethertype,
-        ds,
-    })
-}
-
 /// Encapsulates the frame in `buf` in place (see the module docs). Returns the number of
-/// outer header bytes now in front of the inner IP packet.
+/// outer header bytes now in front of the inner IP packet. On error the frame is unchanged.
+///
+/// The outer headers are those of the [`Template`] of `outer` and `tunnel`: one
+/// implementation serves this call and the data plane's per-backend templates.
 pub fn encapsulate<B: PacketBuf>(
     buf: &mut B,
     outer: &Outer,
     tunnel: &Tunnel,
 ) -> Result<usize, EncapError> {
-    let inner = inner_of(buf.data())?;
-    let outer_v6 = match (outer.src_ip, outer.dst_ip) {
-        (IpAddr::V4(_), IpAddr::V4(_)) => false,
-        (IpAddr::V6(_), IpAddr::V6(_)) => true,
-        _ => return Err(EncapError::MixedFamilies),
+    let inner = InnerIp::of(buf.data())?;
+    let template = Template::new(outer, tunnel)?;
+    let cookie = match tunnel {
+        Tunnel::Geneve { options, .. } => options.cookie.unwrap_or(0),
+        _ => 0,
     };
-    if outer.src_port_min > outer.src_port_max {
-        return Err(EncapError::BadPortRange);
-    }
-    let ip_hdr = if outer_v6 {
-        ipv6::HEADER_LEN
-    } else {
-        ipv4::MIN_HEADER_LEN
-    };
-    let tun_len = tunnel.header_len();
-    let ip_payload = tun_len + inner.ip_len;
-    let limit = usize::from(u16::MAX) - if outer_v6 { 0 } else { ip_hdr };
-    if ip_payload > limit {
-        return Err(EncapError::TooLong);
-    }
-    let hdr_len = ethernet::HEADER_LEN + ip_hdr + tun_len;
-    if buf.headroom() + inner.l2_len < hdr_len {
-        return Err(crate::error::BufError::NoHeadroom.into());
-    }
-    // Drop link padding after the inner IP packet, then the inner link-layer header.
-    let excess = buf.len() - inner.l2_len - inner.ip_len;
-    buf.trim(excess)?;
-    buf.adj(inner.l2_len)?;
-    buf.prepend(hdr_len)?;
-    let d = buf.data_mut();
-
-    let inner_proto = if inner.ethertype == ethertype::IPV4 {
-        proto::IPIP
-    } else {
-        proto::IPV6
-    };
-    let l4_proto = match tunnel {
-        Tunnel::IpIp => inner_proto,
-        Tunnel::Gre { .. } => proto::GRE,
-        Tunnel::Gue { .. } | Tunnel::Geneve { .. } => proto::UDP,
-    };
-    let outer_et = if outer_v6 {
-        ethertype::IPV6
-    } else {
-        ethertype::IPV4
-    };
-    EthernetRepr::untagged(outer.dst_mac, outer.src_mac, outer_et).emit(d)?;
-    let l3 = ethernet::HEADER_LEN;
-    match (outer.src_ip, outer.dst_ip) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            // Setters rather than `Ipv4Repr::emit`: no options to copy on the hot path.
-            let mut p = ipv4::Packet::new_unchecked(&mut d[l3..]);
-            p.set_version_and_header_len(ipv4::MIN_HEADER_LEN);
-            p.set_dscp_ecn(inner.ds);
-            p.set_total_len((ipv4::MIN_HEADER_LEN + ip_payload) as u16);
-            p.set_ident(0);
-            p.set_frag(outer.dont_fragment, false, 0);
-            p.set_ttl(outer.ttl);
-            p.set_protocol(l4_proto);
-            p.set_src(src);
-            p.set_dst(dst);
-            // Sum the fields from registers instead of re-reading the bytes just written
-            // (which would stall on store forwarding); verified against scapy in the tests.
-            let (s4, d4) = (src.octets(), dst.octets());
-            let words = [
-                0x4500 | u16::from(inner.ds),
-                (ipv4::MIN_HEADER_LEN + ip_payload) as u16,
-                if outer.dont_fragment { 0x4000 } else { 0 },
-                (u16::from(outer.ttl) << 8) | u16::from(l4_proto),
-                u16::from_be_bytes([s4[0], s4[1]]),
-                u16::from_be_bytes([s4[2], s4[3]]),
-                u16::from_be_bytes([d4[0], d4[1]]),
-                u16::from_be_bytes([d4[2], d4[3]]),
-            ];
-            let sum = words.iter().map(|w| u64::from(*w)).sum::<u64>();
-            p.set_checksum(!crate::checksum::fold(sum));
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Repr {
-            src,
-            dst,
-            next_header: l4_proto,
-            payload_len: ip_payload as u16,
-            hop_limit: outer.ttl,
-            traffic_class: inner.ds,
-            flow_label: (outer.flow_hash as u32) & 0x000f_ffff,
-        }
-        .emit(&mut ipv6::Packet::new_unchecked(&mut d[l3..]))?,
-        _ => return Err(EncapError::MixedFamilies),
-    }
-    let l4 = l3 + ip_hdr;
-    let dst_port = match *tunnel {
-        Tunnel::IpIp => return Ok(hdr_len),
-        Tunnel::Gre { key } => {
-            GreRepr {
-                protocol: inner.ethertype,
-                checksum: false,
-                key,
-                seq: None,
-            }
-            .emit(&mut d[l4..])?;
-            return Ok(hdr_len);
-        }
-        Tunnel::Gue { port } => port,
-        Tunnel::Geneve {
-            port,
-            vni,
-            ids,
-            options,
-        } => {
-            let g = l4 + udp::HEADER_LEN;
-            let ol = options.wire_len();
-            GeneveRepr {
-                oam: false,
-                critical: false,
-                protocol: inner.ethertype,
-                vni,
-                options_len: ol as u16,
-            }
-            .emit(&mut geneve::Packet::new_unchecked(&mut d[g..]))?;
-            let o = g + geneve::BASE_HEADER_LEN;
-            options.emit(&ids, &mut d[o..o + ol])?;
-            port
-        }
-    };
-    let mut u = udp::Packet::new_unchecked(&mut d[l4..]);
-    UdpRepr {
-        src_port: port_in_range(outer.flow_hash, outer.src_port_min, outer.src_port_max),
-        dst_port,
-        payload_len: (ip_payload - udp::HEADER_LEN) as u16,
-    }
-    .emit(&mut u)?;
-    let compute = match outer.udp_checksum {
-        UdpChecksum::Auto => outer_v6,
-        UdpChecksum::Full => true,
-        UdpChecksum::Zero => false,
-    };
-    if compute {
-        u.fill_checksum(&outer.src_ip, &outer.dst_ip)?;
-    }
-    Ok(hdr_len)
+    encapsulate_with(buf, &template, &inner, outer.flow_hash, cookie)
 }
 
 /// The inner IP packet of a frame, as [`encapsulate_with`] needs it: what the caller's
@@ -332,12 +168,26 @@ pub struct InnerIp {
 impl InnerIp {
     /// Reads the facts from a frame (what [`encapsulate`] does).
     pub fn of(frame: &[u8]) -> Result<InnerIp, EncapError> {
-        let i = inner_of(frame)?;
+        let eth = EthernetRepr::parse(frame)?;
+        let l2_len = eth.header_len();
+        let ip = frame.get(l2_len..).ok_or(ParseError::Truncated)?;
+        let (ip_len, ds, v6) = match eth.ethertype {
+            ethertype::IPV4 => {
+                let p = ipv4::Packet::new_checked(ip)?;
+                (usize::from(p.total_len()), p.dscp_ecn(), false)
+            }
+            ethertype::IPV6 => {
+                let p = ipv6::Packet::new_checked(ip)?;
+                let len = ipv6::HEADER_LEN + usize::from(p.payload_len());
+                (len, p.traffic_class(), true)
+            }
+            _ => return Err(EncapError::NotIp),
+        };
         Ok(InnerIp {
-            l2_len: i.l2_len,
-            ip_len: i.ip_len,
-            v6: i.ethertype == ethertype::IPV6,
-            ds: i.ds,
+            l2_len,
+            ip_len,
+            v6,
+            ds,
         })
     }
 
@@ -382,9 +232,8 @@ enum TemplateTunnel {
 
 /// The outer headers of one destination, computed once (when the data plane's snapshot is
 /// built) so that each packet only copies them and fills in its own fields: [`encapsulate`]
-/// minus the per-packet work that never changes. Every [`Outer`] and [`Tunnel`] that
-/// `encapsulate` takes has one ([`Template::new`] is `None` only for what `encapsulate`
-/// refuses too: mixed families, an empty port range, options too long).
+/// minus the per-packet work that never changes; [`encapsulate`] itself builds one per
+/// call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Template {
     /// Ethernet and IP header (34 bytes for IPv4, 54 for IPv6) with the per-packet fields
@@ -407,20 +256,18 @@ pub struct Template {
 impl Template {
     /// The template of `outer` (its `flow_hash` is ignored) and `tunnel` (a GENEVE cookie's
     /// presence counts, not its value).
-    pub fn new(outer: &Outer, tunnel: &Tunnel) -> Option<Template> {
+    pub fn new(outer: &Outer, tunnel: &Tunnel) -> Result<Template, EncapError> {
         let v6 = match (outer.src_ip, outer.dst_ip) {
             (IpAddr::V4(_), IpAddr::V4(_)) => false,
             (IpAddr::V6(_), IpAddr::V6(_)) => true,
-            _ => return None,
+            _ => return Err(EncapError::MixedFamilies),
         };
         if outer.src_port_min > outer.src_port_max {
-            return None;
+            return Err(EncapError::BadPortRange);
         }
         let mut head = [0u8; 54];
         let et = if v6 { ethertype::IPV6 } else { ethertype::IPV4 };
-        EthernetRepr::untagged(outer.dst_mac, outer.src_mac, et)
-            .emit(&mut head)
-            .ok()?;
+        EthernetRepr::untagged(outer.dst_mac, outer.src_mac, et).emit(&mut head)?;
         let l4_proto = match tunnel {
             Tunnel::IpIp => 0,
             Tunnel::Gre { .. } => proto::GRE,
@@ -451,9 +298,8 @@ impl Template {
                 traffic_class: 0,
                 flow_label: 0,
             }
-            .emit(&mut ipv6::Packet::new_unchecked(ip))
-            .ok()?,
-            _ => return None,
+            .emit(&mut ipv6::Packet::new_unchecked(ip))?,
+            _ => return Err(EncapError::MixedFamilies),
         }
         let udp = l4_proto == proto::UDP;
         let checksummed = match outer.udp_checksum {
@@ -475,10 +321,10 @@ impl Template {
                 options,
             } => {
                 if vni > 0x00ff_ffff {
-                    return None;
+                    return Err(ParseError::BadOption.into());
                 }
                 let mut o = [0u8; TEMPLATE_OPTIONS];
-                let n = options.emit(&ids, &mut o).ok()?;
+                let n = options.emit(&ids, &mut o)?;
                 TemplateTunnel::Geneve {
                     port,
                     vni,
@@ -488,7 +334,7 @@ impl Template {
                 }
             }
         };
-        Some(Template {
+        Ok(Template {
             head,
             v6,
             sum,
