@@ -361,7 +361,9 @@ impl Template {
 /// [`encapsulate`] with the outer headers of a [`Template`]: the same bytes for the same
 /// packet, flow hash and cookie (the value of the GENEVE cookie option, if the template
 /// has one), with the inner packet's facts from the caller's parse instead of a second one.
-#[inline]
+/// Always inlined: it is the data plane's per-packet encapsulation, and with
+/// [`encapsulate`] calling it too the compiler would otherwise keep one shared copy.
+#[inline(always)]
 pub fn encapsulate_with<B: PacketBuf>(
     buf: &mut B,
     t: &Template,
