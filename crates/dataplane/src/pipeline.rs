@@ -90,6 +90,29 @@ struct Pending {
     inner: Inner,
 }
 
+/// Hashes a packed flow key, adds the service to it and stores it in
+/// `key_out`; returns the hash (that of the key without the service, as
+/// `wire::flow::FlowKey::hash64` gives it).
+#[inline(always)]
+fn store_key(mut words: [u64; 5], svc: usize, key_out: &mut flowtable::FlowKey) -> u64 {
+    let hash = wire::flow::hash_words(&words, 0);
+    // The service is part of the flow's identity: with 2-tuple affinity a
+    // TCP and a UDP rule on one VIP may feed different services.
+    words[4] |= (svc & 0xffff) as u64;
+    *key_out = flowtable::FlowKey(words);
+    hash
+}
+
+/// The client's zone, when the service has zonal affinity (M27).
+#[inline(always)]
+fn client_zone(snap: &Snapshot, plan: &ServicePlan, client: IpAddr) -> Option<ZoneId> {
+    if plan.zonal {
+        snap.compiled.client_zone(client)
+    } else {
+        None
+    }
+}
+
 /// [`InnerIp`], compact (it travels between the passes).
 #[derive(Clone, Copy)]
 struct Inner {
@@ -487,13 +510,7 @@ impl Worker {
             Err(o) => return Stage::Done(o),
         };
         let key = FlowKey::from_packet(info, plan.affinity);
-        let mut words = key.pack();
-        // `key.hash64()`, without packing the key a second time.
-        let hash = wire::flow::hash_words(&words, 0);
-        // The service is part of the flow's identity: with 2-tuple affinity a
-        // TCP and a UDP rule on one VIP may feed different services.
-        words[4] |= (svc & 0xffff) as u64;
-        *key_out = flowtable::FlowKey(words);
+        let hash = store_key(key.pack(), svc, key_out);
         Stage::Lookup(Pending {
             tcp_flags: info.tcp_flags,
             child,
@@ -503,11 +520,7 @@ impl Worker {
             is_icmp_error,
             hash,
             class: class_of(proto),
-            client_zone: if plan.zonal {
-                snap.compiled.client_zone(key.src_addr())
-            } else {
-                None
-            },
+            client_zone: client_zone(snap, plan, key.src_addr()),
             inner: Inner::of(info, pkt.data()),
         })
     }
@@ -545,16 +558,14 @@ impl Worker {
                 }
             }
         };
-        let mut words = FlowKey::pack_v4(
+        let words = FlowKey::pack_v4(
             f.src,
             f.dst,
             f.proto,
             (f.src_port, f.dst_port),
             plan.affinity,
         );
-        let hash = wire::flow::hash_words(&words, 0);
-        words[4] |= (svc & 0xffff) as u64;
-        *key_out = flowtable::FlowKey(words);
+        let hash = store_key(words, svc, key_out);
         Stage::Lookup(Pending {
             tcp_flags: f.tcp_flags,
             child,
@@ -564,11 +575,7 @@ impl Worker {
             is_icmp_error: false,
             hash,
             class: class_of(f.proto),
-            client_zone: if plan.zonal {
-                snap.compiled.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))
-            } else {
-                None
-            },
+            client_zone: client_zone(snap, plan, IpAddr::V4(Ipv4Addr::from(f.src))),
             inner: Inner {
                 l2_len: ethernet::HEADER_LEN as u8,
                 v6: false,
@@ -594,16 +601,14 @@ impl Worker {
             Ok(x) => x,
             Err(o) => return Stage::Done(o),
         };
-        let mut words = FlowKey::pack_v6(
+        let words = FlowKey::pack_v6(
             &f.src,
             &f.dst,
             f.proto,
             (f.src_port, f.dst_port),
             plan.affinity,
         );
-        let hash = wire::flow::hash_words(&words, 0);
-        words[4] |= (svc & 0xffff) as u64;
-        *key_out = flowtable::FlowKey(words);
+        let hash = store_key(words, svc, key_out);
         Stage::Lookup(Pending {
             tcp_flags: f.tcp_flags,
             child,
@@ -613,11 +618,7 @@ impl Worker {
             is_icmp_error: false,
             hash,
             class: class_of(f.proto),
-            client_zone: if plan.zonal {
-                snap.compiled.client_zone(IpAddr::V6(Ipv6Addr::from(f.src)))
-            } else {
-                None
-            },
+            client_zone: client_zone(snap, plan, IpAddr::V6(Ipv6Addr::from(f.src))),
             inner: Inner {
                 l2_len: ethernet::HEADER_LEN as u8,
                 v6: true,
