@@ -539,6 +539,16 @@ proptest! {
 
 // ------------------------------------------------------------------ the data plane's fast path
 
+/// Flips bits at some offsets and cuts a few bytes (or none) off the end: near-valid frames.
+fn damage(f: &mut Vec<u8>, flips: &[(usize, u8)], cut: usize) {
+    for &(i, x) in flips {
+        if let Some(b) = f.get_mut(i) {
+            *b ^= x;
+        }
+    }
+    f.truncate(f.len().saturating_sub(cut % 4 * cut));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
@@ -616,12 +626,7 @@ proptest! {
         }
         let mut f = build_inner(&s);
         if mutate {
-            for (i, x) in flips {
-                if let Some(b) = f.get_mut(i) {
-                    *b ^= x;
-                }
-            }
-            f.truncate(f.len().saturating_sub(cut % 4 * cut));
+            damage(&mut f, &flips, cut);
         }
         let fast = parse_v4_flow(&f);
         let canonical = match parse_frame(&f) {
@@ -669,12 +674,7 @@ proptest! {
         }
         let mut f = build_inner(&s);
         if mutate {
-            for (i, x) in flips {
-                if let Some(b) = f.get_mut(i) {
-                    *b ^= x;
-                }
-            }
-            f.truncate(f.len().saturating_sub(cut % 4 * cut));
+            damage(&mut f, &flips, cut);
         }
         let fast = parse_v6_flow(&f);
         let canonical = match parse_frame(&f) {
