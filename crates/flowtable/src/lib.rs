@@ -18,8 +18,9 @@
 //! division, any bucket count), and the 16-bit tag lets a probe skip non-matching slots without
 //! touching their slot lines. A hit costs the header line and one slot line (a third and fourth
 //! line if the key sits in its second bucket). Slots are provisioned for 125 % of the nominal
-//! capacity — an 80 % load at capacity, where two-choice placement into the emptier bucket
-//! still places essentially every key. Memory: 64 B + 64/7 B per slot, **≈ 91.4 B per nominal
+//! capacity — an 80 % load at capacity, where two-choice placement still places essentially
+//! every key (a key goes to its primary bucket while that holds at most one entry, else to the
+//! emptier of the two, so at light load lookups rarely need the second header). Memory: 64 B + 64/7 B per slot, **≈ 91.4 B per nominal
 //! entry**, so 10 M entries take 0.91 GB (0.85 GiB). [`FlowTable::memory_bytes_for`] computes it.
 //!
 //! # Concurrency
@@ -57,7 +58,8 @@
 //! in their second bucket. [`FlowTable::lookup_burst`] takes a whole RX burst and overlaps those
 //! misses across it (prefetch the headers, then the matching slot lines, and for certain misses
 //! the slot the following insert will claim), which is what the pipeline should call. The
-//! arrays are allocated once with transparent-huge-page advice, so the TLB covers the table.
+//! arrays are allocated once, 2 MiB aligned and padded, with transparent-huge-page advice, so
+//! the TLB covers the table.
 //!
 //! # Testing
 //!
@@ -81,49 +83,181 @@
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
-// Two small `unsafe` blocks: the cache prefetch hint (`table.rs`) and the huge-page advice
-// (`sync::alloc_slice`).
+// `unsafe` in two places: the cache prefetch hint (`table.rs`) and the table's huge-page
+// backed arrays (`sync::Array`).
 #![deny(unsafe_code)]
 
 mod sync {
     pub(crate) use std::hint::spin_loop;
     pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
-    /// Allocates the table's arrays once, asking Linux for transparent huge pages first: a
-    /// lookup touches two random cache lines of a table of up to gigabytes, and with 4 KiB pages
-    /// each would also miss the TLB (doubly expensive under virtualisation).
-    pub(crate) fn alloc_slice<T>(n: usize, mut init: impl FnMut() -> T) -> Box<[T]> {
-        let mut v: Vec<T> = Vec::with_capacity(n);
-        advise_huge_pages(
-            v.as_mut_ptr().cast::<u8>(),
-            n.saturating_mul(size_of::<T>()),
-        );
-        v.extend((0..n).map(|_| init()));
-        v.into_boxed_slice()
-    }
-
-    #[cfg(target_os = "linux")]
     #[allow(unsafe_code)]
-    fn advise_huge_pages(ptr: *mut u8, len: usize) {
-        const PAGE: usize = 4096;
-        if len < 2 * 1024 * 1024 {
-            return;
+    mod array {
+        use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+        use std::ptr::NonNull;
+
+        /// Transparent huge pages are this size (x86-64, and arm64 with 4 KiB pages).
+        const HUGE: usize = 2 << 20;
+
+        /// Arrays of at least this size get huge pages (so padding wastes at most 3/4 of one).
+        pub(crate) const HUGE_FROM: usize = HUGE / 4;
+
+        /// Bytes allocated for an array of `bytes`.
+        pub(crate) const fn padded(bytes: usize) -> usize {
+            if bytes >= HUGE_FROM {
+                bytes.next_multiple_of(HUGE)
+            } else {
+                bytes
+            }
         }
-        // madvise wants a page-aligned start; round the range inwards so it only covers pages
-        // that lie entirely inside this allocation.
-        let skip = ptr.addr().next_multiple_of(PAGE) - ptr.addr();
-        let len = (len - skip) & !(PAGE - 1);
-        let start = ptr.wrapping_add(skip);
-        // SAFETY: `start..start + len` lies inside the allocation `ptr..ptr + len` that the
-        // caller owns (a fresh `Vec` buffer nobody else references). MADV_HUGEPAGE is advice
-        // only: it never changes the contents or validity of the memory, just how the kernel
-        // backs it, so no Rust-visible state changes. A failure (e.g. THP disabled) is ignored
-        // on purpose: the table then works on normal pages.
-        let _ = unsafe { libc::madvise(start.cast(), len, libc::MADV_HUGEPAGE) };
+
+        /// A fixed-size array, allocated once. One of 512 KiB or more is aligned and padded
+        /// to 2 MiB and advised for transparent huge pages, so that every part of it can be
+        /// backed by them: a lookup touches two random cache lines of a table of up to
+        /// gigabytes, and with 4 KiB pages each would also miss the TLB (doubly expensive
+        /// under virtualisation). Plain heap memory only gets huge pages for the aligned 2 MiB
+        /// stretches that happen to lie inside it (for a 5 MB array, two of three pages).
+        pub(crate) struct Array<T> {
+            ptr: NonNull<T>,
+            len: usize,
+            layout: Layout,
+        }
+
+        // SAFETY: `Array<T>` owns its elements like `Box<[T]>` does (no shared ownership, no
+        // interior pointers handed out beyond borrows of `self`), so it may cross and be
+        // shared between threads exactly when `T` may.
+        unsafe impl<T: Send> Send for Array<T> {}
+        // SAFETY: as above; `&Array<T>` only gives out `&[T]`.
+        unsafe impl<T: Sync> Sync for Array<T> {}
+
+        impl<T> Array<T> {
+            /// `n` elements made by `init`, in order.
+            pub(crate) fn new(n: usize, mut init: impl FnMut() -> T) -> Array<T> {
+                let bytes = n.saturating_mul(size_of::<T>());
+                let size = padded(bytes);
+                let align = if size == bytes { align_of::<T>() } else { HUGE };
+                let Ok(layout) = Layout::from_size_align(size, align.max(align_of::<T>())) else {
+                    handle_alloc_error(Layout::new::<T>())
+                };
+                let ptr = if layout.size() == 0 {
+                    NonNull::dangling()
+                } else {
+                    // SAFETY: `layout` has a non-zero size.
+                    let raw = unsafe { alloc(layout) };
+                    let Some(p) = NonNull::new(raw.cast::<T>()) else {
+                        handle_alloc_error(layout)
+                    };
+                    if size != bytes {
+                        advise_huge_pages(raw, layout.size());
+                    }
+                    p
+                };
+                let mut a = Array {
+                    ptr,
+                    len: 0,
+                    layout,
+                };
+                for i in 0..n {
+                    // SAFETY: `i < n` and the allocation holds `n` elements of `T` (at least
+                    // `n * size_of::<T>()` bytes, aligned for `T`); slot `i` is not
+                    // initialised yet. `len` only counts initialised elements, so a panic in
+                    // `init` drops exactly those.
+                    let v = init();
+                    // SAFETY: see above; `add(i)` stays inside the allocation.
+                    let slot = unsafe { a.ptr.as_ptr().add(i) };
+                    // SAFETY: see above.
+                    unsafe { slot.write(v) };
+                    a.len = i + 1;
+                }
+                a
+            }
+        }
+
+        impl<T> std::ops::Deref for Array<T> {
+            type Target = [T];
+            #[inline(always)]
+            fn deref(&self) -> &[T] {
+                // SAFETY: `ptr` is aligned for `T`, non-null, and its first `len` elements are
+                // initialised (`new`); they live until `drop`.
+                unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+            }
+        }
+
+        impl<T> Drop for Array<T> {
+            fn drop(&mut self) {
+                let elems = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+                // SAFETY: the first `len` elements are initialised and dropped once, here.
+                unsafe { std::ptr::drop_in_place(elems) };
+                if self.layout.size() != 0 {
+                    // SAFETY: the memory was allocated with `layout` (a zero-sized array is
+                    // dangling and was never allocated).
+                    unsafe { dealloc(self.ptr.as_ptr().cast(), self.layout) };
+                }
+            }
+        }
+
+        #[cfg(target_os = "linux")]
+        fn advise_huge_pages(ptr: *mut u8, len: usize) {
+            // SAFETY: `ptr..ptr + len` is an allocation this module just made and owns
+            // (2 MiB aligned, a multiple of 2 MiB long). MADV_HUGEPAGE is advice only: it
+            // never changes the contents or validity of the memory, just how the kernel backs
+            // it. A failure (e.g. THP disabled) is ignored on purpose: the table then works on
+            // normal pages.
+            let _ = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+        }
+
+        #[cfg(not(target_os = "linux"))]
+        fn advise_huge_pages(_ptr: *mut u8, _len: usize) {}
+
+        #[cfg(test)]
+        mod tests {
+            use super::{Array, HUGE, HUGE_FROM};
+            use std::sync::atomic::{AtomicUsize, Ordering};
+
+            #[test]
+            fn large_arrays_are_huge_page_aligned_small_ones_are_not_padded() {
+                let big = Array::new(HUGE / 64 + 1, || [0u64; 8]);
+                assert_eq!(big.as_ptr().addr() % HUGE, 0);
+                assert_eq!(big.len(), HUGE / 64 + 1);
+                assert_eq!(big.layout.size(), 2 * HUGE);
+                let quarter = Array::new(HUGE_FROM / 64, || [0u64; 8]);
+                assert_eq!(quarter.as_ptr().addr() % HUGE, 0);
+                assert_eq!(quarter.layout.size(), HUGE);
+                let small = Array::new(100, || [1u64; 8]);
+                assert_eq!(small.len(), 100);
+                assert_eq!(small.layout.size(), 100 * 64);
+                assert!(small.iter().all(|w| *w == [1; 8]));
+                let none = Array::new(0, || 0u8);
+                assert!(none.is_empty());
+            }
+
+            #[test]
+            fn elements_are_made_in_order_and_dropped_once() {
+                static DROPS: AtomicUsize = AtomicUsize::new(0);
+                struct D(usize);
+                impl Drop for D {
+                    fn drop(&mut self) {
+                        DROPS.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let mut i = 0;
+                let a = Array::new(1000, || {
+                    i += 1;
+                    D(i)
+                });
+                assert!(a.iter().enumerate().all(|(j, d)| d.0 == j + 1));
+                drop(a);
+                assert_eq!(DROPS.load(Ordering::Relaxed), 1000);
+            }
+        }
     }
 
-    #[cfg(not(target_os = "linux"))]
-    fn advise_huge_pages(_ptr: *mut u8, _len: usize) {}
+    pub(crate) use array::{Array, padded};
+
+    /// Allocates one of the table's arrays (see [`Array`]).
+    pub(crate) fn alloc_slice<T>(n: usize, init: impl FnMut() -> T) -> Array<T> {
+        Array::new(n, init)
+    }
 }
 
 mod table;

@@ -2,7 +2,7 @@
 //! concurrency tests, which compile this file a second time), so it names nothing else outside
 //! this file.
 
-use super::sync::{AtomicU64, AtomicUsize, Ordering, alloc_slice, fence, spin_loop};
+use super::sync::{Array, AtomicU64, AtomicUsize, Ordering, alloc_slice, fence, padded, spin_loop};
 use std::ops::ControlFlow;
 
 /// Coarse time as supplied by the caller (its unit is the caller's; the timeouts use the same
@@ -406,8 +406,8 @@ const W_SEEN: usize = 7;
 
 /// The bounded lock-free flow table. `Sync`: share it by reference or `Arc`.
 pub struct FlowTable {
-    headers: Box<[Header]>,
-    slots: Box<[Slot]>,
+    headers: Array<Header>,
+    slots: Array<Slot>,
     nbuckets: u64,
     capacity: usize,
     timeouts: Timeouts,
@@ -434,6 +434,18 @@ struct Place {
     tag: u16,
 }
 
+/// Whether an insert tries a key's second bucket before its primary, given the free slots
+/// of each: the primary while it holds at most one entry, else the emptier one (ties: the
+/// primary). Lookups probe the primary first and the second bucket only when the primary has
+/// no candidate, so at light load almost every key is one header away from its slot (with
+/// the plain emptier-bucket rule about half were two); filling buckets evenly above that
+/// keeps the table's reach (`a_table_fills_to_its_nominal_capacity`: 64 of 100,000 inserts
+/// found both buckets full at nominal capacity, against 79 with the plain rule).
+#[inline]
+fn second_first(free1: usize, free2: usize) -> bool {
+    free1 + 2 <= BUCKET_SLOTS && free2 > free1
+}
+
 #[inline]
 fn mul_hi(x: u64, n: u64) -> u64 {
     ((u128::from(x) * u128::from(n)) >> 64) as u64
@@ -448,11 +460,11 @@ impl FlowTable {
         if t >= 1 << 31 {
             return Err(ConfigError::TimeoutTooLarge(t));
         }
-        let headers: Box<[Header]> = alloc_slice(nbuckets, || Header {
+        let headers: Array<Header> = alloc_slice(nbuckets, || Header {
             ctrl: std::array::from_fn(|_| AtomicU64::new(0)),
             lock: AtomicU64::new(0),
         });
-        let slots: Box<[Slot]> = alloc_slice(nbuckets * BUCKET_SLOTS, || Slot {
+        let slots: Array<Slot> = alloc_slice(nbuckets * BUCKET_SLOTS, || Slot {
             words: std::array::from_fn(|_| AtomicU64::new(0)),
         });
         Ok(Self {
@@ -479,10 +491,12 @@ impl FlowTable {
     }
 
     /// Bytes a table of `capacity` entries allocates (64 B per slot plus a 64 B header per
-    /// seven slots, with 25 % headroom: ≈ 91.4 B per nominal entry).
+    /// seven slots, with 25 % headroom: ≈ 91.4 B per nominal entry; each of the two arrays, from
+    /// 512 KiB, is padded to whole 2 MiB huge pages).
     pub fn memory_bytes_for(capacity: usize) -> Result<usize, ConfigError> {
         let b = Self::buckets_for(capacity)?;
-        Ok(b * (std::mem::size_of::<Header>() + BUCKET_SLOTS * std::mem::size_of::<Slot>()))
+        Ok(padded(b * std::mem::size_of::<Header>())
+            + padded(b * BUCKET_SLOTS * std::mem::size_of::<Slot>()))
     }
 
     /// Nominal capacity.
@@ -674,8 +688,8 @@ impl FlowTable {
             })
         };
         let (f1, f2) = (free(p.b1), free(p.b2));
-        // Same preference as `insert_locked`: the emptier bucket, ties to the primary.
-        let (b, f) = if f2.count_ones() > f1.count_ones() {
+        // Same preference as `insert_locked`.
+        let (b, f) = if second_first(f1.count_ones() as usize, f2.count_ones() as usize) {
             (p.b2, f2)
         } else {
             (p.b1, f1)
@@ -913,15 +927,14 @@ impl FlowTable {
             return InsertOutcome::Full;
         };
         for _ in 0..CLAIM_ROUNDS {
-            // Two-choice placement: the emptier bucket first (ties: the primary, which lookups
-            // probe first).
+            // Two-choice placement, see `second_first`.
             let free = |h: &Header| {
                 h.ctrl
                     .iter()
                     .filter(|c| state(c.load(Ordering::Relaxed)) == EMPTY)
                     .count()
             };
-            let order = if free(h2) > free(h1) {
+            let order = if second_first(free(h1), free(h2)) {
                 [(p.b2, h2), (p.b1, h1)]
             } else {
                 [(p.b1, h1), (p.b2, h2)]

@@ -8,6 +8,12 @@ mod sync {
     pub(crate) use shuttle::hint::spin_loop;
     pub(crate) use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
+    pub(crate) type Array<T> = Box<[T]>;
+
+    pub(crate) const fn padded(bytes: usize) -> usize {
+        bytes
+    }
+
     pub(crate) fn alloc_slice<T>(n: usize, init: impl FnMut() -> T) -> Box<[T]> {
         std::iter::repeat_with(init).take(n).collect()
     }
