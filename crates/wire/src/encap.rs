@@ -421,7 +421,9 @@ pub fn encapsulate_with<B: PacketBuf>(
         let w = (6 << 28) | (u32::from(inner.ds) << 20) | (flow_hash as u32 & 0x000f_ffff);
         head[L3..L3 + 4].copy_from_slice(&w.to_be_bytes());
         head[L3 + 4..L3 + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
-        head[L3 + 6] |= ipip_proto;
+        // From the template, not read back from the frame: a byte load from the wide
+        // stores just made stalls on store forwarding.
+        head[L3 + 6] = t.head[L3 + 6] | ipip_proto;
     } else {
         let head: &mut [u8; 34] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
         let from: &[u8; 34] = t.head.first_chunk().ok_or(ParseError::Truncated)?;
@@ -429,7 +431,7 @@ pub fn encapsulate_with<B: PacketBuf>(
         let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
         head[L3 + 1] = inner.ds;
         head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
-        head[L3 + 9] |= ipip_proto;
+        head[L3 + 9] = from[L3 + 9] | ipip_proto;
         let sum = t.sum + u32::from(inner.ds) + u32::from(total_len) + u32::from(ipip_proto);
         head[L3 + 10..L3 + 12]
             .copy_from_slice(&(!crate::checksum::fold(u64::from(sum))).to_be_bytes());
