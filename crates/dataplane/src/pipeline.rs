@@ -67,11 +67,14 @@ enum Outcome {
 pub const GROUP: usize = 32;
 
 /// A packet after classification.
+#[derive(Clone, Copy)]
 enum Stage {
     /// Finished without the flow table.
     Done(Outcome),
-    /// Matched a rule; needs its flow entry.
-    Lookup(Pending),
+    /// Matched a rule; needs its flow entry. Its key and [`Pending`] were
+    /// written in place (moving them between the passes by value cost more
+    /// than the rest of the bookkeeping together).
+    Lookup,
 }
 
 /// What the flow-table part of the pipeline needs to know about a packet.
@@ -88,6 +91,26 @@ struct Pending {
     client_zone: Option<ZoneId>,
     /// The packet as parsed, for encapsulation.
     inner: Inner,
+}
+
+impl Pending {
+    const BLANK: Pending = Pending {
+        tcp_flags: Flags(0),
+        child: 0,
+        svc: 0,
+        proto: 0,
+        fragment: false,
+        is_icmp_error: false,
+        hash: 0,
+        class: ProtoClass::Other,
+        client_zone: None,
+        inner: Inner {
+            l2_len: 0,
+            v6: false,
+            ds: 0,
+            ip_len: 0,
+        },
+    };
 }
 
 /// Hashes a packed flow key, adds the service to it and stores it in
@@ -174,6 +197,8 @@ pub struct Worker {
 /// group.
 struct Scratch {
     stages: [Stage; GROUP],
+    /// Per lookup (not per packet): key, facts, hash, result.
+    pending: [Pending; GROUP],
     keys: [flowtable::FlowKey; GROUP],
     hashes: [u64; GROUP],
     hits: [Option<Hit>; GROUP],
@@ -182,7 +207,8 @@ struct Scratch {
 impl Scratch {
     fn new() -> Box<Scratch> {
         Box::new(Scratch {
-            stages: [const { Stage::Done(Outcome::ToHost) }; GROUP],
+            stages: [Stage::Done(Outcome::ToHost); GROUP],
+            pending: [Pending::BLANK; GROUP],
             keys: [flowtable::FlowKey([0; 5]); GROUP],
             hashes: [0; GROUP],
             hits: [None; GROUP],
@@ -270,36 +296,42 @@ impl Worker {
         self.last_rule = None;
         let Scratch {
             stages,
+            pending,
             keys,
             hashes,
             hits,
         } = &mut *sc;
-        // Keys are written in place by `classify` (no copies of them between
-        // passes: copying freshly written keys stalls store forwarding).
+        // Keys and facts are written in place by `classify` (no copies of
+        // them between passes: copying freshly written keys stalls store
+        // forwarding).
         let mut lookups = 0;
         for (pkt, stage) in pkts.iter_mut().zip(stages.iter_mut()) {
-            let Some(key) = keys.get_mut(lookups) else {
+            let (Some(key), Some(pend), Some(hash)) = (
+                keys.get_mut(lookups),
+                pending.get_mut(lookups),
+                hashes.get_mut(lookups),
+            ) else {
                 break;
             };
-            *stage = self.classify(snap, pkt, key);
-            if let Stage::Lookup(p) = stage {
-                hashes[lookups] = p.hash;
+            *stage = self.classify(snap, pkt, key, pend);
+            if let Stage::Lookup = stage {
+                *hash = pend.hash;
                 lookups += 1;
             }
         }
-        flows.lookup_burst(&keys[..lookups], &hashes[..lookups], &mut hits[..lookups]);
+        let (keys, hits) = (&keys[..lookups], &mut hits[..lookups]);
+        flows.lookup_burst(keys, &hashes[..lookups], hits);
         // Bit (hash % 64) set: an earlier packet of this group changed an
         // entry with that hash; later packets with it look up afresh.
         let mut changed = 0u64;
-        let mut next = 0;
+        let mut looked = keys.iter().zip(hits.iter()).zip(pending.iter());
         for ((pkt, v), stage) in pkts.iter_mut().zip(verdicts.iter_mut()).zip(stages.iter()) {
-            let outcome = match stage {
-                Stage::Done(o) => *o,
-                Stage::Lookup(p) => {
-                    let (Some(key), Some(&found)) = (keys.get(next), hits.get(next)) else {
+            let outcome = match *stage {
+                Stage::Done(o) => o,
+                Stage::Lookup => {
+                    let Some(((key, &found), p)) = looked.next() else {
                         break;
                     };
-                    next += 1;
                     let bit = 1u64 << (p.hash & 63);
                     let hit = if changed & bit != 0 {
                         flows.lookup(key, p.hash)
@@ -328,9 +360,10 @@ impl Worker {
     ) -> Verdict {
         self.last_rule = None;
         let mut key = flowtable::FlowKey([0; 5]);
-        let outcome = match self.classify(snap, pkt, &mut key) {
+        let mut p = Pending::BLANK;
+        let outcome = match self.classify(snap, pkt, &mut key, &mut p) {
             Stage::Done(o) => o,
-            Stage::Lookup(p) => {
+            Stage::Lookup => {
                 let hit = flows.lookup(&key, p.hash);
                 self.finish(snap, flows, now, pkt, &p, &key, hit).0
             }
@@ -345,14 +378,15 @@ impl Worker {
         snap: &Snapshot,
         pkt: &mut B,
         key: &mut flowtable::FlowKey,
+        pend: &mut Pending,
     ) -> Stage {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
         if let Some(f) = parse_v4_flow(pkt.data()) {
-            return self.v4_flow(snap, pkt.len(), &f, key);
+            return self.v4_flow(snap, pkt.len(), &f, key, pend);
         }
         if let Some(f) = parse_v6_flow(pkt.data()) {
-            return self.v6_flow(snap, pkt.len(), &f, key);
+            return self.v6_flow(snap, pkt.len(), &f, key, pend);
         }
         Stage::Done(match parse_frame(pkt.data()) {
             Err(_) => Outcome::Drop(DropReason::Malformed),
@@ -366,7 +400,7 @@ impl Worker {
                 {
                     self.link_control(snap, pkt, &info, icmp.msg_type)
                 }
-                _ => return self.ip(snap, pkt, &info, key),
+                _ => return self.ip(snap, pkt, &info, key, pend),
             },
         })
     }
@@ -475,6 +509,7 @@ impl Worker {
         pkt: &mut B,
         info: &PacketInfo,
         key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
     ) -> Stage {
         let dst = unmap(&info.dst);
         // An ICMP error to a VIP is routed by the packet it quotes (which the
@@ -511,7 +546,7 @@ impl Worker {
         };
         let key = FlowKey::from_packet(info, plan.affinity);
         let hash = store_key(key.pack(), svc, key_out);
-        Stage::Lookup(Pending {
+        *pend = Pending {
             tcp_flags: info.tcp_flags,
             child,
             svc,
@@ -522,7 +557,8 @@ impl Worker {
             class: class_of(proto),
             client_zone: client_zone(snap, plan, key.src_addr()),
             inner: Inner::of(info, pkt.data()),
-        })
+        };
+        Stage::Lookup
     }
 
     /// [`Worker::ip`] for a packet of the fast path ([`parse_v4_flow`]):
@@ -534,6 +570,7 @@ impl Worker {
         len: usize,
         f: &V4Flow,
         key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
     ) -> Stage {
         // Packets of a burst mostly go to the same service: the previous
         // fast-path packet's rule is reused when its destination, protocol
@@ -566,7 +603,7 @@ impl Worker {
             plan.affinity,
         );
         let hash = store_key(words, svc, key_out);
-        Stage::Lookup(Pending {
+        *pend = Pending {
             tcp_flags: f.tcp_flags,
             child,
             svc,
@@ -582,7 +619,8 @@ impl Worker {
                 ds: f.ds,
                 ip_len: u32::from(f.total_len),
             },
-        })
+        };
+        Stage::Lookup
     }
 
     /// [`Worker::ip`] for an IPv6 packet of the fast path
@@ -594,6 +632,7 @@ impl Worker {
         len: usize,
         f: &V6Flow,
         key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
     ) -> Stage {
         let dst = IpAddr::V6(Ipv6Addr::from(f.dst));
         let (child, svc, plan) = match self.select(snap, dst, f.proto, Some(f.dst_port), false, len)
@@ -609,7 +648,7 @@ impl Worker {
             plan.affinity,
         );
         let hash = store_key(words, svc, key_out);
-        Stage::Lookup(Pending {
+        *pend = Pending {
             tcp_flags: f.tcp_flags,
             child,
             svc,
@@ -625,7 +664,8 @@ impl Worker {
                 ds: f.traffic_class,
                 ip_len: 40 + u32::from(f.payload_len),
             },
-        })
+        };
+        Stage::Lookup
     }
 
     /// Rule selection (SPEC M3) for a packet to `dst`: the child rule's
@@ -689,19 +729,7 @@ impl Worker {
         fkey: &flowtable::FlowKey,
         hit: Option<Hit>,
     ) -> (Outcome, bool) {
-        let Pending {
-            tcp_flags,
-            child,
-            svc,
-            proto,
-            fragment,
-            is_icmp_error,
-            hash,
-            class,
-            client_zone,
-            inner,
-        } = *p;
-        let Some(plan) = snap.services.get(svc) else {
+        let Some(plan) = snap.services.get(p.svc) else {
             return (Outcome::Drop(DropReason::NoRule), false);
         };
         let mut wrote = false;
@@ -709,13 +737,13 @@ impl Worker {
         // 5-tuple (a reused client port, a closed predecessor, a retried
         // handshake): it may only follow the entry to a backend that still
         // takes new connections, and never revives a closed one.
-        let syn_only = class == ProtoClass::Tcp
-            && !is_icmp_error
-            && tcp_flags.contains(Flags::SYN)
-            && !tcp_flags.contains(Flags::ACK);
+        let syn_only = p.class == ProtoClass::Tcp
+            && !p.is_icmp_error
+            && p.tcp_flags.contains(Flags::SYN)
+            && !p.tcp_flags.contains(Flags::ACK);
         let chosen = match hit {
             Some(hit)
-                if self.keeps(snap, plan, hit.entry.backend, class, now)
+                if self.keeps(snap, plan, hit.entry.backend, p.class, now)
                     && (!syn_only
                         || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags)) =>
             {
@@ -723,8 +751,8 @@ impl Worker {
                 if hit.entry.last_seen != now {
                     flows.touch(hit.slot, now);
                 }
-                if class == ProtoClass::Tcp && !is_icmp_error {
-                    let set = tcp_flag_bits(tcp_flags);
+                if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+                    let set = tcp_flag_bits(p.tcp_flags);
                     if set & !hit.entry.flags.bits() != 0 {
                         let _ = flows.update_flags(hit.slot, set, 0);
                         wrote = true;
@@ -738,28 +766,30 @@ impl Worker {
                     flows.remove(hit.slot);
                     self.counters.flows_rescheduled += 1;
                 }
-                wrote = !is_icmp_error;
+                wrote = !p.is_icmp_error;
                 self.new_flow(
                     snap,
                     flows,
                     now,
                     plan,
                     fkey,
-                    hash,
-                    class,
-                    tcp_flags,
-                    is_icmp_error,
-                    child,
-                    client_zone,
+                    p.hash,
+                    p.class,
+                    p.tcp_flags,
+                    p.is_icmp_error,
+                    p.child,
+                    p.client_zone,
                 )
             }
         };
         let Some((slot, cookie)) = chosen else {
             // The client's packet reaches no backend either way: its child
             // rule counts a drop, whether or not it is answered.
-            self.child_drop(child);
-            let answerable =
-                proto == TCP && !is_icmp_error && !fragment && !tcp_flags.contains(Flags::RST);
+            self.child_drop(p.child);
+            let answerable = p.proto == TCP
+                && !p.is_icmp_error
+                && !p.fragment
+                && !p.tcp_flags.contains(Flags::RST);
             return (
                 no_backend(self.reply_mac(snap), plan, pkt, answerable),
                 wrote,
@@ -769,11 +799,11 @@ impl Worker {
             &snap.backends,
             &snap.local,
             plan,
-            svc,
+            p.svc,
             slot,
             cookie,
-            hash,
-            &inner.ip(),
+            p.hash,
+            &p.inner.ip(),
             pkt,
         ) {
             Ok(()) => {
@@ -783,7 +813,7 @@ impl Worker {
                 Outcome::Forward
             }
             Err(reason) => {
-                self.child_drop(child);
+                self.child_drop(p.child);
                 Outcome::Drop(reason)
             }
         };
