@@ -5,8 +5,10 @@
 //!   cargo build --release -p dataplane --example pipeline_cycles
 //!   target/release/examples/pipeline_cycles gue 4096 1000000
 //!
-//! Arguments: delivery mode, flow count, bursts of 32. Same packets and
-//! set-up as benches/pipeline.rs (re-loading each frame is included).
+//! Arguments: delivery mode, flow count, bursts of 32, flow-table capacity
+//! (default 1,048,576; perf/bench.sh uses 65,536 up to 32,768 flows). Same
+//! packets and set-up as benches/pipeline.rs (re-loading each frame is
+//! included).
 
 #[path = "../benches/common/mod.rs"]
 mod common;
@@ -21,7 +23,8 @@ fn main() {
         .get(3)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let mut b = Bench::new(mode, 8, flows, false, 1 << 20);
+    let capacity: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
+    let mut b = Bench::new(mode, 8, flows, false, capacity);
     for _ in 0..(flows as usize / BURST + 1) {
         b.burst();
     }
