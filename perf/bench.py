@@ -794,6 +794,30 @@ watch_config = false
 COLUMNS = ["case", "Mpps", "ns/pkt", "× io", "× macswap", "cpu", "others", "fwd", "new/pkt", "note"]
 
 
+def median_run(rs: list[Result]) -> Result:
+    """One row from the passes' runs of it: the run of median ns/packet, with
+    the ratios replaced by the medians of the passes' ratios (each pass pairs
+    a row with the testpmd runs just before it) and the spread in the note."""
+    if len(rs) == 1:
+        return rs[0]
+    by_ns = sorted(rs, key=lambda r: r.ns_per_pkt)
+    mid = by_ns[(len(by_ns) - 1) // 2]
+
+    def med(xs: list[float]) -> float | None:
+        xs = sorted(xs)
+        if not xs:
+            return None
+        n = len(xs)
+        return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+    out = dataclasses.replace(mid)
+    out.ratio_io = med([r.ratio_io for r in rs if r.ratio_io is not None])
+    out.ratio_macswap = med([r.ratio_macswap for r in rs if r.ratio_macswap is not None])
+    spread = f"median of {len(rs)}: {by_ns[0].ns_per_pkt:.1f}-{by_ns[-1].ns_per_pkt:.1f} ns"
+    out.note = "; ".join(x for x in (spread, mid.note) if x)
+    return out
+
+
 def fmt_row(r: Result) -> list[str]:
     def pct(x):
         return "" if x is None else f"{x:.0%}"
@@ -842,7 +866,13 @@ def write_markdown(path: Path, results: list[Result], info: dict, meta: dict) ->
         f"- device: `net_pcap` with `infinite_rx=1`, no `tx_pcap` (TX counts and frees); burst 32, "
         f"1024 descriptors; DPDK memory: {meta['mem']}",
         f"- build: {meta['build']}; window: {meta['warmup']} s warm-up, then {meta['window']} s "
-        "measured per row",
+        "measured per row"
+        + (
+            f"; the whole matrix measured {meta['repeat']} times in passes: each row is its "
+            "median run, its ratios the medians of the passes' ratios"
+            if meta.get("repeat", 1) > 1
+            else ""
+        ),
         f"- worker cores: {meta['cores']}; management / testpmd main lcore: CPU {cpus_online()[0]}",
         f"- what else ran: {meta['others']}",
         "",
@@ -913,6 +943,10 @@ def main() -> int:
     ap.add_argument("--reserve-hugepages", action="store_true",
                     help="(root) raise vm.nr_hugepages for the run so that every set fits in "
                     "hugepages; restored on exit")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure the whole matrix N times in passes and report per row the "
+                    "median run, with ratios as the median of each pass's own ratios (on a "
+                    "shared machine, one window per row can land in a slow spell)")
     ap.add_argument("--build", default="release", help="build profile, recorded in RESULTS.md")
     ap.add_argument("--plot-python", default="", help="a python with matplotlib for the PNG")
     ap.add_argument("--start-timeout", type=float, default=90.0)
@@ -981,48 +1015,60 @@ def main() -> int:
     print_row(COLUMNS)
     results: list[Result] = []
     failures: list[str] = []
-    ceilings: dict[tuple, dict[str, Result]] = {}
     account = ProcAccount()
     t0 = time.monotonic()
-    for c in cases:
-        key = (c.kind, c.flows, c.workers)
-        if key not in ceilings:
-            ceilings[key] = {}
-            for fwd in ("io", "macswap"):
-                try:
-                    r = runner.run_testpmd(fwd, *key)
-                except RunFailed as e:
-                    failures.append(f"testpmd {fwd} {key}: {e}")
-                    log(f"FAILED: testpmd {fwd} {key}: {e}")
-                    continue
-                ceilings[key][fwd] = r
-                results.append(r)
-                print_row(fmt_row(r))
-                account.update()
-        if c in skipped:
-            print_row([c.label(), "", "", "", "", "", "", "", "", f"skipped: needs {c.workers} CPUs"])
-            continue
-        try:
-            r = runner.run_spillway(c)
-        except RunFailed as e:
-            failures.append(f"{c.label()}: {e}")
-            log(f"FAILED: {c.label()}: {e}")
-            continue
-        ceil = ceilings[key]
-        if "io" in ceil:
-            r.ratio_io = ceil["io"].ns_per_pkt / r.ns_per_pkt
-        if "macswap" in ceil:
-            r.ratio_macswap = ceil["macswap"].ns_per_pkt / r.ns_per_pkt
-        results.append(r)
-        print_row(fmt_row(r))
-        account.update()
-    # Ceiling rows relative to io, for reading the table.
-    for ceil in ceilings.values():
-        for r in ceil.values():
+    # Per row label, one result per pass (ratios filled in within the pass).
+    runs: dict[str, list[Result]] = {}
+    for rep in range(max(1, args.repeat)):
+        if args.repeat > 1:
+            log(f"pass {rep + 1} of {args.repeat}")
+        ceilings: dict[tuple, dict[str, Result]] = {}
+        for c in cases:
+            key = (c.kind, c.flows, c.workers)
+            if key not in ceilings:
+                ceilings[key] = {}
+                for fwd in ("io", "macswap"):
+                    try:
+                        r = runner.run_testpmd(fwd, *key)
+                    except RunFailed as e:
+                        failures.append(f"testpmd {fwd} {key}: {e}")
+                        log(f"FAILED: testpmd {fwd} {key}: {e}")
+                        continue
+                    ceilings[key][fwd] = r
+                    runs.setdefault(r.label, []).append(r)
+                    print_row(fmt_row(r))
+                    account.update()
+            if c in skipped:
+                if rep == 0:
+                    print_row([c.label(), "", "", "", "", "", "", "", "", f"skipped: needs {c.workers} CPUs"])
+                continue
+            try:
+                r = runner.run_spillway(c)
+            except RunFailed as e:
+                failures.append(f"{c.label()}: {e}")
+                log(f"FAILED: {c.label()}: {e}")
+                continue
+            ceil = ceilings[key]
             if "io" in ceil:
                 r.ratio_io = ceil["io"].ns_per_pkt / r.ns_per_pkt
             if "macswap" in ceil:
                 r.ratio_macswap = ceil["macswap"].ns_per_pkt / r.ns_per_pkt
+            runs.setdefault(r.label, []).append(r)
+            print_row(fmt_row(r))
+            account.update()
+        # Ceiling rows relative to io, for reading the table.
+        for ceil in ceilings.values():
+            for r in ceil.values():
+                if "io" in ceil:
+                    r.ratio_io = ceil["io"].ns_per_pkt / r.ns_per_pkt
+                if "macswap" in ceil:
+                    r.ratio_macswap = ceil["macswap"].ns_per_pkt / r.ns_per_pkt
+    results = [median_run(rs) for rs in runs.values()]
+    if args.repeat > 1:
+        log(f"medians of {args.repeat} passes:")
+        print_row(COLUMNS)
+        for r in results:
+            print_row(fmt_row(r))
     elapsed = time.monotonic() - t0
     if failures and REMOVE_ON_EXIT:
         REMOVE_ON_EXIT.clear()
@@ -1040,6 +1086,7 @@ def main() -> int:
         "build": args.build,
         "warmup": args.warmup,
         "window": args.window,
+        "repeat": max(1, args.repeat),
         "mem": ", ".join({"4k": "4 KB pages (`--no-huge`)", "huge": "2 MB hugepages"}[m] for m in mems if m),
         "cores": ", ".join(
             f"{w}: CPU {','.join(map(str, runner.worker_cores(w)))}"

@@ -11,6 +11,7 @@
 #   --debug                  use debug builds (CI: checks the harness; figures meaningless)
 #   --only "gue 4,096"       only the cases whose label has all these words
 #   --warmup S --window S    seconds of warm-up and of measurement per row
+#   --repeat N               measure the matrix N times in passes; each row is its median
 #   --mem auto|huge|4k|mixed DPDK memory (see perf/README.md)
 #   --reserve-hugepages      (root) raise vm.nr_hugepages for the run so every set fits; restored
 #   --out DIR                where RESULTS.md, results.json and results.png go
