@@ -30,7 +30,7 @@ use core::net::IpAddr;
 use crate::buf::PacketBuf;
 use crate::error::{DecapError, EncapError, ParseError};
 use crate::ethernet::{self, EthernetRepr, MacAddr, ethertype};
-use crate::flow::port_in_range;
+use crate::flow::port_in_span;
 use crate::geneve::{self, GatewayOptions, GeneveRepr, OptionIds};
 use crate::gre::{self, GreRepr};
 use crate::gue::{self, GueRepr};
@@ -249,8 +249,16 @@ pub struct Template {
     tunnel: TemplateTunnel,
     /// Bytes of tunnel headers between the outer IP header and the inner packet.
     tunnel_len: u8,
+    /// Offset of the tunnel headers (Ethernet + outer IP header).
+    l4: u8,
+    /// IP protocol of the outer header for an IPv4 / IPv6 inner packet where it depends on
+    /// the inner packet (IP-in-IP); 0 where `head` already holds it.
+    inner_proto: [u8; 2],
+    /// Largest IP payload (tunnel headers and inner packet) the outer header can describe.
+    max_payload: u16,
     src_port_min: u16,
-    src_port_max: u16,
+    /// Size of the UDP source port range (`max - min + 1`), for [`port_in_span`].
+    src_port_span: u32,
 }
 
 impl Template {
@@ -334,6 +342,15 @@ impl Template {
                 }
             }
         };
+        let ip_hdr = if v6 {
+            ipv6::HEADER_LEN
+        } else {
+            ipv4::MIN_HEADER_LEN
+        };
+        let inner_proto = match tunnel {
+            TemplateTunnel::IpIp => [proto::IPIP, proto::IPV6],
+            _ => [0, 0],
+        };
         Ok(Template {
             head,
             v6,
@@ -341,8 +358,12 @@ impl Template {
             udp_checksum,
             tunnel_len: Self::tunnel_len_of(&tunnel) as u8,
             tunnel,
+            l4: (ethernet::HEADER_LEN + ip_hdr) as u8,
+            inner_proto,
+            // An IPv4 total length counts the header too.
+            max_payload: u16::MAX - if v6 { 0 } else { ip_hdr as u16 },
             src_port_min: outer.src_port_min,
-            src_port_max: outer.src_port_max,
+            src_port_span: u32::from(outer.src_port_max - outer.src_port_min) + 1,
         })
     }
 
@@ -372,16 +393,11 @@ pub fn encapsulate_with<B: PacketBuf>(
     cookie: u32,
 ) -> Result<usize, EncapError> {
     const L3: usize = ethernet::HEADER_LEN;
-    let ip_hdr = if t.v6 {
-        ipv6::HEADER_LEN
-    } else {
-        ipv4::MIN_HEADER_LEN
-    };
-    let l4 = L3 + ip_hdr;
+    // Everything that depends only on the destination was worked out in `Template::new`.
+    let l4 = usize::from(t.l4);
     let tun_len = usize::from(t.tunnel_len);
     let ip_payload = tun_len + inner.ip_len;
-    let limit = usize::from(u16::MAX) - if t.v6 { 0 } else { ip_hdr };
-    if ip_payload > limit {
+    if ip_payload > usize::from(t.max_payload) {
         return Err(EncapError::TooLong);
     }
     let hdr_len = l4 + tun_len;
@@ -401,18 +417,14 @@ pub fn encapsulate_with<B: PacketBuf>(
     }
     buf.prepend(grow)?;
     let d = buf.data_mut();
-    let inner_et = if inner.v6 {
-        ethertype::IPV6
-    } else {
-        ethertype::IPV4
+    let inner_et = || {
+        if inner.v6 {
+            ethertype::IPV6
+        } else {
+            ethertype::IPV4
+        }
     };
-    // By reference: the tunnel carries GENEVE's options, and a copy of it per packet
-    // showed in instruction counts.
-    let ipip_proto = match (&t.tunnel, inner.v6) {
-        (TemplateTunnel::IpIp, false) => proto::IPIP,
-        (TemplateTunnel::IpIp, true) => proto::IPV6,
-        _ => 0,
-    };
+    let ipip_proto = t.inner_proto[usize::from(inner.v6)];
     if t.v6 {
         let head: &mut [u8; 54] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
         *head = t.head;
@@ -433,11 +445,10 @@ pub fn encapsulate_with<B: PacketBuf>(
         head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
         head[L3 + 9] = from[L3 + 9] | ipip_proto;
         let sum = t.sum + u32::from(inner.ds) + u32::from(total_len) + u32::from(ipip_proto);
-        head[L3 + 10..L3 + 12]
-            .copy_from_slice(&(!crate::checksum::fold(u64::from(sum))).to_be_bytes());
+        head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold32(sum)).to_be_bytes());
     }
     let udp_header = |d: &mut [u8], port: u16| {
-        let src = port_in_range(flow_hash, t.src_port_min, t.src_port_max);
+        let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
         let len = (ip_payload as u16).to_be_bytes();
         let [s0, s1] = src.to_be_bytes();
         let [p0, p1] = port.to_be_bytes();
@@ -448,7 +459,7 @@ pub fn encapsulate_with<B: PacketBuf>(
     match &t.tunnel {
         TemplateTunnel::IpIp => {}
         &TemplateTunnel::Gre { key } => {
-            let [e0, e1] = inner_et.to_be_bytes();
+            let [e0, e1] = inner_et().to_be_bytes();
             let flags = if key.is_some() { 0x20 } else { 0 };
             if let Some(g) = d.get_mut(l4..l4 + 4) {
                 g.copy_from_slice(&[flags, 0, e0, e1]);
@@ -469,7 +480,7 @@ pub fn encapsulate_with<B: PacketBuf>(
             udp_header(d, port);
             let g = l4 + udp::HEADER_LEN;
             let ol = usize::from(options_len);
-            let [e0, e1] = inner_et.to_be_bytes();
+            let [e0, e1] = inner_et().to_be_bytes();
             let [_, v0, v1, v2] = vni.to_be_bytes();
             if let Some(b) = d.get_mut(g..g + geneve::BASE_HEADER_LEN) {
                 b.copy_from_slice(&[(ol / 4) as u8, 0, e0, e1, v0, v1, v2, 0]);

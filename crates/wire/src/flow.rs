@@ -372,8 +372,14 @@ pub const fn port_in_range(hash: u64, min: u16, max: u16) -> u16 {
     if max < min {
         return min;
     }
-    let span = (max - min) as u64 + 1;
-    min + (((hash >> 32) * span) >> 32) as u16
+    port_in_span(hash, min, (max - min) as u32 + 1)
+}
+
+/// [`port_in_range`] for the range of `span` ports from `min` (`1 ..= 65536 - min`), when
+/// the span is known beforehand.
+#[inline]
+pub const fn port_in_span(hash: u64, min: u16, span: u32) -> u16 {
+    min + (((hash >> 32) * span as u64) >> 32) as u16
 }
 
 #[cfg(test)]
