@@ -40,9 +40,17 @@ fn main() {
     );
 }
 
-/// This thread's user+system CPU time (ns), from /proc (10 ms resolution:
-/// run for seconds).
+/// This thread's CPU time (ns): /proc/thread-self/schedstat's first field
+/// (nanoseconds on the CPU), else stat's utime+stime (10 ms ticks).
 fn cpu_ns() -> u64 {
+    let sched = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    if let Some(ns) = sched
+        .split_whitespace()
+        .next()
+        .and_then(|x| x.parse::<u64>().ok())
+    {
+        return ns;
+    }
     let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
