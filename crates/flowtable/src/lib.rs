@@ -10,7 +10,8 @@
 //! Open addressing over `B` buckets of 7 slots. A bucket is eight 64-byte cache lines:
 //!
 //! * a **header** line: seven 8-byte control words (state EMPTY/BUSY/LIVE, 8 flag bits, a 16-bit
-//!   tag from the hash, a 32-bit version) and one insert-lock word;
+//!   tag from the hash, a 32-bit version) and one meta word: the insert-lock bit and, per slot,
+//!   the low byte of its tag, so that a lookup finds its candidate slots in one word;
 //! * seven **slot** lines: the 40-byte key (`[u64; 5]`) and three value words
 //!   (backend | generation, cookie | created, last-seen).
 //!
@@ -20,8 +21,9 @@
 //! line if the key sits in its second bucket). Slots are provisioned for 125 % of the nominal
 //! capacity — an 80 % load at capacity, where two-choice placement still places essentially
 //! every key (a key goes to its primary bucket while that holds at most one entry, else to the
-//! emptier of the two, so at light load lookups rarely need the second header). Memory: 64 B + 64/7 B per slot, **≈ 91.4 B per nominal
-//! entry**, so 10 M entries take 0.91 GB (0.85 GiB). [`FlowTable::memory_bytes_for`] computes it.
+//! emptier of the two, so at light load lookups rarely need the second header). Memory: 64 B +
+//! 64/7 B per slot, **≈ 91.4 B per nominal entry**, so 10 M entries take 0.91 GB (0.85 GiB).
+//! [`FlowTable::memory_bytes_for`] computes it.
 //!
 //! # Concurrency
 //!
@@ -47,7 +49,8 @@
 //!   publishes. A racing loser gets [`InsertOutcome::Existing`] with the winner's entry. The
 //!   lock covers ~100 instructions and is only spun on a bounded number of times; a worker that
 //!   cannot get it returns [`InsertOutcome::Contended`] and forwards that packet statelessly.
-//!   So no operation waits unboundedly, and lookups never touch the lock. Without this lock a
+//!   So no operation waits unboundedly, and lookups never take the lock (they read the tag bytes
+//!   beside it, which a claim sets while it holds the slot BUSY, before publishing it). Without this lock a
 //!   lock-free "claim, then check for a duplicate" protocol needs a tie-break that both racers
 //!   can observe, which costs an extra pass and still leaves the loser waiting for the winner's
 //!   value; the per-bucket bit is simpler to argue and costs nothing on the lookup path.

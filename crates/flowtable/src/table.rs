@@ -9,8 +9,8 @@ use std::ops::ControlFlow;
 /// unit). Compared with wrapping arithmetic, so it may wrap as long as timeouts stay below 2^31.
 pub type Tick = u32;
 
-/// Slots per bucket: seven 8-byte control words plus the bucket's insert-lock word fill one
-/// 64-byte cache line.
+/// Slots per bucket: seven 8-byte control words plus the bucket's meta word (insert lock and
+/// tag hints) fill one 64-byte cache line.
 pub const BUCKET_SLOTS: usize = 7;
 
 /// Slots are provisioned for `capacity × 5/4`, so a table holding its nominal capacity is 80 %
@@ -382,12 +382,31 @@ pub struct Occupancy {
     pub half_open: usize,
 }
 
-/// One bucket's header: a cache line with the control words of its seven slots and the insert
-/// lock for keys whose primary bucket this is.
+/// One bucket's header: a cache line with the control words of its seven slots and a meta
+/// word: the insert lock for keys whose primary bucket this is (bit 0) and one byte per slot
+/// (byte `1 + i` for slot `i`) holding the low byte of the tag its last occupant was claimed
+/// with.
+///
+/// The tag bytes let a lookup pick its candidate slots from one word instead of seven control
+/// words. They are hints, never trusted alone: a candidate's control word is still checked
+/// (LIVE, full tag) before its slot is read, so a stale byte (the slot was emptied since) or a
+/// colliding one only costs that check. What must not happen is a LIVE slot whose byte is not
+/// its tag's: `claim` writes the byte while it holds the slot BUSY (only the claimer of a slot
+/// writes its byte) and before the release store that makes it LIVE, so any lookup ordered
+/// after that store sees the byte (and one that is not may linearise before the insert).
 #[repr(C, align(64))]
 struct Header {
     ctrl: [AtomicU64; BUCKET_SLOTS],
-    lock: AtomicU64,
+    meta: AtomicU64,
+}
+
+/// The insert-lock bit of [`Header::meta`].
+const LOCK: u64 = 1;
+
+/// Bit offset of slot `i`'s tag byte in [`Header::meta`].
+#[inline]
+const fn hint_shift(i: usize) -> usize {
+    8 + 8 * i
 }
 
 /// One entry: a cache line with the key and the value.
@@ -462,7 +481,7 @@ impl FlowTable {
         }
         let headers: Array<Header> = alloc_slice(nbuckets, || Header {
             ctrl: std::array::from_fn(|_| AtomicU64::new(0)),
-            lock: AtomicU64::new(0),
+            meta: AtomicU64::new(0),
         });
         let slots: Array<Slot> = alloc_slice(nbuckets * BUCKET_SLOTS, || Slot {
             words: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -594,22 +613,30 @@ impl FlowTable {
         })
     }
 
-    /// Bit `i` set if slot `i` of bucket `b` is LIVE with tag `tag`. Branch-free over the seven
-    /// control words (one cache line), so a probe costs one data-dependent branch per
-    /// candidate rather than one per slot. Relaxed loads: it only selects candidates, each is
-    /// re-read with acquire ordering before its slot is read.
+    /// Bit `i` set if slot `i` of bucket `b` may be LIVE with tag `tag`: every such slot, and
+    /// now and then another (see [`Header`]), which the probe's check of its control word
+    /// drops. From the header's meta word alone: a SWAR compare of its seven tag bytes with the
+    /// tag's low byte, where the seven control words cost seven loads and compares. Relaxed
+    /// load: it only selects candidates, each is re-read with acquire ordering before its slot
+    /// is read.
     #[inline]
     fn match_mask(&self, b: usize, tag: u16) -> u32 {
-        const MASK: u64 = 0xffff_0000 | STATE_MASK;
-        let want = pack(0, tag, 0, LIVE);
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        // Moves bit 8i to bit 56 + i for i in 0..7; no two products land on one bit (8i - 7j
+        // differs for every pair), so nothing carries into the result.
+        const GATHER: u64 =
+            (1 << 56) | (1 << 49) | (1 << 42) | (1 << 35) | (1 << 28) | (1 << 21) | (1 << 14);
         let Some(h) = self.headers.get(b) else {
             return 0;
         };
-        let mut m = 0u32;
-        for (i, c) in h.ctrl.iter().enumerate() {
-            m |= u32::from(c.load(Ordering::Relaxed) & MASK == want) << i;
-        }
-        m
+        let x = h.meta.load(Ordering::Relaxed) ^ (u64::from(tag as u8) * ONES);
+        // The high bit of every zero byte of `x` (a byte equal to the tag's), and possibly of a
+        // byte just above one (a borrow): a superset, as wanted.
+        let zero = x.wrapping_sub(ONES) & !x & HIGHS;
+        // Tag bytes are bytes 1..=7 (byte 0 is the lock): their high bits are bits 15, 23, ….
+        let lanes = (zero >> 15) & 0x0001_0101_0101_0101;
+        (lanes.wrapping_mul(GATHER) >> 56) as u32
     }
 
     #[inline]
@@ -885,7 +912,7 @@ impl FlowTable {
     /// of half-open flows only ever competes with other half-open flows (SPEC M15).
     pub fn insert(&self, key: &FlowKey, hash: u64, new: NewEntry, now: Tick) -> InsertOutcome {
         let p = self.place(hash);
-        let Some(lock) = self.headers.get(p.b1).map(|h| &h.lock) else {
+        let Some(lock) = self.headers.get(p.b1).map(|h| &h.meta) else {
             return InsertOutcome::Full;
         };
         // Inserts of one key are serialised by its primary bucket's insert lock, which makes
@@ -894,10 +921,10 @@ impl FlowTable {
         // touches, flag updates and removals never take it.
         let mut spins = 0u32;
         loop {
-            if lock.load(Ordering::Relaxed) == 0
-                && lock
-                    .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
+            // Test, then test-and-set: the other bits of the word are tag bytes that
+            // concurrent claims in this bucket may change meanwhile.
+            if lock.load(Ordering::Relaxed) & LOCK == 0
+                && lock.fetch_or(LOCK, Ordering::Acquire) & LOCK == 0
             {
                 break;
             }
@@ -908,7 +935,7 @@ impl FlowTable {
             spin_loop();
         }
         let out = self.insert_locked(key, p, new, now);
-        lock.store(0, Ordering::Release);
+        lock.fetch_and(!LOCK, Ordering::Release);
         out
     }
 
@@ -1018,6 +1045,7 @@ impl FlowTable {
         now: Tick,
     ) -> Option<SlotRef> {
         let slot = self.slots.get(idx)?;
+        let header = self.headers.get(idx / BUCKET_SLOTS)?;
         let v = version(c).wrapping_add(1);
         ctrl.compare_exchange(
             c,
@@ -1026,6 +1054,16 @@ impl FlowTable {
             Ordering::Relaxed,
         )
         .ok()?;
+        // The slot's tag byte, while it is BUSY and before it turns LIVE (see `Header`). Only
+        // the holder of a slot's claim writes its byte; other bytes and the lock bit may
+        // change concurrently, hence the compare-exchange loop (it never waits for anyone).
+        let shift = hint_shift(idx % BUCKET_SLOTS);
+        let byte = u64::from(p.tag as u8) << shift;
+        let _ = header
+            .meta
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                (m & (0xff << shift) != byte).then_some(m & !(0xff << shift) | byte)
+            });
         // Seqlock write side: the release fence keeps the data stores below from becoming
         // visible before the BUSY claim, so a reader that sees any of them re-reads a changed
         // control word.

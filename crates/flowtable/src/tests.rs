@@ -489,3 +489,49 @@ fn scan_visits_every_live_entry_once_and_can_stop_early() {
         3
     );
 }
+
+/// The tag bytes in a bucket's meta word only pick candidates: every entry stays findable
+/// through slot reuse (removal, eviction of half-open entries, re-insertion), in full buckets
+/// where many tags share their low byte, and lookups of absent keys find nothing.
+#[test]
+fn every_live_entry_is_found_through_slot_reuse() {
+    // Tiny: two buckets, so every slot is reused many times. Hashes from few seeds share
+    // their tag's low byte (the meta word's hint) while the top byte varies the buckets.
+    let t = tiny(Timeouts::default());
+    let h = |i: u64| hash(i % 8) ^ (i << 56);
+    let mut live: std::collections::HashMap<u64, (SlotRef, u32)> = std::collections::HashMap::new();
+    let mut evictions = 0;
+    for round in 0..2000u64 {
+        let i = mix64(round) % 40;
+        if let Some(&(_, b)) = live.get(&i) {
+            let hit = t.lookup(&key(i), h(i)).expect("a live entry is found");
+            assert_eq!(hit.entry.backend, b);
+            if round % 3 == 0 {
+                assert!(t.remove(hit.slot));
+                live.remove(&i);
+            }
+        } else {
+            assert_eq!(t.lookup(&key(i), h(i)), None, "absent key {i}");
+            // Half-open entries may be evicted to make room, established ones not.
+            let flags = if round % 4 == 0 { established() } else { tcp() };
+            match t.insert(&key(i), h(i), entry(round as u32, flags), round as u32) {
+                InsertOutcome::Inserted { slot, evicted } => {
+                    if evicted != Evicted::Nothing {
+                        // The evicted entry's handle went stale (its slot has a new version).
+                        evictions += 1;
+                        live.retain(|_, (s, _)| t.update_flags(*s, 0, 0).is_some());
+                    }
+                    live.insert(i, (slot, round as u32));
+                }
+                InsertOutcome::Full => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        for (&j, &(_, b)) in &live {
+            let hit = t.lookup(&key(j), h(j)).expect("a live entry is found");
+            assert_eq!(hit.entry.backend, b);
+        }
+        assert_eq!(t.occupancy().live, live.len());
+    }
+    assert!(evictions > 10, "{evictions}");
+}
