@@ -801,7 +801,8 @@ def median_run(rs: list[Result]) -> Result:
     if len(rs) == 1:
         return rs[0]
     by_ns = sorted(rs, key=lambda r: r.ns_per_pkt)
-    mid = by_ns[(len(by_ns) - 1) // 2]
+    # Odd N: the middle run; even N: the slower of the two middle ones.
+    mid = by_ns[len(by_ns) // 2]
 
     def med(xs: list[float]) -> float | None:
         xs = sorted(xs)
