@@ -741,8 +741,8 @@ impl FlowTable {
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u64) -> Option<Hit> {
         let p = self.place(hash);
-        // About half the keys sit in their second bucket (inserts pick the emptier one), and
-        // every miss probes it: start fetching its header while the first one is probed.
+        // Keys of fuller buckets sit in their second bucket (see `second_first`), and every
+        // miss probes it: start fetching its header while the first one is probed.
         if let Some(h2) = self.headers.get(p.b2) {
             prefetch_line(h2);
         }
@@ -776,7 +776,8 @@ impl FlowTable {
                 }
             }
             // Stage 2: candidates in the primary bucket get their slot lines fetched; keys with
-            // none there (about half: inserts pick the emptier bucket) need their second header.
+            // none there (misses, and keys placed in their second bucket: few at light load, see
+            // `second_first`) need their second header.
             let mut masks = [(0u32, 0u32); GROUP];
             for (m, p) in masks.iter_mut().zip(&places[..len]) {
                 m.0 = self.match_mask(p.b1, p.tag);
