@@ -94,6 +94,31 @@ struct Pending {
 }
 
 impl Pending {
+    /// The facts of a fast-path packet ([`parse_v4_flow`], [`parse_v6_flow`]):
+    /// unfragmented TCP or UDP, never an ICMP error.
+    #[inline(always)]
+    fn fast(
+        tcp_flags: Flags,
+        proto: u8,
+        (child, svc): (usize, usize),
+        hash: u64,
+        client_zone: Option<ZoneId>,
+        inner: Inner,
+    ) -> Pending {
+        Pending {
+            tcp_flags,
+            child,
+            svc,
+            proto,
+            fragment: false,
+            is_icmp_error: false,
+            hash,
+            class: class_of(proto),
+            client_zone,
+            inner,
+        }
+    }
+
     const BLANK: Pending = Pending {
         tcp_flags: Flags(0),
         child: 0,
@@ -603,23 +628,19 @@ impl Worker {
             plan.affinity,
         );
         let hash = store_key(words, svc, key_out);
-        *pend = Pending {
-            tcp_flags: f.tcp_flags,
-            child,
-            svc,
-            proto: f.proto,
-            fragment: false,
-            is_icmp_error: false,
+        *pend = Pending::fast(
+            f.tcp_flags,
+            f.proto,
+            (child, svc),
             hash,
-            class: class_of(f.proto),
-            client_zone: client_zone(snap, plan, IpAddr::V4(Ipv4Addr::from(f.src))),
-            inner: Inner {
+            client_zone(snap, plan, IpAddr::V4(Ipv4Addr::from(f.src))),
+            Inner {
                 l2_len: ethernet::HEADER_LEN as u8,
                 v6: false,
                 ds: f.ds,
                 ip_len: u32::from(f.total_len),
             },
-        };
+        );
         Stage::Lookup
     }
 
@@ -648,23 +669,19 @@ impl Worker {
             plan.affinity,
         );
         let hash = store_key(words, svc, key_out);
-        *pend = Pending {
-            tcp_flags: f.tcp_flags,
-            child,
-            svc,
-            proto: f.proto,
-            fragment: false,
-            is_icmp_error: false,
+        *pend = Pending::fast(
+            f.tcp_flags,
+            f.proto,
+            (child, svc),
             hash,
-            class: class_of(f.proto),
-            client_zone: client_zone(snap, plan, IpAddr::V6(Ipv6Addr::from(f.src))),
-            inner: Inner {
+            client_zone(snap, plan, IpAddr::V6(Ipv6Addr::from(f.src))),
+            Inner {
                 l2_len: ethernet::HEADER_LEN as u8,
                 v6: true,
                 ds: f.traffic_class,
                 ip_len: 40 + u32::from(f.payload_len),
             },
-        };
+        );
         Stage::Lookup
     }
 
