@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use config::compiled::ZoneId;
 use config::schema::{ConnectionPersistence, NoBackendAction};
-use flowtable::{EntryFlags, FlowTable, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
+use flowtable::{EntryFlags, FlowTable, Hit, InsertOutcome, Lookup, NewEntry, ProtoClass, Tick};
 use wire::arp::{self, ArpRepr};
 use wire::buf::PacketBuf;
 use wire::encap::InnerIp;
@@ -63,7 +63,7 @@ enum Outcome {
 }
 
 /// Packets classified together before their flow-table lookups (the
-/// prefetch distance of [`FlowTable::lookup_burst`]).
+/// prefetch distance of the staged lookups, [`FlowTable::begin`]).
 pub const GROUP: usize = 32;
 
 /// A packet after classification.
@@ -222,11 +222,11 @@ pub struct Worker {
 /// group.
 struct Scratch {
     stages: [Stage; GROUP],
-    /// Per lookup (not per packet): key, facts, hash, result.
+    /// Per lookup (not per packet): key, facts, the flow table's staged
+    /// lookup.
     pending: [Pending; GROUP],
     keys: [flowtable::FlowKey; GROUP],
-    hashes: [u64; GROUP],
-    hits: [Option<Hit>; GROUP],
+    lookups: [Lookup; GROUP],
 }
 
 impl Scratch {
@@ -235,8 +235,7 @@ impl Scratch {
             stages: [Stage::Done(Outcome::ToHost); GROUP],
             pending: [Pending::BLANK; GROUP],
             keys: [flowtable::FlowKey([0; 5]); GROUP],
-            hashes: [0; GROUP],
-            hits: [None; GROUP],
+            lookups: [Lookup::NONE; GROUP],
         })
     }
 }
@@ -279,9 +278,10 @@ impl Worker {
     ///
     /// In three passes over groups of [`GROUP`] packets, so that the flow
     /// table's cache misses overlap instead of stalling one packet at a time:
-    /// classify every packet (parse, rule, flow key and hash), look all keys
-    /// up at once ([`FlowTable::lookup_burst`] prefetches the buckets), then
-    /// finish each packet in order. A packet whose flow an earlier packet of
+    /// classify every packet (parse, rule, flow key and hash; its primary
+    /// bucket is prefetched), screen all buckets at once (the candidate slot
+    /// lines are prefetched), then finish each packet in order, comparing its
+    /// key first. A packet whose flow an earlier packet of
     /// the same group changed (a new entry, a removed one) is looked up again,
     /// so the outcome is the one packet-at-a-time processing gives.
     pub fn process_burst<B: PacketBuf>(
@@ -323,45 +323,46 @@ impl Worker {
             stages,
             pending,
             keys,
-            hashes,
-            hits,
+            lookups,
         } = &mut *sc;
         // Keys and facts are written in place by `classify` (no copies of
         // them between passes: copying freshly written keys stalls store
-        // forwarding).
-        let mut lookups = 0;
+        // forwarding). The flow table's lookups run in stages spread over
+        // the passes, so that each cache miss has the rest of a pass to
+        // arrive in: the primary header is fetched as soon as the hash is
+        // known, the slot lines in between, the keys compared when the
+        // packet is finished.
+        let mut n = 0;
         for (pkt, stage) in pkts.iter_mut().zip(stages.iter_mut()) {
-            let (Some(key), Some(pend), Some(hash)) = (
-                keys.get_mut(lookups),
-                pending.get_mut(lookups),
-                hashes.get_mut(lookups),
-            ) else {
+            let (Some(key), Some(pend), Some(lk)) =
+                (keys.get_mut(n), pending.get_mut(n), lookups.get_mut(n))
+            else {
                 break;
             };
             *stage = self.classify(snap, pkt, key, pend);
             if let Stage::Lookup = stage {
-                *hash = pend.hash;
-                lookups += 1;
+                *lk = flows.begin(pend.hash);
+                n += 1;
             }
         }
-        let (keys, hits) = (&keys[..lookups], &mut hits[..lookups]);
-        flows.lookup_burst(keys, &hashes[..lookups], hits);
+        flows.screen(&mut lookups[..n]);
         // Bit (hash % 64) set: an earlier packet of this group changed an
-        // entry with that hash; later packets with it look up afresh.
+        // entry with that hash; later packets with it look up afresh (the
+        // screening may have missed that entry).
         let mut changed = 0u64;
-        let mut looked = keys.iter().zip(hits.iter()).zip(pending.iter());
+        let mut looked = keys[..n].iter().zip(&lookups[..n]).zip(&pending[..n]);
         for ((pkt, v), stage) in pkts.iter_mut().zip(verdicts.iter_mut()).zip(stages.iter()) {
             let outcome = match *stage {
                 Stage::Done(o) => o,
                 Stage::Lookup => {
-                    let Some(((key, &found), p)) = looked.next() else {
+                    let Some(((key, lk), p)) = looked.next() else {
                         break;
                     };
                     let bit = 1u64 << (p.hash & 63);
                     let hit = if changed & bit != 0 {
                         flows.lookup(key, p.hash)
                     } else {
-                        found
+                        flows.complete(lk, key)
                     };
                     let (o, wrote) = self.finish(snap, flows, now, pkt, p, key, hit);
                     if wrote {

@@ -58,9 +58,11 @@
 //! # Speed
 //!
 //! A lookup is two dependent cache misses (header, then slot), plus the second header for keys
-//! in their second bucket. [`FlowTable::lookup_burst`] takes a whole RX burst and overlaps those
-//! misses across it (prefetch the headers, then the matching slot lines, and for certain misses
-//! the slot the following insert will claim), which is what the pipeline should call. The
+//! in their second bucket. A lookup in stages ([`Lookup`]: [`FlowTable::begin`] prefetches the
+//! primary header, [`FlowTable::screen`] the matching slot lines — or the second header, and
+//! for certain misses the slot the following insert will claim — and [`FlowTable::complete`]
+//! compares keys) lets a caller overlap those misses across a whole RX burst and its own work in
+//! between; [`FlowTable::lookup_burst`] runs the stages back to back. The
 //! arrays are allocated once, 2 MiB aligned and padded, with transparent-huge-page advice, so
 //! the TLB covers the table.
 //!
@@ -267,8 +269,8 @@ mod table;
 
 pub use table::{
     BUCKET_SLOTS, Config, ConfigError, Entry, EntryFlags, Evicted, FlowKey, FlowTable, Hit,
-    InsertOutcome, MAX_CAPACITY, NewEntry, Occupancy, ProtoClass, SlotRef, SweepStats, Tick,
-    Timeouts,
+    InsertOutcome, Lookup, MAX_CAPACITY, NewEntry, Occupancy, ProtoClass, SlotRef, SweepStats,
+    Tick, Timeouts,
 };
 
 #[cfg(test)]

@@ -453,6 +453,29 @@ struct Place {
     tag: u16,
 }
 
+/// A flow-table lookup in stages (see [`FlowTable::begin`], [`FlowTable::screen`],
+/// [`FlowTable::complete`]): the key's two buckets, its tag, and the candidate slots found in
+/// each bucket's tag bytes. Small and `Copy`, to sit in a caller's per-burst scratch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    b1: u32,
+    b2: u32,
+    tag: u16,
+    m1: u8,
+    m2: u8,
+}
+
+impl Lookup {
+    /// A placeholder for scratch arrays; [`FlowTable::begin`] makes real ones.
+    pub const NONE: Lookup = Lookup {
+        b1: 0,
+        b2: 0,
+        tag: 0,
+        m1: 0,
+        m2: 0,
+    };
+}
+
 /// Whether an insert tries a key's second bucket before its primary, given the free slots
 /// of each: the primary while it holds at most one entry, else the emptier one (ties: the
 /// primary). Lookups probe the primary first and the second bucket only when the primary has
@@ -751,74 +774,110 @@ impl FlowTable {
     }
 
     /// Looks up a burst of keys, `out[i]` for `keys[i]` / `hashes[i]` (up to the shortest of
-    /// the three slices). Same results as [`FlowTable::lookup`] one by one, but in groups of 32
-    /// it works in stages — prefetch every primary header; then the slot lines whose tags match
-    /// there, or the second header; then the second buckets' slot lines — and compares keys
-    /// last, so the burst's cache misses overlap instead of queueing. This is the call for the
-    /// pipeline's RX bursts.
+    /// the three slices). Same results as [`FlowTable::lookup`] one by one, but in the three
+    /// stages of a [`Lookup`] ([`FlowTable::begin`], [`FlowTable::screen`],
+    /// [`FlowTable::complete`]) over groups of 32, so that the burst's cache misses overlap
+    /// instead of queueing. The pipeline runs the same stages spread over its own passes.
     pub fn lookup_burst(&self, keys: &[FlowKey], hashes: &[u64], out: &mut [Option<Hit>]) {
         const GROUP: usize = 32;
         let n = keys.len().min(hashes.len()).min(out.len());
         let mut start = 0;
         while start < n {
             let end = (start + GROUP).min(n);
-            let mut places = [Place {
-                b1: 0,
-                b2: 0,
-                tag: 0,
-            }; GROUP];
-            let len = end - start;
-            // Stage 1: primary headers.
-            for (p, &h) in places.iter_mut().zip(&hashes[start..end]) {
-                *p = self.place(h);
-                if let Some(h1) = self.headers.get(p.b1) {
-                    prefetch_line(h1);
-                }
+            let mut staged = [Lookup::NONE; GROUP];
+            let staged = &mut staged[..end - start];
+            for (l, &h) in staged.iter_mut().zip(&hashes[start..end]) {
+                *l = self.begin(h);
             }
-            // Stage 2: candidates in the primary bucket get their slot lines fetched; keys with
-            // none there (misses, and keys placed in their second bucket: few at light load, see
-            // `second_first`) need their second header.
-            let mut masks = [(0u32, 0u32); GROUP];
-            for (m, p) in masks.iter_mut().zip(&places[..len]) {
-                m.0 = self.match_mask(p.b1, p.tag);
-                if m.0 == 0 {
-                    if let Some(h2) = self.headers.get(p.b2) {
-                        prefetch_line(h2);
-                    }
-                } else {
-                    self.prefetch_slots(p.b1, m.0);
-                }
-            }
-            // Stage 3: second buckets. No candidate in either bucket is a certain miss: the
-            // caller will most likely insert the flow next, into the first free slot of a
-            // candidate bucket, so fetch that slot's line now and the insert's write will
-            // not stall on it.
-            for (m, p) in masks.iter_mut().zip(&places[..len]) {
-                if m.0 == 0 {
-                    m.1 = self.match_mask(p.b2, p.tag);
-                    if m.1 == 0 {
-                        self.prefetch_free_slot(p);
-                    } else {
-                        self.prefetch_slots(p.b2, m.1);
-                    }
-                }
-            }
-            // Stage 4: compare keys. A key whose primary candidates all mismatch (a tag
-            // collision) is probed in its second bucket the ordinary way.
-            for (((o, k), p), m) in out[start..end]
+            self.screen(staged);
+            for ((o, k), l) in out[start..end]
                 .iter_mut()
                 .zip(&keys[start..end])
-                .zip(&places)
-                .zip(&masks)
+                .zip(staged.iter())
             {
-                *o = if m.0 != 0 {
-                    self.find_masked(p.b1, m.0, p.tag, k)
-                        .or_else(|| self.find_in(p.b2, p.tag, k))
-                } else {
-                    self.find_masked(p.b2, m.1, p.tag, k)
-                };
+                *o = self.complete(l, k);
             }
             start = end;
+        }
+    }
+
+    /// First stage of a staged lookup of the key with `hash`: where it may live, with its
+    /// primary bucket's header prefetched. Do other work (other keys' `begin`s) before
+    /// [`FlowTable::screen`].
+    #[inline]
+    #[must_use]
+    pub fn begin(&self, hash: u64) -> Lookup {
+        let p = self.place(hash);
+        if let Some(h1) = self.headers.get(p.b1) {
+            prefetch_line(h1);
+        }
+        Lookup {
+            b1: p.b1 as u32,
+            b2: p.b2 as u32,
+            tag: p.tag,
+            m1: 0,
+            m2: 0,
+        }
+    }
+
+    /// Second stage, over a burst of [`FlowTable::begin`] results: reads each primary
+    /// header's tag bytes and prefetches the candidate slot lines there; keys with no
+    /// candidate there (misses, and keys placed in their second bucket: few at light load,
+    /// see `second_first`) have their second header read and its candidates prefetched. A key
+    /// with no candidate in either bucket is a certain miss: the caller will most likely
+    /// insert it next, into the first free slot of a candidate bucket, so that slot's line is
+    /// fetched now and the insert's write will not stall on it. Do other work before
+    /// [`FlowTable::complete`].
+    pub fn screen(&self, lookups: &mut [Lookup]) {
+        let mut seconds = false;
+        for l in lookups.iter_mut() {
+            let (b1, b2) = (l.b1 as usize, l.b2 as usize);
+            let m = self.match_mask(b1, l.tag);
+            l.m1 = m as u8;
+            if m == 0 {
+                seconds = true;
+                if let Some(h2) = self.headers.get(b2) {
+                    prefetch_line(h2);
+                }
+            } else {
+                self.prefetch_slots(b1, m);
+            }
+        }
+        if !seconds {
+            return;
+        }
+        // Second buckets, after the other keys' work has given their headers time to arrive.
+        for l in lookups.iter_mut().filter(|l| l.m1 == 0) {
+            let b2 = l.b2 as usize;
+            let m = self.match_mask(b2, l.tag);
+            l.m2 = m as u8;
+            if m == 0 {
+                self.prefetch_free_slot(&Place {
+                    b1: l.b1 as usize,
+                    b2,
+                    tag: l.tag,
+                });
+            } else {
+                self.prefetch_slots(b2, m);
+            }
+        }
+    }
+
+    /// Last stage: the entry of `key` (whose hash began `l`), comparing keys in the candidate
+    /// slots [`FlowTable::screen`] found. A key whose primary candidates all mismatch (a tag
+    /// collision) is probed in its second bucket the ordinary way. The same result as
+    /// [`FlowTable::lookup`] as of the screening: an entry inserted into one of the key's
+    /// buckets after it may be missed (as if this lookup had happened first), so a caller that
+    /// itself changed entries of this hash since the screening looks up afresh.
+    #[inline]
+    #[must_use]
+    pub fn complete(&self, l: &Lookup, key: &FlowKey) -> Option<Hit> {
+        let (b1, b2) = (l.b1 as usize, l.b2 as usize);
+        if l.m1 != 0 {
+            self.find_masked(b1, u32::from(l.m1), l.tag, key)
+                .or_else(|| self.find_in(b2, l.tag, key))
+        } else {
+            self.find_masked(b2, u32::from(l.m2), l.tag, key)
         }
     }
 

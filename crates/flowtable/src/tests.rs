@@ -450,6 +450,58 @@ fn burst_lookups_match_single_lookups() {
 }
 
 #[test]
+fn staged_lookups_match_single_lookups_in_a_full_table() {
+    // Filled to nominal capacity many keys sit in their second bucket and tag bytes collide:
+    // every path of `screen` / `complete` is taken.
+    let cap = 3000u64;
+    let t = FlowTable::new(Config::with_capacity(cap as usize)).unwrap();
+    for i in 0..cap {
+        let _ = t.insert(&key(i), hash(i), entry(i as u32, udp()), 3);
+    }
+    let (mut hits, mut misses) = (0, 0);
+    let ids: Vec<u64> = (0..cap + 1000).collect();
+    for chunk in ids.chunks(32) {
+        let mut staged: Vec<Lookup> = chunk.iter().map(|&i| t.begin(hash(i))).collect();
+        t.screen(&mut staged);
+        for (l, &i) in staged.iter().zip(chunk) {
+            let got = t.complete(l, &key(i));
+            assert_eq!(got, t.lookup(&key(i), hash(i)), "key {i}");
+            match got {
+                Some(h) => {
+                    assert_eq!(h.entry.backend, i as u32);
+                    hits += 1;
+                }
+                None => misses += 1,
+            }
+        }
+    }
+    assert!(
+        hits > 2900 && misses >= 1000,
+        "{hits} hits, {misses} misses"
+    );
+}
+
+#[test]
+fn a_staged_lookup_sees_changes_made_after_its_screening() {
+    let t = FlowTable::new(Config::with_capacity(100)).unwrap();
+    inserted(t.insert(&key(1), hash(1), entry(1, udp()), 3));
+    let mut staged = [t.begin(hash(1)), t.begin(hash(2))];
+    t.screen(&mut staged);
+    // Removed after screening: its candidate slot is re-validated, never read stale.
+    let hit = t.lookup(&key(1), hash(1)).unwrap();
+    assert!(t.remove(hit.slot));
+    assert_eq!(t.complete(&staged[0], &key(1)), None);
+    // Re-inserted with another backend into the same slot: the new occupant is what is read.
+    inserted(t.insert(&key(1), hash(1), entry(7, udp()), 4));
+    let again = t.complete(&staged[0], &key(1));
+    assert!(again.is_none() || again.unwrap().entry.backend == 7);
+    // Inserted after screening found no candidate: a fresh lookup (what the pipeline does
+    // after its own writes) finds it.
+    inserted(t.insert(&key(2), hash(2), entry(2, udp()), 4));
+    assert_eq!(t.lookup(&key(2), hash(2)).unwrap().entry.backend, 2);
+}
+
+#[test]
 fn scan_visits_every_live_entry_once_and_can_stop_early() {
     let t = FlowTable::new(Config::with_capacity(1000)).unwrap();
     for i in 0..500u64 {
