@@ -62,9 +62,11 @@
 //! primary header, [`FlowTable::screen`] the matching slot lines — or the second header, and
 //! for certain misses the slot the following insert will claim — and [`FlowTable::complete`]
 //! compares keys) lets a caller overlap those misses across a whole RX burst and its own work in
-//! between; [`FlowTable::lookup_burst`] runs the stages back to back. The
-//! arrays are allocated once, 2 MiB aligned and padded, with transparent-huge-page advice, so
-//! the TLB covers the table.
+//! between; [`FlowTable::lookup_burst`] runs the stages back to back. A bucket's header and
+//! slots are one 512-byte block, so both lines of a hit lie in one page, and a key alone in its
+//! bucket (slot 0, the usual case at light load) shares an aligned 128-byte pair with the
+//! header. The table is one array, allocated once, 2 MiB aligned and padded, with
+//! transparent-huge-page advice, so the TLB covers it.
 //!
 //! # Testing
 //!

@@ -423,10 +423,19 @@ const W_BACKEND: usize = 5;
 const W_COOKIE: usize = 6;
 const W_SEEN: usize = 7;
 
+/// A bucket: its header, then its slots, in one 512-byte block. A lookup touches the header
+/// and one slot of the same block (one page, and with the header and slot 0 in one 128-byte
+/// aligned pair, which the CPU's adjacent-line prefetch fetches together: at light load most
+/// keys are alone in their bucket, in slot 0).
+#[repr(C, align(128))]
+struct Bucket {
+    header: Header,
+    slots: [Slot; BUCKET_SLOTS],
+}
+
 /// The bounded lock-free flow table. `Sync`: share it by reference or `Arc`.
 pub struct FlowTable {
-    headers: Array<Header>,
-    slots: Array<Slot>,
+    buckets: Array<Bucket>,
     nbuckets: u64,
     capacity: usize,
     timeouts: Timeouts,
@@ -502,16 +511,17 @@ impl FlowTable {
         if t >= 1 << 31 {
             return Err(ConfigError::TimeoutTooLarge(t));
         }
-        let headers: Array<Header> = alloc_slice(nbuckets, || Header {
-            ctrl: std::array::from_fn(|_| AtomicU64::new(0)),
-            meta: AtomicU64::new(0),
-        });
-        let slots: Array<Slot> = alloc_slice(nbuckets * BUCKET_SLOTS, || Slot {
-            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        let buckets: Array<Bucket> = alloc_slice(nbuckets, || Bucket {
+            header: Header {
+                ctrl: std::array::from_fn(|_| AtomicU64::new(0)),
+                meta: AtomicU64::new(0),
+            },
+            slots: std::array::from_fn(|_| Slot {
+                words: std::array::from_fn(|_| AtomicU64::new(0)),
+            }),
         });
         Ok(Self {
-            headers,
-            slots,
+            buckets,
             nbuckets: nbuckets as u64,
             capacity: config.capacity,
             timeouts: config.timeouts,
@@ -533,12 +543,29 @@ impl FlowTable {
     }
 
     /// Bytes a table of `capacity` entries allocates (64 B per slot plus a 64 B header per
-    /// seven slots, with 25 % headroom: ≈ 91.4 B per nominal entry; each of the two arrays, from
-    /// 512 KiB, is padded to whole 2 MiB huge pages).
+    /// seven slots, with 25 % headroom: ≈ 91.4 B per nominal entry; from 512 KiB, padded to
+    /// whole 2 MiB huge pages).
     pub fn memory_bytes_for(capacity: usize) -> Result<usize, ConfigError> {
         let b = Self::buckets_for(capacity)?;
-        Ok(padded(b * std::mem::size_of::<Header>())
-            + padded(b * BUCKET_SLOTS * std::mem::size_of::<Slot>()))
+        Ok(padded(b * std::mem::size_of::<Bucket>()))
+    }
+
+    /// Bucket `b`'s header.
+    #[inline(always)]
+    fn header(&self, b: usize) -> Option<&Header> {
+        self.buckets.get(b).map(|k| &k.header)
+    }
+
+    /// Slot `idx` (`bucket * BUCKET_SLOTS + slot`, as in [`SlotRef`]).
+    #[inline(always)]
+    fn slot(&self, idx: usize) -> Option<&Slot> {
+        self.slot_in(idx / BUCKET_SLOTS, idx % BUCKET_SLOTS)
+    }
+
+    /// Slot `i` of bucket `b`.
+    #[inline(always)]
+    fn slot_in(&self, b: usize, i: usize) -> Option<&Slot> {
+        self.buckets.get(b).and_then(|k| k.slots.get(i))
     }
 
     /// Nominal capacity.
@@ -550,7 +577,7 @@ impl FlowTable {
     /// Number of slots (capacity plus headroom, rounded to whole buckets).
     #[must_use]
     pub fn slot_count(&self) -> usize {
-        self.slots.len()
+        self.buckets.len() * BUCKET_SLOTS
     }
 
     /// The configured timeouts.
@@ -582,17 +609,23 @@ impl FlowTable {
     pub fn prefetch(&self, hash: u64) {
         let p = self.place(hash);
         for b in [p.b1, p.b2] {
-            if let Some(h) = self.headers.get(b) {
+            if let Some(h) = self.header(b) {
                 prefetch_line(h);
             }
         }
     }
 
-    /// Reads slot `idx` whose control word was `c1`, returning its key and value words only if
+    /// Reads slot `i` of bucket `b`, whose control word was `c1`, returning its key and value words only if
     /// the control word is unchanged afterwards (seqlock validation). `None`: changed, retry.
     #[inline(always)]
-    fn read_validated(&self, ctrl: &AtomicU64, idx: usize, c1: u64, key: &FlowKey) -> Read {
-        let Some(slot) = self.slots.get(idx) else {
+    fn read_validated(
+        &self,
+        ctrl: &AtomicU64,
+        (b, i): (usize, usize),
+        c1: u64,
+        key: &FlowKey,
+    ) -> Read {
+        let Some(slot) = self.slot_in(b, i) else {
             return Read::Mismatch;
         };
         let w = &slot.words;
@@ -622,7 +655,7 @@ impl FlowTable {
         }
         Read::Hit(Hit {
             slot: SlotRef {
-                index: idx as u32,
+                index: (b * BUCKET_SLOTS + i) as u32,
                 version: version(c1),
             },
             entry: Entry {
@@ -650,7 +683,7 @@ impl FlowTable {
         // differs for every pair), so nothing carries into the result.
         const GATHER: u64 =
             (1 << 56) | (1 << 49) | (1 << 42) | (1 << 35) | (1 << 28) | (1 << 21) | (1 << 14);
-        let Some(h) = self.headers.get(b) else {
+        let Some(h) = self.header(b) else {
             return 0;
         };
         let x = h.meta.load(Ordering::Relaxed) ^ (u64::from(tag as u8) * ONES);
@@ -675,7 +708,7 @@ impl FlowTable {
     /// forwarding fails), which cost a burst lookup a third of its time.
     #[inline(always)]
     fn probe(&self, b: usize, mut mask: u32, tag: u16, key: &FlowKey) -> Found {
-        let Some(h) = self.headers.get(b) else {
+        let Some(h) = self.header(b) else {
             return Found::Absent;
         };
         let mut gave_up = false;
@@ -693,7 +726,7 @@ impl FlowTable {
                 if state(c1) != LIVE || tag_of(c1) != tag {
                     break;
                 }
-                match self.read_validated(ctrl, b * BUCKET_SLOTS + i, c1, key) {
+                match self.read_validated(ctrl, (b, i), c1, key) {
                     Read::Hit(hit) => return Found::Hit(hit),
                     Read::Mismatch => break,
                     Read::Changed => {
@@ -721,7 +754,7 @@ impl FlowTable {
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            if let Some(s) = self.slots.get(b * BUCKET_SLOTS + i) {
+            if let Some(s) = self.slot_in(b, i) {
                 prefetch_line(s);
             }
         }
@@ -731,7 +764,7 @@ impl FlowTable {
     #[inline]
     fn prefetch_free_slot(&self, p: &Place) {
         let free = |b: usize| -> u32 {
-            self.headers.get(b).map_or(0, |h| {
+            self.header(b).map_or(0, |h| {
                 h.ctrl.iter().enumerate().fold(0, |m, (i, c)| {
                     m | (u32::from(state(c.load(Ordering::Relaxed)) == EMPTY) << i)
                 })
@@ -745,9 +778,7 @@ impl FlowTable {
             (p.b1, f1)
         };
         if f != 0
-            && let Some(s) = self
-                .slots
-                .get(b * BUCKET_SLOTS + f.trailing_zeros() as usize)
+            && let Some(s) = self.slot_in(b, f.trailing_zeros() as usize)
         {
             prefetch_line(s);
         }
@@ -766,7 +797,7 @@ impl FlowTable {
         let p = self.place(hash);
         // Keys of fuller buckets sit in their second bucket (see `second_first`), and every
         // miss probes it: start fetching its header while the first one is probed.
-        if let Some(h2) = self.headers.get(p.b2) {
+        if let Some(h2) = self.header(p.b2) {
             prefetch_line(h2);
         }
         self.find_in(p.b1, p.tag, key)
@@ -808,7 +839,7 @@ impl FlowTable {
     #[must_use]
     pub fn begin(&self, hash: u64) -> Lookup {
         let p = self.place(hash);
-        if let Some(h1) = self.headers.get(p.b1) {
+        if let Some(h1) = self.header(p.b1) {
             prefetch_line(h1);
         }
         Lookup {
@@ -836,7 +867,7 @@ impl FlowTable {
             l.m1 = m as u8;
             if m == 0 {
                 seconds = true;
-                if let Some(h2) = self.headers.get(b2) {
+                if let Some(h2) = self.header(b2) {
                     prefetch_line(h2);
                 }
             } else {
@@ -868,8 +899,9 @@ impl FlowTable {
     /// collision) is probed in its second bucket the ordinary way. The same result as
     /// [`FlowTable::lookup`] as of the screening: an entry inserted into one of the key's
     /// buckets after it may be missed (as if this lookup had happened first), so a caller that
-    /// itself changed entries of this hash since the screening looks up afresh.
-    #[inline]
+    /// itself changed entries of this hash since the screening looks up afresh. Always
+    /// inlined, for the reason given at `probe`.
+    #[inline(always)]
     #[must_use]
     pub fn complete(&self, l: &Lookup, key: &FlowKey) -> Option<Hit> {
         let (b1, b2) = (l.b1 as usize, l.b2 as usize);
@@ -891,7 +923,7 @@ impl FlowTable {
     #[inline]
     pub fn touch(&self, slot: SlotRef, now: Tick) -> bool {
         let idx = slot.index as usize;
-        let (Some(h), Some(s)) = (self.headers.get(idx / BUCKET_SLOTS), self.slots.get(idx)) else {
+        let (Some(h), Some(s)) = (self.header(idx / BUCKET_SLOTS), self.slot(idx)) else {
             return false;
         };
         let c = h.ctrl[idx % BUCKET_SLOTS].load(Ordering::Relaxed);
@@ -920,7 +952,7 @@ impl FlowTable {
     /// handle still names the same occupant. Returns the new flags, or `None` if stale.
     pub fn update_flags(&self, slot: SlotRef, set: u8, clear: u8) -> Option<EntryFlags> {
         let idx = slot.index as usize;
-        let h = self.headers.get(idx / BUCKET_SLOTS)?;
+        let h = self.header(idx / BUCKET_SLOTS)?;
         let ctrl = &h.ctrl[idx % BUCKET_SLOTS];
         let mut c = ctrl.load(Ordering::Acquire);
         loop {
@@ -946,7 +978,7 @@ impl FlowTable {
     /// Removes an entry if the handle still names it. Returns whether it removed it.
     pub fn remove(&self, slot: SlotRef) -> bool {
         let idx = slot.index as usize;
-        let Some(h) = self.headers.get(idx / BUCKET_SLOTS) else {
+        let Some(h) = self.header(idx / BUCKET_SLOTS) else {
             return false;
         };
         let ctrl = &h.ctrl[idx % BUCKET_SLOTS];
@@ -972,7 +1004,7 @@ impl FlowTable {
     /// of half-open flows only ever competes with other half-open flows (SPEC M15).
     pub fn insert(&self, key: &FlowKey, hash: u64, new: NewEntry, now: Tick) -> InsertOutcome {
         let p = self.place(hash);
-        let Some(lock) = self.headers.get(p.b1).map(|h| &h.meta) else {
+        let Some(lock) = self.header(p.b1).map(|h| &h.meta) else {
             return InsertOutcome::Full;
         };
         // Inserts of one key are serialised by its primary bucket's insert lock, which makes
@@ -1010,7 +1042,7 @@ impl FlowTable {
                 Found::Absent => {}
             }
         }
-        let (Some(h1), Some(h2)) = (self.headers.get(p.b1), self.headers.get(p.b2)) else {
+        let (Some(h1), Some(h2)) = (self.header(p.b1), self.header(p.b2)) else {
             return InsertOutcome::Full;
         };
         for _ in 0..CLAIM_ROUNDS {
@@ -1052,7 +1084,7 @@ impl FlowTable {
                         continue;
                     }
                     let idx = b * BUCKET_SLOTS + i;
-                    let Some(s) = self.slots.get(idx) else {
+                    let Some(s) = self.slot(idx) else {
                         continue;
                     };
                     let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
@@ -1104,8 +1136,8 @@ impl FlowTable {
         new: NewEntry,
         now: Tick,
     ) -> Option<SlotRef> {
-        let slot = self.slots.get(idx)?;
-        let header = self.headers.get(idx / BUCKET_SLOTS)?;
+        let slot = self.slot(idx)?;
+        let header = self.header(idx / BUCKET_SLOTS)?;
         let v = version(c).wrapping_add(1);
         ctrl.compare_exchange(
             c,
@@ -1157,11 +1189,11 @@ impl FlowTable {
     /// removal is removed anyway; that flow's next packet inserts it again (with the same
     /// Maglev choice unless the backend set changed).
     pub fn sweep(&self, now: Tick, max_buckets: usize) -> SweepStats {
-        let n = self.headers.len();
+        let n = self.buckets.len();
         let mut stats = SweepStats::default();
         let mut b = self.sweep_cursor.load(Ordering::Relaxed) % n.max(1);
         for _ in 0..max_buckets.min(n) {
-            let Some(h) = self.headers.get(b) else {
+            let Some(h) = self.header(b) else {
                 break;
             };
             for (i, ctrl) in h.ctrl.iter().enumerate() {
@@ -1169,7 +1201,7 @@ impl FlowTable {
                 if state(c) != LIVE {
                     continue;
                 }
-                let Some(s) = self.slots.get(b * BUCKET_SLOTS + i) else {
+                let Some(s) = self.slot_in(b, i) else {
                     continue;
                 };
                 let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
@@ -1207,7 +1239,7 @@ impl FlowTable {
     #[must_use]
     pub fn occupancy(&self) -> Occupancy {
         let mut o = Occupancy::default();
-        for h in self.headers.iter() {
+        for h in self.buckets.iter().map(|k| &k.header) {
             for c in &h.ctrl {
                 let c = c.load(Ordering::Relaxed);
                 if state(c) == LIVE {
@@ -1227,9 +1259,9 @@ impl FlowTable {
     /// number of entries visited.
     pub fn scan(&self, mut f: impl FnMut(&FlowKey, &Entry) -> ControlFlow<()>) -> usize {
         let mut visited = 0;
-        for (b, h) in self.headers.iter().enumerate() {
+        for (b, h) in self.buckets.iter().map(|k| &k.header).enumerate() {
             for (i, ctrl) in h.ctrl.iter().enumerate() {
-                let Some(slot) = self.slots.get(b * BUCKET_SLOTS + i) else {
+                let Some(slot) = self.slot_in(b, i) else {
                     continue;
                 };
                 for _ in 0..READ_RETRIES {
@@ -1271,16 +1303,13 @@ impl FlowTable {
         let p = self.place(hash);
         let mut n = 0;
         for b in [p.b1, p.b2] {
-            let Some(h) = self.headers.get(b) else {
+            let Some(h) = self.header(b) else {
                 continue;
             };
             for (i, ctrl) in h.ctrl.iter().enumerate() {
                 let c = ctrl.load(Ordering::Acquire);
                 if state(c) == LIVE
-                    && matches!(
-                        self.read_validated(ctrl, b * BUCKET_SLOTS + i, c, key),
-                        Read::Hit(_)
-                    )
+                    && matches!(self.read_validated(ctrl, (b, i), c, key), Read::Hit(_))
                 {
                     n += 1;
                 }
