@@ -631,7 +631,7 @@ class Runner:
         case = {"kind": kind, "flows": flows, "workers": workers, "mem": memmode}
         return self.result(label, fwd, case, a, b, cores, workers)
 
-    def run_spillway(self, c: Case) -> Result:
+    def run_spillway(self, c: Case, binary_key: str = "spillway", suffix: str = "") -> Result:
         self.serial += 1
         prefix = f"spwbench-{os.getpid()}-{self.serial}"
         files = self.packet_set(c.kind, c.flows, c.workers)
@@ -645,14 +645,14 @@ class Runner:
         eal = [*mem, "--no-pci", "--file-prefix", prefix, "--log-level=lib.eal:warning", self.vdev(files)]
         conf.write_text(spillway_config(c, eal, mbufs, cores, ctl, self.free_tcp_port()))
         check = subprocess.run(
-            [str(self.paths["spillway"]), "check-config", str(conf)], capture_output=True, text=True
+            [str(self.paths[binary_key]), "check-config", str(conf)], capture_output=True, text=True
         )
         if check.returncode != 0:
             raise RunFailed(f"spillway check-config {conf}: {check.stdout}{check.stderr}")
         logfile = d / "run.log"
         pin = {f"spillway-w{i}": core for i, core in enumerate(cores)}
         a, b, rc = self.measure(
-            [str(self.paths["spillway"]), "run", "--config", str(conf)],
+            [str(self.paths[binary_key]), "run", "--config", str(conf)],
             prefix,
             r"spillway-w\d+",
             cores,
@@ -664,7 +664,7 @@ class Runner:
             tail = logfile.read_text(errors="replace").strip().splitlines()[-5:]
             raise RunFailed(f"spillway run exited with status {rc}: " + " | ".join(tail))
         case = dataclasses.asdict(c) | {"mem": memmode}
-        r = self.result(c.label(), "spillway", case, a, b, cores, c.workers)
+        r = self.result(c.label() + suffix, "spillway", case, a, b, cores, c.workers)
         if a.stats and b.stats and b.stats.get("rx", 0) > a.stats.get("rx", 0):
             rx = b.stats["rx"] - a.stats["rx"]
             r.fwd_share = (b.stats.get("forwarded", 0) - a.stats.get("forwarded", 0)) / rx
@@ -955,6 +955,10 @@ def main() -> int:
                     help="directory for RESULTS.md, results.json, results.png (default perf/)")
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--spillway", type=Path, required=True)
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="a second spillway binary (A/B of two builds): every case runs with it "
+                    "right after --spillway's, rows marked [B]; with --repeat, the passes "
+                    "alternate A and B under the same host load"),
     ap.add_argument("--packetset", type=Path, required=True)
     ap.add_argument("--testpmd", default=shutil.which("dpdk-testpmd") or "dpdk-testpmd")
     ap.add_argument("--workdir", type=Path, required=True, help="packet sets, configurations, logs")
@@ -1008,6 +1012,11 @@ def main() -> int:
                 "Reserve more (echo N > /proc/sys/vm/nr_hugepages) or pass --mem mixed."
             )
     paths = {"spillway": args.spillway, "packetset": args.packetset, "testpmd": args.testpmd}
+    if args.compare:
+        paths["compare"] = args.compare
+        if not args.no_write:
+            log("--compare: printing only (an A/B is not a results table)")
+            args.no_write = True
     args.workdir.mkdir(parents=True, exist_ok=True)
     runner = Runner(args, paths, args.workdir)
     info = machine_info(args.repo)
@@ -1043,20 +1052,25 @@ def main() -> int:
                 if rep == 0:
                     print_row([c.label(), "", "", "", "", "", "", "", "", f"skipped: needs {c.workers} CPUs"])
                 continue
-            try:
-                r = runner.run_spillway(c)
-            except RunFailed as e:
-                failures.append(f"{c.label()}: {e}")
-                log(f"FAILED: {c.label()}: {e}")
-                continue
-            ceil = ceilings[key]
-            if "io" in ceil:
-                r.ratio_io = ceil["io"].ns_per_pkt / r.ns_per_pkt
-            if "macswap" in ceil:
-                r.ratio_macswap = ceil["macswap"].ns_per_pkt / r.ns_per_pkt
-            runs.setdefault(r.label, []).append(r)
-            print_row(fmt_row(r))
-            account.update()
+            builds = [("spillway", "")] + ([("compare", " [B]")] if args.compare else [])
+            # A and B take turns going first, so neither always runs right after testpmd.
+            if rep % 2:
+                builds.reverse()
+            for binary_key, suffix in builds:
+                try:
+                    r = runner.run_spillway(c, binary_key, suffix)
+                except RunFailed as e:
+                    failures.append(f"{c.label()}{suffix}: {e}")
+                    log(f"FAILED: {c.label()}{suffix}: {e}")
+                    continue
+                ceil = ceilings[key]
+                if "io" in ceil:
+                    r.ratio_io = ceil["io"].ns_per_pkt / r.ns_per_pkt
+                if "macswap" in ceil:
+                    r.ratio_macswap = ceil["macswap"].ns_per_pkt / r.ns_per_pkt
+                runs.setdefault(r.label, []).append(r)
+                print_row(fmt_row(r))
+                account.update()
         # Ceiling rows relative to io, for reading the table.
         for ceil in ceilings.values():
             for r in ceil.values():

@@ -122,6 +122,15 @@ impl<B: PacketBurst> Engine<B> {
                 self.worker
                     .process_burst(snap, flows, now, self.rx.packets_mut(), verdicts);
                 let counters = &mut self.worker.counters;
+                // The usual burst: every packet forwarded, to one port, in order.
+                // It is sent as it is (the TX bursts are empty between ports),
+                // without moving each packet into a TX burst.
+                if let Some(b) = routes.backend
+                    && verdicts.iter().all(|v| *v == Verdict::Forward)
+                {
+                    counters.tx_dropped += io.tx_burst(b, &mut self.rx) as u64;
+                    continue;
+                }
                 self.rx.drain_each(|i, m| match verdicts.get(i) {
                     Some(Verdict::Forward) => match routes.backend {
                         Some(b) => push(tx, b, m, &mut counters.tx_dropped),

@@ -212,6 +212,7 @@ const TEMPLATE_OPTIONS: usize = 20;
 
 /// The tunnel part of a [`Template`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 enum TemplateTunnel {
     IpIp,
     Gre {
