@@ -19,7 +19,7 @@ use wire::arp::{self, ArpRepr};
 use wire::buf::PacketBuf;
 use wire::encap::InnerIp;
 use wire::ethernet::{self, EthernetRepr, MacAddr};
-use wire::flow::FlowKey;
+use wire::flow::{Affinity, FlowKey};
 use wire::icmpv6::msg;
 use wire::ip::{proto as ipproto, unmap};
 use wire::packet::{
@@ -99,7 +99,7 @@ impl Pending {
     #[inline(always)]
     fn fast(
         tcp_flags: Flags,
-        proto: u8,
+        (proto, class): (u8, ProtoClass),
         (child, svc): (usize, usize),
         hash: u64,
         client_zone: Option<ZoneId>,
@@ -113,7 +113,7 @@ impl Pending {
             fragment: false,
             is_icmp_error: false,
             hash,
-            class: class_of(proto),
+            class,
             client_zone,
             inner,
         }
@@ -212,9 +212,25 @@ pub struct Worker {
     /// The passes' working arrays, allocated once: on the stack they were
     /// cleared for every group (some 4 KB per burst).
     scratch: Option<Box<Scratch>>,
-    /// The rule of the group's last fast-path packet: (destination,
-    /// protocol, port) -> (child, service). Cleared with every group.
-    last_rule: Option<((u32, u8, u16), usize, usize)>,
+    /// The rule of the group's last fast-path packet. Cleared (and its
+    /// counts added to its child rule's) at the end of every group.
+    last_rule: Option<RuleRun>,
+}
+
+/// The rule that IPv4 fast-path packets to one destination, protocol and
+/// port select, with what their flow keys need from its service, and the
+/// packets and bytes it took since it was selected (added to its child
+/// rule's counters when the run ends: one update per group, not per packet).
+#[derive(Debug, Clone, Copy)]
+struct RuleRun {
+    dest: (u32, u8, u16),
+    child: usize,
+    svc: usize,
+    affinity: Affinity,
+    zonal: bool,
+    class: ProtoClass,
+    packets: u64,
+    bytes: u64,
 }
 
 /// What [`Worker::process_group`]'s passes hand each other. Entries are
@@ -318,7 +334,7 @@ impl Worker {
         // Taken out for the group (and put back) so that `self` stays free
         // for the passes; a worker is never re-entered.
         let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
-        self.last_rule = None;
+        self.end_rule_run();
         let Scratch {
             stages,
             pending,
@@ -374,6 +390,17 @@ impl Worker {
             *v = self.count(outcome);
         }
         self.scratch = Some(sc);
+        self.end_rule_run();
+    }
+
+    /// Ends the current [`RuleRun`], adding its counts to its child rule.
+    fn end_rule_run(&mut self) {
+        if let Some(run) = self.last_rule.take()
+            && let Some(c) = self.counters.children.get_mut(run.child)
+        {
+            c.packets += run.packets;
+            c.bytes += run.bytes;
+        }
     }
 
     /// Processes one packet in place.
@@ -384,7 +411,7 @@ impl Worker {
         now: Tick,
         pkt: &mut B,
     ) -> Verdict {
-        self.last_rule = None;
+        self.end_rule_run();
         let mut key = flowtable::FlowKey([0; 5]);
         let mut p = Pending::BLANK;
         let outcome = match self.classify(snap, pkt, &mut key, &mut p) {
@@ -615,39 +642,47 @@ impl Worker {
         // fast-path packet's rule is reused when its destination, protocol
         // and port are this one's (the snapshot is the same within a group).
         let dest = (f.dst, f.proto, f.dst_port);
-        let (child, svc, plan) = match self.last_rule {
-            Some((d, child, svc)) if d == dest => match snap.services.get(svc) {
-                Some(plan) => {
-                    self.count_child(child, len);
-                    (child, svc, plan)
-                }
-                None => return Stage::Done(Outcome::Drop(DropReason::NoRule)),
-            },
+        let (child, svc, affinity, zonal, class) = match &mut self.last_rule {
+            Some(run) if run.dest == dest => {
+                run.packets += 1;
+                run.bytes += len as u64;
+                (run.child, run.svc, run.affinity, run.zonal, run.class)
+            }
             _ => {
                 let dst = IpAddr::V4(Ipv4Addr::from(f.dst));
-                match self.select(snap, dst, f.proto, Some(f.dst_port), false, len) {
-                    Ok(x) => {
-                        self.last_rule = Some((dest, x.0, x.1));
-                        x
-                    }
-                    Err(o) => return Stage::Done(o),
-                }
+                let (child, svc, plan) =
+                    match self.select(snap, dst, f.proto, Some(f.dst_port), false, len) {
+                        Ok(x) => x,
+                        Err(o) => return Stage::Done(o),
+                    };
+                let run = RuleRun {
+                    dest,
+                    child,
+                    svc,
+                    affinity: plan.affinity,
+                    zonal: plan.zonal,
+                    class: class_of(f.proto),
+                    packets: 0,
+                    bytes: 0,
+                };
+                self.end_rule_run();
+                self.last_rule = Some(run);
+                (child, svc, plan.affinity, plan.zonal, run.class)
             }
         };
-        let words = FlowKey::pack_v4(
-            f.src,
-            f.dst,
-            f.proto,
-            (f.src_port, f.dst_port),
-            plan.affinity,
-        );
+        let words = FlowKey::pack_v4(f.src, f.dst, f.proto, (f.src_port, f.dst_port), affinity);
         let hash = store_key(words, svc, key_out);
+        let client_zone = if zonal {
+            snap.compiled.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))
+        } else {
+            None
+        };
         *pend = Pending::fast(
             f.tcp_flags,
-            f.proto,
+            (f.proto, class),
             (child, svc),
             hash,
-            client_zone(snap, plan, IpAddr::V4(Ipv4Addr::from(f.src))),
+            client_zone,
             Inner {
                 l2_len: ethernet::HEADER_LEN as u8,
                 v6: false,
@@ -685,7 +720,7 @@ impl Worker {
         let hash = store_key(words, svc, key_out);
         *pend = Pending::fast(
             f.tcp_flags,
-            f.proto,
+            (f.proto, class_of(f.proto)),
             (child, svc),
             hash,
             client_zone(snap, plan, IpAddr::V6(Ipv6Addr::from(f.src))),

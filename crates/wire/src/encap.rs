@@ -498,7 +498,9 @@ pub fn encapsulate_with<B: PacketBuf>(
     }
     // A UDP checksum covers the inner packet: only where the policy asks for one (IPv6
     // by default), as `UdpPacket::fill_checksum` computes it.
-    if let (Some(addrs), Some(seg)) = (t.udp_checksum, d.get_mut(l4..l4 + ip_payload)) {
+    if let Some(addrs) = t.udp_checksum
+        && let Some(seg) = d.get_mut(l4..l4 + ip_payload)
+    {
         let len = ip_payload as u64;
         let ph = addrs + u64::from(proto::UDP) + (len >> 16) + (len & 0xffff);
         let c = !crate::checksum::fold(crate::checksum::add(ph, seg));
