@@ -19,7 +19,7 @@ use wire::arp::{self, ArpRepr};
 use wire::buf::PacketBuf;
 use wire::encap::InnerIp;
 use wire::ethernet::{self, EthernetRepr, MacAddr};
-use wire::flow::{Affinity, FlowKey};
+use wire::flow::{FlowKey, LastWord};
 use wire::icmpv6::msg;
 use wire::ip::{proto as ipproto, unmap};
 use wire::packet::{
@@ -226,7 +226,8 @@ struct RuleRun {
     dest: (u32, u8, u16),
     child: usize,
     svc: usize,
-    affinity: Affinity,
+    /// The service's affinity, as it shapes the flow key.
+    key_word: LastWord,
     zonal: bool,
     class: ProtoClass,
     packets: u64,
@@ -642,11 +643,11 @@ impl Worker {
         // fast-path packet's rule is reused when its destination, protocol
         // and port are this one's (the snapshot is the same within a group).
         let dest = (f.dst, f.proto, f.dst_port);
-        let (child, svc, affinity, zonal, class) = match &mut self.last_rule {
+        let (child, svc, key_word, zonal, class) = match &mut self.last_rule {
             Some(run) if run.dest == dest => {
                 run.packets += 1;
                 run.bytes += len as u64;
-                (run.child, run.svc, run.affinity, run.zonal, run.class)
+                (run.child, run.svc, run.key_word, run.zonal, run.class)
             }
             _ => {
                 let dst = IpAddr::V4(Ipv4Addr::from(f.dst));
@@ -659,7 +660,7 @@ impl Worker {
                     dest,
                     child,
                     svc,
-                    affinity: plan.affinity,
+                    key_word: plan.affinity.last_word(),
                     zonal: plan.zonal,
                     class: class_of(f.proto),
                     packets: 0,
@@ -667,10 +668,11 @@ impl Worker {
                 };
                 self.end_rule_run();
                 self.last_rule = Some(run);
-                (child, svc, plan.affinity, plan.zonal, run.class)
+                (child, svc, run.key_word, plan.zonal, run.class)
             }
         };
-        let words = FlowKey::pack_v4(f.src, f.dst, f.proto, (f.src_port, f.dst_port), affinity);
+        let words =
+            FlowKey::pack_v4_with(f.src, f.dst, f.proto, (f.src_port, f.dst_port), key_word);
         let hash = store_key(words, svc, key_out);
         let client_zone = if zonal {
             snap.compiled.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))

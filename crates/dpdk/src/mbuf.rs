@@ -209,6 +209,36 @@ impl Mbuf {
         Ok(())
     }
 
+    /// Grows the packet by `front` bytes at the front and cuts it to `len`
+    /// bytes in all (see `wire::buf::PacketBuf::reframe`): one update of the
+    /// lengths for a single-segment packet, `trim` then `prepend` otherwise.
+    /// On error the packet is unchanged.
+    #[inline]
+    pub fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], wire::BufError> {
+        let keep = len.checked_sub(front).ok_or(wire::BufError::TooShort)?;
+        let have = usize::from(self.raw().data_len);
+        if keep > have {
+            return Err(wire::BufError::TooShort);
+        }
+        if front > self.headroom() {
+            return Err(wire::BufError::NoHeadroom);
+        }
+        if !self.is_contiguous() {
+            if keep < have {
+                self.trim(have - keep)
+                    .map_err(|_| wire::BufError::TooShort)?;
+            }
+            return self.prepend(front).map_err(|_| wire::BufError::NoHeadroom);
+        }
+        // front <= data_off and len = keep + front <= data_len + data_off <= buf_len, so both
+        // fit in u16 (what rte_pktmbuf_prepend and _trim do, in one step).
+        let m = self.raw_mut();
+        m.data_off -= front as u16;
+        m.data_len = len as u16;
+        m.pkt_len = len as u32;
+        Ok(self.data_mut())
+    }
+
     /// Replaces the packet with `bytes` (resetting it to an empty packet with
     /// default headroom first). Fails if the buffer is too small.
     pub fn set_data(&mut self, bytes: &[u8]) -> Result<(), MbufError> {
@@ -450,6 +480,11 @@ impl wire::buf::PacketBuf for Mbuf {
     #[inline]
     fn trim(&mut self, n: usize) -> Result<(), wire::BufError> {
         Mbuf::trim(self, n).map_err(|_| wire::BufError::TooShort)
+    }
+
+    #[inline]
+    fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], wire::BufError> {
+        Mbuf::reframe(self, front, len)
     }
 }
 

@@ -134,3 +134,32 @@ fn encapsulation_beyond_the_headroom_is_refused_without_damage() {
         "the packet is untouched"
     );
 }
+
+#[test]
+fn ethernet_padding_is_dropped_and_the_mbuf_lengths_agree() {
+    // A short frame padded to Ethernet's minimum: the encapsulation keeps the
+    // IP packet only, in one update of the mbuf's lengths (`reframe`), and
+    // must give the bytes the in-memory buffer gives.
+    let eal = common::eal(common::best_args());
+    let pool = common::pool(eal, 63);
+    let start = pool.in_use();
+    let frame = common::test_frame(3);
+    let mut padded = frame.clone();
+    padded.extend_from_slice(&[0xee; 9]);
+    for tunnel in [Tunnel::IpIp, Tunnel::Gue { port: 6080 }] {
+        let mut m = pool.alloc().expect("alloc");
+        m.set_data(&padded).expect("fits");
+        let mut mem = wire::buf::MemBuf::new([0u8; 512], MBUF_HEADROOM, &padded).expect("fits");
+        let a = encapsulate(&mut m, &outer(false, 7), &tunnel).expect("mbuf");
+        let b = encapsulate(&mut mem, &outer(false, 7), &tunnel).expect("memory");
+        assert_eq!(a, b);
+        assert_eq!(PacketBuf::data(&m), mem.data(), "{tunnel:?}");
+        assert_eq!(m.pkt_len(), PacketBuf::data(&m).len());
+        assert_eq!(
+            m.pkt_len(),
+            a + frame.len() - 14,
+            "{tunnel:?}: no padding left"
+        );
+    }
+    assert_eq!(pool.in_use(), start, "no mbuf leaked");
+}

@@ -24,6 +24,23 @@ pub trait PacketBuf {
     fn adj(&mut self, n: usize) -> Result<(), BufError>;
     /// Removes `n` bytes from the end of the packet.
     fn trim(&mut self, n: usize) -> Result<(), BufError>;
+    /// Grows the packet by `front` bytes at the front and cuts it to `len` bytes in all (what
+    /// lies beyond the first `len - front` old bytes, e.g. Ethernet padding, is dropped), and
+    /// returns the whole packet; the new front bytes are unspecified. [`PacketBuf::trim`] then
+    /// [`PacketBuf::prepend`], where an implementation can do it in one update of its lengths
+    /// (encapsulation does this per packet). On error the packet is unchanged.
+    fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], BufError> {
+        let keep = len.checked_sub(front).ok_or(BufError::TooShort)?;
+        let excess = self.len().checked_sub(keep).ok_or(BufError::TooShort)?;
+        if front > self.headroom() {
+            return Err(BufError::NoHeadroom);
+        }
+        if excess != 0 {
+            self.trim(excess)?;
+        }
+        self.prepend(front)?;
+        Ok(self.data_mut())
+    }
     /// Length of the packet in bytes.
     fn len(&self) -> usize {
         self.data().len()
@@ -135,6 +152,19 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf for MemBuf<S> {
         self.len -= n;
         Ok(())
     }
+
+    fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], BufError> {
+        let keep = len.checked_sub(front).ok_or(BufError::TooShort)?;
+        if keep > self.len {
+            return Err(BufError::TooShort);
+        }
+        if front > self.head {
+            return Err(BufError::NoHeadroom);
+        }
+        self.head -= front;
+        self.len = len;
+        Ok(self.data_mut())
+    }
 }
 
 #[cfg(test)]
@@ -161,6 +191,52 @@ mod tests {
         s.reset(0, &[1, 2]).unwrap();
         assert_eq!(s.data(), &[1, 2]);
         assert_eq!(s.headroom(), 0);
+    }
+
+    #[test]
+    fn reframe_is_trim_then_prepend_or_leaves_the_packet_alone() {
+        // MemBuf's own reframe against the trait's trim-then-prepend (a wrapper that does
+        // not override it), for every front / length around a 6-byte packet in 4 of headroom.
+        struct Plain(MemBuf<[u8; 16]>);
+        impl PacketBuf for Plain {
+            fn data(&self) -> &[u8] {
+                self.0.data()
+            }
+            fn data_mut(&mut self) -> &mut [u8] {
+                self.0.data_mut()
+            }
+            fn headroom(&self) -> usize {
+                self.0.headroom()
+            }
+            fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+                self.0.prepend(n)
+            }
+            fn adj(&mut self, n: usize) -> Result<(), BufError> {
+                self.0.adj(n)
+            }
+            fn trim(&mut self, n: usize) -> Result<(), BufError> {
+                self.0.trim(n)
+            }
+        }
+        let pkt = [1, 2, 3, 4, 5, 6];
+        for front in 0..7 {
+            for len in 0..14 {
+                let mut a = MemBuf::new([0u8; 16], 4, &pkt).unwrap();
+                let mut b = Plain(MemBuf::new([0u8; 16], 4, &pkt).unwrap());
+                let ra = a.reframe(front, len).map(|d| d.len());
+                let rb = b.reframe(front, len).map(|d| d.len());
+                assert_eq!(ra, rb, "front {front} len {len}");
+                assert_eq!((a.headroom(), a.data()), (b.headroom(), b.data()));
+                match ra {
+                    Ok(n) => {
+                        assert_eq!(n, len);
+                        assert_eq!(a.headroom(), 4 - front);
+                        assert_eq!(&a.data()[front..], &pkt[..len - front]);
+                    }
+                    Err(_) => assert_eq!((a.headroom(), a.data()), (4, &pkt[..])),
+                }
+            }
+        }
     }
 
     #[test]

@@ -406,18 +406,12 @@ pub fn encapsulate_with<B: PacketBuf>(
     let grow = hdr_len
         .checked_sub(inner.l2_len)
         .ok_or(ParseError::BadHeaderLength)?;
-    if buf.headroom() < grow {
-        return Err(crate::error::BufError::NoHeadroom.into());
+    let keep = inner.l2_len + inner.ip_len;
+    if buf.len() < keep {
+        return Err(ParseError::Truncated.into());
     }
-    let excess = buf
-        .len()
-        .checked_sub(inner.l2_len + inner.ip_len)
-        .ok_or(ParseError::Truncated)?;
-    if excess != 0 {
-        buf.trim(excess)?;
-    }
-    buf.prepend(grow)?;
-    let d = buf.data_mut();
+    // Ethernet padding beyond the inner packet is dropped in the same step.
+    let d = buf.reframe(grow, grow + keep)?;
     let inner_et = || {
         if inner.v6 {
             ethertype::IPV6

@@ -47,6 +47,33 @@ pub enum Affinity {
     ClientIp,
 }
 
+impl Affinity {
+    /// How the last word of a packed key ([`FlowKey::pack`]: ports, protocol, tuple) is made
+    /// under this affinity, for [`FlowKey::pack_v4_with`].
+    #[must_use]
+    pub const fn last_word(self) -> LastWord {
+        const PORTS: u64 = 0xffff_ffff << 32;
+        const PROTO: u64 = 0xff << 24;
+        let (keep, tuple) = match self {
+            Affinity::ClientIp => (0, Tuple::Two),
+            Affinity::ClientIpProto => (PROTO, Tuple::Three),
+            Affinity::None | Affinity::ClientIpPortProto => (PORTS | PROTO, Tuple::Five),
+        };
+        LastWord {
+            keep,
+            tuple: (tuple as u64) << 16,
+        }
+    }
+}
+
+/// The affinity-dependent part of a packed key's last word: which of the ports and protocol
+/// bits it keeps, and its tuple bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastWord {
+    keep: u64,
+    tuple: u64,
+}
+
 /// Which fields of a [`FlowKey`] are significant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
@@ -239,19 +266,28 @@ impl FlowKey {
         ports: (u16, u16),
         affinity: Affinity,
     ) -> [u64; 5] {
+        Self::pack_v4_with(src, dst, proto, ports, affinity.last_word())
+    }
+
+    /// [`FlowKey::pack_v4`] with the affinity's part worked out beforehand
+    /// ([`Affinity::last_word`]): a mask and an `or` instead of a choice per packet.
+    #[inline(always)]
+    pub const fn pack_v4_with(
+        src: u32,
+        dst: u32,
+        proto: u8,
+        ports: (u16, u16),
+        last: LastWord,
+    ) -> [u64; 5] {
         // An IPv4-mapped address (::ffff:a.b.c.d) packs to 0, 0xffff_aabb_ccdd.
         const MAPPED: u64 = 0xffff_0000_0000;
-        let (sp, dp, p, tuple) = match affinity {
-            Affinity::ClientIp => (0, 0, 0, Tuple::Two),
-            Affinity::ClientIpProto => (0, 0, proto, Tuple::Three),
-            Affinity::None | Affinity::ClientIpPortProto => (ports.0, ports.1, proto, Tuple::Five),
-        };
+        let all = ((ports.0 as u64) << 48) | ((ports.1 as u64) << 32) | ((proto as u64) << 24);
         [
             0,
             MAPPED | src as u64,
             0,
             MAPPED | dst as u64,
-            ((sp as u64) << 48) | ((dp as u64) << 32) | ((p as u64) << 24) | ((tuple as u64) << 16),
+            (all & last.keep) | last.tuple,
         ]
     }
     /// [`FlowKey::pack`] of the key [`FlowKey::with_affinity`] gives an unfragmented packet
