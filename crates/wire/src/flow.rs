@@ -74,6 +74,15 @@ pub struct LastWord {
     tuple: u64,
 }
 
+impl LastWord {
+    /// The last word of the packed key of a packet with this protocol and these ports.
+    #[inline(always)]
+    const fn of(self, proto: u8, ports: (u16, u16)) -> u64 {
+        let all = ((ports.0 as u64) << 48) | ((ports.1 as u64) << 32) | ((proto as u64) << 24);
+        (all & self.keep) | self.tuple
+    }
+}
+
 /// Which fields of a [`FlowKey`] are significant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
@@ -281,13 +290,12 @@ impl FlowKey {
     ) -> [u64; 5] {
         // An IPv4-mapped address (::ffff:a.b.c.d) packs to 0, 0xffff_aabb_ccdd.
         const MAPPED: u64 = 0xffff_0000_0000;
-        let all = ((ports.0 as u64) << 48) | ((ports.1 as u64) << 32) | ((proto as u64) << 24);
         [
             0,
             MAPPED | src as u64,
             0,
             MAPPED | dst as u64,
-            (all & last.keep) | last.tuple,
+            last.of(proto, ports),
         ]
     }
     /// [`FlowKey::pack`] of the key [`FlowKey::with_affinity`] gives an unfragmented packet
@@ -305,20 +313,12 @@ impl FlowKey {
             b.copy_from_slice(&a[i * 8..i * 8 + 8]);
             u64::from_be_bytes(b)
         };
-        let (sp, dp, p, tuple) = match affinity {
-            Affinity::ClientIp => (0, 0, 0, Tuple::Two),
-            Affinity::ClientIpProto => (0, 0, proto, Tuple::Three),
-            Affinity::None | Affinity::ClientIpPortProto => (ports.0, ports.1, proto, Tuple::Five),
-        };
         [
             w(src, 0),
             w(src, 1),
             w(dst, 0),
             w(dst, 1),
-            (u64::from(sp) << 48)
-                | (u64::from(dp) << 32)
-                | (u64::from(p) << 24)
-                | ((tuple as u64) << 16),
+            affinity.last_word().of(proto, ports),
         ]
     }
 
