@@ -958,7 +958,7 @@ def main() -> int:
     ap.add_argument("--compare", type=Path, default=None,
                     help="a second spillway binary (A/B of two builds): every case runs with it "
                     "right after --spillway's, rows marked [B]; with --repeat, the passes "
-                    "alternate A and B under the same host load"),
+                    "alternate A and B under the same host load")
     ap.add_argument("--packetset", type=Path, required=True)
     ap.add_argument("--testpmd", default=shutil.which("dpdk-testpmd") or "dpdk-testpmd")
     ap.add_argument("--workdir", type=Path, required=True, help="packet sets, configurations, logs")
