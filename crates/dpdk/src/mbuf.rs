@@ -211,7 +211,8 @@ impl Mbuf {
 
     /// Grows the packet by `front` bytes at the front and cuts it to `len`
     /// bytes in all (see `wire::buf::PacketBuf::reframe`): one update of the
-    /// lengths for a single-segment packet, `trim` then `prepend` otherwise.
+    /// lengths for a single-segment packet; a segmented one can only grow at
+    /// the front (as `trim` refuses it).
     /// On error the packet is unchanged.
     #[inline]
     pub fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], wire::BufError> {
@@ -224,9 +225,10 @@ impl Mbuf {
             return Err(wire::BufError::NoHeadroom);
         }
         if !self.is_contiguous() {
+            // `trim` refuses a segmented packet; without a tail to cut, growing the
+            // first segment at the front is all there is to do.
             if keep < have {
-                self.trim(have - keep)
-                    .map_err(|_| wire::BufError::TooShort)?;
+                return Err(wire::BufError::TooShort);
             }
             return self.prepend(front).map_err(|_| wire::BufError::NoHeadroom);
         }
