@@ -381,11 +381,20 @@ impl Worker {
                     } else {
                         flows.complete(lk, key)
                     };
-                    let (o, wrote) = self.finish(snap, flows, now, pkt, p, key, hit);
-                    if wrote {
-                        changed |= bit;
+                    let fast = match &hit {
+                        Some(h) => self.finish_established(snap, flows, now, pkt, p, h),
+                        None => None,
+                    };
+                    match fast {
+                        Some(o) => o,
+                        None => {
+                            let (o, wrote) = self.finish(snap, flows, now, pkt, p, key, hit);
+                            if wrote {
+                                changed |= bit;
+                            }
+                            o
+                        }
                     }
-                    o
                 }
             };
             *v = self.count(outcome);
@@ -783,10 +792,66 @@ impl Worker {
         }
     }
 
+    /// [`Worker::finish`] for the usual packet, kept apart so that the
+    /// general path's many live values do not crowd the usual one's
+    /// registers: an entry to an active backend that this packet neither
+    /// changes (no new TCP flag bits) nor replaces (not a SYN reopening a
+    /// closed tuple), delivered through the backend's precomputed outer
+    /// headers. `None`, having done nothing, when the packet needs
+    /// [`Worker::finish`].
+    #[inline(always)]
+    fn finish_established<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
+        pkt: &mut B,
+        p: &Pending,
+        hit: &Hit,
+    ) -> Option<Outcome> {
+        let slot = hit.entry.backend as usize;
+        let be = snap.backends.get(slot)?;
+        let Some(t) = &be.encap else {
+            return None;
+        };
+        if !matches!(be.state, BackendState::Active)
+            || be.service as usize != p.svc
+            || p.svc >= snap.services.len()
+        {
+            return None;
+        }
+        if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+            let set = tcp_flag_bits(p.tcp_flags);
+            let syn_only = p.tcp_flags.contains(Flags::SYN) && !p.tcp_flags.contains(Flags::ACK);
+            let closed = hit.entry.flags.contains(EntryFlags::FIN)
+                || hit.entry.flags.contains(EntryFlags::RST);
+            if set & !hit.entry.flags.bits() != 0 || syn_only && closed {
+                return None;
+            }
+        }
+        self.counters.flow_hits += 1;
+        if hit.entry.last_seen != now {
+            flows.touch(hit.slot, now);
+        }
+        match wire::encap::encapsulate_with(pkt, t, &p.inner.ip(), p.hash, hit.entry.cookie) {
+            Ok(_) => {
+                if let Some(n) = self.counters.backend_packets.get_mut(slot) {
+                    *n += 1;
+                }
+                Some(Outcome::Forward)
+            }
+            Err(_) => {
+                self.child_drop(p.child);
+                Some(Outcome::Drop(DropReason::EncapFailed))
+            }
+        }
+    }
+
     /// The flow-table part of an IP packet: follow its entry (`hit`) or
     /// create one, then deliver. Returns the outcome and whether the flow's
     /// entry was inserted or removed.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn finish<B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
