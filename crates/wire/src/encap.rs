@@ -239,8 +239,12 @@ enum TemplateTunnel {
 pub struct Template {
     /// Ethernet and IP header (34 bytes for IPv4, 54 for IPv6) with the per-packet fields
     /// zero: DS / traffic class, lengths, IPv4 checksum, IPv6 flow label, and for IP-in-IP
-    /// the protocol.
+    /// the protocol. For UDP tunnels over IPv4, the UDP header follows (bytes 34..42) with
+    /// its destination port filled in and the rest zero.
     head: [u8; 54],
+    /// Over IPv4, a UDP tunnel (GUE, GENEVE) without UDP checksum: the usual case, whose
+    /// Ethernet, IP and UDP headers are copied from `head` in one go.
+    udp4: bool,
     /// IPv6 outer header.
     v6: bool,
     /// Ones'-complement sum of the IPv4 header words in `head`.
@@ -311,6 +315,9 @@ impl Template {
             _ => return Err(EncapError::MixedFamilies),
         }
         let udp = l4_proto == proto::UDP;
+        if let (false, Tunnel::Gue { port } | Tunnel::Geneve { port, .. }) = (v6, tunnel) {
+            head[36..38].copy_from_slice(&port.to_be_bytes());
+        }
         let checksummed = match outer.udp_checksum {
             UdpChecksum::Auto => v6,
             UdpChecksum::Full => true,
@@ -354,6 +361,7 @@ impl Template {
         };
         Ok(Template {
             head,
+            udp4: udp && !v6 && udp_checksum.is_none(),
             v6,
             sum,
             udp_checksum,
@@ -431,6 +439,22 @@ pub fn encapsulate_with<B: PacketBuf>(
         // From the template, not read back from the frame: a byte load from the wide
         // stores just made stalls on store forwarding.
         head[L3 + 6] = t.head[L3 + 6] | ipip_proto;
+    } else if t.udp4 {
+        // Ethernet, IPv4 and UDP headers in one copy, then the packet's own fields.
+        let head: &mut [u8; 42] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
+        let from: &[u8; 42] = t.head.first_chunk().ok_or(ParseError::Truncated)?;
+        *head = *from;
+        let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
+        head[L3 + 1] = inner.ds;
+        head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
+        let sum = t.sum + u32::from(inner.ds) + u32::from(total_len);
+        head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold32(sum)).to_be_bytes());
+        let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
+        head[34..36].copy_from_slice(&src.to_be_bytes());
+        head[38..40].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        if let TemplateTunnel::Gue { .. } = t.tunnel {
+            return Ok(hdr_len);
+        }
     } else {
         let head: &mut [u8; 34] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
         let from: &[u8; 34] = t.head.first_chunk().ok_or(ParseError::Truncated)?;
@@ -463,6 +487,7 @@ pub fn encapsulate_with<B: PacketBuf>(
                 g.copy_from_slice(&k.to_be_bytes());
             }
         }
+        // (Over IPv4 without UDP checksum, GUE is done above.)
         &TemplateTunnel::Gue { port } => udp_header(d, port),
         TemplateTunnel::Geneve {
             port,
@@ -472,7 +497,9 @@ pub fn encapsulate_with<B: PacketBuf>(
             cookie: has_cookie,
         } => {
             let (port, vni, options_len, has_cookie) = (*port, *vni, *options_len, *has_cookie);
-            udp_header(d, port);
+            if !t.udp4 {
+                udp_header(d, port);
+            }
             let g = l4 + udp::HEADER_LEN;
             let ol = usize::from(options_len);
             let [e0, e1] = inner_et().to_be_bytes();
