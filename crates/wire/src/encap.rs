@@ -316,7 +316,8 @@ impl Template {
         }
         let udp = l4_proto == proto::UDP;
         if let (false, Tunnel::Gue { port } | Tunnel::Geneve { port, .. }) = (v6, tunnel) {
-            head[36..38].copy_from_slice(&port.to_be_bytes());
+            let dst_port = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + 2;
+            head[dst_port..dst_port + 2].copy_from_slice(&port.to_be_bytes());
         }
         let checksummed = match outer.udp_checksum {
             UdpChecksum::Auto => v6,
@@ -449,9 +450,10 @@ pub fn encapsulate_with<B: PacketBuf>(
         head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
         let sum = t.sum + u32::from(inner.ds) + u32::from(total_len);
         head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold32(sum)).to_be_bytes());
+        const L4: usize = L3 + ipv4::MIN_HEADER_LEN;
         let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
-        head[34..36].copy_from_slice(&src.to_be_bytes());
-        head[38..40].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        head[L4..L4 + 2].copy_from_slice(&src.to_be_bytes());
+        head[L4 + 4..L4 + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         if let TemplateTunnel::Gue { .. } = t.tunnel {
             return Ok(hdr_len);
         }
