@@ -443,13 +443,11 @@ pub fn encapsulate_with<B: PacketBuf>(
     } else if t.udp4 {
         // Ethernet, IPv4 and UDP headers in one copy, then the packet's own fields.
         let head: &mut [u8; 42] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
-        let from: &[u8; 42] = t.head.first_chunk().ok_or(ParseError::Truncated)?;
-        *head = *from;
-        let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
-        head[L3 + 1] = inner.ds;
-        head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
-        let sum = t.sum + u32::from(inner.ds) + u32::from(total_len);
-        head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold32(sum)).to_be_bytes());
+        *head = *t.head.first_chunk().ok_or(ParseError::Truncated)?;
+        let (ip, _) = head
+            .split_first_chunk_mut::<34>()
+            .ok_or(ParseError::Truncated)?;
+        ipv4_fields(ip, t, inner.ds, ip_payload, 0);
         const L4: usize = L3 + ipv4::MIN_HEADER_LEN;
         let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
         head[L4..L4 + 2].copy_from_slice(&src.to_be_bytes());
@@ -459,14 +457,8 @@ pub fn encapsulate_with<B: PacketBuf>(
         }
     } else {
         let head: &mut [u8; 34] = d.first_chunk_mut().ok_or(ParseError::Truncated)?;
-        let from: &[u8; 34] = t.head.first_chunk().ok_or(ParseError::Truncated)?;
-        *head = *from;
-        let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
-        head[L3 + 1] = inner.ds;
-        head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
-        head[L3 + 9] = from[L3 + 9] | ipip_proto;
-        let sum = t.sum + u32::from(inner.ds) + u32::from(total_len) + u32::from(ipip_proto);
-        head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold32(sum)).to_be_bytes());
+        *head = *t.head.first_chunk().ok_or(ParseError::Truncated)?;
+        ipv4_fields(head, t, inner.ds, ip_payload, ipip_proto);
     }
     let udp_header = |d: &mut [u8], port: u16| {
         let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
@@ -533,6 +525,24 @@ pub fn encapsulate_with<B: PacketBuf>(
         }
     }
     Ok(hdr_len)
+}
+
+/// Fills the per-packet fields of an outer IPv4 header just copied from `t` into `head`
+/// (Ethernet and IPv4): DS, total length, the protocol where it follows the inner packet
+/// (IP-in-IP; 0 otherwise) and the checksum, from the template's sum.
+#[inline(always)]
+fn ipv4_fields(head: &mut [u8; 34], t: &Template, ds: u8, ip_payload: usize, ipip_proto: u8) {
+    const L3: usize = ethernet::HEADER_LEN;
+    let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
+    head[L3 + 1] = ds;
+    head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
+    if ipip_proto != 0 {
+        // From the template, not read back from the frame: a byte load from the wide
+        // stores just made stalls on store forwarding.
+        head[L3 + 9] = t.head[L3 + 9] | ipip_proto;
+    }
+    let sum = t.sum + u32::from(ds) + u32::from(total_len) + u32::from(ipip_proto);
+    head[L3 + 10..L3 + 12].copy_from_slice(&(!crate::checksum::fold32(sum)).to_be_bytes());
 }
 
 /// The kind of tunnel a packet arrived in.
