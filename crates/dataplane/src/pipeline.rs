@@ -822,10 +822,9 @@ impl Worker {
         }
         if p.class == ProtoClass::Tcp && !p.is_icmp_error {
             let set = tcp_flag_bits(p.tcp_flags);
-            let syn_only = p.tcp_flags.contains(Flags::SYN) && !p.tcp_flags.contains(Flags::ACK);
-            let closed = hit.entry.flags.contains(EntryFlags::FIN)
-                || hit.entry.flags.contains(EntryFlags::RST);
-            if set & !hit.entry.flags.bits() != 0 || syn_only && closed {
+            if set & !hit.entry.flags.bits() != 0
+                || bare_syn(p.tcp_flags) && closed(hit.entry.flags)
+            {
                 return None;
             }
         }
@@ -833,16 +832,26 @@ impl Worker {
         if hit.entry.last_seen != now {
             flows.touch(hit.slot, now);
         }
-        match wire::encap::encapsulate_with(pkt, t, &p.inner.ip(), p.hash, hit.entry.cookie) {
-            Ok(_) => {
+        let sent = wire::encap::encapsulate_with(pkt, t, &p.inner.ip(), p.hash, hit.entry.cookie)
+            .map(|_| ())
+            .map_err(|_| DropReason::EncapFailed);
+        Some(self.delivered(sent, slot, p.child))
+    }
+
+    /// Counts a delivery to backend `slot` for child rule `child`: the
+    /// backend's packets, or the rule's drops.
+    #[inline(always)]
+    fn delivered(&mut self, sent: Result<(), DropReason>, slot: usize, child: usize) -> Outcome {
+        match sent {
+            Ok(()) => {
                 if let Some(n) = self.counters.backend_packets.get_mut(slot) {
                     *n += 1;
                 }
-                Some(Outcome::Forward)
+                Outcome::Forward
             }
-            Err(_) => {
-                self.child_drop(p.child);
-                Some(Outcome::Drop(DropReason::EncapFailed))
+            Err(reason) => {
+                self.child_drop(child);
+                Outcome::Drop(reason)
             }
         }
     }
@@ -870,10 +879,7 @@ impl Worker {
         // 5-tuple (a reused client port, a closed predecessor, a retried
         // handshake): it may only follow the entry to a backend that still
         // takes new connections, and never revives a closed one.
-        let syn_only = p.class == ProtoClass::Tcp
-            && !p.is_icmp_error
-            && p.tcp_flags.contains(Flags::SYN)
-            && !p.tcp_flags.contains(Flags::ACK);
+        let syn_only = p.class == ProtoClass::Tcp && !p.is_icmp_error && bare_syn(p.tcp_flags);
         let chosen = match hit {
             Some(hit)
                 if self.keeps(snap, plan, hit.entry.backend, p.class, now)
@@ -928,7 +934,7 @@ impl Worker {
                 wrote,
             );
         };
-        let outcome = match delivery::deliver(
+        let sent = delivery::deliver(
             &snap.backends,
             &snap.local,
             plan,
@@ -938,18 +944,8 @@ impl Worker {
             p.hash,
             &p.inner.ip(),
             pkt,
-        ) {
-            Ok(()) => {
-                if let Some(n) = self.counters.backend_packets.get_mut(slot as usize) {
-                    *n += 1;
-                }
-                Outcome::Forward
-            }
-            Err(reason) => {
-                self.child_drop(p.child);
-                Outcome::Drop(reason)
-            }
-        };
+        );
+        let outcome = self.delivered(sent, slot as usize, p.child);
         (outcome, wrote)
     }
 
@@ -982,7 +978,7 @@ impl Worker {
             snap.backends.get(slot as usize).map(|b| b.state),
             Some(BackendState::Active)
         );
-        active && !flags.contains(EntryFlags::FIN) && !flags.contains(EntryFlags::RST)
+        active && !closed(flags)
     }
 
     /// Picks a backend for a flow without a usable entry and records it.
@@ -1012,8 +1008,7 @@ impl Worker {
             // A flow first seen mid-stream (after a failover or an ECMP change)
             // is established; only a bare SYN opens a half-open entry.
             let set = tcp_flag_bits(tcp_flags);
-            let syn_only = tcp_flags.contains(Flags::SYN) && !tcp_flags.contains(Flags::ACK);
-            flags = flags.with(if syn_only {
+            flags = flags.with(if bare_syn(tcp_flags) {
                 set & !EntryFlags::ESTABLISHED
             } else {
                 set | EntryFlags::ESTABLISHED
@@ -1053,6 +1048,18 @@ impl Worker {
         self.rng = x;
         (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
     }
+}
+
+/// A SYN without ACK: the first segment of a new connection.
+#[inline(always)]
+fn bare_syn(f: Flags) -> bool {
+    f.contains(Flags::SYN) && !f.contains(Flags::ACK)
+}
+
+/// Whether an entry's connection was closed (a FIN or RST was seen).
+#[inline(always)]
+fn closed(flags: EntryFlags) -> bool {
+    flags.contains(EntryFlags::FIN) || flags.contains(EntryFlags::RST)
 }
 
 /// [`Worker::keeps`] for a backend that is not active.
