@@ -822,9 +822,8 @@ impl Worker {
         }
         if p.class == ProtoClass::Tcp && !p.is_icmp_error {
             let set = tcp_flag_bits(p.tcp_flags);
-            if set & !hit.entry.flags.bits() != 0
-                || bare_syn(p.tcp_flags) && closed(hit.entry.flags)
-            {
+            let (syn_only, was_closed) = (bare_syn(p.tcp_flags), closed(hit.entry.flags));
+            if set & !hit.entry.flags.bits() != 0 || syn_only && was_closed {
                 return None;
             }
         }
