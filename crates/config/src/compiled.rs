@@ -137,6 +137,14 @@ fn addr_key(a: IpAddr) -> u128 {
 impl RuleIndex {
     #[inline]
     fn find(&self, dst: IpAddr) -> Option<&VipRules> {
+        // `::ffff:a.b.c.d` shares its key with the IPv4 VIP a.b.c.d, but it
+        // is an IPv6 destination (one that never appears on the wire):
+        // never a VIP (validation rejects such VIPs).
+        if let IpAddr::V6(v6) = dst {
+            if v6.to_ipv4_mapped().is_some() {
+                return None;
+            }
+        }
         let i = self.keys.binary_search(&addr_key(dst)).ok()?;
         self.vips.get(i)
     }
@@ -175,25 +183,18 @@ impl RuleIndex {
         }
     }
 
-    /// The rule for an IP fragment to `dst` with protocol `proto` (SPEC
-    /// M13). A fragment carries no usable port (later fragments have none),
-    /// so every fragment of a datagram, the first included, must get the
-    /// same answer without looking at ports: the rule that takes the
-    /// protocol on all ports (or `L3_DEFAULT`) if there is one, otherwise the
-    /// protocol's only rule on this VIP if exactly one rule serves it there;
-    /// otherwise none (drop: the fragments cannot be told apart).
+    /// The rule for a real IP fragment (first or later) to `dst` with
+    /// protocol `proto` (SPEC M13). A fragment can never prove its ports —
+    /// later fragments have none, and a first fragment's header says nothing
+    /// about the fragments that follow it — so it matches only a rule that
+    /// accepts every port of its protocol: a TCP/UDP `all` rule, else
+    /// `L3_DEFAULT`. A VIP whose only TCP rule is `TCP 80` therefore drops
+    /// every TCP fragment: otherwise a fragmented SYN to port 22 would reach
+    /// the backends through a rule that lists only port 80. Every fragment
+    /// of a datagram gets the same answer, so all of them reach one service.
+    #[inline]
     pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {
-        if let Some(m) = self.lookup(dst, proto, None) {
-            return Some(m);
-        }
-        let v = self.find(dst)?;
-        let intervals = match proto {
-            TCP => &v.tcp,
-            UDP => &v.udp,
-            _ => return None,
-        };
-        let first = intervals.first()?.hit;
-        intervals.iter().all(|x| x.hit == first).then_some(first)
+        self.lookup(dst, proto, None)
     }
 
     /// Whether `addr` is a VIP this node serves (it answers ARP/NDP for it

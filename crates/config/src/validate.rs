@@ -426,6 +426,11 @@ impl Checker<'_> {
             for (k, v) in r.vips.iter().enumerate() {
                 if v.is_unspecified() || v.is_multicast() || v.is_loopback() {
                     self.err(&format!("{p}.vips[{k}]"), format!("{v} cannot be a VIP"));
+                } else if let Some(v4) = ipv4_mapped(v) {
+                    self.err(
+                        &format!("{p}.vips[{k}]"),
+                        format!("{v} is an IPv4-mapped IPv6 address, which never appears on the wire: write {v4}"),
+                    );
                 }
             }
             if r.protocol == Protocol::L3Default && !r.ports.is_all() {
@@ -955,6 +960,11 @@ impl Checker<'_> {
                         &format!("{ep_p}.address"),
                         format!("{} cannot be an endpoint", ep.address),
                     );
+                } else if let Some(v4) = ipv4_mapped(&ep.address) {
+                    self.err(
+                        &format!("{ep_p}.address"),
+                        format!("{} is an IPv4-mapped IPv6 address: write {v4}", ep.address),
+                    );
                 }
                 if ep.mac.is_some() && s.delivery != DeliveryMode::L2dsr {
                     self.err(
@@ -1366,5 +1376,13 @@ mod tests {
         ] {
             assert_eq!(family_compatible(mode, vip, ep), ok, "{mode} {vip} -> {ep}");
         }
+    }
+}
+
+/// The IPv4 address inside an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+fn ipv4_mapped(a: &IpAddr) -> Option<std::net::Ipv4Addr> {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+        IpAddr::V4(_) => None,
     }
 }

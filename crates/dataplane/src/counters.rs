@@ -23,11 +23,18 @@ pub enum DropReason {
     EncapFailed,
     /// The backend's address family has no tunnel source address on this node.
     NoTunnelSource,
+    /// A real IP fragment (first or later) to a VIP that has no rule taking
+    /// every port of the fragment's protocol: a fragment cannot prove its
+    /// ports, so it only matches a TCP/UDP `all` rule or `L3_DEFAULT` (M13).
+    FragmentNoRule,
+    /// An IPv6 packet with an IPv4-mapped source or destination address
+    /// (`::ffff:a.b.c.d`), which never appears on the wire.
+    BadAddress,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::Malformed,
         DropReason::NoRule,
         DropReason::NotOurs,
@@ -36,6 +43,8 @@ impl DropReason {
         DropReason::GatewayUnsupported,
         DropReason::EncapFailed,
         DropReason::NoTunnelSource,
+        DropReason::FragmentNoRule,
+        DropReason::BadAddress,
     ];
 
     /// Metric label.
@@ -49,6 +58,8 @@ impl DropReason {
             DropReason::GatewayUnsupported => "gateway_unsupported",
             DropReason::EncapFailed => "encap_failed",
             DropReason::NoTunnelSource => "no_tunnel_source",
+            DropReason::FragmentNoRule => "fragment_no_rule",
+            DropReason::BadAddress => "bad_address",
         }
     }
 }

@@ -21,7 +21,7 @@ use wire::encap::InnerIp;
 use wire::ethernet::{self, EthernetRepr, MacAddr};
 use wire::flow::{FlowKey, LastWord};
 use wire::icmpv6::msg;
-use wire::ip::{proto as ipproto, unmap};
+use wire::ip::{is_mapped_v4, proto as ipproto, unmap};
 use wire::packet::{
     Frame, IcmpInfo, IpVersion, PacketInfo, V4Flow, V6Flow, parse_frame, parse_v4_flow,
     parse_v6_flow,
@@ -558,7 +558,9 @@ impl Worker {
         info: &PacketInfo,
         msg_type: u8,
     ) -> Outcome {
-        if info.fragment.is_fragment() {
+        // RFC 6980: neighbor discovery never uses fragmentation, atomic
+        // fragments included.
+        if info.fragment.has_fragment_header() {
             return Outcome::Drop(DropReason::Malformed);
         }
         if msg_type != msg::NEIGHBOR_SOLICIT {
@@ -587,11 +589,24 @@ impl Worker {
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
-        let dst = unmap(&info.dst);
+        let dst = match info.version {
+            IpVersion::V4 => unmap(&info.dst),
+            IpVersion::V6 => {
+                // IPv4-mapped addresses (::ffff:a.b.c.d) never appear on the
+                // wire (RFC 4291 §2.5.5.2): as a destination such a packet
+                // must not reach the IPv4 VIP a.b.c.d, as a source it would
+                // share flow keys with IPv4 clients.
+                if is_mapped_v4(&info.dst) || is_mapped_v4(&info.src) {
+                    return Stage::Done(Outcome::Drop(DropReason::BadAddress));
+                }
+                IpAddr::V6(Ipv6Addr::from(info.dst))
+            }
+        };
         // An ICMP error to a VIP is routed by the packet it quotes (which the
         // backend sent from the VIP), so PMTU discovery reaches the flow's
-        // backend (SPEC M13). Fragments carry no usable port (M13: all
-        // fragments of a datagram take one path).
+        // backend (SPEC M13). A real fragment can never prove its ports: it
+        // takes only an all-port rule (M13, `RuleIndex::lookup_fragment`),
+        // and all fragments of a datagram take one path.
         let (proto, port, fragment, is_icmp_error) = match &info.icmp {
             Some(IcmpInfo {
                 quoted: Some(q), ..
@@ -765,7 +780,9 @@ impl Worker {
             index.lookup(dst, proto, port)
         };
         let Some(m) = rule else {
-            return Err(if index.is_vip(dst) {
+            return Err(if fragment && index.is_vip(dst) {
+                Outcome::Drop(DropReason::FragmentNoRule)
+            } else if index.is_vip(dst) {
                 Outcome::Drop(DropReason::NoRule)
             } else if snap.is_own(dst) {
                 Outcome::ToHost

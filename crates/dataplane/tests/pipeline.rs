@@ -619,7 +619,10 @@ fn udp_fragment(id: u16, offset: u16, more: bool, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
-    let mut lab = Lab::new("ipip");
+    // Fragments match only all-port rules (M13): UDP on every port here.
+    let cfg =
+        config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace("ports = 53", "ports = \"all\"");
+    let mut lab = Lab::with(&cfg, 4096);
     for id in 0..40u16 {
         // First fragment: UDP header (port 53) + 8 bytes; second: the rest.
         let mut first_payload = vec![0x13, 0x88, 0, 53, 0, 24, 0, 0];
@@ -644,14 +647,270 @@ fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
             "datagram {id}: one backend for both fragments"
         );
     }
-    // A fragment for a protocol with two rules on the VIP cannot be placed.
-    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
-        "[[backend_services]]",
-        "[[forwarding_rules]]\nname = \"dns2\"\nvips = [\"10.0.0.10\"]\nprotocol = \"UDP\"\nports = 5353\nbackend_service = \"web\"\n\n[[backend_services]]",
-    );
-    let mut lab = Lab::with(&cfg, 64);
+    // With only `UDP 53` on the VIP no fragment can be placed: it could
+    // belong to any port.
+    let mut lab = Lab::new("ipip");
     let frag = udp_fragment(7, 2, false, &[0xbb; 8]);
-    assert_eq!(lab.run(&frag, 1).0, Verdict::Drop(DropReason::NoRule));
+    assert_eq!(
+        lab.run(&frag, 1).0,
+        Verdict::Drop(DropReason::FragmentNoRule)
+    );
+}
+
+/// A VIP of each family with TCP rules `t4`/`t6` on `tcp_ports`, and
+/// `L3_DEFAULT` rules `l3v4`/`l3v6` beside them if `l3_default`.
+fn fragment_config(tcp_ports: &str, l3_default: bool) -> String {
+    let mut cfg = format!(
+        r#"
+[node]
+name = "t"
+region = "r"
+zone = "z"
+
+[[ports]]
+name = "up"
+device = "net_ring0"
+role = "uplink"
+addresses = ["10.0.0.2/24", "{OWN6}/64"]
+
+[[forwarding_rules]]
+name = "t4"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = "{tcp_ports}"
+backend_service = "s4"
+
+[[forwarding_rules]]
+name = "t6"
+vips = ["{VIP6}"]
+protocol = "TCP"
+ports = "{tcp_ports}"
+backend_service = "s6"
+"#
+    );
+    if l3_default {
+        cfg += &format!(
+            r#"
+[[forwarding_rules]]
+name = "l3v4"
+vips = ["10.0.0.10"]
+protocol = "L3_DEFAULT"
+ports = "all"
+backend_service = "s4"
+
+[[forwarding_rules]]
+name = "l3v6"
+vips = ["{VIP6}"]
+protocol = "L3_DEFAULT"
+ports = "all"
+backend_service = "s6"
+"#
+        );
+    }
+    cfg += r#"
+[[backend_services]]
+name = "s4"
+delivery = "ipip"
+[[backend_services.groups]]
+name = "a"
+region = "r"
+zone = "z"
+endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }]
+
+[[backend_services]]
+name = "s6"
+delivery = "ipip"
+[[backend_services.groups]]
+name = "b"
+region = "r"
+zone = "z"
+endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
+"#;
+    cfg
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Piece {
+    /// An unfragmented packet.
+    Whole,
+    /// A first fragment (offset 0, more fragments): carries the TCP header.
+    First,
+    /// A later fragment (offset 24 bytes, last): no TCP header.
+    Later,
+    /// An IPv6 atomic fragment (offset 0, M = 0; RFC 6946): a whole packet.
+    Atomic,
+}
+
+/// A TCP SYN from the client to the VIP's `port`, cut as `piece` says.
+fn tcp_piece(v6: bool, piece: Piece, port: u16) -> Vec<u8> {
+    let mut seg = vec![0u8; 20];
+    seg[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    seg[2..4].copy_from_slice(&port.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = SYN;
+    // The fragment's part of the datagram's payload.
+    let (offset, more, body) = match piece {
+        Piece::Whole | Piece::Atomic => (0u16, false, seg),
+        Piece::First => (0, true, [seg, vec![0xaa; 8]].concat()),
+        Piece::Later => (24, false, vec![0xbb; 8]),
+    };
+    if !v6 {
+        assert_ne!(piece, Piece::Atomic, "IPv4 has no atomic fragments");
+        let mut ip = ipv4(CLIENT, VIP, 6, &body);
+        let flags = if piece == Piece::Whole {
+            0x4000 // DF
+        } else {
+            (offset / 8) | if more { 0x2000 } else { 0 }
+        };
+        ip[6..8].copy_from_slice(&flags.to_be_bytes());
+        ip[10..12].fill(0);
+        let c = csum(0, &ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        return eth(&ip);
+    }
+    let (next, payload) = if piece == Piece::Whole {
+        (6, body)
+    } else {
+        let mut fh = vec![6, 0];
+        fh.extend_from_slice(&(offset | u16::from(more)).to_be_bytes());
+        fh.extend_from_slice(&0x0bad_cafeu32.to_be_bytes());
+        (44, [fh, body].concat())
+    };
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    ip.extend_from_slice(&[next, 64]);
+    ip.extend_from_slice(&a6(CLIENT6));
+    ip.extend_from_slice(&a6(VIP6));
+    ip.extend_from_slice(&payload);
+    frame(LB_MAC, CLIENT_MAC, None, 0x86dd, &ip)
+}
+
+/// SPEC M13: a real fragment (first or later, IPv4 or IPv6) can never prove
+/// its ports, so it matches only a TCP `all` rule or `L3_DEFAULT`; an IPv6
+/// atomic fragment is a whole packet and is classified with its ports. The
+/// hole this closes: a fragmented SYN to port 22 reached the backends of a
+/// VIP whose only rule is `TCP 80`.
+#[test]
+fn fragments_take_only_rules_that_accept_every_port() {
+    use Piece::*;
+    let no_rule = Err(DropReason::NoRule);
+    let frag_drop = Err(DropReason::FragmentNoRule);
+    // (rules, IPv6?, piece, destination port, expected child rule or drop)
+    type Expect = Result<&'static str, DropReason>;
+    let cases: Vec<(&str, bool, Piece, u16, Expect)> = vec![
+        // Only `TCP 80`: whole packets by their port, fragments never.
+        ("80", false, Whole, 80, Ok("t4")),
+        ("80", false, Whole, 22, no_rule),
+        ("80", false, First, 80, frag_drop),
+        ("80", false, First, 22, frag_drop),
+        ("80", false, Later, 22, frag_drop),
+        ("80", true, Whole, 80, Ok("t6")),
+        ("80", true, Whole, 22, no_rule),
+        ("80", true, First, 80, frag_drop),
+        ("80", true, First, 22, frag_drop),
+        ("80", true, Later, 22, frag_drop),
+        ("80", true, Atomic, 80, Ok("t6")),
+        ("80", true, Atomic, 22, no_rule),
+        // `TCP all`: every piece, to the all-port rule.
+        ("all", false, Whole, 22, Ok("t4")),
+        ("all", false, First, 22, Ok("t4")),
+        ("all", false, Later, 22, Ok("t4")),
+        ("all", true, First, 22, Ok("t6")),
+        ("all", true, Later, 22, Ok("t6")),
+        ("all", true, Atomic, 22, Ok("t6")),
+        // `TCP 80` beside `L3_DEFAULT`: fragments (even of port 80) to
+        // L3_DEFAULT, so that every fragment of a datagram takes one rule.
+        ("80+l3", false, Whole, 80, Ok("t4")),
+        ("80+l3", false, Whole, 22, Ok("l3v4")),
+        ("80+l3", false, First, 80, Ok("l3v4")),
+        ("80+l3", false, Later, 80, Ok("l3v4")),
+        ("80+l3", true, First, 80, Ok("l3v6")),
+        ("80+l3", true, Later, 80, Ok("l3v6")),
+        ("80+l3", true, Atomic, 80, Ok("t6")),
+        ("80+l3", true, Atomic, 22, Ok("l3v6")),
+    ];
+    for (rules, v6, piece, port, expect) in cases {
+        let cfg = match rules {
+            "80" => fragment_config("80", false),
+            "all" => fragment_config("all", false),
+            _ => fragment_config("80", true),
+        };
+        let mut lab = Lab::with(&cfg, 4096);
+        lab.snap.local.tunnel_src_v6 = Some("fd00:1::2".parse().expect("v6"));
+        let f = tcp_piece(v6, piece, port);
+        let (v, _) = lab.run(&f, 1);
+        let what = format!(
+            "rules {rules}, IPv{}, {piece:?} to port {port}",
+            if v6 { 6 } else { 4 }
+        );
+        match expect {
+            Ok(rule) => {
+                assert_eq!(v, Verdict::Forward, "{what}");
+                let c = child(&lab, &format!("{rule}-ag0"));
+                assert_eq!(
+                    lab.worker.counters.children[c].packets, 1,
+                    "{what}: taken by {rule}"
+                );
+            }
+            Err(reason) => {
+                assert_eq!(v, Verdict::Drop(reason), "{what}");
+                assert_eq!(lab.worker.counters.dropped(reason), 1, "{what}: counted");
+                assert_eq!(lab.worker.counters.forwarded, 0, "{what}");
+            }
+        }
+    }
+}
+
+/// An IPv6 packet to `::ffff:10.0.0.10` is not a packet to the IPv4 VIP
+/// 10.0.0.10, and an IPv4-mapped source never shares an IPv4 client's flows.
+#[test]
+fn ipv4_mapped_ipv6_addresses_never_match_ipv4_vips() {
+    let mut lab = dual_lab("drop", true);
+    let mapped_vip = a6("::ffff:10.0.0.10");
+    let mut seg = vec![0u8; 20];
+    seg[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    seg[2..4].copy_from_slice(&80u16.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = SYN;
+    let to_mapped = frame(
+        LB_MAC,
+        CLIENT_MAC,
+        None,
+        0x86dd,
+        &ipv6(a6(CLIENT6), mapped_vip, 6, 64, &seg, 16),
+    );
+    assert_eq!(
+        lab.run(&to_mapped, 1).0,
+        Verdict::Drop(DropReason::BadAddress)
+    );
+    let mut seg6 = seg.clone();
+    seg6[2..4].copy_from_slice(&443u16.to_be_bytes());
+    let from_mapped = frame(
+        LB_MAC,
+        CLIENT_MAC,
+        None,
+        0x86dd,
+        &ipv6(a6("::ffff:192.0.2.7"), a6(VIP6), 6, 64, &seg6, 16),
+    );
+    assert_eq!(
+        lab.run(&from_mapped, 1).0,
+        Verdict::Drop(DropReason::BadAddress)
+    );
+    assert_eq!(lab.worker.counters.dropped(DropReason::BadAddress), 2);
+    assert_eq!(lab.worker.counters.forwarded, 0);
+    // The same SYN to the real VIPs is forwarded.
+    assert_eq!(
+        lab.run(&eth(&tcp(CLIENT, 40000, VIP, 80, SYN)), 1).0,
+        Verdict::Forward
+    );
+    let real6 = frame(
+        LB_MAC,
+        CLIENT_MAC,
+        None,
+        0x86dd,
+        &ipv6(a6(CLIENT6), a6(VIP6), 6, 64, &seg6, 16),
+    );
+    assert_eq!(lab.run(&real6, 1).0, Verdict::Forward);
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //!   one backend (M13) *every* fragment — the first one included — uses the 3-tuple (or the
 //!   2-tuple under `ClientIp`). Non-fragmented packets of the same flow still use the
 //!   5-tuple; a datagram that is fragmented may therefore reach a different backend than the
-//!   flow's unfragmented packets would, which is what Maglev and Katran do as well.
+//!   flow's unfragmented packets would, which is what Maglev and Katran do as well. An IPv6
+//!   atomic fragment (offset 0, M = 0, RFC 6946) is a whole packet and keeps its 5-tuple.
 //! * **ICMP errors** are keyed by the packet they quote, reversed: an error sent to the VIP
 //!   quotes a packet the backend sent from the VIP to the client, so swapping source and
 //!   destination (addresses and ports) yields the key of the original client → VIP flow.
@@ -31,7 +32,7 @@
 use core::net::IpAddr;
 
 use crate::ip::{is_mapped_v4, unmap};
-use crate::packet::{Fragment, IcmpInfo, PacketInfo, QuotedFlow};
+use crate::packet::{IcmpInfo, PacketInfo, QuotedFlow};
 
 /// Session affinity of a backend service (SPEC M9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -203,7 +204,7 @@ impl FlowKey {
             info.dst,
             info.proto,
             info.ports,
-            !matches!(info.fragment, Fragment::No),
+            info.fragment.is_fragment(),
             affinity,
         )
     }

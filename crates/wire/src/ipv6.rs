@@ -250,6 +250,12 @@ impl FragmentRepr {
     pub const fn is_first(&self) -> bool {
         self.offset == 0
     }
+
+    /// Whether this is an atomic fragment (offset 0, no more fragments:
+    /// RFC 6946): the packet is whole and carries its upper-layer header.
+    pub const fn is_atomic(&self) -> bool {
+        self.offset == 0 && !self.more_frags
+    }
 }
 
 /// A generic options/routing extension header: next header and length in 8-octet units

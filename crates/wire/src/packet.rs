@@ -32,11 +32,25 @@ pub enum Fragment {
         /// Datagram identification.
         ident: u32,
     },
+    /// An IPv6 atomic fragment (fragment header with offset 0 and M = 0,
+    /// RFC 6946): a whole packet that happens to carry a fragment header. It
+    /// is processed as an unfragmented packet, ports included.
+    Atomic {
+        /// Datagram identification.
+        ident: u32,
+    },
 }
 
 impl Fragment {
-    /// Whether the packet is any fragment of a larger datagram.
+    /// Whether the packet is a real fragment (first or later) of a larger
+    /// datagram; an atomic fragment is not.
     pub const fn is_fragment(&self) -> bool {
+        matches!(self, Fragment::First { .. } | Fragment::Later { .. })
+    }
+
+    /// Whether the packet carries fragmentation at all (a real or an atomic
+    /// fragment): what RFC 6980 forbids for neighbor discovery.
+    pub const fn has_fragment_header(&self) -> bool {
         !matches!(self, Fragment::No)
     }
 }
@@ -53,7 +67,8 @@ pub struct QuotedFlow {
     pub proto: u8,
     /// Ports (source, destination) if the quoted packet carried a TCP/UDP header start.
     pub ports: Option<(u16, u16)>,
-    /// Whether the quoted packet was a fragment.
+    /// Whether the quoted packet was a real fragment (an IPv6 atomic fragment
+    /// is whole and does not count).
     pub fragment: bool,
 }
 
@@ -336,6 +351,7 @@ fn parse_v6(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
     let walk = ipv6::walk_extensions(payload, p.next_header())?;
     let fragment = match walk.fragment {
         None => Fragment::No,
+        Some(f) if f.is_atomic() => Fragment::Atomic { ident: f.ident },
         Some(f) if f.is_first() => Fragment::First { ident: f.ident },
         Some(f) => Fragment::Later { ident: f.ident },
     };
@@ -452,7 +468,7 @@ pub fn parse_quoted(q: &[u8], v: IpVersion) -> Result<QuotedFlow, ParseError> {
                 p.dst_bytes(),
                 w.upper,
                 l4,
-                w.fragment.is_some(),
+                w.fragment.is_some_and(|f| !f.is_atomic()),
             )
         }
     };
