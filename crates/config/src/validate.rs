@@ -1329,6 +1329,14 @@ fn join(p: &[crate::values::Prefix]) -> String {
         .join(", ")
 }
 
+/// The IPv4 address inside an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+fn ipv4_mapped(a: &IpAddr) -> Option<std::net::Ipv4Addr> {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+        IpAddr::V4(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1376,13 +1384,5 @@ mod tests {
         ] {
             assert_eq!(family_compatible(mode, vip, ep), ok, "{mode} {vip} -> {ep}");
         }
-    }
-}
-
-/// The IPv4 address inside an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
-fn ipv4_mapped(a: &IpAddr) -> Option<std::net::Ipv4Addr> {
-    match a {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
-        IpAddr::V4(_) => None,
     }
 }

@@ -57,6 +57,9 @@ f6 = fragment6(IPv6(src=CLIENT6, dst=VIP6) / IPv6ExtHdrFragment(id=0xcafe) / UDP
                / Raw(b"B" * 200), 120)
 add("ipv6_frag_first", Ether(dst=LB_MAC, src=CLIENT_MAC) / f6[0])
 add("ipv6_frag_later", Ether(dst=LB_MAC, src=CLIENT_MAC) / f6[1])
+# RFC 6946 atomic fragment: offset 0, M = 0 -- a whole packet behind a fragment header.
+add("ipv6_atomic_frag_tcp", Ether(dst=LB_MAC, src=CLIENT_MAC) / IPv6(src=CLIENT6, dst=VIP6)
+    / IPv6ExtHdrFragment(id=0xa70, offset=0, m=0) / TCP(sport=40022, dport=22, flags="S", seq=1))
 add("tcp_syn_opts", Ether(dst=LB_MAC, src=CLIENT_MAC) / IP(src=CLIENT4, dst=VIP4)
     / TCP(sport=40001, dport=80, flags="SEC", seq=0x01020304, window=64240,
           options=[("MSS", 1460), ("SAckOK", b""), ("WScale", 7), ("NOP", None)]))

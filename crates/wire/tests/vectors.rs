@@ -240,6 +240,18 @@ fn fragments_share_a_key_and_later_has_no_ports() {
     assert_eq!(a.proto, proto::UDP);
 }
 
+/// RFC 6946: an atomic fragment (offset 0, M = 0) is a whole packet: it keeps
+/// its ports and its 5-tuple key, and is not a fragment for rule selection.
+#[test]
+fn an_ipv6_atomic_fragment_is_a_whole_packet() {
+    let (_, a) = ip_info(&v("ipv6_atomic_frag_tcp"));
+    assert_eq!(a.fragment, Fragment::Atomic { ident: 0xa70 });
+    assert!(!a.fragment.is_fragment());
+    assert!(a.fragment.has_fragment_header());
+    assert_eq!((a.proto, a.ports), (proto::TCP, Some((40022, 22))));
+    assert_eq!(FlowKey::from_packet(&a, Affinity::None).tuple, Tuple::Five);
+}
+
 #[test]
 fn icmp_echo_and_esp() {
     let f = v("icmp4_echo");
@@ -778,5 +790,5 @@ fn every_prefix_of_every_vector_is_handled() {
         }
         vectors += 1;
     }
-    assert_eq!(vectors, 66);
+    assert_eq!(vectors, 67);
 }
