@@ -384,6 +384,11 @@ pub struct Service {
     pub endpoints: Range<u32>,
     /// Rules sending to it (they share its capacity: M4).
     pub rules: Vec<RuleId>,
+    /// The service's part of its flows' identity in the flow table (M38):
+    /// derived from its name, so that reordering, adding or removing other
+    /// `[[backend_services]]` blocks never orphans an existing flow. See
+    /// [`assign_flow_tags`].
+    pub flow_tag: u16,
 }
 
 impl Service {
@@ -675,8 +680,10 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             groups: g_start..groups.len() as u32,
             endpoints: e_start..endpoints.len() as u32,
             rules: Vec::new(),
+            flow_tag: 0,
         });
     }
+    assign_flow_tags(&mut services);
 
     let composite_of = |rule: &str| {
         cfg.composite_health_checks
@@ -927,10 +934,83 @@ pub fn summary(c: &Compiled, warnings: &[String]) -> String {
     s
 }
 
+/// Gives every service its [`Service::flow_tag`]: 16 bits of a fixed hash
+/// (FNV-1a) of its name, so a service keeps its tag whatever the order of the
+/// file. Two names that collide are told apart in name order (the later one
+/// takes the next free tag), which depends only on the set of names, never on
+/// their order; tags are distinct while there are at most 65,536 services.
+pub fn assign_flow_tags(services: &mut [Service]) {
+    let mut order: Vec<usize> = (0..services.len()).collect();
+    order.sort_by(|&a, &b| services[a].name.cmp(&services[b].name));
+    let mut used = vec![false; 1 << 16];
+    for i in order {
+        let mut tag = name_tag(&services[i].name);
+        for _ in 0..u16::MAX {
+            if !used[usize::from(tag)] {
+                break;
+            }
+            tag = tag.wrapping_add(1);
+        }
+        used[usize::from(tag)] = true;
+        services[i].flow_tag = tag;
+    }
+}
+
+/// FNV-1a (32 bits) of `name`, folded to 16 bits. Part of the flow-table
+/// contract between a node's reloads: never change it.
+fn name_tag(name: &str) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    ((h >> 16) ^ (h & 0xffff)) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Env, Loaded, load_str};
+
+    /// Services named `names`, in that order, with their default fields.
+    fn named(names: &[String]) -> Vec<Service> {
+        let mut text = String::from("[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n");
+        for n in names {
+            text += &format!(
+                "\n[[backend_services]]\nname = \"{n}\"\ndelivery = \"ipip\"\ngroups = [{{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{{ address = \"10.1.0.1\" }}] }}]\n"
+            );
+        }
+        match load_str("t.toml", &text, &Env::default()) {
+            Ok(l) => l.compiled.services,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn flow_tags_follow_names_not_positions_and_never_collide() {
+        // Enough names for 16-bit collisions to occur (birthday bound ~300).
+        let names: Vec<String> = (0..2000).map(|i| format!("svc-{i}")).collect();
+        let tags = |svcs: &[Service]| -> std::collections::HashMap<String, u16> {
+            svcs.iter().map(|s| (s.name.clone(), s.flow_tag)).collect()
+        };
+        let mut reversed = names.clone();
+        reversed.reverse();
+        let mut shuffled = names.clone();
+        shuffled.rotate_left(777);
+        let a = tags(&named(&names));
+        assert_eq!(a, tags(&named(&reversed)));
+        assert_eq!(a, tags(&named(&shuffled)));
+        let distinct: std::collections::HashSet<u16> = a.values().copied().collect();
+        assert_eq!(distinct.len(), names.len(), "every service has its own tag");
+        let hashed = names.iter().filter(|n| a[*n] == name_tag(n)).count();
+        assert!(hashed < names.len(), "the test saw a collision to resolve");
+        // A service keeps its tag when another one is added or removed
+        // (unless the other one's name collides with it).
+        let b = tags(&named(&names[..3]));
+        for n in &names[..3] {
+            assert_eq!(b[n], name_tag(n));
+        }
+    }
 
     /// A node, and a GRE service reachable from IPv4 and IPv6 VIPs.
     fn doc(node_extra: &str, rules: &str) -> String {

@@ -142,11 +142,12 @@ impl Pending {
 /// `key_out`; returns the hash (that of the key without the service, as
 /// `wire::flow::FlowKey::hash64` gives it).
 #[inline(always)]
-fn store_key(mut words: [u64; 5], svc: usize, key_out: &mut flowtable::FlowKey) -> u64 {
+fn store_key(mut words: [u64; 5], flow_tag: u16, key_out: &mut flowtable::FlowKey) -> u64 {
     let hash = wire::flow::hash_words(&words, 0);
     // The service is part of the flow's identity: with 2-tuple affinity a
-    // TCP and a UDP rule on one VIP may feed different services.
-    words[4] |= (svc & 0xffff) as u64;
+    // TCP and a UDP rule on one VIP may feed different services. Its stable
+    // tag, not its position in the file: reordering services keeps flows.
+    words[4] |= u64::from(flow_tag);
     *key_out = flowtable::FlowKey(words);
     hash
 }
@@ -228,6 +229,8 @@ struct RuleRun {
     svc: usize,
     /// The service's affinity, as it shapes the flow key.
     key_word: LastWord,
+    /// The service's [`ServicePlan::flow_tag`].
+    flow_tag: u16,
     zonal: bool,
     class: ProtoClass,
     packets: u64,
@@ -636,7 +639,7 @@ impl Worker {
             Err(o) => return Stage::Done(o),
         };
         let key = FlowKey::from_packet(info, plan.affinity);
-        let hash = store_key(key.pack(), svc, key_out);
+        let hash = store_key(key.pack(), plan.flow_tag, key_out);
         *pend = Pending {
             tcp_flags: info.tcp_flags,
             child,
@@ -667,11 +670,18 @@ impl Worker {
         // fast-path packet's rule is reused when its destination, protocol
         // and port are this one's (the snapshot is the same within a group).
         let dest = (f.dst, f.proto, f.dst_port);
-        let (child, svc, key_word, zonal, class) = match &mut self.last_rule {
+        let (child, svc, key_word, flow_tag, zonal, class) = match &mut self.last_rule {
             Some(run) if run.dest == dest => {
                 run.packets += 1;
                 run.bytes += len as u64;
-                (run.child, run.svc, run.key_word, run.zonal, run.class)
+                (
+                    run.child,
+                    run.svc,
+                    run.key_word,
+                    run.flow_tag,
+                    run.zonal,
+                    run.class,
+                )
             }
             _ => {
                 let dst = IpAddr::V4(Ipv4Addr::from(f.dst));
@@ -685,6 +695,7 @@ impl Worker {
                     child,
                     svc,
                     key_word: plan.affinity.last_word(),
+                    flow_tag: plan.flow_tag,
                     zonal: plan.zonal,
                     class: class_of(f.proto),
                     packets: 0,
@@ -692,12 +703,19 @@ impl Worker {
                 };
                 self.end_rule_run();
                 self.last_rule = Some(run);
-                (child, svc, run.key_word, plan.zonal, run.class)
+                (
+                    child,
+                    svc,
+                    run.key_word,
+                    run.flow_tag,
+                    plan.zonal,
+                    run.class,
+                )
             }
         };
         let words =
             FlowKey::pack_v4_with(f.src, f.dst, f.proto, (f.src_port, f.dst_port), key_word);
-        let hash = store_key(words, svc, key_out);
+        let hash = store_key(words, flow_tag, key_out);
         let client_zone = if zonal {
             snap.compiled.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))
         } else {
@@ -743,7 +761,7 @@ impl Worker {
             (f.src_port, f.dst_port),
             plan.affinity,
         );
-        let hash = store_key(words, svc, key_out);
+        let hash = store_key(words, plan.flow_tag, key_out);
         *pend = Pending::fast(
             f.tcp_flags,
             (f.proto, class_of(f.proto)),

@@ -100,6 +100,9 @@ pub struct ServicePlan {
     pub thresholds: Vec<u32>,
     /// Whether the region tables have per-client-zone variants (M27).
     pub zonal: bool,
+    /// The service's part of its flow keys (`config::compiled::Service::
+    /// flow_tag`): stable across reloads that reorder services.
+    pub flow_tag: u16,
 }
 
 /// One region's selection tables: the default set first, then one per
@@ -428,6 +431,7 @@ impl SnapshotBuilder {
                 regions,
                 thresholds,
                 zonal,
+                flow_tag: svc.flow_tag,
             });
         }
         // Backends that left the configuration drain, then go.

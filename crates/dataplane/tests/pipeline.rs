@@ -996,6 +996,95 @@ endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
     );
 }
 
+/// Two services in the order given; `web` has `web_eps` endpoints
+/// 10.0.1.11… and takes TCP 80, `other` takes UDP 53.
+fn two_services(web_first: bool, web_eps: usize) -> String {
+    let head = r#"
+[node]
+name = "t"
+region = "r"
+zone = "z"
+
+[[ports]]
+name = "up"
+device = "net_ring0"
+role = "uplink"
+addresses = ["10.0.0.2/24"]
+
+[[forwarding_rules]]
+name = "web"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+
+[[forwarding_rules]]
+name = "dns"
+vips = ["10.0.0.10"]
+protocol = "UDP"
+ports = 53
+backend_service = "other"
+"#;
+    let eps: Vec<String> = (0..web_eps)
+        .map(|i| format!("{{ address = \"10.0.1.{}\" }}", 11 + i))
+        .collect();
+    let web = format!(
+        "\n[[backend_services]]\nname = \"web\"\ndelivery = \"ipip\"\ngroups = [{{ name = \"a\", region = \"r\", zone = \"z\", endpoints = [{}] }}]\n",
+        eps.join(", ")
+    );
+    let other = "\n[[backend_services]]\nname = \"other\"\ndelivery = \"ipip\"\ngroups = [{ name = \"b\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.0.2.21\" }] }]\n";
+    if web_first {
+        format!("{head}{web}{other}")
+    } else {
+        format!("{head}{other}{web}")
+    }
+}
+
+/// SPEC M38: flow identity does not depend on the order of services in the
+/// file. A reload that moves `web` from the first to the second
+/// `[[backend_services]]` block (and adds an endpoint, so that Maglev now
+/// picks other backends for some of its flows) keeps every established flow
+/// on its backend. (The flow key used to carry the service's position.)
+#[test]
+fn reordering_services_keeps_every_flow_on_its_backend() {
+    let mut lab = Lab::with(&two_services(true, 3), 4096);
+    let mut before = Vec::new();
+    for port in 20000..20200u16 {
+        let f = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let (_, out) = lab.run(&f, 1);
+        before.push((port, backend_of(&out, &f)));
+    }
+    let reordered = two_services(false, 4);
+    lab.rebuild(&reordered, |_| true, 2);
+    // Where the new configuration would put each connection without entries.
+    let mut fresh = Lab::with(&reordered, 4096);
+    let mut moved_by_maglev = 0;
+    for (port, backend) in &before {
+        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let (v, out) = lab.run(&ack, 3);
+        assert_eq!(v, Verdict::Forward, "port {port}");
+        assert_eq!(
+            backend_of(&out, &ack),
+            *backend,
+            "port {port} stays on its backend"
+        );
+        let (_, out) = fresh.run(&ack, 3);
+        if backend_of(&out, &ack) != *backend {
+            moved_by_maglev += 1;
+        }
+    }
+    assert!(
+        moved_by_maglev > 0,
+        "some flows sit where Maglev would no longer send them"
+    );
+    let c = &lab.worker.counters;
+    assert_eq!(
+        (c.new_flows, c.flows_rescheduled),
+        (200, 0),
+        "no flow was re-created"
+    );
+}
+
 #[test]
 fn a_new_syn_never_follows_an_entry_to_a_draining_backend() {
     let four = config("ipip", true, "DEFAULT_FOR_PROTOCOL");
