@@ -171,8 +171,8 @@ pub fn run(args: &Args) -> Result<()> {
         }
     );
     println!(
-        "flows: {} new, {} hits, {} rescheduled, {} stateless (table full)",
-        c.new_flows, c.flow_hits, c.flows_rescheduled, c.stateless
+        "flows: {} new, {} hits, {} rescheduled, {} stateless (table full), {} over budget",
+        c.new_flows, c.flow_hits, c.flows_rescheduled, c.stateless, c.over_budget
     );
     for r in DropReason::ALL {
         if c.dropped(r) > 0 {

@@ -107,9 +107,32 @@ pub struct Dataplane {
     /// Flow-table capacity in entries (M15).
     #[serde(default = "d_flow_capacity")]
     pub flow_table_capacity: u32,
+    /// New flow entries each worker may create per second (M15); beyond
+    /// it, new flows are forwarded statelessly and counted. Absent: see
+    /// [`Dataplane::new_flow_budget_per_worker`].
+    #[serde(default)]
+    pub new_flow_budget: Option<u32>,
     /// Flow idle timeouts (M10).
     #[serde(default)]
     pub timeouts: Timeouts,
+}
+
+impl Dataplane {
+    /// The new-entry budget of one worker per second: `new_flow_budget`,
+    /// else as many as would fill half the table with unconfirmed entries
+    /// over one first-packet timeout, shared by the workers —
+    /// `capacity / 2 / first_packet seconds / workers`, at least 1000. So a
+    /// flood of spoofed one-packet flows can take at most about half of the
+    /// table, and the other half stays for flows that proved themselves.
+    pub fn new_flow_budget_per_worker(&self) -> u32 {
+        if let Some(b) = self.new_flow_budget {
+            return b;
+        }
+        let secs = self.timeouts.first_packet.0.as_secs().max(1);
+        let workers = self.worker_cores.len().max(1) as u64;
+        let b = u64::from(self.flow_table_capacity) / 2 / secs / workers;
+        u32::try_from(b.max(1000)).unwrap_or(u32::MAX)
+    }
 }
 
 fn d_worker_cores() -> Vec<u32> {
@@ -138,6 +161,7 @@ impl Default for Dataplane {
             mbufs: d_mbufs(),
             queue_descriptors: d_descriptors(),
             flow_table_capacity: d_flow_capacity(),
+            new_flow_budget: None,
             timeouts: Timeouts::default(),
         }
     }
@@ -162,6 +186,10 @@ pub struct Timeouts {
     /// Everything else (ICMP, ESP, GRE, …).
     #[serde(default = "d_other")]
     pub other: Duration,
+    /// An entry created by anything but a TCP SYN (a mid-stream segment, a
+    /// UDP datagram, a fragment) until the flow's next packet arrives (M15).
+    #[serde(default = "d_first_packet")]
+    pub first_packet: Duration,
 }
 
 fn d_tcp_established() -> Duration {
@@ -179,6 +207,9 @@ fn d_udp() -> Duration {
 fn d_other() -> Duration {
     Duration::secs(30)
 }
+fn d_first_packet() -> Duration {
+    Duration::secs(10)
+}
 
 impl Default for Timeouts {
     fn default() -> Self {
@@ -188,6 +219,7 @@ impl Default for Timeouts {
             tcp_closing: d_tcp_closing(),
             udp: d_udp(),
             other: d_other(),
+            first_packet: d_first_packet(),
         }
     }
 }

@@ -252,6 +252,12 @@ impl Checker<'_> {
                 "the flow table needs a capacity of at least 1",
             );
         }
+        if d.new_flow_budget == Some(0) {
+            self.err(
+                "dataplane.new_flow_budget",
+                "a budget of 0 would make every flow stateless: at least 1 new entry per second per worker",
+            );
+        }
         let t = &d.timeouts;
         for (f, v) in [
             ("tcp_established", t.tcp_established),
@@ -259,6 +265,7 @@ impl Checker<'_> {
             ("tcp_closing", t.tcp_closing),
             ("udp", t.udp),
             ("other", t.other),
+            ("first_packet", t.first_packet),
         ] {
             if v.is_zero() {
                 self.err(

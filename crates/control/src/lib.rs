@@ -410,12 +410,13 @@ impl Manager {
             c.tx_dropped
         );
         out += &format!(
-            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless; {} expired by ageing\n",
+            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
             c.new_flows,
             c.flow_hits,
             c.flow_races,
             c.flows_rescheduled,
             c.stateless,
+            c.over_budget,
             self.sweep_stats.expired
         );
         for r in DropReason::ALL {
@@ -493,6 +494,7 @@ fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
     total.flow_races += c.flow_races;
     total.flows_rescheduled += c.flows_rescheduled;
     total.stateless += c.stateless;
+    total.over_budget += c.over_budget;
     total.tx_dropped += c.tx_dropped;
     total.host_dropped += c.host_dropped;
     total.from_host += c.from_host;

@@ -109,8 +109,15 @@ pub fn render(
         o,
         "flows_stateless_total",
         "counter",
-        "New flows forwarded without an entry (table full).",
+        "New flows forwarded without an entry (table full or contended).",
         one(c.stateless),
+    );
+    family(
+        o,
+        "flows_over_budget_total",
+        "counter",
+        "New flows forwarded without an entry because their worker had spent its new-entry budget.",
+        one(c.over_budget),
     );
     family(
         o,

@@ -110,6 +110,10 @@ pub struct WorkerCounters {
     /// New flows forwarded without an entry because the table was full or
     /// contended (stateless Maglev fallback, SPEC M15).
     pub stateless: u64,
+    /// New flows forwarded without an entry because the worker had spent its
+    /// new-entry budget for the current second (SPEC M15: a flood of new
+    /// flows cannot crowd the table). Not included in `stateless`.
+    pub over_budget: u64,
     /// Packets the device did not take at TX (freed).
     pub tx_dropped: u64,
     /// Packets for the host dropped because no exception port is configured

@@ -216,6 +216,11 @@ pub struct Worker {
     /// The rule of the group's last fast-path packet. Cleared (and its
     /// counts added to its child rule's) at the end of every group.
     last_rule: Option<RuleRun>,
+    /// The tick `budget_left` belongs to.
+    budget_tick: Option<Tick>,
+    /// New flow entries this worker may still create in `budget_tick`
+    /// (SPEC M15).
+    budget_left: u32,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -276,6 +281,8 @@ impl Worker {
             rx_port: usize::MAX,
             scratch: Some(Scratch::new()),
             last_rule: None,
+            budget_tick: None,
+            budget_left: 0,
         }
     }
 
@@ -852,6 +859,7 @@ impl Worker {
         if !matches!(be.state, BackendState::Active)
             || be.service as usize != p.svc
             || p.svc >= snap.services.len()
+            || hit.entry.flags.contains(EntryFlags::UNCONFIRMED)
         {
             return None;
         }
@@ -924,12 +932,21 @@ impl Worker {
                 if hit.entry.last_seen != now {
                     flows.touch(hit.slot, now);
                 }
-                if p.class == ProtoClass::Tcp && !p.is_icmp_error {
-                    let set = tcp_flag_bits(p.tcp_flags);
-                    if set & !hit.entry.flags.bits() != 0 {
-                        let _ = flows.update_flags(hit.slot, set, 0);
-                        wrote = true;
-                    }
+                let set = if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+                    tcp_flag_bits(p.tcp_flags)
+                } else {
+                    0
+                };
+                // The flow's second packet confirms an entry its first
+                // packet made (M15); an ICMP error proves nothing.
+                let clear = if p.is_icmp_error {
+                    0
+                } else {
+                    hit.entry.flags.bits() & EntryFlags::UNCONFIRMED
+                };
+                if set & !hit.entry.flags.bits() != 0 || clear != 0 {
+                    let _ = flows.update_flags(hit.slot, set, clear);
+                    wrote = true;
                 }
                 Some((hit.entry.backend, hit.entry.cookie))
             }
@@ -1036,17 +1053,29 @@ impl Worker {
         if is_icmp_error {
             return Some((slot, 0));
         }
+        // The new-entry budget (M15): beyond it a flood of new flows is
+        // forwarded by Maglev alone instead of crowding the table.
+        if self.budget_tick != Some(now) {
+            self.budget_tick = Some(now);
+            self.budget_left = snap.new_flow_budget;
+        }
+        if self.budget_left == 0 {
+            self.counters.over_budget += 1;
+            return Some((slot, stateless_cookie(hash, snap.cookie_key)));
+        }
         let cookie = self.next_cookie();
         let mut flags = EntryFlags::new(class);
-        if class == ProtoClass::Tcp {
-            // A flow first seen mid-stream (after a failover or an ECMP change)
-            // is established; only a bare SYN opens a half-open entry.
-            let set = tcp_flag_bits(tcp_flags);
-            flags = flags.with(if bare_syn(tcp_flags) {
-                set & !EntryFlags::ESTABLISHED
-            } else {
-                set | EntryFlags::ESTABLISHED
-            });
+        if class == ProtoClass::Tcp && bare_syn(tcp_flags) {
+            // A bare SYN opens a half-open entry (its own short timeout).
+            flags = flags.with(tcp_flag_bits(tcp_flags) & !EntryFlags::ESTABLISHED);
+        } else {
+            // Anything else proves nothing until the flow's next packet: a
+            // TCP flow first seen mid-stream (after a failover or an ECMP
+            // change, or a spoofed ACK) is established but unconfirmed.
+            if class == ProtoClass::Tcp {
+                flags = flags.with(tcp_flag_bits(tcp_flags) | EntryFlags::ESTABLISHED);
+            }
+            flags = flags.with(EntryFlags::UNCONFIRMED);
         }
         let new = NewEntry {
             backend: slot,
@@ -1056,6 +1085,7 @@ impl Worker {
         };
         match flows.insert(fkey, hash, new, now) {
             InsertOutcome::Inserted { .. } => {
+                self.budget_left -= 1;
                 self.counters.new_flows += 1;
                 if let Some(c) = self.counters.children.get_mut(child) {
                     c.new_flows += 1;
@@ -1068,7 +1098,7 @@ impl Worker {
             }
             InsertOutcome::Full | InsertOutcome::Contended => {
                 self.counters.stateless += 1;
-                Some((slot, cookie))
+                Some((slot, stateless_cookie(hash, snap.cookie_key)))
             }
         }
     }
@@ -1082,6 +1112,17 @@ impl Worker {
         self.rng = x;
         (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
     }
+}
+
+/// The cookie of a flow forwarded without an entry: the same for every
+/// packet of the flow (it is derived from the flow's hash), unpredictable
+/// without the snapshot's secret.
+fn stateless_cookie(hash: u64, key: u64) -> u32 {
+    // splitmix64's finalizer over the keyed hash.
+    let mut z = hash ^ key;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 32) as u32
 }
 
 /// A SYN without ACK: the first segment of a new connection.

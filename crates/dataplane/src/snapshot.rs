@@ -189,6 +189,11 @@ pub struct Snapshot {
     pub backends: Vec<Backend>,
     /// This node's addresses.
     pub local: Local,
+    /// New flow entries a worker may create per tick (SPEC M15).
+    pub new_flow_budget: u32,
+    /// Secret mixed into the cookie of a flow forwarded without an entry,
+    /// so that every packet of such a flow carries the same cookie.
+    pub cookie_key: u64,
 }
 
 /// MAC used when neither the configuration nor a device gives one
@@ -278,6 +283,7 @@ struct SlotRecord {
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder {
     generation: u32,
+    cookie_key: u64,
     slots: Vec<SlotRecord>,
     by_identity: HashMap<(String, String), u32>,
 }
@@ -296,6 +302,15 @@ impl SnapshotBuilder {
     /// A builder with no slots yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A builder whose snapshots carry `cookie_key` (a secret chosen once
+    /// per process; [`SnapshotBuilder::new`] uses 0, for tests and replays).
+    pub fn with_cookie_key(cookie_key: u64) -> Self {
+        Self {
+            cookie_key,
+            ..Self::default()
+        }
     }
 
     /// Builds the next snapshot. `health` answers for every endpoint of the
@@ -453,8 +468,11 @@ impl SnapshotBuilder {
                 .get(be.service as usize)
                 .and_then(|p| crate::delivery::template(&local, be, p.delivery));
         }
+        let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
         Ok(Snapshot {
             generation: self.generation,
+            new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
+            cookie_key: self.cookie_key,
             compiled,
             services,
             backends,
@@ -544,6 +562,7 @@ pub fn flow_table_config(dp: &config::schema::Dataplane) -> flowtable::Config {
         tcp_rst: secs(dp.timeouts.tcp_closing),
         udp: secs(dp.timeouts.udp),
         other: secs(dp.timeouts.other),
+        first_packet: secs(dp.timeouts.first_packet),
     };
     cfg
 }

@@ -521,7 +521,10 @@ fn unhealthy_backends_keep_tcp_but_not_udp_by_default() {
 fn a_full_flow_table_still_forwards_statelessly_and_counts_it() {
     let mut lab = Lab::with(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), 16);
     for port in 0..400u16 {
+        // Two packets each: the second confirms the entry the first made,
+        // so the table fills with entries no new flow may displace.
         let f = eth(&udp(CLIENT, 10000 + port, VIP, 53));
+        assert_eq!(lab.run(&f, 1).0, Verdict::Forward);
         assert_eq!(lab.run(&f, 1).0, Verdict::Forward);
     }
     let c = &lab.worker.counters;
@@ -529,7 +532,75 @@ fn a_full_flow_table_still_forwards_statelessly_and_counts_it() {
         c.stateless > 0,
         "a 16-entry table cannot hold 400 UDP flows"
     );
-    assert_eq!(c.new_flows + c.stateless, 400);
+    // A flow is either in the table (one new entry, then a hit) or not
+    // (both packets stateless).
+    assert_eq!(c.new_flows + c.stateless / 2, 400);
+    assert_eq!(c.flow_hits, c.new_flows);
+}
+
+/// SPEC M15: a flood of spoofed ACKs or one-packet UDP flows neither evicts
+/// nor crowds out established flows: its entries are unconfirmed (evictable,
+/// short-lived), and each worker creates at most its new-entry budget of
+/// entries per tick; the rest is forwarded statelessly and counted.
+#[test]
+fn spoofed_floods_never_displace_established_flows() {
+    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
+        "[[ports]]",
+        "[dataplane]\nnew_flow_budget = 100\n\n[[ports]]",
+    );
+    let mut lab = Lab::with(&cfg, 64);
+    // 40 real connections: handshake, then established.
+    let mut real = Vec::new();
+    for port in 30000..30040u16 {
+        let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let (_, out) = lab.run(&syn, 1);
+        lab.run(&eth(&tcp(CLIENT, port, VIP, 80, ACK)), 1);
+        real.push((port, backend_of(&out, &syn)));
+    }
+    let before = lab.worker.counters.clone();
+    assert_eq!(before.new_flows, 40);
+    // Tick 2: 5,000 spoofed ACKs and one-packet UDP flows from 5,000 sources.
+    for i in 0..5000u32 {
+        let src = [198, 51, (i >> 8) as u8, i as u8];
+        let f = if i % 2 == 0 {
+            eth(&tcp(src, 1024 + (i % 60000) as u16, VIP, 80, ACK))
+        } else {
+            eth(&udp(src, 2048, VIP, 53))
+        };
+        assert_eq!(lab.run(&f, 2).0, Verdict::Forward, "flood packet {i}");
+    }
+    let c = lab.worker.counters.clone();
+    let flood_entries = c.new_flows - before.new_flows;
+    assert_eq!(flood_entries, 100, "the budget of tick 2");
+    assert_eq!(c.over_budget, 4900);
+    // Every real connection still follows its entry to its backend.
+    for (port, backend) in &real {
+        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let (_, out) = lab.run(&ack, 3);
+        assert_eq!(backend_of(&out, &ack), *backend, "port {port}");
+    }
+    let c = lab.worker.counters.clone();
+    assert_eq!(c.flow_hits - before.flow_hits, 40, "all 40 were hits");
+    assert_eq!(c.flows_rescheduled, 0);
+    // Next tick the budget is back; the flood's entries (unconfirmed) are
+    // displaced by new flows, the established ones never are.
+    for i in 0..3000u32 {
+        let src = [203, 0, (i >> 8) as u8, i as u8];
+        lab.run(&eth(&tcp(src, 4000, VIP, 80, ACK)), 4 + i / 100);
+    }
+    for (port, backend) in &real {
+        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let (_, out) = lab.run(&ack, 40);
+        assert_eq!(
+            backend_of(&out, &ack),
+            *backend,
+            "port {port} after the second flood"
+        );
+    }
+    assert_eq!(lab.worker.counters.flow_hits - c.flow_hits, 40);
+    // Unconfirmed entries live only the first-packet timeout (10 s): a sweep
+    // at tick 100 leaves exactly the 40 established connections.
+    assert_eq!(lab.flows.sweep(100, usize::MAX).live, 40);
 }
 
 #[test]

@@ -88,8 +88,14 @@ impl EntryFlags {
     pub const FIN: u8 = 0x08;
     /// TCP: a RST was seen; the entry gets the (shortest) RST timeout.
     pub const RST: u8 = 0x10;
+    /// Created by a packet that proves nothing (anything but a TCP SYN: a mid-stream ACK, a
+    /// UDP datagram, a fragment) and not seen since: the entry lives at most
+    /// [`Timeouts::first_packet`] and may be evicted like a half-open one, so floods of spoofed
+    /// one-packet flows neither linger nor crowd established flows (SPEC M15). The caller
+    /// clears it when the flow's next packet arrives.
+    pub const UNCONFIRMED: u8 = 0x20;
     /// Free for the caller (e.g. "learned from a peer", SPEC M36); the table ignores them.
-    pub const APP_MASK: u8 = 0xe0;
+    pub const APP_MASK: u8 = 0xc0;
 
     /// Flags of a new entry of protocol class `proto` (TCP starts half-open).
     #[must_use]
@@ -141,6 +147,13 @@ impl EntryFlags {
         matches!(self.proto(), ProtoClass::Tcp)
             && self.0 & (Self::ESTABLISHED | Self::FIN | Self::RST) == 0
     }
+
+    /// Whether an insert may displace the entry before it expires: half-open TCP and
+    /// [`EntryFlags::UNCONFIRMED`] entries (both proved nothing beyond one packet).
+    #[must_use]
+    pub const fn is_evictable(self) -> bool {
+        self.is_half_open() || self.0 & Self::UNCONFIRMED != 0
+    }
 }
 
 /// Idle timeouts per protocol class, in ticks. FIN and RST only ever shorten an entry's life:
@@ -159,6 +172,8 @@ pub struct Timeouts {
     pub udp: Tick,
     /// Other protocols.
     pub other: Tick,
+    /// An [`EntryFlags::UNCONFIRMED`] entry, whatever its class (it only ever shortens).
+    pub first_packet: Tick,
 }
 
 impl Default for Timeouts {
@@ -171,6 +186,7 @@ impl Default for Timeouts {
             tcp_rst: 2,
             udp: 120,
             other: 60,
+            first_packet: 10,
         }
     }
 }
@@ -188,12 +204,22 @@ impl Timeouts {
             tcp_rst: s(self.tcp_rst),
             udp: s(self.udp),
             other: s(self.other),
+            first_packet: s(self.first_packet),
         }
     }
 
     /// The idle timeout of an entry with these flags.
     #[must_use]
     pub fn for_flags(&self, flags: EntryFlags) -> Tick {
+        let class = self.for_class(flags);
+        if flags.contains(EntryFlags::UNCONFIRMED) {
+            class.min(self.first_packet)
+        } else {
+            class
+        }
+    }
+
+    fn for_class(&self, flags: EntryFlags) -> Tick {
         match flags.proto() {
             ProtoClass::Udp => self.udp,
             ProtoClass::Other => self.other,
@@ -222,6 +248,7 @@ impl Timeouts {
             self.tcp_rst,
             self.udp,
             self.other,
+            self.first_packet,
         ]
         .into_iter()
         .max()
@@ -330,7 +357,8 @@ pub enum Evicted {
     Nothing,
     /// An entry already past its idle timeout (the sweeper had not reached it yet).
     Expired,
-    /// The least recently seen half-open TCP entry of the two candidate buckets.
+    /// The least recently seen half-open TCP or unconfirmed entry of the two candidate
+    /// buckets.
     HalfOpen,
 }
 
@@ -999,9 +1027,10 @@ impl FlowTable {
     /// Inserts `key` unless present. See [`InsertOutcome`] for the results.
     ///
     /// If both candidate buckets are full, makes room by evicting, in this order, an entry
-    /// already past its idle timeout, then the least recently seen half-open TCP entry.
-    /// Established TCP, UDP and other entries are never evicted before they expire, so a flood
-    /// of half-open flows only ever competes with other half-open flows (SPEC M15).
+    /// already past its idle timeout, then the least recently seen half-open TCP or
+    /// [`EntryFlags::UNCONFIRMED`] entry. Confirmed established TCP, UDP and other entries are
+    /// never evicted before they expire, so a flood of half-open or one-packet flows only ever
+    /// competes with its own kind (SPEC M15).
     pub fn insert(&self, key: &FlowKey, hash: u64, new: NewEntry, now: Tick) -> InsertOutcome {
         let p = self.place(hash);
         let Some(lock) = self.header(p.b1).map(|h| &h.meta) else {
@@ -1091,11 +1120,11 @@ impl FlowTable {
                     let age = i64::from(now.wrapping_sub(seen) as i32);
                     let flags = EntryFlags(flags_of(c));
                     let timeout = i64::from(self.timeouts.for_flags(flags));
-                    // Rank: expired entries first (most overdue first), then half-open ones
-                    // (oldest first).
+                    // Rank: expired entries first (most overdue first), then half-open and
+                    // unconfirmed ones (oldest first).
                     let (kind, score) = if age >= timeout {
                         (Evicted::Expired, (1 << 40) + age - timeout)
-                    } else if flags.is_half_open() {
+                    } else if flags.is_evictable() {
                         (Evicted::HalfOpen, age)
                     } else {
                         continue;

@@ -169,6 +169,53 @@ fn a_completed_handshake_protects_the_entry() {
     );
 }
 
+/// SPEC M15: entries created by one packet that proves nothing (a spoofed ACK, a one-packet
+/// UDP flow) are displaced by new flows before confirmed ones, and expire after the
+/// first-packet timeout; once confirmed they are protected like any established entry.
+#[test]
+fn unconfirmed_entries_yield_to_new_flows_and_expire_early() {
+    let to = Timeouts {
+        first_packet: 3,
+        ..Timeouts::default()
+    };
+    let t = tiny(to);
+    let spoofed = established().with(EntryFlags::UNCONFIRMED);
+    let mut slots = Vec::new();
+    for i in 0..14 {
+        slots.push(inserted(t.insert(&key(i), hash(i), entry(1, spoofed), i as u32 % 2)).0);
+    }
+    // Seven get their second packet: confirmed.
+    for s in &slots[..7] {
+        let f = t.update_flags(*s, 0, EntryFlags::UNCONFIRMED).unwrap();
+        assert!(!f.is_evictable());
+    }
+    // New flows displace the unconfirmed ones, oldest first, never the confirmed.
+    for i in 100..107 {
+        let (_, ev) = inserted(t.insert(&key(i), hash(i), entry(2, udp()), 2));
+        assert_eq!(ev, Evicted::HalfOpen, "flow {i}");
+    }
+    assert_eq!(
+        t.insert(&key(200), hash(200), entry(2, udp()), 2),
+        InsertOutcome::Full
+    );
+    for i in 0..7 {
+        assert!(t.lookup(&key(i), hash(i)).is_some(), "confirmed {i} kept");
+    }
+    // An unconfirmed entry expires after `first_packet`, not `udp`.
+    let t = tiny(to);
+    let _ = inserted(t.insert(
+        &key(1),
+        hash(1),
+        entry(1, udp().with(EntryFlags::UNCONFIRMED)),
+        0,
+    ));
+    let _ = inserted(t.insert(&key(2), hash(2), entry(1, udp()), 0));
+    assert_eq!(t.sweep(2, usize::MAX).expired, 0);
+    assert_eq!(t.sweep(3, usize::MAX).expired, 1);
+    assert!(t.lookup(&key(1), hash(1)).is_none());
+    assert!(t.lookup(&key(2), hash(2)).is_some());
+}
+
 #[test]
 fn expired_entries_are_reclaimed_by_inserts() {
     let to = Timeouts::default();
@@ -194,6 +241,7 @@ fn timeouts_follow_class_and_fin_rst_shorten() {
         tcp_rst: 2,
         udp: 50,
         other: 30,
+        first_packet: 5,
     };
     assert_eq!(to.for_flags(established()), 100);
     assert_eq!(to.for_flags(tcp()), 20);
@@ -205,6 +253,18 @@ fn timeouts_follow_class_and_fin_rst_shorten() {
     );
     assert_eq!(to.for_flags(udp()), 50);
     assert_eq!(to.for_flags(EntryFlags::new(ProtoClass::Other)), 30);
+    // An unconfirmed entry lives at most the first-packet timeout.
+    let unconfirmed = EntryFlags::UNCONFIRMED;
+    assert_eq!(to.for_flags(udp().with(unconfirmed)), 5);
+    assert_eq!(to.for_flags(established().with(unconfirmed)), 5);
+    assert_eq!(
+        to.for_flags(established().with(unconfirmed | EntryFlags::RST)),
+        2
+    );
+    assert!(udp().with(unconfirmed).is_evictable());
+    assert!(established().with(unconfirmed).is_evictable());
+    assert!(!established().is_evictable() && !udp().is_evictable());
+    assert!(tcp().is_evictable());
     // FIN never lengthens a shorter class timeout.
     let long_fin = Timeouts {
         tcp_fin: 1000,
@@ -229,6 +289,7 @@ fn sweep_expires_idle_entries_per_class() {
         tcp_rst: 2,
         udp: 50,
         other: 30,
+        first_packet: 5,
     };
     let t = FlowTable::new(Config {
         timeouts: to,
