@@ -21,6 +21,8 @@ root="$(cd "$here/.." && pwd)"
 source "$here/lib.sh"
 
 VIP=198.18.10.10
+# The balancer's backend port: the outer source of its tunnels.
+BALANCER_BE=198.18.2.2
 ROUTER_BE_MAC=02:53:50:00:00:fe
 
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
@@ -103,7 +105,9 @@ socketserver.ThreadingTCPServer.daemon_threads = True
 socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
 ' "backend$i" >"$dir/echo$i.log" 2>&1 &
         echo $! >"$dir/echo$i.pid"
-        ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip >"$dir/decap$i.log" 2>&1 &
+        # Tunnels only from the balancer's backend port, only to the VIP.
+        ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip \
+            --allow-source "$BALANCER_BE" --vip "$VIP" >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
         local ep="  { address = \"$addr\" },"
         [ "$mode" = l2dsr ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
@@ -150,7 +154,7 @@ addresses = ["198.18.1.2/24"]
 name = "backends"
 device = "net_af_packet1"
 role = "backend"
-addresses = ["198.18.2.2/24"]
+addresses = ["$BALANCER_BE/24"]
 gateway_mac = "$ROUTER_BE_MAC"
 mtu = 9000
 

@@ -44,8 +44,8 @@ enum Command {
     Reload(run::ClientArgs),
     /// Drain a node, zone or region.
     Drain(NotYet),
-    /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels through a TUN
-    /// device to servers listening on the VIP.
+    /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels from the balancers
+    /// (--allow-source) to the VIPs (--vip) through a TUN device.
     Decap(decap::daemon::Args),
     /// Forward frames from one DPDK port to another and report what happened
     /// (bring-up check for DPDK, drivers and hugepages on this host).

@@ -200,3 +200,62 @@ fn clients_without_a_daemon_say_so() {
         text(&out)
     );
 }
+
+/// SPEC M50: `spillway decap` is told whom to take tunnels from and for which
+/// VIPs, or it does not start. (Run in a network namespace of its own where
+/// one can be made, so that a decapsulator that did start would touch
+/// nothing of the host's.)
+#[test]
+fn decap_refuses_to_start_open() {
+    let isolated = Command::new("unshare")
+        .args(["--net", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    for (args, wants) in [
+        (&[][..], &["--allow-source", "--allow-any"][..]),
+        (
+            &["--vip", "192.0.2.10"][..],
+            &["--allow-source", "--allow-any"][..],
+        ),
+        (&["--allow-source", "10.0.0.1"][..], &["--vip"][..]),
+    ] {
+        let mut cmd = if isolated {
+            let mut c = Command::new("unshare");
+            c.args(["--net", env!("CARGO_BIN_EXE_spillway")]);
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_spillway"))
+        };
+        let mut child = cmd
+            .args([
+                "decap",
+                "--tun",
+                "spwclitun0",
+                "--gue-port",
+                "0",
+                "--geneve-port",
+                "0",
+            ])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run spillway decap");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while child.try_wait().expect("wait").is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let running = child.try_wait().expect("wait").is_none();
+        if running {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().expect("output");
+        let t = text(&out);
+        assert!(!running, "decap {args:?} started and kept running:\n{t}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {t}");
+        for w in wants {
+            assert!(t.contains(w), "decap {args:?} names {w}: {t}");
+        }
+    }
+}

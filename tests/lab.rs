@@ -5,7 +5,7 @@
 //! balancer transmits nothing client-ward but ARP replies). Needs root.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -170,7 +170,16 @@ fn in_client<T: Send + 'static>(
     lab: &Lab,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{}", lab.ns("c"));
+    in_ns(lab, "c", f)
+}
+
+/// Runs `f` on a new thread inside the lab's namespace `name` ("c", "r", "b1"…).
+fn in_ns<T: Send + 'static>(
+    lab: &Lab,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{}", lab.ns(name));
     std::thread::spawn(move || {
         let fd = std::fs::File::open(&path).expect("open netns");
         // SAFETY: setns with a valid namespace fd only moves this thread.
@@ -573,5 +582,154 @@ fn lab_failover_between_regions_follows_health_checks() {
     for mut s in servers {
         let _ = s.kill();
         let _ = s.wait();
+    }
+}
+
+/// A UDP packet from `src`:5555 to `dst`:`port` carrying `data`, inside an
+/// Ethernet header, as `wire::encap::encapsulate` takes it.
+fn udp_frame(src: Ipv4Addr, dst: Ipv4Addr, port: u16, data: &[u8]) -> Vec<u8> {
+    let tl = (28 + data.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
+    ip[2..4].copy_from_slice(&tl.to_be_bytes());
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    let c = wire::checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(&5555u16.to_be_bytes());
+    ip.extend_from_slice(&port.to_be_bytes());
+    ip.extend_from_slice(&(tl - 20).to_be_bytes());
+    ip.extend_from_slice(&[0, 0]);
+    ip.extend_from_slice(data);
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0];
+    f.extend_from_slice(&ip);
+    f
+}
+
+/// `inner` (a frame from [`udp_frame`]) in GUE from `outer_src` to backend1,
+/// as an IPv4 packet: what the balancer sends, or someone posing as it.
+fn gue_to_backend1(outer_src: Ipv4Addr, inner: &[u8]) -> Vec<u8> {
+    use wire::buf::{MemBuf, PacketBuf};
+    use wire::encap::{Outer, Tunnel, UdpChecksum, encapsulate};
+    let mut buf = MemBuf::new([0u8; 2048], 256, inner).expect("fits");
+    let outer = Outer {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: outer_src.into(),
+        dst_ip: Ipv4Addr::new(198, 18, 2, 11).into(),
+        ttl: 64,
+        dont_fragment: true,
+        flow_hash: 7,
+        src_port_min: 49152,
+        src_port_max: 65535,
+        udp_checksum: UdpChecksum::Auto,
+    };
+    encapsulate(&mut buf, &outer, &Tunnel::Gue { port: 6080 }).expect("encapsulate");
+    buf.data()[14..].to_vec()
+}
+
+/// SPEC M50: a backend's decapsulator takes tunnels only from the balancer
+/// and only to the VIP. From the router, on the backends' segment, come a GUE
+/// packet from the router's own address (a stranger), one posing as the
+/// balancer but for the backend's own address (reaching its other services),
+/// and one posing as the balancer for the VIP (the control: the injection
+/// itself works). Only the last reaches the backend's server; the other two
+/// are counted by reason, and real clients are served through the balancer
+/// all along.
+#[test]
+fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
+    let lab = Lab::up("gue");
+    let server = in_ns(&lab, "b1", || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:7777").expect("bind");
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        s
+    })
+    .join()
+    .expect("server");
+    let client = Ipv4Addr::new(198, 18, 0, 100);
+    let vip = Ipv4Addr::new(198, 18, 10, 10);
+    let balancer = Ipv4Addr::new(198, 18, 2, 2);
+    let router = Ipv4Addr::new(198, 18, 2, 1);
+    let backend1 = Ipv4Addr::new(198, 18, 2, 11);
+    let packets = [
+        gue_to_backend1(router, &udp_frame(client, vip, 7777, b"stranger")),
+        gue_to_backend1(balancer, &udp_frame(client, backend1, 7777, b"not-a-vip")),
+        gue_to_backend1(balancer, &udp_frame(client, vip, 7777, b"legit")),
+    ];
+    // A raw socket in the router's namespace sends them as they are (the
+    // IPv4 header included), in this order, to the decapsulator's one GUE
+    // socket: once "legit" is in, the other two were dealt with.
+    let hex: Vec<String> = packets
+        .iter()
+        .map(|p| p.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("r"), "python3", "-c"])
+        .arg(
+            "import socket, sys\n\
+             s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)\n\
+             for h in sys.argv[1:]:\n    s.sendto(bytes.fromhex(h), ('198.18.2.11', 0))\n",
+        )
+        .args(&hex)
+        .output()
+        .expect("inject");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    let mut settle = None;
+    let start = std::time::Instant::now();
+    while settle.is_none_or(|t: std::time::Instant| t.elapsed() < Duration::from_millis(500))
+        && start.elapsed() < Duration::from_secs(10)
+    {
+        if let Ok(n) = server.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        if settle.is_none() && got.iter().any(|g| g == "legit") {
+            settle = Some(std::time::Instant::now());
+        }
+    }
+    assert_eq!(
+        got,
+        ["legit"],
+        "only the packet for the VIP from the balancer"
+    );
+
+    // Real clients through the balancer, meanwhile and after.
+    let answers = lab.requests(30);
+    assert!(
+        answers.iter().all(|a| a.starts_with("backend")),
+        "{answers:?}"
+    );
+
+    // Backend1's decapsulator counts the two at exit.
+    let log = lab.dir.join("decap1.log");
+    let pid = std::fs::read_to_string(lab.dir.join("decap1.pid")).expect("pid");
+    let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text
+            .lines()
+            .find(|l| l.contains("spillway-decap: exiting: "))
+        {
+            break l.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit line:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("{exit}");
+    for counter in [
+        "dropped 2 (",
+        "source_not_allowed 1,",
+        "inner_dst_not_owned 1,",
+    ] {
+        assert!(exit.contains(counter), "{counter:?} in {exit}");
     }
 }

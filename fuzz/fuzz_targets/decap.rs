@@ -1,4 +1,5 @@
-//! Tunnel parsing, decapsulation and the GENEVE return rewrite on arbitrary frames.
+//! Tunnel parsing, decapsulation and the GENEVE return rewrite on arbitrary frames, and the
+//! backend-side decapsulator's verdict on the same bytes as socket payloads.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use wire::buf::{MemBuf, PacketBuf};
@@ -10,6 +11,7 @@ fuzz_target!(|data: &[u8]| {
         ..DecapConfig::default()
     };
     let parsed = parse_tunnel(data, &cfg);
+    decap_policy(data);
     let Ok(mut buf) = MemBuf::new([0u8; 4096], 128, data) else {
         return;
     };
@@ -30,3 +32,47 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(back.gateway, info.gateway);
     }
 });
+
+/// `decap::decide` on the frame's bytes as the payload every socket could deliver (the frame
+/// itself, after Ethernet, after Ethernet + IPv4/IPv6 + UDP), under every carrier, and
+/// `decide_ipv4` on what follows the Ethernet header: a delivered packet is a well-formed IP
+/// packet to a VIP from a client, lying inside the bytes.
+fn decap_policy(data: &[u8]) {
+    use decap::{Carrier, Policy, client_source, decide, decide_ipv4};
+    let policy = Policy {
+        sources: Some(vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]),
+        vips: ["10.0.0.0/8", "192.0.2.0/24", "198.18.0.0/15", "2001:db8::/32"]
+            .iter()
+            .map(|p| p.parse().unwrap())
+            .collect(),
+        geneve_ids: Default::default(),
+    };
+    let src = "198.18.2.2".parse().unwrap();
+    let check = |payload: &[u8], r: Result<&[u8], decap::DropReason>| {
+        if let Ok(inner) = r {
+            let range = payload.as_ptr_range();
+            assert!(range.contains(&inner.as_ptr()) || inner.is_empty());
+            let info = wire::packet::parse_ip(inner).unwrap();
+            assert_eq!(info.l3_len as usize, inner.len());
+            assert!(policy.owns(wire::ip::unmap(&info.dst)));
+            assert!(client_source(&policy, wire::ip::unmap(&info.src)));
+        }
+    };
+    for off in [0, 14, 42, 62] {
+        let Some(payload) = data.get(off..) else {
+            continue;
+        };
+        for c in [
+            Carrier::Gue,
+            Carrier::Geneve,
+            Carrier::Gre,
+            Carrier::IpInIp { inner_v6: false },
+            Carrier::IpInIp { inner_v6: true },
+        ] {
+            check(payload, decide(&policy, src, c, payload));
+        }
+    }
+    if let Some(ip) = data.get(14..) {
+        check(ip, decide_ipv4(&policy, ip));
+    }
+}

@@ -1,9 +1,21 @@
 //! The backend side of Spillway's tunnels, for hosts whose kernel has no
 //! GUE/GENEVE/IPIP/GRE decapsulation (or where an operator prefers not to
-//! configure it): the functions here find the original IP packet inside
-//! what a socket received, so that `spillway-decap` can hand it to the kernel
-//! through a TUN device and the real server sees the client's packet, byte
-//! for byte, addressed to the VIP.
+//! configure it): the functions here decide whether what a socket received
+//! is a tunnel packet from a balancer carrying a packet for this backend, and
+//! find the original IP packet inside, so that `spillway-decap` can hand it to
+//! the kernel through a TUN device and the real server sees the client's
+//! packet, byte for byte, addressed to the VIP.
+//!
+//! A decapsulator writes packets with any source address into the kernel, as
+//! if they had arrived on a local interface: left open, it lets anyone who can
+//! reach its sockets inject packets past the network's filters, to any
+//! address or service of the host. So every packet goes through [`decide`]
+//! (a pure function of the policy, the outer source and the bytes): the outer
+//! source must be an allowed balancer, the tunnel well formed and carrying
+//! data (no GENEVE OAM packet, no critical option this endpoint does not
+//! understand), and the inner packet a well-formed IP packet to one of the
+//! backend's VIPs from a plausible client. Anything else is dropped with a
+//! [`DropReason`] the daemon counts.
 //!
 //! All parsing is `wire`'s, the same code that built the tunnels.
 
@@ -13,200 +25,316 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+#[cfg(feature = "daemon")]
 pub mod daemon;
 
-use wire::encap::{DecapConfig, parse_tunnel};
-use wire::ethernet::ethertype;
-use wire::packet::parse_ip;
-use wire::{geneve, gue};
+use std::net::{IpAddr, Ipv6Addr};
 
-/// Why a received datagram or packet held no packet to deliver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum DecapError {
-    /// the tunnel header is malformed
+pub use config::values::Prefix;
+use wire::ethernet::ethertype;
+use wire::geneve::{self, OptionIds};
+use wire::gre::{self, GreRepr};
+use wire::gue::GueRepr;
+use wire::ip::proto;
+use wire::ipv4;
+use wire::packet::{IpVersion, parse_ip};
+
+/// Why a received datagram or packet was not delivered. Each has a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum DropReason {
+    /// The outer source is not an allowed balancer address.
+    #[error("the outer source is not an allowed balancer address")]
+    SourceNotAllowed,
+    /// The tunnel (or outer IPv4) header is malformed or of an unknown version.
     #[error("malformed tunnel header")]
     Malformed,
-    /// the tunnel carries something other than an IP packet
+    /// The tunnel carries something other than an IP packet (GENEVE Ethernet,
+    /// a GUE control message, GRE with another protocol).
     #[error("the tunnel does not carry an IP packet")]
     NotIp,
-    /// the inner IP packet is malformed
+    /// A GENEVE OAM (control) packet: not data for the host (RFC 8926 §3.4).
+    #[error("GENEVE OAM packet")]
+    GeneveOam,
+    /// A GENEVE option with the critical bit set that this decapsulator does
+    /// not understand: RFC 8926 §3.5.1 requires dropping the packet.
+    #[error("GENEVE critical option not understood")]
+    GeneveCriticalOption,
+    /// The inner packet is not a well-formed IP packet (bad header, header
+    /// checksum, length, or not the IP version the tunnel announced).
     #[error("malformed inner IP packet")]
-    BadInner,
-    /// the packet is not a tunnel packet this decapsulator accepts
-    #[error("not a GUE, GENEVE, IPIP or GRE packet")]
-    NotATunnel,
+    MalformedInner,
+    /// The inner destination is not one of the backend's VIPs.
+    #[error("the inner destination is not a VIP of this backend")]
+    InnerDstNotOwned,
+    /// The inner source cannot be a client: unspecified, loopback, multicast,
+    /// broadcast, link-local, IPv4-mapped, or one of the backend's own VIPs.
+    #[error("the inner source cannot be a client")]
+    InnerSrcRefused,
+    /// Writing to the TUN device failed (the daemon's, never [`decide`]'s).
+    #[error("writing to the TUN device failed")]
+    TunWriteFailed,
 }
 
-/// The inner IP packet of a GUE datagram's UDP payload (variant 1: the
-/// payload is the IP packet; variant 0: after the GUE header, protocol 4 or
-/// 41 only).
-pub fn gue_inner(payload: &[u8]) -> Result<&[u8], DecapError> {
-    let inner = match gue::GueRepr::parse(payload).map_err(|_| DecapError::Malformed)? {
-        gue::GueRepr::DirectIp { .. } => payload,
-        gue::GueRepr::Header {
-            control: false,
-            proto: 4 | 41,
-            hlen,
-            ..
-        } => payload
-            .get(4 + 4 * usize::from(hlen)..)
-            .ok_or(DecapError::Malformed)?,
-        gue::GueRepr::Header { .. } => return Err(DecapError::NotIp),
-    };
-    checked_ip(inner)
-}
+impl DropReason {
+    /// Every reason, in the order the counters are printed.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::SourceNotAllowed,
+        DropReason::Malformed,
+        DropReason::NotIp,
+        DropReason::GeneveOam,
+        DropReason::GeneveCriticalOption,
+        DropReason::MalformedInner,
+        DropReason::InnerDstNotOwned,
+        DropReason::InnerSrcRefused,
+        DropReason::TunWriteFailed,
+    ];
 
-/// The inner IP packet of a GENEVE datagram's UDP payload (protocol type
-/// 0x0800 or 0x86DD, as Spillway sends; options are skipped).
-pub fn geneve_inner(payload: &[u8]) -> Result<&[u8], DecapError> {
-    let p = geneve::Packet::new_checked(payload).map_err(|_| DecapError::Malformed)?;
-    if p.version() != 0 || !matches!(p.protocol(), ethertype::IPV4 | ethertype::IPV6) {
-        return Err(DecapError::NotIp);
+    /// The counter's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::SourceNotAllowed => "source_not_allowed",
+            DropReason::Malformed => "malformed",
+            DropReason::NotIp => "not_ip",
+            DropReason::GeneveOam => "geneve_oam",
+            DropReason::GeneveCriticalOption => "geneve_critical_option",
+            DropReason::MalformedInner => "malformed_inner",
+            DropReason::InnerDstNotOwned => "inner_dst_not_owned",
+            DropReason::InnerSrcRefused => "inner_src_refused",
+            DropReason::TunWriteFailed => "tun_write_failed",
+        }
     }
-    let start = p.header_len();
-    checked_ip(payload.get(start..).ok_or(DecapError::Malformed)?)
+
+    /// Position in [`DropReason::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 }
 
-/// The inner IP packet of an IPv4 IPIP or GRE packet as a raw IPv4 socket
-/// delivers it (outer header included). `scratch` must hold the packet plus
-/// 14 bytes; it lets the full tunnel parser of `wire` check the outer header.
-pub fn ip_tunnel_inner<'a>(packet: &[u8], scratch: &'a mut [u8]) -> Result<&'a [u8], DecapError> {
-    let frame = scratch
-        .get_mut(..packet.len() + 14)
-        .ok_or(DecapError::Malformed)?;
-    frame[..12].fill(0);
-    frame[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
-    frame[14..].copy_from_slice(packet);
-    let cfg = DecapConfig {
-        gue_port: None,
-        geneve_port: None,
-        ..DecapConfig::default()
+/// What the decapsulator accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Outer sources tunnels are accepted from (the balancers' tunnel
+    /// addresses); `None`: any source (`--allow-any`).
+    pub sources: Option<Vec<Prefix>>,
+    /// Inner destinations this backend owns (its VIPs).
+    pub vips: Vec<Prefix>,
+    /// Class and types of Spillway's GENEVE options: the only options this
+    /// decapsulator understands (and so the only critical ones it accepts).
+    pub geneve_ids: OptionIds,
+}
+
+impl Policy {
+    /// Whether tunnels from `src` are accepted.
+    pub fn source_allowed(&self, src: IpAddr) -> bool {
+        let src = src.to_canonical();
+        self.sources
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|p| p.contains(src)))
+    }
+
+    /// Whether `dst` is one of this backend's VIPs.
+    pub fn owns(&self, dst: IpAddr) -> bool {
+        self.vips.iter().any(|p| p.contains(dst))
+    }
+}
+
+/// The tunnel a packet came in, as the socket that received it tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Carrier {
+    /// GUE over UDP: the bytes are the UDP payload.
+    Gue,
+    /// GENEVE over UDP: the bytes are the UDP payload.
+    Geneve,
+    /// IP in IP (IP protocol 4 for an IPv4 inner packet, 41 for IPv6): the
+    /// bytes are the outer IP payload, i.e. the inner packet.
+    IpInIp {
+        /// The outer protocol announces an IPv6 inner packet (41).
+        inner_v6: bool,
+    },
+    /// GRE: the bytes are the outer IP payload.
+    Gre,
+}
+
+/// Decides about one tunnel packet: `src` is its outer source address,
+/// `payload` what follows the outer IP header (for GUE and GENEVE, what
+/// follows the UDP header). Returns the inner IP packet to hand to the kernel,
+/// or why not.
+///
+/// The outer source is checked first: packets from anywhere else are not
+/// even parsed.
+pub fn decide<'a>(
+    policy: &Policy,
+    src: IpAddr,
+    carrier: Carrier,
+    payload: &'a [u8],
+) -> Result<&'a [u8], DropReason> {
+    if !policy.source_allowed(src) {
+        return Err(DropReason::SourceNotAllowed);
+    }
+    let (inner, want_v6) = match carrier {
+        Carrier::Gue => gue_inner(payload)?,
+        Carrier::Geneve => geneve_inner(&policy.geneve_ids, payload)?,
+        Carrier::IpInIp { inner_v6 } => (payload, inner_v6),
+        Carrier::Gre => gre_inner(payload)?,
     };
-    let t = parse_tunnel(frame, &cfg).map_err(|_| DecapError::NotATunnel)?;
-    let inner = frame
-        .get(t.inner_offset..t.inner_offset + t.inner_len)
-        .ok_or(DecapError::Malformed)?;
-    checked_ip(inner)
+    checked_inner(policy, inner, want_v6)
 }
 
-fn checked_ip(inner: &[u8]) -> Result<&[u8], DecapError> {
-    parse_ip(inner).map_err(|_| DecapError::BadInner)?;
+/// [`decide`] for what a raw IPv4 socket delivers: the outer IPv4 header
+/// (whose source and protocol are used), then the tunnel.
+pub fn decide_ipv4<'a>(policy: &Policy, packet: &'a [u8]) -> Result<&'a [u8], DropReason> {
+    let p = ipv4::Packet::new_checked(packet).map_err(|_| DropReason::Malformed)?;
+    if !policy.source_allowed(IpAddr::V4(p.src())) {
+        return Err(DropReason::SourceNotAllowed);
+    }
+    if !p.verify_checksum() {
+        return Err(DropReason::Malformed);
+    }
+    let carrier = match p.protocol() {
+        proto::IPIP => Carrier::IpInIp { inner_v6: false },
+        proto::IPV6 => Carrier::IpInIp { inner_v6: true },
+        proto::GRE => Carrier::Gre,
+        _ => return Err(DropReason::Malformed),
+    };
+    let payload = packet
+        .get(p.header_len()..usize::from(p.total_len()))
+        .ok_or(DropReason::Malformed)?;
+    decide(policy, IpAddr::V4(p.src()), carrier, payload)
+}
+
+/// GUE variant 1 (the payload is the IP packet, as Spillway sends) or
+/// variant 0 with a header carrying protocol 4 or 41.
+fn gue_inner(payload: &[u8]) -> Result<(&[u8], bool), DropReason> {
+    match GueRepr::parse(payload).map_err(|_| DropReason::Malformed)? {
+        GueRepr::DirectIp { ipv6 } => Ok((payload, ipv6)),
+        r @ GueRepr::Header {
+            control: false,
+            proto: p @ (proto::IPIP | proto::IPV6),
+            ..
+        } => Ok((
+            payload.get(r.header_len()..).ok_or(DropReason::Malformed)?,
+            p == proto::IPV6,
+        )),
+        GueRepr::Header { .. } => Err(DropReason::NotIp),
+    }
+}
+
+/// GENEVE per RFC 8926: version 0 only; OAM packets are not data; every
+/// option is looked at (whatever the C bit says, which only announces
+/// critical ones), Spillway's own must have their length and any other
+/// critical option drops the packet; non-critical unknown options are
+/// skipped.
+fn geneve_inner<'a>(ids: &OptionIds, payload: &'a [u8]) -> Result<(&'a [u8], bool), DropReason> {
+    let p = geneve::Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
+    if p.version() != 0 {
+        return Err(DropReason::Malformed);
+    }
+    if p.oam() {
+        return Err(DropReason::GeneveOam);
+    }
+    for o in p.option_iter() {
+        let o = o.map_err(|_| DropReason::Malformed)?;
+        let len = if o.class != ids.class {
+            None
+        } else if o.opt_type == ids.endpoint_type {
+            Some(8)
+        } else if o.opt_type == ids.cookie_type {
+            Some(4)
+        } else {
+            None
+        };
+        match len {
+            Some(n) if o.data.len() != n => return Err(DropReason::Malformed),
+            Some(_) => {}
+            None if o.is_critical() => return Err(DropReason::GeneveCriticalOption),
+            None => {}
+        }
+    }
+    let v6 = match p.protocol() {
+        ethertype::IPV4 => false,
+        ethertype::IPV6 => true,
+        _ => return Err(DropReason::NotIp),
+    };
+    Ok((
+        payload.get(p.header_len()..).ok_or(DropReason::Malformed)?,
+        v6,
+    ))
+}
+
+fn gre_inner(payload: &[u8]) -> Result<(&[u8], bool), DropReason> {
+    let g = gre::Packet::new_checked(payload)
+        .and_then(|p| GreRepr::parse(&p))
+        .map_err(|_| DropReason::Malformed)?;
+    let v6 = match g.protocol {
+        ethertype::IPV4 => false,
+        ethertype::IPV6 => true,
+        _ => return Err(DropReason::NotIp),
+    };
+    Ok((
+        payload.get(g.header_len()..).ok_or(DropReason::Malformed)?,
+        v6,
+    ))
+}
+
+/// The inner packet must be one whole, well-formed IP packet of the version
+/// the tunnel announced (nothing after it: a tunnel has no trailer), to a VIP,
+/// from an address a client can have.
+fn checked_inner<'a>(
+    policy: &Policy,
+    inner: &'a [u8],
+    want_v6: bool,
+) -> Result<&'a [u8], DropReason> {
+    let info = parse_ip(inner).map_err(|_| DropReason::MalformedInner)?;
+    let v6 = info.version == IpVersion::V6;
+    if v6 != want_v6 || info.l3_len as usize != inner.len() {
+        return Err(DropReason::MalformedInner);
+    }
+    // The kernel would drop a bad header checksum too, but silently.
+    if !v6 && !ipv4::Packet::new_unchecked(inner).verify_checksum() {
+        return Err(DropReason::MalformedInner);
+    }
+    let addr = |a: [u8; 16]| {
+        let a = Ipv6Addr::from(a);
+        match (v6, a.to_ipv4_mapped()) {
+            (false, Some(v4)) => IpAddr::V4(v4),
+            _ => IpAddr::V6(a),
+        }
+    };
+    if !policy.owns(addr(info.dst)) {
+        return Err(DropReason::InnerDstNotOwned);
+    }
+    if !client_source(policy, addr(info.src)) {
+        return Err(DropReason::InnerSrcRefused);
+    }
     Ok(inner)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::IpAddr;
-    use wire::buf::{MemBuf, PacketBuf};
-    use wire::encap::{Outer, Tunnel, UdpChecksum, encapsulate};
-    use wire::geneve::{GatewayOptions, OptionIds};
-
-    /// Ethernet + IPv4 + UDP "hello" from 192.0.2.1:1234 to 10.0.0.10:80.
-    fn client_frame() -> Vec<u8> {
-        let mut ip = vec![
-            0x45, 0, 0, 33, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 10, 0, 0, 10,
-        ];
-        let mut sum: u32 = ip
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
+/// Whether a packet from `src` can come from a client through a balancer.
+/// These sources are refused because they would let a tunnel packet pose as
+/// the host itself (loopback, its own VIPs: services trusting local peers),
+/// reach group or link scope (multicast, broadcast, link-local), or are
+/// invalid on the wire; the kernel drops several of them as martians, but
+/// only depending on sysctls (`accept_local`, `route_localnet`) and without
+/// telling this daemon's counters.
+pub fn client_source(policy: &Policy, src: IpAddr) -> bool {
+    let bogus = match src {
+        IpAddr::V4(a) => {
+            a.octets()[0] == 0 // "this network", 0.0.0.0/8
+                || a.is_loopback()
+                || a.is_multicast()
+                || a.is_broadcast()
+                || a.is_link_local()
         }
-        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-        ip.extend_from_slice(&[0x04, 0xd2, 0, 80, 0, 13, 0, 0, b'h', b'e', b'l', b'l', b'o']);
-        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0];
-        f.extend_from_slice(&ip);
-        f
-    }
-
-    fn encap(tunnel: Tunnel) -> Vec<u8> {
-        let frame = client_frame();
-        let mut buf = MemBuf::new([0u8; 512], 128, &frame).expect("fits");
-        let outer = Outer {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: IpAddr::from([198, 18, 2, 2]),
-            dst_ip: IpAddr::from([198, 18, 3, 11]),
-            ttl: 64,
-            dont_fragment: true,
-            flow_hash: 42,
-            src_port_min: 49152,
-            src_port_max: 65535,
-            udp_checksum: UdpChecksum::Auto,
-        };
-        encapsulate(&mut buf, &outer, &tunnel).expect("encapsulate");
-        buf.data().to_vec()
-    }
-
-    #[test]
-    fn every_tunnel_gives_back_the_client_packet() {
-        let original = client_frame()[14..].to_vec();
-        // GUE and GENEVE: what a UDP socket delivers is the UDP payload.
-        let gue = encap(Tunnel::Gue { port: 6080 });
-        assert_eq!(
-            gue_inner(&gue[14 + 20 + 8..]).expect("gue"),
-            original.as_slice()
-        );
-        let gnv = encap(Tunnel::Geneve {
-            port: 6081,
-            vni: 0,
-            ids: OptionIds::default(),
-            options: GatewayOptions {
-                endpoint_id: Some(7),
-                cookie: Some(9),
-            },
-        });
-        assert_eq!(
-            geneve_inner(&gnv[14 + 20 + 8..]).expect("geneve"),
-            original.as_slice()
-        );
-        // IPIP and GRE: a raw IPv4 socket delivers the outer IP packet.
-        let mut scratch = [0u8; 1024];
-        for t in [
-            Tunnel::IpIp,
-            Tunnel::Gre { key: Some(5) },
-            Tunnel::Gre { key: None },
-        ] {
-            let pkt = encap(t);
-            assert_eq!(
-                ip_tunnel_inner(&pkt[14..], &mut scratch).expect("ip tunnel"),
-                original.as_slice(),
-                "{t:?}"
-            );
+        IpAddr::V6(a) => {
+            a.is_unspecified()
+                || a.is_loopback()
+                || a.is_multicast()
+                || a.is_unicast_link_local()
+                || a.to_ipv4_mapped().is_some()
         }
-    }
-
-    #[test]
-    fn junk_is_refused_not_delivered() {
-        let mut scratch = [0u8; 256];
-        assert_eq!(gue_inner(&[]), Err(DecapError::Malformed));
-        assert_eq!(
-            gue_inner(&[0x45, 0, 0, 20]),
-            Err(DecapError::BadInner),
-            "variant 1 but not a whole IPv4 packet"
-        );
-        assert_eq!(
-            geneve_inner(&[0; 8]).err(),
-            Some(DecapError::NotIp),
-            "protocol 0 is not IP"
-        );
-        assert!(geneve_inner(&[0; 3]).is_err());
-        assert_eq!(
-            ip_tunnel_inner(&[0x45; 40], &mut scratch).err(),
-            Some(DecapError::NotATunnel)
-        );
-        assert_eq!(
-            ip_tunnel_inner(&[0; 300], &mut scratch).err(),
-            Some(DecapError::Malformed),
-            "too big for scratch"
-        );
-        // A plain UDP packet is not an IP tunnel.
-        let plain = client_frame();
-        assert_eq!(
-            ip_tunnel_inner(&plain[14..], &mut scratch).err(),
-            Some(DecapError::NotATunnel)
-        );
-    }
+    };
+    !bogus && !policy.owns(src)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,20 +1,29 @@
 //! `spillway-decap`: the backend-side decapsulator as a binary of its own,
 //! for backend hosts that should not need DPDK (`spillway decap` is the same).
 
+use std::process::ExitCode;
+
 use clap::Parser;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "spillway-decap",
     version,
-    about = "Deliver Spillway's GUE/GENEVE/IPIP/GRE tunnels through a TUN device"
+    about = "Deliver Spillway's GUE/GENEVE/IPIP/GRE tunnels from the balancers through a TUN device"
 )]
 struct Cli {
     #[command(flatten)]
     args: decap::daemon::Args,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    decap::daemon::run(&Cli::parse().args)
+    match decap::daemon::run(&Cli::parse().args) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The message, not a debug dump: this is what an operator reads.
+        Err(e) => {
+            eprintln!("spillway-decap: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,568 @@
+//! The decisions of [`decide`] and [`decide_ipv4`], one by one, on tunnels
+//! built by `wire`'s encapsulation (what the balancer sends), and a property
+//! test over arbitrary bytes.
+
+use super::*;
+use proptest::prelude::*;
+use std::net::Ipv4Addr;
+use wire::buf::{MemBuf, PacketBuf};
+use wire::encap::{Outer, Tunnel, UdpChecksum, encapsulate};
+use wire::geneve::GatewayOptions;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("address")
+}
+
+fn prefix(s: &str) -> Prefix {
+    s.parse().expect("prefix")
+}
+
+const BALANCER4: &str = "198.18.2.2";
+const BALANCER6: &str = "2001:db8:b::2";
+const VIP4: &str = "192.0.2.10";
+const VIP6: &str = "2001:db8::10";
+const CLIENT4: &str = "198.51.100.7";
+const CLIENT6: &str = "2001:db8:c::7";
+
+fn policy() -> Policy {
+    Policy {
+        sources: Some(vec![prefix(BALANCER4), prefix("2001:db8:b::/64")]),
+        vips: vec![prefix(VIP4), prefix(VIP6)],
+        geneve_ids: OptionIds::default(),
+    }
+}
+
+/// A UDP packet from `src`:5555 to `dst`:7777 with valid checksums.
+fn udp_packet(src: IpAddr, dst: IpAddr, data: &[u8]) -> Vec<u8> {
+    let udp_len = 8 + data.len();
+    let mut p = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let tl = (20 + udp_len) as u16;
+            let mut h = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
+            h[2..4].copy_from_slice(&tl.to_be_bytes());
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&d.octets());
+            let c = wire::checksum::checksum(&h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            h
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut h = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+            h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&d.octets());
+            h
+        }
+        _ => panic!("mixed families"),
+    };
+    let l4 = p.len();
+    p.extend_from_slice(&5555u16.to_be_bytes());
+    p.extend_from_slice(&7777u16.to_be_bytes());
+    p.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(data);
+    wire::udp::Packet::new_unchecked(&mut p[l4..])
+        .fill_checksum(&src, &dst)
+        .expect("checksum");
+    p
+}
+
+/// `inner` encapsulated by `wire` (as the balancer does) from `outer_src` to
+/// `outer_dst`: the whole frame, Ethernet header included.
+fn encap(inner: &[u8], outer_src: IpAddr, outer_dst: IpAddr, tunnel: Tunnel) -> Vec<u8> {
+    let mut frame = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    let et: u16 = if inner[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
+    frame.extend_from_slice(&et.to_be_bytes());
+    frame.extend_from_slice(inner);
+    let mut buf = MemBuf::new([0u8; 2048], 256, &frame).expect("fits");
+    let outer = Outer {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: outer_src,
+        dst_ip: outer_dst,
+        ttl: 64,
+        dont_fragment: true,
+        flow_hash: 42,
+        src_port_min: 49152,
+        src_port_max: 65535,
+        udp_checksum: UdpChecksum::Auto,
+    };
+    encapsulate(&mut buf, &outer, &tunnel).expect("encapsulate");
+    buf.data().to_vec()
+}
+
+fn geneve() -> Tunnel {
+    Tunnel::Geneve {
+        port: 6081,
+        vni: 0,
+        ids: OptionIds::default(),
+        options: GatewayOptions {
+            endpoint_id: Some(7),
+            cookie: Some(9),
+        },
+    }
+}
+
+/// What a socket delivers for `frame` (built by [`encap`]) and the carrier
+/// to pass to [`decide`]: the UDP payload for GUE and GENEVE, the outer IP
+/// payload for IPIP and GRE.
+fn as_received(frame: &[u8], tunnel: &Tunnel) -> (Carrier, Vec<u8>) {
+    let v6 = frame[14] >> 4 == 6;
+    let l4 = 14 + if v6 { 40 } else { 20 };
+    match tunnel {
+        Tunnel::Gue { .. } => (Carrier::Gue, frame[l4 + 8..].to_vec()),
+        Tunnel::Geneve { .. } => (Carrier::Geneve, frame[l4 + 8..].to_vec()),
+        Tunnel::Gre { .. } => (Carrier::Gre, frame[l4..].to_vec()),
+        Tunnel::IpIp => {
+            let proto = frame[14 + if v6 { 6 } else { 9 }];
+            (
+                Carrier::IpInIp {
+                    inner_v6: proto == 41,
+                },
+                frame[l4..].to_vec(),
+            )
+        }
+    }
+}
+
+fn tunnels() -> [Tunnel; 5] {
+    [
+        Tunnel::IpIp,
+        Tunnel::Gre { key: Some(5) },
+        Tunnel::Gre { key: None },
+        Tunnel::Gue { port: 6080 },
+        geneve(),
+    ]
+}
+
+/// Client packets of both families to the VIPs.
+fn client_packets() -> [Vec<u8>; 2] {
+    [
+        udp_packet(ip(CLIENT4), ip(VIP4), b"hello"),
+        udp_packet(ip(CLIENT6), ip(VIP6), b"hello"),
+    ]
+}
+
+#[test]
+fn reasons_are_indexed_in_order() {
+    for (i, r) in DropReason::ALL.iter().enumerate() {
+        assert_eq!(r.index(), i, "{r:?}");
+    }
+}
+
+#[test]
+fn everything_the_balancer_sends_is_delivered_unchanged() {
+    let p = policy();
+    for (src, dst) in [
+        (ip(BALANCER4), ip("198.18.2.11")),
+        (ip(BALANCER6), ip("2001:db8:b::11")),
+    ] {
+        for inner in client_packets() {
+            for t in tunnels() {
+                let frame = encap(&inner, src, dst, t);
+                let (carrier, payload) = as_received(&frame, &t);
+                assert_eq!(
+                    decide(&p, src, carrier, &payload),
+                    Ok(inner.as_slice()),
+                    "{t:?} over {src}"
+                );
+                if src.is_ipv4() && !matches!(carrier, Carrier::Gue | Carrier::Geneve) {
+                    // What a raw IPv4 socket delivers: the outer header too.
+                    assert_eq!(
+                        decide_ipv4(&p, &frame[14..]),
+                        Ok(inner.as_slice()),
+                        "{t:?} raw"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tunnels_from_other_sources_are_not_even_parsed() {
+    let p = policy();
+    for stranger in [
+        ip("198.18.2.1"),
+        ip("2001:db8:bad::2"),
+        ip("::ffff:198.18.2.1"),
+    ] {
+        for inner in client_packets() {
+            for t in tunnels() {
+                let outer_src = stranger.to_canonical();
+                let outer_dst = if outer_src.is_ipv4() {
+                    ip("198.18.2.11")
+                } else {
+                    ip("2001:db8:b::11")
+                };
+                let frame = encap(&inner, outer_src, outer_dst, t);
+                let (carrier, payload) = as_received(&frame, &t);
+                assert_eq!(
+                    decide(&p, stranger, carrier, &payload),
+                    Err(DropReason::SourceNotAllowed),
+                    "{t:?} from {stranger}"
+                );
+                if outer_src.is_ipv4() && !matches!(carrier, Carrier::Gue | Carrier::Geneve) {
+                    assert_eq!(
+                        decide_ipv4(&p, &frame[14..]),
+                        Err(DropReason::SourceNotAllowed)
+                    );
+                }
+            }
+        }
+        // Junk from a stranger is a stranger's packet, not a malformed one.
+        assert_eq!(
+            decide(&p, stranger, Carrier::Geneve, &[0xff; 3]),
+            Err(DropReason::SourceNotAllowed)
+        );
+    }
+    // The allowed IPv4 balancer as a dual-stack socket reports it.
+    let inner = &client_packets()[0];
+    assert_eq!(
+        decide(&p, ip("::ffff:198.18.2.2"), Carrier::Gue, inner),
+        Ok(inner.as_slice())
+    );
+    // --allow-any: every source.
+    let any = Policy {
+        sources: None,
+        ..policy()
+    };
+    assert_eq!(
+        decide(&any, ip("203.0.113.1"), Carrier::Gue, inner),
+        Ok(inner.as_slice())
+    );
+}
+
+#[test]
+fn inner_packets_must_be_for_a_vip() {
+    let p = policy();
+    for (src, dst) in [
+        (CLIENT4, "192.0.2.11"),
+        (CLIENT4, "198.18.2.11"), // the backend's own address: its other services
+        (CLIENT4, "127.0.0.1"),
+        (CLIENT4, "255.255.255.255"),
+        (CLIENT4, "224.0.0.1"),
+        (CLIENT6, "2001:db8::11"),
+        (CLIENT6, "::1"),
+        (CLIENT6, "ff02::1"),
+    ] {
+        let inner = udp_packet(ip(src), ip(dst), b"x");
+        for t in tunnels() {
+            let frame = encap(&inner, ip(BALANCER4), ip("198.18.2.11"), t);
+            let (carrier, payload) = as_received(&frame, &t);
+            assert_eq!(
+                decide(&p, ip(BALANCER4), carrier, &payload),
+                Err(DropReason::InnerDstNotOwned),
+                "{t:?} to {dst}"
+            );
+        }
+    }
+    // A VIP prefix owns every address in it.
+    let wide = Policy {
+        vips: vec![prefix("192.0.2.0/24")],
+        ..policy()
+    };
+    let inner = udp_packet(ip(CLIENT4), ip("192.0.2.77"), b"x");
+    assert_eq!(
+        decide(&wide, ip(BALANCER4), Carrier::Gue, &inner),
+        Ok(inner.as_slice())
+    );
+}
+
+#[test]
+fn inner_sources_no_client_can_have_are_refused() {
+    let p = policy();
+    for (src, dst) in [
+        ("0.0.0.0", VIP4),
+        ("0.1.2.3", VIP4),
+        ("127.0.0.1", VIP4),
+        ("127.9.9.9", VIP4),
+        ("224.0.0.5", VIP4),
+        ("255.255.255.255", VIP4),
+        ("169.254.1.1", VIP4),
+        (VIP4, VIP4), // poses as the host itself
+        ("::", VIP6),
+        ("::1", VIP6),
+        ("ff02::1", VIP6),
+        ("fe80::1", VIP6),
+        ("::ffff:198.51.100.7", VIP6),
+        (VIP6, VIP6),
+    ] {
+        let inner = udp_packet(ip(src), ip(dst), b"x");
+        assert_eq!(
+            decide(&p, ip(BALANCER4), Carrier::Gue, &inner),
+            Err(DropReason::InnerSrcRefused),
+            "from {src}"
+        );
+    }
+}
+
+#[test]
+fn inner_packets_must_be_well_formed() {
+    let p = policy();
+    let [v4, v6] = client_packets();
+    let mut bad_sum = v4.clone();
+    bad_sum[10] ^= 0xff;
+    let mut trailing = v4.clone();
+    trailing.push(0);
+    let mut long = v4.clone();
+    long[3] += 1; // total length beyond the bytes
+    let mut v5 = v4.clone();
+    v5[0] = 0x55;
+    for (what, bytes) in [
+        ("bad header checksum", bad_sum),
+        ("trailing byte", trailing),
+        ("total length too long", long),
+        ("truncated", v4[..v4.len() - 1].to_vec()),
+        ("header only", v4[..20].to_vec()),
+        ("empty", vec![]),
+        ("IPv6 truncated", v6[..50].to_vec()),
+    ] {
+        assert_eq!(
+            decide(
+                &p,
+                ip(BALANCER4),
+                Carrier::IpInIp { inner_v6: false },
+                &bytes
+            ),
+            Err(DropReason::MalformedInner),
+            "{what}"
+        );
+    }
+    // GUE variant 1 with version 5 is no IP packet at all.
+    assert_eq!(
+        decide(&p, ip(BALANCER4), Carrier::Gue, &v5),
+        Err(DropReason::Malformed)
+    );
+    // The inner version must be the one the tunnel announced.
+    assert_eq!(
+        decide(&p, ip(BALANCER4), Carrier::IpInIp { inner_v6: true }, &v4),
+        Err(DropReason::MalformedInner)
+    );
+    assert_eq!(
+        decide(&p, ip(BALANCER4), Carrier::IpInIp { inner_v6: false }, &v6),
+        Err(DropReason::MalformedInner)
+    );
+    let mut gre = vec![0, 0, 0x86, 0xdd];
+    gre.extend_from_slice(&v4);
+    assert_eq!(
+        decide(&p, ip(BALANCER4), Carrier::Gre, &gre),
+        Err(DropReason::MalformedInner)
+    );
+}
+
+#[test]
+fn tunnel_headers_are_checked() {
+    let p = policy();
+    let [v4, _] = client_packets();
+    let b = ip(BALANCER4);
+    // GUE variant 0: protocol 4 carries IP; a control message or protocol 17 does not.
+    let mut gue0 = vec![0, 4, 0, 0];
+    gue0.extend_from_slice(&v4);
+    assert_eq!(decide(&p, b, Carrier::Gue, &gue0), Ok(v4.as_slice()));
+    let mut control = gue0.clone();
+    control[0] = 0x20;
+    assert_eq!(
+        decide(&p, b, Carrier::Gue, &control),
+        Err(DropReason::NotIp)
+    );
+    let mut udp = gue0.clone();
+    udp[1] = 17;
+    assert_eq!(decide(&p, b, Carrier::Gue, &udp), Err(DropReason::NotIp));
+    assert_eq!(decide(&p, b, Carrier::Gue, &[]), Err(DropReason::Malformed));
+    // GRE: reserved bits, a non-IP protocol.
+    let mut gre = vec![0, 0, 0x08, 0x00];
+    gre.extend_from_slice(&v4);
+    assert_eq!(decide(&p, b, Carrier::Gre, &gre), Ok(v4.as_slice()));
+    let mut routing = gre.clone();
+    routing[0] = 0x40;
+    assert_eq!(
+        decide(&p, b, Carrier::Gre, &routing),
+        Err(DropReason::Malformed)
+    );
+    let mut eth = gre.clone();
+    eth[2..4].copy_from_slice(&[0x65, 0x58]);
+    assert_eq!(decide(&p, b, Carrier::Gre, &eth), Err(DropReason::NotIp));
+    // Raw IPv4: the outer header must be valid and a tunnel's.
+    let frame = encap(&v4, b, ip("198.18.2.11"), Tunnel::IpIp);
+    let mut outer_sum = frame[14..].to_vec();
+    outer_sum[10] ^= 1;
+    assert_eq!(decide_ipv4(&p, &outer_sum), Err(DropReason::Malformed));
+    let mut udp_proto = frame[14..].to_vec();
+    udp_proto[9] = 17;
+    assert_eq!(decide_ipv4(&p, &udp_proto), Err(DropReason::Malformed));
+    assert_eq!(decide_ipv4(&p, &frame[14..30]), Err(DropReason::Malformed));
+}
+
+/// A GENEVE payload: base header with `flags`, `options`, then `inner`.
+fn geneve_payload(flags: u8, protocol: u16, options: &[u8], inner: &[u8]) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0);
+    let mut g = vec![(options.len() / 4) as u8, flags];
+    g.extend_from_slice(&protocol.to_be_bytes());
+    g.extend_from_slice(&[0, 0, 0, 0]);
+    g.extend_from_slice(options);
+    g.extend_from_slice(inner);
+    g
+}
+
+#[test]
+fn geneve_oam_and_critical_options_follow_rfc_8926() {
+    let p = policy();
+    let b = ip(BALANCER4);
+    let [v4, v6] = client_packets();
+    let spillway = [
+        0x01, 0x39, 0x01, 0x02, 0, 0, 0, 0, 0, 0, 0, 7, // endpoint ID
+        0x01, 0x39, 0x03, 0x01, 0, 0, 0, 9, // cookie
+    ];
+    let plain = geneve_payload(0, 0x0800, &spillway, &v4);
+    assert_eq!(decide(&p, b, Carrier::Geneve, &plain), Ok(v4.as_slice()));
+    let v6p = geneve_payload(0, 0x86dd, &[], &v6);
+    assert_eq!(decide(&p, b, Carrier::Geneve, &v6p), Ok(v6.as_slice()));
+
+    // The O bit: a control packet, never handed to the kernel.
+    let oam = geneve_payload(0x80, 0x0800, &spillway, &v4);
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &oam),
+        Err(DropReason::GeneveOam)
+    );
+
+    // An unknown option: skipped if not critical, fatal if critical (with or
+    // without the C bit, which only announces critical options).
+    let unknown = [0x12, 0x34, 0x05, 0x01, 1, 2, 3, 4];
+    let critical = [0x12, 0x34, 0x85, 0x01, 1, 2, 3, 4];
+    let ok = geneve_payload(0, 0x0800, &unknown, &v4);
+    assert_eq!(decide(&p, b, Carrier::Geneve, &ok), Ok(v4.as_slice()));
+    for flags in [0x40, 0x00] {
+        let mut opts = spillway.to_vec();
+        opts.extend_from_slice(&critical);
+        let g = geneve_payload(flags, 0x0800, &opts, &v4);
+        assert_eq!(
+            decide(&p, b, Carrier::Geneve, &g),
+            Err(DropReason::GeneveCriticalOption),
+            "flags {flags:#x}"
+        );
+    }
+    // Spillway's class with another type is not understood either.
+    let other_type = [0x01, 0x39, 0x82, 0x00];
+    let g = geneve_payload(0x40, 0x0800, &other_type, &v4);
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &g),
+        Err(DropReason::GeneveCriticalOption)
+    );
+    // The C bit with only understood options is fine; so are Spillway's own
+    // options when configured with critical types.
+    let g = geneve_payload(0x40, 0x0800, &spillway, &v4);
+    assert_eq!(decide(&p, b, Carrier::Geneve, &g), Ok(v4.as_slice()));
+    let custom = Policy {
+        geneve_ids: OptionIds {
+            class: 0x0139,
+            endpoint_type: 0x81,
+            cookie_type: 0x83,
+        },
+        ..policy()
+    };
+    let crit_own = [0x01, 0x39, 0x83, 0x01, 0, 0, 0, 9];
+    let g = geneve_payload(0x40, 0x0800, &crit_own, &v4);
+    assert_eq!(decide(&custom, b, Carrier::Geneve, &g), Ok(v4.as_slice()));
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &g),
+        Err(DropReason::GeneveCriticalOption),
+        "not understood under the default types"
+    );
+
+    // Malformed: an understood option of the wrong length, an option running
+    // past the options area, version 1, a truncated header.
+    let bad_len = [0x01, 0x39, 0x03, 0x02, 0, 0, 0, 0, 0, 0, 0, 9];
+    let g = geneve_payload(0, 0x0800, &bad_len, &v4);
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &g),
+        Err(DropReason::Malformed)
+    );
+    let overrun = [0x12, 0x34, 0x05, 0x02, 1, 2, 3, 4];
+    let g = geneve_payload(0, 0x0800, &overrun, &v4);
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &g),
+        Err(DropReason::Malformed)
+    );
+    let mut v1 = plain.clone();
+    v1[0] |= 0x40;
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &v1),
+        Err(DropReason::Malformed)
+    );
+    assert_eq!(
+        decide(&p, b, Carrier::Geneve, &plain[..6]),
+        Err(DropReason::Malformed)
+    );
+    // Not IP: Ethernet (0x6558) inside.
+    let eth = geneve_payload(0, 0x6558, &[], &v4);
+    assert_eq!(decide(&p, b, Carrier::Geneve, &eth), Err(DropReason::NotIp));
+}
+
+fn carrier() -> impl Strategy<Value = Carrier> {
+    prop_oneof![
+        Just(Carrier::Gue),
+        Just(Carrier::Geneve),
+        Just(Carrier::Gre),
+        any::<bool>().prop_map(|inner_v6| Carrier::IpInIp { inner_v6 }),
+    ]
+}
+
+fn v4() -> impl Strategy<Value = IpAddr> {
+    prop_oneof![
+        Just(ip(VIP4)),
+        Just(ip(CLIENT4)),
+        Just(ip(BALANCER4)),
+        any::<[u8; 4]>().prop_map(|a| IpAddr::V4(Ipv4Addr::from(a))),
+    ]
+}
+
+proptest! {
+    /// Whatever arrives, from wherever: no panic, and a delivered packet is
+    /// a well-formed IP packet inside the bytes, to a VIP, from a client,
+    /// through an allowed balancer.
+    #[test]
+    fn nothing_gets_through_that_should_not(
+        src in v4(),
+        c in carrier(),
+        bytes in proptest::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let p = policy();
+        if let Ok(inner) = decide(&p, src, c, &bytes) {
+            prop_assert!(p.source_allowed(src));
+            let info = parse_ip(inner).expect("well formed");
+            let dst = wire::ip::unmap(&info.dst);
+            prop_assert!(p.owns(dst));
+            prop_assert!(client_source(&p, wire::ip::unmap(&info.src)));
+        }
+        if let Ok(inner) = decide_ipv4(&p, &bytes) {
+            prop_assert!(parse_ip(inner).is_ok());
+        }
+    }
+
+    /// A well-formed tunnel packet is delivered exactly when the outer source
+    /// is allowed, the inner destination owned and the inner source a client's.
+    #[test]
+    fn the_verdict_is_the_policy(
+        outer in v4(),
+        src in v4(),
+        dst in v4(),
+        t in 0..5usize,
+    ) {
+        let p = policy();
+        let inner = udp_packet(src, dst, b"p");
+        let tunnel = tunnels()[t];
+        let frame = encap(&inner, outer, ip("198.18.2.11"), tunnel);
+        let (c, payload) = as_received(&frame, &tunnel);
+        let expect = if !p.source_allowed(outer) {
+            Err(DropReason::SourceNotAllowed)
+        } else if !p.owns(dst) {
+            Err(DropReason::InnerDstNotOwned)
+        } else if !client_source(&p, src) {
+            Err(DropReason::InnerSrcRefused)
+        } else {
+            Ok(inner.as_slice())
+        };
+        prop_assert_eq!(decide(&p, outer, c, &payload), expect);
+    }
+}
