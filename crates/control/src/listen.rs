@@ -278,7 +278,11 @@ impl Listeners {
         let (shutdown, stop) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("spillway-listen".into())
-            .spawn(move || runtime.block_on(serve(http, sock, stop)))
+            .spawn(move || {
+                runtime.block_on(serve(http, sock, stop));
+                // Not waiting for a group lookup stuck in NSS.
+                runtime.shutdown_timeout(Duration::from_millis(500));
+            })
             .map_err(ListenError::Runtime)?;
         Ok(Listeners {
             calls,
@@ -675,9 +679,8 @@ mod tests {
         max: u32,
         timeout_ms: u64,
         allow: Option<&str>,
-    ) -> (Listeners, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("spw-listen-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    ) -> (Listeners, socket::tests::Tmp) {
+        let dir = socket::tests::tmp(&format!("listen-{name}"));
         let metrics = config::schema::Metrics {
             listen: "127.0.0.1:0".parse().unwrap(),
             allow: allow.map(|a| vec![a.parse().unwrap()]),
@@ -753,7 +756,7 @@ mod tests {
 
     #[test]
     fn trickling_clients_are_cut_off_while_others_are_answered() {
-        let (mut l, dir) = listeners("trickle", 32, 300, None);
+        let (mut l, _dir) = listeners("trickle", 32, 300, None);
         let mgr = answer_in_background(&mut l);
         let path = l.socket_path().unwrap().to_owned();
         let addr = l.http_addr().unwrap();
@@ -793,12 +796,11 @@ mod tests {
             !path.exists(),
             "the socket is removed when the listeners stop"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn connections_beyond_the_cap_are_refused_and_counted() {
-        let (mut l, dir) = listeners("cap", 4, 2000, None);
+        let (mut l, _dir) = listeners("cap", 4, 2000, None);
         let mgr = answer_in_background(&mut l);
         let path = l.socket_path().unwrap().to_owned();
         let addr = l.http_addr().unwrap();
@@ -822,12 +824,11 @@ mod tests {
         assert_eq!(ask_socket(&path, b"stats\n"), "ok\nstats\n");
         drop(l);
         mgr.join().unwrap();
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn oversized_and_malformed_requests_are_answered_here_and_counted() {
-        let (mut l, dir) = listeners("size", 8, 2000, None);
+        let (mut l, _dir) = listeners("size", 8, 2000, None);
         let mgr = answer_in_background(&mut l);
         let path = l.socket_path().unwrap().to_owned();
         let addr = l.http_addr().unwrap();
@@ -845,18 +846,16 @@ mod tests {
         assert_eq!((c.oversized, h.oversized, h.bad, h.answered), (1, 1, 1, 1));
         drop(l);
         mgr.join().unwrap();
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn addresses_outside_the_allow_list_are_closed_at_once() {
-        let (mut l, dir) = listeners("allow", 8, 2000, Some("10.0.0.0/8"));
+        let (mut l, _dir) = listeners("allow", 8, 2000, Some("10.0.0.0/8"));
         let mgr = answer_in_background(&mut l);
         let addr = l.http_addr().unwrap();
         assert_eq!(ask_http(addr, b"GET /status HTTP/1.0\r\n\r\n"), "");
         assert_eq!(counters(&l, "http").denied, 1);
         drop(l);
         mgr.join().unwrap();
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -255,7 +255,7 @@ impl Peers {
             Ok(())
         } else {
             Err(format!(
-                "permission denied: uid {uid} is neither root, uid {} nor in group {group}",
+                "permission denied: uid {uid} is not root, the daemon's user (uid {}) or in the socket's group (gid {group})",
                 self.owner
             ))
         }
@@ -318,19 +318,35 @@ pub fn request(path: &Path, command: &str) -> std::io::Result<(bool, String)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("spw-sock-{name}-{}", std::process::id()));
+    /// A directory of its own, removed even when the test fails.
+    pub(crate) struct Tmp(pub(crate) PathBuf);
+
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    impl std::ops::Deref for Tmp {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    pub(crate) fn tmp(name: &str) -> Tmp {
+        let d = std::env::temp_dir().join(format!("spw-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        Tmp(d)
     }
 
     #[test]
     fn the_socket_is_0660_in_its_group_and_removed_only_while_it_is_ours() {
-        let d = tmp("mode");
+        let d = tmp("sock-mode");
         let path = d.join("ctl.sock");
         let nogroup = resolve_group("nogroup").unwrap();
         let (l, f) = bind(&path, Some(nogroup)).unwrap();
@@ -340,7 +356,7 @@ mod tests {
         assert_eq!(m.gid(), nogroup);
         // It answers under its final name; the staging directory is gone.
         UnixStream::connect(&path).unwrap();
-        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(&*d).unwrap().count(), 1);
         // A second daemon on the same path is refused.
         assert!(matches!(bind(&path, None), Err(BindError::InUse)));
         drop(l);
@@ -354,12 +370,11 @@ mod tests {
         std::fs::write(&path, "precious").unwrap();
         drop(f);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn only_a_stale_socket_is_replaced() {
-        let d = tmp("stale");
+        let d = tmp("sock-stale");
         let path = d.join("ctl.sock");
         // A socket nobody listens on any more.
         drop(UnixListener::bind(&path).unwrap());
@@ -385,7 +400,6 @@ mod tests {
             );
             assert!(std::fs::symlink_metadata(&p).is_ok(), "{what} kept");
         }
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
