@@ -796,7 +796,8 @@ listen = "127.0.0.1:{http_port}"
         let t0 = Instant::now();
         std::fs::write(&cfg, with_extras(service)).expect("config");
         let seen = format!("service {service}:");
-        let at = wait_until("the reload", &|| status().contains(&seen), deadline);
+        let what = format!("the reload to {service}");
+        let at = wait_until(&what, &|| status().contains(&seen), deadline);
         (at, at - t0)
     };
     let health_down = |deadline: Instant| {
