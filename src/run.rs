@@ -113,12 +113,13 @@ pub fn run(args: &Args) -> Result<()> {
     });
     let socket_path = compiled.settings.control.socket.clone();
     let watch = compiled.settings.control.watch_config;
-    let http = compiled.settings.metrics.listen;
+    // Bound before the workers start: a control socket that cannot be set
+    // up (in use, something else at its path, unknown group) stops here.
+    let listeners =
+        control::listen::Listeners::start(&compiled.settings.metrics, &compiled.settings.control)?;
     let (mut mgr, shared) = Manager::start(&args.config, compiled, local, workers)?;
     mgr.watch_file(watch);
-    mgr.serve_http(http);
-    let socket = control::socket::ControlSocket::bind(&socket_path)
-        .with_context(|| format!("control socket {}", socket_path.display()))?;
+    mgr.serve(listeners);
 
     let reload = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -164,7 +165,7 @@ pub fn run(args: &Args) -> Result<()> {
             "spillway running: {workers} workers; control socket {}",
             socket_path.display()
         );
-        mgr.run(Duration::from_millis(50), &reload, &stop, Some(&socket));
+        mgr.run(Duration::from_millis(50), &reload, &stop);
         Ok(())
     })?;
     shared.stop.store(true, Ordering::Release);

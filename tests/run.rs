@@ -608,3 +608,457 @@ listen = "127.0.0.1:{http_port}"
     wait_for("rule far: HEALTHY");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where a slow client trickles its bytes.
+#[derive(Clone)]
+enum Listener {
+    Socket(PathBuf),
+    Http(u16),
+}
+
+/// A slowloris: connects to `to` and sends one byte per second of a
+/// request that never ends; when the daemon closes the connection, connects
+/// again; until `until` or `stop`. Returns how many connections it made.
+fn trickler(
+    to: Listener,
+    until: Instant,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    std::thread::spawn(move || {
+        let mut connections = 0;
+        let running = || Instant::now() < until && !stop.load(Ordering::Relaxed);
+        while running() {
+            let (mut s, request): (Box<dyn Write>, &[u8]) = match &to {
+                Listener::Socket(p) => match std::os::unix::net::UnixStream::connect(p) {
+                    Ok(s) => {
+                        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                        (Box::new(s), b"stats ")
+                    }
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
+                },
+                Listener::Http(port) => {
+                    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
+                    match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                        Ok(s) => {
+                            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                            (Box::new(s), b"GET /status HTTP/1.0\r\nX-Slow: ")
+                        }
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(200));
+                            continue;
+                        }
+                    }
+                }
+            };
+            connections += 1;
+            // The request never ends: after its start, one 'a' a second.
+            let bytes = request.iter().copied().chain(std::iter::repeat(b'a'));
+            for b in bytes {
+                if !running() || s.write_all(&[b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        connections
+    })
+}
+
+/// `GET path` on 127.0.0.1:port with a deadline of its own; "" on failure.
+fn http_get_within(port: u16, path: &str, within: Duration) -> String {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, within) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(within));
+    let _ = s.set_write_timeout(Some(within));
+    if write!(s, "GET {path} HTTP/1.0\r\n\r\n").is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// An HTTP server for health checks: 200 while `healthy`, else 503.
+fn health_server(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let code = if healthy.load(std::sync::atomic::Ordering::Relaxed) {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
+            let _ = write!(s, "HTTP/1.0 {code}\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    port
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// SPEC M50: 50 connections trickling one byte a second to each listener
+/// (the control socket and HTTP) delay neither reloads, nor health
+/// transitions, nor SIGTERM, nor the answers to other clients. Each is
+/// timed once without and once with the slow clients, and printed; what is
+/// asserted is only that each happened while the trickle was still going.
+#[test]
+fn slow_clients_do_not_stall_the_management_core() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-slow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let healthy = Arc::new(AtomicBool::new(true));
+    let hc_port = health_server(healthy.clone());
+    let http_port = free_port();
+    let with_extras = |service: &str| {
+        config_watching(&dir, service, true).replace(
+            "[control]",
+            &format!(
+                r#"[[forwarding_rules]]
+name = "hc"
+vips = ["10.0.0.12"]
+protocol = "UDP"
+ports = 53
+backend_service = "hc"
+
+[[backend_services]]
+name = "hc"
+delivery = "gue"
+health_check = "probe"
+[[backend_services.groups]]
+name = "a"
+region = "r"
+zone = "z"
+endpoints = [{{ address = "127.0.0.1" }}]
+
+[[health_checks]]
+name = "probe"
+type = "HTTP"
+port = {hc_port}
+interval = "1s"
+timeout = "500ms"
+healthy_threshold = 1
+unhealthy_threshold = 1
+
+[metrics]
+listen = "127.0.0.1:{http_port}"
+
+[control]"#
+            ),
+        )
+    };
+    let cfg = dir.join("spillway.toml");
+    std::fs::write(&cfg, with_extras("dns")).expect("config");
+    let check = spillway(&["check-config", cfg.to_str().expect("utf-8")]);
+    assert!(check.status.success(), "{}", text(&check));
+    let mut daemon = Daemon::start(&cfg, false);
+    let socket = dir.join("ctl.sock");
+    let socket_s = socket.to_str().expect("utf-8").to_owned();
+    let status = || text(&spillway(&["status", "--socket", &socket_s]));
+    let exported = || http_get_within(http_port, "/status", Duration::from_secs(2));
+    let wait_until = |what: &str, done: &dyn Fn() -> bool, deadline: Instant| -> Instant {
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: never happened");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Instant::now()
+    };
+    let startup = Instant::now() + Duration::from_secs(20);
+    wait_until(
+        "healthy at start",
+        &|| exported().contains("rule hc HEALTHY\n"),
+        startup,
+    );
+
+    // A reload (the file changes: the watcher picks it up) and a health
+    // transition (the checked server answers 503), timed.
+    let reload_to = |service: &str, deadline: Instant| {
+        let t0 = Instant::now();
+        std::fs::write(&cfg, with_extras(service)).expect("config");
+        let seen = format!("service {service}:");
+        let what = format!("the reload to {service}");
+        let at = wait_until(&what, &|| status().contains(&seen), deadline);
+        (at, at - t0)
+    };
+    let health_down = |deadline: Instant| {
+        let t0 = Instant::now();
+        healthy.store(false, Ordering::Relaxed);
+        let at = wait_until(
+            "the health transition",
+            &|| exported().contains("rule hc UNHEALTHY\n"),
+            deadline,
+        );
+        (at, at - t0)
+    };
+    let (_, reload_alone) = reload_to("dns1", startup);
+    let (_, health_alone) = health_down(startup);
+    healthy.store(true, Ordering::Relaxed);
+    wait_until(
+        "healthy again",
+        &|| exported().contains("rule hc HEALTHY\n"),
+        startup + Duration::from_secs(10),
+    );
+
+    // 50 slow clients on each listener, for at most 40 s.
+    let trickle_start = Instant::now();
+    let trickle_end = trickle_start + Duration::from_secs(40);
+    let stop = Arc::new(AtomicBool::new(false));
+    let tricklers: Vec<_> = (0..100)
+        .map(|i| {
+            let to = if i % 2 == 0 {
+                Listener::Socket(socket.clone())
+            } else {
+                Listener::Http(http_port)
+            };
+            trickler(to, trickle_end, stop.clone())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+
+    let (reloaded, reload_slowed) = reload_to("dns2", trickle_end);
+    let (unhealthy, health_slowed) = health_down(trickle_end);
+    println!(
+        "reload live after the file changed: {:.2} s alone, {:.2} s with 2 x 50 slow clients",
+        reload_alone.as_secs_f64(),
+        reload_slowed.as_secs_f64()
+    );
+    println!(
+        "health transition exported after the server failed: {:.2} s alone, {:.2} s with slow clients",
+        health_alone.as_secs_f64(),
+        health_slowed.as_secs_f64()
+    );
+    assert!(reloaded < trickle_end && unhealthy < trickle_end);
+
+    // The listeners cut the slow clients off at their deadline (5 s by
+    // default) and count them.
+    let timed_out = |listener: &str| -> u64 {
+        let s = text(&spillway(&["stats", "--socket", &socket_s]));
+        s.lines()
+            .find_map(|l| l.strip_prefix(&format!("listener {listener}: ")))
+            .and_then(|l| {
+                l.split("; ")
+                    .find_map(|p| p.strip_suffix(" timed out")?.parse().ok())
+            })
+            .unwrap_or_else(|| panic!("no listener {listener} in stats:\n{s}"))
+    };
+    wait_until(
+        "50 slow clients cut off on each listener",
+        &|| timed_out("control") >= 50 && timed_out("http") >= 50,
+        trickle_end,
+    );
+    let m = http_get_within(http_port, "/metrics", Duration::from_secs(5));
+    assert!(
+        m.contains("spillway_listener_connections_total{listener=\"http\",outcome=\"timed_out\"}"),
+        "{m}"
+    );
+
+    // SIGTERM stops the daemon at once, slow clients or not.
+    let t0 = Instant::now();
+    let code = daemon.terminate();
+    let stopped = Instant::now();
+    println!(
+        "stopped {:.2} s after SIGTERM, with slow clients",
+        (stopped - t0).as_secs_f64()
+    );
+    assert!(code.success(), "clean exit: {code}");
+    assert!(
+        stopped < trickle_end,
+        "stopped only after the slow clients were done"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let connections: u32 = tricklers
+        .into_iter()
+        .map(|t| t.join().expect("trickler"))
+        .sum();
+    println!("slow clients made {connections} connections in all");
+    assert!(!socket.exists(), "the control socket is removed on exit");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether this process runs as root (needed to act as another user).
+fn root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// `spillway args…` as user and group nobody (65534).
+fn spillway_as_nobody(args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run spillway as nobody")
+}
+
+/// Waits until `spillway status` answers on `socket`.
+fn wait_until_up(daemon: &mut Daemon, socket: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = spillway(&["status", "--socket", socket]);
+        if out.status.success() {
+            return;
+        }
+        if let Ok(Some(s)) = daemon.0.try_wait() {
+            panic!("spillway run exited: {s}");
+        }
+        assert!(Instant::now() < deadline, "never up: {}", text(&out));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SPEC M50: the control socket is 0660, in its configured group, and
+/// only root, the daemon's user and the group's members may use it, even
+/// when its mode is loosened by hand. A `flows` listing is bounded.
+#[test]
+fn the_control_socket_is_0660_and_checks_its_peers() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    assert!(root(), "this test runs a client as nobody: it needs root");
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-perm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    // nobody must reach the socket's directory to be refused by the socket.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let cfg = dir.join("spillway.toml");
+    let socket = dir.join("ctl.sock");
+    let socket_s = socket.to_str().expect("utf-8").to_owned();
+
+    // The daemon's own group (root): nobody may not connect.
+    std::fs::write(&cfg, config(&dir, "dns")).expect("config");
+    let mut daemon = Daemon::start(&cfg, false);
+    wait_until_up(&mut daemon, &socket_s);
+    let m = std::fs::symlink_metadata(&socket).expect("socket");
+    assert!(m.file_type().is_socket());
+    assert_eq!(m.mode() & 0o7777, 0o660, "mode {:o}", m.mode() & 0o7777);
+    assert_eq!((m.uid(), m.gid()), (0, 0));
+    let out = spillway_as_nobody(&["status", "--socket", &socket_s]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("Permission denied"), "{}", text(&out));
+    // Loosened by hand, the socket lets nobody connect; the daemon still
+    // refuses the peer by its credentials, and counts it.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = spillway_as_nobody(&["status", "--socket", &socket_s]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("permission denied: uid 65534 is not root, the daemon's user (uid 0) or in the socket's group (gid 0)"),
+        "{}",
+        text(&out)
+    );
+    let stats = text(&spillway(&["stats", "--socket", &socket_s]));
+    assert!(stats.contains("; 1 denied;"), "{stats}");
+    // A flows listing is bounded.
+    let out = spillway(&["flows", "--socket", &socket_s, "--limit", "100001"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("at most 100000 entries are listed; narrow the filter"),
+        "{}",
+        text(&out)
+    );
+    assert!(daemon.terminate().success());
+    assert!(!socket.exists(), "the control socket is removed on exit");
+
+    // socket_group = "nogroup": nobody's group may use it.
+    let grouped =
+        config(&dir, "dns").replace("[control]\n", "[control]\nsocket_group = \"nogroup\"\n");
+    std::fs::write(&cfg, grouped).expect("config");
+    let mut daemon = Daemon::start(&cfg, false);
+    wait_until_up(&mut daemon, &socket_s);
+    let m = std::fs::symlink_metadata(&socket).expect("socket");
+    assert_eq!(m.mode() & 0o7777, 0o660);
+    assert_eq!(m.gid(), 65534, "the socket is in group nogroup");
+    let out = spillway_as_nobody(&["status", "--socket", &socket_s]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("snapshot generation 1"),
+        "{}",
+        text(&out)
+    );
+    assert!(daemon.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SPEC M50: the daemon never deletes what is not a socket at its socket
+/// path, and names a group that does not exist.
+#[test]
+fn the_daemon_refuses_a_socket_path_that_is_not_a_socket_or_an_unknown_group() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let cfg = dir.join("spillway.toml");
+    let socket = dir.join("ctl.sock");
+    let run = || {
+        let mut d = Daemon::start(&cfg, true);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = d.0.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                d.terminate();
+                panic!("spillway run started anyway");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        if let Some(mut e) = d.0.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        (status, err)
+    };
+
+    std::fs::write(&cfg, config(&dir, "dns")).expect("config");
+    std::fs::write(&socket, "operator's notes\n").expect("file");
+    let (status, err) = run();
+    assert!(!status.success());
+    assert!(
+        err.contains(&format!(
+            "control socket {}: a regular file is in the way; it is not removed",
+            socket.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&socket).expect("still there"),
+        "operator's notes\n"
+    );
+    std::fs::remove_file(&socket).expect("rm");
+
+    let unknown = config(&dir, "dns").replace(
+        "[control]\n",
+        "[control]\nsocket_group = \"no-such-group-spw\"\n",
+    );
+    std::fs::write(&cfg, unknown).expect("config");
+    let (status, err) = run();
+    assert!(!status.success());
+    assert!(
+        err.contains("[control] socket_group \"no-such-group-spw\": no such group"),
+        "{err}"
+    );
+    assert!(!socket.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

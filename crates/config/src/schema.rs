@@ -870,7 +870,7 @@ fn d_batch_interval() -> Duration {
     Duration::millis(10)
 }
 
-/// `[metrics]` (M42).
+/// `[metrics]` (M42, M50).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Metrics {
@@ -878,21 +878,41 @@ pub struct Metrics {
     /// `127.0.0.1:9469`.
     #[serde(default = "d_metrics")]
     pub listen: SocketAddr,
+    /// Client addresses admitted; absent (default): every address. Others
+    /// are closed at once.
+    #[serde(default)]
+    pub allow: Option<Vec<Prefix>>,
+    /// Connections served at once; more are refused. Default 64.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: u32,
+    /// Time a client has to send its request, and again to read the
+    /// answer. Default 5 s.
+    #[serde(default = "d_listener_timeout")]
+    pub timeout: Duration,
 }
 
 fn d_metrics() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9469))
+}
+fn d_max_connections() -> u32 {
+    64
+}
+fn d_listener_timeout() -> Duration {
+    Duration::secs(5)
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self {
             listen: d_metrics(),
+            allow: None,
+            max_connections: d_max_connections(),
+            timeout: d_listener_timeout(),
         }
     }
 }
 
-/// `[control]` (M40).
+/// `[control]` (M40, M50).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Control {
@@ -900,6 +920,17 @@ pub struct Control {
     /// `/run/spillway/control.sock`.
     #[serde(default = "d_socket")]
     pub socket: PathBuf,
+    /// Group of the socket (mode 0660); absent (default): the daemon's own
+    /// group. Its members may use the socket.
+    #[serde(default)]
+    pub socket_group: Option<String>,
+    /// Connections served at once; more are refused. Default 64.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: u32,
+    /// Time a client has to send its command, and again to read the
+    /// answer. Default 5 s.
+    #[serde(default = "d_listener_timeout")]
+    pub timeout: Duration,
     /// Reload when the configuration file changes (M38); default true.
     #[serde(default = "d_true")]
     pub watch_config: bool,
@@ -913,6 +944,9 @@ impl Default for Control {
     fn default() -> Self {
         Self {
             socket: d_socket(),
+            socket_group: None,
+            max_connections: d_max_connections(),
+            timeout: d_listener_timeout(),
             watch_config: true,
         }
     }

@@ -23,6 +23,11 @@ pub const MAX_COMPOSITE_SOURCES: usize = 10;
 /// Largest Maglev table accepted (the table is rebuilt on every health
 /// change; beyond this the rebuild no longer fits the M29 one-second budget).
 pub const MAX_TABLE_SIZE: u32 = 16_777_216;
+/// Most connections a management listener serves at once (M50).
+pub const MAX_LISTENER_CONNECTIONS: u32 = 4096;
+/// Longest a management listener waits for a request (M50): longer only
+/// lets slow clients hold connection slots longer.
+pub const MAX_LISTENER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Whether an endpoint of family `endpoint` can carry traffic to a VIP of
 /// family `vip` with `delivery` (M4, M8).
@@ -1323,8 +1328,73 @@ impl Checker<'_> {
                 ),
             );
         }
-        if self.cfg.metrics.listen.port() == 0 {
+        if let Some(g) = &self.cfg.control.socket_group
+            && (g.is_empty() || g.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            self.err("control.socket_group", format!("{g:?} is not a group name"));
+        }
+        let m = &self.cfg.metrics;
+        if m.listen.port() == 0 {
             self.err("metrics.listen", "port 0 is not a port to listen on");
+        }
+        match &m.allow {
+            Some(allow) if allow.is_empty() => self.err(
+                "metrics.allow",
+                "an empty allow-list admits nobody: leave `allow` out to admit every address",
+            ),
+            Some(allow) => {
+                for (k, pre) in allow.iter().enumerate() {
+                    if pre.has_host_bits() {
+                        self.err(
+                            &format!("metrics.allow[{k}]"),
+                            format!(
+                                "{pre} has bits set beyond /{}: write the network address",
+                                pre.len
+                            ),
+                        );
+                    }
+                }
+            }
+            None => {}
+        }
+        // M50: /status and /metrics tell anyone who can reach them the
+        // node's rules, backends and traffic.
+        if !m.listen.ip().to_canonical().is_loopback() {
+            let who = match &m.allow {
+                Some(allow) => format!("clients in {}", join(allow)),
+                None => "any address (set [metrics] allow to narrow it)".to_owned(),
+            };
+            self.warn(
+                "metrics.listen",
+                format!(
+                    "{} is not a loopback address: /status and /metrics are served to {who}",
+                    m.listen
+                ),
+            );
+        }
+        for (section, max, timeout) in [
+            ("metrics", m.max_connections, m.timeout),
+            (
+                "control",
+                self.cfg.control.max_connections,
+                self.cfg.control.timeout,
+            ),
+        ] {
+            if !(1..=MAX_LISTENER_CONNECTIONS).contains(&max) {
+                self.err(
+                    &format!("{section}.max_connections"),
+                    format!("{max}: expected 1-{MAX_LISTENER_CONNECTIONS}"),
+                );
+            }
+            if timeout.is_zero() || timeout.0 > MAX_LISTENER_TIMEOUT {
+                self.err(
+                    &format!("{section}.timeout"),
+                    format!(
+                        "{timeout}: expected more than 0s and at most {}s",
+                        MAX_LISTENER_TIMEOUT.as_secs()
+                    ),
+                );
+            }
         }
     }
 }

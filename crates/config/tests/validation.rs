@@ -209,6 +209,13 @@ fn cases() -> Vec<Case> {
         case("flow-sync peer is itself", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.2:7700\"] #!\n"), "flow_sync.peers[0]", "own listen address"),
         case("flow-sync batch of zero", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nbatch_size = 0 #!\n"), "flow_sync.batch_size", "expected 1-1024"),
         case("relative control socket", with("[control]\nsocket = \"spillway.sock\" #!\n"), "control.socket", "not an absolute path"),
+        case("blank socket group", with("[control]\nsocket_group = \"\" #!\n"), "control.socket_group", "not a group name"),
+        case("no control connections", with("[control]\nmax_connections = 0 #!\n"), "control.max_connections", "expected 1-4096"),
+        case("control timeout of zero", with("[control]\ntimeout = \"0s\" #!\n"), "control.timeout", "expected more than 0s and at most 60s"),
+        case("too many metrics connections", with("[metrics]\nmax_connections = 5000 #!\n"), "metrics.max_connections", "expected 1-4096"),
+        case("metrics timeout too long", with("[metrics]\ntimeout = \"5m\" #!\n"), "metrics.timeout", "at most 60s"),
+        case("empty metrics allow-list", with("[metrics]\nallow = [] #!\n"), "metrics.allow", "admits nobody"),
+        case("allow-list prefix with host bits", with("[metrics]\nallow = [\"10.1.2.3/16\"] #!\n"), "metrics.allow[0]", "write the network address"),
     ]
 }
 
@@ -339,6 +346,38 @@ fn a_worker_on_the_management_core_is_a_warning() {
         "{:?}",
         l.warnings
     );
+}
+
+/// SPEC M50: a metrics listener off loopback is allowed, and said.
+#[test]
+fn a_metrics_listener_off_loopback_is_a_warning() {
+    for (listen, allow, who) in [
+        (
+            "0.0.0.0:9469",
+            "",
+            "any address (set [metrics] allow to narrow it)",
+        ),
+        ("[::]:9469", "", "any address"),
+        (
+            "10.0.0.2:9469",
+            "allow = [\"10.0.0.0/24\", \"::1/128\"]\n",
+            "clients in 10.0.0.0/24, ::1/128",
+        ),
+    ] {
+        let text = with(&format!("[metrics]\nlisten = \"{listen}\"\n{allow}"));
+        let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        assert!(
+            l.warnings[0].contains(&format!("metrics.listen: {listen} is not a loopback address: /status and /metrics are served to {who}")),
+            "{:?}",
+            l.warnings
+        );
+    }
+    for listen in ["127.0.0.1:9469", "[::1]:9469", "127.0.0.5:80"] {
+        let l = load(&with(&format!("[metrics]\nlisten = \"{listen}\"\n")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.warnings.is_empty(), "{listen}: {:?}", l.warnings);
+    }
 }
 
 #[test]

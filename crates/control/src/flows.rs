@@ -3,7 +3,8 @@
 //! Query syntax (the control-socket command line): `flows` followed by any of
 //! `vip=ADDR`, `client=ADDR`, `backend=ADDR`, `service=NAME`, `limit=N`.
 //! Every filter must match. All matching entries are counted; at most
-//! `limit` (default 1000) are listed.
+//! `limit` (default 1000, at most [`MAX_LIMIT`]) are listed, so an answer
+//! stays bounded however large the table.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -16,6 +17,9 @@ use wire::flow::{FlowKey, Tuple};
 
 /// Default number of entries listed.
 pub const DEFAULT_LIMIT: usize = 1000;
+/// Most entries one answer lists (about 20 MB of text): beyond, narrow the
+/// filter.
+pub const MAX_LIMIT: usize = 100_000;
 
 /// A parsed `flows` query.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +67,11 @@ impl FlowQuery {
                 "service" => q.service = Some(v.to_owned()),
                 "limit" => {
                     q.limit = v.parse().map_err(|_| format!("limit={v:?}: not a count"))?;
+                    if q.limit > MAX_LIMIT {
+                        return Err(format!(
+                            "limit={v}: at most {MAX_LIMIT} entries are listed; narrow the filter"
+                        ));
+                    }
                 }
                 _ => {
                     return Err(format!(
@@ -232,6 +241,17 @@ mod tests {
             FlowQuery::parse("limit=-1")
                 .unwrap_err()
                 .contains("not a count")
+        );
+        assert!(
+            FlowQuery::parse(&format!("limit={}", MAX_LIMIT + 1))
+                .unwrap_err()
+                .contains("at most 100000 entries")
+        );
+        assert_eq!(
+            FlowQuery::parse(&format!("limit={MAX_LIMIT}"))
+                .unwrap()
+                .limit,
+            MAX_LIMIT
         );
         assert!(
             FlowQuery::parse("port=80")

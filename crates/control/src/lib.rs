@@ -19,6 +19,7 @@
 pub mod balance;
 pub mod flows;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod remote;
 pub mod socket;
@@ -77,7 +78,7 @@ pub struct Manager {
     sweep_stats: flowtable::SweepStats,
     watch: FileWatch,
     balance: balance::Balance,
-    http: Option<http::HttpEndpoint>,
+    listeners: Option<listen::Listeners>,
 }
 
 /// What identifies a version of the configuration file.
@@ -191,7 +192,7 @@ impl Manager {
                 changed_at: None,
             },
             balance,
-            http: None,
+            listeners: None,
         };
         Ok((mgr, shared))
     }
@@ -355,22 +356,31 @@ impl Manager {
         out
     }
 
-    /// Serves `GET /status` and `GET /metrics` on `addr` from the
-    /// management loop. A port already taken is logged, not fatal: the
-    /// data plane does not need it.
-    pub fn serve_http(&mut self, addr: std::net::SocketAddr) {
-        match http::HttpEndpoint::bind(addr) {
-            Ok(h) => {
-                log::info!("status and metrics on http://{addr}/status and /metrics");
-                self.http = Some(h);
-            }
-            Err(e) => log::error!("[metrics] listen {addr}: {e}; no HTTP status or metrics"),
-        }
+    /// Answers the requests of `listeners` from the management loop
+    /// (see [`Manager::run`]).
+    pub fn serve(&mut self, listeners: listen::Listeners) {
+        self.listeners = Some(listeners);
     }
 
     /// The address of the HTTP endpoint, if it is listening.
     pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
-        self.http.as_ref().and_then(|h| h.local_addr().ok())
+        self.listeners
+            .as_ref()
+            .and_then(listen::Listeners::http_addr)
+    }
+
+    /// The answer to one request of a listener. Each is computed from state
+    /// at hand; `reload` and a `flows` scan are the slow ones.
+    pub fn answer(&mut self, job: &listen::Job) -> String {
+        match job {
+            listen::Job::Command(line) => socket::dispatch(self, line),
+            listen::Job::ExportedStatus => self.exported_status(),
+            listen::Job::Metrics => self.metrics(),
+        }
+    }
+
+    fn listener_info(&self) -> &[listen::ListenerInfo] {
+        self.listeners.as_ref().map_or(&[], |l| l.info())
     }
 
     /// Every forwarding rule's exported state (M21), one `rule <name>
@@ -390,6 +400,7 @@ impl Manager {
             &self.compiled,
             &self.balance.rule_states(&self.compiled),
             self.balance.probed(),
+            self.listener_info(),
         )
     }
 
@@ -428,6 +439,21 @@ impl Manager {
                 child.name, cc.packets, cc.bytes, cc.new_flows, cc.drops
             );
         }
+        for l in self.listener_info() {
+            let c = l.counters.values();
+            out += &format!(
+                "listener {}: {} answered; {} refused (over {} connections); {} denied; {} timed out; {} oversized; {} bad; {} busy\n",
+                l.name,
+                c.answered,
+                c.refused,
+                l.limits.max_connections,
+                c.denied,
+                c.timed_out,
+                c.oversized,
+                c.bad,
+                c.busy
+            );
+        }
         out
     }
 
@@ -438,16 +464,14 @@ impl Manager {
     }
 
     /// Runs the management loop on the calling thread until `stop` is set:
-    /// ticks every `period`, reloads when `reload` is set (SIGHUP), serves
-    /// the control socket if there is one.
-    pub fn run(
-        &mut self,
-        period: Duration,
-        reload: &AtomicBool,
-        stop: &AtomicBool,
-        socket: Option<&socket::ControlSocket>,
-    ) {
+    /// ticks every `period`, reloads when `reload` is set (SIGHUP) or the
+    /// file changed, and between ticks answers the listeners' requests as
+    /// they come. The loop never reads from or writes to a client (M50):
+    /// the listeners' thread does, and a tick waits for at most one answer
+    /// being computed.
+    pub fn run(&mut self, period: Duration, reload: &AtomicBool, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
+            let next_tick = Instant::now() + period;
             if reload.swap(false, Ordering::AcqRel) {
                 let _ = self.reload();
             }
@@ -455,17 +479,41 @@ impl Manager {
                 log::info!("{} changed; reloading", self.path.display());
                 let _ = self.reload();
             }
-            if let Some(s) = socket {
-                s.serve_pending(self);
-            }
-            if let Some(h) = &self.http {
-                h.serve_pending(self);
-            }
             self.tick();
-            std::thread::sleep(period);
+            self.answer_until(next_tick);
+        }
+        if let Some(l) = &mut self.listeners {
+            l.stop();
         }
         self.shared.stop.store(true, Ordering::Release);
         self.balance.stop();
+    }
+
+    /// Answers requests until `deadline` (sleeps when there is no listener).
+    fn answer_until(&mut self, deadline: Instant) {
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                return;
+            }
+            let call = match &self.listeners {
+                Some(l) => match l.calls().recv_timeout(wait) {
+                    Ok(call) => call,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return,
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(wait);
+                        return;
+                    }
+                },
+                None => {
+                    std::thread::sleep(wait);
+                    return;
+                }
+            };
+            let answer = self.answer(&call.job);
+            // The client may have given up meanwhile; nothing to do then.
+            let _ = call.reply.send(answer);
+        }
     }
 }
 
@@ -532,7 +580,23 @@ fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static s
             .any(|(x, y)| x.device != y.device)
     {
         Some("[[ports]]")
+    } else if listeners_differ(old, new) {
+        Some("[metrics] or [control] listener settings")
     } else {
         None
     }
+}
+
+/// The listeners are set up once, at start.
+fn listeners_differ(old: &Compiled, new: &Compiled) -> bool {
+    let (a, b) = (&old.settings.metrics, &new.settings.metrics);
+    let (c, d) = (&old.settings.control, &new.settings.control);
+    a.listen != b.listen
+        || a.allow != b.allow
+        || a.max_connections != b.max_connections
+        || a.timeout != b.timeout
+        || c.socket != d.socket
+        || c.socket_group != d.socket_group
+        || c.max_connections != d.max_connections
+        || c.timeout != d.timeout
 }

@@ -52,6 +52,7 @@ pub fn render(
     compiled: &Compiled,
     rules: &[(String, Aggregate)],
     probed: &[EndpointStatus],
+    listeners: &[crate::listen::ListenerInfo],
 ) -> String {
     let mut out = String::new();
     let one = |v: u64| [(String::new(), v)];
@@ -169,6 +170,19 @@ pub fn render(
         rules
             .iter()
             .map(|(rule, a)| (format!("rule=\"{rule}\""), aggregate_gauge(*a))),
+    );
+    // The management listeners (M50): how their connections ended.
+    family(
+        o,
+        "listener_connections_total",
+        "counter",
+        "Management listener connections by outcome (answered, refused over max_connections, denied by allow-list or peer credentials, timed_out, oversized, bad, busy).",
+        listeners.iter().flat_map(|l| {
+            l.counters
+                .values()
+                .pairs()
+                .map(|(what, v)| (format!("listener=\"{}\",outcome=\"{what}\"", l.name), v))
+        }),
     );
     // Health checks (M18): state, transitions and probes per endpoint.
     if !probed.is_empty() {
