@@ -41,7 +41,7 @@ enum Command {
     /// List a running daemon's flow-table entries.
     Flows(run::FlowsArgs),
     /// Make a running daemon reload its configuration.
-    Reload(run::ClientArgs),
+    Reload(run::ReloadArgs),
     /// Drain a node, zone or region.
     Drain(NotYet),
     /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels from the balancers
@@ -92,7 +92,14 @@ fn main() -> ExitCode {
         Command::Status(args) => return exit(run::client("status", &args)),
         Command::Stats(args) => return exit(run::client("stats", &args)),
         Command::Flows(args) => return exit(run::flows(&args)),
-        Command::Reload(args) => return exit(run::client("reload", &args)),
+        Command::Reload(args) => {
+            let command = if args.force {
+                "reload --force"
+            } else {
+                "reload"
+            };
+            return exit(run::client(command, &args.client));
+        }
         Command::Drain(_) => return not_built("drain"),
     };
     match result {

@@ -287,6 +287,18 @@ pub struct ClientArgs {
     config: Option<PathBuf>,
 }
 
+/// `spillway reload` arguments.
+#[derive(clap::Args, Debug)]
+pub struct ReloadArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Apply the file even if it removes every forwarding rule or more than
+    /// half of the served VIPs (refused otherwise: it looks like a
+    /// half-written file).
+    #[arg(long)]
+    pub force: bool,
+}
+
 /// `spillway flows` arguments: where the daemon is, and which flows.
 #[derive(clap::Args, Debug)]
 pub struct FlowsArgs {

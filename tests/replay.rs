@@ -1001,11 +1001,12 @@ fn icmp_error_quoting_the_first_fragment_of_a_reply_reaches_the_flows_backend() 
 
 #[test]
 fn fragments_of_a_datagram_share_a_backend_in_any_order() {
+    // A fragment matches only an all-port rule (M13): UDP on every port.
     let config = [
         BASE.to_string(),
-        rule("video", &["10.0.0.10"], "UDP", "5000", "video"),
+        rule("video", &["10.0.0.10"], "UDP", "all", "video"),
         rule("web", &["10.0.0.10"], "TCP", "80", "web"),
-        rule("video6", &["2001:db8:f00::10"], "UDP", "5000", "video6"),
+        rule("video6", &["2001:db8:f00::10"], "UDP", "all", "video6"),
         service("video", "ipip", "", &addrs("10.1.1.", 8)),
         service("web", "ipip", "", &addrs("10.1.2.", 8)),
         service("video6", "ipip", "", &addrs("2001:db8:200::", 8)),
@@ -1083,6 +1084,22 @@ fn fragments_of_a_datagram_share_a_backend_in_any_order() {
         );
     }
     assert_eq!(r.rule("web-ag0"), RuleCount::default());
+    // With `UDP 5000` rules instead, no fragment can prove its port: every
+    // one is dropped and counted, none reaches a backend.
+    let config = config.replace("ports = \"all\"", "ports = \"5000\"");
+    let d = dir("fragments-port-rule");
+    let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
+    std::fs::write(&cfg, &config).expect("config");
+    write_pcap(&input, &frames);
+    let out = replay(&cfg, &input, &output, &[]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(read_pcap(&output).is_empty(), "{text}");
+    assert!(
+        text.contains(&format!("drop fragment_no_rule: {}", frames.len())),
+        "{text}"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -482,6 +482,72 @@ fn the_daemon_reloads_when_its_file_changes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SPEC M38: a file cut short right after `[node]` is a valid
+/// configuration without rules; going live it would withdraw every VIP. The
+/// file watch and `spillway reload` refuse it; `spillway reload --force`
+/// applies it.
+#[test]
+fn a_half_written_file_never_goes_live_unless_forced() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-truncated-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let cfg = dir.join("spillway.toml");
+    let full = config_watching(&dir, "dns", true);
+    std::fs::write(&cfg, &full).expect("config");
+    let mut daemon = Daemon::start(&cfg, false);
+    let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
+    let wait_for = |what: &str, daemon: &mut Daemon| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = text(&spillway(&["status", "--socket", &socket_s]));
+            if status.contains(what) {
+                return status;
+            }
+            if let Ok(Some(s)) = daemon.0.try_wait() {
+                panic!("spillway run exited: {s}");
+            }
+            assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("snapshot generation 1", &mut daemon);
+    // The file as an editor or a copy might leave it halfway: `[node]` only.
+    let cut = &full[..full.find("[dataplane]").expect("dataplane section")];
+    assert!(
+        spillway(&["check-config", cfg.to_str().expect("utf-8")])
+            .status
+            .success(),
+        "the full file checks"
+    );
+    std::fs::write(&cfg, cut).expect("config");
+    let s = wait_for("reloads 0 ok / 1 rejected", &mut daemon);
+    assert!(
+        s.contains("snapshot generation 1") && s.contains("service dns"),
+        "{s}"
+    );
+    assert!(
+        s.contains("no forwarding rules") && s.contains("--force"),
+        "{s}"
+    );
+    // The CLI (and SIGHUP) refuse it as well.
+    let out = spillway(&["reload", "--socket", &socket_s]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("reload --force"), "{}", text(&out));
+    let s = wait_for("reloads 0 ok / 2 rejected", &mut daemon);
+    assert!(s.contains("snapshot generation 1"), "{s}");
+    // Forced, it goes live.
+    let out = spillway(&["reload", "--force", "--socket", &socket_s]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = wait_for("reloads 1 ok / 2 rejected", &mut daemon);
+    assert!(
+        s.contains("snapshot generation 2") && !s.contains("service dns"),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A fake remote Spillway: answers `GET /status` with `rule web <state>`.
 fn fake_remote(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
     use std::io::{Read, Write};

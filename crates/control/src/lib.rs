@@ -212,6 +212,12 @@ impl Manager {
     /// valid, publishes a snapshot built from it. Returns the new generation,
     /// or every error (the running configuration stays).
     pub fn reload(&mut self) -> Result<u32, String> {
+        self.reload_with(false)
+    }
+
+    /// [`Manager::reload`]; with `force`, also a configuration that
+    /// [`destructive_change`] would refuse (`spillway reload --force`).
+    pub fn reload_with(&mut self, force: bool) -> Result<u32, String> {
         let t0 = Instant::now();
         // Whatever this reload makes of the file, the watcher need not
         // reload it again.
@@ -220,6 +226,15 @@ impl Manager {
             Ok(l) => l,
             Err(e) => return Err(self.reload_failed(e.to_string())),
         };
+        if let Some(why) = destructive_change(&self.compiled, &loaded.compiled) {
+            if !force {
+                return Err(self.reload_failed(format!(
+                    "{}: {why}. A half-written or truncated file looks like this; if the change is meant, run `spillway reload --force`",
+                    self.path.display()
+                )));
+            }
+            log::warn!("reload forced although {why}");
+        }
         let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
         let compiled = Arc::new(loaded.compiled);
         if let Err(e) = self.balance.reload(&compiled) {
@@ -562,6 +577,53 @@ fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
     }
 }
 
+/// Why replacing `old` by `new` looks like an accident rather than an edit
+/// (SPEC M38): it removes every forwarding rule, or more than half of the
+/// VIPs this node serves. `None` when the change may go live unforced.
+pub fn destructive_change(old: &Compiled, new: &Compiled) -> Option<String> {
+    if new.rules.is_empty() && !old.rules.is_empty() {
+        return Some(format!(
+            "the new configuration has no forwarding rules (the running one has {})",
+            old.rules.len()
+        ));
+    }
+    let served = |c: &Compiled| -> Vec<std::net::IpAddr> {
+        let mut v: Vec<_> = c
+            .children
+            .iter()
+            .filter(|ch| ch.served)
+            .map(|ch| ch.vip)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (before, after) = (served(old), served(new));
+    let gone: Vec<String> = before
+        .iter()
+        .filter(|v| after.binary_search(v).is_err())
+        .map(ToString::to_string)
+        .collect();
+    if gone.len() * 2 > before.len() {
+        const SHOWN: usize = 8;
+        let mut list = gone
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if gone.len() > SHOWN {
+            list += &format!(" and {} more", gone.len() - SHOWN);
+        }
+        return Some(format!(
+            "it would stop serving {} of the {} VIPs this node serves ({list})",
+            gone.len(),
+            before.len()
+        ));
+    }
+    None
+}
+
 /// Settings a reload cannot change in a running process (cores, ports, EAL).
 fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static str> {
     let (a, b) = (&old.settings.dataplane, &new.settings.dataplane);
@@ -599,4 +661,81 @@ fn listeners_differ(old: &Compiled, new: &Compiled) -> bool {
         || c.socket_group != d.socket_group
         || c.max_connections != d.max_connections
         || c.timeout != d.timeout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node serving `vips` (one TCP rule each), availability group `ag`.
+    fn serving(vips: &[&str], ag: Option<u8>) -> Compiled {
+        let mut text = String::from("[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n");
+        if let Some(g) = ag {
+            text += &format!("availability_group = {g}\n");
+        }
+        text += "\n[[backend_services]]\nname = \"s\"\ndelivery = \"ipip\"\ngroups = [{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.1.0.1\" }] }]\n";
+        for (i, v) in vips.iter().enumerate() {
+            text += &format!(
+                "\n[[forwarding_rules]]\nname = \"r{i}\"\nvips = [{v}]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s\"\n"
+            );
+        }
+        match config::load_str("t.toml", &text, &config::Env::default()) {
+            Ok(l) => l.compiled,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn reloads_that_remove_every_rule_or_most_vips_are_refused() {
+        let four = serving(
+            &[
+                "\"10.0.0.1\"",
+                "\"10.0.0.2\"",
+                "\"10.0.0.3\"",
+                "\"10.0.0.4\"",
+            ],
+            None,
+        );
+        let none = serving(&[], None);
+        let why = destructive_change(&four, &none).expect("refused");
+        assert!(why.contains("no forwarding rules"), "{why}");
+        // Half of the VIPs may go; more than half may not.
+        let two = serving(&["\"10.0.0.1\"", "\"10.0.0.2\""], None);
+        assert_eq!(destructive_change(&four, &two), None);
+        let one = serving(&["\"10.0.0.1\""], None);
+        let why = destructive_change(&four, &one).expect("refused");
+        assert!(
+            why.contains("3 of the 4 VIPs") && why.contains("10.0.0.4"),
+            "{why}"
+        );
+        // Rules that move to other VIPs count as removals of the old ones.
+        let moved = serving(
+            &[
+                "\"10.0.9.1\"",
+                "\"10.0.9.2\"",
+                "\"10.0.0.3\"",
+                "\"10.0.0.4\"",
+            ],
+            None,
+        );
+        assert_eq!(destructive_change(&four, &moved), None);
+        let moved3 = serving(
+            &[
+                "\"10.0.9.1\"",
+                "\"10.0.9.2\"",
+                "\"10.0.9.3\"",
+                "\"10.0.0.4\"",
+            ],
+            None,
+        );
+        assert!(destructive_change(&four, &moved3).is_some());
+        // Growing, and starting from nothing, are always fine.
+        assert_eq!(destructive_change(&two, &four), None);
+        assert_eq!(destructive_change(&none, &four), None);
+        assert_eq!(destructive_change(&none, &none), None);
+        // Only served VIPs count: a node of group 0 does not serve AG1's VIP.
+        let ag0 = serving(&["\"10.0.0.1\", \"10.0.1.1\""], Some(0));
+        let ag0_other = serving(&["\"10.0.0.1\", \"10.0.1.9\""], Some(0));
+        assert_eq!(destructive_change(&ag0, &ag0_other), None);
+    }
 }

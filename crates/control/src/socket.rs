@@ -292,7 +292,7 @@ pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
     match line.trim() {
         "status" => format!("ok\n{}", mgr.status()),
         "stats" => format!("ok\n{}", mgr.stats()),
-        "reload" => match mgr.reload() {
+        cmd @ ("reload" | "reload --force") => match mgr.reload_with(cmd == "reload --force") {
             Ok(g) => format!("ok\nreloaded: generation {g} is live\n"),
             Err(e) => format!("error\nreload rejected; the running configuration stays:\n{e}\n"),
         },
@@ -302,7 +302,9 @@ pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
                 Err(e) => format!("error\n{e}\n"),
             }
         }
-        other => format!("error\nunknown command {other:?} (status, stats, flows, reload)\n"),
+        other => {
+            format!("error\nunknown command {other:?} (status, stats, flows, reload [--force])\n")
+        }
     }
 }
 
