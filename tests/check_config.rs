@@ -83,7 +83,13 @@ fn a_broken_file_fails_with_every_error_positioned() {
     assert_ne!(broken, lab);
     let p = tmp("broken.toml", &broken);
     let out = check(&p);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert!(stdout(&out).is_empty(), "{}", stdout(&out));
     let err = stderr(&out);
     let line_of = |needle: &str| {
@@ -116,7 +122,13 @@ fn syntax_and_unknown_fields_are_positioned_too() {
         "[node]\nname = \"a\"\nregion = \"r\"\nzone = \"z\"\nzoen = \"z\"\n",
     );
     let out = check(&p);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     let err = stderr(&out);
     assert!(
         err.contains(&format!(
@@ -128,7 +140,13 @@ fn syntax_and_unknown_fields_are_positioned_too() {
 
     let p = tmp("syntax.toml", "[node\nname = 1\n");
     let out = check(&p);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert!(
         stderr(&out).contains(&format!("{}:1:", p.display())),
         "{}",
@@ -139,7 +157,13 @@ fn syntax_and_unknown_fields_are_positioned_too() {
 #[test]
 fn a_missing_file_is_an_error() {
     let out = check(Path::new("/nonexistent/spillway.toml"));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert!(
         stderr(&out).contains("/nonexistent/spillway.toml:1:1: cannot read the file"),
         "{}",

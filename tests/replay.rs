@@ -1339,7 +1339,11 @@ fn replay_forwards_vip_traffic_deterministically_and_counts_the_rest() {
     assert_eq!(per_backend.len(), 3, "{per_backend:?}");
 
     let r2 = replay(&cfg, &input, &out2, &[]);
-    assert!(r2.status.success());
+    assert!(
+        r2.status.success(),
+        "{}",
+        String::from_utf8_lossy(&r2.stderr)
+    );
     assert_eq!(
         std::fs::read(&out1).expect("out1"),
         std::fs::read(&out2).expect("out2"),
@@ -1369,14 +1373,29 @@ fn replay_rejects_bad_inputs_with_clear_errors() {
     let not_pcap = d.join("x.pcap");
     std::fs::write(&not_pcap, b"definitely not a capture").expect("write");
     let r = replay(&cfg, &not_pcap, &d.join("o.pcap"), &[]);
-    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(String::from_utf8_lossy(&r.stderr).contains("not a pcap file"));
     let r = replay(&cfg, &not_pcap, &d.join("o.pcap"), &["--down", "10.9.9.9"]);
-    assert!(String::from_utf8_lossy(&r.stderr).contains("no endpoint has that address"));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("no endpoint has that address"),
+        "{:?}: {err}",
+        r.status
+    );
     let bad_cfg = d.join("bad.toml");
     std::fs::write(&bad_cfg, "[node]\nname = 1\n").expect("write");
     let r = replay(&bad_cfg, &not_pcap, &d.join("o.pcap"), &[]);
-    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(
         String::from_utf8_lossy(&r.stderr).contains("bad.toml:2:"),
         "{}",
