@@ -44,7 +44,7 @@ while (($#)); do
     shift
 done
 
-command -v dpdk-testpmd >/dev/null || die "dpdk-testpmd not found: run scripts/setup.sh (Debian package dpdk)"
+command -v dpdk-testpmd >/dev/null || die "dpdk-testpmd not found: run scripts/setup.sh (Debian package dpdk-dev)"
 command -v python3 >/dev/null || die "python3 not found: run scripts/setup.sh"
 ensure_cargo
 

@@ -13,16 +13,25 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/lib.sh
 source "$here/lib.sh"
 
-# Debian packages the build, the tests and the lab use.
-#   libdpdk-dev dpdk-dev  DPDK 22.11 headers, libraries and PMD plugins
-#   dpdk                  dpdk-testpmd, dpdk-devbind.py (benchmarks, NIC binding)
-#   pkg-config            how dpdk-sys finds DPDK
-#   clang libclang-dev    bindgen
-#   build-essential       cc for the static-inline wrappers
-#   iproute2 ethtool      namespaces and veth pairs in tests and the lab
-#   python3               scripts/pcap.py, the lab's HTTP servers
-#   curl                  the lab demo's client
-PACKAGES=(libdpdk-dev dpdk-dev dpdk pkg-config clang libclang-dev build-essential iproute2 ethtool python3 curl)
+# Debian packages of every program the build, the tests, the lab, the demo and
+# the benchmarks run. tests/commands.rs scans the sources for the programs they
+# run and fails when one comes from a package missing here: add new ones here,
+# with what uses them.
+PACKAGES=(
+    libdpdk-dev dpdk-dev  # DPDK 22.11 headers, libraries, PMD plugins; dpdk-testpmd (perf/bench.sh)
+    dpdk                  # dpdk-devbind.py (binding NICs, docs/dpdk.md)
+    pkg-config            # how dpdk-sys finds DPDK
+    clang libclang-dev    # bindgen
+    build-essential       # cc for the static-inline wrappers
+    git                   # build.rs stamps `spillway --version` with the commit; perf/bench.py records it
+    iproute2              # ip: namespaces, veth pairs and `ip netns exec` in the tests and the lab
+    ethtool               # scripts/lab.sh turns off checksum offload on the lab's veths
+    iputils-ping          # ping: tests/lab.rs reaches the balancer's host stack through the exception TAP
+    procps                # kill (tests/run.rs, scripts/lab.sh), sysctl (scripts/lab.sh), pgrep (perf/bench.sh)
+    python3               # scripts/pcap.py, the lab's HTTP and echo servers, perf/bench.py and its checks
+    curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
+    lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts
+)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

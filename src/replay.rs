@@ -18,15 +18,22 @@ use dataplane::{
     BURST, DropReason, EndpointHealth, Engine, Local, PacketIo, SnapshotBuilder, VecBurst, Worker,
 };
 use flowtable::FlowTable;
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use pcap_file::TsResolution;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::burst::PacketBurst;
 use wire::error::BufError;
 
 /// Headroom in front of each packet, as DPDK mbufs have.
 const HEADROOM: usize = 128;
-/// Largest packet replayed.
-const MAX_PACKET: usize = 65536;
+/// Largest frame replayed: an IP packet of 65535 bytes behind an Ethernet
+/// header and a VLAN tag.
+const MAX_PACKET: usize = 65535 + 14 + 4;
+/// Snaplen of the output pcap (libpcap's largest): what encapsulation adds
+/// may take a frame past the input's snaplen and past 65535 bytes, and every
+/// transmitted frame is written whole.
+const OUTPUT_SNAPLEN: u32 = 262_144;
+const _: () = assert!(HEADROOM + MAX_PACKET <= OUTPUT_SNAPLEN as usize);
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -90,25 +97,42 @@ pub fn run(args: &Args) -> Result<()> {
         File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
     let mut reader = PcapReader::new(BufReader::new(input))
         .with_context(|| format!("{}: not a pcap file", args.input.display()))?;
+    let in_header = reader.header();
     let output = File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
+    let out_header = PcapHeader {
+        snaplen: OUTPUT_SNAPLEN,
+        ..PcapHeader::default()
+    };
     let mut io = ReplayIo {
         uplink,
         roles: roles.clone(),
         staged: Vec::with_capacity(BURST),
         free: Vec::new(),
-        writer: PcapWriter::new(BufWriter::new(output))?,
+        writer: PcapWriter::with_header(BufWriter::new(output), out_header)
+            .with_context(|| format!("writing {}", args.output.display()))?,
         written: 0,
         error: None,
     };
 
     let mut first_ts = None;
-    let (mut seen, mut too_big) = (0u64, 0u64);
+    let (mut seen, mut too_big, mut truncated) = (0u64, 0u64, 0u64);
     let mut tick = None;
     loop {
-        let pkt = match reader.next_packet() {
+        // Raw records: pcap-file's checks of each record against the file's
+        // snaplen would turn a capture's truncated records (legal: a
+        // capture with a small snaplen) into a failed replay.
+        let pkt = match reader.next_raw_packet() {
             Some(p) => {
-                Some(p.with_context(|| format!("{}: packet {}", args.input.display(), seen + 1))?)
+                let at = || format!("{}: packet {}", args.input.display(), seen + 1);
+                let raw = p.with_context(at)?;
+                let timestamp =
+                    timestamp(raw.ts_sec, raw.ts_frac, in_header.ts_resolution).with_context(at)?;
+                Some(Record {
+                    timestamp,
+                    truncated: raw.incl_len < raw.orig_len,
+                    data: raw.data,
+                })
             }
             None => None,
         };
@@ -128,6 +152,11 @@ pub fn run(args: &Args) -> Result<()> {
         let Some(pkt) = pkt else { break };
         seen += 1;
         tick = pkt_tick;
+        if pkt.truncated {
+            // Only part of the frame was captured: nothing to forward.
+            truncated += 1;
+            continue;
+        }
         let mut buf = match io.free.pop() {
             Some(b) => b,
             None => ReplayPkt {
@@ -170,6 +199,12 @@ pub fn run(args: &Args) -> Result<()> {
             String::new()
         }
     );
+    if truncated > 0 {
+        println!(
+            "{truncated} truncated by the capture (snaplen {}) skipped",
+            in_header.snaplen
+        );
+    }
     println!(
         "flows: {} new, {} hits, {} rescheduled, {} stateless (table full), {} over budget",
         c.new_flows, c.flow_hits, c.flows_rescheduled, c.stateless, c.over_budget
@@ -188,6 +223,26 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An input record.
+struct Record<'a> {
+    timestamp: Duration,
+    /// Captured shorter than it was on the wire.
+    truncated: bool,
+    data: std::borrow::Cow<'a, [u8]>,
+}
+
+/// A record's capture time.
+fn timestamp(sec: u32, frac: u32, resolution: TsResolution) -> Result<Duration> {
+    let nanos = match resolution {
+        TsResolution::MicroSecond => frac.checked_mul(1000),
+        TsResolution::NanoSecond => Some(frac),
+    };
+    match nanos {
+        Some(n) if n < 1_000_000_000 => Ok(Duration::new(u64::from(sec), n)),
+        _ => bail!("timestamp fraction {frac} out of range"),
+    }
 }
 
 /// A replayed packet: its bytes and its capture time (kept for the output).
@@ -257,7 +312,9 @@ impl PacketIo for ReplayIo {
                     .write_packet(&PcapPacket::new(p.ts, data.len() as u32, data))
                 {
                     Ok(_) => self.written += 1,
-                    Err(e) => self.error = Some(e.into()),
+                    Err(e) => {
+                        self.error = Some(anyhow::Error::new(e).context("writing the output pcap"))
+                    }
                 }
             }
             self.free.push(p);

@@ -23,7 +23,7 @@ fn text(o: &Output) -> String {
 #[test]
 fn help_lists_every_subcommand_of_the_spec() {
     let out = spillway(&["--help"]);
-    assert!(out.status.success());
+    assert!(out.status.success(), "{:?}: {}", out.status, text(&out));
     let help = text(&out);
     for cmd in [
         "run",
@@ -46,7 +46,7 @@ fn help_lists_every_subcommand_of_the_spec() {
 #[test]
 fn version_names_the_linked_dpdk() {
     let out = spillway(&["--version"]);
-    assert!(out.status.success());
+    assert!(out.status.success(), "{:?}: {}", out.status, text(&out));
     let v = text(&out);
     assert!(
         v.starts_with(&format!("spillway {}", env!("CARGO_PKG_VERSION"))),
@@ -58,14 +58,14 @@ fn version_names_the_linked_dpdk() {
 #[test]
 fn unbuilt_subcommands_say_so_and_fail() {
     let out = spillway(&["drain"]);
-    assert_eq!(out.status.code(), Some(2), "drain exits 2");
+    assert_eq!(out.status.code(), Some(2), "drain exits 2: {}", text(&out));
     assert!(text(&out).contains("not built yet"), "{}", text(&out));
 }
 
 #[test]
 fn bad_eal_arguments_are_a_clear_error() {
     let out = spillway(&["forward", "--", "--no-such-eal-flag"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let t = text(&out);
     assert!(
         t.contains("cannot start DPDK") && t.contains("--no-such-eal-flag"),
@@ -90,7 +90,7 @@ fn unknown_port_names_the_ports_that_exist() {
         "--no-telemetry",
         "--vdev=net_null0",
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("net_nope") && t.contains("net_null0"), "{t}");
 }
@@ -193,7 +193,7 @@ fn forward_copies_every_frame_between_pcap_devices() {
 #[test]
 fn clients_without_a_daemon_say_so() {
     let out = spillway(&["status", "--socket", "/nonexistent/spillway.sock"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("cannot reach spillway at /nonexistent/spillway.sock"),
         "{}",

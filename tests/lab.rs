@@ -4,6 +4,8 @@
 //! weights, and replies going to the client directly from the backends (the
 //! balancer transmits nothing client-ward but ARP replies). Needs root.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
@@ -31,14 +33,13 @@ impl Lab {
             .parent()
             .expect("bin dir")
             .to_owned();
-        let out = Command::new("bash")
-            .envs(env.iter().copied())
+        let mut up = Command::new("bash");
+        up.envs(env.iter().copied())
             .arg(&script)
             .args(["up", mode])
             .arg(&dir)
-            .arg(&bin)
-            .output()
-            .expect("run scripts/lab.sh");
+            .arg(&bin);
+        let out = common::output(&mut up);
         let mut lab = Lab {
             dir: dir.clone(),
             script,
@@ -46,9 +47,8 @@ impl Lab {
         };
         assert!(
             out.status.success(),
-            "lab up failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            "lab up failed: {}",
+            common::report(&up, &out)
         );
         lab.tag = std::fs::read_to_string(dir.join("tag"))
             .expect("tag")
@@ -64,20 +64,19 @@ impl Lab {
     /// Link counters of `dev` in namespace `ns`: (rx packets, tx packets).
     fn link_packets(&self, ns: &str, dev: &str) -> (u64, u64) {
         let read = |what: &str| {
-            let out = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &self.ns(ns),
-                    "cat",
-                    &format!("/sys/class/net/{dev}/statistics/{what}_packets"),
-                ])
-                .output()
-                .expect("read counters");
+            let mut cat = Command::new("ip");
+            cat.args([
+                "netns",
+                "exec",
+                &self.ns(ns),
+                "cat",
+                &format!("/sys/class/net/{dev}/statistics/{what}_packets"),
+            ]);
+            let out = common::run_ok(&mut cat);
             String::from_utf8_lossy(&out.stdout)
                 .trim()
                 .parse::<u64>()
-                .unwrap_or(0)
+                .unwrap_or_else(|e| panic!("{e}: {}", common::report(&cat, &out)))
         };
         (read("rx"), read("tx"))
     }
@@ -190,11 +189,11 @@ fn in_ns<T: Send + 'static>(
 }
 
 fn stats(lab: &Lab) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["stats", "--socket"])
-        .arg(lab.dir.join("control.sock"))
-        .output()
-        .expect("spillway stats");
+    let out = common::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["stats", "--socket"])
+            .arg(lab.dir.join("control.sock")),
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -267,29 +266,36 @@ fn lab_reload_under_load_is_hitless() {
     assert!(!cfg.contains("198.18.2.13"));
     std::fs::write(&cfg_path, cfg).expect("write lab.toml");
     let before = stats(&lab);
-    let r = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["reload", "--socket"])
-        .arg(lab.dir.join("control.sock"))
-        .output()
-        .expect("reload");
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    common::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["reload", "--socket"])
+            .arg(lab.dir.join("control.sock")),
+    );
     reloaded.store(true, Ordering::Release);
     // An invalid configuration during the same run is rejected; traffic goes on.
     std::fs::write(lab.dir.join("bad.toml"), "[node]\nname = 1\n").expect("bad");
-    let bad = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["check-config"])
-        .arg(lab.dir.join("bad.toml"))
-        .output()
-        .expect("check");
-    assert!(!bad.status.success());
+    let mut check = Command::new(env!("CARGO_BIN_EXE_spillway"));
+    check.args(["check-config"]).arg(lab.dir.join("bad.toml"));
+    let bad = common::output(&mut check);
+    assert_eq!(
+        bad.status.code(),
+        Some(1),
+        "{}",
+        common::report(&check, &bad)
+    );
     let good = std::fs::read_to_string(&cfg_path).expect("cfg");
     std::fs::write(&cfg_path, "[node]\nname = 1\n").expect("break config");
-    let r = Command::new(env!("CARGO_BIN_EXE_spillway"))
+    let mut reload = Command::new(env!("CARGO_BIN_EXE_spillway"));
+    reload
         .args(["reload", "--socket"])
-        .arg(lab.dir.join("control.sock"))
-        .output()
-        .expect("reload");
-    assert_eq!(r.status.code(), Some(1), "an invalid reload is refused");
+        .arg(lab.dir.join("control.sock"));
+    let r = common::output(&mut reload);
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "an invalid reload is refused: {}",
+        common::report(&reload, &r)
+    );
     std::fs::write(&cfg_path, good).expect("restore config");
     std::thread::sleep(Duration::from_secs(5));
     stop.store(true, Ordering::Release);
@@ -349,35 +355,39 @@ fn lab_l2dsr_real_tcp_clients_reach_real_servers() {
 #[test]
 fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
     let lab = Lab::up("ipip");
+    // What ping printed, and (for messages) how it ran and ended: a ping
+    // that is missing or fails says so on stderr only.
     let ping = |ns: &str, dst: &str| {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &lab.ns(ns),
-                "ping",
-                "-c",
-                "5",
-                "-i",
-                "0.2",
-                "-W",
-                "2",
-                dst,
-            ])
-            .output()
-            .expect("ping");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut ping = Command::new("ip");
+        ping.args([
+            "netns",
+            "exec",
+            &lab.ns(ns),
+            "ping",
+            "-c",
+            "5",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            dst,
+        ]);
+        let out = common::output(&mut ping);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            common::report(&ping, &out),
+        )
     };
     // Client -> the balancer's own address: answered by the host's kernel,
     // once per request (the data plane hands it over exactly once).
-    let p = ping("c", "198.18.1.2");
+    let (p, ran) = ping("c", "198.18.1.2");
     assert!(
         p.contains("5 packets transmitted, 5 received") && !p.contains("duplicates"),
-        "{p}"
+        "{ran}"
     );
     // The host's own connections go out through the uplink and come back.
-    let p = ping("lb", "198.18.0.100");
-    assert!(p.contains("5 packets transmitted, 5 received"), "{p}");
+    let (p, ran) = ping("lb", "198.18.0.100");
+    assert!(p.contains("5 packets transmitted, 5 received"), "{ran}");
     // A TCP service of the host (BGP/SSH stand-in) on the uplink address.
     let echo = in_client(&lab, || {
         let addr: SocketAddrV4 = "198.18.1.2:179".parse().expect("addr");
@@ -423,11 +433,11 @@ fn lab_failover_between_regions_follows_health_checks() {
     use std::io::BufRead;
     let lab = Lab::up_with("gue", &[("LAB_REGIONS", "2")]);
     let status = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(["status", "--socket"])
-            .arg(lab.dir.join("control.sock"))
-            .output()
-            .expect("spillway status");
+        let out = common::run_ok(
+            Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .args(["status", "--socket"])
+                .arg(lab.dir.join("control.sock")),
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let wait_for = |what: &str| {
@@ -476,7 +486,7 @@ fn lab_failover_between_regions_follows_health_checks() {
     // Region lab's web servers die.
     for i in 1..=2 {
         let pid = std::fs::read_to_string(lab.dir.join(format!("http{i}.pid"))).expect("pid");
-        let _ = Command::new("kill").arg(pid.trim()).status();
+        common::run_ok(Command::new("kill").arg(pid.trim()));
     }
     let killed = std::time::Instant::now();
     let failed_over = loop {
@@ -505,20 +515,20 @@ fn lab_failover_between_regions_follows_health_checks() {
     // the other one's verdict may come a probe later.)
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let metrics = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &lab.ns("lb"),
-                "curl",
-                "-s",
-                "--max-time",
-                "5",
-            ])
-            .arg("http://127.0.0.1:9469/metrics")
-            .output()
-            .expect("curl metrics");
-        let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
+        let mut curl = Command::new("ip");
+        curl.args([
+            "netns",
+            "exec",
+            &lab.ns("lb"),
+            "curl",
+            "-s",
+            "-S",
+            "--max-time",
+            "5",
+            "http://127.0.0.1:9469/metrics",
+        ]);
+        let out = common::output(&mut curl);
+        let metrics = String::from_utf8_lossy(&out.stdout).into_owned();
         let counted = ["198.18.2.11:80", "198.18.2.12:80"].iter().all(|b| {
             metrics.contains(&format!(
                 "spillway_health_transitions_total{{service=\"web\",endpoint=\"{b}\",to=\"unhealthy\"}} 1"
@@ -529,7 +539,11 @@ fn lab_failover_between_regions_follows_health_checks() {
         if counted {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            common::report(&curl, &out)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // The established connection stays on its (now unhealthy) backend.
@@ -544,26 +558,30 @@ fn lab_failover_between_regions_follows_health_checks() {
     let ns_b = |i: u32| lab.ns(&format!("b{i}"));
     let mut servers = Vec::new();
     for i in 1..=2u32 {
-        servers.push(
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &ns_b(i),
-                    "python3",
-                    "-m",
-                    "http.server",
-                    "80",
-                    "--bind",
-                    "0.0.0.0",
-                    "--directory",
-                ])
-                .arg(lab.dir.join(format!("www{i}")))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("restart http"),
-        );
+        let mut server = Command::new("ip");
+        server
+            .args([
+                "netns",
+                "exec",
+                &ns_b(i),
+                "python3",
+                "-m",
+                "http.server",
+                "80",
+                "--bind",
+                "0.0.0.0",
+                "--directory",
+            ])
+            .arg(lab.dir.join(format!("www{i}")))
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::File::create(lab.dir.join(format!("http{i}.restart.log")))
+                    .expect("log file"),
+            );
+        let child = server
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run `{}`: {e}", common::command_line(&server)));
+        servers.push(child);
     }
     let restarted = std::time::Instant::now();
     loop {
@@ -573,8 +591,11 @@ fn lab_failover_between_regions_follows_health_checks() {
         }
         assert!(
             restarted.elapsed() < Duration::from_secs(20),
-            "no return: {answers:?}\n{}",
-            status()
+            "no return: {answers:?}\n{}\nrestarted servers' stderr: {:?}",
+            status(),
+            (1..=2)
+                .map(|i| std::fs::read_to_string(lab.dir.join(format!("http{i}.restart.log"))))
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(100));
     }

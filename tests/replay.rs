@@ -1356,7 +1356,11 @@ fn replay_forwards_vip_traffic_deterministically_and_counts_the_rest() {
     assert_eq!(per_backend.len(), 3, "{per_backend:?}");
 
     let r2 = replay(&cfg, &input, &out2, &[]);
-    assert!(r2.status.success());
+    assert!(
+        r2.status.success(),
+        "{}",
+        String::from_utf8_lossy(&r2.stderr)
+    );
     assert_eq!(
         std::fs::read(&out1).expect("out1"),
         std::fs::read(&out2).expect("out2"),
@@ -1386,14 +1390,29 @@ fn replay_rejects_bad_inputs_with_clear_errors() {
     let not_pcap = d.join("x.pcap");
     std::fs::write(&not_pcap, b"definitely not a capture").expect("write");
     let r = replay(&cfg, &not_pcap, &d.join("o.pcap"), &[]);
-    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(String::from_utf8_lossy(&r.stderr).contains("not a pcap file"));
     let r = replay(&cfg, &not_pcap, &d.join("o.pcap"), &["--down", "10.9.9.9"]);
-    assert!(String::from_utf8_lossy(&r.stderr).contains("no endpoint has that address"));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("no endpoint has that address"),
+        "{:?}: {err}",
+        r.status
+    );
     let bad_cfg = d.join("bad.toml");
     std::fs::write(&bad_cfg, "[node]\nname = 1\n").expect("write");
     let r = replay(&bad_cfg, &not_pcap, &d.join("o.pcap"), &[]);
-    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(
         String::from_utf8_lossy(&r.stderr).contains("bad.toml:2:"),
         "{}",
@@ -1487,4 +1506,145 @@ fn replay_survives_fuzzed_packets_and_accounts_for_each() {
     assert_eq!(total, frames.len() as u64, "{}", r.text);
     assert!(r.text.contains("drop malformed: "), "{}", r.text);
     assert!(!r.out.is_empty(), "valid survivors were forwarded");
+}
+
+// ---------------------------------------------------------------------------
+// Capture sizes.
+
+/// Writes `frames` to a pcap whose header says `snaplen` (records whole).
+fn write_pcap_with_snaplen(path: &Path, frames: &[Vec<u8>], snaplen: u32) {
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let header = PcapHeader {
+        snaplen,
+        ..PcapHeader::default()
+    };
+    let file = std::fs::File::create(path).expect("create");
+    let mut w = PcapWriter::with_header(file, header).expect("pcap writer");
+    for (i, f) in frames.iter().enumerate() {
+        let ts = std::time::Duration::from_millis(1_000_000 + 10 * i as u64);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .expect("write");
+    }
+}
+
+/// A TCP frame to `vip`:80 whose IP packet is `ip_len` bytes long.
+fn tcp_frame_of(vip: IpAddr, client: u8, ip_len: usize) -> Vec<u8> {
+    let c = IpAddr::from([192, 0, 2, client]);
+    let header = if vip.is_ipv4() { 20 + 20 } else { 40 + 20 };
+    let frame = tcp_frame(
+        c,
+        vip,
+        40000 + u16::from(client),
+        80,
+        ACK,
+        &vec![0x5a; ip_len - header],
+    );
+    assert_eq!(frame.len(), 14 + ip_len);
+    frame
+}
+
+/// Frames as big as a capture holds, and as big as IP allows, leave whole
+/// (l2dsr) or encapsulated whole: the output pcap is not limited by the
+/// input's snaplen, nor by 65535 bytes (an IPv4 packet of 65535 bytes is a
+/// 65549-byte frame).
+#[test]
+fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
+    let dsr_macs: Vec<String> = (1..=3).map(|i| format!("02:00:00:00:01:0{i}")).collect();
+    let modes = [
+        ("10.0.0.21", Mode::L2dsr, 0),
+        ("10.0.0.22", Mode::Ipip, 20),
+        ("10.0.0.25", Mode::Gue(7777), 28),
+        (
+            "10.0.0.26",
+            Mode::Geneve {
+                port: 6081,
+                class: 0x0139,
+                cookie_type: 3,
+            },
+            44,
+        ),
+    ];
+    for (snaplen, ip_len) in [(1514u32, None), (65535, None), (262_144, Some(65535))] {
+        let mut frames = Vec::new();
+        for (i, (vip, _, overhead)) in modes.iter().enumerate() {
+            // The largest IP packet the capture holds, or whose encapsulation
+            // IPv4 still allows.
+            let fits = usize::try_from(snaplen).expect("snaplen") - 14;
+            let len = ip_len.unwrap_or(fits).min(65535 - overhead);
+            frames.push(tcp_frame_of(v4(vip), i as u8 + 1, len));
+        }
+        let d = dir(&format!("snaplen-{snaplen}"));
+        let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
+        std::fs::write(&cfg, delivery_config()).expect("config");
+        write_pcap_with_snaplen(&input, &frames, snaplen);
+        let r = replay(&cfg, &input, &output, &[]);
+        let text =
+            String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr);
+        assert!(
+            r.status.success(),
+            "snaplen {snaplen}: replay failed:\n{text}"
+        );
+        let out = read_pcap(&output);
+        assert_eq!(out.len(), frames.len(), "snaplen {snaplen}:\n{text}");
+        for ((frame, (vip, mode, overhead)), o) in frames.iter().zip(&modes).zip(&out) {
+            assert_eq!(o.len(), frame.len() + overhead, "{vip}: frame length");
+            let del = delivered(o, *mode);
+            assert_eq!(del.inner, frame[14..], "{vip}: the whole inner packet");
+            if *mode == Mode::L2dsr {
+                assert!(dsr_macs.contains(&del.backend), "{}", del.backend);
+            }
+        }
+        eprintln!(
+            "snaplen {snaplen}: in {:?}, out {:?}",
+            frames.iter().map(Vec::len).collect::<Vec<_>>(),
+            out.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// A capture with a small snaplen holds records cut short (legal pcap): they
+/// are skipped and counted, the whole ones replayed.
+#[test]
+fn replay_skips_and_counts_records_the_capture_truncated() {
+    use pcap_file::pcap::{PcapHeader, PcapWriter, RawPcapPacket};
+    let d = dir("truncated");
+    let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
+    std::fs::write(&cfg, delivery_config()).expect("config");
+    let whole = tcp_frame_of(v4("10.0.0.25"), 1, 40);
+    let cut = tcp_frame_of(v4("10.0.0.25"), 2, 1500);
+    let header = PcapHeader {
+        snaplen: 96,
+        ..PcapHeader::default()
+    };
+    let mut w = PcapWriter::with_header(std::fs::File::create(&input).expect("create"), header)
+        .expect("pcap writer");
+    for (i, (f, orig_len)) in [(&whole, 54), (&cut, 1514), (&whole, 54)]
+        .iter()
+        .enumerate()
+    {
+        let data = &f[..f.len().min(96)];
+        w.write_raw_packet(&RawPcapPacket {
+            ts_sec: 1000,
+            ts_frac: i as u32,
+            incl_len: data.len() as u32,
+            orig_len: *orig_len,
+            data: data.into(),
+        })
+        .expect("write");
+    }
+    drop(w);
+    let r = replay(&cfg, &input, &output, &[]);
+    let text = String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "replay failed:\n{text}");
+    assert!(text.contains("3 packets in, 2 out"), "{text}");
+    assert!(
+        text.contains("1 truncated by the capture (snaplen 96) skipped"),
+        "{text}"
+    );
+    let out = read_pcap(&output);
+    for o in &out {
+        assert_eq!(delivered(o, Mode::Gue(7777)).inner, whole[14..]);
+    }
+    let _ = std::fs::remove_dir_all(&d);
 }

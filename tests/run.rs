@@ -1,6 +1,8 @@
 //! `spillway run` as a process: DPDK net_pcap ports, real workers, the
 //! control socket, reloads (valid and invalid), clean shutdown on SIGTERM.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
@@ -138,13 +140,7 @@ impl Daemon {
     /// SIGTERM, then wait (at most 10 s) for the exit status.
     fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.0.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .expect("kill")
-                .success()
-        );
+        common::run_ok(Command::new("kill").args(["-TERM", &pid]));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(s) = self.0.try_wait().expect("wait") {

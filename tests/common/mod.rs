@@ -1,11 +1,13 @@
 //! Crafting test packets byte by byte (Ethernet, IPv4, IPv6 with fragment
 //! headers, TCP, UDP, ICMP, ICMPv6) with correct checksums, independently of
-//! the `wire` crate under test, and pcap files to carry them.
+//! the `wire` crate under test, and pcap files to carry them; running the
+//! programs the tests need with failures that say what happened.
 
 #![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
@@ -275,5 +277,56 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     while let Some(p) = r.next_packet() {
         out.push(p.expect("packet").data.into_owned());
     }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Running programs: a failure names the command line, how it ended and what
+// it printed (a program that is not installed fails to start, and `ip netns
+// exec` then says so only on stderr).
+
+/// `cmd` as a shell command line, for messages.
+pub fn command_line(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| {
+            let a = a.to_string_lossy();
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+            {
+                a.into_owned()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// How a finished command ended and what it printed.
+pub fn report(cmd: &Command, out: &Output) -> String {
+    format!(
+        "`{}` {}\n--- stdout:\n{}--- stderr:\n{}---",
+        command_line(cmd),
+        match out.status.code() {
+            Some(c) => format!("exited with status {c}"),
+            None => format!("ended by {}", out.status),
+        },
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `cmd` to its end; panics naming it when it cannot be started.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run `{}`: {e}", command_line(cmd)))
+}
+
+/// Runs `cmd`; panics with [`report`] unless it exits with status 0.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = output(cmd);
+    assert!(out.status.success(), "{}", report(cmd, &out));
     out
 }

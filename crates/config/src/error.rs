@@ -228,6 +228,11 @@ impl SourceMap {
         }
     }
 
+    /// Whether the file writes `path` (a default is not written).
+    pub(crate) fn contains(&self, path: &str) -> bool {
+        self.nodes.iter().any(|n| n.path == path)
+    }
+
     /// `file:line:col` of a path, for messages that point at another place.
     pub fn location(&self, path: &str) -> String {
         let (l, c) = self.line_col(self.offset_of(path));

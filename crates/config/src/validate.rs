@@ -16,6 +16,9 @@ use crate::schema::{
     Protocol, RuleMode,
 };
 
+/// The burst size the data plane's workers use whatever `burst_size` says
+/// (`dataplane::BURST`; a test of the binary checks that they agree).
+pub const FIXED_BURST: usize = 32;
 /// Most endpoints' weight (relative, like the health-check header of M17).
 pub const MAX_WEIGHT: u16 = 1000;
 /// Most sources of a composite health check (M20).
@@ -81,6 +84,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.bgp();
     c.flow_sync();
     c.control();
+    c.not_used();
     let order = |e: &ConfigError| (e.line, e.col);
     c.errors.sort_by_key(order);
     c.errors.dedup();
@@ -1314,6 +1318,71 @@ impl Checker<'_> {
             self.err(
                 "flow_sync.batch_interval",
                 "the batch interval must be longer than 0s",
+            );
+        }
+    }
+
+    /// Fields this version parses and checks but does not act on yet: each
+    /// one the file writes gets a warning, so that none silently does
+    /// nothing. (Remove an entry when its feature lands.)
+    fn not_used(&mut self) {
+        const NOT_USED: &str = "not used by this version";
+        let cfg = self.cfg;
+        if self.map.contains("node.shutdown_drain") {
+            self.warn(
+                "node.shutdown_drain",
+                format!("{NOT_USED}: `spillway run` stops forwarding as soon as it gets SIGTERM or SIGINT (there is no drain on shutdown)"),
+            );
+        }
+        if self.map.contains("dataplane.burst_size") {
+            self.warn(
+                "dataplane.burst_size",
+                format!("{NOT_USED}: workers receive and send bursts of {FIXED_BURST} packets"),
+            );
+        }
+        for (i, _) in cfg.ports.iter().enumerate() {
+            let gateway = format!("ports[{i}].gateway");
+            if self.map.contains(&gateway) {
+                self.warn(
+                    &gateway,
+                    format!("{NOT_USED}: the next hop is not resolved with ARP/NDP; traffic leaving this port goes to gateway_mac"),
+                );
+            }
+            let mtu = format!("ports[{i}].mtu");
+            if self.map.contains(&mtu) {
+                self.warn(
+                    &mtu,
+                    format!("{NOT_USED}: Spillway sets no MTU on the device, which keeps its own"),
+                );
+            }
+        }
+        for (i, r) in cfg.forwarding_rules.iter().enumerate() {
+            if r.mode == RuleMode::Gateway {
+                self.warn(
+                    &format!("forwarding_rules[{i}].mode"),
+                    format!("gateway mode is {NOT_USED}: the rule's packets are dropped and counted (drop gateway_unsupported), its gateway_endpoints are ignored"),
+                );
+            }
+        }
+        for (i, _) in cfg.backend_services.iter().enumerate() {
+            let p = format!("backend_services[{i}].geneve.endpoint_id_type");
+            if self.map.contains(&p) {
+                self.warn(
+                    &p,
+                    format!("{NOT_USED}: only gateway mode, which is not built, sends the gateway endpoint ID option"),
+                );
+            }
+        }
+        if cfg.bgp.is_some() {
+            self.warn(
+                "bgp",
+                format!("{NOT_USED}: no VIP is announced or withdrawn; announce them from the BGP speaker's own configuration"),
+            );
+        }
+        if cfg.flow_sync.is_some() {
+            self.warn(
+                "flow_sync",
+                format!("{NOT_USED}: flow state is not shared; a flow that moves to another node is scheduled there anew"),
             );
         }
     }

@@ -475,3 +475,88 @@ fn a_removed_element_does_not_renumber_later_paths() {
         "{errs}"
     );
 }
+
+/// Fields this version parses but does not act on: setting one is accepted
+/// with a warning that names its path; leaving it out (the default) is not
+/// warned of. No field silently does nothing.
+#[test]
+fn fields_not_used_by_this_version_are_warnings_naming_them() {
+    let cases: [(&str, String); 8] = [
+        (
+            "node.shutdown_drain",
+            node(
+                "[node]\nname = \"n1\"\nregion = \"r1\"\nzone = \"r1-a\"\nshutdown_drain = \"5s\"\n",
+            ),
+        ),
+        (
+            "dataplane.burst_size",
+            with("[dataplane]\nburst_size = 64\n"),
+        ),
+        (
+            "ports[0].gateway",
+            with(
+                "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"192.0.2.2/24\"]\ngateway = \"192.0.2.1\"\n",
+            ),
+        ),
+        (
+            "ports[0].mtu",
+            with(
+                "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\nmtu = 9000\n",
+            ),
+        ),
+        (
+            "forwarding_rules[1].mode",
+            with(concat!(
+                "[[forwarding_rules]]\nname = \"gw\"\nvips = [\"10.0.0.20\"]\nprotocol = \"L3_DEFAULT\"\n",
+                "backend_service = \"appliances\"\nmode = \"gateway\"\n",
+                "gateway_endpoints = [{ address = \"10.9.0.1\", id = 1 }]\n",
+                "[[backend_services]]\nname = \"appliances\"\ndelivery = \"geneve\"\n",
+                "[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"r1-a\"\n",
+                "endpoints = [{ address = \"10.2.0.1\" }]\n",
+            )),
+        ),
+        (
+            "backend_services[0].geneve.endpoint_id_type",
+            with("").replace(
+                "delivery = \"ipip\"",
+                "delivery = \"geneve\"\ngeneve = { endpoint_id_type = 5 }",
+            ),
+        ),
+        (
+            "bgp",
+            with(
+                "[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 64512\n",
+            ),
+        ),
+        (
+            "flow_sync",
+            with("[flow_sync]\nlisten = \"192.0.2.2:7700\"\npeers = [\"192.0.2.3:7700\"]\n"),
+        ),
+    ];
+    for (path, text) in cases {
+        let l = load(&text).unwrap_or_else(|e| panic!("{path}: rejected:\n{e}\n{text}"));
+        assert_eq!(l.warnings.len(), 1, "{path}: {:?}\n{text}", l.warnings);
+        assert!(
+            l.warnings[0].contains(&format!(": {path}: "))
+                && l.warnings[0].contains("not used by this version"),
+            "{path}: {:?}",
+            l.warnings
+        );
+        assert!(
+            l.summary().contains("not used by this version"),
+            "{path}: the summary (check-config) shows it"
+        );
+    }
+    // The same fields at their defaults, or a passthrough rule, are not
+    // warned of.
+    let quiet = with(concat!(
+        "[dataplane]\nworker_cores = [1]\n",
+        "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\n",
+    ))
+    .replace(
+        "backend_service = \"web\"\n",
+        "backend_service = \"web\"\nmode = \"passthrough\"\n",
+    );
+    let l = load(&quiet).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+}

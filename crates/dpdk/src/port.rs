@@ -62,6 +62,16 @@ pub enum PortError {
         /// Device maximum.
         max: u16,
     },
+    /// the port is already configured: another `Port` owns it
+    #[error(
+        "{port} ({name}) is already configured in this process: one Port owns a device until it is dropped"
+    )]
+    InUse {
+        /// The port.
+        port: PortId,
+        /// Its device name.
+        name: String,
+    },
     /// rte_eth_dev_configure failed
     #[error("{port}: configure failed: {errno}")]
     Configure {
@@ -194,7 +204,39 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
-/// A configured ethdev port. Stopped and closed on drop.
+/// Ports a [`Port`] owns in this process (`RTE_MAX_ETHPORTS` of them).
+static CLAIMED: [AtomicBool; dpdk_sys::RTE_MAX_ETHPORTS as usize] =
+    [const { AtomicBool::new(false) }; dpdk_sys::RTE_MAX_ETHPORTS as usize];
+
+/// Ownership of one port id by one [`Port`]; released on drop (after the
+/// port's own drop has stopped and closed the device).
+struct Claim(PortId);
+
+impl Claim {
+    fn take(eal: &Eal, id: PortId) -> Result<Claim, PortError> {
+        let in_use = || PortError::InUse {
+            port: id,
+            name: Port::name_of(eal, id).unwrap_or_default(),
+        };
+        let slot = CLAIMED.get(usize::from(id.0)).ok_or_else(in_use)?;
+        if slot.swap(true, Ordering::AcqRel) {
+            return Err(in_use());
+        }
+        Ok(Claim(id))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(slot) = CLAIMED.get(usize::from(self.0.0)) {
+            slot.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// A configured ethdev port. Stopped and closed on drop. At most one `Port`
+/// per device exists in a process: configuring a port that one already owns
+/// fails with [`PortError::InUse`].
 ///
 /// Queue handles borrow the port, so it cannot be stopped, reconfigured or
 /// dropped while a worker is still polling one of its queues.
@@ -208,6 +250,8 @@ pub struct Port {
     tx_taken: Vec<AtomicBool>,
     // RX queues allocate from this pool; keep it alive as long as the port.
     _pool: Mempool,
+    // Released when the fields drop, after Drop for Port closed the device.
+    _claim: Claim,
 }
 
 impl std::fmt::Debug for Port {
@@ -328,7 +372,9 @@ impl Port {
     }
 
     /// Configures port `id` with `cfg`, its RX queues drawing from `pool`.
-    /// The port is left stopped; call [`Port::start`].
+    /// The port is left stopped; call [`Port::start`]. Fails with
+    /// [`PortError::InUse`] while another `Port` owns `id` (two owners could
+    /// reconfigure, stop or close the device under each other).
     pub fn configure(
         eal: &Eal,
         id: PortId,
@@ -342,6 +388,9 @@ impl Port {
         ret_ok(ret, |errno| PortError::Info { port: id, errno })?;
         // SAFETY: zero-initialised and then filled in by DPDK.
         let info = unsafe { info.assume_init() };
+        // Before anything changes the device: a port someone owns is left
+        // alone. Released again if configuring fails below.
+        let claim = Claim::take(eal, id)?;
         let driver = if info.driver_name.is_null() {
             String::from("?")
         } else {
@@ -464,6 +513,7 @@ impl Port {
             rx_taken: (0..cfg.rx_queues).map(|_| AtomicBool::new(false)).collect(),
             tx_taken: (0..cfg.tx_queues).map(|_| AtomicBool::new(false)).collect(),
             _pool: pool.clone(),
+            _claim: claim,
         })
     }
 

@@ -14,19 +14,6 @@ use dpdk::{MbufBurst, Port, PortConfig, create_vdev};
 const NS_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const OUR_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("run ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A namespace and a veth pair, removed on drop (also when the test fails).
 struct Lab {
     ns: String,
@@ -43,8 +30,8 @@ impl Lab {
             ns_if: format!("spwn{tag}"),
         };
         assert!(lab.host_if.len() <= 15, "interface names fit IFNAMSIZ");
-        ip(&["netns", "add", &lab.ns]);
-        ip(&[
+        common::ip(&["netns", "add", &lab.ns]);
+        common::ip(&[
             "link",
             "add",
             &lab.host_if,
@@ -54,15 +41,15 @@ impl Lab {
             "name",
             &lab.ns_if,
         ]);
-        ip(&["link", "set", &lab.ns_if, "netns", &lab.ns]);
+        common::ip(&["link", "set", &lab.ns_if, "netns", &lab.ns]);
         // No IPv6 on the host side: keeps router solicitations off our port.
         let _ = std::fs::write(
             format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", lab.host_if),
             "1",
         );
-        ip(&["link", "set", &lab.host_if, "up"]);
-        ip(&["-n", &lab.ns, "link", "set", "lo", "up"]);
-        ip(&[
+        common::ip(&["link", "set", &lab.host_if, "up"]);
+        common::ip(&["-n", &lab.ns, "link", "set", "lo", "up"]);
+        common::ip(&[
             "-n",
             &lab.ns,
             "addr",
@@ -71,7 +58,7 @@ impl Lab {
             "dev",
             &lab.ns_if,
         ]);
-        ip(&["-n", &lab.ns, "link", "set", &lab.ns_if, "up"]);
+        common::ip(&["-n", &lab.ns, "link", "set", &lab.ns_if, "up"]);
         lab
     }
 
@@ -134,7 +121,7 @@ fn af_packet_port_exchanges_frames_with_a_namespace() {
     port.start().expect("start");
     let our_mac = port.mac();
     let mac_str: Vec<String> = our_mac.iter().map(|b| format!("{b:02x}")).collect();
-    ip(&[
+    common::ip(&[
         "-n",
         &lab.ns,
         "neigh",

@@ -13,21 +13,10 @@ struct Veth(String);
 impl Veth {
     fn new(name: String) -> Veth {
         let peer = format!("{name}p");
-        let ok = Command::new("ip")
-            .args(["link", "add", &name, "type", "veth", "peer", "name", &peer])
-            .status()
-            .expect("run ip")
-            .success();
-        assert!(ok, "create veth {name}");
+        common::ip(&["link", "add", &name, "type", "veth", "peer", "name", &peer]);
         for dev in [&name, &peer] {
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
-            assert!(
-                Command::new("ip")
-                    .args(["link", "set", dev, "up"])
-                    .status()
-                    .expect("ip")
-                    .success()
-            );
+            common::ip(&["link", "set", dev, "up"]);
         }
         Veth(name)
     }

@@ -172,3 +172,20 @@ pub fn assert_frame_builder_matches_scapy() {
     let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(hex, scapy);
 }
+
+/// Runs `ip ARGS…` (iproute2); panics with the command line, its exit status
+/// and what it printed unless it succeeds.
+pub fn ip(args: &[&str]) {
+    let line = format!("ip {}", args.join(" "));
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{line}` (iproute2): {e}"));
+    assert!(
+        out.status.success(),
+        "`{line}` exited with {}\n--- stdout:\n{}--- stderr:\n{}---",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
