@@ -411,6 +411,11 @@ fn scan_rust(file: &str, text: &str, scan: &mut Scan) {
             exec_lists += 1;
             match lits.get(3) {
                 Some(Some(cmd)) => scan.add(file, line, cmd),
+                // A binary of this workspace, which cargo builds.
+                Some(None)
+                    if items
+                        .get(3)
+                        .is_some_and(|i| i.starts_with("env!(\"CARGO_BIN_EXE_")) => {}
                 _ => scan.problems.push(format!(
                     "{file}:{line}: cannot tell what `ip netns exec` runs: name the program as a \
                      string literal, fourth in .args([…])"

@@ -45,20 +45,14 @@ impl Netns {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let name = format!("spwdecap{}x{:x}", std::process::id(), nanos & 0xffff);
-        run("ip", &["netns", "add", &name]);
+        run(ip_cmd(&["netns", "add", &name]));
         Netns { name, daemon: None }
     }
 
     fn ip(&self, args: &[&str]) {
         let mut a = vec!["-n", &self.name];
         a.extend_from_slice(args);
-        run("ip", &a);
-    }
-
-    fn exec(&self, args: &[&str]) {
-        let mut a = vec!["netns", "exec", &self.name];
-        a.extend_from_slice(args);
-        run("ip", &a);
+        run(ip_cmd(&a));
     }
 
     /// Runs `f` on a thread inside the namespace (sockets made there stay in it).
@@ -89,13 +83,23 @@ impl Drop for Netns {
     }
 }
 
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().expect(cmd);
+/// Runs `c`, failing the test with its command line, status and output if it fails.
+fn run(mut c: Command) {
+    let out = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
     assert!(
         out.status.success(),
-        "{cmd} {args:?}: {}",
+        "{c:?} exited with {}: stdout {:?}, stderr {:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `ip ARGS…`.
+fn ip_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(args);
+    c
 }
 
 /// A UDP packet from `src`:5555 to `dst`:PORT carrying `data`, valid checksums.
@@ -217,12 +221,17 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
         ]);
     }
     // Clients have no route back here; the packets are still for this host.
-    ns.exec(&[
+    let mut sysctl = Command::new("ip");
+    sysctl.args([
+        "netns",
+        "exec",
+        &ns.name,
         "sysctl",
         "-qw",
         "net.ipv4.conf.all.rp_filter=0",
         "net.ipv4.conf.default.rp_filter=0",
     ]);
+    run(sysctl);
 
     let log_path = std::env::temp_dir().join(format!("{}.log", ns.name));
     let log = std::fs::File::create(&log_path).expect("log file");
@@ -381,7 +390,9 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
 
     // The exit line counts the rest, by reason.
     let pid = ns.daemon.as_ref().map(|d| d.id()).expect("daemon");
-    run("kill", &["-TERM", &pid.to_string()]);
+    let mut kill = Command::new("kill");
+    kill.args(["-TERM", &pid.to_string()]);
+    run(kill);
     let status = ns.daemon.take().map(|mut d| d.wait().expect("wait"));
     let mut text = String::new();
     std::fs::File::open(&log_path)
