@@ -121,7 +121,11 @@ pub fn list(
         let Some(key) = FlowKey::unpack(&words) else {
             return ControlFlow::Continue(());
         };
-        let backend = snap.backends.get(e.backend as usize);
+        // A slot reused by a newer endpoint is not this entry's backend.
+        let backend = snap
+            .backends
+            .get(e.backend as usize)
+            .filter(|b| b.holds_entry_of(e.generation));
         let service = backend
             .and_then(|b| compiled.services.get(b.service as usize))
             .map_or("?", |s| s.name.as_str());

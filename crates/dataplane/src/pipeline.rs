@@ -860,6 +860,7 @@ impl Worker {
             || be.service as usize != p.svc
             || p.svc >= snap.services.len()
             || hit.entry.flags.contains(EntryFlags::UNCONFIRMED)
+            || !be.holds_entry_of(hit.entry.generation)
         {
             return None;
         }
@@ -924,7 +925,7 @@ impl Worker {
         let syn_only = p.class == ProtoClass::Tcp && !p.is_icmp_error && bare_syn(p.tcp_flags);
         let chosen = match hit {
             Some(hit)
-                if self.keeps(snap, plan, hit.entry.backend, p.class, now)
+                if self.keeps(snap, plan, &hit, p.class, now)
                     && (!syn_only
                         || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags)) =>
             {
@@ -1012,14 +1013,18 @@ impl Worker {
         &self,
         snap: &Snapshot,
         plan: &ServicePlan,
-        slot: u32,
+        hit: &Hit,
         class: ProtoClass,
         now: Tick,
     ) -> bool {
-        let state = snap.backends.get(slot as usize).map(|b| b.state);
+        let Some(be) = snap.backends.get(hit.entry.backend as usize) else {
+            return false;
+        };
         // The usual case is tested alone, the others out of line: as arms of
         // one match they made a jump through a table for every packet.
-        matches!(state, Some(BackendState::Active)) || keeps_inactive(state, plan, class, now)
+        be.holds_entry_of(hit.entry.generation)
+            && (matches!(be.state, BackendState::Active)
+                || keeps_inactive(Some(be.state), plan, class, now))
     }
 
     /// Whether a SYN may follow an existing entry: its backend is active and

@@ -7,8 +7,15 @@
 //! flow keeps reaching the same backend whatever happens to the order of the
 //! configuration file. A backend that leaves the configuration keeps its slot
 //! in state [`BackendState::Draining`] for the service's
-//! `connection_draining_timeout`, then [`BackendState::Removed`]; slots are
-//! not reused within a process.
+//! `connection_draining_timeout`, then [`BackendState::Removed`]; a removed
+//! backend's slot goes to the next new endpoint, with a new
+//! [`Backend::assigned`] generation so that no older flow entry follows it
+//! there (the slot table stays as large as the most backends ever configured
+//! at once, not as all that ever were).
+//!
+//! Maglev tables are kept between builds by what they are built from
+//! ([`TableKey`]): a health change rebuilds the tables of the service it
+//! touches, not every table.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -76,9 +83,23 @@ pub struct Backend {
     pub service: u32,
     /// Flow-relevant state.
     pub state: BackendState,
+    /// Generation of the snapshot that gave this slot to this endpoint. A
+    /// slot of a removed backend can be given to a new endpoint; flow
+    /// entries made before (an older generation) are never followed to it.
+    pub assigned: u32,
     /// Outer headers for packets to it, precomputed for its service's
     /// delivery mode (`None` for `l2dsr` and without a tunnel source).
     pub encap: Option<Template>,
+}
+
+impl Backend {
+    /// Whether a flow entry made in snapshot `generation` names this backend:
+    /// its slot was given to it no later (a removed backend's slot may since
+    /// have gone to a new endpoint, which the old flows must not follow).
+    #[inline(always)]
+    pub fn holds_entry_of(&self, generation: u32) -> bool {
+        generation.wrapping_sub(self.assigned) < 1 << 31
+    }
 }
 
 /// Everything a worker needs about one backend service.
@@ -118,8 +139,9 @@ pub struct RegionTables {
 /// A Maglev table whose endpoint indices map to backend slots.
 #[derive(Debug, Clone)]
 pub struct SlotTable {
-    /// The table.
-    pub table: MaglevTable,
+    /// The table (shared with the builder, which keeps it for the next
+    /// build while its inputs stay the same).
+    pub table: Arc<MaglevTable>,
     /// Backend slot of each of the table's endpoints.
     pub slots: Vec<u32>,
 }
@@ -272,20 +294,46 @@ pub enum SnapshotError {
     },
 }
 
+/// What a Maglev table is built from (SPEC M12): its size and its endpoints
+/// (identity, weight) in order. Equal keys give equal tables, so the builder
+/// keeps tables by key and a rebuild builds only those whose inputs changed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TableKey {
+    /// Table size (a prime).
+    pub size: u32,
+    /// Endpoints, in the order the table numbers them.
+    pub endpoints: Vec<maglev::Endpoint>,
+}
+
+impl TableKey {
+    /// Builds the table. Pure: any thread may do it.
+    pub fn build(&self) -> Result<MaglevTable, maglev::BuildError> {
+        MaglevTable::build_v1(self.size, &self.endpoints)
+    }
+}
+
 #[derive(Debug)]
 struct SlotRecord {
     backend: Backend,
     drain_ticks: Tick,
     seen: bool,
+    /// (service name, endpoint identity) the slot belongs to.
+    key: (String, String),
 }
 
-/// Builds snapshots, remembering backend slots between builds.
+/// Builds snapshots, remembering backend slots and Maglev tables between
+/// builds.
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder {
     generation: u32,
     cookie_key: u64,
     slots: Vec<SlotRecord>,
     by_identity: HashMap<(String, String), u32>,
+    /// Slots of removed backends, for new endpoints to take (lowest last).
+    free: Vec<u32>,
+    /// The Maglev tables of the last build (and any built ahead of the
+    /// next one), by what they were built from.
+    tables: HashMap<TableKey, Arc<MaglevTable>>,
 }
 
 /// Maps configuration affinity onto the flow-key rule of `wire`.
@@ -295,6 +343,116 @@ pub fn affinity(a: SessionAffinity) -> Affinity {
         SessionAffinity::ClientIpProto => Affinity::ClientIpProto,
         SessionAffinity::ClientIp => Affinity::ClientIp,
         SessionAffinity::ClientIpPortProto => Affinity::ClientIpPortProto,
+    }
+}
+
+/// One table's endpoints: (index within the service, Maglev endpoint).
+type EndpointSet = Vec<(usize, maglev::Endpoint)>;
+
+/// A service's selection before backend slots are attached: per region that
+/// takes a share of new connections, its non-empty tables (endpoints by
+/// their index within the service, with weights) and the client zones of
+/// its variants.
+struct Selection {
+    regions: Vec<(Vec<EndpointSet>, Vec<ZoneId>)>,
+    thresholds: Vec<u32>,
+    /// Every endpoint is unhealthy and the service fails open (M23): all of
+    /// them are used as if healthy, existing flows included.
+    fail_open: bool,
+}
+
+/// What `svc` selects from, given health and its locality plan (a service
+/// without one gets a single table over its eligible endpoints).
+fn select(
+    compiled: &Compiled,
+    svc: &config::compiled::Service,
+    health: &impl Fn(ConfigEndpointId) -> EndpointHealth,
+    plan: Option<&locality::Plan>,
+) -> Selection {
+    // Every endpoint by its index within the service (what a plan names):
+    // its Maglev identity, weight, and health.
+    let eps: Vec<(maglev::Endpoint, bool)> = svc
+        .endpoint_ids()
+        .filter_map(|ep_id| {
+            let ep = compiled.endpoints.get(ep_id.0 as usize)?;
+            let h = health(ep_id);
+            let weight = match svc.load_balancing {
+                LoadBalancing::Maglev => 1,
+                LoadBalancing::WeightedMaglev => u32::from(h.weight.unwrap_or(ep.weight)),
+            };
+            let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
+            Some((maglev::Endpoint { id, weight }, h.healthy))
+        })
+        .collect();
+    let non_empty = |sets: Vec<EndpointSet>| -> Vec<_> {
+        sets.into_iter().filter(|s| !s.is_empty()).collect()
+    };
+    match plan {
+        Some(plan) => Selection {
+            regions: plan
+                .regions
+                .iter()
+                .map(|share| {
+                    let sets = share
+                        .tables()
+                        .map(|set| {
+                            set.iter()
+                                .filter(|w| w.weight > 0)
+                                .filter_map(|w| {
+                                    let i = w.endpoint as usize;
+                                    let (e, _) = eps.get(i)?;
+                                    Some((
+                                        i,
+                                        maglev::Endpoint {
+                                            id: e.id,
+                                            weight: w.weight,
+                                        },
+                                    ))
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    (
+                        non_empty(sets),
+                        share.zone_variants.iter().map(|v| v.zone).collect(),
+                    )
+                })
+                .collect(),
+            thresholds: plan.thresholds.clone(),
+            fail_open: plan.eligibility == locality::Eligibility::FailOpen,
+        },
+        None => {
+            let weighted = || eps.iter().enumerate().filter(|(_, (e, _))| e.weight > 0);
+            let mut eligible: EndpointSet = weighted()
+                .filter(|(_, (_, healthy))| *healthy)
+                .map(|(i, (e, _))| (i, *e))
+                .collect();
+            // Fail-open (SPEC M23): with every endpoint unhealthy, use them all.
+            let fail_open = eligible.is_empty() && svc.fail_open && weighted().next().is_some();
+            if fail_open {
+                eligible = weighted().map(|(i, (e, _))| (i, *e)).collect();
+            }
+            if eligible.is_empty() {
+                Selection {
+                    regions: Vec::new(),
+                    thresholds: Vec::new(),
+                    fail_open,
+                }
+            } else {
+                Selection {
+                    regions: vec![(vec![eligible], Vec::new())],
+                    thresholds: vec![u32::MAX],
+                    fail_open,
+                }
+            }
+        }
+    }
+}
+
+fn table_key(size: u32, set: &[(usize, maglev::Endpoint)]) -> TableKey {
+    TableKey {
+        size,
+        endpoints: set.iter().map(|(_, e)| *e).collect(),
     }
 }
 
@@ -327,10 +485,53 @@ impl SnapshotBuilder {
         self.build_with_plans(compiled, local, health, &[], now, ticks_per_second)
     }
 
+    /// The Maglev tables that [`SnapshotBuilder::build_with_plans`] with
+    /// these inputs would have to build (each once): none when only
+    /// fractions, states or other services changed. The management core
+    /// builds them off its loop ([`TableKey::build`]) and hands them over
+    /// with [`SnapshotBuilder::add_tables`] when they are large.
+    pub fn missing_tables(
+        &self,
+        compiled: &Compiled,
+        health: impl Fn(ConfigEndpointId) -> EndpointHealth,
+        plans: &[Option<locality::Plan>],
+    ) -> Vec<TableKey> {
+        let mut out: Vec<TableKey> = Vec::new();
+        for (i, svc) in compiled.services.iter().enumerate() {
+            let sel = select(
+                compiled,
+                svc,
+                &health,
+                plans.get(i).and_then(Option::as_ref),
+            );
+            for (sets, _) in &sel.regions {
+                for set in sets {
+                    let key = table_key(svc.maglev_table_size, set);
+                    if !self.tables.contains_key(&key) && !out.contains(&key) {
+                        out.push(key);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Tables built ahead of the next build (see
+    /// [`SnapshotBuilder::missing_tables`]).
+    pub fn add_tables(&mut self, tables: impl IntoIterator<Item = (TableKey, Arc<MaglevTable>)>) {
+        self.tables.extend(tables);
+    }
+
+    /// Maglev tables held (those of the last build, and any added since).
+    pub fn tables_held(&self) -> usize {
+        self.tables.len()
+    }
+
     /// Like [`SnapshotBuilder::build`], with the management core's locality
     /// decision for each service (indexed like `compiled.services`; a
     /// service without one gets a single table over its eligible
-    /// endpoints, fail-open per M23).
+    /// endpoints, fail-open per M23). Only tables whose endpoints or
+    /// weights changed since the last build are built.
     pub fn build_with_plans(
         &mut self,
         compiled: Arc<Compiled>,
@@ -343,125 +544,97 @@ impl SnapshotBuilder {
         for rec in &mut self.slots {
             rec.seen = false;
         }
+        let generation = self.generation.wrapping_add(1);
+        let mut used: HashMap<TableKey, Arc<MaglevTable>> = HashMap::new();
         let mut services = Vec::with_capacity(compiled.services.len());
         for (svc_index, svc) in compiled.services.iter().enumerate() {
             let svc_id = u32::try_from(svc_index).unwrap_or(u32::MAX);
             let drain_ticks = ticks(svc.connection_draining_timeout, ticks_per_second);
-            let mut eligible = Vec::new();
-            let mut all = Vec::new();
-            // Every endpoint by its index within the service (what a
-            // locality plan names), with its configured identity.
-            let mut all_by_index: Vec<(u32, maglev::Endpoint)> = Vec::new();
+            let sel = select(
+                &compiled,
+                svc,
+                &health,
+                plans.get(svc_index).and_then(Option::as_ref),
+            );
+            // Backend slot of every endpoint, by its index within the service.
+            let mut slot_of: Vec<u32> = Vec::new();
             for ep_id in svc.endpoint_ids() {
                 let Some(ep) = compiled.endpoints.get(ep_id.0 as usize) else {
                     continue;
                 };
                 let h = health(ep_id);
-                let weight = match svc.load_balancing {
-                    LoadBalancing::Maglev => 1,
-                    LoadBalancing::WeightedMaglev => u32::from(h.weight.unwrap_or(ep.weight)),
-                };
                 let backend = Backend {
                     addr: ep.address,
                     mac: ep.mac.map(|m| m.0).unwrap_or(local.next_hop_mac),
                     service: svc_id,
-                    state: if h.healthy {
+                    // Failing open, every endpoint serves as if healthy: its
+                    // flows stay on it instead of moving at every packet.
+                    state: if h.healthy || sel.fail_open {
                         BackendState::Active
                     } else {
                         BackendState::Unhealthy {
                             until: now.wrapping_add(drain_ticks),
                         }
                     },
+                    assigned: generation,
                     encap: None,
                 };
-                let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
-                let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
-                all_by_index.push((slot, maglev::Endpoint { id, weight }));
-                if weight > 0 {
-                    all.push((slot, maglev::Endpoint { id, weight }));
-                    if h.healthy {
-                        eligible.push((slot, maglev::Endpoint { id, weight }));
-                    }
-                }
+                slot_of.push(self.slot_for(&svc.name, &ep.identity, backend, drain_ticks));
             }
-            // Fail-open (SPEC M23): with every endpoint unhealthy, use them all.
-            if eligible.is_empty() && svc.fail_open {
-                eligible = all;
-            }
-            let maglev_err = |source| SnapshotError::Maglev {
-                service: svc.name.clone(),
-                source,
-            };
-            let (regions, thresholds, zonal) = match plans.get(svc_index).and_then(Option::as_ref) {
-                Some(plan) => {
-                    let mut regions = Vec::with_capacity(plan.regions.len());
-                    for share in &plan.regions {
-                        let mut tables = Vec::new();
-                        for set in share.tables() {
-                            let chosen: Vec<(u32, maglev::Endpoint)> = set
-                                .iter()
-                                .filter(|w| w.weight > 0)
-                                .filter_map(|w| {
-                                    let (slot, ep) = all_by_index.get(w.endpoint as usize)?;
-                                    Some((
-                                        *slot,
-                                        maglev::Endpoint {
-                                            id: ep.id,
-                                            weight: w.weight,
-                                        },
-                                    ))
-                                })
-                                .collect();
-                            if let Some(t) =
-                                slot_table(svc.maglev_table_size, &chosen).map_err(maglev_err)?
-                            {
-                                tables.push(t);
-                            }
-                        }
-                        regions.push(RegionTables {
-                            tables,
-                            zones: share.zone_variants.iter().map(|v| v.zone).collect(),
-                        });
-                    }
-                    let zonal = regions.iter().any(|r| !r.zones.is_empty());
-                    (regions, plan.thresholds.clone(), zonal)
+            let mut regions = Vec::with_capacity(sel.regions.len());
+            for (sets, zones) in sel.regions {
+                let mut tables = Vec::with_capacity(sets.len());
+                for set in sets {
+                    let key = table_key(svc.maglev_table_size, &set);
+                    let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
+                        Some(t) => t.clone(),
+                        None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
+                            service: svc.name.clone(),
+                            source,
+                        })?),
+                    };
+                    tables.push(SlotTable {
+                        table: table.clone(),
+                        slots: set
+                            .iter()
+                            .map(|(i, _)| slot_of.get(*i).copied().unwrap_or(u32::MAX))
+                            .collect(),
+                    });
+                    used.insert(key, table);
                 }
-                None => match slot_table(svc.maglev_table_size, &eligible).map_err(maglev_err)? {
-                    Some(t) => (
-                        vec![RegionTables {
-                            tables: vec![t],
-                            zones: Vec::new(),
-                        }],
-                        vec![u32::MAX],
-                        false,
-                    ),
-                    None => (Vec::new(), Vec::new(), false),
-                },
-            };
+                regions.push(RegionTables { tables, zones });
+            }
+            let zonal = regions.iter().any(|r| !r.zones.is_empty());
             services.push(ServicePlan {
                 delivery: svc.delivery,
                 affinity: affinity(svc.session_affinity),
                 persistence: svc.connection_persistence,
                 no_backend_action: svc.no_backend_action,
                 regions,
-                thresholds,
+                thresholds: sel.thresholds,
                 zonal,
                 flow_tag: svc.flow_tag,
             });
         }
-        // Backends that left the configuration drain, then go.
-        for rec in self.slots.iter_mut().filter(|r| !r.seen) {
+        // Backends that left the configuration drain, then go; a removed
+        // backend's slot is free for a new endpoint.
+        for (i, rec) in self.slots.iter_mut().enumerate().filter(|(_, r)| !r.seen) {
             rec.backend.state = match rec.backend.state {
                 BackendState::Active | BackendState::Unhealthy { .. } => BackendState::Draining {
                     until: now.wrapping_add(rec.drain_ticks),
                 },
                 BackendState::Draining { until } if tick_reached(now, until) => {
+                    self.free.push(u32::try_from(i).unwrap_or(u32::MAX));
                     BackendState::Removed
                 }
                 s => s,
             };
         }
-        self.generation = self.generation.wrapping_add(1);
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.free.dedup();
+        // Keep the tables this snapshot uses, drop the rest.
+        self.tables = used;
+        self.generation = generation;
         let mut backends: Vec<Backend> = self.slots.iter().map(|r| r.backend.clone()).collect();
         for be in &mut backends {
             be.encap = services
@@ -498,6 +671,8 @@ impl SnapshotBuilder {
         if let Some(&slot) = self.by_identity.get(&key) {
             if let Some(rec) = self.slots.get_mut(slot as usize) {
                 let mut backend = backend;
+                // The slot stays this endpoint's since it was assigned.
+                backend.assigned = rec.backend.assigned;
                 // Still unhealthy: its draining period runs from when it
                 // turned unhealthy, not from this rebuild.
                 if let (
@@ -513,31 +688,30 @@ impl SnapshotBuilder {
                 return slot;
             }
         }
-        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        self.slots.push(SlotRecord {
+        let record = SlotRecord {
             backend,
             drain_ticks,
             seen: true,
-        });
+            key: key.clone(),
+        };
+        // A removed backend's slot: its flow entries predate `assigned`
+        // and are never followed to the new endpoint (`Backend::assigned`).
+        while let Some(slot) = self.free.pop() {
+            if let Some(rec) = self.slots.get_mut(slot as usize) {
+                if rec.seen || rec.backend.state != BackendState::Removed {
+                    continue;
+                }
+                self.by_identity.remove(&rec.key);
+                *rec = record;
+                self.by_identity.insert(key, slot);
+                return slot;
+            }
+        }
+        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        self.slots.push(record);
         self.by_identity.insert(key, slot);
         slot
     }
-}
-
-/// A weighted Maglev table over `chosen` (backend slot, endpoint); `None`
-/// when it is empty.
-fn slot_table(
-    size: u32,
-    chosen: &[(u32, maglev::Endpoint)],
-) -> Result<Option<SlotTable>, maglev::BuildError> {
-    if chosen.is_empty() {
-        return Ok(None);
-    }
-    let eps: Vec<maglev::Endpoint> = chosen.iter().map(|(_, e)| *e).collect();
-    Ok(Some(SlotTable {
-        table: MaglevTable::build_v1(size, &eps)?,
-        slots: chosen.iter().map(|(s, _)| *s).collect(),
-    }))
 }
 
 /// Whether the wrapping tick `now` is at or past `deadline`.
@@ -565,4 +739,85 @@ pub fn flow_table_config(dp: &config::schema::Dataplane) -> flowtable::Config {
         first_packet: secs(dp.timeouts.first_packet),
     };
     cfg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Services `a` and `b`, three endpoints each.
+    fn two_services() -> Arc<Compiled> {
+        let mut text = String::from("[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n");
+        for (name, net) in [("a", 1), ("b", 2)] {
+            text += &format!(
+                "\n[[backend_services]]\nname = \"{name}\"\ndelivery = \"ipip\"\ngroups = [{{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{{ address = \"10.{net}.0.1\" }}, {{ address = \"10.{net}.0.2\" }}, {{ address = \"10.{net}.0.3\" }}] }}]\n"
+            );
+        }
+        match config::load_str("t.toml", &text, &config::Env::default()) {
+            Ok(l) => Arc::new(l.compiled),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn table(s: &Snapshot, svc: usize) -> Arc<MaglevTable> {
+        s.services[svc].regions[0].tables[0].table.clone()
+    }
+
+    /// Health of the endpoints whose address is not in `down`.
+    fn health(
+        c: &Arc<Compiled>,
+        down: &'static [&'static str],
+    ) -> impl Fn(ConfigEndpointId) -> EndpointHealth + use<> {
+        let c = c.clone();
+        move |id| EndpointHealth {
+            healthy: !down.contains(&c.endpoints[id.index()].address.to_string().as_str()),
+            weight: None,
+        }
+    }
+
+    #[test]
+    fn only_the_tables_whose_inputs_changed_are_built() {
+        let c = two_services();
+        let mut b = SnapshotBuilder::new();
+        let s1 = b
+            .build(c.clone(), Local::default(), health(&c, &[]), 0, 1)
+            .expect("build");
+        assert_eq!(b.tables_held(), 2);
+        // Nothing changed: nothing to build, the same tables.
+        assert!(b.missing_tables(&c, health(&c, &[]), &[]).is_empty());
+        let s2 = b
+            .build(c.clone(), Local::default(), health(&c, &[]), 1, 1)
+            .expect("build");
+        assert!(Arc::ptr_eq(&table(&s1, 0), &table(&s2, 0)));
+        assert!(Arc::ptr_eq(&table(&s1, 1), &table(&s2, 1)));
+        // An endpoint of `a` fails: one table to build, `b`'s is kept.
+        let down: &[&str] = &["10.1.0.2"];
+        let missing = b.missing_tables(&c, health(&c, down), &[]);
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].endpoints.len(), 2);
+        // Built elsewhere and handed over, it is the one the build uses.
+        let built: Vec<(TableKey, Arc<MaglevTable>)> = missing
+            .into_iter()
+            .map(|k| {
+                let t = Arc::new(k.build().expect("table"));
+                (k, t)
+            })
+            .collect();
+        let handed = built[0].1.clone();
+        b.add_tables(built);
+        let s3 = b
+            .build(c.clone(), Local::default(), health(&c, down), 2, 1)
+            .expect("build");
+        assert!(Arc::ptr_eq(&table(&s3, 0), &handed));
+        assert!(Arc::ptr_eq(&table(&s3, 1), &table(&s1, 1)));
+        // Only the tables in use are kept.
+        assert_eq!(b.tables_held(), 2);
+        // Recovery: `a`'s full table is built again (it was dropped), equal
+        // to the first one.
+        assert_eq!(b.missing_tables(&c, health(&c, &[]), &[]).len(), 1);
+        let s4 = b
+            .build(c.clone(), Local::default(), health(&c, &[]), 3, 1)
+            .expect("build");
+        assert_eq!(*table(&s4, 0), *table(&s1, 0));
+    }
 }

@@ -477,6 +477,133 @@ fn a_removed_backend_drains_then_its_flows_move_and_it_gets_no_new_ones() {
     );
 }
 
+/// A removed backend's slot goes to the next new endpoint (the slot table
+/// does not grow with every endpoint that ever was), and the old backend's
+/// flows never follow their entries to the newcomer.
+#[test]
+fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
+    let four = config("ipip", true, "DEFAULT_FOR_PROTOCOL");
+    let mut lab = Lab::with(&four, 4096);
+    let mut on_removed = Vec::new();
+    for port in 0..200u16 {
+        let f = eth(&tcp(CLIENT, 30000 + port, VIP, 80, SYN));
+        let (_, out) = lab.run(&f, 1);
+        if backend_of(&out, &f).to_string() == "10.0.1.14" {
+            on_removed.push(30000 + port);
+        }
+    }
+    assert!(!on_removed.is_empty());
+    let slot = |lab: &Lab, addr: &str| {
+        lab.snap
+            .backends
+            .iter()
+            .position(|b| b.addr.to_string() == addr && b.state == dataplane::BackendState::Active)
+    };
+    let old_slot = slot(&lab, "10.0.1.14").expect("slot of 10.0.1.14");
+    let slots = lab.snap.backends.len();
+    // 10.0.1.14 leaves; after its 10 s of draining it is removed.
+    let three = config("ipip", false, "DEFAULT_FOR_PROTOCOL");
+    lab.rebuild(&three, |_| true, 5);
+    lab.rebuild(&three, |_| true, 16);
+    assert_eq!(
+        lab.snap.backends[old_slot].state,
+        dataplane::BackendState::Removed
+    );
+    // A new endpoint takes the free slot.
+    let newcomer = three.replace(
+        "{ address = \"10.0.1.13\" },",
+        "{ address = \"10.0.1.13\" },\n  { address = \"10.0.1.99\" },",
+    );
+    lab.rebuild(&newcomer, |_| true, 17);
+    assert_eq!(
+        slot(&lab, "10.0.1.99"),
+        Some(old_slot),
+        "the free slot is reused"
+    );
+    assert_eq!(lab.snap.backends.len(), slots, "no slot was added");
+    // The removed backend's flows are rescheduled, by Maglev over the new
+    // set: never to 10.0.1.99 through their old entries.
+    let fresh = Lab::with(&newcomer, 4096);
+    let mut fresh = fresh;
+    for &p in &on_removed {
+        let f = eth(&tcp(CLIENT, p, VIP, 80, ACK));
+        let (_, out) = lab.run(&f, 18);
+        let (_, want) = fresh.run(&f, 18);
+        assert_eq!(
+            backend_of(&out, &f),
+            backend_of(&want, &f),
+            "port {p}: Maglev's choice"
+        );
+    }
+    assert_eq!(
+        lab.worker.counters.flows_rescheduled,
+        on_removed.len() as u64
+    );
+}
+
+/// SPEC M23: failing open, every endpoint serves as if healthy — flows keep
+/// their entries instead of being re-created at every packet.
+#[test]
+fn failing_open_keeps_flows_on_their_backends() {
+    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
+        "connection_draining_timeout",
+        "fail_open = true\nconnection_draining_timeout",
+    );
+    let mut lab = Lab::with(&cfg, 4096);
+    lab.rebuild(&cfg, |_| false, 1);
+    let mut first = Vec::new();
+    for port in 0..50u16 {
+        let f = eth(&udp(CLIENT, 40000 + port, VIP, 53));
+        let (v, out) = lab.run(&f, 2);
+        assert_eq!(v, Verdict::Forward, "fail-open forwards");
+        first.push(backend_of(&out, &f));
+    }
+    for round in 0..3 {
+        for port in 0..50u16 {
+            let f = eth(&udp(CLIENT, 40000 + port, VIP, 53));
+            let (_, out) = lab.run(&f, 3 + round);
+            assert_eq!(backend_of(&out, &f), first[usize::from(port)]);
+        }
+    }
+    let c = &lab.worker.counters;
+    assert_eq!(
+        (c.new_flows, c.flow_hits, c.flows_rescheduled),
+        (50, 150, 0)
+    );
+}
+
+/// A flow forwarded without an entry (the table is full) keeps one GENEVE
+/// flow cookie for all its packets.
+#[test]
+fn a_stateless_flow_keeps_one_cookie() {
+    let mut lab = Lab::with(&config("geneve", false, "DEFAULT_FOR_PROTOCOL"), 16);
+    for port in 0..100u16 {
+        let f = eth(&udp(CLIENT, 10000 + port, VIP, 53));
+        lab.run(&f, 1);
+        lab.run(&f, 1);
+    }
+    let before = lab.worker.counters.stateless;
+    let cookie = |out: &[u8]| {
+        let t = parse_tunnel(out, &DecapConfig::default()).expect("geneve");
+        t.gateway.cookie.expect("cookie option")
+    };
+    let mut cookies = Vec::new();
+    for _ in 0..5 {
+        let f = eth(&udp(CLIENT, 20000, VIP, 53));
+        let (_, out) = lab.run(&f, 2);
+        cookies.push(cookie(&out));
+    }
+    assert_eq!(
+        lab.worker.counters.stateless - before,
+        5,
+        "the table is full"
+    );
+    assert!(cookies.iter().all(|c| *c == cookies[0]), "{cookies:x?}");
+    // Another flow gets another cookie.
+    let (_, out) = lab.run(&eth(&udp(CLIENT, 20001, VIP, 53)), 2);
+    assert_ne!(cookie(&out), cookies[0]);
+}
+
 #[test]
 fn unhealthy_backends_keep_tcp_but_not_udp_by_default() {
     let mut lab = Lab::new("ipip");
