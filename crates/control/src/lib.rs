@@ -31,9 +31,13 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use config::Compiled;
+use dataplane::snapshot::TableKey;
 use dataplane::snapshot::tick_reached;
-use dataplane::{BackendState, DropReason, Local, Snapshot, SnapshotBuilder, WorkerCounters};
+use dataplane::{
+    BackendState, DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, WorkerCounters,
+};
 use flowtable::FlowTable;
+use maglev::MaglevTable;
 
 /// What workers and the management core share.
 pub struct Shared {
@@ -79,6 +83,63 @@ pub struct Manager {
     watch: FileWatch,
     balance: balance::Balance,
     listeners: Option<listen::Listeners>,
+    /// Maglev tables being built off the management loop, and what the
+    /// snapshot waiting for them is made of.
+    pending: Option<PendingBuild>,
+    /// A rebuild was asked for while one was pending: do it after.
+    dirty: bool,
+    /// Builds whose missing tables hold at most this many slots in all are
+    /// made on the management loop itself; larger ones on a thread.
+    inline_slots: u64,
+}
+
+/// Missing Maglev tables of at most this many slots in all (a few tens of
+/// milliseconds of building) are built on the management loop itself.
+pub const INLINE_TABLE_SLOTS: u64 = 1 << 21;
+
+/// Maglev tables built by a thread, with what each was built from.
+type BuiltTables = Vec<(TableKey, Arc<MaglevTable>)>;
+
+/// A snapshot waiting for its Maglev tables, which a thread builds so that
+/// the management loop goes on ageing flows, applying health and answering
+/// while they are large (SPEC M38, M50).
+struct PendingBuild {
+    compiled: Arc<Compiled>,
+    /// Health of every endpoint of `compiled` and the plans, as they were
+    /// when the build started: the snapshot is made of these.
+    health: Vec<EndpointHealth>,
+    plans: Vec<Option<locality::Plan>>,
+    started: Instant,
+    tables: usize,
+    slots: u64,
+    done: std::sync::mpsc::Receiver<Result<BuiltTables, String>>,
+}
+
+/// What became of a snapshot to publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Live now, as this generation.
+    Live(u32),
+    /// Waiting for `tables` Maglev tables (`slots` slots in all) that a
+    /// thread is building; it goes live when they are built.
+    Building {
+        /// Tables being built.
+        tables: usize,
+        /// Their slots in all.
+        slots: u64,
+    },
+}
+
+impl std::fmt::Display for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Published::Live(g) => write!(f, "generation {g} is live"),
+            Published::Building { tables, slots } => write!(
+                f,
+                "accepted; it goes live when its {tables} new Maglev table(s) ({slots} slots) are built (see `spillway status`)"
+            ),
+        }
+    }
 }
 
 /// What identifies a version of the configuration file.
@@ -156,7 +217,13 @@ impl Manager {
         let compiled = Arc::new(compiled);
         let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))?;
         let balance = balance::Balance::start(&compiled)?;
-        let mut builder = SnapshotBuilder::new();
+        // The secret behind the cookies of flows forwarded without an entry:
+        // the standard library's per-process random hash keys.
+        let cookie_key = {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+        };
+        let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
         let snap = builder.build_with_plans(
             compiled.clone(),
             local.clone(),
@@ -193,8 +260,18 @@ impl Manager {
             },
             balance,
             listeners: None,
+            pending: None,
+            dirty: false,
+            inline_slots: INLINE_TABLE_SLOTS,
         };
         Ok((mgr, shared))
+    }
+
+    /// Sets the size of table builds made on the management loop itself
+    /// (default [`INLINE_TABLE_SLOTS`]; 0 builds every missing table on a
+    /// thread).
+    pub fn build_inline_up_to(&mut self, slots: u64) {
+        self.inline_slots = slots;
     }
 
     /// Turns reloading on file change on or off (the daemon follows
@@ -209,15 +286,16 @@ impl Manager {
     }
 
     /// Re-reads, validates and compiles the configuration file and, if it is
-    /// valid, publishes a snapshot built from it. Returns the new generation,
-    /// or every error (the running configuration stays).
-    pub fn reload(&mut self) -> Result<u32, String> {
+    /// valid, publishes a snapshot built from it. Returns what became of it
+    /// (live, or waiting for large Maglev tables), or every error (the
+    /// running configuration stays).
+    pub fn reload(&mut self) -> Result<Published, String> {
         self.reload_with(false)
     }
 
     /// [`Manager::reload`]; with `force`, also a configuration that
     /// [`destructive_change`] would refuse (`spillway reload --force`).
-    pub fn reload_with(&mut self, force: bool) -> Result<u32, String> {
+    pub fn reload_with(&mut self, force: bool) -> Result<Published, String> {
         let t0 = Instant::now();
         // Whatever this reload makes of the file, the watcher need not
         // reload it again.
@@ -244,10 +322,10 @@ impl Manager {
             }
             return Err(self.reload_failed(format!("health checks: {e}")));
         }
-        match self.publish(compiled.clone()) {
-            Ok(generation) => {
+        let previous = std::mem::replace(&mut self.compiled, compiled.clone());
+        match self.publish() {
+            Ok(published) => {
                 self.watch.enabled = compiled.settings.control.watch_config;
-                self.compiled = compiled;
                 self.reloads_ok += 1;
                 self.last_error = None;
                 for w in &loaded.warnings {
@@ -257,14 +335,15 @@ impl Manager {
                     log::warn!("reload: {what} changed; that takes effect at the next restart");
                 }
                 log::info!(
-                    "reload: generation {generation} live in {:.1} ms",
+                    "reload: {published} ({:.1} ms)",
                     t0.elapsed().as_secs_f64() * 1e3
                 );
-                Ok(generation)
+                Ok(published)
             }
             Err(e) => {
                 // The new configuration did not go live: health and
                 // locality follow the running one again.
+                self.compiled = previous;
                 if let Err(h) = self.balance.reload(&self.compiled) {
                     log::error!("health checks: {h}");
                 }
@@ -280,16 +359,93 @@ impl Manager {
         e
     }
 
-    fn publish(&mut self, compiled: Arc<Compiled>) -> Result<u32, String> {
+    /// Publishes a snapshot of the current configuration, health and plans:
+    /// at once when the Maglev tables it lacks are small, else once a thread
+    /// has built them. While a build is pending, a new request is noted and
+    /// served when it ends (the latest state then).
+    fn publish(&mut self) -> Result<Published, String> {
+        if let Some(p) = &self.pending {
+            self.dirty = true;
+            return Ok(Published::Building {
+                tables: p.tables,
+                slots: p.slots,
+            });
+        }
+        let compiled = self.compiled.clone();
+        let health: Vec<EndpointHealth> = (0..compiled.endpoints.len())
+            .map(|i| {
+                self.balance
+                    .endpoint_health(config::compiled::EndpointId(i as u32))
+            })
+            .collect();
+        let plans = self.balance.plans().to_vec();
+        let missing = self.builder.missing_tables(
+            &compiled,
+            |id| {
+                health
+                    .get(id.index())
+                    .copied()
+                    .unwrap_or(EndpointHealth::HEALTHY)
+            },
+            &plans,
+        );
+        let slots: u64 = missing.iter().map(|k| u64::from(k.size)).sum();
+        if missing.is_empty() || slots <= self.inline_slots {
+            return self
+                .assemble(compiled, &health, &plans)
+                .map(Published::Live);
+        }
+        let (tx, done) = std::sync::mpsc::channel();
+        let tables = missing.len();
+        let spawned = std::thread::Builder::new()
+            .name("spillway-maglev".into())
+            .spawn(move || {
+                let built: Result<Vec<_>, String> = missing
+                    .into_iter()
+                    .map(|k| match k.build() {
+                        Ok(t) => Ok((k, Arc::new(t))),
+                        Err(e) => Err(format!("a Maglev table of {} slots: {e}", k.size)),
+                    })
+                    .collect();
+                let _ = tx.send(built);
+            });
+        if let Err(e) = spawned {
+            return Err(format!("starting a Maglev build thread: {e}"));
+        }
+        log::info!("building {tables} Maglev table(s), {slots} slots, off the management loop");
+        self.pending = Some(PendingBuild {
+            compiled,
+            health,
+            plans,
+            started: Instant::now(),
+            tables,
+            slots,
+            done,
+        });
+        Ok(Published::Building { tables, slots })
+    }
+
+    /// Builds the snapshot of `compiled` with this health and these plans
+    /// (its Maglev tables at hand, or built here) and makes it live.
+    fn assemble(
+        &mut self,
+        compiled: Arc<Compiled>,
+        health: &[EndpointHealth],
+        plans: &[Option<locality::Plan>],
+    ) -> Result<u32, String> {
         let now = self.now();
-        let balance = &self.balance;
         let snap = self
             .builder
             .build_with_plans(
                 compiled,
                 self.local.clone(),
-                |id| balance.endpoint_health(id),
-                balance.plans(),
+                |id| {
+                    health
+                        .get(id.index())
+                        .copied()
+                        .unwrap_or(EndpointHealth::HEALTHY)
+                },
+                plans,
                 now,
                 1,
             )
@@ -297,6 +453,59 @@ impl Manager {
         let generation = snap.generation;
         self.shared.snapshot.store(Arc::new(snap));
         Ok(generation)
+    }
+
+    /// Publishes the pending snapshot if its tables are built (and then
+    /// whatever was asked for meanwhile). Called by the loop every tick.
+    pub fn poll_build(&mut self) {
+        let Some(p) = &self.pending else {
+            return;
+        };
+        let built = match p.done.try_recv() {
+            Ok(r) => r,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Err("the Maglev build thread ended without its tables".to_owned())
+            }
+        };
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        let result = built.and_then(|tables| {
+            self.builder.add_tables(tables);
+            self.assemble(p.compiled.clone(), &p.health, &p.plans)
+        });
+        match result {
+            Ok(generation) => log::info!(
+                "generation {generation} live: {} Maglev table(s) built in {:.1} s",
+                p.tables,
+                p.started.elapsed().as_secs_f64()
+            ),
+            Err(e) => {
+                // Cannot happen with a validated configuration; the running
+                // snapshot stays, and so does what its configuration was.
+                log::error!("building the snapshot: {e}");
+                let live = self.shared.snapshot.load().compiled.clone();
+                if !Arc::ptr_eq(&live, &self.compiled) {
+                    self.compiled = live;
+                    if let Err(h) = self.balance.reload(&self.compiled) {
+                        log::error!("health checks: {h}");
+                    }
+                    self.last_error =
+                        Some(format!("the reloaded configuration could not go live: {e}"));
+                }
+            }
+        }
+        if std::mem::take(&mut self.dirty) {
+            if let Err(e) = self.publish() {
+                log::error!("rebuilding the snapshot: {e}");
+            }
+        }
+    }
+
+    /// Whether a snapshot is waiting for Maglev tables a thread builds.
+    pub fn building(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// Periodic work: advance the clock, age a slice of the flow table, and
@@ -312,20 +521,24 @@ impl Manager {
             |b| matches!(b.state, BackendState::Draining { until } if tick_reached(now, until)),
         );
         let shared = &self.shared;
-        let children = self.compiled.children.len();
+        let children = shared.snapshot.load().compiled.children.len();
         let replan = self.balance.tick(&self.compiled, &self.builder, || {
             sum_published(shared, children)
         });
         if retire_due || replan {
-            if let Err(e) = self.publish(self.compiled.clone()) {
+            if let Err(e) = self.publish() {
                 log::error!("rebuilding the snapshot: {e}");
             }
         }
     }
 
-    /// Sum of every worker's last published counters.
+    /// Sum of every worker's last published counters (indexed like the live
+    /// snapshot's configuration, which workers count by).
     pub fn counters(&self) -> WorkerCounters {
-        sum_published(&self.shared, self.compiled.children.len())
+        sum_published(
+            &self.shared,
+            self.shared.snapshot.load().compiled.children.len(),
+        )
     }
 
     /// `spillway status`.
@@ -354,7 +567,18 @@ impl Manager {
             self.shared.flows.capacity(),
             occ.half_open
         );
-        for (svc, plan) in self.compiled.services.iter().zip(&snap.services) {
+        if let Some(p) = &self.pending {
+            out += &format!(
+                "building {} Maglev table(s), {} slots, for the next generation: {:.1} s so far (generation {} stays live meanwhile)\n",
+                p.tables,
+                p.slots,
+                p.started.elapsed().as_secs_f64(),
+                snap.generation
+            );
+        }
+        // The live snapshot's own configuration names its services (a
+        // reloaded one may still be waiting for its tables).
+        for (svc, plan) in snap.compiled.services.iter().zip(&snap.services) {
             let eligible = plan.eligible_slots().len();
             out += &format!(
                 "service {}: {} ({eligible} eligible backends)\n",
@@ -412,7 +636,7 @@ impl Manager {
     pub fn metrics(&self) -> String {
         metrics::render(
             &self.counters(),
-            &self.compiled,
+            &self.shared.snapshot.load().compiled,
             &self.balance.rule_states(&self.compiled),
             self.balance.probed(),
             self.listener_info(),
@@ -448,7 +672,8 @@ impl Manager {
         for r in DropReason::ALL {
             out += &format!("drop {}: {}\n", r.name(), c.dropped(r));
         }
-        for (child, cc) in self.compiled.children.iter().zip(&c.children) {
+        let live = self.shared.snapshot.load().compiled.clone();
+        for (child, cc) in live.children.iter().zip(&c.children) {
             out += &format!(
                 "rule {}: {} packets {} bytes {} new flows {} drops\n",
                 child.name, cc.packets, cc.bytes, cc.new_flows, cc.drops
@@ -475,7 +700,7 @@ impl Manager {
     /// `spillway flows`: the connection table filtered by `q`.
     pub fn flows(&self, q: &flows::FlowQuery) -> String {
         let snap = self.shared.snapshot.load();
-        flows::list(q, &self.shared.flows, &snap, &self.compiled, self.now())
+        flows::list(q, &self.shared.flows, &snap, &snap.compiled, self.now())
     }
 
     /// Runs the management loop on the calling thread until `stop` is set:
@@ -494,6 +719,7 @@ impl Manager {
                 log::info!("{} changed; reloading", self.path.display());
                 let _ = self.reload();
             }
+            self.poll_build();
             self.tick();
             self.answer_until(next_tick);
         }

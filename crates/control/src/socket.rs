@@ -293,7 +293,7 @@ pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
         "status" => format!("ok\n{}", mgr.status()),
         "stats" => format!("ok\n{}", mgr.stats()),
         cmd @ ("reload" | "reload --force") => match mgr.reload_with(cmd == "reload --force") {
-            Ok(g) => format!("ok\nreloaded: generation {g} is live\n"),
+            Ok(p) => format!("ok\nreloaded: {p}\n"),
             Err(e) => format!("error\nreload rejected; the running configuration stays:\n{e}\n"),
         },
         cmd if cmd == "flows" || cmd.starts_with("flows ") => {

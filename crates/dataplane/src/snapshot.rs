@@ -384,9 +384,8 @@ fn select(
             Some((maglev::Endpoint { id, weight }, h.healthy))
         })
         .collect();
-    let non_empty = |sets: Vec<EndpointSet>| -> Vec<_> {
-        sets.into_iter().filter(|s| !s.is_empty()).collect()
-    };
+    let non_empty =
+        |sets: Vec<EndpointSet>| -> Vec<_> { sets.into_iter().filter(|s| !s.is_empty()).collect() };
     match plan {
         Some(plan) => Selection {
             regions: plan

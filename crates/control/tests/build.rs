@@ -1,0 +1,136 @@
+//! Large Maglev tables are built off the management loop (SPEC M38, M50):
+//! a reload that needs them is accepted at once, the running snapshot stays
+//! live while a thread builds them, ticks and answers go on, and what is
+//! asked for meanwhile is published after.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use control::{Manager, Published};
+use dataplane::Local;
+
+/// A prime table size large enough that building it takes a while.
+fn big_prime() -> u32 {
+    (1_000_000u32..)
+        .find(|&m| maglev::is_prime(m))
+        .expect("a prime")
+}
+
+fn config(endpoints: usize) -> String {
+    let eps: Vec<String> = (0..endpoints)
+        .map(|i| format!("{{ address = \"10.1.0.{}\" }}", i + 1))
+        .collect();
+    format!(
+        r#"
+[node]
+name = "n"
+region = "r"
+zone = "z"
+
+[dataplane]
+flow_table_capacity = 1024
+
+[[forwarding_rules]]
+name = "web"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = 80
+backend_service = "web"
+
+[[backend_services]]
+name = "web"
+delivery = "ipip"
+maglev_table_size = {m}
+groups = [{{ name = "g", region = "r", zone = "z", endpoints = [{eps}] }}]
+
+[control]
+socket = "/nonexistent/not-used.sock"
+watch_config = false
+"#,
+        m = big_prime(),
+        eps = eps.join(", ")
+    )
+}
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
+    let dir = Dir(std::env::temp_dir().join(format!("spillway-build-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let path = dir.0.join("spillway.toml");
+    std::fs::write(&path, config(3)).expect("config");
+    let loaded = config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (mut mgr, shared) = Manager::start(&path, loaded.compiled, Local::default(), 1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    mgr.build_inline_up_to(0);
+    assert_eq!(shared.snapshot.load().generation, 1);
+
+    // A fourth endpoint: the service's table must be built again.
+    std::fs::write(&path, config(4)).expect("config");
+    let t0 = Instant::now();
+    let published = mgr.reload().unwrap_or_else(|e| panic!("{e}"));
+    let accepted = t0.elapsed();
+    assert!(
+        matches!(published, Published::Building { tables: 1, .. }),
+        "{published:?}"
+    );
+    assert!(mgr.building());
+    assert_eq!(
+        shared.snapshot.load().generation,
+        1,
+        "the running snapshot stays"
+    );
+    assert!(
+        mgr.status().contains("building 1 Maglev table(s)"),
+        "{}",
+        mgr.status()
+    );
+
+    // Meanwhile a fifth endpoint: noted, published after the pending build.
+    std::fs::write(&path, config(5)).expect("config");
+    let again = mgr.reload().unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(again, Published::Building { .. }), "{again:?}");
+
+    // The loop goes on: ticks and answers while the thread builds.
+    let (mut ticks, mut longest) = (0u32, Duration::ZERO);
+    let mut first_live = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while mgr.building() {
+        assert!(Instant::now() < deadline, "the tables were never built");
+        let t = Instant::now();
+        mgr.poll_build();
+        mgr.tick();
+        let _ = mgr.status();
+        longest = longest.max(t.elapsed());
+        ticks += 1;
+        if first_live.is_none() && shared.snapshot.load().generation > 1 {
+            first_live = Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let snap = shared.snapshot.load();
+    println!(
+        "reload accepted in {:.1} ms; first new generation live after {:.2} s; all built after {:.2} s; \
+         {ticks} loop turns meanwhile, the longest {:.1} ms",
+        accepted.as_secs_f64() * 1e3,
+        first_live.unwrap_or_default().as_secs_f64(),
+        t0.elapsed().as_secs_f64(),
+        longest.as_secs_f64() * 1e3
+    );
+    assert!(ticks > 1, "the loop turned while the tables were built");
+    // The last configuration is live: five endpoints in the table.
+    let live: Vec<String> = snap.services[0].regions[0].tables[0]
+        .slots
+        .iter()
+        .map(|&s| snap.backends[s as usize].addr.to_string())
+        .collect();
+    assert_eq!(live.len(), 5, "{live:?}");
+    assert!(live.contains(&"10.1.0.5".to_owned()), "{live:?}");
+}
