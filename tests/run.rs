@@ -824,6 +824,10 @@ unhealthy_threshold = 1
 
 [metrics]
 listen = "127.0.0.1:{http_port}"
+# The 50 slow clients and the timed ones all come from 127.0.0.1 here:
+# the per-client cap (one_client_cannot_hold_every_status_slot) stays out
+# of the way.
+max_connections_per_client = 60
 
 [control]"#
             ),
