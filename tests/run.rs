@@ -824,6 +824,10 @@ unhealthy_threshold = 1
 
 [metrics]
 listen = "127.0.0.1:{http_port}"
+# The 50 slow clients and the timed ones all come from 127.0.0.1 here:
+# the per-client cap (one_client_cannot_hold_every_status_slot) stays out
+# of the way.
+max_connections_per_client = 60
 
 [control]"#
             ),
@@ -954,6 +958,177 @@ listen = "127.0.0.1:{http_port}"
         .sum();
     println!("slow clients made {connections} connections in all");
     assert!(!socket.exists(), "the control socket is removed on exit");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client at 127.0.0.1 grabbing every HTTP slot it can: each of its
+/// threads opens a connection, sends nothing and waits for the daemon to
+/// close it (408 at the deadline, or 503 at once), then opens the next at
+/// once (after a 503: 100 ms later). (Sending nothing: a connection closed
+/// with its request unread is reset, and its 503 with it.) Returns how
+/// many 503s it got; `refusals` counts them as they come.
+fn slot_grabber(
+    port: u16,
+    refusals: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    use std::io::Read;
+    use std::sync::atomic::Ordering;
+    std::thread::spawn(move || {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut busy = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+            else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut answer = [0u8; 12];
+            let n = s.read(&mut answer).unwrap_or(0);
+            if answer
+                .get(..n)
+                .is_some_and(|a| a.starts_with(b"HTTP/1.0 503"))
+            {
+                busy += 1;
+                refusals.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        busy
+    })
+}
+
+/// `GET path` on 127.0.0.1:port from 127.0.0.2 (another client to the
+/// daemon; the whole 127/8 is this host), within `within`; "" on failure.
+fn http_get_from_another_address(port: u16, path: &str, within: Duration) -> String {
+    use std::io::{Read, Write};
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    let from = std::net::SocketAddr::from(([127, 0, 0, 2], 0));
+    s.bind(&from.into()).expect("bind 127.0.0.2");
+    let to = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    if s.connect_timeout(&to.into(), within).is_err() {
+        return String::new();
+    }
+    let mut s: std::net::TcpStream = s.into();
+    let _ = s.set_read_timeout(Some(within));
+    let _ = s.set_write_timeout(Some(within));
+    if write!(s, "GET {path} HTTP/1.0\r\n\r\n").is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// SPEC M50, M21: one client on an allowed address that opens as many slow
+/// connections as it can (more than `max_connections`) holds at most
+/// `max_connections_per_client` of the HTTP slots (the defaults: 8 of 64);
+/// another client (as another Spillway polling `/status` for a
+/// `remote_rule` group) is still answered, within the poll deadline, every
+/// time; the first client's extra connections are refused and counted.
+#[test]
+fn one_client_cannot_hold_every_status_slot() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-run-per-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), &[]);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let http_port = free_port();
+    let cfg = dir.join("spillway.toml");
+    let toml = config(&dir, "dns").replace(
+        "[control]",
+        &format!("[metrics]\nlisten = \"127.0.0.1:{http_port}\"\n\n[control]"),
+    );
+    std::fs::write(&cfg, toml).expect("config");
+    let mut daemon = Daemon::start(&cfg, false);
+    let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
+    wait_until_up(&mut daemon, &socket_s);
+    let within = control::remote::DEADLINE;
+    assert!(
+        http_get_from_another_address(http_port, "/status", within).contains("rule dns HEALTHY\n"),
+        "/status from 127.0.0.2 before the grab"
+    );
+
+    // 96 connections at once from 127.0.0.1: more than the 64 the listener
+    // serves.
+    let refusals = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let grabbers: Vec<_> = (0..96)
+        .map(|_| slot_grabber(http_port, refusals.clone(), stop.clone()))
+        .collect();
+    let end = Instant::now() + Duration::from_secs(60);
+    // Until the grabber is turned away: it holds all it can get.
+    while refusals.load(Ordering::Relaxed) < 100 {
+        assert!(Instant::now() < end, "the grabber was never turned away");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let http_stats = || -> String {
+        let stats = text(&spillway(&["stats", "--socket", &socket_s]));
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("listener http: "))
+            .unwrap_or_else(|| panic!("no listener http in stats:\n{stats}"))
+            .to_owned()
+    };
+    let count = |line: &str, suffix: &str| -> u64 {
+        line.split("; ")
+            .find_map(|p| p.strip_suffix(suffix)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {suffix:?} in {line}"))
+    };
+    // Polled like a remote_rule group does (within its deadline), and
+    // answered every time: at least 5 times, and until the grabber's
+    // connections were cut off at their deadline (5 s) and it grabbed
+    // again.
+    let mut poll = 0;
+    let line = loop {
+        let t0 = Instant::now();
+        let st = http_get_from_another_address(http_port, "/status", within);
+        println!(
+            "poll {poll} from 127.0.0.2 while 127.0.0.1 grabbed slots: {:?} after {} refusals: {:?}",
+            t0.elapsed(),
+            refusals.load(Ordering::Relaxed),
+            st.lines().next().unwrap_or("no answer")
+        );
+        assert!(
+            st.starts_with("HTTP/1.0 200 ") && st.contains("rule dns HEALTHY\n"),
+            "poll {poll}: {st:?}"
+        );
+        poll += 1;
+        let line = http_stats();
+        if poll >= 5 && count(&line, " timed out") >= 8 {
+            break line;
+        }
+        assert!(
+            Instant::now() < end,
+            "the grabber was never cut off: {line}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    println!("listener http: {line}");
+    assert!(
+        count(&line, " refused per client (over 8 from one client)") >= 100,
+        "{line}"
+    );
+    assert_eq!(count(&line, " refused (over 64 connections)"), 0, "{line}");
+    let m = http_get_from_another_address(http_port, "/metrics", Duration::from_secs(5));
+    assert!(
+        m.contains(
+            "spillway_listener_connections_total{listener=\"http\",outcome=\"per_client_limit\"} "
+        ),
+        "{m}"
+    );
+    // Stopped first: it closes the grabber's connections.
+    stop.store(true, Ordering::Relaxed);
+    assert!(daemon.terminate().success());
+    let busy: u64 = grabbers
+        .into_iter()
+        .map(|g| g.join().expect("grabber"))
+        .sum();
+    println!("the grabber was answered 503 {busy} times");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

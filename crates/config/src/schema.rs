@@ -885,10 +885,29 @@ pub struct Metrics {
     /// Connections served at once; more are refused. Default 64.
     #[serde(default = "d_max_connections")]
     pub max_connections: u32,
+    /// Connections served at once from one client (an IPv4 address, or an
+    /// IPv6 /64); more are refused, so one client cannot hold every slot.
+    /// Absent: 8, or `max_connections` if smaller; see
+    /// [`Metrics::per_client`].
+    #[serde(default)]
+    pub max_connections_per_client: Option<u32>,
     /// Time a client has to send its request, and again to read the
     /// answer. Default 5 s.
     #[serde(default = "d_listener_timeout")]
     pub timeout: Duration,
+}
+
+/// `[metrics] max_connections_per_client` when absent.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: u32 = 8;
+
+impl Metrics {
+    /// The per-client cap in effect: as set, else the default, never more
+    /// than `max_connections` (validation refuses an explicit larger one).
+    pub fn per_client(&self) -> u32 {
+        self.max_connections_per_client
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_CLIENT)
+            .min(self.max_connections)
+    }
 }
 
 fn d_metrics() -> SocketAddr {
@@ -907,6 +926,7 @@ impl Default for Metrics {
             listen: d_metrics(),
             allow: None,
             max_connections: d_max_connections(),
+            max_connections_per_client: None,
             timeout: d_listener_timeout(),
         }
     }

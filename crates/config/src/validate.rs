@@ -1465,6 +1465,30 @@ impl Checker<'_> {
                 );
             }
         }
+        // One client may hold at most this many of the HTTP slots: what is
+        // left is what other clients (other nodes polling /status) keep.
+        match m.max_connections_per_client {
+            Some(n) if n == 0 || n > m.max_connections => self.err(
+                "metrics.max_connections_per_client",
+                format!(
+                    "{n}: expected 1-{} (at most max_connections)",
+                    m.max_connections
+                ),
+            ),
+            set if m.max_connections > 1 && m.per_client() >= m.max_connections => self.warn(
+                if set.is_some() {
+                    "metrics.max_connections_per_client"
+                } else {
+                    "metrics.max_connections"
+                },
+                format!(
+                    "max_connections_per_client {} of max_connections {}: one client can hold every slot and keep other nodes from reading /status; set max_connections_per_client below max_connections",
+                    m.per_client(),
+                    m.max_connections
+                ),
+            ),
+            _ => {}
+        }
     }
 }
 

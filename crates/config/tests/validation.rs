@@ -215,6 +215,8 @@ fn cases() -> Vec<Case> {
         case("too many metrics connections", with("[metrics]\nmax_connections = 5000 #!\n"), "metrics.max_connections", "expected 1-4096"),
         case("metrics timeout too long", with("[metrics]\ntimeout = \"5m\" #!\n"), "metrics.timeout", "at most 60s"),
         case("empty metrics allow-list", with("[metrics]\nallow = [] #!\n"), "metrics.allow", "admits nobody"),
+        case("per-client cap above max_connections", with("[metrics]\nmax_connections = 16\nmax_connections_per_client = 17 #!\n"), "metrics.max_connections_per_client", "17: expected 1-16 (at most max_connections)"),
+        case("per-client cap of zero", with("[metrics]\nmax_connections_per_client = 0 #!\n"), "metrics.max_connections_per_client", "0: expected 1-64"),
         case("allow-list prefix with host bits", with("[metrics]\nallow = [\"10.1.2.3/16\"] #!\n"), "metrics.allow[0]", "write the network address"),
     ]
 }
@@ -346,6 +348,43 @@ fn a_worker_on_the_management_core_is_a_warning() {
         "{:?}",
         l.warnings
     );
+}
+
+/// SPEC M50: a per-client cap that lets one client hold every HTTP slot is
+/// allowed, and said; the default (8, never above max_connections) is
+/// enough for max_connections above 8.
+#[test]
+fn a_per_client_cap_that_reserves_nothing_is_a_warning() {
+    for (metrics, path) in [
+        (
+            "max_connections = 8\nmax_connections_per_client = 8\n",
+            "metrics.max_connections_per_client",
+        ),
+        // Absent: 8, here capped at 4.
+        ("max_connections = 4\n", "metrics.max_connections"),
+    ] {
+        let l = load(&with(&format!("[metrics]\n{metrics}"))).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        assert!(
+            l.warnings[0].contains(&format!("{path}: max_connections_per_client "))
+                && l.warnings[0].contains("one client can hold every slot"),
+            "{:?}",
+            l.warnings
+        );
+    }
+    for (metrics, per_client) in [
+        ("", 8),
+        ("max_connections = 9\n", 8),
+        ("max_connections = 1\n", 1),
+        (
+            "max_connections = 16\nmax_connections_per_client = 15\n",
+            15,
+        ),
+    ] {
+        let l = load(&with(&format!("[metrics]\n{metrics}"))).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.warnings.is_empty(), "{metrics}: {:?}", l.warnings);
+        assert_eq!(l.config.metrics.per_client(), per_client, "{metrics}");
+    }
 }
 
 /// SPEC M50: a metrics listener off loopback is allowed, and said.

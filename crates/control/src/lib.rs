@@ -681,8 +681,15 @@ impl Manager {
         }
         for l in self.listener_info() {
             let c = l.counters.values();
+            let per_client = match l.limits.per_client {
+                Some(n) => format!(
+                    "{} refused per client (over {n} from one client); ",
+                    c.per_client_limit
+                ),
+                None => String::new(),
+            };
             out += &format!(
-                "listener {}: {} answered; {} refused (over {} connections); {} denied; {} timed out; {} oversized; {} bad; {} busy\n",
+                "listener {}: {} answered; {} refused (over {} connections); {per_client}{} denied; {} timed out; {} oversized; {} bad; {} busy\n",
                 l.name,
                 c.answered,
                 c.refused,
@@ -882,6 +889,7 @@ fn listeners_differ(old: &Compiled, new: &Compiled) -> bool {
     a.listen != b.listen
         || a.allow != b.allow
         || a.max_connections != b.max_connections
+        || a.per_client() != b.per_client()
         || a.timeout != b.timeout
         || c.socket != d.socket
         || c.socket_group != d.socket_group

@@ -3,20 +3,24 @@
 //! (`spillway-listen`) so that no client can delay the management loop.
 //!
 //! The thread owns the sockets. It accepts, refuses connections beyond
-//! `max_connections` (and, for HTTP, from addresses outside `allow`; for the
-//! socket, peers whose credentials are not allowed), reads one request with
+//! `max_connections` (and, for HTTP, from addresses outside `allow` and
+//! beyond `max_connections_per_client` from one client; for the socket,
+//! peers whose credentials are not allowed), reads one request with
 //! one deadline for the whole request (not per read) and a size bound, and
 //! hands the request to the management loop as a [`Call`] over a bounded
 //! channel. The loop computes the answer between ticks and replies; the
 //! thread writes the answer under a deadline again and closes. The loop
 //! never touches a client's socket, so the worst a client can do is hold a
-//! connection slot for `timeout`, twice.
+//! connection slot for `timeout`, twice. And the worst one HTTP client can
+//! do is hold `max_connections_per_client` of them: the rest stay for the
+//! others, such as the Spillways whose `remote_rule` groups read `/status`.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -75,6 +79,7 @@ pub struct Call {
 pub struct Counters {
     answered: AtomicU64,
     refused: AtomicU64,
+    per_client_limit: AtomicU64,
     denied: AtomicU64,
     timed_out: AtomicU64,
     oversized: AtomicU64,
@@ -89,6 +94,9 @@ pub struct CounterValues {
     pub answered: u64,
     /// Connections closed at once: `max_connections` were open.
     pub refused: u64,
+    /// Connections closed at once: their client (HTTP: an IPv4 address or
+    /// an IPv6 /64) had `max_connections_per_client` open.
+    pub per_client_limit: u64,
     /// Connections closed at once: address not allowed (HTTP) or peer
     /// credentials not allowed (socket).
     pub denied: u64,
@@ -113,6 +121,7 @@ impl Counters {
         CounterValues {
             answered: v(&self.answered),
             refused: v(&self.refused),
+            per_client_limit: v(&self.per_client_limit),
             denied: v(&self.denied),
             timed_out: v(&self.timed_out),
             oversized: v(&self.oversized),
@@ -124,10 +133,11 @@ impl Counters {
 
 impl CounterValues {
     /// (name, value) pairs, in the order `stats` and `/metrics` show them.
-    pub fn pairs(&self) -> [(&'static str, u64); 7] {
+    pub fn pairs(&self) -> [(&'static str, u64); 8] {
         [
             ("answered", self.answered),
             ("refused", self.refused),
+            ("per_client_limit", self.per_client_limit),
             ("denied", self.denied),
             ("timed_out", self.timed_out),
             ("oversized", self.oversized),
@@ -142,6 +152,8 @@ impl CounterValues {
 pub struct Limits {
     /// Connections served at once.
     pub max_connections: usize,
+    /// Connections served at once from one client (HTTP only).
+    pub per_client: Option<usize>,
     /// For the whole request; again for writing the answer.
     pub timeout: Duration,
 }
@@ -164,6 +176,8 @@ pub struct Listeners {
     calls: Receiver<Call>,
     info: Vec<ListenerInfo>,
     http_addr: Option<SocketAddr>,
+    #[cfg(test)]
+    http_clients: Option<Arc<PerClient>>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     socket_file: Option<socket::SocketFile>,
@@ -173,6 +187,7 @@ pub struct Listeners {
 struct HttpSide {
     listener: std::net::TcpListener,
     allow: Option<Vec<Prefix>>,
+    clients: Arc<PerClient>,
     ctx: Arc<Ctx>,
 }
 
@@ -191,10 +206,100 @@ struct Ctx {
     limits: Limits,
 }
 
-fn limits(max_connections: u32, timeout: config::values::Duration) -> Limits {
+fn limits(
+    max_connections: u32,
+    per_client: Option<u32>,
+    timeout: config::values::Duration,
+) -> Limits {
+    let max_connections = max_connections.max(1) as usize;
     Limits {
-        max_connections: max_connections.max(1) as usize,
+        max_connections,
+        per_client: per_client.map(|n| (n.max(1) as usize).min(max_connections)),
         timeout: timeout.0,
+    }
+}
+
+/// Whose connections a per-client cap counts together: an IPv4 address
+/// (seen as such on an IPv6 listener too), or an IPv6 /64, the least a
+/// host is given (SLAAC, privacy addresses): one host can pick any of its
+/// 2^64 addresses, so a cap per IPv6 address would cap nobody.
+pub(crate) fn client_of(addr: IpAddr) -> IpAddr {
+    match addr.to_canonical() {
+        IpAddr::V6(a) => IpAddr::V6((a.to_bits() & !u128::from(u64::MAX)).into()),
+        v4 => v4,
+    }
+}
+
+/// The connections each client holds, against a cap per client. Only
+/// clients holding at least one are kept, so it never has more entries
+/// than the listener has connections.
+#[derive(Debug)]
+pub(crate) struct PerClient {
+    max: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A connection's place in its client's count, given back when dropped:
+/// however the connection ends (each early return, a timeout, an error, a
+/// panic, the runtime going away), so no slot can leak.
+#[derive(Debug)]
+pub(crate) struct ClientSlot {
+    clients: Arc<PerClient>,
+    client: IpAddr,
+}
+
+impl PerClient {
+    pub(crate) fn new(max: usize) -> Arc<PerClient> {
+        Arc::new(PerClient {
+            max,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
+        // Nothing panics while holding it; if something did, the counts
+        // are still whole (each change is one statement).
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for a connection from `addr`, unless its client holds the
+    /// cap already.
+    pub(crate) fn try_acquire(self: &Arc<Self>, addr: IpAddr) -> Option<ClientSlot> {
+        let client = client_of(addr);
+        let mut held = self.lock();
+        let n = held.get(&client).copied().unwrap_or(0);
+        if n >= self.max {
+            return None;
+        }
+        held.insert(client, n + 1);
+        Some(ClientSlot {
+            clients: self.clone(),
+            client,
+        })
+    }
+
+    /// Connections the client of `addr` holds.
+    #[cfg(test)]
+    pub(crate) fn held(&self, addr: IpAddr) -> usize {
+        self.lock().get(&client_of(addr)).copied().unwrap_or(0)
+    }
+
+    /// Clients holding at least one connection.
+    #[cfg(test)]
+    pub(crate) fn clients(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self.clients.lock();
+        if let Some(n) = held.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.client);
+            }
+        }
     }
 }
 
@@ -207,8 +312,15 @@ impl Listeners {
         metrics: &config::schema::Metrics,
         control: &config::schema::Control,
     ) -> Result<Listeners, ListenError> {
-        let http_limits = limits(metrics.max_connections, metrics.timeout);
-        let socket_limits = limits(control.max_connections, control.timeout);
+        let http_limits = limits(
+            metrics.max_connections,
+            Some(metrics.per_client()),
+            metrics.timeout,
+        );
+        // The socket's peers are the node's operators (root, the daemon's
+        // user, `socket_group`), who can drain every backend: no cap of
+        // their own.
+        let socket_limits = limits(control.max_connections, None, control.timeout);
         // Each connection has at most one call in flight.
         let (tx, calls) = std::sync::mpsc::sync_channel(
             http_limits.max_connections + socket_limits.max_connections,
@@ -246,6 +358,11 @@ impl Listeners {
                 Some(HttpSide {
                     listener,
                     allow: metrics.allow.clone(),
+                    clients: PerClient::new(
+                        http_limits
+                            .per_client
+                            .unwrap_or(http_limits.max_connections),
+                    ),
                     ctx: ctx(http_limits),
                 })
             }
@@ -258,6 +375,8 @@ impl Listeners {
             }
         };
         let http_addr = http.as_ref().and_then(|h| h.listener.local_addr().ok());
+        #[cfg(test)]
+        let http_clients = http.as_ref().map(|h| h.clients.clone());
         let mut info = vec![ListenerInfo {
             name: "control",
             limits: socket_limits,
@@ -288,6 +407,8 @@ impl Listeners {
             calls,
             info,
             http_addr,
+            #[cfg(test)]
+            http_clients,
             shutdown: Some(shutdown),
             thread: Some(thread),
             socket_file: Some(socket_file),
@@ -383,8 +504,16 @@ async fn accept_http(h: HttpSide) {
             try_write(&mut stream, http::BUSY).await;
             continue;
         };
+        // After the listener's own cap: `refused` says the listener is
+        // full, whoever asks; this, that one client is at its share.
+        let Some(client) = h.clients.try_acquire(peer.ip()) else {
+            Counters::inc(&ctx.counters.per_client_limit);
+            log::debug!("http: {peer} holds max_connections_per_client already");
+            try_write(&mut stream, http::BUSY).await;
+            continue;
+        };
         tokio::spawn(async move {
-            let _permit = permit;
+            let (_permit, _client) = (permit, client);
             let deadline = Instant::now() + ctx.limits.timeout;
             serve_connection(stream, Front::Http, &ctx, deadline, Ok(())).await;
         });
@@ -680,11 +809,23 @@ mod tests {
         timeout_ms: u64,
         allow: Option<&str>,
     ) -> (Listeners, socket::tests::Tmp) {
+        listeners_per_client(name, max, max, timeout_ms, allow)
+    }
+
+    /// The same, with a cap per client for HTTP.
+    fn listeners_per_client(
+        name: &str,
+        max: u32,
+        per_client: u32,
+        timeout_ms: u64,
+        allow: Option<&str>,
+    ) -> (Listeners, socket::tests::Tmp) {
         let dir = socket::tests::tmp(&format!("listen-{name}"));
         let metrics = config::schema::Metrics {
             listen: "127.0.0.1:0".parse().unwrap(),
             allow: allow.map(|a| vec![a.parse().unwrap()]),
             max_connections: max,
+            max_connections_per_client: Some(per_client),
             timeout: config::values::Duration::millis(timeout_ms),
         };
         let control = config::schema::Control {
@@ -700,17 +841,29 @@ mod tests {
 
     /// Answers calls like a management loop would, until the listeners go.
     fn answer_in_background(l: &mut Listeners) -> std::thread::JoinHandle<()> {
+        answer_with(l, |job| {
+            Some(match job {
+                Job::Command(line) => format!("ok\n{line}\n"),
+                Job::ExportedStatus => "rule web HEALTHY\n".to_owned(),
+                Job::Metrics => "spillway_x 1\n".to_owned(),
+            })
+        })
+    }
+
+    /// Answers calls with `answer` (`None`: the reply is dropped, as by a
+    /// loop that gave up), until the listeners go.
+    fn answer_with(
+        l: &mut Listeners,
+        answer: impl Fn(Job) -> Option<String> + Send + 'static,
+    ) -> std::thread::JoinHandle<()> {
         let (tx, calls) = std::sync::mpsc::sync_channel(1);
         let real = std::mem::replace(&mut l.calls, calls);
         drop(tx);
         std::thread::spawn(move || {
             while let Ok(c) = real.recv() {
-                let a = match c.job {
-                    Job::Command(line) => format!("ok\n{line}\n"),
-                    Job::ExportedStatus => "rule web HEALTHY\n".to_owned(),
-                    Job::Metrics => "spillway_x 1\n".to_owned(),
-                };
-                let _ = c.reply.send(a);
+                if let Some(a) = answer(c.job) {
+                    let _ = c.reply.send(a);
+                }
             }
         })
     }
@@ -844,6 +997,210 @@ mod tests {
         assert!(ask_http(addr, b"GET /x HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404 "));
         let (c, h) = (counters(&l, "control"), counters(&l, "http"));
         assert_eq!((c.oversized, h.oversized, h.bad, h.answered), (1, 1, 1, 1));
+        drop(l);
+        mgr.join().unwrap();
+    }
+
+    #[test]
+    fn client_slots_are_counted_per_address_or_ipv6_64_and_given_back_when_dropped() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        assert_eq!(client_of(ip("10.1.2.3")), ip("10.1.2.3"));
+        assert_eq!(client_of(ip("::ffff:10.1.2.3")), ip("10.1.2.3"));
+        assert_eq!(client_of(ip("2001:db8:1:2:aaaa::7")), ip("2001:db8:1:2::"));
+        let t = PerClient::new(2);
+        let a = ip("10.0.0.1");
+        let a1 = t.try_acquire(a).unwrap();
+        let a2 = t.try_acquire(a).unwrap();
+        assert!(t.try_acquire(a).is_none(), "a third from one address");
+        assert!(
+            t.try_acquire(ip("::ffff:10.0.0.1")).is_none(),
+            "the same address seen on an IPv6 listener"
+        );
+        let b = t.try_acquire(ip("10.0.0.2")).expect("another address");
+        // An IPv6 /64 is one client, whichever of its addresses it uses.
+        let v1 = t.try_acquire(ip("2001:db8:1:2::1")).unwrap();
+        let v2 = t
+            .try_acquire(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+            .unwrap();
+        assert!(t.try_acquire(ip("2001:db8:1:2:abcd::5")).is_none());
+        let w = t.try_acquire(ip("2001:db8:1:3::1")).expect("another /64");
+        assert_eq!(
+            (t.held(a), t.held(ip("2001:db8:1:2::9")), t.clients()),
+            (2, 2, 4)
+        );
+        drop(a1);
+        assert_eq!(t.held(a), 1);
+        let a3 = t.try_acquire(a).expect("a slot given back is a slot again");
+        drop((a2, a3, b, v1, v2, w));
+        assert_eq!(t.clients(), 0, "no client is kept once it holds nothing");
+        // A refused attempt leaves nothing behind either.
+        let t = PerClient::new(1);
+        let x = t.try_acquire(a).unwrap();
+        for _ in 0..3 {
+            assert!(t.try_acquire(a).is_none());
+        }
+        drop(x);
+        assert_eq!(t.clients(), 0);
+    }
+
+    /// A TCP connection to `to` from `from` (any address of 127/8 is this
+    /// host on Linux).
+    fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let from: SocketAddr = (from.parse::<std::net::Ipv4Addr>().unwrap(), 0).into();
+        s.bind(&from.into()).unwrap();
+        s.connect(&to.into()).unwrap();
+        s.into()
+    }
+
+    fn ask(mut s: TcpStream, req: &[u8]) -> String {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(req);
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    /// Waits (at most 10 s) until `done`.
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}: never");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn one_client_at_its_cap_leaves_the_other_slots_to_others() {
+        let (mut l, _dir) = listeners_per_client("per-client", 8, 2, 2000, None);
+        let mgr = answer_in_background(&mut l);
+        let addr = l.http_addr().unwrap();
+        let clients = l.http_clients.clone().unwrap();
+        let first: IpAddr = "127.0.0.1".parse().unwrap();
+        let idle: Vec<_> = (0..2).map(|_| connect_from("127.0.0.1", addr)).collect();
+        wait_for("two slots held", || clients.held(first) == 2);
+        // A third from the same address: 503, closed, counted.
+        assert_eq!(
+            ask(connect_from("127.0.0.1", addr), b"").as_bytes(),
+            http::BUSY
+        );
+        // Another address still has its share.
+        let answer = ask(
+            connect_from("127.0.0.2", addr),
+            b"GET /status HTTP/1.0\r\n\r\n",
+        );
+        assert!(answer.ends_with("\r\n\r\nrule web HEALTHY\n"), "{answer}");
+        let h = counters(&l, "http");
+        assert_eq!(
+            (h.per_client_limit, h.refused, h.answered),
+            (1, 0, 1),
+            "{h:?}"
+        );
+        drop(idle);
+        wait_for("the slots given back", || clients.clients() == 0);
+        drop(l);
+        mgr.join().unwrap();
+    }
+
+    /// With one connection per client, each way a connection can end must
+    /// give its slot back, or the client's next one would be refused.
+    #[test]
+    fn every_way_an_http_connection_ends_gives_its_client_slot_back() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (mut l, _dir) = listeners_per_client("exits", 8, 1, 300, None);
+        let huge = Arc::new(AtomicBool::new(false));
+        let mgr = answer_with(&mut l, {
+            let huge = huge.clone();
+            move |job| match job {
+                Job::ExportedStatus => Some("rule web HEALTHY\n".to_owned()),
+                // More than the socket buffers take: the client must read.
+                Job::Metrics if huge.load(Ordering::Relaxed) => Some("x".repeat(64 << 20)),
+                // The loop gives up: busy.
+                Job::Metrics | Job::Command(_) => None,
+            }
+        });
+        let addr = l.http_addr().unwrap();
+        let clients = l.http_clients.clone().unwrap();
+        let me: IpAddr = "127.0.0.1".parse().unwrap();
+        let status = b"GET /status HTTP/1.0\r\n\r\n";
+        // The client's next request is answered (retried while the slot is
+        // not back yet: the listener may see the next connection before the
+        // end of the last one when the client ended it).
+        let served_again = |after: &str| {
+            let mut tries = 0;
+            wait_for(&format!("served again after {after}"), || {
+                tries += 1;
+                ask(connect_from("127.0.0.1", addr), status).ends_with("rule web HEALTHY\n")
+            });
+            println!("{after}: served again at try {tries}");
+        };
+        served_again("nothing");
+
+        // The request never comes (timed out, 408), while a second
+        // connection of the same client is refused (503).
+        let idle = connect_from("127.0.0.1", addr);
+        wait_for("the idle connection's slot", || clients.held(me) == 1);
+        assert_eq!(
+            ask(connect_from("127.0.0.1", addr), b"").as_bytes(),
+            http::BUSY
+        );
+        assert!(ask(idle, b"").starts_with("HTTP/1.0 408 "));
+        served_again("a request that never came");
+        // Part of a request, then nothing.
+        assert!(ask(connect_from("127.0.0.1", addr), b"GET /st").starts_with("HTTP/1.0 408 "));
+        served_again("a request cut short");
+        // Too large, malformed, unknown path.
+        let big = vec![b'H'; http::MAX_HEAD + 1];
+        assert_eq!(
+            ask(connect_from("127.0.0.1", addr), &big).as_bytes(),
+            http::TOO_LARGE
+        );
+        served_again("an oversized request");
+        assert!(ask(connect_from("127.0.0.1", addr), b"\r\n\r\n").starts_with("HTTP/1.0 400 "));
+        served_again("a malformed request");
+        assert!(
+            ask(connect_from("127.0.0.1", addr), b"GET /x HTTP/1.0\r\n\r\n")
+                .starts_with("HTTP/1.0 404 ")
+        );
+        served_again("a 404");
+        // The management loop gives up on the request.
+        assert_eq!(
+            ask(
+                connect_from("127.0.0.1", addr),
+                b"GET /metrics HTTP/1.0\r\n\r\n"
+            )
+            .as_bytes(),
+            http::UNAVAILABLE
+        );
+        served_again("a request the loop did not answer");
+        // The client resets the connection mid-request (a read error).
+        let s = socket2::Socket::from(connect_from("127.0.0.1", addr));
+        s.set_linger(Some(Duration::ZERO)).unwrap();
+        let _ = (&s).write_all(b"GET /status HTTP/1.0\r\n");
+        wait_for("the reset connection's slot", || clients.held(me) == 1);
+        drop(s);
+        served_again("a reset");
+        // The client never reads its (large) answer: the write times out,
+        // and the slot is back while the client still holds its socket.
+        huge.store(true, Ordering::Relaxed);
+        let mut unread = connect_from("127.0.0.1", addr);
+        unread.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let before = counters(&l, "http").timed_out;
+        wait_for("the unread answer timed out", || {
+            counters(&l, "http").timed_out > before
+        });
+        served_again("an answer never read");
+        drop(unread);
+
+        let h = counters(&l, "http");
+        println!("{h:?}");
+        assert!(h.per_client_limit >= 1, "{h:?}");
+        assert_eq!(
+            (h.timed_out, h.oversized, h.bad, h.busy),
+            (3, 1, 1, 1),
+            "{h:?}"
+        );
+        wait_for("every slot given back", || clients.clients() == 0);
         drop(l);
         mgr.join().unwrap();
     }

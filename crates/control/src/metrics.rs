@@ -176,7 +176,7 @@ pub fn render(
         o,
         "listener_connections_total",
         "counter",
-        "Management listener connections by outcome (answered, refused over max_connections, denied by allow-list or peer credentials, timed_out, oversized, bad, busy).",
+        "Management listener connections by outcome (answered, refused over max_connections, per_client_limit over max_connections_per_client from one client, denied by allow-list or peer credentials, timed_out, oversized, bad, busy).",
         listeners.iter().flat_map(|l| {
             l.counters
                 .values()
