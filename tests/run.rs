@@ -170,6 +170,23 @@ impl Drop for Daemon {
     }
 }
 
+/// `spillway status` once it contains `what` (within 20 s; fails if the
+/// daemon exits first).
+fn status_with(daemon: &mut Daemon, socket: &str, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = text(&spillway(&["status", "--socket", socket]));
+        if status.contains(what) {
+            return status;
+        }
+        if let Ok(Some(s)) = daemon.0.try_wait() {
+            panic!("spillway run exited: {s}");
+        }
+        assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn stat(socket: &str, key: &str) -> Option<u64> {
     let out = spillway(&["stats", "--socket", socket]);
     let t = text(&out);
@@ -441,20 +458,7 @@ fn the_daemon_reloads_when_its_file_changes() {
     std::fs::write(&cfg, config_watching(&dir, "dns", true)).expect("config");
     let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
-    let wait_for = |what: &str, daemon: &mut Daemon| -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let status = text(&spillway(&["status", "--socket", &socket_s]));
-            if status.contains(what) {
-                return status;
-            }
-            if let Ok(Some(s)) = daemon.0.try_wait() {
-                panic!("spillway run exited: {s}");
-            }
-            assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let wait_for = |what: &str, daemon: &mut Daemon| status_with(daemon, &socket_s, what);
     wait_for("snapshot generation 1", &mut daemon);
 
     std::fs::write(&cfg, config_watching(&dir, "dns2", true)).expect("config");
@@ -494,20 +498,7 @@ fn a_half_written_file_never_goes_live_unless_forced() {
     std::fs::write(&cfg, &full).expect("config");
     let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
-    let wait_for = |what: &str, daemon: &mut Daemon| -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let status = text(&spillway(&["status", "--socket", &socket_s]));
-            if status.contains(what) {
-                return status;
-            }
-            if let Ok(Some(s)) = daemon.0.try_wait() {
-                panic!("spillway run exited: {s}");
-            }
-            assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let wait_for = |what: &str, daemon: &mut Daemon| status_with(daemon, &socket_s, what);
     wait_for("snapshot generation 1", &mut daemon);
     // The file as an editor or a copy might leave it halfway: `[node]` only.
     let cut = &full[..full.find("[dataplane]").expect("dataplane section")];

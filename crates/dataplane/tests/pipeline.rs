@@ -858,19 +858,9 @@ fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
 /// A VIP of each family with TCP rules `t4`/`t6` on `tcp_ports`, and
 /// `L3_DEFAULT` rules `l3v4`/`l3v6` beside them if `l3_default`.
 fn fragment_config(tcp_ports: &str, l3_default: bool) -> String {
-    let mut cfg = format!(
+    let mut cfg = dual_node();
+    cfg += &format!(
         r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24", "{OWN6}/64"]
-
 [[forwarding_rules]]
 name = "t4"
 vips = ["10.0.0.10"]
@@ -1344,9 +1334,8 @@ fn a6(s: &str) -> [u8; 16] {
     s.parse::<std::net::Ipv6Addr>().expect("v6").octets()
 }
 
-/// The balancer with an IPv4 and an IPv6 VIP, both served by services whose
-/// `no_backend_action` is `action`, and an own address of each family.
-fn dual_config(action: &str) -> String {
+/// The node, with an uplink address of each family.
+fn dual_node() -> String {
     format!(
         r#"
 [node]
@@ -1359,7 +1348,16 @@ name = "up"
 device = "net_ring0"
 role = "uplink"
 addresses = ["10.0.0.2/24", "{OWN6}/64"]
+"#
+    )
+}
 
+/// The balancer with an IPv4 and an IPv6 VIP, both served by services whose
+/// `no_backend_action` is `action`, and an own address of each family.
+fn dual_config(action: &str) -> String {
+    dual_node()
+        + &format!(
+            r#"
 [[forwarding_rules]]
 name = "web"
 vips = ["10.0.0.10"]
@@ -1401,7 +1399,7 @@ region = "r"
 zone = "z"
 endpoints = [{{ address = "fd00:1::11" }}, {{ address = "fd00:1::12" }}]
 "#
-    )
+        )
 }
 
 fn dual_lab(action: &str, healthy: bool) -> Lab {
