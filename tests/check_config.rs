@@ -211,3 +211,78 @@ fn fields_not_used_by_this_version_are_printed_as_warnings() {
     );
     assert!(s.contains("warnings: 2"), "{s}");
 }
+
+/// The summary estimates the memory the configuration needs; a flow table
+/// beyond this machine's memory is refused, by check-config and by the
+/// daemon at start (before DPDK), naming the field and both amounts.
+#[test]
+fn memory_is_estimated_and_a_flow_table_beyond_the_machine_is_refused() {
+    let lab_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/lab.toml");
+    let s = stdout(&check(&lab_path));
+    assert!(
+        s.contains("memory: about 25.0 MiB (flow table 6.00 MiB, Maglev tables 520 KiB counting a rebuild, packet pool 18.5 MiB in ordinary memory)\n  this machine: "),
+        "{s}"
+    );
+    assert!(
+        s.contains(
+            "Maglev: a full rebuild builds 1 table, 65537 slots, about 2 ms on the management core"
+        ),
+        "{s}"
+    );
+
+    let lab = std::fs::read_to_string(&lab_path).expect("lab.toml");
+    let big = lab.replace(
+        "flow_table_capacity = 65536",
+        "flow_table_capacity = 1073741824",
+    );
+    assert_ne!(big, lab);
+    let need = flowtable::FlowTable::memory_bytes_for(1 << 30).expect("size") as u64;
+    let total = config::Memory::system().expect("/proc/meminfo").total;
+    if need <= total {
+        println!(
+            "this machine has {total} bytes, more than the largest flow table: nothing to refuse"
+        );
+        return;
+    }
+    let p = tmp("big-flow-table.toml", &big);
+    let line = big
+        .lines()
+        .position(|l| l.starts_with("flow_table_capacity"))
+        .expect("line")
+        + 1;
+    let want = format!(
+        "{}:{line}:23: dataplane.flow_table_capacity: this configuration needs about {} of memory but this machine has {}: flow table (dataplane.flow_table_capacity = 1073741824)",
+        p.display(),
+        config::memory::Bytes(
+            config::memory::estimate(
+                &config::load_str("x", &big, &config::Env::default())
+                    .expect("valid")
+                    .config
+            )
+            .total_bytes()
+        ),
+        config::memory::Bytes(total),
+    );
+    let out = check(&p);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&want),
+        "missing {want:?} in:\n{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("1 error; configuration rejected"));
+
+    // The daemon loads its configuration the same way, before anything else.
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["run", "--config"])
+        .arg(&p)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run spillway");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&want),
+        "missing {want:?} in:\n{}",
+        stderr(&out)
+    );
+}

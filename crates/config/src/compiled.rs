@@ -857,8 +857,9 @@ fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     RuleIndex { vips, keys }
 }
 
-/// What `spillway check-config` prints.
-pub fn summary(c: &Compiled, warnings: &[String]) -> String {
+/// What `spillway check-config` prints; `memory` is the memory estimate's
+/// lines ([`crate::memory::summary`]).
+pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
     let mut s = String::new();
     let ag = match c.node.availability_group {
         Some(g) => format!("availability group {g} only"),
@@ -927,6 +928,7 @@ pub fn summary(c: &Compiled, warnings: &[String]) -> String {
         );
     }
     let _ = writeln!(s, "regions (nearest first): {}", c.regions.join(", "));
+    s.push_str(memory);
     let _ = writeln!(s, "warnings: {}", warnings.len());
     for w in warnings {
         let _ = writeln!(s, "  {w}");

@@ -25,6 +25,7 @@
 
 pub mod compiled;
 pub mod error;
+pub mod memory;
 pub mod schema;
 pub mod validate;
 pub mod values;
@@ -43,11 +44,82 @@ pub use schema::Config;
 pub struct Env {
     /// CPUs that exist and are online; `None` skips the check.
     pub online_cpus: Option<Vec<u32>>,
+    /// The machine's memory; `None` skips the memory checks.
+    pub memory: Option<Memory>,
+}
+
+/// A machine's memory, in bytes (from `/proc/meminfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Memory {
+    /// `MemTotal`: all of it, hugepages included.
+    pub total: u64,
+    /// What this process could have now: `MemAvailable` plus what it holds
+    /// already (`VmRSS`), so that a running daemon validating a reload does
+    /// not count its own flow table as taken.
+    pub available: u64,
+    /// Reserved as hugepages (`HugePages_Total` × `Hugepagesize`): only
+    /// DPDK's memory can use it, the flow table and Maglev tables cannot.
+    pub hugepages: u64,
+}
+
+impl Memory {
+    /// A machine with `total` bytes, all available, no hugepages.
+    pub fn total(total: u64) -> Self {
+        Self {
+            total,
+            available: total,
+            hugepages: 0,
+        }
+    }
+
+    /// This machine's memory, if `/proc/meminfo` can be read.
+    pub fn system() -> Option<Self> {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let own = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| kib_field(&s, "VmRSS:"))
+            .unwrap_or(0);
+        let mut m = parse_meminfo(&meminfo)?;
+        m.available = m.available.saturating_add(own).min(m.total);
+        Some(m)
+    }
+
+    /// Memory ordinary allocations can use: all but the hugepages.
+    pub fn ordinary(&self) -> u64 {
+        self.total.saturating_sub(self.hugepages)
+    }
+}
+
+/// Parses `/proc/meminfo` (without adding this process's own memory).
+pub fn parse_meminfo(s: &str) -> Option<Memory> {
+    let total = kib_field(s, "MemTotal:")?;
+    // MemAvailable is missing before Linux 3.14: MemFree understates it.
+    let available = kib_field(s, "MemAvailable:")
+        .or_else(|| kib_field(s, "MemFree:"))
+        .unwrap_or(total);
+    let pages = s
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Total:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let page = kib_field(s, "Hugepagesize:").unwrap_or(0);
+    Some(Memory {
+        total,
+        available: available.min(total),
+        hugepages: pages.saturating_mul(page).min(total),
+    })
+}
+
+/// A `Name:   123 kB` field of a /proc file, in bytes.
+fn kib_field(s: &str, name: &str) -> Option<u64> {
+    let v = s.lines().find_map(|l| l.strip_prefix(name))?;
+    let kib: u64 = v.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 impl Env {
     /// This machine: `/sys/devices/system/cpu/online`, else
-    /// `available_parallelism` (cores `0..n`).
+    /// `available_parallelism` (cores `0..n`); memory from `/proc/meminfo`.
     pub fn system() -> Self {
         let from_sys = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
@@ -57,13 +129,25 @@ impl Env {
                 .ok()
                 .map(|n| (0..u32::try_from(n.get()).unwrap_or(u32::MAX)).collect())
         });
-        Self { online_cpus }
+        Self {
+            online_cpus,
+            memory: Memory::system(),
+        }
     }
 
-    /// A machine with CPUs `0..n` online.
+    /// A machine with CPUs `0..n` online (memory unknown).
     pub fn with_cpus(n: u32) -> Self {
         Self {
             online_cpus: Some((0..n).collect()),
+            memory: None,
+        }
+    }
+
+    /// This machine with `memory`.
+    pub fn with_memory(self, memory: Memory) -> Self {
+        Self {
+            memory: Some(memory),
+            ..self
         }
     }
 }
@@ -95,12 +179,17 @@ pub struct Loaded {
     pub compiled: Compiled,
     /// Things that are allowed but probably not meant.
     pub warnings: Vec<String>,
+    /// The memory the configuration needs.
+    pub memory: memory::Estimate,
+    /// The memory of the machine it was checked against, if known.
+    pub machine: Option<Memory>,
 }
 
 impl Loaded {
     /// A short human summary (what `spillway check-config` prints).
     pub fn summary(&self) -> String {
-        compiled::summary(&self.compiled, &self.warnings)
+        let memory = memory::summary(&self.memory, self.machine.as_ref());
+        compiled::summary(&self.compiled, &memory, &self.warnings)
     }
 }
 
@@ -128,6 +217,8 @@ pub fn load_str(file: &str, text: &str, env: &Env) -> Result<Loaded, ConfigError
     let warnings = validate::validate(&config, &map, env)?;
     let compiled = compiled::compile(&config);
     Ok(Loaded {
+        memory: memory::estimate(&config),
+        machine: env.memory,
         config,
         compiled,
         warnings,

@@ -24,8 +24,14 @@ pub const MAX_WEIGHT: u16 = 1000;
 /// Most sources of a composite health check (M20).
 pub const MAX_COMPOSITE_SOURCES: usize = 10;
 /// Largest Maglev table accepted (the table is rebuilt on every health
-/// change; beyond this the rebuild no longer fits the M29 one-second budget).
+/// change; one of this size takes about 2 s to build, see
+/// `memory::BUILD_NS_PER_SLOT`, and validation warns of rebuilds over
+/// [`MAX_REBUILD_TIME`]).
 pub const MAX_TABLE_SIZE: u32 = 16_777_216;
+/// Longest a full rebuild of every Maglev table may take before
+/// validation warns: the management core republishes locality decisions
+/// every second (M29).
+pub const MAX_REBUILD_TIME: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most connections a management listener serves at once (M50).
 pub const MAX_LISTENER_CONNECTIONS: u32 = 4096;
 /// Longest a management listener waits for a request (M50): longer only
@@ -85,6 +91,8 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.flow_sync();
     c.control();
     c.not_used();
+    // Last: it leaves out sizes that are already in error.
+    c.memory();
     let order = |e: &ConfigError| (e.line, e.col);
     c.errors.sort_by_key(order);
     c.errors.dedup();
@@ -259,6 +267,15 @@ impl Checker<'_> {
             self.err(
                 "dataplane.flow_table_capacity",
                 "the flow table needs a capacity of at least 1",
+            );
+        } else if d.flow_table_capacity as usize > flowtable::MAX_CAPACITY {
+            self.err(
+                "dataplane.flow_table_capacity",
+                format!(
+                    "{} entries: the flow table holds at most {}",
+                    d.flow_table_capacity,
+                    flowtable::MAX_CAPACITY
+                ),
             );
         }
         if d.new_flow_budget == Some(0) {
@@ -1387,6 +1404,105 @@ impl Checker<'_> {
         }
     }
 
+    /// The memory the sizes ask for fits this machine (`crate::memory`),
+    /// and a full rebuild of the Maglev tables does not take long.
+    fn memory(&mut self) {
+        // A size already in error would only be reported twice.
+        let in_error = |p: &str| {
+            p == "dataplane.flow_table_capacity"
+                || p == "dataplane.mbufs"
+                || p.ends_with(".maglev_table_size")
+        };
+        if self.errors.iter().any(|e| in_error(&e.path)) {
+            return;
+        }
+        let est = crate::memory::estimate(self.cfg);
+        let parts = est.parts();
+        // The largest consumer is where the error points.
+        let at = parts
+            .iter()
+            .find(|(path, _, _)| !path.is_empty())
+            .map_or("dataplane", |(path, _, _)| path.as_str())
+            .to_owned();
+        let listed = || {
+            let shown: Vec<&str> = parts.iter().take(5).map(|(_, _, d)| d.as_str()).collect();
+            let rest = parts.len().saturating_sub(5);
+            let more = if rest > 0 {
+                format!(" and {rest} smaller ones")
+            } else {
+                String::new()
+            };
+            format!("{}{more}", shown.join(", "))
+        };
+        use crate::memory::Bytes;
+        if let Some(m) = self.env.memory {
+            let (total, ordinary) = (est.total_bytes(), est.ordinary_bytes());
+            if total > m.total {
+                self.err(
+                    &at,
+                    format!(
+                        "this configuration needs about {} of memory but this machine has {}: {}",
+                        Bytes(total),
+                        Bytes(m.total),
+                        listed()
+                    ),
+                );
+            } else if ordinary > m.ordinary() {
+                self.err(
+                    &at,
+                    format!(
+                        "this configuration needs about {} of ordinary memory but this machine has {} outside the {} reserved as hugepages: {}",
+                        Bytes(ordinary),
+                        Bytes(m.ordinary()),
+                        Bytes(m.hugepages),
+                        listed()
+                    ),
+                );
+            } else if ordinary > m.available {
+                self.warn(
+                    &at,
+                    format!(
+                        "this configuration needs about {} of memory but only {} is available now: {}",
+                        Bytes(ordinary),
+                        Bytes(m.available),
+                        listed()
+                    ),
+                );
+            } else if total > m.total / 5 * 4 {
+                self.warn(
+                    &at,
+                    format!(
+                        "this configuration needs about {}, more than 80 % of this machine's {}, which leaves little for the kernel and everything else: {}",
+                        Bytes(total),
+                        Bytes(m.total),
+                        listed()
+                    ),
+                );
+            }
+        }
+        let time = est.rebuild_time();
+        if time > MAX_REBUILD_TIME {
+            let biggest = est
+                .services
+                .iter()
+                // The first of the slowest.
+                .min_by_key(|s| std::cmp::Reverse(s.build_ns()))
+                .map(|s| format!("backend_services[{}].maglev_table_size", s.service));
+            if let Some(path) = biggest {
+                self.warn(
+                    &path,
+                    format!(
+                        "a full rebuild of the Maglev tables (at start, or when every service changes) builds {}, {} slots in all: about {} on the management core, more than the {} s in which it republishes locality decisions; smaller tables, or fewer regions and zones per service, build faster",
+                        plural(est.rebuild_tables(), "table"),
+                        est.rebuild_slots(),
+                        crate::memory::seconds(time),
+                        MAX_REBUILD_TIME.as_secs()
+                    ),
+                );
+            }
+        }
+    }
+
     fn control(&mut self) {
         if !self.cfg.control.socket.is_absolute() {
             self.err(
@@ -1489,6 +1605,15 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+    }
+}
+
+/// "1 table", "2 tables".
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 

@@ -2,7 +2,7 @@
 //! line with `#!`, and the test asserts that the rejection names that line,
 //! the field path and the reason.
 
-use config::{ConfigErrors, Env, load_str};
+use config::{ConfigErrors, Env, Memory, load_str};
 
 const NODE: &str = r#"
 [node]
@@ -39,8 +39,44 @@ fn node(node: &str) -> String {
     format!("{node}{SVC}")
 }
 
+/// The cases' machine: 4 CPUs and 1 GiB of memory, no hugepages.
+fn machine() -> Env {
+    Env::with_cpus(4).with_memory(Memory::total(1 << 30))
+}
+
 fn load(text: &str) -> Result<config::Loaded, ConfigErrors> {
-    load_str("t.toml", text, &Env::with_cpus(4))
+    load_str("t.toml", text, &machine())
+}
+
+/// Ten services of one table of 16777213 slots (128 MiB counting a
+/// rebuild); the first one's size is marked.
+fn ten_huge_services() -> String {
+    (0..10)
+        .map(|i| {
+            format!(
+                "[[backend_services]]\nname = \"s{i}\"\ndelivery = \"gre\"\nmaglev_table_size = 16777213{}\ngroups = [{{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{{ address = \"10.9.0.{i}\" }}] }}]\n",
+                if i == 0 { " #!" } else { "" }
+            )
+        })
+        .collect()
+}
+
+/// One service of 16777213 slots in four regions of two zones each, with
+/// zonal affinity: up to 4 × (1 + 2) = 12 tables, 1.5 GiB counting a rebuild.
+fn regions_and_zones() -> String {
+    let groups: Vec<String> = ["ra", "rb", "rc", "rd"]
+        .iter()
+        .enumerate()
+        .flat_map(|(r, region)| {
+            (1..=2).map(move |z| {
+                format!("  {{ name = \"{region}{z}\", region = \"{region}\", zone = \"{region}-{z}\", endpoints = [{{ address = \"10.9.{r}.{z}\" }}] }},\n")
+            })
+        })
+        .collect();
+    format!(
+        "[[backend_services]]\nname = \"big\"\ndelivery = \"gre\"\nmaglev_table_size = 16777213 #!\nlocality = {{ zonal_affinity = true }}\ngroups = [\n{}]\n[[client_zones]]\nzone = \"ra-1\"\nprefixes = [\"10.0.0.0/8\"]\n",
+        groups.concat()
+    )
 }
 
 struct Case {
@@ -196,6 +232,11 @@ fn cases() -> Vec<Case> {
         case("descriptors not a power of two", with("[dataplane]\nqueue_descriptors = 1000 #!\n"), "dataplane.queue_descriptors", "power of two"),
         case("too few mbufs", with("[dataplane]\nmbufs = 1000 #!\n"), "dataplane.mbufs", "cannot fill the RX and TX rings"),
         case("flow table of zero", with("[dataplane]\nflow_table_capacity = 0 #!\n"), "dataplane.flow_table_capacity", "at least 1"),
+        case("flow table beyond its limit", with("[dataplane]\nflow_table_capacity = 2000000000 #!\n"), "dataplane.flow_table_capacity", "2000000000 entries: the flow table holds at most 1073741824"),
+        // ---- memory (machine(): 1 GiB) ----
+        case("flow table beyond memory", with("[dataplane]\nflow_table_capacity = 20000000 #!\n"), "dataplane.flow_table_capacity", "this configuration needs about 1.74 GiB of memory but this machine has 1.00 GiB: flow table (dataplane.flow_table_capacity = 20000000) 1.70 GiB"),
+        case("Maglev tables of ten huge services beyond memory", with(&ten_huge_services()), "backend_services[1].maglev_table_size", "of memory but this machine has 1.00 GiB: Maglev tables (backend_services[1].maglev_table_size = 16777213, up to 1 table (one region), twice while a rebuild replaces them) 128 MiB"),
+        case("Maglev tables of regions and zones beyond memory", with(&regions_and_zones()), "backend_services[1].maglev_table_size", "of memory but this machine has 1.00 GiB: Maglev tables (backend_services[1].maglev_table_size = 16777213, up to 12 tables (4 regions, 8 zone tables with zonal affinity), twice while a rebuild replaces them) 1.50 GiB"),
         case("zero idle timeout", with("[dataplane.timeouts]\nudp = \"0s\" #!\n"), "dataplane.timeouts.udp", "longer than 0s"),
         case("FIN/RST timeout longer than established", with("[dataplane.timeouts]\ntcp_established = \"60s\"\ntcp_closing = \"2m\" #!\n"), "dataplane.timeouts.tcp_closing", "must shorten"),
         // ---- ports ----

@@ -135,6 +135,22 @@ impl Mempool {
         unsafe { dpdk_sys::rte_mempool_avail_count(self.inner.ptr.as_ptr()) }
     }
 
+    /// Bytes each mbuf takes in the pool's memory: DPDK's object header, the
+    /// `rte_mbuf` with its data room, and any trailer (what
+    /// `config::memory::MBUF_BYTES` assumes).
+    pub fn object_bytes(&self) -> usize {
+        let p = self.inner.ptr.as_ptr();
+        // SAFETY: the pool pointer is valid for as long as this handle lives;
+        // the sizes are set when the pool is created and never change, and
+        // each is read by value without referencing the whole struct.
+        let header = unsafe { (*p).header_size };
+        // SAFETY: as above.
+        let element = unsafe { (*p).elt_size };
+        // SAFETY: as above.
+        let trailer = unsafe { (*p).trailer_size };
+        header as usize + element as usize + trailer as usize
+    }
+
     pub(crate) fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
         self.inner.ptr.as_ptr()
     }

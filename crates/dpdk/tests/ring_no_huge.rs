@@ -62,3 +62,12 @@ fn worker_threads_register_as_lcores_and_read_the_tsc() {
     assert_ne!(ids[0], ids[1], "each worker gets its own lcore id");
     assert!(ids.iter().all(|&id| id != 0));
 }
+
+/// `check-config`'s memory estimate counts the packet pool at
+/// `config::memory::MBUF_BYTES` an mbuf: what DPDK lays out for the pool
+/// `spillway run` creates (`MempoolConfig::new`).
+#[test]
+fn an_mbuf_takes_what_the_memory_estimate_counts() {
+    let pool = common::pool(eal(), 1023);
+    assert_eq!(pool.object_bytes() as u64, config::memory::MBUF_BYTES);
+}

@@ -180,6 +180,13 @@ mod sync {
             }
         }
 
+        impl<T> Array<T> {
+            /// Bytes allocated for the array, padding included.
+            pub(crate) fn allocated_bytes(&self) -> usize {
+                self.layout.size()
+            }
+        }
+
         impl<T> std::ops::Deref for Array<T> {
             type Target = [T];
             #[inline(always)]
@@ -264,6 +271,11 @@ mod sync {
     /// Allocates one of the table's arrays (see [`Array`]).
     pub(crate) fn alloc_slice<T>(n: usize, init: impl FnMut() -> T) -> Array<T> {
         Array::new(n, init)
+    }
+
+    /// Bytes allocated for `a`.
+    pub(crate) fn allocated_bytes<T>(a: &Array<T>) -> usize {
+        a.allocated_bytes()
     }
 }
 

@@ -2,7 +2,9 @@
 //! concurrency tests, which compile this file a second time), so it names nothing else outside
 //! this file.
 
-use super::sync::{Array, AtomicU64, AtomicUsize, Ordering, alloc_slice, fence, padded, spin_loop};
+use super::sync::{
+    Array, AtomicU64, AtomicUsize, Ordering, alloc_slice, allocated_bytes, fence, padded, spin_loop,
+};
 use std::ops::ControlFlow;
 
 /// Coarse time as supplied by the caller (its unit is the caller's; the timeouts use the same
@@ -600,6 +602,12 @@ impl FlowTable {
     #[must_use]
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Bytes the table allocated (what [`FlowTable::memory_bytes_for`] predicts).
+    #[must_use]
+    pub fn allocated_bytes(&self) -> usize {
+        allocated_bytes(&self.buckets)
     }
 
     /// Number of slots (capacity plus headroom, rounded to whole buckets).

@@ -456,6 +456,19 @@ fn ten_million_entries_fit_well_under_two_gib() {
 }
 
 #[test]
+fn memory_bytes_for_is_what_the_table_allocates() {
+    // Small (unpadded), just below and above the huge-page threshold, and padded to 2 MiB.
+    for cap in [1, 1000, 7_000, 8_000, 100_000, 1 << 20, 3_000_001] {
+        let t = FlowTable::new(Config::with_capacity(cap)).unwrap();
+        assert_eq!(
+            t.allocated_bytes(),
+            FlowTable::memory_bytes_for(cap).unwrap(),
+            "capacity {cap}"
+        );
+    }
+}
+
+#[test]
 fn a_table_fills_to_its_nominal_capacity() {
     let cap = 100_000;
     let t = FlowTable::new(Config::with_capacity(cap)).unwrap();

@@ -17,6 +17,11 @@ mod sync {
     pub(crate) fn alloc_slice<T>(n: usize, init: impl FnMut() -> T) -> Box<[T]> {
         std::iter::repeat_with(init).take(n).collect()
     }
+
+    #[allow(clippy::borrowed_box)]
+    pub(crate) fn allocated_bytes<T>(a: &Box<[T]>) -> usize {
+        size_of_val::<[T]>(a)
+    }
 }
 
 #[allow(dead_code)]

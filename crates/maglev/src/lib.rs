@@ -63,6 +63,13 @@
 //! that is `M`. Very skewed weights (one endpoint at 1000, thousands at 1) make the credit loop the
 //! dominant cost, still linear in `M`. Measured (`cargo bench -p maglev`): M = 65537 with 1,000
 //! endpoints 1.24 ms; M = 655373 with 1,000 endpoints 16.1 ms, with 10,000 endpoints 16.8 ms.
+//! Per slot it gets slower as the table outgrows the caches: on a 2-core VM
+//! (`cargo run --release -p maglev --example build_time`) about 25 ns a slot at M = 65537,
+//! 35 at 655373, 70-100 at 4194301, 120 at 16777213 (2 s) and 400-500 at 67108859 (30 s).
+//!
+//! A table holds 4 bytes a slot and 8 an endpoint ([`MaglevTable::memory_bytes_for`]: 256 MiB
+//! at `MAX_TABLE_SIZE`); building one needs a bitmap of `M / 8` bytes and the endpoints'
+//! permutation state besides ([`MaglevTable::build_scratch_bytes`]).
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -384,6 +391,31 @@ impl MaglevTable {
             }
         }
         counts
+    }
+
+    /// Heap bytes this table holds: its slots and its endpoint ids.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        size_of_val::<[u32]>(&self.slots) + size_of_val::<[EndpointId]>(&self.ids)
+    }
+
+    /// Heap bytes a table of `m` slots over `endpoints` endpoints holds
+    /// ([`MaglevTable::heap_bytes`] of the table [`MaglevTable::build`] returns): 4 bytes a slot
+    /// and 8 an endpoint.
+    #[must_use]
+    pub const fn memory_bytes_for(m: u32, endpoints: usize) -> u64 {
+        m as u64 * size_of::<u32>() as u64 + endpoints as u64 * size_of::<EndpointId>() as u64
+    }
+
+    /// Heap bytes building a table of `m` slots over `endpoints` endpoints needs on top of
+    /// [`MaglevTable::memory_bytes_for`], freed when the build returns: the bitmap of filled
+    /// slots (`m / 8` bytes) and the per-endpoint permutation state (offset, skip, next, credit,
+    /// sorted by id; counted as two copies, as the build re-collects it once).
+    #[must_use]
+    pub const fn build_scratch_bytes(m: u32, endpoints: usize) -> u64 {
+        let bitmap = (m as u64).div_ceil(64) * size_of::<u64>() as u64;
+        let per_endpoint = size_of::<(EndpointId, Perm)>() + size_of::<Perm>();
+        bitmap + endpoints as u64 * per_endpoint as u64
     }
 
     /// How many slots changed owner (by endpoint id) from `previous` to `self`.

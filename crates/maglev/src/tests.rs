@@ -480,3 +480,20 @@ fn algorithm_names_round_trip() {
     let err = "maglev-v9".parse::<Algorithm>().unwrap_err();
     assert!(err.to_string().contains("maglev-v9"));
 }
+
+#[test]
+fn a_table_holds_the_memory_that_memory_bytes_for_says() {
+    for (m, n) in [(7u32, 3usize), (65_537, 1_000), (655_373, 10)] {
+        let mut eps = equal(n, 9);
+        // An endpoint of weight 0 gets no slots but keeps its id.
+        eps[0].weight = 0;
+        let t = MaglevTable::build_v1(m, &eps).unwrap();
+        assert_eq!(t.heap_bytes() as u64, MaglevTable::memory_bytes_for(m, n));
+        // Scratch: at least the bitmap and the permutation state.
+        assert!(MaglevTable::build_scratch_bytes(m, n) >= u64::from(m) / 8 + 24 * n as u64);
+    }
+    assert_eq!(
+        MaglevTable::memory_bytes_for(65_537, 1_000),
+        65_537 * 4 + 8_000
+    );
+}
