@@ -641,9 +641,10 @@ impl Summary {
 /// The flood defences of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Defences {
-    /// The defaults: `new_flow_budget` unset (capacity / 2 / first_packet
-    /// seconds / workers, at least 1000) and `first_packet = "10s"`.
-    On,
+    /// `first_packet = "10s"` (the default) and a new-entry budget: the
+    /// default when `None` (capacity / 2 / first_packet seconds / workers,
+    /// at least 1000), else `new_flow_budget` set to it.
+    On(Option<u32>),
     /// `new_flow_budget = 4294967295` and `first_packet = "600s"`: every new
     /// flow may make an entry and unconfirmed ones live as long as
     /// established ones (they may still be displaced by new flows: that is
@@ -653,19 +654,26 @@ pub enum Defences {
 
 impl Defences {
     /// The name used in tables.
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
         match self {
-            Defences::On => "on",
-            Defences::Off => "off",
+            Defences::On(None) => "on".into(),
+            Defences::On(Some(b)) => format!("on, budget {b}"),
+            Defences::Off => "off".into(),
         }
+    }
+
+    /// The name in file names.
+    pub fn tag(self) -> String {
+        self.name().replace(", ", "-").replace(' ', "-")
     }
 
     /// New entries a worker may create per second with a table of
     /// `capacity` (the config crate's default for one worker and a 10 s
-    /// first-packet timeout).
+    /// first-packet timeout, unless set).
     pub fn budget(self, capacity: u32) -> u32 {
         match self {
-            Defences::On => (capacity / 2 / 10).max(1000),
+            Defences::On(None) => (capacity / 2 / 10).max(1000),
+            Defences::On(Some(b)) => b,
             Defences::Off => u32::MAX,
         }
     }
@@ -686,10 +694,14 @@ pub fn config(capacity: u32, endpoints: u8, defences: Defences) -> String {
         .map(|i| format!("{{ address = \"{a}.{b}.{c}.{i}\" }}"))
         .collect();
     let defences = match defences {
-        Defences::On => {
+        Defences::On(None) => {
             "# Flood defences: the defaults (new_flow_budget unset, first_packet = \"10s\").\n"
                 .to_string()
         }
+        Defences::On(Some(b)) => format!(
+            "# Flood defences: first_packet = \"10s\" (the default), this budget.\n\
+             new_flow_budget = {b}\n"
+        ),
         Defences::Off => format!(
             "# Flood defences off: no new-entry budget, unconfirmed entries live long.\n\
              new_flow_budget = {}\n\n[dataplane.timeouts]\nfirst_packet = \"600s\"\n",
@@ -1035,13 +1047,16 @@ mod tests {
 
     #[test]
     fn configs_state_their_defences() {
-        let on = config(65536, 8, Defences::On);
+        let on = config(65536, 8, Defences::On(None));
         assert!(!on.contains("new_flow_budget =") && on.contains("10.0.1.8"));
+        let set = config(65536, 8, Defences::On(Some(20000)));
+        assert!(set.contains("new_flow_budget = 20000") && !set.contains("[dataplane.timeouts]"));
         let off = config(65536, 8, Defences::Off);
         assert!(
             off.contains("new_flow_budget = 4294967295") && off.contains("first_packet = \"600s\"")
         );
-        assert_eq!(Defences::On.budget(65536), 3276);
-        assert_eq!(Defences::On.budget(1024), 1000);
+        assert_eq!(Defences::On(None).budget(65536), 3276);
+        assert_eq!(Defences::On(None).budget(1024), 1000);
+        assert_eq!(Defences::On(Some(7)).budget(1024), 7);
     }
 }

@@ -72,6 +72,10 @@ struct Args {
     /// Backends (the last one joins at --join), 2 to 250.
     #[arg(long, default_value_t = 8)]
     endpoints: u8,
+    /// The new-entry budget of the runs with the defences on (default: the
+    /// configuration's default, capacity / 2 / first_packet / workers).
+    #[arg(long)]
+    budget: Option<u32>,
     /// Seed of the spoofed sources.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -131,7 +135,7 @@ fn main() -> Result<()> {
             flood.name(),
             started.elapsed()
         );
-        for defences in [Defences::On, Defences::Off] {
+        for defences in [Defences::On(args.budget), Defences::Off] {
             let started = Instant::now();
             let row = run_case(&args, &scn, &input, packets, defences)?;
             eprintln!(
@@ -161,10 +165,10 @@ fn run_case(
 ) -> Result<Row> {
     let cfg = args
         .workdir
-        .join(format!("defences-{}.toml", defences.name()));
+        .join(format!("defences-{}.toml", defences.tag()));
     std::fs::write(&cfg, config(args.capacity, args.endpoints, defences))
         .with_context(|| format!("writing {}", cfg.display()))?;
-    let stem = format!("{}-{}-{}", scn.flood.name(), scn.rate, defences.name());
+    let stem = format!("{}-{}-{}", scn.flood.name(), scn.rate, defences.tag());
     let outputs = [0, 1].map(|i| args.workdir.join(format!("{stem}.out{i}.pcap")));
     let down = format!("{}@0-{}", joining_backend(args.endpoints), args.join);
     let mut summaries = Vec::new();
@@ -263,15 +267,21 @@ fn share(part: u64, whole: u64) -> String {
 
 fn print_tables(args: &Args, rows: &[Row]) {
     let opened = rows.first().map_or(0, |r| r.analysis.opened.conns);
-    let budget = Defences::On.budget(args.capacity);
+    let on = Defences::On(args.budget);
+    let budget = match args.budget {
+        None => format!(
+            "the defaults, `new_flow_budget` {} entries/s (capacity / 2 / first_packet / workers)",
+            thousands(u64::from(on.budget(args.capacity)))
+        ),
+        Some(b) => format!("`new_flow_budget = {b}`"),
+    };
     println!("## Setting\n");
     println!(
         "Flow table of {} entries, one worker, GENEVE to {} backends of which {} joins at \
          {} s (`spillway replay --down {}@0-{}`). Real connections: {} opened in 0–{} s, then \
          {}/s until {} s ({} in all), each sends one ACK in every second after its handshake (SYN, \
          ACK {} ms later), at a random point of it, until {} s. Flood from {} s to {} s, one spoofed flow per packet (`ack2`: two \
-         ACKs per flow). Defences **on**: the defaults, `new_flow_budget` {} entries/s (capacity \
-         / 2 / first_packet / workers), `first_packet = \"10s\"`; **off**: `new_flow_budget = \
+         ACKs per flow). Defences **on**: {budget}, `first_packet = \"10s\"`; **off**: `new_flow_budget = \
          4294967295`, `first_packet = \"600s\"`. Replay does no ageing sweep: inserts reclaim \
          expired entries themselves.\n",
         thousands(u64::from(args.capacity)),
@@ -289,7 +299,6 @@ fn print_tables(args: &Args, rows: &[Row]) {
         args.seconds,
         args.warmup,
         args.seconds,
-        thousands(u64::from(budget)),
     );
     println!("## Real connections\n");
     println!(
