@@ -23,7 +23,7 @@ PACKAGES=(
     pkg-config            # how dpdk-sys finds DPDK
     clang libclang-dev    # bindgen
     build-essential       # cc for the static-inline wrappers
-    git                   # build.rs stamps `spillway --version` with the commit; perf/bench.py records it
+    git                   # build.rs stamps `spillway --version` with the commit; perf/bench.py and perf/flood.sh record it
     iproute2              # ip: namespaces, veth pairs and `ip netns exec` in the tests and the lab
     ethtool               # scripts/lab.sh turns off checksum offload on the lab's veths
     iputils-ping          # ping: tests/lab.rs reaches the balancer's host stack through the exception TAP

@@ -3,7 +3,9 @@
 //!
 //! Deterministic: the clock is the packets' own timestamps (one tick per
 //! second since the first packet), flow cookies come from a fixed seed, and
-//! every endpoint counts as healthy unless `--down` says otherwise.
+//! every endpoint counts as healthy unless `--down` says otherwise (for the
+//! whole capture, or from one second of it to another: a backend that fails
+//! or joins mid-capture, as the health checker would report it).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -15,7 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
 use dataplane::{
-    BURST, DropReason, EndpointHealth, Engine, Local, PacketIo, SnapshotBuilder, VecBurst, Worker,
+    BURST, DropReason, EndpointHealth, Engine, Local, PacketIo, Snapshot, SnapshotBuilder,
+    VecBurst, Worker,
 };
 use flowtable::FlowTable;
 use pcap_file::TsResolution;
@@ -46,40 +49,110 @@ pub struct Args {
     /// Where transmitted packets go (pcap), in processing order.
     #[arg(long, short)]
     output: PathBuf,
-    /// Treat this endpoint address as failing its health check (repeatable).
-    #[arg(long, value_name = "ADDRESS")]
-    down: Vec<IpAddr>,
+    /// Treat this endpoint address as failing its health check
+    /// (repeatable): for the whole capture, or with `@FROM` from second FROM
+    /// of the capture on, or with `@FROM-UNTIL` from second FROM until
+    /// second UNTIL (healthy again from then; `@0-20` joins at 20 s).
+    /// Seconds count from the capture's first packet, as the clock does.
+    #[arg(long, value_name = "ADDRESS[@FROM[-UNTIL]]", value_parser = parse_down)]
+    down: Vec<Down>,
     /// Seed of the flow-cookie generator.
     #[arg(long, default_value_t = 0x5350_494c_4c57_4159)]
     seed: u64,
+}
+
+/// `--down ADDRESS[@FROM[-UNTIL]]`: an endpoint failing its health check
+/// for seconds `from..until` of the capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Down {
+    address: IpAddr,
+    from: u32,
+    until: Option<u32>,
+}
+
+impl Down {
+    fn covers(&self, address: IpAddr, second: u32) -> bool {
+        self.address == address && second >= self.from && self.until.is_none_or(|u| second < u)
+    }
+}
+
+fn parse_down(s: &str) -> Result<Down, String> {
+    let (addr, window) = match s.split_once('@') {
+        Some((a, w)) => (a, Some(w)),
+        None => (s, None),
+    };
+    let address = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not an IP address"))?;
+    let second = |v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| format!("{v:?} is not a whole number of seconds"))
+    };
+    let (from, until) = match window {
+        None => (0, None),
+        Some(w) => match w.split_once('-') {
+            None => (second(w)?, None),
+            Some((from, until)) => {
+                let (from, until) = (second(from)?, second(until)?);
+                if until <= from {
+                    return Err(format!("UNTIL ({until}) must come after FROM ({from})"));
+                }
+                (from, Some(until))
+            }
+        },
+    };
+    Ok(Down {
+        address,
+        from,
+        until,
+    })
+}
+
+/// Which endpoints (by index in the configuration) fail their health check
+/// in second `second` of the capture.
+fn down_at(compiled: &config::compiled::Compiled, down: &[Down], second: u32) -> Vec<bool> {
+    compiled
+        .endpoints
+        .iter()
+        .map(|e| down.iter().any(|d| d.covers(e.address, second)))
+        .collect()
+}
+
+/// The snapshot for second `now` with endpoints `down` (by index) failing.
+fn snapshot(
+    builder: &mut SnapshotBuilder,
+    compiled: &Arc<config::compiled::Compiled>,
+    local: &Local,
+    down: &[bool],
+    now: u32,
+) -> Result<Snapshot> {
+    builder
+        .build(
+            compiled.clone(),
+            local.clone(),
+            |id| EndpointHealth {
+                healthy: !down.get(id.index()).copied().unwrap_or(false),
+                weight: None,
+            },
+            now,
+            1,
+        )
+        .context("building the snapshot")
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let loaded = config::load(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let compiled = Arc::new(loaded.compiled);
     for d in &args.down {
-        if !compiled.endpoints.iter().any(|e| e.address == *d) {
-            bail!("--down {d}: no endpoint has that address");
+        if !compiled.endpoints.iter().any(|e| e.address == d.address) {
+            bail!("--down {}: no endpoint has that address", d.address);
         }
     }
     let local = Local::from_config(&compiled, |_| None);
-    let down = args.down.clone();
-    let c2 = compiled.clone();
-    let snap = SnapshotBuilder::new()
-        .build(
-            compiled.clone(),
-            local,
-            move |id| EndpointHealth {
-                healthy: c2
-                    .endpoints
-                    .get(id.index())
-                    .is_none_or(|e| !down.contains(&e.address)),
-                weight: None,
-            },
-            0,
-            1,
-        )
-        .context("building the snapshot")?;
+    let mut builder = SnapshotBuilder::new();
+    let mut down = down_at(&compiled, &args.down, 0);
+    let mut snap = snapshot(&mut builder, &compiled, &local, &down, 0)?;
+    let mut health_changes = Vec::new();
     let capacity = compiled.settings.dataplane.flow_table_capacity;
     let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))
         .with_context(|| format!("flow table of {capacity} entries"))?;
@@ -151,6 +224,21 @@ pub fn run(args: &Args) -> Result<()> {
         }
         let Some(pkt) = pkt else { break };
         seen += 1;
+        if let Some(t) = pkt_tick.filter(|&t| Some(t) != tick) {
+            // A new second: endpoints whose `--down` window began or ended
+            // change health, as the management core would publish it.
+            let now_down = down_at(&compiled, &args.down, t);
+            if now_down != down {
+                for (e, (&was, &is)) in compiled.endpoints.iter().zip(down.iter().zip(&now_down)) {
+                    if was != is {
+                        let state = if is { "down" } else { "up" };
+                        health_changes.push(format!("second {t}: {} {state}", e.address));
+                    }
+                }
+                down = now_down;
+                snap = snapshot(&mut builder, &compiled, &local, &down, t)?;
+            }
+        }
         tick = pkt_tick;
         if pkt.truncated {
             // Only part of the frame was captured: nothing to forward.
@@ -199,6 +287,9 @@ pub fn run(args: &Args) -> Result<()> {
             String::new()
         }
     );
+    for change in &health_changes {
+        println!("health: {change}");
+    }
     if truncated > 0 {
         println!(
             "{truncated} truncated by the capture (snaplen {}) skipped",

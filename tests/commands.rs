@@ -138,6 +138,20 @@ const DYNAMIC: &[Dynamic] = &[
         why: "a script of this repository (scanned itself)",
     },
     Dynamic {
+        file: "perf/flood.sh",
+        text: "\"$target/flood\"",
+        runs: &[],
+        wraps: false,
+        why: "the flood binary this workspace builds (perf/packetset)",
+    },
+    Dynamic {
+        file: "perf/packetset/src/bin/flood.rs",
+        text: "&args.spillway",
+        runs: &[],
+        wraps: false,
+        why: "the spillway binary this workspace builds (perf/flood.sh passes its path)",
+    },
+    Dynamic {
         file: "crates/health/examples/probe_10k.rs",
         text: "exe",
         runs: &[],

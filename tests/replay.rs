@@ -1382,6 +1382,98 @@ fn replay_forwards_vip_traffic_deterministically_and_counts_the_rest() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Writes `(second, frame)` records to a pcap, each at that second of the
+/// capture (in order; frames of one second 1 ms apart).
+fn write_timed_pcap(path: &Path, frames: &[(u64, Vec<u8>)]) {
+    use pcap_file::pcap::{PcapPacket, PcapWriter};
+    let file = std::fs::File::create(path).expect("create");
+    let mut w = PcapWriter::new(file).expect("pcap writer");
+    for (i, (sec, f)) in frames.iter().enumerate() {
+        let ts = std::time::Duration::from_millis(1_000_000 * 1000 + sec * 1000 + i as u64 % 1000);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .expect("write");
+    }
+}
+
+/// `--down ADDRESS@FROM-UNTIL` and `@FROM`: the endpoint fails its health
+/// check for those seconds of the capture only. A backend that joins takes
+/// new connections and none of the existing ones; one that fails keeps its
+/// TCP connections (persistence, M11) and takes no new ones.
+#[test]
+fn replay_down_windows_change_health_mid_capture() {
+    let d = dir("down-window");
+    let cfg = d.join("c.toml");
+    std::fs::write(&cfg, CONFIG).expect("config");
+    let vip = [10, 0, 0, 10];
+    let conn = |set: u8, i: u16, flags: u8| {
+        tcp_frame(
+            IpAddr::from([192, 0, set, (i % 250) as u8 + 1]),
+            IpAddr::from(vip),
+            20000 + i,
+            80,
+            flags,
+            &[],
+        )
+    };
+    // Second 0: connections A open (10.0.1.13 down until second 2).
+    // Second 2: A's ACKs; connections B open. Second 3 (10.0.1.12 down from
+    // then on): A's ACKs again; connections C open.
+    let mut frames = Vec::new();
+    frames.extend((0..60).map(|i| (0, conn(1, i, SYN))));
+    frames.extend((0..60).map(|i| (2, conn(1, i, ACK))));
+    frames.extend((0..60).map(|i| (2, conn(2, i, SYN))));
+    frames.extend((0..60).map(|i| (3, conn(1, i, ACK))));
+    frames.extend((0..60).map(|i| (3, conn(3, i, SYN))));
+    let input = d.join("in.pcap");
+    write_timed_pcap(&input, &frames);
+    let out = d.join("out.pcap");
+    let r = replay(
+        &cfg,
+        &input,
+        &out,
+        &["--down", "10.0.1.13@0-2", "--down", "10.0.1.12@3"],
+    );
+    let text = String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{text}");
+    assert!(
+        text.contains("health: second 2: 10.0.1.13 up")
+            && text.contains("health: second 3: 10.0.1.12 down"),
+        "{text}"
+    );
+    let got = read_pcap(&out);
+    assert_eq!(got.len(), frames.len(), "{text}");
+    let backend = |f: &Vec<u8>| {
+        parse_tunnel(f, &DecapConfig::default())
+            .expect("an IPIP frame")
+            .dst_ip
+            .to_string()
+    };
+    let of =
+        |range: std::ops::Range<usize>| -> Vec<String> { got[range].iter().map(backend).collect() };
+    let (a_syn, a_ack2, b_syn, a_ack3, c_syn) = (
+        of(0..60),
+        of(60..120),
+        of(120..180),
+        of(180..240),
+        of(240..300),
+    );
+    assert!(!a_syn.contains(&"10.0.1.13".to_string()), "{a_syn:?}");
+    assert_eq!(a_ack2, a_syn, "A stays where it was when 10.0.1.13 joins");
+    assert!(b_syn.contains(&"10.0.1.13".to_string()), "{b_syn:?}");
+    assert_eq!(a_ack3, a_syn, "A's TCP connections stay on 10.0.1.12");
+    assert!(a_syn.contains(&"10.0.1.12".to_string()), "{a_syn:?}");
+    assert!(!c_syn.contains(&"10.0.1.12".to_string()), "{c_syn:?}");
+
+    // Windows that cannot be read are refused.
+    for bad in ["10.0.1.13@5-2", "10.0.1.13@x", "10.0.1.13@1-", "nope@1"] {
+        let r = replay(&cfg, &input, &out, &["--down", bad]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("--down"), "{bad}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn replay_rejects_bad_inputs_with_clear_errors() {
     let d = dir("bad");

@@ -9,6 +9,8 @@
 //! exactly 60 bytes (Ethernet minimum without FCS, zero padded); IPv6 TCP
 //! frames are 74 bytes (their headers alone exceed 60).
 
+pub mod flood;
+
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
