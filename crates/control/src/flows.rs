@@ -153,10 +153,15 @@ pub fn list(
             });
             let _ = writeln!(
                 out,
-                "{proto} {}{cp} -> {}{vp} service {service} backend {baddr} ({bstate}) state {} age {} s idle {} s gen {} cookie {:08x}",
+                "{proto} {}{cp} -> {}{vp} service {service} backend {baddr} ({bstate}) state {}{} age {} s idle {} s gen {} cookie {:08x}",
                 bracket(client),
                 bracket(vip),
                 flag_names(e.flags),
+                if e.flags.contains(EntryFlags::UNCONFIRMED) {
+                    " unconfirmed"
+                } else {
+                    ""
+                },
                 now.wrapping_sub(e.created) as i32,
                 now.wrapping_sub(e.last_seen) as i32,
                 e.generation,

@@ -938,9 +938,10 @@ impl Worker {
                 } else {
                     0
                 };
-                // The flow's second packet confirms an entry its first
-                // packet made (M15); an ICMP error proves nothing.
-                let clear = if p.is_icmp_error {
+                // A packet of the flow in a later tick than its entry's
+                // creation confirms the entry (M15): spoofed packets sent
+                // together prove nothing. An ICMP error proves nothing.
+                let clear = if p.is_icmp_error || hit.entry.created == now {
                     0
                 } else {
                     hit.entry.flags.bits() & EntryFlags::UNCONFIRMED
@@ -1058,29 +1059,32 @@ impl Worker {
         if is_icmp_error {
             return Some((slot, 0));
         }
-        // The new-entry budget (M15): beyond it a flood of new flows is
-        // forwarded by Maglev alone instead of crowding the table.
-        if self.budget_tick != Some(now) {
-            self.budget_tick = Some(now);
-            self.budget_left = snap.new_flow_budget;
-        }
-        if self.budget_left == 0 {
-            self.counters.over_budget += 1;
-            return Some((slot, stateless_cookie(hash, snap.cookie_key)));
+        // Every new entry is unconfirmed (short-lived and displaceable) until
+        // the flow shows up again in a later tick (M15). A bare SYN opens a
+        // connection the normal way; anything else (a TCP flow first seen
+        // mid-stream — after a failover, an ECMP change, or spoofed —, a
+        // datagram, a fragment) proves nothing and is held to the
+        // new-entry budget: beyond it, forwarded by Maglev alone.
+        let syn = class == ProtoClass::Tcp && bare_syn(tcp_flags);
+        if !syn {
+            if self.budget_tick != Some(now) {
+                self.budget_tick = Some(now);
+                self.budget_left = snap.new_flow_budget;
+            }
+            if self.budget_left == 0 {
+                self.counters.over_budget += 1;
+                return Some((slot, stateless_cookie(hash, snap.cookie_key)));
+            }
         }
         let cookie = self.next_cookie();
-        let mut flags = EntryFlags::new(class);
-        if class == ProtoClass::Tcp && bare_syn(tcp_flags) {
-            // A bare SYN opens a half-open entry (its own short timeout).
-            flags = flags.with(tcp_flag_bits(tcp_flags) & !EntryFlags::ESTABLISHED);
-        } else {
-            // Anything else proves nothing until the flow's next packet: a
-            // TCP flow first seen mid-stream (after a failover or an ECMP
-            // change, or a spoofed ACK) is established but unconfirmed.
-            if class == ProtoClass::Tcp {
-                flags = flags.with(tcp_flag_bits(tcp_flags) | EntryFlags::ESTABLISHED);
-            }
-            flags = flags.with(EntryFlags::UNCONFIRMED);
+        let mut flags = EntryFlags::new(class).with(EntryFlags::UNCONFIRMED);
+        if syn {
+            // Half-open (its own short timeout) until the handshake's ACK.
+            flags = flags.with(
+                tcp_flag_bits(tcp_flags) & !EntryFlags::ESTABLISHED | EntryFlags::OPENED_BY_SYN,
+            );
+        } else if class == ProtoClass::Tcp {
+            flags = flags.with(tcp_flag_bits(tcp_flags) | EntryFlags::ESTABLISHED);
         }
         let new = NewEntry {
             backend: slot,
@@ -1090,7 +1094,9 @@ impl Worker {
         };
         match flows.insert(fkey, hash, new, now) {
             InsertOutcome::Inserted { .. } => {
-                self.budget_left -= 1;
+                if !syn {
+                    self.budget_left = self.budget_left.saturating_sub(1);
+                }
                 self.counters.new_flows += 1;
                 if let Some(c) = self.counters.children.get_mut(child) {
                     c.new_flows += 1;

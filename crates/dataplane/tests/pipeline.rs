@@ -580,7 +580,7 @@ fn a_stateless_flow_keeps_one_cookie() {
     for port in 0..100u16 {
         let f = eth(&udp(CLIENT, 10000 + port, VIP, 53));
         lab.run(&f, 1);
-        lab.run(&f, 1);
+        lab.run(&f, 2);
     }
     let before = lab.worker.counters.stateless;
     let cookie = |out: &[u8]| {
@@ -648,11 +648,12 @@ fn unhealthy_backends_keep_tcp_but_not_udp_by_default() {
 fn a_full_flow_table_still_forwards_statelessly_and_counts_it() {
     let mut lab = Lab::with(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), 16);
     for port in 0..400u16 {
-        // Two packets each: the second confirms the entry the first made,
-        // so the table fills with entries no new flow may displace.
+        // Two packets each, a second apart: the second confirms the entry
+        // the first made, so the table fills with entries no new flow may
+        // displace.
         let f = eth(&udp(CLIENT, 10000 + port, VIP, 53));
         assert_eq!(lab.run(&f, 1).0, Verdict::Forward);
-        assert_eq!(lab.run(&f, 1).0, Verdict::Forward);
+        assert_eq!(lab.run(&f, 2).0, Verdict::Forward);
     }
     let c = &lab.worker.counters;
     assert!(
@@ -676,13 +677,17 @@ fn spoofed_floods_never_displace_established_flows() {
         "[dataplane]\nnew_flow_budget = 100\n\n[[ports]]",
     );
     let mut lab = Lab::with(&cfg, 64);
-    // 40 real connections: handshake, then established.
+    // 40 real connections: handshake, then data a second later (which
+    // confirms their entries).
     let mut real = Vec::new();
     for port in 30000..30040u16 {
         let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
         let (_, out) = lab.run(&syn, 1);
         lab.run(&eth(&tcp(CLIENT, port, VIP, 80, ACK)), 1);
         real.push((port, backend_of(&out, &syn)));
+    }
+    for (port, _) in &real {
+        lab.run(&eth(&tcp(CLIENT, *port, VIP, 80, ACK)), 2);
     }
     let before = lab.worker.counters.clone();
     assert_eq!(before.new_flows, 40);
@@ -728,6 +733,76 @@ fn spoofed_floods_never_displace_established_flows() {
     // Unconfirmed entries live only the first-packet timeout (10 s): a sweep
     // at tick 100 leaves exactly the 40 established connections.
     assert_eq!(lab.flows.sweep(100, usize::MAX).live, 40);
+}
+
+/// SPEC M15: spoofed flows that send their packets together (two ACKs, a
+/// SYN and its ACK) do not confirm their entries — only a packet in a later
+/// second does — so such a flood cannot fill the table with protected
+/// entries. Real SYNs are not held to the new-entry budget that a flood of
+/// spoofed ACKs spends: connections opened during that flood get entries.
+#[test]
+fn floods_of_packet_pairs_confirm_nothing_and_real_syns_get_entries() {
+    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
+        "[[ports]]",
+        "[dataplane]\nnew_flow_budget = 50\n\n[[ports]]",
+    );
+    let mut lab = Lab::with(&cfg, 64);
+    // Tick 1: 1,000 spoofed flows of two ACKs, and 1,000 of SYN + ACK.
+    for i in 0..1000u32 {
+        let src = [198, 51, (i >> 8) as u8, i as u8];
+        let ack = eth(&tcp(src, 1024, VIP, 80, ACK));
+        lab.run(&ack, 1);
+        lab.run(&ack, 1);
+        let src = [203, 0, (i >> 8) as u8, i as u8];
+        lab.run(&eth(&tcp(src, 1024, VIP, 80, SYN)), 1);
+        lab.run(&eth(&tcp(src, 1024, VIP, 80, ACK)), 1);
+    }
+    // Every entry is still displaceable: 64 real connections opened at
+    // tick 2, beside a fresh flood of spoofed ACKs that spends the budget,
+    // all get entries.
+    let before = lab.worker.counters.clone();
+    for i in 0..64u32 {
+        for j in 0..20u32 {
+            let src = [198, 18, (i >> 2) as u8, (j + 20 * (i & 3)) as u8];
+            lab.run(&eth(&tcp(src, 4000, VIP, 80, ACK)), 2);
+        }
+        lab.run(&eth(&tcp(CLIENT, 30000 + i as u16, VIP, 80, SYN)), 2);
+    }
+    let c = lab.worker.counters.clone();
+    assert!(
+        c.over_budget > before.over_budget,
+        "the flood spent the budget"
+    );
+    // Each real connection's next packets follow an entry.
+    for i in 0..64u16 {
+        lab.run(&eth(&tcp(CLIENT, 30000 + i, VIP, 80, ACK)), 2);
+    }
+    let after = lab.worker.counters.clone();
+    assert_eq!(
+        after.flow_hits - c.flow_hits,
+        64,
+        "every real SYN got an entry"
+    );
+    assert_eq!(after.flows_rescheduled, 0);
+    // Confirmed a second later, they survive the next flood; the pairs'
+    // entries expire after the first-packet timeout.
+    for i in 0..64u16 {
+        lab.run(&eth(&tcp(CLIENT, 30000 + i, VIP, 80, ACK)), 3);
+    }
+    for i in 0..5000u32 {
+        let src = [100, 64, (i >> 8) as u8, i as u8];
+        lab.run(&eth(&tcp(src, 5000, VIP, 80, SYN)), 4 + i / 1000);
+    }
+    let hits = lab.worker.counters.flow_hits;
+    for i in 0..64u16 {
+        lab.run(&eth(&tcp(CLIENT, 30000 + i, VIP, 80, ACK)), 10);
+    }
+    assert_eq!(
+        lab.worker.counters.flow_hits - hits,
+        64,
+        "all kept their entries"
+    );
+    assert_eq!(lab.flows.sweep(20, usize::MAX).live, 64);
 }
 
 #[test]

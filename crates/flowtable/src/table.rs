@@ -90,14 +90,17 @@ impl EntryFlags {
     pub const FIN: u8 = 0x08;
     /// TCP: a RST was seen; the entry gets the (shortest) RST timeout.
     pub const RST: u8 = 0x10;
-    /// Created by a packet that proves nothing (anything but a TCP SYN: a mid-stream ACK, a
-    /// UDP datagram, a fragment) and not seen since: the entry lives at most
-    /// [`Timeouts::first_packet`] and may be evicted like a half-open one, so floods of spoofed
-    /// one-packet flows neither linger nor crowd established flows (SPEC M15). The caller
-    /// clears it when the flow's next packet arrives.
+    /// Not yet seen in a tick after the one that created it: the entry lives at most
+    /// [`Timeouts::first_packet`] and may be displaced by a new flow like a half-open one, so
+    /// floods of spoofed flows — one packet each, or a burst of packets within one tick —
+    /// neither linger nor crowd out established flows (SPEC M15). The caller sets it on every
+    /// new entry and clears it when a packet of the flow arrives in a later tick.
     pub const UNCONFIRMED: u8 = 0x20;
-    /// Free for the caller (e.g. "learned from a peer", SPEC M36); the table ignores them.
-    pub const APP_MASK: u8 = 0xc0;
+    /// Opened by a TCP SYN (the normal start of a connection): among displaceable entries of
+    /// the same age, those without it (a mid-stream ACK, a UDP datagram, a fragment) go first.
+    pub const OPENED_BY_SYN: u8 = 0x40;
+    /// Free for the caller (e.g. "learned from a peer", SPEC M36); the table ignores it.
+    pub const APP_MASK: u8 = 0x80;
 
     /// Flags of a new entry of protocol class `proto` (TCP starts half-open).
     #[must_use]
@@ -1129,11 +1132,14 @@ impl FlowTable {
                     let flags = EntryFlags(flags_of(c));
                     let timeout = i64::from(self.timeouts.for_flags(flags));
                     // Rank: expired entries first (most overdue first), then half-open and
-                    // unconfirmed ones (oldest first).
+                    // unconfirmed ones (oldest first; at equal age, those not opened by a
+                    // SYN first: under a flood of spoofed ACKs or datagrams, a real
+                    // connection's new entry is the last of its tick to go).
                     let (kind, score) = if age >= timeout {
                         (Evicted::Expired, (1 << 40) + age - timeout)
                     } else if flags.is_evictable() {
-                        (Evicted::HalfOpen, age)
+                        let by_syn = flags.contains(EntryFlags::OPENED_BY_SYN);
+                        (Evicted::HalfOpen, 2 * age + i64::from(!by_syn))
                     } else {
                         continue;
                     };
