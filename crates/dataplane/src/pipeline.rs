@@ -219,8 +219,8 @@ pub struct Worker {
     /// The tick `budget_left` belongs to.
     budget_tick: Option<Tick>,
     /// New flow entries this worker may still create in `budget_tick`
-    /// (SPEC M15).
-    budget_left: u32,
+    /// (SPEC M15): for flows opened by a SYN, and for all others.
+    budget_left: [u32; 2],
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -282,7 +282,7 @@ impl Worker {
             scratch: Some(Scratch::new()),
             last_rule: None,
             budget_tick: None,
-            budget_left: 0,
+            budget_left: [0; 2],
         }
     }
 
@@ -1060,21 +1060,22 @@ impl Worker {
             return Some((slot, 0));
         }
         // Every new entry is unconfirmed (short-lived and displaceable) until
-        // the flow shows up again in a later tick (M15). A bare SYN opens a
-        // connection the normal way; anything else (a TCP flow first seen
-        // mid-stream — after a failover, an ECMP change, or spoofed —, a
-        // datagram, a fragment) proves nothing and is held to the
-        // new-entry budget: beyond it, forwarded by Maglev alone.
+        // the flow shows up again in a later tick (M15), and each worker
+        // creates at most its new-entry budget per tick — one budget for
+        // flows opened by a bare SYN, one for the rest (a TCP flow first
+        // seen mid-stream — after a failover, an ECMP change, or spoofed —,
+        // a datagram, a fragment), so that a flood of one kind does not
+        // deny entries to real connections of the other. Beyond it, a new
+        // flow is forwarded by Maglev alone.
         let syn = class == ProtoClass::Tcp && bare_syn(tcp_flags);
-        if !syn {
-            if self.budget_tick != Some(now) {
-                self.budget_tick = Some(now);
-                self.budget_left = snap.new_flow_budget;
-            }
-            if self.budget_left == 0 {
-                self.counters.over_budget += 1;
-                return Some((slot, stateless_cookie(hash, snap.cookie_key)));
-            }
+        if self.budget_tick != Some(now) {
+            self.budget_tick = Some(now);
+            self.budget_left = [snap.new_flow_budget; 2];
+        }
+        let budget = &mut self.budget_left[usize::from(syn)];
+        if *budget == 0 {
+            self.counters.over_budget += 1;
+            return Some((slot, stateless_cookie(hash, snap.cookie_key)));
         }
         let cookie = self.next_cookie();
         let mut flags = EntryFlags::new(class).with(EntryFlags::UNCONFIRMED);
@@ -1094,9 +1095,8 @@ impl Worker {
         };
         match flows.insert(fkey, hash, new, now) {
             InsertOutcome::Inserted { .. } => {
-                if !syn {
-                    self.budget_left = self.budget_left.saturating_sub(1);
-                }
+                let left = &mut self.budget_left[usize::from(syn)];
+                *left = left.saturating_sub(1);
                 self.counters.new_flows += 1;
                 if let Some(c) = self.counters.children.get_mut(child) {
                     c.new_flows += 1;
