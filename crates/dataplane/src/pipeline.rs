@@ -938,17 +938,21 @@ impl Worker {
                 } else {
                     0
                 };
-                // A packet of the flow in a later tick than its entry's
-                // creation confirms the entry (M15): spoofed packets sent
-                // together prove nothing. An ICMP error proves nothing.
-                let clear = if p.is_icmp_error || hit.entry.created == now {
-                    0
-                } else {
-                    hit.entry.flags.bits() & EntryFlags::UNCONFIRMED
-                };
-                if set & !hit.entry.flags.bits() != 0 || clear != 0 {
-                    let _ = flows.update_flags(hit.slot, set, clear);
-                    wrote = true;
+                let bits = hit.entry.flags.bits();
+                // One test for the usual packet: no new flag, confirmed.
+                if (set & !bits) | (bits & EntryFlags::UNCONFIRMED) != 0 {
+                    // A packet of the flow in a later tick than its entry's
+                    // creation confirms the entry (M15): spoofed packets
+                    // sent together prove nothing, nor does an ICMP error.
+                    let clear = if p.is_icmp_error || hit.entry.created == now {
+                        0
+                    } else {
+                        bits & EntryFlags::UNCONFIRMED
+                    };
+                    if set & !bits != 0 || clear != 0 {
+                        let _ = flows.update_flags(hit.slot, set, clear);
+                        wrote = true;
+                    }
                 }
                 Some((hit.entry.backend, hit.entry.cookie))
             }
