@@ -40,12 +40,14 @@ fuzz_target!(|data: &[u8]| {
 fn decap_policy(data: &[u8]) {
     use decap::{Carrier, Policy, client_source, decide, decide_ipv4};
     let policy = Policy {
-        sources: Some(vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]),
+        // The balancer's prefixes; inner sources outside them may be clients.
+        sources: Some(vec!["198.18.2.0/24".parse().unwrap(), "2001:db8:b::/64".parse().unwrap()]),
         vips: ["10.0.0.0/8", "192.0.2.0/24", "198.18.0.0/15", "2001:db8::/32"]
             .iter()
             .map(|p| p.parse().unwrap())
             .collect(),
         geneve_ids: Default::default(),
+        tunnel_ports: vec![6080, 6081],
     };
     let src = "198.18.2.2".parse().unwrap();
     let check = |payload: &[u8], r: Result<&[u8], decap::DropReason>| {

@@ -118,20 +118,21 @@ pub struct Dataplane {
 }
 
 impl Dataplane {
-    /// The new-entry budget of one worker per second: `new_flow_budget`,
-    /// else as many as would fill half the table with unconfirmed entries
-    /// over one first-packet timeout, shared by the workers —
-    /// `capacity / 2 / first_packet seconds / workers`, at least 1000. So a
-    /// flood of spoofed one-packet flows can take at most about half of the
-    /// table, and the other half stays for flows that proved themselves.
+    /// The new-entry budget of one worker per second, for each of the two
+    /// kinds of new flow (opened by a TCP SYN, and all others):
+    /// `new_flow_budget`, else `capacity / 4 / first_packet seconds /
+    /// workers`, at least 100 — so one-packet floods of both kinds together
+    /// can hold at most about half of the table (entries that live the
+    /// first-packet timeout, or the half-open one, which is as short by
+    /// default), and the other half stays for flows that proved themselves.
     pub fn new_flow_budget_per_worker(&self) -> u32 {
         if let Some(b) = self.new_flow_budget {
             return b;
         }
         let secs = self.timeouts.first_packet.0.as_secs().max(1);
         let workers = self.worker_cores.len().max(1) as u64;
-        let b = u64::from(self.flow_table_capacity) / 2 / secs / workers;
-        u32::try_from(b.max(1000)).unwrap_or(u32::MAX)
+        let b = u64::from(self.flow_table_capacity) / 4 / secs / workers;
+        u32::try_from(b.max(100)).unwrap_or(u32::MAX)
     }
 }
 
@@ -168,7 +169,7 @@ impl Default for Dataplane {
 }
 
 /// `[dataplane.timeouts]`: how long an idle flow keeps its entry.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
     /// TCP after the handshake.

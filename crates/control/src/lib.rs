@@ -128,6 +128,9 @@ pub enum Published {
         /// Their slots in all.
         slots: u64,
     },
+    /// Noted while a build is in progress; published (with whatever tables
+    /// it needs) when that build ends.
+    Queued,
 }
 
 impl std::fmt::Display for Published {
@@ -137,6 +140,10 @@ impl std::fmt::Display for Published {
             Published::Building { tables, slots } => write!(
                 f,
                 "accepted; it goes live when its {tables} new Maglev table(s) ({slots} slots) are built (see `spillway status`)"
+            ),
+            Published::Queued => write!(
+                f,
+                "accepted; it goes live after the Maglev build in progress (see `spillway status`)"
             ),
         }
     }
@@ -364,12 +371,9 @@ impl Manager {
     /// has built them. While a build is pending, a new request is noted and
     /// served when it ends (the latest state then).
     fn publish(&mut self) -> Result<Published, String> {
-        if let Some(p) = &self.pending {
+        if self.pending.is_some() {
             self.dirty = true;
-            return Ok(Published::Building {
-                tables: p.tables,
-                slots: p.slots,
-            });
+            return Ok(Published::Queued);
         }
         let compiled = self.compiled.clone();
         let health: Vec<EndpointHealth> = (0..compiled.endpoints.len())
@@ -455,8 +459,10 @@ impl Manager {
         Ok(generation)
     }
 
-    /// Publishes the pending snapshot if its tables are built (and then
-    /// whatever was asked for meanwhile). Called by the loop every tick.
+    /// When the pending build's tables are done: publishes its snapshot,
+    /// unless a newer configuration was accepted meanwhile (then that one,
+    /// never the superseded one); then whatever was asked for meanwhile.
+    /// Called by the loop every tick.
     pub fn poll_build(&mut self) {
         let Some(p) = &self.pending else {
             return;
@@ -471,35 +477,56 @@ impl Manager {
         let Some(p) = self.pending.take() else {
             return;
         };
+        let asked = std::mem::take(&mut self.dirty);
+        // A reload accepted while the tables were built (a revert, say)
+        // replaces the configuration they were built for.
+        let superseded = !Arc::ptr_eq(&p.compiled, &self.compiled);
         let result = built.and_then(|tables| {
             self.builder.add_tables(tables);
+            if superseded {
+                return Ok(None);
+            }
             self.assemble(p.compiled.clone(), &p.health, &p.plans)
+                .map(Some)
         });
         match result {
-            Ok(generation) => log::info!(
+            Ok(Some(generation)) => log::info!(
                 "generation {generation} live: {} Maglev table(s) built in {:.1} s",
                 p.tables,
                 p.started.elapsed().as_secs_f64()
             ),
+            Ok(None) => log::info!(
+                "{} Maglev table(s) built for a configuration replaced meanwhile; publishing the current one",
+                p.tables
+            ),
+            Err(e) if superseded => {
+                log::warn!("building Maglev tables for a configuration replaced meanwhile: {e}")
+            }
             Err(e) => {
-                // Cannot happen with a validated configuration; the running
-                // snapshot stays, and so does what its configuration was.
-                log::error!("building the snapshot: {e}");
-                let live = self.shared.snapshot.load().compiled.clone();
-                if !Arc::ptr_eq(&live, &self.compiled) {
-                    self.compiled = live;
-                    if let Err(h) = self.balance.reload(&self.compiled) {
-                        log::error!("health checks: {h}");
-                    }
-                    self.last_error =
-                        Some(format!("the reloaded configuration could not go live: {e}"));
-                }
+                self.build_failed(&e);
+                return;
             }
         }
-        if std::mem::take(&mut self.dirty) {
+        if asked || superseded {
             if let Err(e) = self.publish() {
-                log::error!("rebuilding the snapshot: {e}");
+                self.build_failed(&e);
             }
+        }
+    }
+
+    /// The current configuration cannot go live (cannot happen with a
+    /// validated one): the running snapshot stays, and health and locality
+    /// follow its configuration again.
+    fn build_failed(&mut self, e: &str) {
+        log::error!("building the snapshot: {e}");
+        let live = self.shared.snapshot.load().compiled.clone();
+        if !Arc::ptr_eq(&live, &self.compiled) {
+            self.compiled = live;
+            if let Err(h) = self.balance.reload(&self.compiled) {
+                log::error!("health checks: {h}");
+            }
+            self.reloads_failed += 1;
+            self.last_error = Some(format!("the reloaded configuration could not go live: {e}"));
         }
     }
 
@@ -866,6 +893,10 @@ fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static s
         Some("[dataplane] cores")
     } else if a.flow_table_capacity != b.flow_table_capacity || a.mbufs != b.mbufs {
         Some("[dataplane] sizes")
+    } else if a.timeouts != b.timeouts {
+        // The flow table is made with them (new_flow_budget, read from each
+        // snapshot, applies at once).
+        Some("[dataplane.timeouts]")
     } else if old.settings.ports.len() != new.settings.ports.len()
         || old
             .settings

@@ -110,14 +110,14 @@ pub fn render(
         o,
         "flows_stateless_total",
         "counter",
-        "New flows forwarded without an entry (table full or contended).",
+        "Packets of new flows forwarded without an entry because the table was full or contended.",
         one(c.stateless),
     );
     family(
         o,
         "flows_over_budget_total",
         "counter",
-        "New flows forwarded without an entry because their worker had spent its new-entry budget.",
+        "Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.",
         one(c.over_budget),
     );
     family(

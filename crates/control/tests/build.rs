@@ -60,17 +60,34 @@ impl Drop for Dir {
     }
 }
 
-#[test]
-fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
-    let dir = Dir(std::env::temp_dir().join(format!("spillway-build-{}", std::process::id())));
+/// A manager over `config(endpoints)` in a directory of its own, building
+/// every missing table on a thread.
+fn manager(dir: &Dir, endpoints: usize) -> (Manager, std::sync::Arc<control::Shared>, PathBuf) {
     std::fs::create_dir_all(&dir.0).expect("dir");
     let path = dir.0.join("spillway.toml");
-    std::fs::write(&path, config(3)).expect("config");
+    std::fs::write(&path, config(endpoints)).expect("config");
     let loaded = config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let (mut mgr, shared) = Manager::start(&path, loaded.compiled, Local::default(), 1)
         .unwrap_or_else(|e| panic!("{e}"));
     mgr.build_inline_up_to(0);
     assert_eq!(shared.snapshot.load().generation, 1);
+    (mgr, shared, path)
+}
+
+/// The addresses in the live snapshot's (only) Maglev table.
+fn live_endpoints(shared: &control::Shared) -> Vec<String> {
+    let snap = shared.snapshot.load();
+    snap.services[0].regions[0].tables[0]
+        .slots
+        .iter()
+        .map(|&s| snap.backends[s as usize].addr.to_string())
+        .collect()
+}
+
+#[test]
+fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
+    let dir = Dir(std::env::temp_dir().join(format!("spillway-build-{}", std::process::id())));
+    let (mut mgr, shared, path) = manager(&dir, 3);
 
     // A fourth endpoint: the service's table must be built again.
     std::fs::write(&path, config(4)).expect("config");
@@ -96,7 +113,7 @@ fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
     // Meanwhile a fifth endpoint: noted, published after the pending build.
     std::fs::write(&path, config(5)).expect("config");
     let again = mgr.reload().unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(again, Published::Building { .. }), "{again:?}");
+    assert_eq!(again, Published::Queued);
 
     // The loop goes on: ticks and answers while the thread builds.
     let (mut ticks, mut longest) = (0u32, Duration::ZERO);
@@ -115,7 +132,6 @@ fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let snap = shared.snapshot.load();
     println!(
         "reload accepted in {:.1} ms; first new generation live after {:.2} s; all built after {:.2} s; \
          {ticks} loop turns meanwhile, the longest {:.1} ms",
@@ -126,11 +142,42 @@ fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
     );
     assert!(ticks > 1, "the loop turned while the tables were built");
     // The last configuration is live: five endpoints in the table.
-    let live: Vec<String> = snap.services[0].regions[0].tables[0]
-        .slots
-        .iter()
-        .map(|&s| snap.backends[s as usize].addr.to_string())
-        .collect();
+    let live = live_endpoints(&shared);
     assert_eq!(live.len(), 5, "{live:?}");
     assert!(live.contains(&"10.1.0.5".to_owned()), "{live:?}");
+}
+
+/// A reload reverted while its tables are built never goes live: the revert
+/// (whose tables are at hand) does, as soon as the build ends.
+#[test]
+fn a_configuration_reverted_while_its_tables_are_built_never_goes_live() {
+    let dir = Dir(std::env::temp_dir().join(format!("spillway-revert-{}", std::process::id())));
+    let (mut mgr, shared, path) = manager(&dir, 3);
+    std::fs::write(&path, config(4)).expect("config");
+    let first = mgr.reload().unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(first, Published::Building { .. }), "{first:?}");
+    std::fs::write(&path, config(3)).expect("config");
+    assert_eq!(mgr.reload(), Ok(Published::Queued));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while mgr.building() {
+        assert!(Instant::now() < deadline, "the tables were never built");
+        mgr.poll_build();
+        mgr.tick();
+        assert_eq!(
+            live_endpoints(&shared).len(),
+            3,
+            "the reverted configuration went live"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        shared.snapshot.load().generation > 1,
+        "the revert was published"
+    );
+    assert_eq!(live_endpoints(&shared).len(), 3);
+    assert!(
+        !mgr.status().contains("last reload error"),
+        "{}",
+        mgr.status()
+    );
 }

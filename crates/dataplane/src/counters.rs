@@ -107,12 +107,14 @@ pub struct WorkerCounters {
     pub flow_races: u64,
     /// Flows moved off a backend that no longer takes them (SPEC M11).
     pub flows_rescheduled: u64,
-    /// New flows forwarded without an entry because the table was full or
-    /// contended (stateless Maglev fallback, SPEC M15).
+    /// Packets of new flows forwarded without an entry because the table was
+    /// full or contended (stateless Maglev fallback, SPEC M15): every packet
+    /// of such a flow tries again, and counts again.
     pub stateless: u64,
-    /// New flows forwarded without an entry because the worker had spent its
-    /// new-entry budget for the current second (SPEC M15: a flood of new
-    /// flows cannot crowd the table). Not included in `stateless`.
+    /// Packets of new flows forwarded without an entry because the worker
+    /// had spent its new-entry budget for the current second (SPEC M15: a
+    /// flood of new flows cannot crowd the table). Not included in
+    /// `stateless`.
     pub over_budget: u64,
     /// Packets the device did not take at TX (freed).
     pub tx_dropped: u64,

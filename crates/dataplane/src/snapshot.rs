@@ -670,8 +670,16 @@ impl SnapshotBuilder {
         if let Some(&slot) = self.by_identity.get(&key) {
             if let Some(rec) = self.slots.get_mut(slot as usize) {
                 let mut backend = backend;
-                // The slot stays this endpoint's since it was assigned.
-                backend.assigned = rec.backend.assigned;
+                // The slot stays this endpoint's since it was assigned —
+                // but `assigned` never falls 2^30 builds behind, so that
+                // the wrapping comparison of `holds_entry_of` keeps working
+                // (an entry that old cannot be in the table any more).
+                let behind = backend.assigned.wrapping_sub(rec.backend.assigned);
+                backend.assigned = if behind > 1 << 30 {
+                    backend.assigned.wrapping_sub(1 << 30)
+                } else {
+                    rec.backend.assigned
+                };
                 // Still unhealthy: its draining period runs from when it
                 // turned unhealthy, not from this rebuild.
                 if let (
@@ -772,6 +780,33 @@ mod tests {
             healthy: !down.contains(&c.endpoints[id.index()].address.to_string().as_str()),
             weight: None,
         }
+    }
+
+    /// Generations wrap (one per build): a backend configured for ever keeps
+    /// taking the entries made for it.
+    #[test]
+    fn a_backend_outlives_generation_wrap_around() {
+        let c = two_services();
+        let mut b = SnapshotBuilder::new();
+        let mut last = 0;
+        for start in [0u32, 1 << 30, 1 << 31, 3 << 30, u32::MAX - 5] {
+            b.generation = start;
+            for _ in 0..12 {
+                let s = b
+                    .build(c.clone(), Local::default(), health(&c, &[]), 0, 1)
+                    .expect("build");
+                for be in &s.backends {
+                    assert!(
+                        be.holds_entry_of(s.generation),
+                        "generation {}",
+                        s.generation
+                    );
+                    assert!(s.generation.wrapping_sub(be.assigned) <= 1 << 30);
+                }
+                last = s.generation;
+            }
+        }
+        assert!(last < 10, "the generation wrapped");
     }
 
     #[test]

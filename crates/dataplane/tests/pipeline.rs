@@ -805,6 +805,31 @@ fn floods_of_packet_pairs_confirm_nothing_and_real_syns_get_entries() {
     assert_eq!(lab.flows.sweep(20, usize::MAX).live, 64);
 }
 
+/// A real connection that did all its talking in its first second and then
+/// went quiet (a pooled keep-alive connection) keeps its entry past the
+/// first-packet timeout: entries opened by a SYN keep TCP's timeouts while
+/// unconfirmed. A backend joining meanwhile does not move it.
+#[test]
+fn a_connection_idle_after_its_first_second_keeps_its_backend() {
+    let mut lab = Lab::new("ipip");
+    let mut conns = Vec::new();
+    for port in 30000..30100u16 {
+        let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let (_, out) = lab.run(&syn, 1);
+        lab.run(&eth(&tcp(CLIENT, port, VIP, 80, ACK)), 1);
+        conns.push((port, backend_of(&out, &syn)));
+    }
+    // Quiet until second 40 (the sweeper runs meanwhile); a fourth backend joins.
+    assert_eq!(lab.flows.sweep(30, usize::MAX).expired, 0);
+    lab.rebuild(&config("ipip", true, "DEFAULT_FOR_PROTOCOL"), |_| true, 35);
+    for (port, backend) in &conns {
+        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let (_, out) = lab.run(&ack, 40);
+        assert_eq!(backend_of(&out, &ack), *backend, "port {port}");
+    }
+    assert_eq!(lab.worker.counters.flows_rescheduled, 0);
+}
+
 #[test]
 fn without_eligible_backends_new_flows_are_dropped_and_counted() {
     let mut lab = Lab::new("ipip");

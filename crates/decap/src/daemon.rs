@@ -131,6 +131,7 @@ impl Args {
                 endpoint_type: self.geneve_endpoint_id_type,
                 cookie_type: self.geneve_flow_cookie_type,
             },
+            tunnel_ports: vec![self.gue_port, self.geneve_port],
         })
     }
 }
@@ -243,8 +244,16 @@ pub fn run(args: &Args) -> Result<()> {
             let mut buf = vec![0u8; 65536];
             while !stop.load(Ordering::Relaxed) {
                 let (n, src, carrier) = match &l {
-                    Listener::Udp(s, c) | Listener::RawV6(s, c) => match s.recv_from(&mut buf) {
+                    // The dual-stack UDP sockets see IPv4 peers as ::ffff:a.b.c.d.
+                    Listener::Udp(s, c) => match s.recv_from(&mut buf) {
                         Ok((n, from)) => (n, from.ip().to_canonical(), Some(*c)),
+                        Err(_) => continue,
+                    },
+                    // On an IPv6 raw socket an IPv4-mapped source is an IPv6
+                    // packet that claims one (older kernels pass them): kept
+                    // as it is, it matches no IPv4 allowed source.
+                    Listener::RawV6(s, c) => match s.recv_from(&mut buf) {
+                        Ok((n, from)) => (n, from.ip(), Some(*c)),
                         Err(_) => continue,
                     },
                     // socket2's `Read` impl receives into initialised memory.
@@ -473,10 +482,9 @@ mod tests {
         .expect("policy");
         let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
         assert!(p.source_allowed(ip("10.0.0.1")));
-        assert!(
-            p.source_allowed(ip("::ffff:10.0.0.1")),
-            "dual-stack socket form"
-        );
+        // An IPv6 packet claiming an IPv4-mapped source is not from 10.0.0.1
+        // (the daemon canonicalises only what its dual-stack UDP sockets say).
+        assert!(!p.source_allowed(ip("::ffff:10.0.0.1")));
         assert!(!p.source_allowed(ip("10.0.0.2")));
         assert!(p.source_allowed(ip("2001:db8:1:ffff::7")));
         assert!(!p.source_allowed(ip("2001:db8:2::1")));

@@ -67,9 +67,15 @@ pub enum DropReason {
     #[error("the inner destination is not a VIP of this backend")]
     InnerDstNotOwned,
     /// The inner source cannot be a client: unspecified, loopback, multicast,
-    /// broadcast, link-local, IPv4-mapped, or one of the backend's own VIPs.
+    /// broadcast, link-local, IPv4-mapped, one of the backend's own VIPs, or
+    /// an allowed balancer address (which a spoofing client would pose as).
     #[error("the inner source cannot be a client")]
     InnerSrcRefused,
+    /// The inner packet is itself a tunnel packet (IP-in-IP, GRE, or UDP to
+    /// one of this decapsulator's tunnel ports): a balancer never sends one,
+    /// and unwrapped it could reach a port no forwarding rule lists.
+    #[error("the inner packet is a tunnel packet")]
+    NestedTunnel,
     /// Writing to the TUN device failed (the daemon's, never [`decide`]'s).
     #[error("writing to the TUN device failed")]
     TunWriteFailed,
@@ -77,7 +83,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in the order the counters are printed.
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::SourceNotAllowed,
         DropReason::Malformed,
         DropReason::NotIp,
@@ -86,6 +92,7 @@ impl DropReason {
         DropReason::MalformedInner,
         DropReason::InnerDstNotOwned,
         DropReason::InnerSrcRefused,
+        DropReason::NestedTunnel,
         DropReason::TunWriteFailed,
     ];
 
@@ -100,6 +107,7 @@ impl DropReason {
             DropReason::MalformedInner => "malformed_inner",
             DropReason::InnerDstNotOwned => "inner_dst_not_owned",
             DropReason::InnerSrcRefused => "inner_src_refused",
+            DropReason::NestedTunnel => "nested_tunnel",
             DropReason::TunWriteFailed => "tun_write_failed",
         }
     }
@@ -121,12 +129,16 @@ pub struct Policy {
     /// Class and types of Spillway's GENEVE options: the only options this
     /// decapsulator understands (and so the only critical ones it accepts).
     pub geneve_ids: OptionIds,
+    /// UDP ports this decapsulator takes tunnels on (GUE, GENEVE): an inner
+    /// packet to one of them is a nested tunnel.
+    pub tunnel_ports: Vec<u16>,
 }
 
 impl Policy {
-    /// Whether tunnels from `src` are accepted.
+    /// Whether tunnels from `src` are accepted (an IPv4-mapped IPv6 address
+    /// is not an IPv4 address here: the caller canonicalises what a
+    /// dual-stack socket reports, never what an IPv6 packet claims).
     pub fn source_allowed(&self, src: IpAddr) -> bool {
-        let src = src.to_canonical();
         self.sources
             .as_ref()
             .is_none_or(|list| list.iter().any(|p| p.contains(src)))
@@ -306,6 +318,21 @@ fn checked_inner<'a>(
     if !client_source(policy, addr(info.src)) {
         return Err(DropReason::InnerSrcRefused);
     }
+    // A tunnel inside the tunnel: unwrapped, it would come back to this
+    // decapsulator's sockets (which listen on the VIPs too) as if a
+    // balancer had sent it, and its inner packet could reach any port.
+    let nested = match info.proto {
+        proto::IPIP | proto::IPV6 | proto::GRE => true,
+        proto::UDP => info
+            .ports
+            .is_some_and(|(_, dport)| policy.tunnel_ports.contains(&dport)),
+        _ => false,
+    };
+    // (A fragmented one is caught by its first fragment, which carries the
+    // port: without it the kernel never reassembles the rest.)
+    if nested {
+        return Err(DropReason::NestedTunnel);
+    }
     Ok(inner)
 }
 
@@ -317,6 +344,15 @@ fn checked_inner<'a>(
 /// only depending on sysctls (`accept_local`, `route_localnet`) and without
 /// telling this daemon's counters.
 pub fn client_source(policy: &Policy, src: IpAddr) -> bool {
+    // A balancer's own address: what a client would spoof to be trusted as
+    // the balancer (its health checks, say) or to reach the tunnel sockets.
+    if policy
+        .sources
+        .as_ref()
+        .is_some_and(|list| list.iter().any(|p| p.contains(src)))
+    {
+        return false;
+    }
     let bogus = match src {
         IpAddr::V4(a) => {
             a.octets()[0] == 0 // "this network", 0.0.0.0/8

@@ -29,6 +29,7 @@ fn policy() -> Policy {
         sources: Some(vec![prefix(BALANCER4), prefix("2001:db8:b::/64")]),
         vips: vec![prefix(VIP4), prefix(VIP6)],
         geneve_ids: OptionIds::default(),
+        tunnel_ports: vec![6080, 6081],
     }
 }
 
@@ -216,11 +217,13 @@ fn tunnels_from_other_sources_are_not_even_parsed() {
             Err(DropReason::SourceNotAllowed)
         );
     }
-    // The allowed IPv4 balancer as a dual-stack socket reports it.
+    // An IPv4-mapped IPv6 source claiming the allowed IPv4 balancer is
+    // refused (the daemon turns a dual-stack socket's report of a real IPv4
+    // peer into the IPv4 address before asking).
     let inner = &client_packets()[0];
     assert_eq!(
         decide(&p, ip("::ffff:198.18.2.2"), Carrier::Gue, inner),
-        Ok(inner.as_slice())
+        Err(DropReason::SourceNotAllowed)
     );
     // --allow-any: every source.
     let any = Policy {
@@ -287,6 +290,10 @@ fn inner_sources_no_client_can_have_are_refused() {
         ("fe80::1", VIP6),
         ("::ffff:198.51.100.7", VIP6),
         (VIP6, VIP6),
+        // An allowed balancer's address: what a client would spoof to be
+        // trusted as the balancer, or to reach the tunnel sockets.
+        (BALANCER4, VIP4),
+        ("2001:db8:b::9", VIP6),
     ] {
         let inner = udp_packet(ip(src), ip(dst), b"x");
         assert_eq!(
@@ -295,6 +302,47 @@ fn inner_sources_no_client_can_have_are_refused() {
             "from {src}"
         );
     }
+}
+
+/// A tunnel inside the tunnel is never handed to the kernel: unwrapped, it
+/// would come back to this decapsulator's own sockets (which listen on the
+/// VIPs too) as if a balancer had sent it, and its inner packet could reach
+/// a port no forwarding rule lists.
+#[test]
+fn nested_tunnels_are_refused() {
+    let p = policy();
+    let client = udp_packet(ip(CLIENT4), ip(VIP4), b"x");
+    for port in [6080u16, 6081] {
+        let mut nested = udp_packet(ip(CLIENT4), ip(VIP4), &client);
+        nested[22..24].copy_from_slice(&port.to_be_bytes());
+        nested[26..28].fill(0);
+        wire::udp::Packet::new_unchecked(&mut nested[20..])
+            .fill_checksum(&ip(CLIENT4), &ip(VIP4))
+            .expect("checksum");
+        assert_eq!(
+            decide(&p, ip(BALANCER4), Carrier::Gue, &nested),
+            Err(DropReason::NestedTunnel),
+            "UDP to {port}"
+        );
+    }
+    // IP-in-IP and GRE inside: the same packet with protocol 4, 41, 47.
+    for proto in [4u8, 41, 47] {
+        let mut nested = udp_packet(ip(CLIENT4), ip(VIP4), b"payload!");
+        nested[9] = proto;
+        nested[10..12].fill(0);
+        let c = wire::checksum::checksum(&nested[..20]);
+        nested[10..12].copy_from_slice(&c.to_be_bytes());
+        assert_eq!(
+            decide(&p, ip(BALANCER4), Carrier::Gue, &nested),
+            Err(DropReason::NestedTunnel),
+            "protocol {proto}"
+        );
+    }
+    // Any other UDP port is a client's packet.
+    assert_eq!(
+        decide(&p, ip(BALANCER4), Carrier::Gue, &client),
+        Ok(client.as_slice())
+    );
 }
 
 #[test]

@@ -213,11 +213,14 @@ impl Timeouts {
         }
     }
 
-    /// The idle timeout of an entry with these flags.
+    /// The idle timeout of an entry with these flags. An unconfirmed entry not opened by a
+    /// SYN lives at most [`Timeouts::first_packet`]; one opened by a SYN keeps its class's
+    /// timeouts (half-open, then established), so a real connection that went quiet after its
+    /// first second keeps its entry — it is only displaceable until confirmed.
     #[must_use]
     pub fn for_flags(&self, flags: EntryFlags) -> Tick {
         let class = self.for_class(flags);
-        if flags.contains(EntryFlags::UNCONFIRMED) {
+        if flags.contains(EntryFlags::UNCONFIRMED) && !flags.contains(EntryFlags::OPENED_BY_SYN) {
             class.min(self.first_packet)
         } else {
             class
@@ -413,6 +416,21 @@ pub struct Occupancy {
     pub live: usize,
     /// … of which half-open TCP.
     pub half_open: usize,
+}
+
+/// The rank of a displaceable entry of `age` ticks (higher goes first): those not opened by a
+/// SYN (a mid-stream segment, a datagram, a fragment: what spoofed one-packet floods send)
+/// before any opened by a SYN; among each, the oldest first, and among SYN-opened ones of one
+/// age the half-open before those whose handshake completed. The new-entry budgets keep
+/// one-packet floods of either kind from filling the table; what this order decides is who
+/// gives way when something does (packet pairs, a flood beyond the table): the flood's older
+/// entries before a real connection's new one.
+const fn eviction_rank(flags: EntryFlags, age: i64) -> i64 {
+    if !flags.contains(EntryFlags::OPENED_BY_SYN) {
+        (2 << 40) + age
+    } else {
+        (1 << 40) + 2 * age + flags.is_half_open() as i64
+    }
 }
 
 /// One bucket's header: a cache line with the control words of its seven slots and a meta
@@ -1131,15 +1149,12 @@ impl FlowTable {
                     let age = i64::from(now.wrapping_sub(seen) as i32);
                     let flags = EntryFlags(flags_of(c));
                     let timeout = i64::from(self.timeouts.for_flags(flags));
-                    // Rank: expired entries first (most overdue first), then half-open and
-                    // unconfirmed ones (oldest first; at equal age, those not opened by a
-                    // SYN first: under a flood of spoofed ACKs or datagrams, a real
-                    // connection's new entry is the last of its tick to go).
+                    // Rank: expired entries first (most overdue first), then the
+                    // displaceable ones by what they proved, each kind oldest first.
                     let (kind, score) = if age >= timeout {
-                        (Evicted::Expired, (1 << 40) + age - timeout)
+                        (Evicted::Expired, (4 << 40) + age - timeout)
                     } else if flags.is_evictable() {
-                        let by_syn = flags.contains(EntryFlags::OPENED_BY_SYN);
-                        (Evicted::HalfOpen, 2 * age + i64::from(!by_syn))
+                        (Evicted::HalfOpen, eviction_rank(flags, age))
                     } else {
                         continue;
                     };

@@ -216,6 +216,61 @@ fn unconfirmed_entries_yield_to_new_flows_and_expire_early() {
     assert!(t.lookup(&key(2), hash(2)).is_some());
 }
 
+/// Displaceable entries not opened by a SYN (what spoofed ACK and datagram floods make) go
+/// before those opened by a SYN; within each, the oldest first; among SYN-opened ones of one
+/// age, half-open before completed handshakes.
+#[test]
+fn displaceable_entries_go_by_kind_then_age() {
+    let t = tiny(Timeouts::default());
+    let u = EntryFlags::UNCONFIRMED;
+    let syn = EntryFlags::OPENED_BY_SYN;
+    let kinds = [
+        (established().with(u | syn), "handshake done"),
+        (tcp().with(u | syn), "half-open"),
+        (established().with(u), "mid-stream ACK"),
+        (udp().with(u), "datagram"),
+    ];
+    // 14 slots: every kind at ticks 0 and 5.
+    let mut order = Vec::new();
+    for i in 0..14u64 {
+        let (f, name) = kinds[(i % 4) as usize];
+        let now = if i < 7 { 0 } else { 5 };
+        let _ = inserted(t.insert(&key(i), hash(i), entry(1, f), now));
+        order.push((i, name, now));
+    }
+    let rank = |(_, name, now): (u64, &str, u32)| -> (u32, i64, u32) {
+        let by_syn = !matches!(name, "mid-stream ACK" | "datagram");
+        // Larger goes first.
+        (
+            u32::from(!by_syn),
+            i64::from(6 - now),
+            u32::from(name == "half-open"),
+        )
+    };
+    // New flows displace them one by one, in that order.
+    let mut gone = Vec::new();
+    for j in 100..114u64 {
+        let (_, ev) = inserted(t.insert(&key(j), hash(j), entry(2, udp()), 6));
+        assert_eq!(ev, Evicted::HalfOpen);
+        let now_gone: Vec<_> = order
+            .iter()
+            .copied()
+            .filter(|(i, _, _)| t.lookup(&key(*i), hash(*i)).is_none())
+            .filter(|g| !gone.contains(g))
+            .collect();
+        assert_eq!(now_gone.len(), 1);
+        gone.push(now_gone[0]);
+    }
+    for w in gone.windows(2) {
+        assert!(
+            rank(w[0]) >= rank(w[1]),
+            "{:?} went before {:?}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
 #[test]
 fn expired_entries_are_reclaimed_by_inserts() {
     let to = Timeouts::default();
@@ -261,6 +316,11 @@ fn timeouts_follow_class_and_fin_rst_shorten() {
         to.for_flags(established().with(unconfirmed | EntryFlags::RST)),
         2
     );
+    // One opened by a SYN keeps its class's timeouts while unconfirmed.
+    let by_syn = unconfirmed | EntryFlags::OPENED_BY_SYN;
+    assert_eq!(to.for_flags(established().with(by_syn)), 100);
+    assert_eq!(to.for_flags(tcp().with(by_syn)), 20);
+    assert!(established().with(by_syn).is_evictable());
     assert!(udp().with(unconfirmed).is_evictable());
     assert!(established().with(unconfirmed).is_evictable());
     assert!(!established().is_evictable() && !udp().is_evictable());

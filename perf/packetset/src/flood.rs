@@ -59,11 +59,15 @@ pub enum FloodKind {
     None,
     /// TCP ACKs from random spoofed sources, one per flow.
     Ack,
-    /// TCP ACKs from random spoofed sources, two per flow (back to back):
-    /// the second confirms the entry the first created.
+    /// TCP ACKs from random spoofed sources, two per flow (back to back: the
+    /// second does not confirm the entry the first made, which only a packet
+    /// in a later second does).
     Ack2,
     /// TCP SYNs from random spoofed sources.
     Syn,
+    /// A TCP SYN and its ACK per spoofed flow, back to back (a handshake as
+    /// the balancer sees it: the entry is established but unconfirmed).
+    Synack,
     /// One-packet UDP flows from random spoofed sources.
     Udp,
 }
@@ -76,6 +80,7 @@ impl FloodKind {
             FloodKind::Ack => "ack",
             FloodKind::Ack2 => "ack2",
             FloodKind::Syn => "syn",
+            FloodKind::Synack => "synack",
             FloodKind::Udp => "udp",
         }
     }
@@ -310,8 +315,10 @@ impl Scenario {
                     ipv4_frame(&mut buf, src, sport, l4, n as u16);
                 }
                 Event::Flood(k) => {
-                    // A new spoofed flow per packet, or per two for ack2.
-                    if self.flood != FloodKind::Ack2 || k % 2 == 0 {
+                    // A new spoofed flow per packet, or per two for ack2
+                    // and synack.
+                    let pairs = matches!(self.flood, FloodKind::Ack2 | FloodKind::Synack);
+                    if !pairs || k % 2 == 0 {
                         let r = rng.next();
                         let (a, p) = spoofed(r);
                         spoof = (a, p, (r >> 16) as u32);
@@ -319,6 +326,11 @@ impl Scenario {
                     let (src, sport, seq) = spoof;
                     let l4 = match self.flood {
                         FloodKind::Syn => L4::Tcp {
+                            flags: SYN,
+                            seq,
+                            ack: 0,
+                        },
+                        FloodKind::Synack if k % 2 == 0 => L4::Tcp {
                             flags: SYN,
                             seq,
                             ack: 0,
@@ -642,8 +654,9 @@ impl Summary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Defences {
     /// `first_packet = "10s"` (the default) and a new-entry budget: the
-    /// default when `None` (capacity / 2 / first_packet seconds / workers,
-    /// at least 1000), else `new_flow_budget` set to it.
+    /// default when `None` (capacity / 4 / first_packet seconds / workers,
+    /// at least 100, for each of SYN-opened and other flows), else
+    /// `new_flow_budget` set to it.
     On(Option<u32>),
     /// `new_flow_budget = 4294967295` and `first_packet = "600s"`: every new
     /// flow may make an entry and unconfirmed ones live as long as
@@ -672,7 +685,7 @@ impl Defences {
     /// first-packet timeout, unless set).
     pub fn budget(self, capacity: u32) -> u32 {
         match self {
-            Defences::On(None) => (capacity / 2 / 10).max(1000),
+            Defences::On(None) => (capacity / 4 / 10).max(100),
             Defences::On(Some(b)) => b,
             Defences::Off => u32::MAX,
         }
@@ -796,6 +809,7 @@ mod tests {
             FloodKind::Ack,
             FloodKind::Ack2,
             FloodKind::Syn,
+            FloodKind::Synack,
             FloodKind::Udp,
         ] {
             let s = scenario(kind, 100);
@@ -853,7 +867,11 @@ mod tests {
                 }
             }
             assert_eq!(flood_packets, 500);
-            let flows = if kind == FloodKind::Ack2 { 250 } else { 500 };
+            let flows = if matches!(kind, FloodKind::Ack2 | FloodKind::Synack) {
+                250
+            } else {
+                500
+            };
             assert_eq!(flood_flows.len(), flows, "{kind:?}");
         }
         // Each real connection: the handshake, then one ACK in each second
@@ -1055,8 +1073,8 @@ mod tests {
         assert!(
             off.contains("new_flow_budget = 4294967295") && off.contains("first_packet = \"600s\"")
         );
-        assert_eq!(Defences::On(None).budget(65536), 3276);
-        assert_eq!(Defences::On(None).budget(1024), 1000);
+        assert_eq!(Defences::On(None).budget(65536), 1638);
+        assert_eq!(Defences::On(None).budget(1024), 100);
         assert_eq!(Defences::On(Some(7)).budget(1024), 7);
     }
 }

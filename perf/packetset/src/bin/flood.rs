@@ -41,7 +41,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ack,ack2,syn,udp"
+        default_value = "ack,ack2,syn,synack,udp"
     )]
     kinds: Vec<FloodKind>,
     /// Flood packets per second.
@@ -281,7 +281,7 @@ fn print_tables(args: &Args, rows: &[Row]) {
          {} s (`spillway replay --down {}@0-{}`). Real connections: {} opened in 0–{} s, then \
          {}/s until {} s ({} in all), each sends one ACK in every second after its handshake (SYN, \
          ACK {} ms later), at a random point of it, until {} s. Flood from {} s to {} s, one spoofed flow per packet (`ack2`: two \
-         ACKs per flow). Defences **on**: {budget}, `first_packet = \"10s\"`; **off**: `new_flow_budget = \
+         ACKs per flow; `synack`: a SYN and its ACK). Defences **on**: {budget}, `first_packet = \"10s\"`; **off**: `new_flow_budget = \
          4294967295`, `first_packet = \"600s\"`. Replay does no ageing sweep: inserts reclaim \
          expired entries themselves.\n",
         thousands(u64::from(args.capacity)),
@@ -359,8 +359,8 @@ fn print_tables(args: &Args, rows: &[Row]) {
     }
     println!(
         "\n*entries made/s*: (new entries − the {} of the warm-up) / the flood's {} s. *flood \
-         packets with an entry*: forwarded through a flow entry (for `ack2` the second packet \
-         of a flow hits the entry its first made).",
+         packets with an entry*: forwarded through a flow entry (for `ack2` and `synack` the \
+         second packet of a flow hits the entry its first made).",
         thousands(u64::from(args.established)),
         flood_secs
     );
