@@ -73,8 +73,8 @@ worker_cores = [1]
 mbufs = 4095
 queue_descriptors = 256
 flow_table_capacity = 4096
-# The tests' bursts of hundreds of new flows in one second all get entries
-# (the default budget for this small table would be 102 a second).
+# The tests' bursts of new flows in one second all get entries, whatever
+# the default budget for this small table.
 new_flow_budget = 100000
 eal_args = ["--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--no-telemetry",
   "--log-level=lib.eal:warning",

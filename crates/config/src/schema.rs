@@ -120,19 +120,18 @@ pub struct Dataplane {
 impl Dataplane {
     /// The new-entry budget of one worker per second, for each of the two
     /// kinds of new flow (opened by a TCP SYN, and all others):
-    /// `new_flow_budget`, else `capacity / 4 / first_packet seconds /
-    /// workers`, at least 100 — so one-packet floods of both kinds together
-    /// can hold at most about half of the table (entries that live the
-    /// first-packet timeout, or the half-open one, which is as short by
-    /// default), and the other half stays for flows that proved themselves.
+    /// `new_flow_budget`, else `capacity / first_packet seconds / workers`,
+    /// at least 1000 — a flood of one kind can turn the table over at most
+    /// once per first-packet timeout, while a busy node's real connections
+    /// (which a table sized for them holds for minutes) stay well within it.
     pub fn new_flow_budget_per_worker(&self) -> u32 {
         if let Some(b) = self.new_flow_budget {
             return b;
         }
         let secs = self.timeouts.first_packet.0.as_secs().max(1);
         let workers = self.worker_cores.len().max(1) as u64;
-        let b = u64::from(self.flow_table_capacity) / 4 / secs / workers;
-        u32::try_from(b.max(100)).unwrap_or(u32::MAX)
+        let b = u64::from(self.flow_table_capacity) / secs / workers;
+        u32::try_from(b.max(1000)).unwrap_or(u32::MAX)
     }
 }
 

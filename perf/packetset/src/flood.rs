@@ -654,8 +654,8 @@ impl Summary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Defences {
     /// `first_packet = "10s"` (the default) and a new-entry budget: the
-    /// default when `None` (capacity / 4 / first_packet seconds / workers,
-    /// at least 100, for each of SYN-opened and other flows), else
+    /// default when `None` (capacity / first_packet seconds / workers, at
+    /// least 1000, for each of SYN-opened and other flows), else
     /// `new_flow_budget` set to it.
     On(Option<u32>),
     /// `new_flow_budget = 4294967295` and `first_packet = "600s"`: every new
@@ -685,7 +685,7 @@ impl Defences {
     /// first-packet timeout, unless set).
     pub fn budget(self, capacity: u32) -> u32 {
         match self {
-            Defences::On(None) => (capacity / 4 / 10).max(100),
+            Defences::On(None) => (capacity / 10).max(1000),
             Defences::On(Some(b)) => b,
             Defences::Off => u32::MAX,
         }
@@ -1073,8 +1073,8 @@ mod tests {
         assert!(
             off.contains("new_flow_budget = 4294967295") && off.contains("first_packet = \"600s\"")
         );
-        assert_eq!(Defences::On(None).budget(65536), 1638);
-        assert_eq!(Defences::On(None).budget(1024), 100);
+        assert_eq!(Defences::On(None).budget(65536), 6553);
+        assert_eq!(Defences::On(None).budget(1024), 1000);
         assert_eq!(Defences::On(Some(7)).budget(1024), 7);
     }
 }

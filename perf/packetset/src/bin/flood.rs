@@ -73,7 +73,7 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     endpoints: u8,
     /// The new-entry budget of the runs with the defences on (default: the
-    /// configuration's default, capacity / 2 / first_packet / workers).
+    /// configuration's default, capacity / first_packet / workers, of each kind).
     #[arg(long)]
     budget: Option<u32>,
     /// Seed of the spoofed sources.
@@ -270,7 +270,7 @@ fn print_tables(args: &Args, rows: &[Row]) {
     let on = Defences::On(args.budget);
     let budget = match args.budget {
         None => format!(
-            "the defaults, `new_flow_budget` {} entries/s (capacity / 2 / first_packet / workers)",
+            "the defaults, `new_flow_budget` {} entries/s of each kind, SYN-opened and other (capacity / first_packet / workers)",
             thousands(u64::from(on.budget(args.capacity)))
         ),
         Some(b) => format!("`new_flow_budget = {b}`"),
