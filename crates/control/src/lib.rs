@@ -504,7 +504,9 @@ impl Manager {
             }
             Err(e) => {
                 self.build_failed(&e);
-                return;
+                if !asked {
+                    return;
+                }
             }
         }
         if asked || superseded {

@@ -1063,8 +1063,9 @@ impl Worker {
         if is_icmp_error {
             return Some((slot, 0));
         }
-        // Every new entry is unconfirmed (short-lived and displaceable) until
-        // the flow shows up again in a later tick (M15), and each worker
+        // Every new entry is unconfirmed (displaceable, and short-lived unless
+        // opened by a SYN) until the flow shows up again in a later tick
+        // (M15), and each worker
         // creates at most its new-entry budget per tick — one budget for
         // flows opened by a bare SYN, one for the rest (a TCP flow first
         // seen mid-stream — after a failover, an ECMP change, or spoofed —,
