@@ -323,9 +323,40 @@ fn lab_reload_under_load_is_hitless() {
         seen.len() - after.len(),
         after.len()
     );
+    let to_removed: Vec<usize> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, (a, b))| *a && b == "backend3")
+        .map(|(i, _)| i)
+        .collect();
     assert!(
-        after.iter().all(|(_, b)| b != "backend3"),
-        "a new connection reached the removed backend"
+        to_removed.is_empty(),
+        "a new connection reached the removed backend: requests {to_removed:?} of {} ({} before the reload); flows to it:\n{}\nstatus:\n{}",
+        seen.len(),
+        seen.len() - after.len(),
+        String::from_utf8_lossy(
+            &common::run_ok(
+                Command::new(env!("CARGO_BIN_EXE_spillway"))
+                    .args([
+                        "flows",
+                        "--backend",
+                        "198.18.2.13",
+                        "--limit",
+                        "50",
+                        "--socket"
+                    ])
+                    .arg(lab.dir.join("control.sock")),
+            )
+            .stdout
+        ),
+        String::from_utf8_lossy(
+            &common::run_ok(
+                Command::new(env!("CARGO_BIN_EXE_spillway"))
+                    .args(["status", "--socket"])
+                    .arg(lab.dir.join("control.sock")),
+            )
+            .stdout
+        )
     );
     let after_stats = stats(&lab);
     for reason in ["malformed", "no_rule", "no_backend", "encap_failed"] {
