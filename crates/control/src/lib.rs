@@ -383,18 +383,11 @@ impl Manager {
             })
             .collect();
         let plans = self.balance.plans().to_vec();
-        let missing = self.builder.missing_tables(
-            &compiled,
-            |id| {
-                health
-                    .get(id.index())
-                    .copied()
-                    .unwrap_or(EndpointHealth::HEALTHY)
-            },
-            &plans,
-        );
+        let missing = self
+            .builder
+            .missing_tables(&compiled, captured(&health), &plans);
         let slots: u64 = missing.iter().map(|k| u64::from(k.size)).sum();
-        if missing.is_empty() || slots <= self.inline_slots {
+        if slots <= self.inline_slots {
             return self
                 .assemble(compiled, &health, &plans)
                 .map(Published::Live);
@@ -443,12 +436,7 @@ impl Manager {
             .build_with_plans(
                 compiled,
                 self.local.clone(),
-                |id| {
-                    health
-                        .get(id.index())
-                        .copied()
-                        .unwrap_or(EndpointHealth::HEALTHY)
-                },
+                captured(health),
                 plans,
                 now,
                 1,
@@ -791,6 +779,19 @@ impl Manager {
             // The client may have given up meanwhile; nothing to do then.
             let _ = call.reply.send(answer);
         }
+    }
+}
+
+/// Endpoint health as captured for a build (indexed like the configuration's
+/// endpoints), in the form the snapshot builder asks for it.
+fn captured(
+    health: &[EndpointHealth],
+) -> impl Fn(config::compiled::EndpointId) -> EndpointHealth + '_ {
+    |id| {
+        health
+            .get(id.index())
+            .copied()
+            .unwrap_or(EndpointHealth::HEALTHY)
     }
 }
 

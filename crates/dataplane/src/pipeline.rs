@@ -805,9 +805,10 @@ impl Worker {
             index.lookup(dst, proto, port)
         };
         let Some(m) = rule else {
-            return Err(if fragment && index.is_vip(dst) {
+            let vip = index.is_vip(dst);
+            return Err(if vip && fragment {
                 Outcome::Drop(DropReason::FragmentNoRule)
-            } else if index.is_vip(dst) {
+            } else if vip {
                 Outcome::Drop(DropReason::NoRule)
             } else if snap.is_own(dst) {
                 Outcome::ToHost
@@ -1029,7 +1030,7 @@ impl Worker {
         // one match they made a jump through a table for every packet.
         be.holds_entry_of(hit.entry.generation)
             && (matches!(be.state, BackendState::Active)
-                || keeps_inactive(Some(be.state), plan, class, now))
+                || keeps_inactive(be.state, plan, class, now))
     }
 
     /// Whether a SYN may follow an existing entry: its backend is active and
@@ -1156,16 +1157,11 @@ fn closed(flags: EntryFlags) -> bool {
 /// [`Worker::keeps`] for a backend that is not active.
 #[cold]
 #[inline(never)]
-fn keeps_inactive(
-    state: Option<BackendState>,
-    plan: &ServicePlan,
-    class: ProtoClass,
-    now: Tick,
-) -> bool {
+fn keeps_inactive(state: BackendState, plan: &ServicePlan, class: ProtoClass, now: Tick) -> bool {
     match state {
-        Some(BackendState::Active) => true,
+        BackendState::Active => true,
         // Persistence (M11), bounded by the draining period.
-        Some(BackendState::Unhealthy { until }) => {
+        BackendState::Unhealthy { until } => {
             !tick_reached(now, until)
                 && match plan.persistence {
                     ConnectionPersistence::AlwaysPersist => true,
@@ -1173,8 +1169,8 @@ fn keeps_inactive(
                     ConnectionPersistence::DefaultForProtocol => class == ProtoClass::Tcp,
                 }
         }
-        Some(BackendState::Draining { until }) => !tick_reached(now, until),
-        Some(BackendState::Removed) | None => false,
+        BackendState::Draining { until } => !tick_reached(now, until),
+        BackendState::Removed => false,
     }
 }
 

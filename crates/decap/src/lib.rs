@@ -139,9 +139,15 @@ impl Policy {
     /// is not an IPv4 address here: the caller canonicalises what a
     /// dual-stack socket reports, never what an IPv6 packet claims).
     pub fn source_allowed(&self, src: IpAddr) -> bool {
+        self.sources.is_none() || self.is_balancer(src)
+    }
+
+    /// Whether `a` is in the `--allow-source` list (never under
+    /// `--allow-any`, which names no balancer).
+    pub fn is_balancer(&self, a: IpAddr) -> bool {
         self.sources
             .as_ref()
-            .is_none_or(|list| list.iter().any(|p| p.contains(src)))
+            .is_some_and(|list| list.iter().any(|p| p.contains(a)))
     }
 
     /// Whether `dst` is one of this backend's VIPs.
@@ -346,11 +352,7 @@ fn checked_inner<'a>(
 pub fn client_source(policy: &Policy, src: IpAddr) -> bool {
     // A balancer's own address: what a client would spoof to be trusted as
     // the balancer (its health checks, say) or to reach the tunnel sockets.
-    if policy
-        .sources
-        .as_ref()
-        .is_some_and(|list| list.iter().any(|p| p.contains(src)))
-    {
+    if policy.is_balancer(src) {
         return false;
     }
     let bogus = match src {
