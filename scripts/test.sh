@@ -11,6 +11,9 @@ start=$SECONDS
 scripts/setup.sh
 ensure_cargo
 
+say "commit subjects (scripts/check-commits.sh)"
+scripts/check-commits.sh
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 
