@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Spillway's benchmark harness (SPEC M46). Run it through perf/bench.sh.
+"""Spillway's benchmark harness (M46). Run it through perf/bench.sh.
 
 Every measurement is one process on one DPDK `net_pcap` port that replays a
 packet set forever (`rx_pcap=SET,infinite_rx=1`; with no `tx_pcap` the port

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Spillway's benchmark harness (SPEC M46), one command:
+# Spillway's benchmark harness (M46), one command:
 #
 #   perf/bench.sh            the default matrix (every axis, ~6 min on 2 vCPUs);
 #                            writes perf/RESULTS.md, perf/results.json, perf/results.png

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the bare-metal benchmark material (SPEC M46, perf/BARE-METAL.md) without a traffic
+# Checks the bare-metal benchmark material (M46, perf/BARE-METAL.md) without a traffic
 # generator or a NIC, as far as that goes:
 #
 #   perf/trex/check_profiles.py     the TRex STL profiles, loaded against a fake trex_stl_lib

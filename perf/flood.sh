@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The flood figures (SPEC M15): real TCP connections among floods of spoofed new flows, pushed
+# The flood figures (M15): real TCP connections among floods of spoofed new flows, pushed
 # through `spillway replay` (the capture's timestamps are its clock) with the flow-table
 # defences on (the defaults) and off; see perf/README.md "Floods".
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Spillway's main job on one machine: the network-namespace lab of SPEC M45.
+# Spillway's main job on one machine: the network-namespace lab of M45.
 # Builds the release binary, creates a client, a router, the balancer on DPDK
 # net_af_packet ports and three backends running real HTTP servers, sends
 # 300 HTTP requests from the client through the VIP, prints how they spread

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A network-namespace lab on one machine (SPEC M45): a client, a router, the
+# A network-namespace lab on one machine (M45): a client, a router, the
 # balancer on DPDK net_af_packet ports, and three backends running real HTTP
 # servers with the VIP on loopback, reached through GUE (decapsulated by
 # spillway-decap into a TUN device) or l2dsr. Backends answer clients
@@ -214,7 +214,7 @@ TOML
 
 # With LAB_REGIONS=2 the service is health-checked over HTTP (probes leave
 # through the exception TAP) and backend3 forms region "far", which takes new
-# connections only when region "lab" cannot (SPEC M24, M26).
+# connections only when region "lab" cannot (M24, M26).
 lab_health() {
     [ "${LAB_REGIONS:-1}" = 2 ] || return 0
     echo 'health_check = "web-http"'

@@ -48,7 +48,7 @@ M.PORT_CYCLE = 4096
 M.FCS = 4
 
 local ETH, IPV4, IPV6, TCP_HDR, UDP_HDR = 14, 20, 40, 20, 8
--- Bytes between the outer IP header and the inner packet, per delivery mode (SPEC M8, M30).
+-- Bytes between the outer IP header and the inner packet, per delivery mode (M8, M30).
 M.TUNNEL_HEADER = { ipip = 0, gre = 4, ["gre-key"] = 8, gue = 8, geneve = 8 + 8 + 8 }
 
 local function member(list, x)

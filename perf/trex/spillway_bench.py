@@ -63,7 +63,7 @@ MIN_FRAME = 60  # Ethernet minimum without the FCS
 ETH, IPV4, IPV6, TCP_HDR, UDP_HDR = 14, 20, 40, 20, 8
 GRE_HDR, GRE_KEY, GENEVE_HDR, GENEVE_COOKIE_OPTION = 4, 4, 8, 8
 
-# What Spillway puts between the outer IP header and the inner IP packet (SPEC M8, M30):
+# What Spillway puts between the outer IP header and the inner IP packet (M8, M30):
 # ipip nothing, GRE its 4-byte header (+4 with a key), GUE variant 1 a bare UDP header,
 # Geneve UDP + the 8-byte Geneve header + the flow-cookie option (4 + 4 bytes; the gateway
 # endpoint-ID option is only sent by gateway rules).

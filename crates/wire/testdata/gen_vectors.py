@@ -81,7 +81,7 @@ add("geneve_opts", Ether(dst=LB_MAC, src=CLIENT_MAC) / IP(src=LB4, dst=BE4) / UD
 add("vxlan", Ether(dst=LB_MAC, src=CLIENT_MAC) / IP(src=LB4, dst=BE4) / UDP(sport=50003, dport=4789)
     / VXLAN(vni=0xabcdef, flags=0x08) / Ether(dst=BE_MAC, src=LB_MAC) / IP(src=CLIENT4, dst=VIP4) / UDP(sport=1, dport=2))
 
-# ---------------------------------------------------------------- ICMP errors (SPEC M13)
+# ---------------------------------------------------------------- ICMP errors (M13)
 # An ICMP error sent to the VIP quotes a packet the backend sent from the VIP to the client.
 orig4 = Ether(dst=LB_MAC, src=CLIENT_MAC) / IP(src=CLIENT4, dst=VIP4) / TCP(sport=40000, dport=80, flags="A")
 add("flow4_client_to_vip", orig4)
@@ -106,7 +106,7 @@ add("icmp6_time_exceeded", Ether(dst=LB_MAC, src=CLIENT_MAC) / IPv6(src=ROUTER6,
     / ICMPv6TimeExceeded() / Raw(quoted6[:60]))
 add("flow6_udp_client_to_vip", Ether(dst=LB_MAC, src=CLIENT_MAC) / IPv6(src=CLIENT6, dst=VIP6) / UDP(sport=5353, dport=53))
 
-# ---------------------------------------------------------------- encapsulation (SPEC M8, M30)
+# ---------------------------------------------------------------- encapsulation (M8, M30)
 # Parameters the Rust test uses: outer MACs LB_MAC -> BE_MAC, TTL 64, DF set, flow hash
 # 0x00000000_00012345 (IPv6 flow label 0x12345), UDP source port range 50000..=50000.
 TTL, SPORT, FLOWLABEL = 64, 50000, 0x12345
@@ -190,7 +190,7 @@ add("ns_dad", Ether(dst="33:33:ff:00:00:01", src=CLIENT_MAC)
 add("na_dad", Ether(dst="33:33:00:00:00:01", src=LB_MAC)
     / IPv6(src=VIP6, dst="ff02::1", hlim=255) / ICMPv6ND_NA(R=0, S=0, O=1, tgt=VIP6)
     / ICMPv6NDOptDstLLAddr(lladdr=LB_MAC))
-# TCP resets for a service without backends (SPEC M14, RFC 9293 §3.10.7.1): each `rst_in_*`
+# TCP resets for a service without backends (M14, RFC 9293 §3.10.7.1): each `rst_in_*`
 # segment is answered by `rst_out_*` (MACs, addresses and ports swapped, options and payload
 # gone, window 0, IPv4 TTL 64 / ID 0 / DF, IPv6 hop limit 64).
 add("rst_in_syn4", Ether(dst=LB_MAC, src=CLIENT_MAC)
