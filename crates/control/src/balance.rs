@@ -1,53 +1,68 @@
-//! Health and locality on the management core (SPEC M16–M29): runs the
-//! health checker, turns its verdicts and the data plane's per-backend
-//! packet counts into a locality plan per service every second, and tells
-//! the manager when the snapshot must be rebuilt. The data plane only ever
-//! sees the result (the snapshot's region shares and Maglev tables).
+//! Health and locality on the management core (SPEC M16–M29): turns the
+//! health checker's and the remote rules' verdicts and the data plane's
+//! per-backend packet counts into a locality plan per service every second,
+//! and tells the core when the snapshot must be rebuilt. The data plane only
+//! ever sees the result (the snapshot's region shares and Maglev tables).
+//! No I/O: the probers are reached through [`Probes`], time is an argument.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use config::Compiled;
 use config::compiled::{EndpointId, ServiceId};
 use dataplane::{EndpointHealth, SnapshotBuilder, WorkerCounters};
-use health::{Aggregate, HealthChecker, HealthSnapshot, State};
+use health::{Aggregate, HealthSnapshot, State};
 use locality::{EndpointObs, Health, NodeSpec, Observation, Plan, Planner, ServiceSpec};
+
+use crate::core::Probes;
+use crate::remote::RemoteKey;
 
 /// How often plans are recomputed (M29: at least every second).
 pub const PLAN_PERIOD: Duration = Duration::from_secs(1);
 
 /// The management core's health and locality state.
 pub struct Balance {
-    checker: Option<HealthChecker>,
-    remote: crate::remote::RemotePoller,
+    /// The remote rules polled (sorted, distinct).
+    remote_keys: Vec<RemoteKey>,
     /// Per endpoint (index of `compiled.endpoints`): its remote rule, for
     /// endpoints of `remote_rule` groups.
-    remote_of: Vec<Option<crate::remote::RemoteKey>>,
+    remote_of: Vec<Option<RemoteKey>>,
     /// The remote verdicts the current plans were made with (status and
     /// plans read these, so both agree with the snapshot).
-    remote_seen: HashMap<crate::remote::RemoteKey, State>,
+    remote_seen: HashMap<RemoteKey, State>,
+    /// Why each remote rule has its latest verdict (status).
+    remote_why: HashMap<RemoteKey, String>,
+    /// The remote verdicts given since the last tick.
+    remote_new: Option<HashMap<RemoteKey, State>>,
     health: HealthSnapshot,
+    /// A health status given since the last tick changed a state or weight.
+    health_changed: bool,
     node: NodeSpec,
     specs: Vec<Option<ServiceSpec>>,
     /// Kept across reloads by service name (their smoothing state).
     planners: HashMap<String, Planner>,
     plans: Vec<Option<Plan>>,
-    last_plan: Option<Instant>,
+    last_plan: Option<Duration>,
     /// Per backend slot: packets forwarded, at the last plan.
     prev_packets: Vec<u64>,
 }
 
 impl Balance {
-    /// Starts health checking for `compiled` (no thread when no service
-    /// has a health check).
-    pub fn start(compiled: &Compiled) -> Result<Balance, health::HealthError> {
+    /// Starts health checking for `compiled` at `now`.
+    pub fn start(
+        compiled: &Compiled,
+        now: Duration,
+        probes: &mut dyn Probes,
+    ) -> Result<Balance, health::HealthError> {
         let mut b = Balance {
-            checker: None,
-            remote: crate::remote::RemotePoller::start(Vec::new()),
+            remote_keys: Vec::new(),
             remote_of: Vec::new(),
             remote_seen: HashMap::new(),
+            remote_why: HashMap::new(),
+            remote_new: None,
             health: HealthSnapshot::default(),
+            health_changed: false,
             node: NodeSpec::from_compiled(compiled),
             specs: Vec::new(),
             planners: HashMap::new(),
@@ -55,47 +70,41 @@ impl Balance {
             last_plan: None,
             prev_packets: Vec::new(),
         };
-        b.reload(compiled)?;
+        b.reload(compiled, now, probes)?;
         Ok(b)
     }
 
     /// Follows a new configuration: probes of endpoints that stay keep
     /// their state, planners of services that stay keep theirs.
-    pub fn reload(&mut self, compiled: &Compiled) -> Result<(), health::HealthError> {
+    pub fn reload(
+        &mut self,
+        compiled: &Compiled,
+        now: Duration,
+        probes: &mut dyn Probes,
+    ) -> Result<(), health::HealthError> {
         let targets = health::targets_from_compiled(compiled)?;
-        match (&mut self.checker, targets.is_empty()) {
-            (Some(c), false) => c.update(targets)?,
-            (Some(_), true) => {
-                if let Some(c) = self.checker.take() {
-                    c.stop()?;
-                }
-            }
-            (None, false) => self.checker = Some(HealthChecker::start(targets)?),
-            (None, true) => {}
-        }
-        if let Some(c) = &self.checker {
-            self.health = c.snapshot();
-        } else {
-            self.health = HealthSnapshot::default();
-        }
+        self.health = probes.set_targets(targets)?;
+        self.health_changed = false;
         self.remote_of = compiled
             .endpoints
             .iter()
             .map(|ep| {
                 let g = compiled.groups.get(ep.group.index())?;
                 let r = g.remote.as_ref()?;
-                Some(crate::remote::RemoteKey {
+                Some(RemoteKey {
                     url: r.status_url.clone(),
                     rule: r.rule.clone(),
                 })
             })
             .collect();
-        let mut keys: Vec<crate::remote::RemoteKey> =
-            self.remote_of.iter().flatten().cloned().collect();
+        let mut keys: Vec<RemoteKey> = self.remote_of.iter().flatten().cloned().collect();
         keys.sort_by(|a, b| (&a.url, &a.rule).cmp(&(&b.url, &b.rule)));
         keys.dedup();
-        if keys != self.remote.keys() {
-            self.remote = crate::remote::RemotePoller::start(keys);
+        if keys != self.remote_keys {
+            // A new poller: every verdict is UNKNOWN until its first poll.
+            self.remote_why.clear();
+            self.remote_keys.clone_from(&keys);
+            probes.poll_remotes(keys);
         }
         self.node = NodeSpec::from_compiled(compiled);
         self.specs = (0..compiled.services.len())
@@ -107,7 +116,7 @@ impl Balance {
         self.plans = vec![None; compiled.services.len()];
         // Plans for the new configuration right away, so the snapshot built
         // from it already carries them (rates: none measured yet).
-        self.last_plan = Some(Instant::now());
+        self.last_plan = Some(now);
         self.plan(compiled, None, &WorkerCounters::default(), PLAN_PERIOD);
         Ok(())
     }
@@ -136,49 +145,69 @@ impl Balance {
         &self.plans
     }
 
-    /// Periodic work. Returns true when the snapshot must be rebuilt: a
-    /// health verdict changed, or a plan did. `counters` is asked for only
-    /// when plans are recomputed.
+    /// The remote rules to poll.
+    pub fn remote_keys(&self) -> &[RemoteKey] {
+        &self.remote_keys
+    }
+
+    /// The generation of the health statuses last given.
+    pub fn health_generation(&self) -> u64 {
+        self.health.generation
+    }
+
+    /// New health statuses (acted on at the next tick).
+    pub fn health(&mut self, h: HealthSnapshot) {
+        // Only a change of state or weight matters to the snapshot.
+        let differs = h.endpoints.len() != self.health.endpoints.len()
+            || h.endpoints
+                .iter()
+                .zip(&self.health.endpoints)
+                .any(|(a, b)| {
+                    a.state != b.state || a.weight != b.weight || a.endpoint != b.endpoint
+                });
+        self.health = h;
+        self.health_changed |= differs;
+    }
+
+    /// The latest verdict on each remote rule polled, and why (acted on at
+    /// the next tick).
+    pub fn remote(&mut self, state: impl Fn(&RemoteKey) -> (State, String)) {
+        let mut seen = HashMap::new();
+        for k in self.remote_of.iter().flatten() {
+            if !seen.contains_key(k) {
+                let (s, why) = state(k);
+                seen.insert(k.clone(), s);
+                self.remote_why.insert(k.clone(), why);
+            }
+        }
+        self.remote_new = Some(seen);
+    }
+
+    /// Periodic work at `now`. Returns true when the snapshot must be
+    /// rebuilt: a health verdict changed, or a plan did. `counters` is asked
+    /// for only when plans are recomputed.
     pub fn tick(
         &mut self,
         compiled: &Compiled,
         builder: &SnapshotBuilder,
+        now: Duration,
         counters: impl FnOnce() -> WorkerCounters,
     ) -> bool {
-        let mut rebuild = false;
-        if let Some(c) = &self.checker {
-            if let Some(h) = c.changed_since(self.health.generation) {
-                // Only a change of state or weight matters to the snapshot.
-                let differs = h.endpoints.len() != self.health.endpoints.len()
-                    || h.endpoints
-                        .iter()
-                        .zip(&self.health.endpoints)
-                        .any(|(a, b)| {
-                            a.state != b.state || a.weight != b.weight || a.endpoint != b.endpoint
-                        });
-                self.health = h;
-                rebuild |= differs;
-            }
-        }
+        let mut rebuild = std::mem::take(&mut self.health_changed);
         // A remote rule's verdict changed: act on it now, like a probe's.
-        let remote: HashMap<crate::remote::RemoteKey, State> = self
-            .remote_of
-            .iter()
-            .flatten()
-            .map(|k| (k.clone(), self.remote.state(k).0))
-            .collect();
-        if remote != self.remote_seen {
+        if let Some(remote) = self.remote_new.take()
+            && remote != self.remote_seen
+        {
             self.remote_seen = remote;
             rebuild = true;
         }
-        let now = Instant::now();
         let due = self
             .last_plan
-            .is_none_or(|t| now.duration_since(t) >= PLAN_PERIOD);
+            .is_none_or(|t| now.saturating_sub(t) >= PLAN_PERIOD);
         if due || rebuild {
             let elapsed = self
                 .last_plan
-                .map_or(PLAN_PERIOD, |t| now.duration_since(t))
+                .map_or(PLAN_PERIOD, |t| now.saturating_sub(t))
                 .max(Duration::from_millis(1));
             self.last_plan = Some(now);
             rebuild |= self.plan(compiled, Some(builder), &counters(), elapsed);
@@ -344,18 +373,14 @@ impl Balance {
         for (ep, key) in compiled.endpoints.iter().zip(&self.remote_of) {
             if let Some(k) = key {
                 let state = self.remote_seen.get(k).copied().unwrap_or(State::Unknown);
-                let why = self.remote.state(k).1;
+                let why = self.remote_why.get(k).map_or("", String::as_str);
                 let _ = writeln!(
                     out,
                     "  remote rule {} at {} (VIP {}): {state} ({})",
                     k.rule,
                     k.url,
                     ep.address,
-                    if why.is_empty() {
-                        "no answer yet"
-                    } else {
-                        &why
-                    }
+                    if why.is_empty() { "no answer yet" } else { why }
                 );
             }
         }
@@ -383,15 +408,6 @@ impl Balance {
     /// Every probed endpoint's latest status (metrics).
     pub fn probed(&self) -> &[health::EndpointStatus] {
         &self.health.endpoints
-    }
-
-    /// Stops the health checker.
-    pub fn stop(&mut self) {
-        if let Some(c) = self.checker.take() {
-            if let Err(e) = c.stop() {
-                log::warn!("health checker: {e}");
-            }
-        }
     }
 }
 

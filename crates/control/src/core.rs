@@ -1,0 +1,750 @@
+//! The management core's decisions, without I/O (sans-I/O): a state machine
+//! fed with time and inputs — a tick, a configuration loaded (or not), health
+//! verdicts, remote rule verdicts, Maglev tables built — that says what to
+//! do as [`Output`]s: publish a snapshot, build tables off the loop, follow
+//! the file or not.
+//!
+//! Nothing here reads a clock, sleeps, spawns a thread or touches a file or
+//! socket: time is always an argument (`now`, since the daemon started), and
+//! the probers are reached through the [`Probes`] port. The daemon
+//! ([`crate::daemon`]) owns threads, sockets, clocks and files and feeds
+//! this; the simulation harness (`tests/sim`) feeds it a virtual clock and
+//! scripted verdicts. Log lines stay `log` calls: they are the core's
+//! account of itself, not I/O it depends on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::Compiled;
+use dataplane::snapshot::{TableKey, tick_reached};
+use dataplane::{BackendState, EndpointHealth, Local, Snapshot, SnapshotBuilder, WorkerCounters};
+use flowtable::FlowTable;
+use health::{Aggregate, HealthSnapshot, State};
+use maglev::MaglevTable;
+
+use crate::balance::Balance;
+use crate::remote::RemoteKey;
+
+/// Missing Maglev tables of at most this many slots in all (a few tens of
+/// milliseconds of building) are built on the management loop itself.
+pub const INLINE_TABLE_SLOTS: u64 = 1 << 21;
+
+/// Maglev tables built off the loop, with what each was built from.
+pub type BuiltTables = Vec<(TableKey, Arc<MaglevTable>)>;
+
+/// What the core asks its shell to do.
+#[derive(Debug)]
+pub enum Output {
+    /// Make this snapshot the one workers use.
+    Publish(Arc<Snapshot>),
+    /// Build these Maglev tables (off the loop: they are large) and hand
+    /// them back with [`Core::tables_built`] and the same `build`.
+    BuildTables {
+        /// Names this build in [`Core::tables_built`].
+        build: u64,
+        /// The tables to build.
+        tables: Vec<TableKey>,
+    },
+    /// Reload when the configuration file changes, or stop doing so (the
+    /// accepted configuration's `[control] watch_config`).
+    Watch(bool),
+}
+
+/// The probers, as the core reaches them: health checks and remote rule
+/// polls run elsewhere (threads, sockets); the core only says what to probe.
+pub trait Probes {
+    /// Probe `targets` from now on (a target that stays keeps its state);
+    /// returns the statuses as they are now, keyed by the targets'
+    /// endpoints. An error leaves the previous targets probed.
+    fn set_targets(
+        &mut self,
+        targets: Vec<health::Target>,
+    ) -> Result<HealthSnapshot, health::HealthError>;
+
+    /// Poll these remote rules from now on (their verdicts come back with
+    /// [`Core::remote_verdicts`]; UNKNOWN until the first).
+    fn poll_remotes(&mut self, keys: Vec<RemoteKey>);
+}
+
+/// What became of a snapshot to publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Live now, as this generation.
+    Live(u32),
+    /// Waiting for `tables` Maglev tables (`slots` slots in all) that a
+    /// thread is building; it goes live when they are built.
+    Building {
+        /// Tables being built.
+        tables: usize,
+        /// Their slots in all.
+        slots: u64,
+    },
+    /// Noted while a build is in progress; published (with whatever tables
+    /// it needs) when that build ends.
+    Queued,
+}
+
+impl std::fmt::Display for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Published::Live(g) => write!(f, "generation {g} is live"),
+            Published::Building { tables, slots } => write!(
+                f,
+                "accepted; it goes live when its {tables} new Maglev table(s) ({slots} slots) are built (see `spillway status`)"
+            ),
+            Published::Queued => write!(
+                f,
+                "accepted; it goes live after the Maglev build in progress (see `spillway status`)"
+            ),
+        }
+    }
+}
+
+/// A snapshot waiting for its Maglev tables, which the shell builds so that
+/// the management loop goes on ageing flows, applying health and answering
+/// while they are large (SPEC M38, M50).
+struct PendingBuild {
+    build: u64,
+    compiled: Arc<Compiled>,
+    /// Health of every endpoint of `compiled` and the plans, as they were
+    /// when the build started: the snapshot is made of these.
+    health: Vec<EndpointHealth>,
+    plans: Vec<Option<locality::Plan>>,
+    started: Duration,
+    tables: usize,
+    slots: u64,
+}
+
+/// The management core's state.
+pub struct Core {
+    /// The configuration file's name, for messages (never read here).
+    path: PathBuf,
+    builder: SnapshotBuilder,
+    local: Local,
+    now: Duration,
+    compiled: Arc<Compiled>,
+    live: Arc<Snapshot>,
+    reloads_ok: u64,
+    reloads_failed: u64,
+    last_error: Option<String>,
+    balance: Balance,
+    /// Maglev tables being built off the loop, and what the snapshot
+    /// waiting for them is made of.
+    pending: Option<PendingBuild>,
+    builds: u64,
+    /// A rebuild was asked for while one was pending: do it after.
+    dirty: bool,
+    inline_slots: u64,
+    out: Vec<Output>,
+}
+
+impl Core {
+    /// The core of a daemon started at `now` with `compiled` (read from
+    /// `path`), this node's addresses and the secret of its flow cookies;
+    /// its first snapshot is [`Core::live`] (generation 1).
+    pub fn start(
+        path: &Path,
+        compiled: Compiled,
+        local: Local,
+        cookie_key: u64,
+        now: Duration,
+        probes: &mut dyn Probes,
+    ) -> Result<Core, crate::StartError> {
+        let compiled = Arc::new(compiled);
+        let balance = Balance::start(&compiled, now, probes)?;
+        let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
+        let snap = builder.build_with_plans(
+            compiled.clone(),
+            local.clone(),
+            |id| balance.endpoint_health(id),
+            balance.plans(),
+            tick(now),
+            1,
+        )?;
+        Ok(Core {
+            path: path.to_owned(),
+            builder,
+            local,
+            now,
+            compiled,
+            live: Arc::new(snap),
+            reloads_ok: 0,
+            reloads_failed: 0,
+            last_error: None,
+            balance,
+            pending: None,
+            builds: 0,
+            dirty: false,
+            inline_slots: INLINE_TABLE_SLOTS,
+            out: Vec::new(),
+        })
+    }
+
+    /// Takes what the core asked for since the last call, in order.
+    pub fn outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Sets the size of table builds made by the core itself (default
+    /// [`INLINE_TABLE_SLOTS`]; 0 asks for every missing table with
+    /// [`Output::BuildTables`]).
+    pub fn build_inline_up_to(&mut self, slots: u64) {
+        self.inline_slots = slots;
+    }
+
+    /// The time of the latest input.
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// The coarse tick workers stamp flows with (seconds since start).
+    pub fn tick_now(&self) -> u32 {
+        tick(self.now)
+    }
+
+    fn advance(&mut self, now: Duration) {
+        // Inputs may come from clocks read at different places: never back.
+        self.now = self.now.max(now);
+    }
+
+    /// The running configuration (the live one, or the one waiting for its
+    /// tables).
+    pub fn compiled(&self) -> &Arc<Compiled> {
+        &self.compiled
+    }
+
+    /// The snapshot last published.
+    pub fn live(&self) -> &Arc<Snapshot> {
+        &self.live
+    }
+
+    /// Whether a snapshot is waiting for Maglev tables built off the loop.
+    pub fn building(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// The remote rules to poll.
+    pub fn remote_keys(&self) -> &[RemoteKey] {
+        self.balance.remote_keys()
+    }
+
+    /// The health generation the core last saw (the shell hands over a new
+    /// [`HealthSnapshot`] only when the checker's moved past it).
+    pub fn health_generation(&self) -> u64 {
+        self.balance.health_generation()
+    }
+
+    /// Every forwarding rule's exported state (M21).
+    pub fn rule_states(&self) -> Vec<(String, Aggregate)> {
+        self.balance.rule_states(&self.compiled)
+    }
+
+    /// Every probed endpoint's latest status.
+    pub fn probed(&self) -> &[health::EndpointStatus] {
+        self.balance.probed()
+    }
+
+    /// Input: new health statuses (acted on at the next [`Core::tick`]).
+    pub fn health(&mut self, now: Duration, h: HealthSnapshot) {
+        self.advance(now);
+        self.balance.health(h);
+    }
+
+    /// Input: the latest verdict on each remote rule and why (acted on at
+    /// the next [`Core::tick`]).
+    pub fn remote_verdicts(
+        &mut self,
+        now: Duration,
+        state: impl Fn(&RemoteKey) -> (State, String),
+    ) {
+        self.advance(now);
+        self.balance.remote(state);
+    }
+
+    /// Input: a configuration was read (or could not be). Validates it
+    /// against the running one and, if it may go live, publishes a snapshot
+    /// built from it. Returns what became of it (live, or waiting for large
+    /// Maglev tables), or every error (the running configuration stays).
+    /// With `force`, also a configuration that [`destructive_change`] would
+    /// refuse (`spillway reload --force`).
+    pub fn config_loaded(
+        &mut self,
+        now: Duration,
+        loaded: Result<config::Loaded, String>,
+        force: bool,
+        probes: &mut dyn Probes,
+    ) -> Result<Published, String> {
+        self.advance(now);
+        let loaded = match loaded {
+            Ok(l) => l,
+            Err(e) => return Err(self.reload_failed(e)),
+        };
+        if let Some(why) = destructive_change(&self.compiled, &loaded.compiled) {
+            if !force {
+                return Err(self.reload_failed(format!(
+                    "{}: {why}. A half-written or truncated file looks like this; if the change is meant, run `spillway reload --force`",
+                    self.path.display()
+                )));
+            }
+            log::warn!("reload forced although {why}");
+        }
+        let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
+        let compiled = Arc::new(loaded.compiled);
+        if let Err(e) = self.balance.reload(&compiled, self.now, probes) {
+            // Health checks the prober refuses: the whole reload is refused.
+            if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
+                log::error!("health checks: {h}");
+            }
+            return Err(self.reload_failed(format!("health checks: {e}")));
+        }
+        let previous = std::mem::replace(&mut self.compiled, compiled.clone());
+        match self.publish() {
+            Ok(published) => {
+                self.out
+                    .push(Output::Watch(compiled.settings.control.watch_config));
+                self.reloads_ok += 1;
+                self.last_error = None;
+                for w in &loaded.warnings {
+                    log::warn!("{}: {w}", self.path.display());
+                }
+                if let Some(what) = restart_needed {
+                    log::warn!("reload: {what} changed; that takes effect at the next restart");
+                }
+                Ok(published)
+            }
+            Err(e) => {
+                // The new configuration did not go live: health and
+                // locality follow the running one again.
+                self.compiled = previous;
+                if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
+                    log::error!("health checks: {h}");
+                }
+                Err(self.reload_failed(e))
+            }
+        }
+    }
+
+    fn reload_failed(&mut self, e: String) -> String {
+        self.reloads_failed += 1;
+        log::error!("reload rejected; the running configuration stays:\n{e}");
+        self.last_error = Some(e.clone());
+        e
+    }
+
+    /// Publishes a snapshot of the current configuration, health and plans:
+    /// at once when the Maglev tables it lacks are small, else once they are
+    /// built off the loop. While a build is pending, a new request is noted
+    /// and served when it ends (the latest state then).
+    fn publish(&mut self) -> Result<Published, String> {
+        if self.pending.is_some() {
+            self.dirty = true;
+            return Ok(Published::Queued);
+        }
+        let compiled = self.compiled.clone();
+        let health: Vec<EndpointHealth> = (0..compiled.endpoints.len())
+            .map(|i| {
+                self.balance
+                    .endpoint_health(config::compiled::EndpointId(i as u32))
+            })
+            .collect();
+        let plans = self.balance.plans().to_vec();
+        let missing = self
+            .builder
+            .missing_tables(&compiled, captured(&health), &plans);
+        let slots: u64 = missing.iter().map(|k| u64::from(k.size)).sum();
+        if slots <= self.inline_slots {
+            return self
+                .assemble(compiled, &health, &plans)
+                .map(Published::Live);
+        }
+        let tables = missing.len();
+        self.builds += 1;
+        let build = self.builds;
+        self.out.push(Output::BuildTables {
+            build,
+            tables: missing,
+        });
+        log::info!("building {tables} Maglev table(s), {slots} slots, off the management loop");
+        self.pending = Some(PendingBuild {
+            build,
+            compiled,
+            health,
+            plans,
+            started: self.now,
+            tables,
+            slots,
+        });
+        Ok(Published::Building { tables, slots })
+    }
+
+    /// Builds the snapshot of `compiled` with this health and these plans
+    /// (its Maglev tables at hand, or built here) and publishes it.
+    fn assemble(
+        &mut self,
+        compiled: Arc<Compiled>,
+        health: &[EndpointHealth],
+        plans: &[Option<locality::Plan>],
+    ) -> Result<u32, String> {
+        let snap = self
+            .builder
+            .build_with_plans(
+                compiled,
+                self.local.clone(),
+                captured(health),
+                plans,
+                self.tick_now(),
+                1,
+            )
+            .map_err(|e| e.to_string())?;
+        let generation = snap.generation;
+        let snap = Arc::new(snap);
+        self.live = snap.clone();
+        self.out.push(Output::Publish(snap));
+        Ok(generation)
+    }
+
+    /// Input: the tables of [`Output::BuildTables`] `build` are built (or
+    /// could not be). Publishes the snapshot waiting for them, unless a
+    /// newer configuration was accepted meanwhile (then that one, never the
+    /// superseded one); then whatever was asked for meanwhile.
+    pub fn tables_built(
+        &mut self,
+        now: Duration,
+        build: u64,
+        built: Result<BuiltTables, String>,
+        probes: &mut dyn Probes,
+    ) {
+        self.advance(now);
+        if self.pending.as_ref().is_none_or(|p| p.build != build) {
+            return;
+        }
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        let asked = std::mem::take(&mut self.dirty);
+        // A reload accepted while the tables were built (a revert, say)
+        // replaces the configuration they were built for.
+        let superseded = !Arc::ptr_eq(&p.compiled, &self.compiled);
+        let result = built.and_then(|tables| {
+            self.builder.add_tables(tables);
+            if superseded {
+                return Ok(None);
+            }
+            self.assemble(p.compiled.clone(), &p.health, &p.plans)
+                .map(Some)
+        });
+        match result {
+            Ok(Some(generation)) => log::info!(
+                "generation {generation} live: {} Maglev table(s) built in {:.1} s",
+                p.tables,
+                self.now.saturating_sub(p.started).as_secs_f64()
+            ),
+            Ok(None) => log::info!(
+                "{} Maglev table(s) built for a configuration replaced meanwhile; publishing the current one",
+                p.tables
+            ),
+            Err(e) if superseded => {
+                log::warn!("building Maglev tables for a configuration replaced meanwhile: {e}")
+            }
+            Err(e) => {
+                self.build_failed(&e, probes);
+                if !asked {
+                    return;
+                }
+            }
+        }
+        if asked || superseded {
+            if let Err(e) = self.publish() {
+                self.build_failed(&e, probes);
+            }
+        }
+    }
+
+    /// The current configuration cannot go live (cannot happen with a
+    /// validated one): the running snapshot stays, and health and locality
+    /// follow its configuration again.
+    fn build_failed(&mut self, e: &str, probes: &mut dyn Probes) {
+        log::error!("building the snapshot: {e}");
+        let live = self.live.compiled.clone();
+        if !Arc::ptr_eq(&live, &self.compiled) {
+            self.compiled = live;
+            if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
+                log::error!("health checks: {h}");
+            }
+            self.reloads_failed += 1;
+            self.last_error = Some(format!("the reloaded configuration could not go live: {e}"));
+        }
+    }
+
+    /// Input: periodic work at `now`: retire draining backends whose period
+    /// is over, act on health and remote verdicts, replan (every
+    /// [`crate::balance::PLAN_PERIOD`]). `counters`, the workers' counters
+    /// summed, is asked for only when plans are recomputed.
+    pub fn tick(&mut self, now: Duration, counters: impl FnOnce() -> WorkerCounters) {
+        self.advance(now);
+        let tick = self.tick_now();
+        // Rebuild only when a draining backend's period is over (the builder
+        // then retires it), not every tick of the draining period.
+        let retire_due = self.live.backends.iter().any(
+            |b| matches!(b.state, BackendState::Draining { until } if tick_reached(tick, until)),
+        );
+        let replan = self
+            .balance
+            .tick(&self.compiled, &self.builder, self.now, counters);
+        if retire_due || replan {
+            if let Err(e) = self.publish() {
+                log::error!("rebuilding the snapshot: {e}");
+            }
+        }
+    }
+
+    /// `spillway status` (the flow table is the one workers share).
+    pub fn status(&self, flows: &FlowTable) -> String {
+        let snap = &self.live;
+        let occ = flows.occupancy();
+        let mut out = format!(
+            "node {} (region {}, zone {})\nuptime {} s, snapshot generation {}, reloads {} ok / {} rejected\n",
+            self.compiled.node.name,
+            self.compiled
+                .regions
+                .get(self.compiled.node.region.index())
+                .map_or("?", String::as_str),
+            self.compiled
+                .zones
+                .get(self.compiled.node.zone.index())
+                .map_or("?", String::as_str),
+            self.tick_now(),
+            snap.generation,
+            self.reloads_ok,
+            self.reloads_failed
+        );
+        out += &format!(
+            "flow table: {} live of {} ({} half-open)\n",
+            occ.live,
+            flows.capacity(),
+            occ.half_open
+        );
+        if let Some(p) = &self.pending {
+            out += &format!(
+                "building {} Maglev table(s), {} slots, for the next generation: {:.1} s so far (generation {} stays live meanwhile)\n",
+                p.tables,
+                p.slots,
+                self.now.saturating_sub(p.started).as_secs_f64(),
+                snap.generation
+            );
+        }
+        // The live snapshot's own configuration names its services (a
+        // reloaded one may still be waiting for its tables).
+        for (svc, plan) in snap.compiled.services.iter().zip(&snap.services) {
+            let eligible = plan.eligible_slots().len();
+            out += &format!(
+                "service {}: {} ({eligible} eligible backends)\n",
+                svc.name, svc.delivery
+            );
+        }
+        for (i, b) in snap.backends.iter().enumerate() {
+            out += &format!("  backend {i}: {} {:?}\n", b.addr, b.state);
+        }
+        out += &self.balance.status(&self.compiled);
+        if let Some(e) = &self.last_error {
+            out += &format!("last reload error:\n{e}\n");
+        }
+        out
+    }
+
+    /// Reloads accepted and refused, and the last refusal's reason.
+    pub fn reloads(&self) -> (u64, u64, Option<&str>) {
+        (
+            self.reloads_ok,
+            self.reloads_failed,
+            self.last_error.as_deref(),
+        )
+    }
+}
+
+/// Whole seconds since start, as workers count.
+fn tick(now: Duration) -> u32 {
+    u32::try_from(now.as_secs()).unwrap_or(u32::MAX)
+}
+
+/// Endpoint health as captured for a build (indexed like the configuration's
+/// endpoints), in the form the snapshot builder asks for it.
+fn captured(
+    health: &[EndpointHealth],
+) -> impl Fn(config::compiled::EndpointId) -> EndpointHealth + '_ {
+    |id| {
+        health
+            .get(id.index())
+            .copied()
+            .unwrap_or(EndpointHealth::HEALTHY)
+    }
+}
+
+/// Why replacing `old` by `new` looks like an accident rather than an edit
+/// (SPEC M38): it removes every forwarding rule, or more than half of the
+/// VIPs this node serves. `None` when the change may go live unforced.
+pub fn destructive_change(old: &Compiled, new: &Compiled) -> Option<String> {
+    if new.rules.is_empty() && !old.rules.is_empty() {
+        return Some(format!(
+            "the new configuration has no forwarding rules (the running one has {})",
+            old.rules.len()
+        ));
+    }
+    let served = |c: &Compiled| -> Vec<std::net::IpAddr> {
+        let mut v: Vec<_> = c
+            .children
+            .iter()
+            .filter(|ch| ch.served)
+            .map(|ch| ch.vip)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (before, after) = (served(old), served(new));
+    let gone: Vec<String> = before
+        .iter()
+        .filter(|v| after.binary_search(v).is_err())
+        .map(ToString::to_string)
+        .collect();
+    if gone.len() * 2 > before.len() {
+        const SHOWN: usize = 8;
+        let mut list = gone
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if gone.len() > SHOWN {
+            list += &format!(" and {} more", gone.len() - SHOWN);
+        }
+        return Some(format!(
+            "it would stop serving {} of the {} VIPs this node serves ({list})",
+            gone.len(),
+            before.len()
+        ));
+    }
+    None
+}
+
+/// Settings a reload cannot change in a running process (cores, ports, EAL).
+fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static str> {
+    let (a, b) = (&old.settings.dataplane, &new.settings.dataplane);
+    if a.eal_args != b.eal_args {
+        Some("[dataplane].eal_args")
+    } else if a.worker_cores != b.worker_cores || a.management_core != b.management_core {
+        Some("[dataplane] cores")
+    } else if a.flow_table_capacity != b.flow_table_capacity || a.mbufs != b.mbufs {
+        Some("[dataplane] sizes")
+    } else if a.timeouts != b.timeouts {
+        // The flow table is made with them (new_flow_budget, read from each
+        // snapshot, applies at once).
+        Some("[dataplane.timeouts]")
+    } else if old.settings.ports.len() != new.settings.ports.len()
+        || old
+            .settings
+            .ports
+            .iter()
+            .zip(&new.settings.ports)
+            .any(|(x, y)| x.device != y.device)
+    {
+        Some("[[ports]]")
+    } else if listeners_differ(old, new) {
+        Some("[metrics] or [control] listener settings")
+    } else {
+        None
+    }
+}
+
+/// The listeners are set up once, at start.
+fn listeners_differ(old: &Compiled, new: &Compiled) -> bool {
+    let (a, b) = (&old.settings.metrics, &new.settings.metrics);
+    let (c, d) = (&old.settings.control, &new.settings.control);
+    a.listen != b.listen
+        || a.allow != b.allow
+        || a.max_connections != b.max_connections
+        || a.per_client() != b.per_client()
+        || a.timeout != b.timeout
+        || c.socket != d.socket
+        || c.socket_group != d.socket_group
+        || c.max_connections != d.max_connections
+        || c.timeout != d.timeout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node serving `vips` (one TCP rule each), availability group `ag`.
+    fn serving(vips: &[&str], ag: Option<u8>) -> Compiled {
+        let mut text = String::from("[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n");
+        if let Some(g) = ag {
+            text += &format!("availability_group = {g}\n");
+        }
+        text += "\n[[backend_services]]\nname = \"s\"\ndelivery = \"ipip\"\ngroups = [{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.1.0.1\" }] }]\n";
+        for (i, v) in vips.iter().enumerate() {
+            text += &format!(
+                "\n[[forwarding_rules]]\nname = \"r{i}\"\nvips = [{v}]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s\"\n"
+            );
+        }
+        match config::load_str("t.toml", &text, &config::Env::default()) {
+            Ok(l) => l.compiled,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn reloads_that_remove_every_rule_or_most_vips_are_refused() {
+        let four = serving(
+            &[
+                "\"10.0.0.1\"",
+                "\"10.0.0.2\"",
+                "\"10.0.0.3\"",
+                "\"10.0.0.4\"",
+            ],
+            None,
+        );
+        let none = serving(&[], None);
+        let why = destructive_change(&four, &none).expect("refused");
+        assert!(why.contains("no forwarding rules"), "{why}");
+        // Half of the VIPs may go; more than half may not.
+        let two = serving(&["\"10.0.0.1\"", "\"10.0.0.2\""], None);
+        assert_eq!(destructive_change(&four, &two), None);
+        let one = serving(&["\"10.0.0.1\""], None);
+        let why = destructive_change(&four, &one).expect("refused");
+        assert!(
+            why.contains("3 of the 4 VIPs") && why.contains("10.0.0.4"),
+            "{why}"
+        );
+        // Rules that move to other VIPs count as removals of the old ones.
+        let moved = serving(
+            &[
+                "\"10.0.9.1\"",
+                "\"10.0.9.2\"",
+                "\"10.0.0.3\"",
+                "\"10.0.0.4\"",
+            ],
+            None,
+        );
+        assert_eq!(destructive_change(&four, &moved), None);
+        let moved3 = serving(
+            &[
+                "\"10.0.9.1\"",
+                "\"10.0.9.2\"",
+                "\"10.0.9.3\"",
+                "\"10.0.0.4\"",
+            ],
+            None,
+        );
+        assert!(destructive_change(&four, &moved3).is_some());
+        // Growing, and starting from nothing, are always fine.
+        assert_eq!(destructive_change(&two, &four), None);
+        assert_eq!(destructive_change(&none, &four), None);
+        assert_eq!(destructive_change(&none, &none), None);
+        // Only served VIPs count: a node of group 0 does not serve AG1's VIP.
+        let ag0 = serving(&["\"10.0.0.1\", \"10.0.1.1\""], Some(0));
+        let ag0_other = serving(&["\"10.0.0.1\", \"10.0.1.9\""], Some(0));
+        assert_eq!(destructive_change(&ag0, &ag0_other), None);
+    }
+}

@@ -1,0 +1,580 @@
+//! The management core's daemon shell: everything of the management core
+//! that is not a decision. It owns the threads (Maglev builds, health
+//! probes, remote polls, the listeners'), the sockets, the clock, the
+//! configuration file and its watch, and the publication of snapshots to
+//! workers; it feeds [`Core`] with time and inputs and carries out its
+//! [`Output`]s.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use config::Compiled;
+use dataplane::{DropReason, Local, WorkerCounters};
+use flowtable::FlowTable;
+use health::{HealthChecker, HealthSnapshot};
+
+use crate::core::{BuiltTables, Core, Output, Probes, Published};
+use crate::remote::{RemoteKey, RemotePoller};
+use crate::{Shared, StartError, flows, listen, metrics, socket};
+
+/// The probers of a running daemon: the health checker (no thread when no
+/// service has a health check) and the remote rule poller.
+struct LiveProbes {
+    checker: Option<HealthChecker>,
+    remote: RemotePoller,
+}
+
+impl Probes for LiveProbes {
+    fn set_targets(
+        &mut self,
+        targets: Vec<health::Target>,
+    ) -> Result<HealthSnapshot, health::HealthError> {
+        match (&mut self.checker, targets.is_empty()) {
+            (Some(c), false) => c.update(targets)?,
+            (Some(_), true) => {
+                if let Some(c) = self.checker.take() {
+                    c.stop()?;
+                }
+            }
+            (None, false) => self.checker = Some(HealthChecker::start(targets)?),
+            (None, true) => {}
+        }
+        Ok(self
+            .checker
+            .as_ref()
+            .map_or_else(HealthSnapshot::default, HealthChecker::snapshot))
+    }
+
+    fn poll_remotes(&mut self, keys: Vec<RemoteKey>) {
+        self.remote = RemotePoller::start(keys);
+    }
+}
+
+impl LiveProbes {
+    fn stop(&mut self) {
+        if let Some(c) = self.checker.take() {
+            if let Err(e) = c.stop() {
+                log::warn!("health checker: {e}");
+            }
+        }
+    }
+}
+
+/// The management core of a running daemon.
+pub struct Manager {
+    path: PathBuf,
+    core: Core,
+    shared: Arc<Shared>,
+    started: Instant,
+    sweep_stats: flowtable::SweepStats,
+    watch: FileWatch,
+    probes: LiveProbes,
+    listeners: Option<listen::Listeners>,
+    /// The thread building the tables of a pending [`Output::BuildTables`].
+    build: Option<(u64, Receiver<Result<BuiltTables, String>>)>,
+}
+
+/// What identifies a version of the configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        inode: m.ino(),
+    })
+}
+
+/// Polls the configuration file (SPEC M38 "file watch"): a change is acted on
+/// once the file has stayed unchanged for [`SETTLE`], so an editor's or a
+/// deployment tool's multi-step write is read whole.
+#[derive(Debug)]
+struct FileWatch {
+    enabled: bool,
+    seen: Option<Stamp>,
+    changed_at: Option<Instant>,
+}
+
+/// How long a changed file must stay unchanged before it is reloaded.
+const SETTLE: Duration = Duration::from_millis(300);
+
+impl FileWatch {
+    /// Whether the file changed and has settled since the last call that
+    /// returned true (or since the last [`FileWatch::reset`]).
+    fn due(&mut self, path: &Path) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let now = stamp(path);
+        if now != self.seen {
+            self.seen = now;
+            self.changed_at = Some(Instant::now());
+            return false;
+        }
+        match self.changed_at {
+            Some(t) if t.elapsed() >= SETTLE => {
+                self.changed_at = None;
+                // A file that vanished (mid-rename) is not a new configuration.
+                now.is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// The file as it is now is what the running configuration came from.
+    fn reset(&mut self, path: &Path) {
+        self.seen = stamp(path);
+        self.changed_at = None;
+    }
+}
+
+/// Buckets aged per management tick: bounded so a tick stays short.
+const SWEEP_BUDGET: usize = 1 << 14;
+
+impl Manager {
+    /// Starts from a loaded configuration (`path` is re-read on reload).
+    pub fn start(
+        path: &Path,
+        compiled: Compiled,
+        local: Local,
+        workers: usize,
+    ) -> Result<(Manager, Arc<Shared>), StartError> {
+        let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))?;
+        // The secret behind the cookies of flows forwarded without an entry:
+        // the standard library's per-process random hash keys.
+        let cookie_key = {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+        };
+        let mut probes = LiveProbes {
+            checker: None,
+            remote: RemotePoller::start(Vec::new()),
+        };
+        let started = Instant::now();
+        let core = Core::start(
+            path,
+            compiled,
+            local,
+            cookie_key,
+            Duration::ZERO,
+            &mut probes,
+        )?;
+        let children = core.live().compiled.children.len();
+        let shared = Arc::new(Shared {
+            snapshot: ArcSwap::new(core.live().clone()),
+            flows,
+            now: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            published: (0..workers)
+                .map(|_| Mutex::new(WorkerCounters::new(children)))
+                .collect(),
+        });
+        let mgr = Manager {
+            path: path.to_owned(),
+            core,
+            shared: shared.clone(),
+            started,
+            sweep_stats: flowtable::SweepStats::default(),
+            watch: FileWatch {
+                enabled: false,
+                seen: stamp(path),
+                changed_at: None,
+            },
+            probes,
+            listeners: None,
+            build: None,
+        };
+        Ok((mgr, shared))
+    }
+
+    /// Sets the size of table builds made on the management loop itself
+    /// (default [`crate::INLINE_TABLE_SLOTS`]; 0 builds every missing table
+    /// on a thread).
+    pub fn build_inline_up_to(&mut self, slots: u64) {
+        self.core.build_inline_up_to(slots);
+    }
+
+    /// Turns reloading on file change on or off (the daemon follows
+    /// `[control] watch_config`, re-read at every reload).
+    pub fn watch_file(&mut self, on: bool) {
+        self.watch.enabled = on;
+    }
+
+    /// The current tick.
+    pub fn now(&self) -> u32 {
+        u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// The core's clock: time since start.
+    fn clock(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Carries out what the core asked for.
+    fn pump(&mut self) {
+        // Feeding a failed build start back may ask for more.
+        loop {
+            let outs = self.core.outputs();
+            if outs.is_empty() {
+                return;
+            }
+            for out in outs {
+                self.carry_out(out);
+            }
+        }
+    }
+
+    fn carry_out(&mut self, out: Output) {
+        {
+            match out {
+                Output::Publish(snap) => self.shared.snapshot.store(snap),
+                Output::Watch(on) => self.watch.enabled = on,
+                Output::BuildTables { build, tables } => {
+                    let (tx, done) = std::sync::mpsc::channel();
+                    let spawned = std::thread::Builder::new()
+                        .name("spillway-maglev".into())
+                        .spawn(move || {
+                            let built: Result<Vec<_>, String> = tables
+                                .into_iter()
+                                .map(|k| match k.build() {
+                                    Ok(t) => Ok((k, Arc::new(t))),
+                                    Err(e) => {
+                                        Err(format!("a Maglev table of {} slots: {e}", k.size))
+                                    }
+                                })
+                                .collect();
+                            let _ = tx.send(built);
+                        });
+                    match spawned {
+                        Ok(_) => self.build = Some((build, done)),
+                        Err(e) => {
+                            let now = self.clock();
+                            self.core.tables_built(
+                                now,
+                                build,
+                                Err(format!("starting a Maglev build thread: {e}")),
+                                &mut self.probes,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-reads, validates and compiles the configuration file and, if it is
+    /// valid, publishes a snapshot built from it. Returns what became of it
+    /// (live, or waiting for large Maglev tables), or every error (the
+    /// running configuration stays).
+    pub fn reload(&mut self) -> Result<Published, String> {
+        self.reload_with(false)
+    }
+
+    /// [`Manager::reload`]; with `force`, also a configuration that
+    /// [`crate::destructive_change`] would refuse (`spillway reload --force`).
+    pub fn reload_with(&mut self, force: bool) -> Result<Published, String> {
+        let t0 = Instant::now();
+        // Whatever this reload makes of the file, the watcher need not
+        // reload it again.
+        self.watch.reset(&self.path);
+        let loaded = config::load(&self.path).map_err(|e| e.to_string());
+        let now = self.clock();
+        let result = self
+            .core
+            .config_loaded(now, loaded, force, &mut self.probes);
+        self.pump();
+        if let Ok(published) = &result {
+            log::info!(
+                "reload: {published} ({:.1} ms)",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        result
+    }
+
+    /// When the pending build's tables are done, hands them to the core
+    /// (which publishes what is current). Called by the loop every tick.
+    pub fn poll_build(&mut self) {
+        let Some((build, done)) = &self.build else {
+            return;
+        };
+        let build = *build;
+        let built = match done.try_recv() {
+            Ok(r) => r,
+            Err(TryRecvError::Empty) => return,
+            Err(TryRecvError::Disconnected) => {
+                Err("the Maglev build thread ended without its tables".to_owned())
+            }
+        };
+        self.build = None;
+        let now = self.clock();
+        self.core.tables_built(now, build, built, &mut self.probes);
+        self.pump();
+    }
+
+    /// Whether a snapshot is waiting for Maglev tables a thread builds.
+    pub fn building(&self) -> bool {
+        self.core.building()
+    }
+
+    /// Periodic work: advance the clock, age a slice of the flow table,
+    /// hand the probers' verdicts to the core and let it retire draining
+    /// backends and replan.
+    pub fn tick(&mut self) {
+        let now = self.clock();
+        let tick = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
+        self.shared.now.store(tick, Ordering::Relaxed);
+        let s = self.shared.flows.sweep(tick, SWEEP_BUDGET);
+        self.sweep_stats.expired += s.expired;
+        if let Some(c) = &self.probes.checker
+            && let Some(h) = c.changed_since(self.core.health_generation())
+        {
+            self.core.health(now, h);
+        }
+        let remote = &self.probes.remote;
+        self.core.remote_verdicts(now, |k| remote.state(k));
+        let shared = &self.shared;
+        let children = shared.snapshot.load().compiled.children.len();
+        self.core.tick(now, || sum_published(shared, children));
+        self.pump();
+    }
+
+    /// Sum of every worker's last published counters (indexed like the live
+    /// snapshot's configuration, which workers count by).
+    pub fn counters(&self) -> WorkerCounters {
+        sum_published(
+            &self.shared,
+            self.shared.snapshot.load().compiled.children.len(),
+        )
+    }
+
+    /// `spillway status`.
+    pub fn status(&self) -> String {
+        self.core.status(&self.shared.flows)
+    }
+
+    /// Answers the requests of `listeners` from the management loop
+    /// (see [`Manager::run`]).
+    pub fn serve(&mut self, listeners: listen::Listeners) {
+        self.listeners = Some(listeners);
+    }
+
+    /// The address of the HTTP endpoint, if it is listening.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listeners
+            .as_ref()
+            .and_then(listen::Listeners::http_addr)
+    }
+
+    /// The answer to one request of a listener. Each is computed from state
+    /// at hand; `reload` and a `flows` scan are the slow ones.
+    pub fn answer(&mut self, job: &listen::Job) -> String {
+        match job {
+            listen::Job::Command(line) => socket::dispatch(self, line),
+            listen::Job::ExportedStatus => self.exported_status(),
+            listen::Job::Metrics => self.metrics(),
+        }
+    }
+
+    fn listener_info(&self) -> &[listen::ListenerInfo] {
+        self.listeners.as_ref().map_or(&[], |l| l.info())
+    }
+
+    /// Every forwarding rule's exported state (M21), one `rule <name>
+    /// <STATE>` line each.
+    pub fn exported_status(&self) -> String {
+        self.core
+            .rule_states()
+            .into_iter()
+            .map(|(rule, state)| format!("rule {rule} {state}\n"))
+            .collect()
+    }
+
+    /// Counters in Prometheus text format (M42).
+    pub fn metrics(&self) -> String {
+        metrics::render(
+            &self.counters(),
+            &self.shared.snapshot.load().compiled,
+            &self.core.rule_states(),
+            self.core.probed(),
+            self.listener_info(),
+        )
+    }
+
+    /// `spillway stats`.
+    pub fn stats(&self) -> String {
+        let c = self.counters();
+        let mut out = format!(
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}\n",
+            c.rx_packets,
+            c.rx_bytes,
+            c.forwarded,
+            c.arp_replies,
+            c.nd_replies,
+            c.no_backend_resets,
+            c.to_host,
+            c.host_dropped,
+            c.from_host,
+            c.tx_dropped
+        );
+        out += &format!(
+            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
+            c.new_flows,
+            c.flow_hits,
+            c.flow_races,
+            c.flows_rescheduled,
+            c.stateless,
+            c.over_budget,
+            self.sweep_stats.expired
+        );
+        for r in DropReason::ALL {
+            out += &format!("drop {}: {}\n", r.name(), c.dropped(r));
+        }
+        let live = self.shared.snapshot.load().compiled.clone();
+        for (child, cc) in live.children.iter().zip(&c.children) {
+            out += &format!(
+                "rule {}: {} packets {} bytes {} new flows {} drops\n",
+                child.name, cc.packets, cc.bytes, cc.new_flows, cc.drops
+            );
+        }
+        for l in self.listener_info() {
+            let c = l.counters.values();
+            let per_client = match l.limits.per_client {
+                Some(n) => format!(
+                    "{} refused per client (over {n} from one client); ",
+                    c.per_client_limit
+                ),
+                None => String::new(),
+            };
+            out += &format!(
+                "listener {}: {} answered; {} refused (over {} connections); {per_client}{} denied; {} timed out; {} oversized; {} bad; {} busy\n",
+                l.name,
+                c.answered,
+                c.refused,
+                l.limits.max_connections,
+                c.denied,
+                c.timed_out,
+                c.oversized,
+                c.bad,
+                c.busy
+            );
+        }
+        out
+    }
+
+    /// `spillway flows`: the connection table filtered by `q`.
+    pub fn flows(&self, q: &flows::FlowQuery) -> String {
+        let snap = self.shared.snapshot.load();
+        flows::list(q, &self.shared.flows, &snap, &snap.compiled, self.now())
+    }
+
+    /// Runs the management loop on the calling thread until `stop` is set:
+    /// ticks every `period`, reloads when `reload` is set (SIGHUP) or the
+    /// file changed, and between ticks answers the listeners' requests as
+    /// they come. The loop never reads from or writes to a client (M50):
+    /// the listeners' thread does, and a tick waits for at most one answer
+    /// being computed.
+    pub fn run(&mut self, period: Duration, reload: &AtomicBool, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            let next_tick = Instant::now() + period;
+            if reload.swap(false, Ordering::AcqRel) {
+                let _ = self.reload();
+            }
+            if self.watch.due(&self.path) {
+                log::info!("{} changed; reloading", self.path.display());
+                let _ = self.reload();
+            }
+            self.poll_build();
+            self.tick();
+            self.answer_until(next_tick);
+        }
+        if let Some(l) = &mut self.listeners {
+            l.stop();
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        self.probes.stop();
+    }
+
+    /// Answers requests until `deadline` (sleeps when there is no listener).
+    fn answer_until(&mut self, deadline: Instant) {
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                return;
+            }
+            let call = match &self.listeners {
+                Some(l) => match l.calls().recv_timeout(wait) {
+                    Ok(call) => call,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return,
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(wait);
+                        return;
+                    }
+                },
+                None => {
+                    std::thread::sleep(wait);
+                    return;
+                }
+            };
+            let answer = self.answer(&call.job);
+            // The client may have given up meanwhile; nothing to do then.
+            let _ = call.reply.send(answer);
+        }
+    }
+}
+
+fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
+    let mut total = WorkerCounters::new(children);
+    for slot in &shared.published {
+        let c = match slot.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        add(&mut total, &c);
+    }
+    total
+}
+
+fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
+    total.rx_packets += c.rx_packets;
+    total.rx_bytes += c.rx_bytes;
+    total.forwarded += c.forwarded;
+    total.arp_replies += c.arp_replies;
+    total.nd_replies += c.nd_replies;
+    total.no_backend_resets += c.no_backend_resets;
+    total.to_host += c.to_host;
+    total.flow_hits += c.flow_hits;
+    total.new_flows += c.new_flows;
+    total.flow_races += c.flow_races;
+    total.flows_rescheduled += c.flows_rescheduled;
+    total.stateless += c.stateless;
+    total.over_budget += c.over_budget;
+    total.tx_dropped += c.tx_dropped;
+    total.host_dropped += c.host_dropped;
+    total.from_host += c.from_host;
+    for (t, d) in total.drops.iter_mut().zip(&c.drops) {
+        *t += d;
+    }
+    total.resize_children(c.children.len());
+    total.resize_backends(c.backend_packets.len());
+    for (t, n) in total.backend_packets.iter_mut().zip(&c.backend_packets) {
+        *t += n;
+    }
+    for (t, cc) in total.children.iter_mut().zip(&c.children) {
+        t.packets += cc.packets;
+        t.bytes += cc.bytes;
+        t.new_flows += cc.new_flows;
+        t.drops += cc.drops;
+    }
+}

@@ -1,0 +1,529 @@
+//! A deterministic simulation of the management core: a virtual clock,
+//! scripted health and remote verdicts, and N data-plane pipelines (the real
+//! `dataplane::Engine` over in-memory bursts) sharing one flow table, run
+//! against the snapshots the core publishes. No DPDK, no root, no threads,
+//! no sleeps: a scenario is a script of inputs and a check of what every
+//! flow experienced.
+//!
+//! Scenarios build a [`World`] from inline TOML, open [`Flow`]s (a SYN, then
+//! data packets), change the world (health, reloads, time) and ask where
+//! each flow's packets went ([`World::send`]).
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::schema::PortRole;
+use control::remote::RemoteKey;
+use control::{Core, Output, Probes, Published};
+use dataplane::snapshot::TableKey;
+use dataplane::{Engine, Local, PacketIo, Snapshot, VecBurst, Worker, WorkerCounters};
+use flowtable::FlowTable;
+use health::{HealthSnapshot, State};
+use wire::buf::{MemBuf, PacketBuf};
+use wire::burst::PacketBurst;
+
+pub type Pkt = MemBuf<Vec<u8>>;
+
+pub const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+pub const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x77];
+
+/// A small, seeded generator (SplitMix64): the same seed, the same run.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The probers, scripted: every endpoint's state by address (UNKNOWN until
+/// scripted, as a real prober's), and every remote rule's verdict by rule.
+#[derive(Default)]
+pub struct ScriptedProbes {
+    pub targets: Vec<health::Target>,
+    pub states: HashMap<IpAddr, State>,
+    pub weights: HashMap<IpAddr, u16>,
+    pub remote_keys: Vec<RemoteKey>,
+    pub remote: HashMap<String, State>,
+    generation: u64,
+}
+
+impl ScriptedProbes {
+    fn snapshot(&self) -> HealthSnapshot {
+        let mut endpoints: Vec<health::EndpointStatus> = self
+            .targets
+            .iter()
+            .map(|t| health::EndpointStatus {
+                endpoint: t.endpoint,
+                service: t.service.clone(),
+                addr: t.addr,
+                state: self.states.get(&t.addr.ip()).copied().unwrap_or_default(),
+                weight: self.weights.get(&t.addr.ip()).copied(),
+                utilization: None,
+                last_latency: None,
+                last_reason: "scripted".into(),
+                changed_at: None,
+                counters: health::Counters::default(),
+            })
+            .collect();
+        endpoints.sort_by_key(|s| s.endpoint);
+        endpoints.dedup_by_key(|s| s.endpoint);
+        HealthSnapshot {
+            generation: self.generation,
+            endpoints,
+        }
+    }
+}
+
+impl Probes for ScriptedProbes {
+    fn set_targets(
+        &mut self,
+        targets: Vec<health::Target>,
+    ) -> Result<HealthSnapshot, health::HealthError> {
+        for t in &targets {
+            t.check
+                .validate()
+                .map_err(|reason| health::HealthError::InvalidCheck {
+                    name: format!("{}/{}", t.service, t.addr),
+                    reason,
+                })?;
+        }
+        self.targets = targets;
+        self.generation += 1;
+        Ok(self.snapshot())
+    }
+
+    fn poll_remotes(&mut self, keys: Vec<RemoteKey>) {
+        self.remote_keys = keys;
+    }
+}
+
+/// When the core asks for Maglev tables off the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builds {
+    /// Built and handed back at once (the next input sees them).
+    Inline,
+    /// Held until [`World::finish_builds`]: a build "in progress".
+    Held,
+}
+
+/// One packet I/O per pipeline: a queue in, what went out.
+#[derive(Default)]
+pub struct MemIo {
+    pub rx: VecDeque<Vec<u8>>,
+    pub tx: Vec<Vec<u8>>,
+}
+
+impl PacketIo for MemIo {
+    type Burst = VecBurst<Pkt>;
+
+    fn rx_burst(&mut self, _port: usize, burst: &mut VecBurst<Pkt>) -> usize {
+        let mut n = 0;
+        while let Some(f) = self.rx.pop_front() {
+            let p = MemBuf::new(vec![0u8; 2048], 128, &f).expect("fits");
+            if let Err(p) = burst.push(p) {
+                self.rx.push_front(p.data().to_vec());
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, _port: usize, burst: &mut VecBurst<Pkt>) -> usize {
+        let out = &mut self.tx;
+        burst.drain_each(|_, p| out.push(p.data().to_vec()));
+        0
+    }
+}
+
+/// A client connection (or UDP exchange) to a VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Flow {
+    pub client: Ipv4Addr,
+    pub sport: u16,
+    pub vip: Ipv4Addr,
+    pub dport: u16,
+    pub udp: bool,
+}
+
+/// What became of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Went {
+    /// Encapsulated to this backend (the outer destination).
+    To(IpAddr),
+    /// Not forwarded (dropped, answered, handed to the host).
+    Nowhere,
+}
+
+impl Went {
+    pub fn addr(self) -> Option<IpAddr> {
+        match self {
+            Went::To(a) => Some(a),
+            Went::Nowhere => None,
+        }
+    }
+}
+
+/// The simulated node.
+pub struct World {
+    pub core: Core,
+    pub probes: ScriptedProbes,
+    pub flows: FlowTable,
+    pub live: Arc<Snapshot>,
+    pub now: Duration,
+    pub rng: Rng,
+    pub builds: Builds,
+    held: Vec<(u64, Vec<TableKey>)>,
+    engines: Vec<Engine<VecBurst<Pkt>>>,
+    ios: Vec<MemIo>,
+    /// Every snapshot published, in order.
+    pub published: Vec<Arc<Snapshot>>,
+    /// `[control] watch_config` as last asked for.
+    pub watching: Option<bool>,
+    /// Virtual time between management ticks in [`World::advance`] (the
+    /// daemon's are 50 ms; nothing the core decides depends on it).
+    pub period: Duration,
+}
+
+/// Parses a configuration (panics on a bad one: scenarios' own texts).
+pub fn loaded(text: &str) -> config::Loaded {
+    config::load_str("sim.toml", text, &config::Env::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The node's addresses: tunnels leave from 10.0.1.2.
+pub fn local() -> Local {
+    Local {
+        mac: LB_MAC,
+        next_hop_mac: [2, 0, 0, 0, 0, 0xfe],
+        tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
+        tunnel_src_v6: None,
+        own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
+        port_macs: Vec::new(),
+    }
+}
+
+impl World {
+    /// A node running `text` with `pipelines` workers, seeded.
+    pub fn new(text: &str, pipelines: usize, seed: u64) -> World {
+        let loaded = loaded(text);
+        let flows = FlowTable::new(dataplane::flow_table_config(
+            &loaded.compiled.settings.dataplane,
+        ))
+        .expect("flow table");
+        let mut probes = ScriptedProbes::default();
+        let core = Core::start(
+            std::path::Path::new("sim.toml"),
+            loaded.compiled,
+            local(),
+            seed,
+            Duration::ZERO,
+            &mut probes,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let live = core.live().clone();
+        let children = live.compiled.children.len();
+        let engines = (0..pipelines)
+            .map(|i| {
+                Engine::new(
+                    Worker::new(seed ^ (i as u64) << 8, children),
+                    &[PortRole::Uplink],
+                    dataplane::BURST,
+                    || VecBurst::with_capacity(dataplane::BURST),
+                )
+            })
+            .collect();
+        World {
+            core,
+            probes,
+            flows,
+            published: vec![live.clone()],
+            live,
+            now: Duration::ZERO,
+            rng: Rng::new(seed),
+            builds: Builds::Inline,
+            held: Vec::new(),
+            engines,
+            ios: (0..pipelines).map(|_| MemIo::default()).collect(),
+            watching: None,
+            period: Duration::from_millis(250),
+        }
+    }
+
+    /// The coarse tick workers use.
+    pub fn tick(&self) -> u32 {
+        u32::try_from(self.now.as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// Carries out what the core asked for.
+    fn pump(&mut self) {
+        loop {
+            let outs = self.core.outputs();
+            if outs.is_empty() {
+                return;
+            }
+            for out in outs {
+                match out {
+                    Output::Publish(s) => {
+                        self.live = s.clone();
+                        self.published.push(s);
+                    }
+                    Output::Watch(on) => self.watching = Some(on),
+                    Output::BuildTables { build, tables } => match self.builds {
+                        Builds::Held => self.held.push((build, tables)),
+                        Builds::Inline => self.build(build, tables),
+                    },
+                }
+            }
+        }
+    }
+
+    fn build(&mut self, build: u64, tables: Vec<TableKey>) {
+        let built = tables
+            .into_iter()
+            .map(|k| {
+                k.build()
+                    .map(|t| (k, Arc::new(t)))
+                    .map_err(|e| e.to_string())
+            })
+            .collect();
+        self.core
+            .tables_built(self.now, build, built, &mut self.probes);
+    }
+
+    /// Completes every held table build.
+    pub fn finish_builds(&mut self) {
+        for (b, t) in std::mem::take(&mut self.held) {
+            self.build(b, t);
+        }
+        self.pump();
+    }
+
+    /// Whether a build is held.
+    pub fn builds_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    fn counters(engines: &[Engine<VecBurst<Pkt>>], children: usize) -> WorkerCounters {
+        let mut total = WorkerCounters::new(children);
+        for e in engines {
+            let c = &e.worker.counters;
+            total.resize_backends(c.backend_packets.len());
+            for (t, n) in total.backend_packets.iter_mut().zip(&c.backend_packets) {
+                *t += n;
+            }
+        }
+        total
+    }
+
+    /// One management tick at the current time: health and remote
+    /// verdicts in, periodic work, outputs carried out; a flow-table sweep.
+    pub fn step(&mut self) {
+        let now = self.now;
+        if self.probes.generation != self.core.health_generation() {
+            self.core.health(now, self.probes.snapshot());
+        }
+        let remote = &self.probes.remote;
+        self.core.remote_verdicts(now, |k| {
+            (
+                remote.get(&k.rule).copied().unwrap_or_default(),
+                "scripted".into(),
+            )
+        });
+        let engines = &self.engines;
+        let children = self.live.compiled.children.len();
+        self.core.tick(now, || Self::counters(engines, children));
+        self.pump();
+        self.flows.sweep(self.tick(), 1 << 14);
+    }
+
+    /// Lets `d` of virtual time pass, a management tick every `period`.
+    pub fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now = (self.now + self.period).min(end);
+            self.step();
+        }
+    }
+
+    /// Scripts endpoint `addr`'s health verdict (seen at the next step).
+    pub fn set_health(&mut self, addr: &str, s: State) {
+        self.probes.states.insert(addr.parse().expect("address"), s);
+        self.probes.generation += 1;
+    }
+
+    /// Scripts every endpoint's verdict.
+    pub fn all_health(&mut self, s: State) {
+        let addrs: Vec<IpAddr> = self.probes.targets.iter().map(|t| t.addr.ip()).collect();
+        for a in addrs {
+            self.probes.states.insert(a, s);
+        }
+        self.probes.generation += 1;
+    }
+
+    /// Scripts remote rule `rule`'s exported state.
+    pub fn set_remote(&mut self, rule: &str, s: State) {
+        self.probes.remote.insert(rule.to_owned(), s);
+    }
+
+    /// A reload with `text` (`Err` for a text that does not load).
+    pub fn reload(&mut self, text: &str, force: bool) -> Result<Published, String> {
+        let l =
+            config::load_str("sim.toml", text, &config::Env::default()).map_err(|e| e.to_string());
+        let r = self
+            .core
+            .config_loaded(self.now, l, force, &mut self.probes);
+        self.pump();
+        r
+    }
+
+    /// Sends one packet of `flow` (a SYN when `syn`, else an ACK for TCP)
+    /// through a pipeline picked at random: every pipeline shares the flow
+    /// table, so which one must not matter.
+    pub fn send(&mut self, flow: &Flow, syn: bool) -> Went {
+        let frame = frame(flow, syn);
+        let i = self.rng.below(self.engines.len() as u64) as usize;
+        let tick = self.tick();
+        let (engine, io) = (&mut self.engines[i], &mut self.ios[i]);
+        io.rx.push_back(frame);
+        engine.poll(io, &self.live, &self.flows, tick);
+        let out = std::mem::take(&mut io.tx);
+        match out.as_slice() {
+            [f] => match wire::encap::parse_tunnel(f, &wire::encap::DecapConfig::default()) {
+                Ok(t) => Went::To(t.dst_ip),
+                Err(_) => Went::Nowhere,
+            },
+            _ => Went::Nowhere,
+        }
+    }
+
+    /// Opens `n` TCP flows to `vip`:80 from random clients (SYN, then one
+    /// data packet); returns each with its backend.
+    pub fn open(&mut self, n: usize, vip: &str, port: u16) -> Vec<(Flow, Option<IpAddr>)> {
+        self.open_proto(n, vip, port, false)
+    }
+
+    pub fn open_proto(
+        &mut self,
+        n: usize,
+        vip: &str,
+        port: u16,
+        udp: bool,
+    ) -> Vec<(Flow, Option<IpAddr>)> {
+        let vip: Ipv4Addr = vip.parse().expect("vip");
+        (0..n)
+            .map(|_| {
+                let r = self.rng.next();
+                let f = Flow {
+                    client: Ipv4Addr::new(192, 168, (r >> 8) as u8, (r >> 16) as u8 | 1),
+                    sport: 1024 + (r >> 24) as u16 % 60000,
+                    vip,
+                    dport: port,
+                    udp,
+                };
+                let first = self.send(&f, true).addr();
+                let second = self.send(&f, false).addr();
+                assert_eq!(first, second, "{f:?}: its second packet went elsewhere");
+                (f, first)
+            })
+            .collect()
+    }
+
+    /// Where each flow's next data packet goes now.
+    pub fn where_now(&mut self, flows: &[(Flow, Option<IpAddr>)]) -> Vec<Option<IpAddr>> {
+        flows
+            .iter()
+            .map(|(f, _)| self.send(f, false).addr())
+            .collect()
+    }
+
+    /// The exported state of `rule`.
+    pub fn rule_state(&self, rule: &str) -> health::Aggregate {
+        self.core
+            .rule_states()
+            .into_iter()
+            .find(|(r, _)| r == rule)
+            .map(|(_, s)| s)
+            .unwrap_or_else(|| panic!("no rule {rule}"))
+    }
+}
+
+/// An address.
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().expect("address")
+}
+
+fn csum(mut sum: u32, data: &[u8]) -> u16 {
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Ethernet/IPv4/TCP (SYN or ACK) or UDP for `f`.
+pub fn frame(f: &Flow, syn: bool) -> Vec<u8> {
+    let (src, dst) = (f.client.octets(), f.vip.octets());
+    let proto = if f.udp { 17u8 } else { 6 };
+    let mut seg = if f.udp {
+        let mut s = vec![0u8; 12];
+        s[4..6].copy_from_slice(&12u16.to_be_bytes());
+        s[8..12].copy_from_slice(b"ping");
+        s
+    } else {
+        let mut s = vec![0u8; 20];
+        s[4..8].copy_from_slice(&1000u32.to_be_bytes());
+        s[12] = 5 << 4;
+        s[13] = if syn { 0x02 } else { 0x10 };
+        s[14..16].copy_from_slice(&8192u16.to_be_bytes());
+        s
+    };
+    seg[0..2].copy_from_slice(&f.sport.to_be_bytes());
+    seg[2..4].copy_from_slice(&f.dport.to_be_bytes());
+    let at = if f.udp { 6 } else { 16 };
+    let pseudo: u32 = [src, dst]
+        .iter()
+        .flat_map(|a| {
+            [
+                u16::from_be_bytes([a[0], a[1]]),
+                u16::from_be_bytes([a[2], a[3]]),
+            ]
+        })
+        .map(u32::from)
+        .sum::<u32>()
+        + u32::from(proto)
+        + seg.len() as u32;
+    let c = csum(pseudo, &seg);
+    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0];
+    ip[2..4].copy_from_slice(&((20 + seg.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let c = csum(0, &ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(&seg);
+    let mut fr = LB_MAC.to_vec();
+    fr.extend_from_slice(&CLIENT_MAC);
+    fr.extend_from_slice(&[0x08, 0x00]);
+    fr.extend_from_slice(&ip);
+    fr
+}
