@@ -562,3 +562,50 @@ pub fn encap(frame: &[u8], outer: &Outer, tunnel: &Tunnel) -> Vec<u8> {
     encapsulate(&mut buf, outer, tunnel).expect("encapsulate");
     buf.data().to_vec()
 }
+
+/// Adds `data` as big-endian 16-bit words to a one's-complement sum (an
+/// odd last byte is the high byte of a word). Written apart from `wire`'s
+/// checksum code on purpose: tests check `wire`'s outputs with it.
+pub fn sum16(mut sum: u32, data: &[u8]) -> u32 {
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    sum
+}
+
+/// The Internet checksum (RFC 1071) of `data` on top of a partial sum:
+/// 0 when `data` holds a right checksum.
+pub fn csum(sum: u32, data: &[u8]) -> u16 {
+    let mut sum = sum16(sum, data);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The pseudo-header sum of TCP, UDP and ICMPv6 (IPv4 or IPv6 form) for an
+/// upper layer of `len` bytes.
+pub fn pseudo(src: IpAddr, dst: IpAddr, proto: u8, len: usize) -> u32 {
+    let octets = |a: IpAddr| match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let s = sum16(sum16(0, &octets(src)), &octets(dst));
+    s + u32::from(proto) + (len as u32 & 0xffff) + (len as u32 >> 16)
+}
+
+/// A broadcast ARP request from `sender_mac`/`sender` for `target` (target
+/// hardware address zero), unpadded (42 bytes).
+pub fn arp_request(sender_mac: [u8; 6], sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let r = wire::arp::ArpRepr {
+        oper: 1,
+        sha: sender_mac,
+        spa: sender,
+        tha: [0; 6],
+        tpa: target,
+    };
+    let mut body = vec![0u8; r.buffer_len()];
+    r.emit(&mut wire::arp::Packet::new_unchecked(&mut body[..]))
+        .expect("ARP message");
+    frame(sender_mac, [0xff; 6], &[], ethertype::ARP, &body, 0)
+}

@@ -134,11 +134,11 @@ pub fn write_timed<F: AsRef<[u8]>>(path: &Path, format: &Format, frames: &[(Dura
 }
 
 /// Writes `frames` to `path`: default [`Format`], timestamps [`default_ts`].
-pub fn write<F: AsRef<[u8]>>(path: &Path, frames: &[F]) {
+pub fn write(path: &Path, frames: &[Vec<u8>]) {
     let records: Vec<Record> = frames
         .iter()
         .enumerate()
-        .map(|(i, f)| Record::new(default_ts(i), f.as_ref()))
+        .map(|(i, f)| Record::new(default_ts(i), f))
         .collect();
     write_records(path, &Format::default(), &records);
 }

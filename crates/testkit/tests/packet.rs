@@ -225,3 +225,24 @@ fn tunnels_are_wires_and_carry_the_frame() {
         );
     }
 }
+
+#[test]
+fn the_independent_checksum_agrees_with_built_packets() {
+    let (c, v) = (client6(), vip6());
+    let p = Packet::tcp(c, v, 1, 2, SYN).payload(b"odd");
+    let l4 = p.l4_bytes();
+    assert_eq!(packet::csum(packet::pseudo(c, v, 6, l4.len()), &l4), 0);
+    let ip = Packet::udp(client4(), vip4(), 1, 2).ip();
+    assert_eq!(packet::csum(0, &ip[..20]), 0);
+    assert_ne!(packet::csum(0, &ip[..19]), 0);
+}
+
+#[test]
+fn arp_requests_match_scapy() {
+    let f = packet::arp_request(
+        CLIENT_MAC,
+        "192.0.2.10".parse().unwrap(),
+        "198.51.100.1".parse().unwrap(),
+    );
+    assert_eq!(hex(&f), hex(&vector("arp_request")));
+}
