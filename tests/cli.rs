@@ -1,8 +1,11 @@
 //! The `spillway` binary end to end: its command-line surface, and
 //! `spillway forward` moving real frames between two DPDK `net_pcap` devices.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use testkit::packet::{DST_MAC, SRC_MAC, frame};
+use testkit::pcap::{read as read_pcap, write as write_pcap};
 
 fn spillway(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_spillway"))
@@ -95,55 +98,11 @@ fn unknown_port_names_the_ports_that_exist() {
     assert!(t.contains("net_nope") && t.contains("net_null0"), "{t}");
 }
 
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut f = Vec::new();
-    for v in [
-        0xa1b2_c3d4u32.to_le_bytes().as_slice(),
-        &2u16.to_le_bytes(),
-        &4u16.to_le_bytes(),
-    ] {
-        f.extend_from_slice(v);
-    }
-    for v in [0u32, 0, 65535, 1] {
-        f.extend_from_slice(&v.to_le_bytes());
-    }
-    for (i, fr) in frames.iter().enumerate() {
-        for v in [i as u32, 0, fr.len() as u32, fr.len() as u32] {
-            f.extend_from_slice(&v.to_le_bytes());
-        }
-        f.extend_from_slice(fr);
-    }
-    std::fs::write(path, f).expect("write pcap");
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let data = std::fs::read(path).expect("read pcap");
-    // Microsecond (a1b2c3d4) or nanosecond (a1b23c4d, what libpcap writes for
-    // DPDK) little-endian pcap.
-    let magic = data
-        .get(..4)
-        .map(|m| u32::from_le_bytes(m.try_into().expect("4 bytes")));
-    assert!(
-        matches!(magic, Some(0xa1b2_c3d4 | 0xa1b2_3c4d)),
-        "pcap header: {magic:x?}"
-    );
-    let mut out = Vec::new();
-    let mut off = 24;
-    while off + 16 <= data.len() {
-        let incl =
-            u32::from_le_bytes(data[off + 8..off + 12].try_into().expect("4 bytes")) as usize;
-        out.push(data[off + 16..off + 16 + incl].to_vec());
-        off += 16 + incl;
-    }
-    out
-}
-
 fn frames(n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
-            let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x88, 0xb5];
-            f.extend((0..(46 + i % 200)).map(|b| (b ^ i) as u8));
-            f
+            let payload: Vec<u8> = (0..(46 + i % 200)).map(|b| (b ^ i) as u8).collect();
+            frame(SRC_MAC, DST_MAC, &[], 0x88b5, &payload, 0)
         })
         .collect()
 }

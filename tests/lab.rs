@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use testkit::packet::{self, Packet};
+
 struct Lab {
     dir: PathBuf,
     script: PathBuf,
@@ -637,46 +639,23 @@ fn lab_failover_between_regions_follows_health_checks() {
     }
 }
 
-/// A UDP packet from `src`:5555 to `dst`:`port` carrying `data`, inside an
-/// Ethernet header, as `wire::encap::encapsulate` takes it.
+/// A UDP packet from `src`:5555 to `dst`:`port` carrying `data` (UDP
+/// checksum zero), inside an Ethernet header, as `wire::encap::encapsulate`
+/// takes it.
 fn udp_frame(src: Ipv4Addr, dst: Ipv4Addr, port: u16, data: &[u8]) -> Vec<u8> {
-    let tl = (28 + data.len()) as u16;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
-    ip[2..4].copy_from_slice(&tl.to_be_bytes());
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&dst.octets());
-    let c = wire::checksum::checksum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip.extend_from_slice(&5555u16.to_be_bytes());
-    ip.extend_from_slice(&port.to_be_bytes());
-    ip.extend_from_slice(&(tl - 20).to_be_bytes());
-    ip.extend_from_slice(&[0, 0]);
-    ip.extend_from_slice(data);
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0];
-    f.extend_from_slice(&ip);
-    f
+    Packet::udp(src.into(), dst.into(), 5555, port)
+        .payload(data)
+        .udp_checksum(false)
+        .macs([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+        .frame()
 }
 
 /// `inner` (a frame from [`udp_frame`]) in GUE from `outer_src` to backend1,
 /// as an IPv4 packet: what the balancer sends, or someone posing as it.
 fn gue_to_backend1(outer_src: Ipv4Addr, inner: &[u8]) -> Vec<u8> {
-    use wire::buf::{MemBuf, PacketBuf};
-    use wire::encap::{Outer, Tunnel, UdpChecksum, encapsulate};
-    let mut buf = MemBuf::new([0u8; 2048], 256, inner).expect("fits");
-    let outer = Outer {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: outer_src.into(),
-        dst_ip: Ipv4Addr::new(198, 18, 2, 11).into(),
-        ttl: 64,
-        dont_fragment: true,
-        flow_hash: 7,
-        src_port_min: 49152,
-        src_port_max: 65535,
-        udp_checksum: UdpChecksum::Auto,
-    };
-    encapsulate(&mut buf, &outer, &Tunnel::Gue { port: 6080 }).expect("encapsulate");
-    buf.data()[14..].to_vec()
+    let mut outer = packet::outer(outer_src.into(), Ipv4Addr::new(198, 18, 2, 11).into());
+    outer.flow_hash = 7;
+    packet::encap(inner, &outer, &wire::encap::Tunnel::Gue { port: 6080 })[14..].to_vec()
 }
 
 /// SPEC M50: a backend's decapsulator takes tunnels only from the balancer

@@ -12,40 +12,33 @@ use std::fmt::Debug;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::*;
+use testkit::config::{Config, Table, addrs, endpoint_list, group, node, port, rule, service};
+use testkit::mutate::Mutator;
+use testkit::pcap;
 use wire::encap::{DecapConfig, parse_tunnel};
 
-const CONFIG: &str = r#"
-[node]
-name = "replay"
-region = "r"
-zone = "z"
+/// One uplink, one TCP rule to a service of three IPIP endpoints.
+fn config() -> Config {
+    Config::new()
+        .node(node("replay", "r", "z"))
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(service("web", "ipip").child(group("a", "r", "z").set(
+            "endpoints",
+            endpoint_list(&["10.0.1.11", "10.0.1.12", "10.0.1.13"]),
+        )))
+}
 
-[[ports]]
-name = "up"
-device = "net_pcap0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-mac = "02:00:00:00:00:01"
-gateway_mac = "02:00:00:00:00:fe"
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "80"
-backend_service = "web"
-
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }, { address = "10.0.1.13" }]
-"#;
+/// The uplink with `addresses`, our MAC and the router's.
+fn uplink(addresses: &[&str]) -> Table {
+    port("up", "net_pcap0", "uplink")
+        .strs("addresses", addresses)
+        .str("mac", "02:00:00:00:00:01")
+        .str("gateway_mac", "02:00:00:00:00:fe")
+}
 
 /// A private directory per test (tests of one binary run in parallel).
 fn dir(name: &str) -> PathBuf {
@@ -89,28 +82,18 @@ fn replay(cfg: &Path, input: &Path, output: &Path, extra: &[&str]) -> Output {
 /// Node and ports shared by the crafted-pcap tests: clients arrive on the
 /// uplink; packets for backends leave through the `backend` port, whose first
 /// address of each family is the tunnel source.
-const BASE: &str = r#"
-[node]
-name = "replay"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_pcap0"
-role = "uplink"
-addresses = ["10.0.0.2/24", "2001:db8::2/64"]
-mac = "02:00:00:00:00:01"
-gateway_mac = "02:00:00:00:00:fe"
-
-[[ports]]
-name = "inside"
-device = "net_pcap1"
-role = "backend"
-addresses = ["10.1.0.2/16", "2001:db8:1::2/48"]
-mac = "02:00:00:00:00:02"
-gateway_mac = "02:00:00:00:00:fd"
-"#;
+fn base() -> String {
+    Config::new()
+        .node(node("replay", "r", "z"))
+        .port(uplink(&["10.0.0.2/24", "2001:db8::2/64"]))
+        .port(
+            port("inside", "net_pcap1", "backend")
+                .strs("addresses", &["10.1.0.2/16", "2001:db8:1::2/48"])
+                .str("mac", "02:00:00:00:00:02")
+                .str("gateway_mac", "02:00:00:00:00:fd"),
+        )
+        .build()
+}
 
 /// Source MAC of everything sent towards backends (the backend port's).
 const OUT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -119,42 +102,6 @@ const NEXT_HOP_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xfd];
 /// Outer source addresses: the backend port's first address of each family.
 const TUNNEL_SRC4: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
 const TUNNEL_SRC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
-
-/// A forwarding rule (TOML).
-fn rule(name: &str, vips: &[&str], protocol: &str, ports: &str, service: &str) -> String {
-    let vips: Vec<String> = vips.iter().map(|v| format!("{v:?}")).collect();
-    format!(
-        "\n[[forwarding_rules]]\nname = {name:?}\nvips = [{}]\nprotocol = {protocol:?}\n\
-         ports = {ports:?}\nbackend_service = {service:?}\n",
-        vips.join(", ")
-    )
-}
-
-/// A backend service (TOML) with one group of `endpoints` and extra service
-/// fields (`settings`, e.g. `gre_key = 7`).
-fn service(name: &str, delivery: &str, settings: &str, endpoints: &[String]) -> String {
-    let eps: Vec<String> = endpoints
-        .iter()
-        .map(|e| {
-            if e.starts_with('{') {
-                e.clone()
-            } else {
-                format!("{{ address = {e:?} }}")
-            }
-        })
-        .collect();
-    format!(
-        "\n[[backend_services]]\nname = {name:?}\ndelivery = {delivery:?}\n{settings}\n\
-         [[backend_services.groups]]\nname = \"g\"\nregion = \"r\"\nzone = \"z\"\n\
-         endpoints = [{}]\n",
-        eps.join(", ")
-    )
-}
-
-/// `count` addresses `prefix1`, `prefix2`, ... (e.g. "10.1.1." or "2001:db8:200::").
-fn addrs(prefix: &str, count: usize) -> Vec<String> {
-    (1..=count).map(|i| format!("{prefix}{i}")).collect()
-}
 
 /// Counters of one child rule from the summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -445,13 +392,20 @@ fn distinct<K, V: Ord + Clone>(map: &BTreeMap<K, V>) -> BTreeSet<V> {
 fn rule_selection_prefers_the_port_specific_rule_and_falls_back_to_l3_default() {
     let vips = ["10.0.0.10", "10.0.0.11"];
     let config = [
-        BASE.to_string(),
-        rule("http", &vips, "TCP", "80", "http"),
-        rule("alt", &vips, "TCP", "8000-8100", "alt"),
-        rule("rest", &vips, "L3_DEFAULT", "all", "rest"),
-        service("http", "ipip", "", &addrs("10.1.1.", 3)),
-        service("alt", "gre", "", &addrs("10.1.2.", 3)),
-        service("rest", "gue", "gue_port = 6080", &addrs("10.1.3.", 3)),
+        base(),
+        rule("http", &vips, "TCP", "80", "http").to_string(),
+        rule("alt", &vips, "TCP", "8000-8100", "alt").to_string(),
+        rule("rest", &vips, "L3_DEFAULT", "all", "rest").to_string(),
+        service("http", "ipip")
+            .endpoints(&addrs("10.1.1.", 3))
+            .to_string(),
+        service("alt", "gre")
+            .endpoints(&addrs("10.1.2.", 3))
+            .to_string(),
+        service("rest", "gue")
+            .set("gue_port", 6080)
+            .endpoints(&addrs("10.1.3.", 3))
+            .to_string(),
     ]
     .concat();
     let (ag0, ag1) = (v4("10.0.0.10"), v4("10.0.0.11"));
@@ -602,26 +556,27 @@ fn delivery_config() -> String {
         .map(|i| format!("{{ address = \"10.1.1.{i}\", mac = \"02:00:00:00:01:0{i}\" }}"))
         .collect();
     [
-        BASE.to_string(),
-        rule("dsr", &["10.0.0.21"], "TCP", "80", "dsr"),
-        rule("ipip", &["10.0.0.22"], "TCP", "80", "ipip"),
-        rule("gre", &["10.0.0.23"], "TCP", "80", "gre"),
-        rule("grekey", &["10.0.0.24"], "TCP", "80", "grekey"),
-        rule("gue", &["10.0.0.25"], "TCP", "80", "gue"),
-        rule("geneve", &["10.0.0.26"], "TCP", "80", "geneve"),
-        rule("geneve-ids", &["10.0.0.27"], "TCP", "80", "geneve-ids"),
-        service("dsr", "l2dsr", "", &dsr_eps),
-        service("ipip", "ipip", "", &addrs("10.1.2.", 3)),
-        service("gre", "gre", "", &addrs("10.1.3.", 3)),
-        service("grekey", "gre", "gre_key = 3735928559", &addrs("10.1.4.", 3)),
-        service("gue", "gue", "gue_port = 7777", &addrs("10.1.5.", 3)),
-        service("geneve", "geneve", "", &addrs("10.1.6.", 3)),
-        service(
-            "geneve-ids",
-            "geneve",
-            "geneve = { port = 6081, option_class = 0x0105, endpoint_id_type = 9, flow_cookie_type = 7 }",
-            &addrs("10.1.7.", 3),
-        ),
+        base(),
+        rule("dsr", &["10.0.0.21"], "TCP", "80", "dsr").to_string(),
+        rule("ipip", &["10.0.0.22"], "TCP", "80", "ipip").to_string(),
+        rule("gre", &["10.0.0.23"], "TCP", "80", "gre").to_string(),
+        rule("grekey", &["10.0.0.24"], "TCP", "80", "grekey").to_string(),
+        rule("gue", &["10.0.0.25"], "TCP", "80", "gue").to_string(),
+        rule("geneve", &["10.0.0.26"], "TCP", "80", "geneve").to_string(),
+        rule("geneve-ids", &["10.0.0.27"], "TCP", "80", "geneve-ids").to_string(),
+        service("dsr", "l2dsr").endpoints(&dsr_eps).to_string(),
+        service("ipip", "ipip").endpoints(&addrs("10.1.2.", 3)).to_string(),
+        service("gre", "gre").endpoints(&addrs("10.1.3.", 3)).to_string(),
+        service("grekey", "gre").set("gre_key", 3_735_928_559u32).endpoints(&addrs("10.1.4.", 3)).to_string(),
+        service("gue", "gue").set("gue_port", 7777).endpoints(&addrs("10.1.5.", 3)).to_string(),
+        service("geneve", "geneve").endpoints(&addrs("10.1.6.", 3)).to_string(),
+        service("geneve-ids", "geneve")
+            .set(
+                "geneve",
+                "{ port = 6081, option_class = 0x0105, endpoint_id_type = 9, flow_cookie_type = 7 }",
+            )
+            .endpoints(&addrs("10.1.7.", 3))
+            .to_string(),
     ]
     .concat()
 }
@@ -788,11 +743,15 @@ fn icmp_frag_needed_reaches_the_backend_of_the_quoted_tcp_flow() {
     let vip = v4("10.0.0.10");
     let router = v4("198.51.100.1");
     let config = [
-        BASE.to_string(),
-        rule("web", &["10.0.0.10"], "TCP", "80", "web"),
-        rule("dns", &["10.0.0.10"], "UDP", "53", "dns"),
-        service("web", "ipip", "", &addrs("10.1.1.", 8)),
-        service("dns", "ipip", "", &addrs("10.1.2.", 8)),
+        base(),
+        rule("web", &["10.0.0.10"], "TCP", "80", "web").to_string(),
+        rule("dns", &["10.0.0.10"], "UDP", "53", "dns").to_string(),
+        service("web", "ipip")
+            .endpoints(&addrs("10.1.1.", 8))
+            .to_string(),
+        service("dns", "ipip")
+            .endpoints(&addrs("10.1.2.", 8))
+            .to_string(),
     ]
     .concat();
     let client = |i: u8| IpAddr::from([192, 0, 2, i]);
@@ -870,9 +829,11 @@ fn icmpv6_packet_too_big_reaches_the_backend_of_the_quoted_flow() {
     let vip = v6("2001:db8:f00::10");
     let router = v6("2001:db8:ffff::1");
     let config = [
-        BASE.to_string(),
-        rule("web6", &["2001:db8:f00::10"], "TCP", "443", "web6"),
-        service("web6", "ipip", "", &addrs("2001:db8:200::", 8)),
+        base(),
+        rule("web6", &["2001:db8:f00::10"], "TCP", "443", "web6").to_string(),
+        service("web6", "ipip")
+            .endpoints(&addrs("2001:db8:200::", 8))
+            .to_string(),
     ]
     .concat();
     let client = |i: u16| IpAddr::from([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, i]);
@@ -938,11 +899,15 @@ fn icmpv6_packet_too_big_reaches_the_backend_of_the_quoted_flow() {
 #[test]
 fn icmp_error_quoting_the_first_fragment_of_a_reply_reaches_the_flows_backend() {
     let config = [
-        BASE.to_string(),
-        rule("dns6", &["2001:db8:f00::10"], "UDP", "53", "dns6"),
-        rule("dns4", &["10.0.0.10"], "UDP", "53", "dns4"),
-        service("dns6", "ipip", "", &addrs("2001:db8:200::", 8)),
-        service("dns4", "ipip", "", &addrs("10.1.1.", 8)),
+        base(),
+        rule("dns6", &["2001:db8:f00::10"], "UDP", "53", "dns6").to_string(),
+        rule("dns4", &["10.0.0.10"], "UDP", "53", "dns4").to_string(),
+        service("dns6", "ipip")
+            .endpoints(&addrs("2001:db8:200::", 8))
+            .to_string(),
+        service("dns4", "ipip")
+            .endpoints(&addrs("10.1.1.", 8))
+            .to_string(),
     ]
     .concat();
     let mut frames = Vec::new();
@@ -1003,13 +968,19 @@ fn icmp_error_quoting_the_first_fragment_of_a_reply_reaches_the_flows_backend() 
 fn fragments_of_a_datagram_share_a_backend_in_any_order() {
     // A fragment matches only an all-port rule (M13): UDP on every port.
     let config = [
-        BASE.to_string(),
-        rule("video", &["10.0.0.10"], "UDP", "all", "video"),
-        rule("web", &["10.0.0.10"], "TCP", "80", "web"),
-        rule("video6", &["2001:db8:f00::10"], "UDP", "all", "video6"),
-        service("video", "ipip", "", &addrs("10.1.1.", 8)),
-        service("web", "ipip", "", &addrs("10.1.2.", 8)),
-        service("video6", "ipip", "", &addrs("2001:db8:200::", 8)),
+        base(),
+        rule("video", &["10.0.0.10"], "UDP", "all", "video").to_string(),
+        rule("web", &["10.0.0.10"], "TCP", "80", "web").to_string(),
+        rule("video6", &["2001:db8:f00::10"], "UDP", "all", "video6").to_string(),
+        service("video", "ipip")
+            .endpoints(&addrs("10.1.1.", 8))
+            .to_string(),
+        service("web", "ipip")
+            .endpoints(&addrs("10.1.2.", 8))
+            .to_string(),
+        service("video6", "ipip")
+            .endpoints(&addrs("2001:db8:200::", 8))
+            .to_string(),
     ]
     .concat();
     let n = 30u16;
@@ -1108,14 +1079,20 @@ fn fragments_of_a_datagram_share_a_backend_in_any_order() {
 #[test]
 fn ipv6_vips_are_delivered_6in6_and_over_gue_and_ipv4_vips_4in6() {
     let config = [
-        BASE.to_string(),
-        rule("tls6", &["2001:db8:f00::10"], "TCP", "443", "tls6"),
-        rule("quic6", &["2001:db8:f00::20"], "UDP", "443", "quic6"),
-        rule("web4", &["10.0.0.40"], "TCP", "80", "web4"),
-        rule("rest6", &["2001:db8:f00::10"], "L3_DEFAULT", "all", "quic6"),
-        service("tls6", "ipip", "", &addrs("2001:db8:200::", 4)),
-        service("quic6", "gue", "", &addrs("2001:db8:300::", 4)),
-        service("web4", "ipip", "", &addrs("2001:db8:400::", 4)),
+        base(),
+        rule("tls6", &["2001:db8:f00::10"], "TCP", "443", "tls6").to_string(),
+        rule("quic6", &["2001:db8:f00::20"], "UDP", "443", "quic6").to_string(),
+        rule("web4", &["10.0.0.40"], "TCP", "80", "web4").to_string(),
+        rule("rest6", &["2001:db8:f00::10"], "L3_DEFAULT", "all", "quic6").to_string(),
+        service("tls6", "ipip")
+            .endpoints(&addrs("2001:db8:200::", 4))
+            .to_string(),
+        service("quic6", "gue")
+            .endpoints(&addrs("2001:db8:300::", 4))
+            .to_string(),
+        service("web4", "ipip")
+            .endpoints(&addrs("2001:db8:400::", 4))
+            .to_string(),
     ]
     .concat();
     let c6 = |i: u16| IpAddr::from([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, i]);
@@ -1195,13 +1172,19 @@ fn ipv6_vips_are_delivered_6in6_and_over_gue_and_ipv4_vips_4in6() {
 
 fn drops_config() -> String {
     [
-        BASE.to_string(),
-        rule("web", &["10.0.0.10"], "TCP", "80", "web"),
-        rule("dns", &["10.0.0.20"], "UDP", "53", "dns"),
-        rule("web6", &["2001:db8:f00::10"], "TCP", "80", "web6"),
-        service("web", "ipip", "", &addrs("10.1.1.", 3)),
-        service("dns", "ipip", "", &addrs("10.1.2.", 2)),
-        service("web6", "ipip", "", &addrs("2001:db8:200::", 2)),
+        base(),
+        rule("web", &["10.0.0.10"], "TCP", "80", "web").to_string(),
+        rule("dns", &["10.0.0.20"], "UDP", "53", "dns").to_string(),
+        rule("web6", &["2001:db8:f00::10"], "TCP", "80", "web6").to_string(),
+        service("web", "ipip")
+            .endpoints(&addrs("10.1.1.", 3))
+            .to_string(),
+        service("dns", "ipip")
+            .endpoints(&addrs("10.1.2.", 2))
+            .to_string(),
+        service("web6", "ipip")
+            .endpoints(&addrs("2001:db8:200::", 2))
+            .to_string(),
     ]
     .concat()
 }
@@ -1312,7 +1295,7 @@ fn a_rule_without_healthy_backends_drops_and_counts_per_rule() {
 fn replay_forwards_vip_traffic_deterministically_and_counts_the_rest() {
     let d = dir("forwards");
     let cfg = d.join("c.toml");
-    std::fs::write(&cfg, CONFIG).expect("config");
+    std::fs::write(&cfg, config().build()).expect("config");
     let mut frames: Vec<Vec<u8>> = (0..90u16)
         .map(|i| syn((i % 30) as u8 + 1, 30000 + i, [10, 0, 0, 10], 80))
         .collect();
@@ -1385,14 +1368,15 @@ fn replay_forwards_vip_traffic_deterministically_and_counts_the_rest() {
 /// Writes `(second, frame)` records to a pcap, each at that second of the
 /// capture (in order; frames of one second 1 ms apart).
 fn write_timed_pcap(path: &Path, frames: &[(u64, Vec<u8>)]) {
-    use pcap_file::pcap::{PcapPacket, PcapWriter};
-    let file = std::fs::File::create(path).expect("create");
-    let mut w = PcapWriter::new(file).expect("pcap writer");
-    for (i, (sec, f)) in frames.iter().enumerate() {
-        let ts = std::time::Duration::from_millis(1_000_000 * 1000 + sec * 1000 + i as u64 % 1000);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
-            .expect("write");
-    }
+    let timed: Vec<(Duration, &Vec<u8>)> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, (sec, f))| {
+            let ms = 1_000_000 * 1000 + sec * 1000 + i as u64 % 1000;
+            (Duration::from_millis(ms), f)
+        })
+        .collect();
+    pcap::write_timed(path, &pcap::Format::default(), &timed);
 }
 
 /// `--down ADDRESS@FROM-UNTIL` and `@FROM`: the endpoint fails its health
@@ -1403,7 +1387,7 @@ fn write_timed_pcap(path: &Path, frames: &[(u64, Vec<u8>)]) {
 fn replay_down_windows_change_health_mid_capture() {
     let d = dir("down-window");
     let cfg = d.join("c.toml");
-    std::fs::write(&cfg, CONFIG).expect("config");
+    std::fs::write(&cfg, config().build()).expect("config");
     let vip = [10, 0, 0, 10];
     let conn = |set: u8, i: u16, flags: u8| {
         tcp_frame(
@@ -1478,7 +1462,7 @@ fn replay_down_windows_change_health_mid_capture() {
 fn replay_rejects_bad_inputs_with_clear_errors() {
     let d = dir("bad");
     let cfg = d.join("c.toml");
-    std::fs::write(&cfg, CONFIG).expect("config");
+    std::fs::write(&cfg, config().build()).expect("config");
     let not_pcap = d.join("x.pcap");
     std::fs::write(&not_pcap, b"definitely not a capture").expect("write");
     let r = replay(&cfg, &not_pcap, &d.join("o.pcap"), &[]);
@@ -1516,15 +1500,10 @@ fn replay_rejects_bad_inputs_with_clear_errors() {
 // ---------------------------------------------------------------------------
 // Fuzzed input: the replay survives anything and accounts for every packet.
 
-/// Valid frames of every kind the tests above use, then mutated (bit flips,
-/// truncations, noise, rewritten EtherTypes, protocols and lengths).
-fn fuzzed_frames(n: usize, mut seed: u64) -> Vec<Vec<u8>> {
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+/// Valid frames of every kind the tests above use, then mutated by the kit's
+/// mutator (bit flips, truncations, noise, tails, rewritten EtherTypes,
+/// protocols, header bytes and lengths).
+fn fuzzed_frames(n: usize, seed: u64) -> Vec<Vec<u8>> {
     let vip4 = v4("10.0.0.10");
     let vip6 = v6("2001:db8::10");
     let client4 = v4("192.0.2.9");
@@ -1553,36 +1532,18 @@ fn fuzzed_frames(n: usize, mut seed: u64) -> Vec<Vec<u8>> {
         ICMP,
         &icmpv4(3, 4, 1400, &quoted),
     )));
-    (0..n)
-        .map(|i| {
-            let mut f = base[i % base.len()].clone();
-            let r = next();
-            match r % 7 {
-                0 => f = (0..1 + (r >> 8) % 200).map(|_| next() as u8).collect(),
-                1 => f.truncate(1 + (r >> 8) as usize % f.len()),
-                2 => {
-                    let et = [0x0800u16, 0x86dd, 0x0806, 0x8100, 0x88a8][(r >> 8) as usize % 5];
-                    f[12..14].copy_from_slice(&et.to_be_bytes());
-                }
-                3 if f.len() > 24 => f[14 + (r >> 8) as usize % 10] = (r >> 16) as u8,
-                _ => {
-                    for _ in 0..1 + (r >> 8) % 4 {
-                        let at = next() as usize % f.len();
-                        f[at] ^= 1 << (next() % 8);
-                    }
-                }
-            }
-            f
-        })
-        .collect()
+    Mutator::new(seed).mutants(&base, n)
 }
 
 #[test]
 fn replay_survives_fuzzed_packets_and_accounts_for_each() {
-    let config = CONFIG.replace(
-        "[[backend_services]]",
-        "[[forwarding_rules]]\nname = \"web6\"\nvips = [\"2001:db8::10\"]\nprotocol = \"L3_DEFAULT\"\nports = \"all\"\nbackend_service = \"web6\"\n\n[[backend_services]]\nname = \"web6\"\ndelivery = \"gue\"\n[[backend_services.groups]]\nname = \"b\"\nregion = \"r\"\nzone = \"z\"\nendpoints = [{ address = \"2001:db8:1::11\" }]\n\n[[backend_services]]",
-    );
+    let config = config()
+        .rule(rule("web6", &["2001:db8::10"], "L3_DEFAULT", "all", "web6"))
+        .service(
+            service("web6", "gue")
+                .child(group("b", "r", "z").set("endpoints", endpoint_list(&["2001:db8:1::11"]))),
+        )
+        .build();
     let frames = fuzzed_frames(20_000, 0x0123_4567_89ab_cdef);
     let r = run("fuzz", &config, &frames, &[]);
     // forwarded + replies + to host + drops = every packet.
@@ -1605,18 +1566,16 @@ fn replay_survives_fuzzed_packets_and_accounts_for_each() {
 
 /// Writes `frames` to a pcap whose header says `snaplen` (records whole).
 fn write_pcap_with_snaplen(path: &Path, frames: &[Vec<u8>], snaplen: u32) {
-    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-    let header = PcapHeader {
+    let format = pcap::Format {
         snaplen,
-        ..PcapHeader::default()
+        ..pcap::Format::default()
     };
-    let file = std::fs::File::create(path).expect("create");
-    let mut w = PcapWriter::with_header(file, header).expect("pcap writer");
-    for (i, f) in frames.iter().enumerate() {
-        let ts = std::time::Duration::from_millis(1_000_000 + 10 * i as u64);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
-            .expect("write");
-    }
+    let timed: Vec<(Duration, &Vec<u8>)> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (pcap::default_ts(i), f))
+        .collect();
+    pcap::write_timed(path, &format, &timed);
 }
 
 /// A TCP frame to `vip`:80 whose IP packet is `ip_len` bytes long.
@@ -1699,33 +1658,25 @@ fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
 /// are skipped and counted, the whole ones replayed.
 #[test]
 fn replay_skips_and_counts_records_the_capture_truncated() {
-    use pcap_file::pcap::{PcapHeader, PcapWriter, RawPcapPacket};
     let d = dir("truncated");
     let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
     std::fs::write(&cfg, delivery_config()).expect("config");
     let whole = tcp_frame_of(v4("10.0.0.25"), 1, 40);
     let cut = tcp_frame_of(v4("10.0.0.25"), 2, 1500);
-    let header = PcapHeader {
+    let format = pcap::Format {
         snaplen: 96,
-        ..PcapHeader::default()
+        ..pcap::Format::default()
     };
-    let mut w = PcapWriter::with_header(std::fs::File::create(&input).expect("create"), header)
-        .expect("pcap writer");
-    for (i, (f, orig_len)) in [(&whole, 54), (&cut, 1514), (&whole, 54)]
+    let records: Vec<pcap::Record> = [(&whole, 54), (&cut, 1514), (&whole, 54)]
         .iter()
         .enumerate()
-    {
-        let data = &f[..f.len().min(96)];
-        w.write_raw_packet(&RawPcapPacket {
-            ts_sec: 1000,
-            ts_frac: i as u32,
-            incl_len: data.len() as u32,
+        .map(|(i, (f, orig_len))| pcap::Record {
+            ts: Duration::new(1000, i as u32 * 1000),
             orig_len: *orig_len,
-            data: data.into(),
+            data: f[..f.len().min(96)].to_vec(),
         })
-        .expect("write");
-    }
-    drop(w);
+        .collect();
+    pcap::write_records(&input, &format, &records);
     let r = replay(&cfg, &input, &output, &[]);
     let text = String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "replay failed:\n{text}");

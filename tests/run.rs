@@ -7,7 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use common::{read_pcap, write_pcap};
+use std::net::Ipv4Addr;
+use testkit::config::{
+    Config, endpoint_list, group, port, rule, service as service_table, strings,
+};
+use testkit::mutate::Mutator;
+use testkit::packet::{Packet, arp_request, v4};
 use wire::encap::{DecapConfig, parse_tunnel};
 
 fn spillway(args: &[&str]) -> Output {
@@ -25,34 +31,16 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Ethernet/IPv4/UDP 192.0.2.1:(1000+i) -> 10.0.0.10:53 from the router,
+/// UDP checksum zero (the IPv4 header checksum is right: the pipeline
+/// relies on it).
 fn frame(i: u16) -> Vec<u8> {
-    // Ethernet/IPv4/UDP 192.0.2.1:(1000+i) -> 10.0.0.10:53, checksums zero
-    // (IPv4 header checksum computed: the pipeline relies on it).
-    let mut ip = vec![
-        0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 10, 0, 0, 10,
-    ];
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0x77, 0x08, 0x00];
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&(1000 + i).to_be_bytes());
-    f.extend_from_slice(&53u16.to_be_bytes());
-    f.extend_from_slice(&[0, 12, 0, 0, b'q', b'u', b'e', b'r']);
-    f
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut w = PcapWriter::new(std::fs::File::create(path).expect("create")).expect("writer");
-    for f in frames {
-        w.write_packet(&PcapPacket::new(Duration::ZERO, f.len() as u32, f))
-            .expect("write");
-    }
+    Packet::udp(v4("192.0.2.1"), v4("10.0.0.10"), 1000 + i, 53)
+        .payload(b"quer")
+        .udp_checksum(false)
+        .dont_frag(false)
+        .macs(common::ROUTER_MAC, common::LB_MAC)
+        .frame()
 }
 
 fn config(dir: &Path, service: &str) -> String {
@@ -60,62 +48,42 @@ fn config(dir: &Path, service: &str) -> String {
 }
 
 fn config_watching(dir: &Path, service: &str, watch: bool) -> String {
-    format!(
-        r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[dataplane]
-management_core = 0
-worker_cores = [1]
-mbufs = 4095
-queue_descriptors = 256
-flow_table_capacity = 4096
-# The tests' bursts of new flows in one second all get entries, whatever
-# the default budget for this small table.
-new_flow_budget = 100000
-eal_args = ["--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--no-telemetry",
-  "--log-level=lib.eal:warning",
-  "--vdev=net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap",
-  "--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"]
-
-[[ports]]
-name = "up"
-device = "net_pcap0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-
-[[ports]]
-name = "be"
-device = "net_pcap1"
-role = "backend"
-addresses = ["10.0.1.2/24"]
-gateway_mac = "02:00:00:00:00:fe"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "{service}"
-
-[[backend_services]]
-name = "{service}"
-delivery = "gue"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
-
-[control]
-socket = "{d}/ctl.sock"
-watch_config = {watch}
-"#,
-        d = dir.display()
-    )
+    let d = dir.display();
+    let eal_args = [
+        "--no-huge".to_string(),
+        "--no-shconf".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-pci".into(),
+        "--no-telemetry".into(),
+        "--log-level=lib.eal:warning".into(),
+        format!("--vdev=net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
+        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+    ];
+    Config::new()
+        .dataplane("management_core", 0)
+        .dataplane("worker_cores", "[1]")
+        .dataplane("mbufs", 4095)
+        .dataplane("queue_descriptors", 256)
+        .dataplane("flow_table_capacity", 4096)
+        // The tests' bursts of new flows in one second all get entries,
+        // whatever the default budget for this small table.
+        .dataplane("new_flow_budget", 100000)
+        .dataplane("eal_args", strings(&eal_args))
+        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(
+            port("be", "net_pcap1", "backend")
+                .strs("addresses", &["10.0.1.2/24"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", service).set("ports", 53))
+        .service(service_table(service, "gue").child(
+            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+        ))
+        .raw(&format!(
+            "[control]\nsocket = \"{d}/ctl.sock\"\nwatch_config = {watch}\n"
+        ))
+        .build()
 }
 
 struct Daemon(Child);
@@ -323,88 +291,45 @@ fn the_daemon_forwards_reloads_and_stops_cleanly() {
     assert!(out.contains("mbufs in use at start, 0 at exit"), "{out}");
     assert!(!socket.exists(), "the control socket is removed on exit");
 
-    let mut r = PcapReader::new(std::fs::File::open(dir.join("out.pcap")).expect("out.pcap"))
-        .expect("pcap");
     let mut n = 0;
-    while let Some(p) = r.next_packet() {
-        let p = p.expect("packet");
-        let t = parse_tunnel(&p.data, &DecapConfig::default()).expect("GUE frame");
+    for p in read_pcap(&dir.join("out.pcap")) {
+        let t = parse_tunnel(&p, &DecapConfig::default()).expect("GUE frame");
         assert_eq!(
-            &p.data[t.inner_offset..t.inner_offset + t.inner_len],
+            &p[t.inner_offset..t.inner_offset + t.inner_len],
             &frames[n][14..]
         );
-        assert_eq!(&p.data[0..6], &[2, 0, 0, 0, 0, 0xfe]);
+        assert_eq!(&p[0..6], &[2, 0, 0, 0, 0, 0xfe]);
         n += 1;
     }
     assert_eq!(n, 500, "every datagram left the backend port encapsulated");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// xorshift64*: reproducible mutations without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// Valid frames of many kinds, then mutated: flipped bytes, truncations,
-/// random tails, rewritten EtherTypes / protocols / lengths, pure noise and
-/// a few jumbo frames (which span several chained mbufs on net_pcap).
+/// Valid frames of many kinds, then mutated by the kit's mutator (flipped
+/// bits, truncations, random tails, rewritten EtherTypes / protocols /
+/// header bytes / lengths, pure noise), and a few jumbo frames (which span
+/// several chained mbufs on net_pcap).
 fn fuzzed_frames(n: usize, seed: u64) -> Vec<Vec<u8>> {
-    let mut rng = Rng(seed | 1);
-    let arp = {
-        let mut f = vec![0xff; 6];
-        f.extend_from_slice(&[2, 0, 0, 0, 0, 0x77, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-        f.extend_from_slice(&[
-            2, 0, 0, 0, 0, 0x77, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 10,
-        ]);
-        f
-    };
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut f = match rng.below(4) {
-            0 => arp.clone(),
-            _ => frame(i as u16),
-        };
-        match rng.below(8) {
-            0 => {
-                let len = 1 + rng.below(200);
-                f = (0..len).map(|_| rng.next() as u8).collect();
+    let mut m = Mutator::new(seed);
+    let arp = arp_request(
+        common::ROUTER_MAC,
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 10),
+    );
+    (0..n)
+        .map(|i| {
+            let mut f = match m.below(4) {
+                0 => arp.clone(),
+                _ => frame(i as u16),
+            };
+            if i % 97 == 0 && m.below(8) == 0 {
+                m.grow(&mut f, 3000..9000, 0x5a);
+            } else {
+                m.mutate(&mut f);
             }
-            1 => f.truncate(1 + rng.below(f.len())),
-            2 => {
-                let et: [u16; 6] = [0x0800, 0x86dd, 0x0806, 0x8100, 0x88a8, 0x9999];
-                f[12..14].copy_from_slice(&et[rng.below(et.len())].to_be_bytes());
-            }
-            3 if f.len() > 23 => f[23] = [1, 4, 6, 17, 41, 47, 50, 58][rng.below(8)],
-            4 if f.len() > 17 => {
-                f[14] = rng.next() as u8;
-                f[16] = rng.next() as u8;
-                f[17] = rng.next() as u8;
-            }
-            5 if i % 97 == 0 => f.resize(3000 + rng.below(6000), 0x5a),
-            _ => {
-                for _ in 0..1 + rng.below(4) {
-                    let at = rng.below(f.len());
-                    f[at] ^= 1 << rng.below(8);
-                }
-            }
-        }
-        if f.len() > 40 && rng.below(3) == 0 {
-            let extra = rng.below(64);
-            f.extend((0..extra).map(|_| rng.next() as u8));
-        }
-        out.push(f);
-    }
-    out
+            f
+        })
+        .collect()
 }
 
 #[test]

@@ -4,34 +4,27 @@
 
 use config::memory::{self, Bytes};
 use config::{Env, Memory, load_str};
+use testkit::config::{Config, endpoint_list, group, node, rule, service};
 
-const BASE: &str = r#"
-[node]
-name = "n1"
-region = "r1"
-zone = "r1-a"
-
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-[[backend_services.groups]]
-name = "g"
-region = "r1"
-zone = "r1-a"
-endpoints = [{ address = "10.1.0.1", port = 80 }, { address = "10.1.0.2", port = 80 }]
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = 80
-backend_service = "web"
-"#;
+/// A node, one service of two endpoints and its rule.
+fn base() -> String {
+    Config::new()
+        .node(node("n1", "r1", "r1-a"))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
+        .service(service("web", "ipip").child(group("g", "r1", "r1-a").set(
+            "endpoints",
+            endpoint_list(&[
+                r#"{ address = "10.1.0.1", port = 80 }"#,
+                r#"{ address = "10.1.0.2", port = 80 }"#,
+            ]),
+        )))
+        .build()
+}
 
 const GIB: u64 = 1 << 30;
 
 fn with(extra: &str) -> String {
-    format!("{BASE}{extra}")
+    format!("{}{extra}", base())
 }
 
 /// The estimate of `text`, loaded without machine checks.

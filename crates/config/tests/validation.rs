@@ -3,40 +3,31 @@
 //! the field path and the reason.
 
 use config::{ConfigErrors, Env, Memory, load_str};
+use testkit::config::{endpoint_list, group, node, rule as rule_table, service};
 
-const NODE: &str = r#"
-[node]
-name = "n1"
-region = "r1"
-zone = "r1-a"
-"#;
+/// The `[node]` of the cases (after an empty first line).
+fn node_table() -> String {
+    format!("\n{}", node("n1", "r1", "r1-a"))
+}
 
-const SVC: &str = r#"
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-[[backend_services.groups]]
-name = "g"
-region = "r1"
-zone = "r1-a"
-endpoints = [{ address = "10.1.0.1", port = 80 }]
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = 80
-backend_service = "web"
-"#;
+/// The `web` service and its rule.
+fn svc() -> String {
+    let service = service("web", "ipip").child(group("g", "r1", "r1-a").set(
+        "endpoints",
+        endpoint_list(&[r#"{ address = "10.1.0.1", port = 80 }"#]),
+    ));
+    let rule = rule_table("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80);
+    format!("\n{service}\n{rule}")
+}
 
 /// The node, the `web` service and rule, then `extra`.
 fn with(extra: &str) -> String {
-    format!("{NODE}{SVC}{extra}")
+    format!("{}{}{extra}", node_table(), svc())
 }
 
 /// `node` replaces the `[node]` table.
-fn node(node: &str) -> String {
-    format!("{node}{SVC}")
+fn node_then_svc(node: &str) -> String {
+    format!("{node}{}", svc())
 }
 
 /// The cases' machine: 4 CPUs and 1 GiB of memory, no hugepages.
@@ -166,31 +157,31 @@ fn cases() -> Vec<Case> {
         case("unknown backend service", with(&rule("x", "\"10.0.0.11\"", "TCP", "80", "").replacen("backend_service = \"web\"", "backend_service = \"nope\" #!", 1)), "forwarding_rules[1].backend_service", "no backend service is named \"nope\" (known: web)"),
         case("VIP is the balancer's own address", with(&format!("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.11/24\"]\n{}", rule("x", "\"10.0.0.11\"", "TCP", "81", "").replacen("\"10.0.0.11\"]", "\"10.0.0.11\"] #!", 1))), "forwarding_rules[1].vips[0]", "also the balancer's own address"),
         // ---- address families (M4, M8) ----
-        case("l2dsr across families", node(NODE).replace("delivery = \"ipip\"", "delivery = \"l2dsr\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"fd01::1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "IPv6 endpoint fd01::1 cannot take the IPv4 traffic of rule \"web\""),
-        case("ipip 6-in-4", node(NODE).replace("vips = [\"10.0.0.10\"]", "vips = [\"fd00::10\"]").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "not IPv6 in IPv4"),
+        case("l2dsr across families", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"l2dsr\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"fd01::1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "IPv6 endpoint fd01::1 cannot take the IPv4 traffic of rule \"web\""),
+        case("ipip 6-in-4", node_then_svc(&node_table()).replace("vips = [\"10.0.0.10\"]", "vips = [\"fd00::10\"]").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "not IPv6 in IPv4"),
         // ---- services ----
         case("Maglev size not prime", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\nmaglev_table_size = 65536 #!\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\" }]\n"), "backend_services[1].maglev_table_size", "65536 is not a prime"),
         case("Maglev size below the endpoint count", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\nmaglev_table_size = 2 #!\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{ address = \"10.9.0.1\" }, { address = \"10.9.0.2\" }, { address = \"10.9.0.3\" }] }]\n"), "backend_services[1].maglev_table_size", "2 slots cannot hold 3 endpoints"),
-        case("unknown health check", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"nope\" #!"), "backend_services[0].health_check", "no health check is named \"nope\""),
-        case("health percentage above 100", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\naggregation = { min_healthy_percent = 101 } #!"), "backend_services[0].aggregation.min_healthy_percent", "101% is not a percentage"),
+        case("unknown health check", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"nope\" #!"), "backend_services[0].health_check", "no health check is named \"nope\""),
+        case("health percentage above 100", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\naggregation = { min_healthy_percent = 101 } #!"), "backend_services[0].aggregation.min_healthy_percent", "101% is not a percentage"),
         case("no groups", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\ngroups = [] #!\n"), "backend_services[1].groups", "at least one group"),
         case("groups of two kinds", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\n[[backend_services.groups]]\nname = \"b\"\nregion = \"r2\"\nzone = \"z\"\nkind = \"remote_rule\" #!\nremote = { status_url = \"http://10.9.0.1:9469/status\", rule = \"web\", vip = \"10.9.0.10\" }\n"), "backend_services[1].groups[1].kind", "all groups of a service are of one kind"),
         case("remote_rule group without remote", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]] #!\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nkind = \"remote_rule\"\n"), "backend_services[1].groups[0].remote", "needs remote = { status_url, rule, vip }"),
         case("remote_rule with a bad URL", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nkind = \"remote_rule\"\nremote = { status_url = \"10.9.0.1:9469\", rule = \"web\", vip = \"10.9.0.10\" } #!\n"), "backend_services[1].groups[0].remote.status_url", "not an http:// or https:// URL"),
         case("endpoints group with a remote", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nendpoints = [{ address = \"10.9.0.1\" }]\nremote = { status_url = \"http://x/\", rule = \"web\", vip = \"10.9.0.10\" } #!\n"), "backend_services[1].groups[0].remote", "lists endpoints, not a remote rule"),
-        case("capacity_scaler above 1", node(NODE).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\ncapacity_scaler = 1.5 #!\nendpoints"), "backend_services[0].groups[0].capacity_scaler", "1.5 is out of range 0.0-1.0"),
-        case("capacity_scaler negative", node(NODE).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\ncapacity_scaler = -0.1 #!\nendpoints"), "backend_services[0].groups[0].capacity_scaler", "-0.1 is out of range"),
-        case("endpoint weight above 1000", node(NODE).replace("port = 80 }]", "port = 80, weight = 1001 }] #!"), "backend_services[0].groups[0].endpoints[0].weight", "weight 1001 is out of range 0-1000"),
-        case("endpoint listed twice", node(NODE).replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [\n  { address = \"10.1.0.1\", port = 80 },\n  { address = \"10.1.0.1\", port = 80 }, #!\n]"), "backend_services[0].groups[0].endpoints[1].address", "endpoint 10.1.0.1 is already in this service"),
-        case("endpoint MAC without l2dsr", node(NODE).replace("port = 80 }]", "port = 80, mac = \"02:00:00:00:00:01\" }] #!"), "backend_services[0].groups[0].endpoints[0].mac", "applies to delivery \"l2dsr\""),
-        case("GRE key with ipip", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\ngre_key = 7 #!"), "backend_services[0].gre_key", "gre_key applies to delivery \"gre\", not \"ipip\""),
-        case("Geneve options with gre", node(NODE).replace("delivery = \"ipip\"", "delivery = \"gre\"\ngeneve = { port = 6081 } #!"), "backend_services[0].geneve", "geneve options apply to delivery \"geneve\""),
-        case("Geneve option types equal", node(NODE).replace("delivery = \"ipip\"", "delivery = \"geneve\"\ngeneve = { endpoint_id_type = 3 } #!"), "backend_services[0].geneve.flow_cookie_type", "need distinct types"),
-        case("RATE without a rate", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nbalancing_mode = \"RATE\"").replace("[[backend_services.groups]]", "[[backend_services.groups]] #!"), "backend_services[0].groups[0].max_rate", "balancing_mode RATE needs max_rate"),
-        case("max_rate with UTILIZATION", node(NODE).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\nmax_rate = 1000 #!\nendpoints"), "backend_services[0].groups[0].max_rate", "max_rate applies to balancing_mode RATE"),
-        case("max_utilization zero", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nmax_utilization = 0.0 #!"), "backend_services[0].max_utilization", "0 < max_utilization <= 1.0"),
-        case("zonal affinity without client zones", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true } #!"), "backend_services[0].locality.zonal_affinity", "needs [[client_zones]]"),
-        case("spill ratio out of range", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true, zonal_spill_ratio = 2.0 } #!") + "[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.0.0.0/8\"]\n", "backend_services[0].locality.zonal_spill_ratio", "2 is out of range 0.0-1.0"),
+        case("capacity_scaler above 1", node_then_svc(&node_table()).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\ncapacity_scaler = 1.5 #!\nendpoints"), "backend_services[0].groups[0].capacity_scaler", "1.5 is out of range 0.0-1.0"),
+        case("capacity_scaler negative", node_then_svc(&node_table()).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\ncapacity_scaler = -0.1 #!\nendpoints"), "backend_services[0].groups[0].capacity_scaler", "-0.1 is out of range"),
+        case("endpoint weight above 1000", node_then_svc(&node_table()).replace("port = 80 }]", "port = 80, weight = 1001 }] #!"), "backend_services[0].groups[0].endpoints[0].weight", "weight 1001 is out of range 0-1000"),
+        case("endpoint listed twice", node_then_svc(&node_table()).replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [\n  { address = \"10.1.0.1\", port = 80 },\n  { address = \"10.1.0.1\", port = 80 }, #!\n]"), "backend_services[0].groups[0].endpoints[1].address", "endpoint 10.1.0.1 is already in this service"),
+        case("endpoint MAC without l2dsr", node_then_svc(&node_table()).replace("port = 80 }]", "port = 80, mac = \"02:00:00:00:00:01\" }] #!"), "backend_services[0].groups[0].endpoints[0].mac", "applies to delivery \"l2dsr\""),
+        case("GRE key with ipip", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\ngre_key = 7 #!"), "backend_services[0].gre_key", "gre_key applies to delivery \"gre\", not \"ipip\""),
+        case("Geneve options with gre", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"gre\"\ngeneve = { port = 6081 } #!"), "backend_services[0].geneve", "geneve options apply to delivery \"geneve\""),
+        case("Geneve option types equal", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"geneve\"\ngeneve = { endpoint_id_type = 3 } #!"), "backend_services[0].geneve.flow_cookie_type", "need distinct types"),
+        case("RATE without a rate", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nbalancing_mode = \"RATE\"").replace("[[backend_services.groups]]", "[[backend_services.groups]] #!"), "backend_services[0].groups[0].max_rate", "balancing_mode RATE needs max_rate"),
+        case("max_rate with UTILIZATION", node_then_svc(&node_table()).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\nmax_rate = 1000 #!\nendpoints"), "backend_services[0].groups[0].max_rate", "max_rate applies to balancing_mode RATE"),
+        case("max_utilization zero", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nmax_utilization = 0.0 #!"), "backend_services[0].max_utilization", "0 < max_utilization <= 1.0"),
+        case("zonal affinity without client zones", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true } #!"), "backend_services[0].locality.zonal_affinity", "needs [[client_zones]]"),
+        case("spill ratio out of range", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true, zonal_spill_ratio = 2.0 } #!") + "[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.0.0.0/8\"]\n", "backend_services[0].locality.zonal_spill_ratio", "2 is out of range 0.0-1.0"),
         // ---- health checks (M16) ----
         case("health timeout above interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"1s\"\ntimeout = \"2s\" #!\n"), "health_checks[0].timeout", "timeout 2s exceeds interval 1s"),
         case("zero interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"0s\" #!\n"), "health_checks[0].interval", "longer than 0s"),
@@ -202,7 +193,7 @@ fn cases() -> Vec<Case> {
         case("HTTP path on a TCP check", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\npath = \"/\" #!\n"), "health_checks[0].path", "path applies to HTTP and HTTPS health checks, not TCP"),
         case("weight header on a TCP check", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\nweight_from_header = true #!\n"), "health_checks[0].weight_from_header", "not TCP"),
         case("relative HTTP path", with("[[health_checks]]\nname = \"h\"\ntype = \"HTTP\"\nport = 80\npath = \"healthz\" #!\n"), "health_checks[0].path", "must start with '/'"),
-        case("no port to probe", node(NODE).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"h\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\" }] #!") + "[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\n", "backend_services[0].groups[0].endpoints[0].port", "names no port, so endpoint 10.1.0.1 needs one"),
+        case("no port to probe", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"h\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\" }] #!") + "[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\n", "backend_services[0].groups[0].endpoints[0].port", "names no port, so endpoint 10.1.0.1 needs one"),
         // ---- composite health (M20) ----
         case("composite with no source", with("[[composite_health_checks]]\nname = \"c\"\nsources = [] #!\ndestination = \"web\"\n"), "composite_health_checks[0].sources", "0 sources: a composite health check has 1 to 10"),
         case("composite with eleven sources", with(&eleven_sources()), "composite_health_checks[0].sources", "11 sources: a composite health check has 1 to 10"),
@@ -218,9 +209,9 @@ fn cases() -> Vec<Case> {
         case("gateway endpoint in two rules", with(&nva(&(rule("gw1", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }]") + &rule("gw2", "\"10.0.0.21\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 2 }] #!")))), "forwarding_rules[2].gateway_endpoints[0].address", "gateway endpoint 10.5.0.1 is already listed at t.toml:"),
         case("gateway endpoints on a passthrough rule", with(&rule("x", "\"10.0.0.20\"", "TCP", "80", "\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }] #!")), "forwarding_rules[1].gateway_endpoints", "only apply to rules with mode = \"gateway\""),
         // ---- node, locality (M5, M24) ----
-        case("availability group 2", node(&format!("{NODE}availability_group = 2 #!\n")), "node.availability_group", "availability group 2 does not exist"),
-        case("preference without own region", node(&format!("{NODE}region_preference = [\"r2\", \"r3\"] #!\n")), "node.region_preference", "own region \"r1\" is missing"),
-        case("region listed twice", node(&format!("{NODE}region_preference = [\"r1\", \"r2\",\n  \"r2\"] #!\n")), "node.region_preference[2]", "region \"r2\" is listed twice"),
+        case("availability group 2", node_then_svc(&format!("{}availability_group = 2 #!\n", node_table())), "node.availability_group", "availability group 2 does not exist"),
+        case("preference without own region", node_then_svc(&format!("{}region_preference = [\"r2\", \"r3\"] #!\n", node_table())), "node.region_preference", "own region \"r1\" is missing"),
+        case("region listed twice", node_then_svc(&format!("{}region_preference = [\"r1\", \"r2\",\n  \"r2\"] #!\n", node_table())), "node.region_preference[2]", "region \"r2\" is listed twice"),
         case("client prefix with host bits", with("[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.1.2.3/16\"] #!\n"), "client_zones[0].prefixes[0]", "has bits set beyond /16"),
         case("client prefix in two zones", with("[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.1.0.0/16\"]\n[[client_zones]]\nzone = \"r1-b\"\nprefixes = [\"10.1.0.0/16\"] #!\n"), "client_zones[1].prefixes[0]", "already mapped at t.toml:"),
         // ---- dataplane ----
@@ -360,7 +351,7 @@ fn all_errors_are_reported_at_once_in_file_order() {
 
 #[test]
 fn syntax_errors_are_all_reported_with_positions() {
-    let text = format!("{NODE}\nx = = 1\ny = \"unterminated\nz = 3\n");
+    let text = format!("{}\nx = = 1\ny = \"unterminated\nz = 3\n", node_table());
     let errs = load(&text).unwrap_err();
     assert!(errs.errors.len() >= 2, "{errs}");
     assert_eq!(errs.errors[0].line, 7, "{errs}");
@@ -564,7 +555,7 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
     let cases: [(&str, String); 8] = [
         (
             "node.shutdown_drain",
-            node(
+            node_then_svc(
                 "[node]\nname = \"n1\"\nregion = \"r1\"\nzone = \"r1-a\"\nshutdown_drain = \"5s\"\n",
             ),
         ),

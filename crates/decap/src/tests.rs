@@ -5,8 +5,8 @@
 use super::*;
 use proptest::prelude::*;
 use std::net::Ipv4Addr;
-use wire::buf::{MemBuf, PacketBuf};
-use wire::encap::{Outer, Tunnel, UdpChecksum, encapsulate};
+use testkit::packet::{self, Packet};
+use wire::encap::Tunnel;
 use wire::geneve::GatewayOptions;
 
 fn ip(s: &str) -> IpAddr {
@@ -35,61 +35,15 @@ fn policy() -> Policy {
 
 /// A UDP packet from `src`:5555 to `dst`:7777 with valid checksums.
 fn udp_packet(src: IpAddr, dst: IpAddr, data: &[u8]) -> Vec<u8> {
-    let udp_len = 8 + data.len();
-    let mut p = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let tl = (20 + udp_len) as u16;
-            let mut h = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
-            h[2..4].copy_from_slice(&tl.to_be_bytes());
-            h.extend_from_slice(&s.octets());
-            h.extend_from_slice(&d.octets());
-            let c = wire::checksum::checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            h
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut h = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
-            h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            h.extend_from_slice(&s.octets());
-            h.extend_from_slice(&d.octets());
-            h
-        }
-        _ => panic!("mixed families"),
-    };
-    let l4 = p.len();
-    p.extend_from_slice(&5555u16.to_be_bytes());
-    p.extend_from_slice(&7777u16.to_be_bytes());
-    p.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    p.extend_from_slice(&[0, 0]);
-    p.extend_from_slice(data);
-    wire::udp::Packet::new_unchecked(&mut p[l4..])
-        .fill_checksum(&src, &dst)
-        .expect("checksum");
-    p
+    Packet::udp(src, dst, 5555, 7777).payload(data).ip()
 }
 
 /// `inner` encapsulated by `wire` (as the balancer does) from `outer_src` to
 /// `outer_dst`: the whole frame, Ethernet header included.
 fn encap(inner: &[u8], outer_src: IpAddr, outer_dst: IpAddr, tunnel: Tunnel) -> Vec<u8> {
-    let mut frame = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
     let et: u16 = if inner[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
-    frame.extend_from_slice(&et.to_be_bytes());
-    frame.extend_from_slice(inner);
-    let mut buf = MemBuf::new([0u8; 2048], 256, &frame).expect("fits");
-    let outer = Outer {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: outer_src,
-        dst_ip: outer_dst,
-        ttl: 64,
-        dont_fragment: true,
-        flow_hash: 42,
-        src_port_min: 49152,
-        src_port_max: 65535,
-        udp_checksum: UdpChecksum::Auto,
-    };
-    encapsulate(&mut buf, &outer, &tunnel).expect("encapsulate");
-    buf.data().to_vec()
+    let frame = packet::frame([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1], &[], et, inner, 0);
+    packet::encap(&frame, &packet::outer(outer_src, outer_dst), &tunnel)
 }
 
 fn geneve() -> Tunnel {

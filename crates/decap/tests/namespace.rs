@@ -104,36 +104,9 @@ fn ip_cmd(args: &[&str]) -> Command {
 
 /// A UDP packet from `src`:5555 to `dst`:PORT carrying `data`, valid checksums.
 fn udp_packet(src: IpAddr, dst: IpAddr, data: &[u8]) -> Vec<u8> {
-    let udp_len = 8 + data.len();
-    let mut p = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut h = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
-            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-            h.extend_from_slice(&s.octets());
-            h.extend_from_slice(&d.octets());
-            let c = wire::checksum::checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            h
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut h = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
-            h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            h.extend_from_slice(&s.octets());
-            h.extend_from_slice(&d.octets());
-            h
-        }
-        _ => panic!("mixed families"),
-    };
-    let l4 = p.len();
-    p.extend_from_slice(&5555u16.to_be_bytes());
-    p.extend_from_slice(&PORT.to_be_bytes());
-    p.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    p.extend_from_slice(&[0, 0]);
-    p.extend_from_slice(data);
-    wire::udp::Packet::new_unchecked(&mut p[l4..])
-        .fill_checksum(&src, &dst)
-        .expect("checksum");
-    p
+    testkit::packet::Packet::udp(src, dst, 5555, PORT)
+        .payload(data)
+        .ip()
 }
 
 /// How a test packet travels.

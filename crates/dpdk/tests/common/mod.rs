@@ -81,22 +81,8 @@ pub fn pool(eal: &Eal, size: u32) -> Mempool {
     Mempool::new(eal, &MempoolConfig::new(unique("tp"), size)).expect("create mempool")
 }
 
-/// RFC 1071 Internet checksum over `data` with an initial partial sum.
-pub fn checksum(mut sum: u32, data: &[u8]) -> u16 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [b] = chunks.remainder() {
-        sum += u32::from(*b) << 8;
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// An Ethernet/IPv4/UDP frame with correct IPv4 and UDP checksums.
+/// An Ethernet/IPv4/UDP frame (id 1, DF, TTL 64) with right IPv4 and UDP
+/// checksums.
 pub fn udp_frame(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
@@ -106,37 +92,10 @@ pub fn udp_frame(
     dport: u16,
     payload: &[u8],
 ) -> Vec<u8> {
-    let udp_len = 8 + payload.len();
-    let ip_len = 20 + udp_len;
-    let mut f = Vec::with_capacity(14 + ip_len);
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let ip_start = f.len();
-    f.extend_from_slice(&[0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0]);
-    f[ip_start + 2..ip_start + 4].copy_from_slice(&(ip_len as u16).to_be_bytes());
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&dst);
-    let c = checksum(0, &f[ip_start..ip_start + 20]);
-    f[ip_start + 10..ip_start + 12].copy_from_slice(&c.to_be_bytes());
-    let udp_start = f.len();
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    let pseudo = u32::from(u16::from_be_bytes([src[0], src[1]]))
-        + u32::from(u16::from_be_bytes([src[2], src[3]]))
-        + u32::from(u16::from_be_bytes([dst[0], dst[1]]))
-        + u32::from(u16::from_be_bytes([dst[2], dst[3]]))
-        + 17
-        + udp_len as u32;
-    let c = match checksum(pseudo, &f[udp_start..]) {
-        0 => 0xffff,
-        c => c,
-    };
-    f[udp_start + 6..udp_start + 8].copy_from_slice(&c.to_be_bytes());
-    f
+    testkit::packet::Packet::udp(src.into(), dst.into(), sport, dport)
+        .payload(payload)
+        .macs(src_mac, dst_mac)
+        .frame()
 }
 
 /// The `i`-th test frame: distinct ports and payload per index, 60..~300 bytes.
