@@ -1,6 +1,5 @@
-//! The table itself. Written against `super::sync` (std atomics in the library, shuttle's in the
-//! concurrency tests, which compile this file a second time), so it names nothing else outside
-//! this file.
+//! The table itself. Written against `super::sync` (std atomics, or shuttle's with the
+//! `shuttle` feature that the concurrency tests build it with).
 
 use super::sync::{
     Array, AtomicU64, AtomicUsize, Ordering, alloc_slice, allocated_bytes, fence, padded, spin_loop,
