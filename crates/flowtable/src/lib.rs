@@ -91,7 +91,7 @@
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
-// `unsafe` in two places: the cache prefetch hint (`table.rs`) and the table's huge-page
+// `unsafe` in two places: the cache prefetch hint (`table/lookup.rs`) and the table's huge-page
 // backed arrays (`sync::Array`).
 #![deny(unsafe_code)]
 
