@@ -19,6 +19,8 @@ cargo fmt --all -- --check
 
 say "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The flow table's shuttle build (its test needs the feature, so the run above skips it).
+cargo clippy -p flowtable --all-targets --features shuttle --quiet -- -D warnings
 
 filter=()
 if (( $(hugepages_free) < 64 )); then
@@ -27,6 +29,11 @@ if (( $(hugepages_free) < 64 )); then
 fi
 say "cargo nextest (a process per test: DPDK's EAL initialises once per process)"
 cargo nextest run --workspace --profile ci "${filter[@]}"
+
+# The flow table built against shuttle's atomics: its concurrency tests under shuttle's
+# schedulers (a feature of their own, which the workspace run must not enable).
+say "cargo nextest: flowtable under shuttle"
+cargo nextest run -p flowtable --profile ci --features shuttle
 
 # The benchmark harness must keep working: one short case on the debug build
 # (it prints figures and asserts none; it fails only if a run fails).

@@ -70,8 +70,9 @@
 //!
 //! # Testing
 //!
-//! The concurrency tests run this same file under `shuttle` (randomised and PCT schedules of
-//! racing inserts, lookups, evictions, flag updates and removals), and a multi-threaded stress
+//! The concurrency tests run this same code under `shuttle` (the `shuttle` feature builds it
+//! against shuttle's atomics; randomised and PCT schedules of racing inserts, lookups,
+//! evictions, flag updates and removals), and a multi-threaded stress
 //! test checks for lost and torn entries on real threads. Shuttle explores interleavings of
 //! sequentially consistent executions; the weaker orderings used (acquire/release, the seqlock
 //! fences) follow the standard seqlock pattern (Boehm, "Can seqlocks get along with programming
@@ -90,12 +91,20 @@
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
-// `unsafe` in two places: the cache prefetch hint (`table.rs`) and the table's huge-page
+// `unsafe` in two places: the cache prefetch hint (`table/lookup.rs`) and the table's huge-page
 // backed arrays (`sync::Array`).
 #![deny(unsafe_code)]
 
 mod sync {
+    // The `shuttle` feature swaps in shuttle's atomics (and spin hint), so that
+    // tests/shuttle.rs controls every atomic access of the very same table code.
+    #[cfg(feature = "shuttle")]
+    pub(crate) use shuttle::hint::spin_loop;
+    #[cfg(feature = "shuttle")]
+    pub(crate) use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+    #[cfg(not(feature = "shuttle"))]
     pub(crate) use std::hint::spin_loop;
+    #[cfg(not(feature = "shuttle"))]
     pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
     #[allow(unsafe_code)]
@@ -287,5 +296,6 @@ pub use table::{
     Tick, Timeouts,
 };
 
-#[cfg(test)]
+// Not with shuttle's atomics: they work only inside a shuttle execution.
+#[cfg(all(test, not(feature = "shuttle")))]
 mod tests;

@@ -1,38 +1,15 @@
-//! Concurrency tests of the table's core algorithm under `shuttle`: the very same source file
-//! (`src/table.rs`) is compiled here against shuttle's atomics, so shuttle controls every atomic
-//! access and explores many interleavings (random schedules and PCT, which finds bugs of small
-//! "depth" with high probability). Shuttle explores sequentially consistent executions; the
-//! memory orderings are argued in the crate documentation and exercised by `stress.rs`.
+//! Concurrency tests of the table's core algorithm under `shuttle`: the crate built with its
+//! `shuttle` feature uses shuttle's atomics, so shuttle controls every atomic access and explores
+//! many interleavings (random schedules and PCT, which finds bugs of small "depth" with high
+//! probability). Shuttle explores sequentially consistent executions; the memory orderings are
+//! argued in the crate documentation and exercised by `stress.rs`.
 
-mod sync {
-    pub(crate) use shuttle::hint::spin_loop;
-    pub(crate) use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
-
-    pub(crate) type Array<T> = Box<[T]>;
-
-    pub(crate) const fn padded(bytes: usize) -> usize {
-        bytes
-    }
-
-    pub(crate) fn alloc_slice<T>(n: usize, init: impl FnMut() -> T) -> Box<[T]> {
-        std::iter::repeat_with(init).take(n).collect()
-    }
-
-    #[allow(clippy::borrowed_box)]
-    pub(crate) fn allocated_bytes<T>(a: &Box<[T]>) -> usize {
-        size_of_val::<[T]>(a)
-    }
-}
-
-#[allow(dead_code)]
-#[path = "../src/table.rs"]
-mod table;
-
+use flowtable::{
+    Config, Entry, EntryFlags, Evicted, FlowKey, FlowTable, InsertOutcome, NewEntry, ProtoClass,
+    Timeouts,
+};
 use shuttle::sync::Arc;
 use shuttle::thread;
-use table::{
-    Config, EntryFlags, Evicted, FlowKey, FlowTable, InsertOutcome, NewEntry, ProtoClass, Timeouts,
-};
 
 const ITERATIONS: usize = 500;
 
@@ -58,7 +35,7 @@ fn value(i: u64, writer: u32, flags: EntryFlags) -> NewEntry {
     }
 }
 
-fn consistent(i: u64, e: &table::Entry) -> bool {
+fn consistent(i: u64, e: &Entry) -> bool {
     e.backend == (i as u32).wrapping_mul(31).wrapping_add(5) && e.cookie == (i as u32) ^ 0xdead_beef
 }
 

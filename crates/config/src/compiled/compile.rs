@@ -1,0 +1,373 @@
+//! Config → snapshot: names resolved to dense indices, regions ordered by
+//! preference, zones interned, and the rule index built.
+
+use std::net::IpAddr;
+
+use super::rules::build_index;
+use super::{
+    Balancing, ChildRule, ChildRuleId, Compiled, Composite, CompositeId, DEFAULT_MAX_UTILIZATION,
+    Delivery, Endpoint, GUE_PORT, Group, GroupId, HealthCheckId, NodeInfo, RegionId, Rule, RuleId,
+    Service, ServiceId, Settings, ZoneId, assign_flow_tags,
+};
+use crate::schema::{Config, DeliveryMode, GeneveOptions};
+use crate::values::Prefix;
+
+fn intern(list: &mut Vec<String>, name: &str) -> u32 {
+    match list.iter().position(|n| n == name) {
+        Some(i) => i as u32,
+        None => {
+            list.push(name.to_owned());
+            (list.len() - 1) as u32
+        }
+    }
+}
+
+/// Compiles a config that passed `validate` (unresolvable names cannot
+/// occur; should one, it would resolve to index 0 rather than panic).
+pub(crate) fn compile(cfg: &Config) -> Compiled {
+    // Regions: the preference order, then the rest by name.
+    let mut regions: Vec<String> = cfg.node.region_preference.clone();
+    if regions.is_empty() {
+        regions.push(cfg.node.region.clone());
+    }
+    let mut others: Vec<&str> = cfg
+        .backend_services
+        .iter()
+        .flat_map(|s| &s.groups)
+        .map(|g| g.region.as_str())
+        .chain([cfg.node.region.as_str()])
+        .filter(|r| !regions.iter().any(|x| x == r))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    regions.extend(others.into_iter().map(str::to_owned));
+
+    let mut zones: Vec<String> = Vec::new();
+    let node_zone = ZoneId(intern(&mut zones, &cfg.node.zone));
+
+    let hc_id = |name: &str| {
+        cfg.health_checks
+            .iter()
+            .position(|h| h.name == name)
+            .map(|i| HealthCheckId(i as u32))
+    };
+    let svc_id = |name: &str| {
+        ServiceId(
+            cfg.backend_services
+                .iter()
+                .position(|s| s.name == name)
+                .unwrap_or(0) as u32,
+        )
+    };
+    let region_id = |regions: &[String], name: &str| {
+        RegionId(regions.iter().position(|r| r == name).unwrap_or(0) as u32)
+    };
+
+    let mut services = Vec::new();
+    let mut groups = Vec::new();
+    let mut endpoints = Vec::new();
+    for (si, s) in cfg.backend_services.iter().enumerate() {
+        let sid = ServiceId(si as u32);
+        let check = s.health_check.as_deref().and_then(hc_id);
+        let check_port = check.and_then(|c| cfg.health_checks[c.index()].port);
+        let g_start = groups.len() as u32;
+        let e_start = endpoints.len() as u32;
+        for g in &s.groups {
+            let gid = GroupId(groups.len() as u32);
+            let ge_start = endpoints.len() as u32;
+            for e in &g.endpoints {
+                let identity = match (e.address, e.port) {
+                    (a, None) => a.to_string(),
+                    (IpAddr::V4(a), Some(p)) => format!("{a}:{p}"),
+                    (IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+                };
+                endpoints.push(Endpoint {
+                    address: e.address,
+                    port: e.port,
+                    health_port: check_port.or(e.port),
+                    weight: e.weight,
+                    mac: e.mac,
+                    identity,
+                    group: gid,
+                    service: sid,
+                });
+            }
+            if let Some(r) = &g.remote {
+                endpoints.push(Endpoint {
+                    address: r.vip,
+                    port: None,
+                    health_port: None,
+                    weight: 100,
+                    mac: None,
+                    identity: format!("remote:{}", r.rule),
+                    group: gid,
+                    service: sid,
+                });
+            }
+            groups.push(Group {
+                name: g.name.clone(),
+                service: sid,
+                region: region_id(&regions, &g.region),
+                zone: ZoneId(intern(&mut zones, &g.zone)),
+                capacity_scaler: g.capacity_scaler,
+                max_rate: g.max_rate,
+                endpoints: ge_start..endpoints.len() as u32,
+                remote: g.remote.clone(),
+            });
+        }
+        let geneve = s.geneve.unwrap_or_else(GeneveOptions::default);
+        services.push(Service {
+            name: s.name.clone(),
+            delivery: match s.delivery {
+                DeliveryMode::L2dsr => Delivery::L2dsr,
+                DeliveryMode::Ipip => Delivery::Ipip,
+                DeliveryMode::Gre => Delivery::Gre { key: s.gre_key },
+                DeliveryMode::Gue => Delivery::Gue {
+                    port: s.gue_port.unwrap_or(GUE_PORT),
+                },
+                DeliveryMode::Geneve => Delivery::Geneve {
+                    port: geneve.port,
+                    option_class: geneve.option_class,
+                    endpoint_id_type: geneve.endpoint_id_type,
+                    flow_cookie_type: geneve.flow_cookie_type,
+                },
+            },
+            session_affinity: s.session_affinity,
+            connection_persistence: s.connection_persistence,
+            connection_draining_timeout: s.connection_draining_timeout.get(),
+            load_balancing: s.load_balancing,
+            maglev_table_size: s.maglev_table_size,
+            hash: s.hash,
+            health_check: check,
+            aggregation: s.aggregation,
+            fail_open: s.fail_open,
+            no_backend_action: s.no_backend_action,
+            balancing: Balancing {
+                mode: s.balancing_mode,
+                max_rate_per_endpoint: s.max_rate_per_endpoint,
+                max_utilization: s.max_utilization.unwrap_or(DEFAULT_MAX_UTILIZATION),
+            },
+            locality: s.locality,
+            kind: s.groups.first().map(|g| g.kind).unwrap_or_default(),
+            groups: g_start..groups.len() as u32,
+            endpoints: e_start..endpoints.len() as u32,
+            rules: Vec::new(),
+            flow_tag: 0,
+        });
+    }
+    assign_flow_tags(&mut services);
+
+    let composite_of = |rule: &str| {
+        cfg.composite_health_checks
+            .iter()
+            .position(|c| c.destination == rule)
+            .map(|i| CompositeId(i as u32))
+    };
+    let mut rules = Vec::new();
+    let mut children = Vec::new();
+    for (ri, r) in cfg.forwarding_rules.iter().enumerate() {
+        let rid = RuleId(ri as u32);
+        let service = svc_id(&r.backend_service);
+        if let Some(s) = services.get_mut(service.index()) {
+            s.rules.push(rid);
+        }
+        let mut kids = Vec::new();
+        for (ag, &vip) in r.vips.iter().enumerate() {
+            let ag = ag as u8;
+            kids.push(ChildRuleId(children.len() as u32));
+            children.push(ChildRule {
+                name: format!("{}-ag{ag}", r.name),
+                rule: rid,
+                availability_group: ag,
+                vip,
+                served: cfg.node.availability_group.is_none_or(|g| g == ag),
+            });
+        }
+        rules.push(Rule {
+            name: r.name.clone(),
+            protocol: r.protocol,
+            ports: r.ports.clone(),
+            mode: r.mode,
+            service,
+            children: kids,
+            gateway_endpoints: r
+                .gateway_endpoints
+                .iter()
+                .map(|g| (g.address, g.id))
+                .collect(),
+            composite: composite_of(&r.name),
+        });
+    }
+
+    let rule_index = build_index(&rules, &children);
+    let mut gateway_sources: Vec<(IpAddr, RuleId, u64)> = rules
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.gateway_endpoints
+                .iter()
+                .map(move |&(a, id)| (a, RuleId(i as u32), id))
+        })
+        .collect();
+    gateway_sources.sort_by_key(|&(a, _, _)| a);
+
+    let composites = cfg
+        .composite_health_checks
+        .iter()
+        .map(|c| Composite {
+            name: c.name.clone(),
+            sources: c
+                .sources
+                .iter()
+                .map(|s| {
+                    let sid = svc_id(&s.backend_service);
+                    let own = services
+                        .get(sid.index())
+                        .map(|x| x.aggregation)
+                        .unwrap_or_default();
+                    (sid, s.aggregation.unwrap_or(own))
+                })
+                .collect(),
+            destination: RuleId(
+                cfg.forwarding_rules
+                    .iter()
+                    .position(|r| r.name == c.destination)
+                    .unwrap_or(0) as u32,
+            ),
+        })
+        .collect();
+
+    let mut client_zones: Vec<(Prefix, ZoneId)> = cfg
+        .client_zones
+        .iter()
+        .flat_map(|z| z.prefixes.iter().map(move |p| (*p, z.zone.as_str())))
+        .map(|(p, z)| (p, ZoneId(intern(&mut zones, z))))
+        .collect();
+    client_zones.sort_by(|a, b| b.0.len.cmp(&a.0.len).then(a.0.cmp(&b.0)));
+
+    Compiled {
+        node: NodeInfo {
+            name: cfg.node.name.clone(),
+            region: region_id(&regions, &cfg.node.region),
+            zone: node_zone,
+            availability_group: cfg.node.availability_group,
+            shutdown_drain: cfg.node.shutdown_drain.get(),
+        },
+        rules,
+        children,
+        rule_index,
+        services,
+        groups,
+        endpoints,
+        health_checks: cfg.health_checks.clone(),
+        composites,
+        regions,
+        zones,
+        client_zones,
+        gateway_sources,
+        settings: Settings {
+            dataplane: cfg.dataplane.clone(),
+            ports: cfg.ports.clone(),
+            bgp: cfg.bgp.clone(),
+            flow_sync: cfg.flow_sync.clone(),
+            metrics: cfg.metrics.clone(),
+            control: cfg.control.clone(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiled::fixture::load;
+
+    #[test]
+    fn services_groups_and_endpoints_are_dense_and_resolved() {
+        let text = r#"
+[node]
+name = "n1"
+region = "eu"
+zone = "eu-a"
+region_preference = ["eu", "us"]
+
+[[health_checks]]
+name = "hc"
+type = "TCP"
+port = 8080
+
+[[backend_services]]
+name = "a"
+delivery = "gue"
+health_check = "hc"
+[[backend_services.groups]]
+name = "us"
+region = "us"
+zone = "us-a"
+endpoints = [{ address = "10.2.0.1", weight = 7 }]
+[[backend_services.groups]]
+name = "eu"
+region = "eu"
+zone = "eu-b"
+endpoints = [{ address = "10.1.0.1", port = 80 }, { address = "fd00::1", port = 80 }]
+
+[[backend_services]]
+name = "b"
+delivery = "geneve"
+geneve = { option_class = 0x0200 }
+[[backend_services.groups]]
+name = "g"
+region = "ap"
+zone = "ap-a"
+endpoints = [{ address = "10.3.0.1" }]
+
+[[forwarding_rules]]
+name = "r1"
+vips = ["10.0.0.1"]
+protocol = "TCP"
+ports = 80
+backend_service = "a"
+[[forwarding_rules]]
+name = "r2"
+vips = ["10.0.0.2"]
+protocol = "UDP"
+backend_service = "a"
+"#;
+        let c = load(text).unwrap().compiled;
+        assert_eq!(c.regions, ["eu", "us", "ap"]);
+        assert_eq!(c.services.len(), 2);
+        let a = &c.services[0];
+        assert_eq!(a.delivery, Delivery::Gue { port: GUE_PORT });
+        assert_eq!(a.rules, [RuleId(0), RuleId(1)]);
+        assert_eq!(a.health_check, Some(HealthCheckId(0)));
+        assert_eq!(a.group_ids().collect::<Vec<_>>(), [GroupId(0), GroupId(1)]);
+        let eps: Vec<(&str, u16, Option<u16>)> = c
+            .service_endpoints(ServiceId(0))
+            .iter()
+            .map(|e| (e.identity.as_str(), e.weight, e.health_port))
+            .collect();
+        assert_eq!(
+            eps,
+            [
+                ("10.2.0.1", 7, Some(8080)),
+                ("10.1.0.1:80", 100, Some(8080)),
+                ("[fd00::1]:80", 100, Some(8080))
+            ]
+        );
+        assert_eq!(c.groups[0].region, RegionId(1));
+        assert_eq!(c.groups[1].region, RegionId(0));
+        assert_eq!(c.node.region, RegionId(0));
+        assert_eq!(c.endpoints[2].group, GroupId(1));
+        let b = &c.services[1];
+        assert_eq!(
+            b.delivery,
+            Delivery::Geneve {
+                port: 6081,
+                option_class: 0x0200,
+                endpoint_id_type: 1,
+                flow_cookie_type: 3
+            }
+        );
+        assert_eq!(c.service_endpoints(ServiceId(1))[0].service, ServiceId(1));
+        assert_eq!(c.groups[2].region.index(), 2);
+    }
+}

@@ -1,0 +1,251 @@
+//! The immutable snapshot compiled from a validated config: what the data
+//! plane and the management core read.
+//!
+//! Names become dense `u32` indices so that the data plane indexes vectors
+//! instead of hashing strings, and rule selection (SPEC M3) becomes a
+//! binary search per packet: [`RuleIndex::lookup`] never allocates.
+//!
+//! `compile` is crate-private: a `Compiled` exists only for a config that
+//! passed validation (its invariants, e.g. disjoint port intervals per VIP
+//! and protocol, are what make the lookup correct).
+//!
+//! The snapshot and its index types live here; rule selection, services,
+//! compilation and the summary each have their own submodule.
+
+use std::net::IpAddr;
+
+use crate::schema::HealthCheck;
+use crate::values::Prefix;
+
+mod compile;
+mod rules;
+mod services;
+mod summary;
+
+pub(crate) use compile::compile;
+pub use rules::{ChildRule, L3_DEFAULT_PROTOCOLS, Rule, RuleIndex, RuleMatch};
+pub use services::{
+    Balancing, Composite, DEFAULT_MAX_UTILIZATION, Delivery, Endpoint, GUE_PORT, Group, Service,
+    assign_flow_tags,
+};
+pub use summary::summary;
+
+macro_rules! id {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            /// The index into its vector.
+            pub const fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+    };
+}
+
+id!(
+    /// Index into [`Compiled::rules`].
+    RuleId
+);
+id!(
+    /// Index into [`Compiled::children`] (`<rule>-ag0` / `<rule>-ag1`).
+    ChildRuleId
+);
+id!(
+    /// Index into [`Compiled::services`].
+    ServiceId
+);
+id!(
+    /// Index into [`Compiled::groups`].
+    GroupId
+);
+id!(
+    /// Index into [`Compiled::endpoints`].
+    EndpointId
+);
+id!(
+    /// Index into [`Compiled::regions`]; lower is nearer (M24).
+    RegionId
+);
+id!(
+    /// Index into [`Compiled::zones`].
+    ZoneId
+);
+id!(
+    /// Index into [`Compiled::health_checks`].
+    HealthCheckId
+);
+id!(
+    /// Index into [`Compiled::composites`].
+    CompositeId
+);
+
+/// `[node]`, resolved.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// Own region.
+    pub region: RegionId,
+    /// Own zone.
+    pub zone: ZoneId,
+    /// `Some(g)`: only availability group `g` is served (M5).
+    pub availability_group: Option<u8>,
+    /// Forwarding after route withdrawal on shutdown.
+    pub shutdown_drain: std::time::Duration,
+}
+
+/// The snapshot.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// This node.
+    pub node: NodeInfo,
+    /// Rules.
+    pub rules: Vec<Rule>,
+    /// Child rules.
+    pub children: Vec<ChildRule>,
+    /// Rule selection.
+    pub rule_index: RuleIndex,
+    /// Services.
+    pub services: Vec<Service>,
+    /// Groups.
+    pub groups: Vec<Group>,
+    /// Endpoints.
+    pub endpoints: Vec<Endpoint>,
+    /// Health checks.
+    pub health_checks: Vec<HealthCheck>,
+    /// Composite health checks.
+    pub composites: Vec<Composite>,
+    /// Regions, nearest first: `node.region_preference`, then the other
+    /// regions in name order (the node's own first when no order is given).
+    pub regions: Vec<String>,
+    /// Zones in order of first mention.
+    pub zones: Vec<String>,
+    /// Client prefixes → zone, longest prefix first (M27).
+    pub client_zones: Vec<(Prefix, ZoneId)>,
+    /// Gateway endpoint address → (gateway rule, endpoint ID), sorted by
+    /// address (each address belongs to one rule: validation).
+    pub gateway_sources: Vec<(IpAddr, RuleId, u64)>,
+    /// `[dataplane]`, `[[ports]]`, `[bgp]`, `[flow_sync]`, `[metrics]`,
+    /// `[control]` as written: settings, not per-packet state.
+    pub settings: Settings,
+}
+
+/// Settings the daemon reads at start (cores, ports) or hands to its
+/// subsystems; they need no compilation.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `[dataplane]`.
+    pub dataplane: crate::schema::Dataplane,
+    /// `[[ports]]`.
+    pub ports: Vec<crate::schema::Port>,
+    /// `[bgp]`.
+    pub bgp: Option<crate::schema::Bgp>,
+    /// `[flow_sync]`.
+    pub flow_sync: Option<crate::schema::FlowSync>,
+    /// `[metrics]`.
+    pub metrics: crate::schema::Metrics,
+    /// `[control]`.
+    pub control: crate::schema::Control,
+}
+
+impl Compiled {
+    /// The zone of a client address, by longest prefix (M27). No allocation.
+    pub fn client_zone(&self, src: IpAddr) -> Option<ZoneId> {
+        self.client_zones
+            .iter()
+            .find(|(p, _)| p.contains(src))
+            .map(|&(_, z)| z)
+    }
+
+    /// The gateway-mode rule and endpoint ID for traffic from `src` (M31).
+    /// Binary search, no allocation.
+    pub fn gateway_endpoint(&self, src: IpAddr) -> Option<(RuleId, u64)> {
+        let i = self
+            .gateway_sources
+            .binary_search_by(|(a, _, _)| a.cmp(&src))
+            .ok()?;
+        let (_, rule, id) = self.gateway_sources[i];
+        Some((rule, id))
+    }
+
+    /// Endpoints of a service.
+    pub fn service_endpoints(&self, s: ServiceId) -> &[Endpoint] {
+        let r = &self.services[s.index()].endpoints;
+        &self.endpoints[r.start as usize..r.end as usize]
+    }
+}
+
+/// Config texts the submodules' unit tests compile.
+#[cfg(test)]
+mod fixture {
+    use crate::{Env, Loaded, load_str};
+
+    /// A node, and a GRE service reachable from IPv4 and IPv6 VIPs.
+    pub(super) fn doc(node_extra: &str, rules: &str) -> String {
+        format!(
+            r#"
+[node]
+name = "n1"
+region = "r1"
+zone = "r1-a"
+{node_extra}
+
+[[backend_services]]
+name = "svc"
+delivery = "gre"
+maglev_table_size = 65537
+[[backend_services.groups]]
+name = "g"
+region = "r1"
+zone = "r1-a"
+endpoints = [{{ address = "10.1.0.1" }}, {{ address = "fd01::1" }}]
+{rules}
+"#
+        )
+    }
+
+    pub(super) fn rule(name: &str, vips: &str, proto: &str, ports: &str) -> String {
+        format!(
+            "[[forwarding_rules]]\nname = \"{name}\"\nvips = [{vips}]\nprotocol = \"{proto}\"\nports = {ports}\nbackend_service = \"svc\"\n"
+        )
+    }
+
+    pub(super) fn load(text: &str) -> Result<Loaded, crate::ConfigErrors> {
+        load_str("t.toml", text, &Env::with_cpus(4))
+    }
+
+    pub(super) const V4: &str = "\"10.0.0.10\"";
+    pub(super) const V6: &str = "\"fd00::10\", \"fd00::11\"";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::{doc, load};
+
+    #[test]
+    fn client_zones_match_the_longest_prefix() {
+        let text = doc(
+            "",
+            r#"
+[[client_zones]]
+zone = "r1-a"
+prefixes = ["10.0.0.0/8"]
+[[client_zones]]
+zone = "r1-b"
+prefixes = ["10.5.0.0/16", "fd00::/8"]
+"#,
+        );
+        let c = load(&text).unwrap().compiled;
+        let zone = |a: &str| {
+            c.client_zone(a.parse().unwrap())
+                .map(|z| c.zones[z.index()].as_str())
+        };
+        assert_eq!(zone("10.5.1.1"), Some("r1-b"));
+        assert_eq!(zone("10.6.1.1"), Some("r1-a"));
+        assert_eq!(zone("fd12::1"), Some("r1-b"));
+        assert_eq!(zone("192.0.2.1"), None);
+    }
+}

@@ -1,0 +1,530 @@
+//! Rule selection (M2, M3): forwarding rules and their per-VIP children, and the
+//! index the data plane searches per packet — by address, protocol, then port.
+
+use std::net::IpAddr;
+
+use super::{ChildRuleId, CompositeId, RuleId, ServiceId};
+use crate::schema::{Protocol, RuleMode};
+use crate::values::PortSpec;
+
+/// IP protocol numbers that `L3_DEFAULT` matches (M2).
+pub const L3_DEFAULT_PROTOCOLS: [u8; 6] = [
+    1,  // ICMP
+    6,  // TCP
+    17, // UDP
+    47, // GRE
+    50, // ESP
+    58, // ICMPv6
+];
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+/// A packet's rule: the rule and the child rule (VIP / availability group)
+/// whose counters it goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleMatch {
+    /// The forwarding rule.
+    pub rule: RuleId,
+    /// The child rule of the destination VIP.
+    pub child: ChildRuleId,
+    /// The rule's backend service (copied here so that the data plane's
+    /// per-packet path needs no second lookup into `rules`).
+    pub service: ServiceId,
+    /// Whether the rule is a gateway-mode rule (likewise copied).
+    pub gateway: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Interval {
+    lo: u16,
+    hi: u16,
+    hit: RuleMatch,
+}
+
+#[derive(Clone, Debug)]
+struct VipRules {
+    addr: IpAddr,
+    /// Sorted, disjoint (validation guarantees it).
+    tcp: Vec<Interval>,
+    udp: Vec<Interval>,
+    l3_default: Option<RuleMatch>,
+}
+
+/// Destination address → protocol → port → rule (SPEC M3).
+#[derive(Clone, Debug, Default)]
+pub struct RuleIndex {
+    /// Sorted by address key ([`addr_key`]).
+    vips: Vec<VipRules>,
+    /// `addr_key` of each entry of `vips`: searched as integers, not as
+    /// `IpAddr`s (whose ordering compares byte by byte).
+    keys: Vec<u128>,
+}
+
+/// An address as one integer (IPv4 as IPv4-mapped IPv6).
+#[inline]
+fn addr_key(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(v4) => 0xffff_0000_0000 | u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+impl RuleIndex {
+    #[inline]
+    fn find(&self, dst: IpAddr) -> Option<&VipRules> {
+        // `::ffff:a.b.c.d` shares its key with the IPv4 VIP a.b.c.d, but it
+        // is an IPv6 destination (one that never appears on the wire):
+        // never a VIP (validation rejects such VIPs).
+        if let IpAddr::V6(v6) = dst {
+            if v6.to_ipv4_mapped().is_some() {
+                return None;
+            }
+        }
+        let i = self.keys.binary_search(&addr_key(dst)).ok()?;
+        self.vips.get(i)
+    }
+
+    /// The rule for a packet to `dst` with IP protocol `proto` and
+    /// destination port `dst_port` (`None` for protocols without ports and
+    /// non-first fragments), or `None`: drop (M3, M6).
+    ///
+    /// A TCP/UDP rule whose ports contain the port wins over `L3_DEFAULT`;
+    /// a packet without a port matches only all-port rules. No allocation.
+    #[inline]
+    pub fn lookup(&self, dst: IpAddr, proto: u8, dst_port: Option<u16>) -> Option<RuleMatch> {
+        let v = self.find(dst)?;
+        let specific = match proto {
+            TCP => Some(&v.tcp),
+            UDP => Some(&v.udp),
+            _ => None,
+        };
+        if let Some(iv) = specific {
+            let hit = match dst_port {
+                Some(p) => iv
+                    .get(iv.partition_point(|x| x.hi < p))
+                    .filter(|x| x.lo <= p),
+                // All-port rules are the only ones containing "no port";
+                // such a rule covers 0-65535, so it is the only interval.
+                None => iv.first().filter(|x| x.lo == 0 && x.hi == u16::MAX),
+            };
+            if let Some(h) = hit {
+                return Some(h.hit);
+            }
+        }
+        if L3_DEFAULT_PROTOCOLS.contains(&proto) {
+            v.l3_default
+        } else {
+            None
+        }
+    }
+
+    /// The rule for a real IP fragment (first or later) to `dst` with
+    /// protocol `proto` (SPEC M13). A fragment can never prove its ports —
+    /// later fragments have none, and a first fragment's header says nothing
+    /// about the fragments that follow it — so it matches only a rule that
+    /// accepts every port of its protocol: a TCP/UDP `all` rule, else
+    /// `L3_DEFAULT`. A VIP whose only TCP rule is `TCP 80` therefore drops
+    /// every TCP fragment: otherwise a fragmented SYN to port 22 would reach
+    /// the backends through a rule that lists only port 80. Every fragment
+    /// of a datagram gets the same answer, so all of them reach one service.
+    #[inline]
+    pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {
+        self.lookup(dst, proto, None)
+    }
+
+    /// Whether `addr` is a VIP this node serves (it answers ARP/NDP for it
+    /// and counts unmatched traffic as "VIP, no rule" rather than "not ours").
+    pub fn is_vip(&self, addr: IpAddr) -> bool {
+        self.find(addr).is_some()
+    }
+
+    /// The VIPs this node serves, in address order.
+    pub fn vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.vips.iter().map(|v| v.addr)
+    }
+
+    /// Rules reachable at `vip`, in selection order per protocol: TCP
+    /// intervals, UDP intervals, then L3_DEFAULT (for summaries and status).
+    pub fn rules_at(&self, vip: IpAddr) -> Vec<RuleId> {
+        let Ok(i) = self.keys.binary_search(&addr_key(vip)) else {
+            return Vec::new();
+        };
+        let v = &self.vips[i];
+        let mut out: Vec<RuleId> = Vec::new();
+        for x in v.tcp.iter().chain(&v.udp) {
+            if !out.contains(&x.hit.rule) {
+                out.push(x.hit.rule);
+            }
+        }
+        out.extend(v.l3_default.map(|m| m.rule));
+        out
+    }
+}
+
+/// A forwarding rule.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// Name.
+    pub name: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Ports.
+    pub ports: PortSpec,
+    /// Passthrough or gateway.
+    pub mode: RuleMode,
+    /// Service taking its traffic.
+    pub service: ServiceId,
+    /// One child per VIP, availability group 0 first.
+    pub children: Vec<ChildRuleId>,
+    /// Gateway mode: endpoint address → 64-bit ID.
+    pub gateway_endpoints: Vec<(IpAddr, u64)>,
+    /// The composite whose state this rule exports (M20), if any.
+    pub composite: Option<CompositeId>,
+}
+
+/// A rule's presence on one VIP: the unit of metrics (M5).
+#[derive(Clone, Debug)]
+pub struct ChildRule {
+    /// `<rule>-ag0` or `<rule>-ag1`.
+    pub name: String,
+    /// Parent rule.
+    pub rule: RuleId,
+    /// 0 or 1.
+    pub availability_group: u8,
+    /// The VIP.
+    pub vip: IpAddr,
+    /// Whether this node serves (and announces) it.
+    pub served: bool,
+}
+
+/// Builds the per-VIP index from the served child rules.
+pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
+    let mut vips: Vec<VipRules> = Vec::new();
+    for (ci, c) in children.iter().enumerate() {
+        if !c.served {
+            continue;
+        }
+        let Some(rule) = rules.get(c.rule.0 as usize) else {
+            continue;
+        };
+        let hit = RuleMatch {
+            rule: c.rule,
+            child: ChildRuleId(ci as u32),
+            service: rule.service,
+            gateway: rule.mode == RuleMode::Gateway,
+        };
+        let entry = match vips.iter().position(|v| v.addr == c.vip) {
+            Some(i) => &mut vips[i],
+            None => {
+                vips.push(VipRules {
+                    addr: c.vip,
+                    tcp: Vec::new(),
+                    udp: Vec::new(),
+                    l3_default: None,
+                });
+                let last = vips.len() - 1;
+                &mut vips[last]
+            }
+        };
+        let rule = &rules[c.rule.index()];
+        let list = match rule.protocol {
+            Protocol::L3Default => {
+                entry.l3_default = Some(hit);
+                continue;
+            }
+            Protocol::Tcp => &mut entry.tcp,
+            Protocol::Udp => &mut entry.udp,
+        };
+        list.extend(rule.ports.ranges().into_iter().map(|r| Interval {
+            lo: r.lo,
+            hi: r.hi,
+            hit,
+        }));
+    }
+    for v in &mut vips {
+        v.tcp.sort_by_key(|x| x.lo);
+        v.udp.sort_by_key(|x| x.lo);
+    }
+    vips.sort_by_key(|v| addr_key(v.addr));
+    let keys = vips.iter().map(|v| addr_key(v.addr)).collect();
+    RuleIndex { vips, keys }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiled::fixture::{V4, V6, doc, load, rule};
+
+    /// Packet: destination, IP protocol, destination port; expected child
+    /// rule name (None: drop).
+    type Probe = (&'static str, u8, Option<u16>, Option<&'static str>);
+
+    struct Case {
+        name: &'static str,
+        rules: Vec<String>,
+        /// `Err(needle)`: rejected with a message containing it.
+        expect: Result<Vec<Probe>, &'static str>,
+    }
+
+    #[test]
+    fn rule_selection_follows_m3() {
+        let cases = vec![
+            Case {
+                name: "L3_DEFAULT + TCP all ports: TCP to the TCP rule, the rest to L3_DEFAULT",
+                rules: vec![
+                    rule("l3", V4, "L3_DEFAULT", "\"all\""),
+                    rule("tcp", V4, "TCP", "\"all\""),
+                ],
+                expect: Ok(vec![
+                    ("10.0.0.10", 6, Some(80), Some("tcp-ag0")),
+                    ("10.0.0.10", 6, Some(0), Some("tcp-ag0")),
+                    ("10.0.0.10", 6, None, Some("tcp-ag0")),
+                    ("10.0.0.10", 17, Some(53), Some("l3-ag0")),
+                    ("10.0.0.10", 1, None, Some("l3-ag0")),
+                    ("10.0.0.10", 50, None, Some("l3-ag0")),
+                    ("10.0.0.10", 47, None, Some("l3-ag0")),
+                    ("10.0.0.10", 58, None, Some("l3-ag0")),
+                    // SCTP is not among L3_DEFAULT's protocols (M2).
+                    ("10.0.0.10", 132, Some(80), None),
+                ]),
+            },
+            Case {
+                name: "L3_DEFAULT + TCP/8080: TCP 8080 to the TCP rule, TCP 80 to L3_DEFAULT",
+                rules: vec![
+                    rule("l3", V4, "L3_DEFAULT", "\"all\""),
+                    rule("alt", V4, "TCP", "8080"),
+                ],
+                expect: Ok(vec![
+                    ("10.0.0.10", 6, Some(8080), Some("alt-ag0")),
+                    ("10.0.0.10", 6, Some(80), Some("l3-ag0")),
+                    ("10.0.0.10", 6, Some(8081), Some("l3-ag0")),
+                    // A non-first fragment has no port: only all-port rules.
+                    ("10.0.0.10", 6, None, Some("l3-ag0")),
+                    ("10.0.0.10", 17, Some(8080), Some("l3-ag0")),
+                ]),
+            },
+            Case {
+                name: "TCP 80,443 beside TCP 81-442 is accepted and each port finds its rule",
+                rules: vec![
+                    rule("a", V4, "TCP", "\"80,443\""),
+                    rule("b", V4, "TCP", "\"81-442\""),
+                ],
+                expect: Ok(vec![
+                    ("10.0.0.10", 6, Some(79), None),
+                    ("10.0.0.10", 6, Some(80), Some("a-ag0")),
+                    ("10.0.0.10", 6, Some(81), Some("b-ag0")),
+                    ("10.0.0.10", 6, Some(300), Some("b-ag0")),
+                    ("10.0.0.10", 6, Some(442), Some("b-ag0")),
+                    ("10.0.0.10", 6, Some(443), Some("a-ag0")),
+                    ("10.0.0.10", 6, Some(444), None),
+                    ("10.0.0.10", 6, None, None),
+                    ("10.0.0.10", 17, Some(80), None),
+                ]),
+            },
+            Case {
+                name: "TCP all + TCP 80 on one pair is rejected",
+                rules: vec![
+                    rule("all", V4, "TCP", "\"all\""),
+                    rule("web", V4, "TCP", "80"),
+                ],
+                expect: Err("TCP ports 80 overlap rule \"all\""),
+            },
+            Case {
+                name: "two L3_DEFAULT rules on one pair are rejected",
+                rules: vec![
+                    rule("x", V4, "L3_DEFAULT", "\"all\""),
+                    rule("y", V4, "L3_DEFAULT", "\"all\""),
+                ],
+                expect: Err("a second L3_DEFAULT rule on 10.0.0.10"),
+            },
+            Case {
+                name: "rules sharing one VIP of their pair overlap there",
+                rules: vec![
+                    rule("x", "\"10.0.0.10\", \"10.0.0.11\"", "UDP", "\"50-60\""),
+                    rule("y", "\"10.0.0.12\", \"10.0.0.11\"", "UDP", "55"),
+                ],
+                expect: Err("UDP ports 55 overlap rule \"x\""),
+            },
+            Case {
+                name: "same ports, different protocols coexist",
+                rules: vec![rule("t", V4, "TCP", "53"), rule("u", V4, "UDP", "53")],
+                expect: Ok(vec![
+                    ("10.0.0.10", 6, Some(53), Some("t-ag0")),
+                    ("10.0.0.10", 17, Some(53), Some("u-ag0")),
+                    ("10.0.0.10", 1, None, None),
+                ]),
+            },
+            Case {
+                name: "IPv6 VIPs in both availability groups",
+                rules: vec![
+                    rule("v6", V6, "TCP", "443"),
+                    rule("v6all", V6, "L3_DEFAULT", "\"all\""),
+                ],
+                expect: Ok(vec![
+                    ("fd00::10", 6, Some(443), Some("v6-ag0")),
+                    ("fd00::11", 6, Some(443), Some("v6-ag1")),
+                    ("fd00::11", 58, None, Some("v6all-ag1")),
+                    ("fd00::10", 17, Some(443), Some("v6all-ag0")),
+                    ("fd00::12", 6, Some(443), None),
+                    ("10.0.0.10", 6, Some(443), None),
+                ]),
+            },
+            Case {
+                name: "a packet to a VIP matching no rule, or to no VIP, is dropped",
+                rules: vec![rule("web", V4, "TCP", "80")],
+                expect: Ok(vec![
+                    ("10.0.0.10", 6, Some(80), Some("web-ag0")),
+                    ("10.0.0.10", 6, Some(8080), None),
+                    ("10.0.0.10", 17, Some(80), None),
+                    ("10.0.0.10", 1, None, None),
+                    ("10.0.0.11", 6, Some(80), None),
+                    ("::", 6, Some(80), None),
+                ]),
+            },
+        ];
+        for case in cases {
+            let text = doc("", &case.rules.concat());
+            match (load(&text), case.expect) {
+                (Ok(l), Ok(probes)) => {
+                    for (dst, proto, port, want) in probes {
+                        let got = l
+                            .compiled
+                            .rule_index
+                            .lookup(dst.parse().unwrap(), proto, port)
+                            .map(|m| {
+                                let child = &l.compiled.children[m.child.index()];
+                                assert_eq!(child.rule, m.rule);
+                                child.name.as_str()
+                            });
+                        assert_eq!(
+                            got, want,
+                            "{}: {dst} proto {proto} port {port:?}",
+                            case.name
+                        );
+                    }
+                }
+                (Err(e), Err(needle)) => {
+                    assert!(e.to_string().contains(needle), "{}: {e}", case.name);
+                }
+                (Ok(_), Err(needle)) => panic!("{}: accepted, expected {needle:?}", case.name),
+                (Err(e), Ok(_)) => panic!("{}: rejected: {e}", case.name),
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_of_one_availability_group_serves_only_its_vips() {
+        let rules = rule("web", "\"10.0.0.10\", \"10.0.0.11\"", "TCP", "80");
+        let l = load(&doc("availability_group = 1", &rules)).unwrap();
+        let idx = &l.compiled.rule_index;
+        assert_eq!(idx.lookup("10.0.0.10".parse().unwrap(), 6, Some(80)), None);
+        assert!(!idx.is_vip("10.0.0.10".parse().unwrap()));
+        let m = idx
+            .lookup("10.0.0.11".parse().unwrap(), 6, Some(80))
+            .unwrap();
+        assert_eq!(l.compiled.children[m.child.index()].name, "web-ag1");
+        let names: Vec<(&str, bool)> = l
+            .compiled
+            .children
+            .iter()
+            .map(|c| (c.name.as_str(), c.served))
+            .collect();
+        assert_eq!(names, [("web-ag0", false), ("web-ag1", true)]);
+    }
+
+    /// Tiny deterministic generator (no dependency needed for this).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// Random rule sets on two VIPs: every accepted one selects exactly as
+    /// a literal reading of M3 over all candidates.
+    #[test]
+    fn index_agrees_with_a_literal_reading_of_m3() {
+        let mut rng = Lcg(7);
+        let vips = ["10.0.0.1", "10.0.0.2"];
+        let (mut accepted, mut rejected) = (0, 0);
+        for _ in 0..300 {
+            let n = 1 + rng.next(4) as usize;
+            let mut specs = Vec::new();
+            let mut text = String::new();
+            for i in 0..n {
+                let proto = ["TCP", "UDP", "L3_DEFAULT"][rng.next(3) as usize];
+                let ports: String = if proto == "L3_DEFAULT" || rng.next(4) == 0 {
+                    "all".into()
+                } else {
+                    let lo = 1 + rng.next(12);
+                    let hi = lo + rng.next(4);
+                    if rng.next(2) == 0 {
+                        format!("{lo}-{hi}")
+                    } else {
+                        format!("{lo},{}", hi + 3)
+                    }
+                };
+                let vip = vips[rng.next(2) as usize];
+                text.push_str(&rule(
+                    &format!("r{i}"),
+                    &format!("\"{vip}\""),
+                    proto,
+                    &format!("\"{ports}\""),
+                ));
+                specs.push((vip, proto, ports.parse::<PortSpec>().unwrap()));
+            }
+            let Ok(l) = load(&doc("", &text)) else {
+                rejected += 1;
+                continue;
+            };
+            accepted += 1;
+            for vip in vips {
+                for proto in [1u8, 6, 17, 47, 50, 58, 132] {
+                    for port in (0..=20).map(Some).chain([None]) {
+                        let cands: Vec<usize> = specs
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, (v, _, _))| *v == vip)
+                            .filter(|(_, (_, p, _))| match *p {
+                                "TCP" => proto == 6,
+                                "UDP" => proto == 17,
+                                _ => L3_DEFAULT_PROTOCOLS.contains(&proto),
+                            })
+                            .filter(|(_, (_, _, ps))| {
+                                ps.is_all()
+                                    || port.is_some_and(|x| {
+                                        ps.ranges().iter().any(|r| r.lo <= x && x <= r.hi)
+                                    })
+                            })
+                            .map(|(i, _)| i)
+                            .collect();
+                        let specific: Vec<usize> = cands
+                            .iter()
+                            .copied()
+                            .filter(|&i| specs[i].1 != "L3_DEFAULT")
+                            .collect();
+                        assert!(
+                            specific.len() <= 1,
+                            "validation let overlapping rules through:\n{text}"
+                        );
+                        let want = specific.first().or(cands.first()).copied();
+                        let got = l
+                            .compiled
+                            .rule_index
+                            .lookup(vip.parse().unwrap(), proto, port)
+                            .map(|m| m.rule.index());
+                        assert_eq!(got, want, "{vip} {proto} {port:?}\n{text}");
+                    }
+                }
+            }
+        }
+        assert!(
+            accepted > 50 && rejected > 50,
+            "{accepted} accepted, {rejected} rejected"
+        );
+    }
+}

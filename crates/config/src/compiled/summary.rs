@@ -1,0 +1,108 @@
+//! The text `spillway check-config` prints: what the file compiled to, per VIP
+//! and per service, so an operator can see what the node will do.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use super::Compiled;
+use crate::schema::{Protocol, RuleMode};
+
+/// What `spillway check-config` prints; `memory` is the memory estimate's
+/// lines ([`crate::memory::summary`]).
+pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
+    let mut s = String::new();
+    let ag = match c.node.availability_group {
+        Some(g) => format!("availability group {g} only"),
+        None => "both availability groups".to_owned(),
+    };
+    let _ = writeln!(
+        s,
+        "node {}: region {}, zone {}, {ag}",
+        c.node.name,
+        c.regions[c.node.region.index()],
+        c.zones[c.node.zone.index()]
+    );
+    let vips: Vec<IpAddr> = c.rule_index.vips().collect();
+    let _ = writeln!(
+        s,
+        "forwarding rules: {} ({} child rules), served VIPs: {}",
+        c.rules.len(),
+        c.children.len(),
+        vips.len()
+    );
+    for vip in vips {
+        let rules: Vec<String> = c
+            .rule_index
+            .rules_at(vip)
+            .into_iter()
+            .map(|r| {
+                let rule = &c.rules[r.index()];
+                let ports = if rule.protocol == Protocol::L3Default {
+                    String::new()
+                } else {
+                    format!(" {}", rule.ports)
+                };
+                let gw = if rule.mode == RuleMode::Gateway {
+                    " (gateway)"
+                } else {
+                    ""
+                };
+                format!(
+                    "{} {}{ports} -> {}{gw}",
+                    rule.name,
+                    rule.protocol,
+                    c.services[rule.service.index()].name
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "  {vip}: {}", rules.join("; "));
+    }
+    let _ = writeln!(
+        s,
+        "backend services: {}, groups: {}, endpoints: {}, health checks: {}, composite health checks: {}",
+        c.services.len(),
+        c.groups.len(),
+        c.endpoints.len(),
+        c.health_checks.len(),
+        c.composites.len()
+    );
+    for svc in &c.services {
+        let _ = writeln!(
+            s,
+            "  {}: {}, {} groups, {} endpoints, Maglev M = {}",
+            svc.name,
+            svc.delivery,
+            svc.groups.len(),
+            svc.endpoints.len(),
+            svc.maglev_table_size
+        );
+    }
+    let _ = writeln!(s, "regions (nearest first): {}", c.regions.join(", "));
+    s.push_str(memory);
+    let _ = writeln!(s, "warnings: {}", warnings.len());
+    for w in warnings {
+        let _ = writeln!(s, "  {w}");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::compiled::fixture::{V4, doc, load, rule};
+
+    #[test]
+    fn summary_lists_rules_per_vip() {
+        let l = load(&doc(
+            "",
+            &(rule("web", V4, "TCP", "\"80,443\"") + &rule("l3", V4, "L3_DEFAULT", "\"all\"")),
+        ))
+        .unwrap();
+        let s = l.summary();
+        assert!(
+            s.contains("10.0.0.10: web TCP 80,443 -> svc; l3 L3_DEFAULT -> svc"),
+            "{s}"
+        );
+        assert!(s.contains("endpoints: 2"), "{s}");
+        assert!(s.contains("regions (nearest first): r1"), "{s}");
+    }
+}

@@ -1,0 +1,72 @@
+//! Warnings for fields this version accepts but does not act on, so that none
+//! silently does nothing.
+
+use super::{Checker, FIXED_BURST};
+use crate::schema::RuleMode;
+
+impl Checker<'_> {
+    /// Fields this version parses and checks but does not act on yet: each
+    /// one the file writes gets a warning, so that none silently does
+    /// nothing. (Remove an entry when its feature lands.)
+    pub(super) fn not_used(&mut self) {
+        const NOT_USED: &str = "not used by this version";
+        let cfg = self.cfg;
+        if self.map.contains("node.shutdown_drain") {
+            self.warn(
+                "node.shutdown_drain",
+                format!("{NOT_USED}: `spillway run` stops forwarding as soon as it gets SIGTERM or SIGINT (there is no drain on shutdown)"),
+            );
+        }
+        if self.map.contains("dataplane.burst_size") {
+            self.warn(
+                "dataplane.burst_size",
+                format!("{NOT_USED}: workers receive and send bursts of {FIXED_BURST} packets"),
+            );
+        }
+        for (i, _) in cfg.ports.iter().enumerate() {
+            let gateway = format!("ports[{i}].gateway");
+            if self.map.contains(&gateway) {
+                self.warn(
+                    &gateway,
+                    format!("{NOT_USED}: the next hop is not resolved with ARP/NDP; traffic leaving this port goes to gateway_mac"),
+                );
+            }
+            let mtu = format!("ports[{i}].mtu");
+            if self.map.contains(&mtu) {
+                self.warn(
+                    &mtu,
+                    format!("{NOT_USED}: Spillway sets no MTU on the device, which keeps its own"),
+                );
+            }
+        }
+        for (i, r) in cfg.forwarding_rules.iter().enumerate() {
+            if r.mode == RuleMode::Gateway {
+                self.warn(
+                    &format!("forwarding_rules[{i}].mode"),
+                    format!("gateway mode is {NOT_USED}: the rule's packets are dropped and counted (drop gateway_unsupported), its gateway_endpoints are ignored"),
+                );
+            }
+        }
+        for (i, _) in cfg.backend_services.iter().enumerate() {
+            let p = format!("backend_services[{i}].geneve.endpoint_id_type");
+            if self.map.contains(&p) {
+                self.warn(
+                    &p,
+                    format!("{NOT_USED}: only gateway mode, which is not built, sends the gateway endpoint ID option"),
+                );
+            }
+        }
+        if cfg.bgp.is_some() {
+            self.warn(
+                "bgp",
+                format!("{NOT_USED}: no VIP is announced or withdrawn; announce them from the BGP speaker's own configuration"),
+            );
+        }
+        if cfg.flow_sync.is_some() {
+            self.warn(
+                "flow_sync",
+                format!("{NOT_USED}: flow state is not shared; a flow that moves to another node is scheduled there anew"),
+            );
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! `[bgp]` and `[flow_sync]`: the BGP speaker and the flow-sync peers this node
+//! talks to — usable AS numbers, each peer listed once, never this node itself.
+
+use std::collections::HashSet;
+
+use super::Checker;
+
+impl Checker<'_> {
+    pub(super) fn bgp(&mut self) {
+        let Some(b) = &self.cfg.bgp else { return };
+        let asn_ok = |a: u32| a != 0 && a != u32::MAX && a != 23_456;
+        if !asn_ok(b.local_asn) {
+            self.err("bgp.local_asn", format!("AS {} is reserved", b.local_asn));
+        }
+        if b.control.trim().is_empty() {
+            self.err(
+                "bgp.control",
+                "how to reach the speaker is needed: a socket path or host:port",
+            );
+        }
+        let mut seen = HashSet::new();
+        for (i, peer) in b.peers.iter().enumerate() {
+            if !asn_ok(peer.asn) {
+                self.err(
+                    &format!("bgp.peers[{i}].asn"),
+                    format!("AS {} is reserved", peer.asn),
+                );
+            }
+            if !seen.insert(peer.address) {
+                self.err(
+                    &format!("bgp.peers[{i}].address"),
+                    format!("peer {} is listed twice", peer.address),
+                );
+            }
+        }
+    }
+
+    pub(super) fn flow_sync(&mut self) {
+        let Some(f) = &self.cfg.flow_sync else { return };
+        if f.peers.is_empty() {
+            self.err("flow_sync.peers", "flow sync needs at least one peer");
+        }
+        let mut seen = HashSet::new();
+        for (i, peer) in f.peers.iter().enumerate() {
+            if *peer == f.listen {
+                self.err(
+                    &format!("flow_sync.peers[{i}]"),
+                    format!("{peer} is this node's own listen address"),
+                );
+            }
+            if !seen.insert(*peer) {
+                self.err(
+                    &format!("flow_sync.peers[{i}]"),
+                    format!("peer {peer} is listed twice"),
+                );
+            }
+        }
+        if !(1..=1024).contains(&f.batch_size) {
+            self.err(
+                "flow_sync.batch_size",
+                format!("{} entries per batch: expected 1-1024", f.batch_size),
+            );
+        }
+        if f.batch_interval.is_zero() {
+            self.err(
+                "flow_sync.batch_interval",
+                "the batch interval must be longer than 0s",
+            );
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! `[[forwarding_rules]]`: each rule's VIPs, ports and service, and that no two
+//! rules compete for one packet (M3, M4), since the data plane picks one by address.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+use super::{Checker, family, family_compatible, ipv4_mapped};
+use crate::schema::{DeliveryMode, Protocol, RuleMode};
+
+impl Checker<'_> {
+    pub(super) fn rules(&mut self) {
+        let cfg = self.cfg;
+        let rules = &cfg.forwarding_rules;
+        self.names(
+            "forwarding rule",
+            rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("forwarding_rules[{i}].name"), r.name.as_str())),
+        );
+        let services: HashMap<&str, usize> = cfg
+            .backend_services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
+        let mut gateway_sources: HashMap<IpAddr, String> = HashMap::new();
+        for (i, r) in rules.iter().enumerate() {
+            let p = format!("forwarding_rules[{i}]");
+            match r.vips.len() {
+                1 | 2 => {}
+                0 => self.err(
+                    &format!("{p}.vips"),
+                    "a rule needs one VIP (availability group 0) or two (groups 0 and 1)",
+                ),
+                n => self.err(
+                    &format!("{p}.vips"),
+                    format!("{n} VIPs: a rule has one VIP per availability group, at most two"),
+                ),
+            }
+            if let [a, b] = r.vips[..] {
+                if a.is_ipv4() != b.is_ipv4() {
+                    self.err(
+                        &format!("{p}.vips[1]"),
+                        format!(
+                            "{b} is {} but {a} is {}: both VIPs of a rule are of one IP version",
+                            family(b),
+                            family(a)
+                        ),
+                    );
+                } else if a == b {
+                    self.err(
+                        &format!("{p}.vips[1]"),
+                        format!("{b} is given twice: each availability group needs its own VIP"),
+                    );
+                }
+            }
+            for (k, v) in r.vips.iter().enumerate() {
+                if v.is_unspecified() || v.is_multicast() || v.is_loopback() {
+                    self.err(&format!("{p}.vips[{k}]"), format!("{v} cannot be a VIP"));
+                } else if let Some(v4) = ipv4_mapped(v) {
+                    self.err(
+                        &format!("{p}.vips[{k}]"),
+                        format!("{v} is an IPv4-mapped IPv6 address, which never appears on the wire: write {v4}"),
+                    );
+                }
+            }
+            if r.protocol == Protocol::L3Default && !r.ports.is_all() {
+                self.err(&format!("{p}.ports"), format!("L3_DEFAULT matches every port and protocol: ports must be \"all\", not \"{}\"", r.ports));
+            }
+            if let Some(ag) = cfg.node.availability_group
+                && usize::from(ag) >= r.vips.len()
+                && !r.vips.is_empty()
+            {
+                self.warn(&format!("{p}.vips"), format!("this node serves availability group {ag} only, and the rule has no VIP for it"));
+            }
+            let svc = services.get(r.backend_service.as_str()).copied();
+            match svc {
+                None => {
+                    let known = cfg
+                        .backend_services
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    self.err(
+                        &format!("{p}.backend_service"),
+                        format!(
+                            "no backend service is named {:?} (known: {known})",
+                            r.backend_service
+                        ),
+                    );
+                }
+                Some(s) => self.rule_families(i, s),
+            }
+            // Gateway mode (M31): the NVAs are reached with Geneve only.
+            match r.mode {
+                RuleMode::Gateway => {
+                    if let Some(s) = svc
+                        && cfg.backend_services[s].delivery != DeliveryMode::Geneve
+                    {
+                        self.err(
+                            &format!("{p}.mode"),
+                            format!("a gateway rule sends to its appliances with Geneve, but service {:?} delivers with {}", r.backend_service, cfg.backend_services[s].delivery),
+                        );
+                    }
+                    if r.gateway_endpoints.is_empty() {
+                        self.err(
+                            &format!("{p}.gateway_endpoints"),
+                            "a gateway rule needs at least one gateway endpoint",
+                        );
+                    }
+                    let mut ids = HashSet::new();
+                    for (k, g) in r.gateway_endpoints.iter().enumerate() {
+                        if !ids.insert(g.id) {
+                            self.err(
+                                &format!("{p}.gateway_endpoints[{k}].id"),
+                                format!("endpoint ID {:#x} is used twice", g.id),
+                            );
+                        }
+                        // The source address selects the rule (M31), so it
+                        // may belong to one rule only.
+                        let path = format!("{p}.gateway_endpoints[{k}].address");
+                        if let Some(first) = gateway_sources.get(&g.address) {
+                            let at = self.at(first);
+                            self.err(
+                                &path,
+                                format!("gateway endpoint {} is already listed at {at}", g.address),
+                            );
+                        } else {
+                            gateway_sources.insert(g.address, path);
+                        }
+                    }
+                }
+                RuleMode::Passthrough => {
+                    if !r.gateway_endpoints.is_empty() {
+                        self.err(
+                            &format!("{p}.gateway_endpoints"),
+                            "gateway endpoints only apply to rules with mode = \"gateway\"",
+                        );
+                    }
+                }
+            }
+        }
+        self.rule_overlaps();
+    }
+
+    /// M4: no two rules on one address pair share a protocol and a port; at
+    /// most one L3_DEFAULT per pair. Rules sharing any VIP address count as
+    /// one pair, because the data plane selects by destination address.
+    fn rule_overlaps(&mut self) {
+        let rules = &self.cfg.forwarding_rules;
+        // Only rules sharing a VIP can conflict: pair them per VIP rather
+        // than comparing every rule with every other.
+        let mut by_vip: HashMap<IpAddr, Vec<usize>> = HashMap::new();
+        for (i, r) in rules.iter().enumerate() {
+            for v in &r.vips {
+                let list = by_vip.entry(*v).or_default();
+                if !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+        let mut pairs = std::collections::BTreeSet::new();
+        for list in by_vip.values() {
+            for (x, &j) in list.iter().enumerate() {
+                for &i in &list[..x] {
+                    pairs.insert((i.min(j), i.max(j)));
+                }
+            }
+        }
+        for (i, j) in pairs {
+            {
+                let (a, b) = (&rules[i], &rules[j]);
+                let shared: Vec<String> = b
+                    .vips
+                    .iter()
+                    .filter(|v| a.vips.contains(v))
+                    .map(ToString::to_string)
+                    .collect();
+                if shared.is_empty() || a.protocol != b.protocol {
+                    continue;
+                }
+                let pb = format!("forwarding_rules[{j}]");
+                let at = self.at(&format!("forwarding_rules[{i}]"));
+                let on = shared.join("/");
+                if b.protocol == Protocol::L3Default {
+                    self.err(
+                        &format!("{pb}.protocol"),
+                        format!("a second L3_DEFAULT rule on {on}: rule {:?} ({at}) already is the L3_DEFAULT rule there", a.name),
+                    );
+                    continue;
+                }
+                let common = a.ports.intersection(&b.ports);
+                if !common.is_empty() {
+                    let ports = crate::values::PortSpec::Ranges(common).to_string();
+                    let ports = if ports == "0-65535" {
+                        "all".to_owned()
+                    } else {
+                        ports
+                    };
+                    self.err(
+                        &format!("{pb}.ports"),
+                        format!(
+                            "{} ports {ports} overlap rule {:?} ({at}) on {on}",
+                            b.protocol, a.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// M4/M8: every endpoint can carry the rule's address family.
+    fn rule_families(&mut self, r: usize, s: usize) {
+        let rule = &self.cfg.forwarding_rules[r];
+        let svc = &self.cfg.backend_services[s];
+        let Some(&vip) = rule.vips.first() else {
+            return;
+        };
+        for (g, group) in svc.groups.iter().enumerate() {
+            let mut targets: Vec<(String, IpAddr)> = group
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(e, ep)| {
+                    (
+                        format!("backend_services[{s}].groups[{g}].endpoints[{e}].address"),
+                        ep.address,
+                    )
+                })
+                .collect();
+            if let Some(rem) = &group.remote {
+                targets.push((
+                    format!("backend_services[{s}].groups[{g}].remote.vip"),
+                    rem.vip,
+                ));
+            }
+            for (path, addr) in targets {
+                if !family_compatible(svc.delivery, vip, addr) {
+                    let why = match svc.delivery {
+                        DeliveryMode::L2dsr => {
+                            "l2dsr only rewrites the MAC, so endpoints need the VIP's address family"
+                        }
+                        _ => {
+                            "ipip carries IPv4 in IPv4, IPv6 in IPv6 and IPv4 in IPv6, not IPv6 in IPv4"
+                        }
+                    };
+                    let at = self.at(&format!("forwarding_rules[{r}].vips"));
+                    self.err(
+                        &path,
+                        format!("{} endpoint {addr} cannot take the {} traffic of rule {:?} ({at}): {why}", family(addr), family(vip), rule.name),
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Inserts: serialised per key by its primary bucket's lock, two-choice placement, and
+//! eviction of expired, then displaceable entries when both buckets are full (M15).
+
+use super::lookup::Found;
+use super::{
+    BUCKET_SLOTS, BUSY, CLAIM_ROUNDS, EMPTY, EntryFlags, Evicted, FlowKey, FlowTable, Header,
+    InsertOutcome, LIVE, LOCK, NewEntry, Place, SlotRef, Tick, W_BACKEND, W_COOKIE, W_SEEN,
+    flags_of, hint_shift, pack, second_first, state, version,
+};
+use crate::sync::{AtomicU64, Ordering, fence, spin_loop};
+
+/// The rank of a displaceable entry of `age` ticks (higher goes first): those not opened by a
+/// SYN (a mid-stream segment, a datagram, a fragment: what spoofed one-packet floods send)
+/// before any opened by a SYN; among each, the oldest first, and among SYN-opened ones of one
+/// age the half-open before those whose handshake completed. The new-entry budgets keep
+/// one-packet floods of either kind from filling the table; what this order decides is who
+/// gives way when something does (packet pairs, a flood beyond the table): the flood's older
+/// entries before a real connection's new one.
+const fn eviction_rank(flags: EntryFlags, age: i64) -> i64 {
+    if !flags.contains(EntryFlags::OPENED_BY_SYN) {
+        (2 << 40) + age
+    } else {
+        (1 << 40) + 2 * age + flags.is_half_open() as i64
+    }
+}
+
+impl FlowTable {
+    /// Inserts `key` unless present. See [`InsertOutcome`] for the results.
+    ///
+    /// If both candidate buckets are full, makes room by evicting, in this order, an entry
+    /// already past its idle timeout, then the least recently seen half-open TCP or
+    /// [`EntryFlags::UNCONFIRMED`] entry. Confirmed established TCP, UDP and other entries are
+    /// never evicted before they expire, so a flood of half-open or one-packet flows only ever
+    /// competes with its own kind (SPEC M15).
+    pub fn insert(&self, key: &FlowKey, hash: u64, new: NewEntry, now: Tick) -> InsertOutcome {
+        let p = self.place(hash);
+        let Some(lock) = self.header(p.b1).map(|h| &h.meta) else {
+            return InsertOutcome::Full;
+        };
+        // Inserts of one key are serialised by its primary bucket's insert lock, which makes
+        // "check absent, then claim a slot" atomic with respect to other inserts of the same
+        // key (two workers racing on a flow's first packets must end with one entry). Readers,
+        // touches, flag updates and removals never take it.
+        let mut spins = 0u32;
+        loop {
+            // Test, then test-and-set: the other bits of the word are tag bytes that
+            // concurrent claims in this bucket may change meanwhile.
+            if lock.load(Ordering::Relaxed) & LOCK == 0
+                && lock.fetch_or(LOCK, Ordering::Acquire) & LOCK == 0
+            {
+                break;
+            }
+            spins += 1;
+            if spins > self.spin_limit {
+                return InsertOutcome::Contended;
+            }
+            spin_loop();
+        }
+        let out = self.insert_locked(key, p, new, now);
+        lock.fetch_and(!LOCK, Ordering::Release);
+        out
+    }
+
+    fn insert_locked(&self, key: &FlowKey, p: Place, new: NewEntry, now: Tick) -> InsertOutcome {
+        // Any earlier insert of this key published its entry before releasing the lock we now
+        // hold, so a present key is visible here — unless its slot kept changing (flag
+        // updates) for every bounded re-read; then inserting could duplicate it, so give up.
+        for b in [p.b1, p.b2] {
+            match self.probe(b, self.match_mask(b, p.tag), p.tag, key) {
+                Found::Hit(hit) => return InsertOutcome::Existing(hit),
+                Found::GaveUp => return InsertOutcome::Contended,
+                Found::Absent => {}
+            }
+        }
+        let (Some(h1), Some(h2)) = (self.header(p.b1), self.header(p.b2)) else {
+            return InsertOutcome::Full;
+        };
+        for _ in 0..CLAIM_ROUNDS {
+            // Two-choice placement, see `second_first`.
+            let free = |h: &Header| {
+                h.ctrl
+                    .iter()
+                    .filter(|c| state(c.load(Ordering::Relaxed)) == EMPTY)
+                    .count()
+            };
+            let order = if second_first(free(h1), free(h2)) {
+                [(p.b2, h2), (p.b1, h1)]
+            } else {
+                [(p.b1, h1), (p.b2, h2)]
+            };
+            for (b, h) in order {
+                for (i, ctrl) in h.ctrl.iter().enumerate() {
+                    let c = ctrl.load(Ordering::Acquire);
+                    if state(c) == EMPTY
+                        && let Some(slot) =
+                            self.claim(ctrl, c, b * BUCKET_SLOTS + i, key, p, new, now)
+                    {
+                        return InsertOutcome::Inserted {
+                            slot,
+                            evicted: Evicted::Nothing,
+                        };
+                    }
+                }
+            }
+            // No free slot: look for a victim among the 14 live entries.
+            let mut victim: Option<(usize, &AtomicU64, u64, Evicted, i64)> = None;
+            let mut saw_empty = false;
+            for (b, h) in order {
+                for (i, ctrl) in h.ctrl.iter().enumerate() {
+                    let c = ctrl.load(Ordering::Acquire);
+                    if state(c) != LIVE {
+                        // Freed since the first scan (removal, sweep): claim it next round.
+                        saw_empty |= state(c) == EMPTY;
+                        continue;
+                    }
+                    let idx = b * BUCKET_SLOTS + i;
+                    let Some(s) = self.slot(idx) else {
+                        continue;
+                    };
+                    let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
+                    let age = i64::from(now.wrapping_sub(seen) as i32);
+                    let flags = EntryFlags(flags_of(c));
+                    let timeout = i64::from(self.timeouts.for_flags(flags));
+                    // Rank: expired entries first (most overdue first), then the
+                    // displaceable ones by what they proved, each kind oldest first.
+                    let (kind, score) = if age >= timeout {
+                        (Evicted::Expired, (4 << 40) + age - timeout)
+                    } else if flags.is_evictable() {
+                        (Evicted::HalfOpen, eviction_rank(flags, age))
+                    } else {
+                        continue;
+                    };
+                    if victim.is_none_or(|v| score > v.4) {
+                        victim = Some((idx, ctrl, c, kind, score));
+                    }
+                }
+            }
+            let Some((idx, ctrl, c, kind, _)) = victim else {
+                if saw_empty {
+                    continue;
+                }
+                return InsertOutcome::Full;
+            };
+            // The claim's compare-exchange fails if the victim changed meanwhile (touched into
+            // ESTABLISHED by a flag update, removed, …); then look again.
+            if let Some(slot) = self.claim(ctrl, c, idx, key, p, new, now) {
+                return InsertOutcome::Inserted {
+                    slot,
+                    evicted: kind,
+                };
+            }
+        }
+        InsertOutcome::Contended
+    }
+
+    /// Claims slot `idx` (control word currently `c`, EMPTY or a LIVE victim) and publishes the
+    /// new entry in it. `None` if the control word changed first.
+    #[allow(clippy::too_many_arguments)]
+    fn claim(
+        &self,
+        ctrl: &AtomicU64,
+        c: u64,
+        idx: usize,
+        key: &FlowKey,
+        p: Place,
+        new: NewEntry,
+        now: Tick,
+    ) -> Option<SlotRef> {
+        let slot = self.slot(idx)?;
+        let header = self.header(idx / BUCKET_SLOTS)?;
+        let v = version(c).wrapping_add(1);
+        ctrl.compare_exchange(
+            c,
+            pack(v, p.tag, 0, BUSY),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .ok()?;
+        // The slot's tag byte, while it is BUSY and before it turns LIVE (see `Header`). Only
+        // the holder of a slot's claim writes its byte; other bytes and the lock bit may
+        // change concurrently, hence the compare-exchange loop (it never waits for anyone).
+        let shift = hint_shift(idx % BUCKET_SLOTS);
+        let byte = u64::from(p.tag as u8) << shift;
+        let _ = header
+            .meta
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                (m & (0xff << shift) != byte).then_some(m & !(0xff << shift) | byte)
+            });
+        // Seqlock write side: the release fence keeps the data stores below from becoming
+        // visible before the BUSY claim, so a reader that sees any of them re-reads a changed
+        // control word.
+        fence(Ordering::Release);
+        let w = &slot.words;
+        for (i, k) in key.0.iter().enumerate() {
+            w[i].store(*k, Ordering::Relaxed);
+        }
+        w[W_BACKEND].store(
+            u64::from(new.backend) | (u64::from(new.generation) << 32),
+            Ordering::Relaxed,
+        );
+        w[W_COOKIE].store(
+            u64::from(new.cookie) | (u64::from(now) << 32),
+            Ordering::Relaxed,
+        );
+        w[W_SEEN].store(u64::from(now), Ordering::Relaxed);
+        // Publish: the release store makes the data visible to readers that acquire LIVE.
+        ctrl.store(pack(v, p.tag, new.flags.0, LIVE), Ordering::Release);
+        Some(SlotRef {
+            index: idx as u32,
+            version: v,
+        })
+    }
+}
