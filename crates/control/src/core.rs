@@ -9,8 +9,8 @@
 //! the probers are reached through the [`Probes`] port. The daemon
 //! ([`crate::daemon`]) owns threads, sockets, clocks and files and feeds
 //! this; the simulation harness (`tests/sim`) feeds it a virtual clock and
-//! scripted verdicts. Log lines stay `log` calls: they are the core's
-//! account of itself, not I/O it depends on.
+//! scripted verdicts. Log lines are outputs too ([`Output::Log`]): the shell
+//! writes them, the harness reads them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,7 +49,31 @@ pub enum Output {
     /// Reload when the configuration file changes, or stop doing so (the
     /// accepted configuration's `[control] watch_config`).
     Watch(bool),
+    /// Write this log line (`log::log!` with this level and target: the
+    /// core's module, as if it had logged it itself).
+    Log {
+        /// Its level.
+        level: log::Level,
+        /// The module that wrote it (`control::core`, `control::balance`).
+        target: &'static str,
+        /// The message.
+        text: String,
+    },
 }
+
+/// Writes a log line into `$out` (a `Vec<Output>`) as [`Output::Log`], the
+/// calling module as its target: `say!(out, Warn, "…{x}")` is what
+/// `log::warn!("…{x}")` was.
+macro_rules! say {
+    ($out:expr, $level:ident, $($arg:tt)+) => {
+        $out.push($crate::core::Output::Log {
+            level: log::Level::$level,
+            target: module_path!(),
+            text: format!($($arg)+),
+        })
+    };
+}
+pub(crate) use say;
 
 /// The probers, as the core reaches them: health checks and remote rule
 /// polls run elsewhere (threads, sockets); the core only says what to probe.
@@ -152,7 +176,8 @@ impl Core {
         probes: &mut dyn Probes,
     ) -> Result<Core, crate::StartError> {
         let compiled = Arc::new(compiled);
-        let balance = Balance::start(&compiled, now, probes)?;
+        let mut out = Vec::new();
+        let balance = Balance::start(&compiled, now, probes, &mut out)?;
         let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
         let snap = builder.build_with_plans(
             compiled.clone(),
@@ -177,7 +202,7 @@ impl Core {
             builds: 0,
             dirty: false,
             inline_slots: INLINE_TABLE_SLOTS,
-            out: Vec::new(),
+            out,
         })
     }
 
@@ -287,14 +312,20 @@ impl Core {
                     self.path.display()
                 )));
             }
-            log::warn!("reload forced although {why}");
+            say!(self.out, Warn, "reload forced although {why}");
         }
         let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
         let compiled = Arc::new(loaded.compiled);
-        if let Err(e) = self.balance.reload(&compiled, self.now, probes) {
+        if let Err(e) = self
+            .balance
+            .reload(&compiled, self.now, probes, &mut self.out)
+        {
             // Health checks the prober refuses: the whole reload is refused.
-            if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
-                log::error!("health checks: {h}");
+            if let Err(h) = self
+                .balance
+                .reload(&self.compiled, self.now, probes, &mut self.out)
+            {
+                say!(self.out, Error, "health checks: {h}");
             }
             return Err(self.reload_failed(format!("health checks: {e}")));
         }
@@ -306,10 +337,14 @@ impl Core {
                 self.reloads_ok += 1;
                 self.last_error = None;
                 for w in &loaded.warnings {
-                    log::warn!("{}: {w}", self.path.display());
+                    say!(self.out, Warn, "{}: {w}", self.path.display());
                 }
                 if let Some(what) = restart_needed {
-                    log::warn!("reload: {what} changed; that takes effect at the next restart");
+                    say!(
+                        self.out,
+                        Warn,
+                        "reload: {what} changed; that takes effect at the next restart"
+                    );
                 }
                 Ok(published)
             }
@@ -317,8 +352,11 @@ impl Core {
                 // The new configuration did not go live: health and
                 // locality follow the running one again.
                 self.compiled = previous;
-                if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
-                    log::error!("health checks: {h}");
+                if let Err(h) = self
+                    .balance
+                    .reload(&self.compiled, self.now, probes, &mut self.out)
+                {
+                    say!(self.out, Error, "health checks: {h}");
                 }
                 Err(self.reload_failed(e))
             }
@@ -327,7 +365,11 @@ impl Core {
 
     fn reload_failed(&mut self, e: String) -> String {
         self.reloads_failed += 1;
-        log::error!("reload rejected; the running configuration stays:\n{e}");
+        say!(
+            self.out,
+            Error,
+            "reload rejected; the running configuration stays:\n{e}"
+        );
         self.last_error = Some(e.clone());
         e
     }
@@ -365,7 +407,11 @@ impl Core {
             build,
             tables: missing,
         });
-        log::info!("building {tables} Maglev table(s), {slots} slots, off the management loop");
+        say!(
+            self.out,
+            Info,
+            "building {tables} Maglev table(s), {slots} slots, off the management loop"
+        );
         self.pending = Some(PendingBuild {
             build,
             compiled,
@@ -435,18 +481,24 @@ impl Core {
                 .map(Some)
         });
         match result {
-            Ok(Some(generation)) => log::info!(
+            Ok(Some(generation)) => say!(
+                self.out,
+                Info,
                 "generation {generation} live: {} Maglev table(s) built in {:.1} s",
                 p.tables,
                 self.now.saturating_sub(p.started).as_secs_f64()
             ),
-            Ok(None) => log::info!(
+            Ok(None) => say!(
+                self.out,
+                Info,
                 "{} Maglev table(s) built for a configuration replaced meanwhile; publishing the current one",
                 p.tables
             ),
-            Err(e) if superseded => {
-                log::warn!("building Maglev tables for a configuration replaced meanwhile: {e}")
-            }
+            Err(e) if superseded => say!(
+                self.out,
+                Warn,
+                "building Maglev tables for a configuration replaced meanwhile: {e}"
+            ),
             Err(e) => {
                 self.build_failed(&e, probes);
                 if !asked {
@@ -465,12 +517,15 @@ impl Core {
     /// validated one): the running snapshot stays, and health and locality
     /// follow its configuration again.
     fn build_failed(&mut self, e: &str, probes: &mut dyn Probes) {
-        log::error!("building the snapshot: {e}");
+        say!(self.out, Error, "building the snapshot: {e}");
         let live = self.live.compiled.clone();
         if !Arc::ptr_eq(&live, &self.compiled) {
             self.compiled = live;
-            if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
-                log::error!("health checks: {h}");
+            if let Err(h) = self
+                .balance
+                .reload(&self.compiled, self.now, probes, &mut self.out)
+            {
+                say!(self.out, Error, "health checks: {h}");
             }
             self.reloads_failed += 1;
             self.last_error = Some(format!("the reloaded configuration could not go live: {e}"));
@@ -489,12 +544,16 @@ impl Core {
         let retire_due = self.live.backends.iter().any(
             |b| matches!(b.state, BackendState::Draining { until } if tick_reached(tick, until)),
         );
-        let replan = self
-            .balance
-            .tick(&self.compiled, &self.builder, self.now, counters);
+        let replan = self.balance.tick(
+            &self.compiled,
+            &self.builder,
+            self.now,
+            counters,
+            &mut self.out,
+        );
         if retire_due || replan {
             if let Err(e) = self.publish() {
-                log::error!("rebuilding the snapshot: {e}");
+                say!(self.out, Error, "rebuilding the snapshot: {e}");
             }
         }
     }

@@ -180,7 +180,7 @@ impl Manager {
                 .map(|_| Mutex::new(WorkerCounters::new(children)))
                 .collect(),
         });
-        let mgr = Manager {
+        let mut mgr = Manager {
             path: path.to_owned(),
             core,
             shared: shared.clone(),
@@ -195,6 +195,8 @@ impl Manager {
             listeners: None,
             build: None,
         };
+        // What the core logged starting.
+        mgr.pump();
         Ok((mgr, shared))
     }
 
@@ -240,6 +242,11 @@ impl Manager {
             match out {
                 Output::Publish(snap) => self.shared.snapshot.store(snap),
                 Output::Watch(on) => self.watch.enabled = on,
+                Output::Log {
+                    level,
+                    target,
+                    text,
+                } => log::log!(target: target, level, "{text}"),
                 Output::BuildTables { build, tables } => {
                     let (tx, done) = std::sync::mpsc::channel();
                     let spawned = std::thread::Builder::new()

@@ -15,7 +15,8 @@
 //!
 //! - [`core`]: the decisions, as a state machine without I/O: time and
 //!   inputs in (tick, configuration loaded, health and remote verdicts,
-//!   tables built), [`Output`]s out (publish, build tables, watch the file).
+//!   tables built), [`Output`]s out (publish, build tables, watch the file,
+//!   log a line).
 //!   [`balance`] is its health and locality part.
 //! - [`daemon`]: the shell ([`Manager`]): clock, threads, the configuration
 //!   file and its watch, the probers, the listeners ([`listen`], [`socket`],

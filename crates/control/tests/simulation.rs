@@ -10,6 +10,7 @@ use std::time::Duration;
 use control::Published;
 use dataplane::BackendState;
 use health::{Aggregate, State};
+use log::Level;
 use sim::{Builds, Flow, World, ip};
 
 const SEC: Duration = Duration::from_secs(1);
@@ -251,9 +252,18 @@ fn failover_to_the_next_region_and_back() {
         "local first"
     );
 
+    assert_eq!(w.take_logs(), [], "nothing to say while r1 is fine");
     w.set_health("10.1.0.1", State::Unhealthy);
     w.set_health("10.1.0.2", State::Unhealthy);
     w.advance(SEC);
+    // The change of where new connections go is logged, once (M20, M24).
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Info,
+            "locality: service web: new connections [r1 100.0 %] -> [r2 100.0 %]".to_owned()
+        )]
+    );
     let failed_over = w.open(100, "10.0.0.10", 80);
     assert!(
         failed_over.iter().all(|(_, b)| region_of(*b) == Some(2)),
@@ -269,6 +279,13 @@ fn failover_to_the_next_region_and_back() {
     w.set_health("10.1.0.1", State::Healthy);
     w.set_health("10.1.0.2", State::Healthy);
     w.advance(2 * SEC);
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Info,
+            "locality: service web: new connections [r2 100.0 %] -> [r1 100.0 %]".to_owned()
+        )]
+    );
     let back = w.open(100, "10.0.0.10", 80);
     assert!(
         back.iter().all(|(_, b)| region_of(*b) == Some(1)),
@@ -446,7 +463,18 @@ fn reloads_accepted_rejected_and_rolled_back() {
     // Rejected: a file that does not parse, and one that drops every rule.
     let live = w.live.clone();
     let published = w.published.len();
-    assert!(w.reload("[node\nname = ", false).is_err());
+    w.take_logs();
+    let e = w
+        .reload("[node\nname = ", false)
+        .expect_err("does not parse");
+    // Each refusal is logged with every error (M38).
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Error,
+            format!("reload rejected; the running configuration stays:\n{e}")
+        )]
+    );
     let no_rules = base
         .split("[[forwarding_rules]]")
         .next()
@@ -455,6 +483,16 @@ fn reloads_accepted_rejected_and_rolled_back() {
         + "[[backend_services]]\nname = \"web\"\ndelivery = \"ipip\"\ngroups = [{ name = \"a\", region = \"r1\", zone = \"r1-a\", endpoints = [{ address = \"10.1.0.1\" }] }]\n";
     let e = w.reload(&no_rules, false).expect_err("destructive");
     assert!(e.contains("no forwarding rules"), "{e}");
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Error,
+            "reload rejected; the running configuration stays:\nsim.toml: the new configuration \
+             has no forwarding rules (the running one has 2). A half-written or truncated file \
+             looks like this; if the change is meant, run `spillway reload --force`"
+                .to_owned()
+        )]
+    );
     w.advance(SEC);
     assert!(
         std::sync::Arc::ptr_eq(&w.live.compiled, &live.compiled),
@@ -489,7 +527,16 @@ fn reloads_accepted_rejected_and_rolled_back() {
     assert_eq!(w.reload(&four, false), Ok(Published::Queued));
     w.advance(SEC);
     keep(&mut w, "while building");
+    w.take_logs();
     w.finish_builds();
+    assert!(
+        w.logged(
+            Level::Info,
+            "1 Maglev table(s) built for a configuration replaced meanwhile; publishing the current one"
+        ),
+        "{:?}",
+        w.logs
+    );
     w.advance(SEC);
     assert!(!w.core.building() && !w.builds_held());
     for s in &w.published {

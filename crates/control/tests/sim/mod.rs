@@ -201,6 +201,8 @@ pub struct World {
     /// Virtual time between management ticks in [`World::advance`] (the
     /// daemon's are 50 ms; nothing the core decides depends on it).
     pub period: Duration,
+    /// Every line the core logged, in order, with its level.
+    pub logs: Vec<(log::Level, String)>,
 }
 
 /// Parses a configuration (panics on a bad one: scenarios' own texts).
@@ -250,7 +252,7 @@ impl World {
                 )
             })
             .collect();
-        World {
+        let mut w = World {
             core,
             probes,
             flows,
@@ -264,7 +266,10 @@ impl World {
             ios: (0..pipelines).map(|_| MemIo::default()).collect(),
             watching: None,
             period: Duration::from_millis(250),
-        }
+            logs: Vec::new(),
+        };
+        w.pump();
+        w
     }
 
     /// The coarse tick workers use.
@@ -286,6 +291,7 @@ impl World {
                         self.published.push(s);
                     }
                     Output::Watch(on) => self.watching = Some(on),
+                    Output::Log { level, text, .. } => self.logs.push((level, text)),
                     Output::BuildTables { build, tables } => match self.builds {
                         Builds::Held => self.held.push((build, tables)),
                         Builds::Inline => self.build(build, tables),
@@ -452,6 +458,16 @@ impl World {
             .iter()
             .map(|(f, _)| self.send(f, false).addr())
             .collect()
+    }
+
+    /// The lines logged since the last call (and forgets them).
+    pub fn take_logs(&mut self) -> Vec<(log::Level, String)> {
+        std::mem::take(&mut self.logs)
+    }
+
+    /// Whether a line logged (and not taken yet) at `level` is `text`.
+    pub fn logged(&self, level: log::Level, text: &str) -> bool {
+        self.logs.iter().any(|(l, t)| *l == level && t == text)
     }
 
     /// The exported state of `rule`.
