@@ -1,8 +1,9 @@
 //! The management core's decisions, without I/O (sans-I/O): a state machine
-//! fed with time and inputs — a tick, a configuration loaded (or not), health
-//! verdicts, remote rule verdicts, Maglev tables built — that says what to
-//! do as [`Output`]s: publish a snapshot, build tables off the loop, follow
-//! the file or not.
+//! fed with time and inputs — a tick, health verdicts, remote rule verdicts,
+//! Maglev tables built, control [`Command`]s (a configuration loaded or not,
+//! `status`) — that says what to do as [`Output`]s: publish a snapshot,
+//! build tables off the loop, follow the file or not, log a line; and
+//! answers each command ([`Answer`]) with the text the daemon sends.
 //!
 //! Nothing here reads a clock, sleeps, spawns a thread or touches a file or
 //! socket: time is always an argument (`now`, since the daemon started), and
@@ -74,6 +75,95 @@ macro_rules! say {
     };
 }
 pub(crate) use say;
+
+/// A control command whose answer is the core's business: `spillway
+/// status`, HTTP `/status`, and reloads (`spillway reload [--force]`,
+/// SIGHUP, the file watch). The shell parses requests and answers those
+/// made of state it owns itself (`stats`, `flows`, `/metrics`).
+// A command is made once per request and moved once: boxing the loaded
+// configuration would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Command {
+    /// `spillway status`, with the flow table's use now (the table is the
+    /// shell's, shared with workers).
+    Status {
+        /// The flow table's use.
+        flows: FlowUse,
+    },
+    /// HTTP `GET /status`: every forwarding rule's exported state (M21).
+    RuleStates,
+    /// A reload: the configuration file as the shell read it (or why it
+    /// could not). With `force`, also a configuration that
+    /// [`destructive_change`] would refuse.
+    Reload {
+        /// The file, loaded.
+        loaded: Result<config::Loaded, String>,
+        /// `spillway reload --force`.
+        force: bool,
+    },
+}
+
+/// The core's answer to a [`Command`]: what it found or did, and
+/// ([`Answer::text`]) how the daemon words it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The `status` report.
+    Status(String),
+    /// Every forwarding rule's exported state, in configuration order.
+    RuleStates(Vec<(String, Aggregate)>),
+    /// What became of a reload: live, or waiting for large Maglev tables;
+    /// or every error (the running configuration stays).
+    Reload(Result<Published, String>),
+}
+
+impl Answer {
+    /// Whether the command succeeded (the control socket's `ok` / `error`).
+    pub fn ok(&self) -> bool {
+        !matches!(self, Answer::Reload(Err(_)))
+    }
+
+    /// The answer for people: what the control socket sends after its
+    /// `ok` / `error` line, and the body of HTTP `/status` (`rule <name>
+    /// <STATE>` lines, what `remote_rule` groups read).
+    pub fn text(&self) -> String {
+        match self {
+            Answer::Status(s) => s.clone(),
+            Answer::RuleStates(states) => states
+                .iter()
+                .map(|(rule, state)| format!("rule {rule} {state}\n"))
+                .collect(),
+            Answer::Reload(Ok(p)) => format!("reloaded: {p}\n"),
+            Answer::Reload(Err(e)) => {
+                format!("reload rejected; the running configuration stays:\n{e}\n")
+            }
+        }
+    }
+}
+
+/// The flow table's use, as `status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowUse {
+    /// Live entries.
+    pub live: usize,
+    /// … of which half-open TCP.
+    pub half_open: usize,
+    /// Entries it holds at most.
+    pub capacity: usize,
+}
+
+impl FlowUse {
+    /// `table`'s use now (a scan of the whole table: for `status`, not for
+    /// every tick).
+    pub fn of(table: &FlowTable) -> FlowUse {
+        let o = table.occupancy();
+        FlowUse {
+            live: o.live,
+            half_open: o.half_open,
+            capacity: table.capacity(),
+        }
+    }
+}
 
 /// The probers, as the core reaches them: health checks and remote rule
 /// polls run elsewhere (threads, sockets); the core only says what to probe.
@@ -287,20 +377,31 @@ impl Core {
         self.balance.remote(state);
     }
 
-    /// Input: a configuration was read (or could not be). Validates it
-    /// against the running one and, if it may go live, publishes a snapshot
-    /// built from it. Returns what became of it (live, or waiting for large
+    /// Input: a control command at `now`; its answer. A reload may ask the
+    /// probers to follow the new configuration.
+    pub fn command(&mut self, now: Duration, cmd: Command, probes: &mut dyn Probes) -> Answer {
+        self.advance(now);
+        match cmd {
+            Command::Status { flows } => Answer::Status(self.status(flows)),
+            Command::RuleStates => Answer::RuleStates(self.rule_states()),
+            Command::Reload { loaded, force } => {
+                Answer::Reload(self.config_loaded(loaded, force, probes))
+            }
+        }
+    }
+
+    /// A configuration was read (or could not be). Validates it against
+    /// the running one and, if it may go live, publishes a snapshot built
+    /// from it. Returns what became of it (live, or waiting for large
     /// Maglev tables), or every error (the running configuration stays).
     /// With `force`, also a configuration that [`destructive_change`] would
     /// refuse (`spillway reload --force`).
-    pub fn config_loaded(
+    fn config_loaded(
         &mut self,
-        now: Duration,
         loaded: Result<config::Loaded, String>,
         force: bool,
         probes: &mut dyn Probes,
     ) -> Result<Published, String> {
-        self.advance(now);
         let loaded = match loaded {
             Ok(l) => l,
             Err(e) => return Err(self.reload_failed(e)),
@@ -558,10 +659,9 @@ impl Core {
         }
     }
 
-    /// `spillway status` (the flow table is the one workers share).
-    pub fn status(&self, flows: &FlowTable) -> String {
+    /// `spillway status`.
+    fn status(&self, flows: FlowUse) -> String {
         let snap = &self.live;
-        let occ = flows.occupancy();
         let mut out = format!(
             "node {} (region {}, zone {})\nuptime {} s, snapshot generation {}, reloads {} ok / {} rejected\n",
             self.compiled.node.name,
@@ -580,9 +680,7 @@ impl Core {
         );
         out += &format!(
             "flow table: {} live of {} ({} half-open)\n",
-            occ.live,
-            flows.capacity(),
-            occ.half_open
+            flows.live, flows.capacity, flows.half_open
         );
         if let Some(p) = &self.pending {
             out += &format!(

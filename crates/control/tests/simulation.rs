@@ -7,7 +7,7 @@ mod sim;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use control::Published;
+use control::{Answer, Published};
 use dataplane::BackendState;
 use health::{Aggregate, State};
 use log::Level;
@@ -402,7 +402,7 @@ remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.
     let mut b = World::new(b_text, 2, 16);
     b.set_remote("web2", State::Healthy);
     // The peer reads A's export every poll.
-    let follow = |a: &World, b: &mut World| {
+    let follow = |a: &mut World, b: &mut World| {
         let s = match a.rule_state("web") {
             Aggregate::Healthy => State::Healthy,
             Aggregate::Unhealthy => State::Unhealthy,
@@ -411,7 +411,7 @@ remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.
         b.set_remote("web", s);
         b.advance(SEC);
     };
-    follow(&a, &mut b);
+    follow(&mut a, &mut b);
     let via_a = b.open(50, "10.0.0.20", 80);
     assert!(
         via_a.iter().all(|(_, t)| *t == Some(ip("10.0.0.10"))),
@@ -427,7 +427,7 @@ remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.
     a.advance(SEC);
     assert_eq!(a.rule_state("web"), Aggregate::Unhealthy);
     assert_eq!(a.rule_state("api"), Aggregate::Unhealthy);
-    follow(&a, &mut b);
+    follow(&mut a, &mut b);
     let failed_over = b.open(50, "10.0.0.20", 80);
     assert!(
         failed_over.iter().all(|(_, t)| *t == Some(ip("10.2.0.1"))),
@@ -481,16 +481,21 @@ fn reloads_accepted_rejected_and_rolled_back() {
         .unwrap_or_default()
         .to_owned()
         + "[[backend_services]]\nname = \"web\"\ndelivery = \"ipip\"\ngroups = [{ name = \"a\", region = \"r1\", zone = \"r1-a\", endpoints = [{ address = \"10.1.0.1\" }] }]\n";
-    let e = w.reload(&no_rules, false).expect_err("destructive");
-    assert!(e.contains("no forwarding rules"), "{e}");
+    let answer = w.reload_answer(&no_rules, false);
+    let why = "sim.toml: the new configuration has no forwarding rules (the running one has 2). \
+               A half-written or truncated file looks like this; if the change is meant, run \
+               `spillway reload --force`";
+    // What `spillway reload` prints, and the log line.
+    assert!(!answer.ok());
+    assert_eq!(
+        answer.text(),
+        format!("reload rejected; the running configuration stays:\n{why}\n")
+    );
     assert_eq!(
         w.take_logs(),
         [(
             Level::Error,
-            "reload rejected; the running configuration stays:\nsim.toml: the new configuration \
-             has no forwarding rules (the running one has 2). A half-written or truncated file \
-             looks like this; if the change is meant, run `spillway reload --force`"
-                .to_owned()
+            format!("reload rejected; the running configuration stays:\n{why}")
         )]
     );
     w.advance(SEC);
@@ -500,13 +505,36 @@ fn reloads_accepted_rejected_and_rolled_back() {
     );
     assert_eq!(w.published.len(), published, "nothing published");
     assert_eq!(w.core.reloads().1, 2);
+    let status = w.status();
+    assert!(
+        status.contains("reloads 0 ok / 2 rejected\n")
+            && status.ends_with(&format!("last reload error:\n{why}\n")),
+        "{status}"
+    );
     keep(&mut w, "after rejected reloads");
 
     // Accepted: a fourth endpoint.
     let four = web("DEFAULT_FOR_PROTOCOL", &FOUR, "");
     w.set_health("10.1.0.4", State::Healthy);
-    let p = w.reload(&four, false).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(p, Published::Live(_)), "{p:?}");
+    let generation = w.live.generation + 1;
+    let answer = w.reload_answer(&four, false);
+    assert_eq!(
+        answer,
+        Answer::Reload(Ok(Published::Live(generation))),
+        "{}",
+        answer.text()
+    );
+    assert_eq!(
+        answer.text(),
+        format!("reloaded: generation {generation} is live\n")
+    );
+    let status = w.status();
+    assert!(
+        status.contains(&format!(
+            "snapshot generation {generation}, reloads 1 ok / 2 rejected\n"
+        )) && !status.contains("last reload error"),
+        "{status}"
+    );
     w.advance(SEC);
     keep(&mut w, "after an accepted reload");
     assert!(on(&w.open(200, "10.0.0.10", 80), ip("10.1.0.4")) > 10);

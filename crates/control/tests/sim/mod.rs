@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use config::schema::PortRole;
 use control::remote::RemoteKey;
-use control::{Core, Output, Probes, Published};
+use control::{Answer, Command, Core, FlowUse, Output, Probes, Published};
 use dataplane::snapshot::TableKey;
 use dataplane::{Engine, Local, PacketIo, Snapshot, VecBurst, Worker, WorkerCounters};
 use flowtable::FlowTable;
@@ -389,15 +389,34 @@ impl World {
         self.probes.remote.insert(rule.to_owned(), s);
     }
 
-    /// A reload with `text` (`Err` for a text that does not load).
-    pub fn reload(&mut self, text: &str, force: bool) -> Result<Published, String> {
-        let l =
-            config::load_str("sim.toml", text, &config::Env::default()).map_err(|e| e.to_string());
-        let r = self
-            .core
-            .config_loaded(self.now, l, force, &mut self.probes);
+    /// Hands `cmd` to the core now, as the daemon does; its answer.
+    pub fn command(&mut self, cmd: Command) -> Answer {
+        let a = self.core.command(self.now, cmd, &mut self.probes);
         self.pump();
-        r
+        a
+    }
+
+    /// A reload with `text` (`Err` for a text that does not load), through
+    /// the command the daemon gives the core for `spillway reload`; the
+    /// answer, whose [`Answer::text`] is what `spillway reload` prints.
+    pub fn reload_answer(&mut self, text: &str, force: bool) -> Answer {
+        let loaded =
+            config::load_str("sim.toml", text, &config::Env::default()).map_err(|e| e.to_string());
+        self.command(Command::Reload { loaded, force })
+    }
+
+    /// [`World::reload_answer`], as what became of the reload.
+    pub fn reload(&mut self, text: &str, force: bool) -> Result<Published, String> {
+        match self.reload_answer(text, force) {
+            Answer::Reload(r) => r,
+            other => panic!("a reload answered {other:?}"),
+        }
+    }
+
+    /// `spillway status`, as the daemon answers it.
+    pub fn status(&mut self) -> String {
+        let flows = FlowUse::of(&self.flows);
+        self.command(Command::Status { flows }).text()
     }
 
     /// Sends one packet of `flow` (a SYN when `syn`, else an ACK for TCP)
@@ -470,10 +489,13 @@ impl World {
         self.logs.iter().any(|(l, t)| *l == level && t == text)
     }
 
-    /// The exported state of `rule`.
-    pub fn rule_state(&self, rule: &str) -> health::Aggregate {
-        self.core
-            .rule_states()
+    /// The exported state of `rule`, as HTTP `/status` gives it.
+    pub fn rule_state(&mut self, rule: &str) -> health::Aggregate {
+        let states = match self.command(Command::RuleStates) {
+            Answer::RuleStates(s) => s,
+            other => panic!("/status answered {other:?}"),
+        };
+        states
             .into_iter()
             .find(|(r, _)| r == rule)
             .map(|(_, s)| s)
