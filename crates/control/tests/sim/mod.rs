@@ -5,9 +5,12 @@
 //! no sleeps: a scenario is a script of inputs and a check of what every
 //! flow experienced.
 //!
-//! Scenarios build a [`World`] from inline TOML, open [`Flow`]s (a SYN, then
-//! data packets), change the world (health, reloads, time) and ask where
-//! each flow's packets went ([`World::send`]).
+//! Scenarios build a [`World`] from configuration text (written with
+//! `testkit::config`), open [`Flow`]s (a SYN, then data packets), change the
+//! world (health, reloads, time) and ask where each flow's packets went
+//! ([`World::send`]). Reloads, `status` and the exported rule states go
+//! through [`Core::command`], as the daemon's do; what the core logs is in
+//! [`World::logs`].
 
 #![allow(dead_code)]
 
