@@ -296,12 +296,7 @@ impl Manager {
         // reload it again.
         self.watch.reset(&self.path);
         let loaded = config::load(&self.path).map_err(|e| e.to_string());
-        let now = self.clock();
-        let answer = self
-            .core
-            .command(now, Command::Reload { loaded, force }, &mut self.probes);
-        self.pump();
-        let result = match answer {
+        let result = match self.command(Command::Reload { loaded, force }) {
             Answer::Reload(r) => r,
             other => Err(other.text()),
         };
