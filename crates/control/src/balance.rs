@@ -3,7 +3,8 @@
 //! per-backend packet counts into a locality plan per service every second,
 //! and tells the core when the snapshot must be rebuilt. The data plane only
 //! ever sees the result (the snapshot's region shares and Maglev tables).
-//! No I/O: the probers are reached through [`Probes`], time is an argument.
+//! No I/O: the probers are reached through [`Probes`], time is an argument,
+//! log lines are [`Output::Log`]s.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -15,7 +16,7 @@ use dataplane::{EndpointHealth, SnapshotBuilder, WorkerCounters};
 use health::{Aggregate, HealthSnapshot, State};
 use locality::{EndpointObs, Health, NodeSpec, Observation, Plan, Planner, ServiceSpec};
 
-use crate::core::Probes;
+use crate::core::{Output, Probes, say};
 use crate::remote::RemoteKey;
 
 /// How often plans are recomputed (M29: at least every second).
@@ -49,11 +50,13 @@ pub struct Balance {
 }
 
 impl Balance {
-    /// Starts health checking for `compiled` at `now`.
+    /// Starts health checking for `compiled` at `now` (log lines go to
+    /// `out`).
     pub fn start(
         compiled: &Compiled,
         now: Duration,
         probes: &mut dyn Probes,
+        out: &mut Vec<Output>,
     ) -> Result<Balance, health::HealthError> {
         let mut b = Balance {
             remote_keys: Vec::new(),
@@ -70,17 +73,19 @@ impl Balance {
             last_plan: None,
             prev_packets: Vec::new(),
         };
-        b.reload(compiled, now, probes)?;
+        b.reload(compiled, now, probes, out)?;
         Ok(b)
     }
 
     /// Follows a new configuration: probes of endpoints that stay keep
-    /// their state, planners of services that stay keep theirs.
+    /// their state, planners of services that stay keep theirs (log lines
+    /// go to `out`).
     pub fn reload(
         &mut self,
         compiled: &Compiled,
         now: Duration,
         probes: &mut dyn Probes,
+        out: &mut Vec<Output>,
     ) -> Result<(), health::HealthError> {
         let targets = health::targets_from_compiled(compiled)?;
         self.health = probes.set_targets(targets)?;
@@ -117,7 +122,7 @@ impl Balance {
         // Plans for the new configuration right away, so the snapshot built
         // from it already carries them (rates: none measured yet).
         self.last_plan = Some(now);
-        self.plan(compiled, None, &WorkerCounters::default(), PLAN_PERIOD);
+        self.plan(compiled, None, &WorkerCounters::default(), PLAN_PERIOD, out);
         Ok(())
     }
 
@@ -185,13 +190,14 @@ impl Balance {
 
     /// Periodic work at `now`. Returns true when the snapshot must be
     /// rebuilt: a health verdict changed, or a plan did. `counters` is asked
-    /// for only when plans are recomputed.
+    /// for only when plans are recomputed; log lines go to `out`.
     pub fn tick(
         &mut self,
         compiled: &Compiled,
         builder: &SnapshotBuilder,
         now: Duration,
         counters: impl FnOnce() -> WorkerCounters,
+        out: &mut Vec<Output>,
     ) -> bool {
         let mut rebuild = std::mem::take(&mut self.health_changed);
         // A remote rule's verdict changed: act on it now, like a probe's.
@@ -210,7 +216,7 @@ impl Balance {
                 .map_or(PLAN_PERIOD, |t| now.saturating_sub(t))
                 .max(Duration::from_millis(1));
             self.last_plan = Some(now);
-            rebuild |= self.plan(compiled, Some(builder), &counters(), elapsed);
+            rebuild |= self.plan(compiled, Some(builder), &counters(), elapsed, out);
         }
         rebuild
     }
@@ -221,6 +227,7 @@ impl Balance {
         builder: Option<&SnapshotBuilder>,
         counters: &WorkerCounters,
         elapsed: Duration,
+        out: &mut Vec<Output>,
     ) -> bool {
         let secs = elapsed.as_secs_f64();
         let packets = &counters.backend_packets;
@@ -266,7 +273,7 @@ impl Balance {
                         old.is_none_or(|o| !o.same_tables(plan) || o.thresholds != plan.thresholds);
                     if differs {
                         if let Some(o) = old {
-                            log_change(&svc.name, o, plan, compiled);
+                            log_change(&svc.name, o, plan, compiled, out);
                         }
                         changed = true;
                     }
@@ -274,7 +281,7 @@ impl Balance {
                         *slot = Some(plan.clone());
                     }
                 }
-                Err(e) => log::error!("service {}: locality: {e}", svc.name),
+                Err(e) => say!(out, Error, "service {}: locality: {e}", svc.name),
             }
         }
         if builder.is_some() {
@@ -412,7 +419,7 @@ impl Balance {
 }
 
 /// One log line per change of where new connections go.
-fn log_change(service: &str, old: &Plan, new: &Plan, compiled: &Compiled) {
+fn log_change(service: &str, old: &Plan, new: &Plan, compiled: &Compiled, out: &mut Vec<Output>) {
     let shares = |p: &Plan| {
         p.regions
             .iter()
@@ -431,6 +438,10 @@ fn log_change(service: &str, old: &Plan, new: &Plan, compiled: &Compiled) {
     };
     let (a, b) = (shares(old), shares(new));
     if a != b {
-        log::info!("locality: service {service}: new connections [{a}] -> [{b}]");
+        say!(
+            out,
+            Info,
+            "locality: service {service}: new connections [{a}] -> [{b}]"
+        );
     }
 }

@@ -1,16 +1,17 @@
 //! The management core's decisions, without I/O (sans-I/O): a state machine
-//! fed with time and inputs — a tick, a configuration loaded (or not), health
-//! verdicts, remote rule verdicts, Maglev tables built — that says what to
-//! do as [`Output`]s: publish a snapshot, build tables off the loop, follow
-//! the file or not.
+//! fed with time and inputs — a tick, health verdicts, remote rule verdicts,
+//! Maglev tables built, control [`Command`]s (a configuration loaded or not,
+//! `status`) — that says what to do as [`Output`]s: publish a snapshot,
+//! build tables off the loop, follow the file or not, log a line; and
+//! answers each command ([`Answer`]) with the text the daemon sends.
 //!
 //! Nothing here reads a clock, sleeps, spawns a thread or touches a file or
 //! socket: time is always an argument (`now`, since the daemon started), and
 //! the probers are reached through the [`Probes`] port. The daemon
 //! ([`crate::daemon`]) owns threads, sockets, clocks and files and feeds
 //! this; the simulation harness (`tests/sim`) feeds it a virtual clock and
-//! scripted verdicts. Log lines stay `log` calls: they are the core's
-//! account of itself, not I/O it depends on.
+//! scripted verdicts. Log lines are outputs too ([`Output::Log`]): the shell
+//! writes them, the harness reads them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,6 +50,119 @@ pub enum Output {
     /// Reload when the configuration file changes, or stop doing so (the
     /// accepted configuration's `[control] watch_config`).
     Watch(bool),
+    /// Write this log line (`log::log!` with this level and target: the
+    /// core's module, as if it had logged it itself).
+    Log {
+        /// Its level.
+        level: log::Level,
+        /// The module that wrote it (`control::core`, `control::balance`).
+        target: &'static str,
+        /// The message.
+        text: String,
+    },
+}
+
+/// Writes a log line into `$out` (a `Vec<Output>`) as [`Output::Log`], the
+/// calling module as its target: `say!(out, Warn, "…{x}")` is what
+/// `log::warn!("…{x}")` was.
+macro_rules! say {
+    ($out:expr, $level:ident, $($arg:tt)+) => {
+        $out.push($crate::core::Output::Log {
+            level: log::Level::$level,
+            target: module_path!(),
+            text: format!($($arg)+),
+        })
+    };
+}
+pub(crate) use say;
+
+/// A control command whose answer is the core's business: `spillway
+/// status`, HTTP `/status`, and reloads (`spillway reload [--force]`,
+/// SIGHUP, the file watch). The shell parses requests and answers those
+/// made of state it owns itself (`stats`, `flows`, `/metrics`).
+// A command is made once per request and moved once: boxing the loaded
+// configuration would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Command {
+    /// `spillway status`, with the flow table's use now (the table is the
+    /// shell's, shared with workers).
+    Status {
+        /// The flow table's use.
+        flows: FlowUse,
+    },
+    /// HTTP `GET /status`: every forwarding rule's exported state (M21).
+    RuleStates,
+    /// A reload: the configuration file as the shell read it (or why it
+    /// could not). With `force`, also a configuration that
+    /// [`destructive_change`] would refuse.
+    Reload {
+        /// The file, loaded.
+        loaded: Result<config::Loaded, String>,
+        /// `spillway reload --force`.
+        force: bool,
+    },
+}
+
+/// The core's answer to a [`Command`]: what it found or did, and
+/// ([`Answer::text`]) how the daemon words it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The `status` report.
+    Status(String),
+    /// Every forwarding rule's exported state, in configuration order.
+    RuleStates(Vec<(String, Aggregate)>),
+    /// What became of a reload: live, or waiting for large Maglev tables;
+    /// or every error (the running configuration stays).
+    Reload(Result<Published, String>),
+}
+
+impl Answer {
+    /// Whether the command succeeded (the control socket's `ok` / `error`).
+    pub fn ok(&self) -> bool {
+        !matches!(self, Answer::Reload(Err(_)))
+    }
+
+    /// The answer for people: what the control socket sends after its
+    /// `ok` / `error` line, and the body of HTTP `/status` (`rule <name>
+    /// <STATE>` lines, what `remote_rule` groups read).
+    pub fn text(&self) -> String {
+        match self {
+            Answer::Status(s) => s.clone(),
+            Answer::RuleStates(states) => states
+                .iter()
+                .map(|(rule, state)| format!("rule {rule} {state}\n"))
+                .collect(),
+            Answer::Reload(Ok(p)) => format!("reloaded: {p}\n"),
+            Answer::Reload(Err(e)) => {
+                format!("reload rejected; the running configuration stays:\n{e}\n")
+            }
+        }
+    }
+}
+
+/// The flow table's use, as `status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowUse {
+    /// Live entries.
+    pub live: usize,
+    /// … of which half-open TCP.
+    pub half_open: usize,
+    /// Entries it holds at most.
+    pub capacity: usize,
+}
+
+impl FlowUse {
+    /// `table`'s use now (a scan of the whole table: for `status`, not for
+    /// every tick).
+    pub fn of(table: &FlowTable) -> FlowUse {
+        let o = table.occupancy();
+        FlowUse {
+            live: o.live,
+            half_open: o.half_open,
+            capacity: table.capacity(),
+        }
+    }
 }
 
 /// The probers, as the core reaches them: health checks and remote rule
@@ -152,7 +266,8 @@ impl Core {
         probes: &mut dyn Probes,
     ) -> Result<Core, crate::StartError> {
         let compiled = Arc::new(compiled);
-        let balance = Balance::start(&compiled, now, probes)?;
+        let mut out = Vec::new();
+        let balance = Balance::start(&compiled, now, probes, &mut out)?;
         let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
         let snap = builder.build_with_plans(
             compiled.clone(),
@@ -177,7 +292,7 @@ impl Core {
             builds: 0,
             dirty: false,
             inline_slots: INLINE_TABLE_SLOTS,
-            out: Vec::new(),
+            out,
         })
     }
 
@@ -262,20 +377,31 @@ impl Core {
         self.balance.remote(state);
     }
 
-    /// Input: a configuration was read (or could not be). Validates it
-    /// against the running one and, if it may go live, publishes a snapshot
-    /// built from it. Returns what became of it (live, or waiting for large
+    /// Input: a control command at `now`; its answer. A reload may ask the
+    /// probers to follow the new configuration.
+    pub fn command(&mut self, now: Duration, cmd: Command, probes: &mut dyn Probes) -> Answer {
+        self.advance(now);
+        match cmd {
+            Command::Status { flows } => Answer::Status(self.status(flows)),
+            Command::RuleStates => Answer::RuleStates(self.rule_states()),
+            Command::Reload { loaded, force } => {
+                Answer::Reload(self.config_loaded(loaded, force, probes))
+            }
+        }
+    }
+
+    /// A configuration was read (or could not be). Validates it against
+    /// the running one and, if it may go live, publishes a snapshot built
+    /// from it. Returns what became of it (live, or waiting for large
     /// Maglev tables), or every error (the running configuration stays).
     /// With `force`, also a configuration that [`destructive_change`] would
     /// refuse (`spillway reload --force`).
-    pub fn config_loaded(
+    fn config_loaded(
         &mut self,
-        now: Duration,
         loaded: Result<config::Loaded, String>,
         force: bool,
         probes: &mut dyn Probes,
     ) -> Result<Published, String> {
-        self.advance(now);
         let loaded = match loaded {
             Ok(l) => l,
             Err(e) => return Err(self.reload_failed(e)),
@@ -287,14 +413,20 @@ impl Core {
                     self.path.display()
                 )));
             }
-            log::warn!("reload forced although {why}");
+            say!(self.out, Warn, "reload forced although {why}");
         }
         let restart_needed = settings_needing_restart(&self.compiled, &loaded.compiled);
         let compiled = Arc::new(loaded.compiled);
-        if let Err(e) = self.balance.reload(&compiled, self.now, probes) {
+        if let Err(e) = self
+            .balance
+            .reload(&compiled, self.now, probes, &mut self.out)
+        {
             // Health checks the prober refuses: the whole reload is refused.
-            if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
-                log::error!("health checks: {h}");
+            if let Err(h) = self
+                .balance
+                .reload(&self.compiled, self.now, probes, &mut self.out)
+            {
+                say!(self.out, Error, "health checks: {h}");
             }
             return Err(self.reload_failed(format!("health checks: {e}")));
         }
@@ -306,10 +438,14 @@ impl Core {
                 self.reloads_ok += 1;
                 self.last_error = None;
                 for w in &loaded.warnings {
-                    log::warn!("{}: {w}", self.path.display());
+                    say!(self.out, Warn, "{}: {w}", self.path.display());
                 }
                 if let Some(what) = restart_needed {
-                    log::warn!("reload: {what} changed; that takes effect at the next restart");
+                    say!(
+                        self.out,
+                        Warn,
+                        "reload: {what} changed; that takes effect at the next restart"
+                    );
                 }
                 Ok(published)
             }
@@ -317,8 +453,11 @@ impl Core {
                 // The new configuration did not go live: health and
                 // locality follow the running one again.
                 self.compiled = previous;
-                if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
-                    log::error!("health checks: {h}");
+                if let Err(h) = self
+                    .balance
+                    .reload(&self.compiled, self.now, probes, &mut self.out)
+                {
+                    say!(self.out, Error, "health checks: {h}");
                 }
                 Err(self.reload_failed(e))
             }
@@ -327,7 +466,11 @@ impl Core {
 
     fn reload_failed(&mut self, e: String) -> String {
         self.reloads_failed += 1;
-        log::error!("reload rejected; the running configuration stays:\n{e}");
+        say!(
+            self.out,
+            Error,
+            "reload rejected; the running configuration stays:\n{e}"
+        );
         self.last_error = Some(e.clone());
         e
     }
@@ -365,7 +508,11 @@ impl Core {
             build,
             tables: missing,
         });
-        log::info!("building {tables} Maglev table(s), {slots} slots, off the management loop");
+        say!(
+            self.out,
+            Info,
+            "building {tables} Maglev table(s), {slots} slots, off the management loop"
+        );
         self.pending = Some(PendingBuild {
             build,
             compiled,
@@ -435,18 +582,24 @@ impl Core {
                 .map(Some)
         });
         match result {
-            Ok(Some(generation)) => log::info!(
+            Ok(Some(generation)) => say!(
+                self.out,
+                Info,
                 "generation {generation} live: {} Maglev table(s) built in {:.1} s",
                 p.tables,
                 self.now.saturating_sub(p.started).as_secs_f64()
             ),
-            Ok(None) => log::info!(
+            Ok(None) => say!(
+                self.out,
+                Info,
                 "{} Maglev table(s) built for a configuration replaced meanwhile; publishing the current one",
                 p.tables
             ),
-            Err(e) if superseded => {
-                log::warn!("building Maglev tables for a configuration replaced meanwhile: {e}")
-            }
+            Err(e) if superseded => say!(
+                self.out,
+                Warn,
+                "building Maglev tables for a configuration replaced meanwhile: {e}"
+            ),
             Err(e) => {
                 self.build_failed(&e, probes);
                 if !asked {
@@ -465,12 +618,15 @@ impl Core {
     /// validated one): the running snapshot stays, and health and locality
     /// follow its configuration again.
     fn build_failed(&mut self, e: &str, probes: &mut dyn Probes) {
-        log::error!("building the snapshot: {e}");
+        say!(self.out, Error, "building the snapshot: {e}");
         let live = self.live.compiled.clone();
         if !Arc::ptr_eq(&live, &self.compiled) {
             self.compiled = live;
-            if let Err(h) = self.balance.reload(&self.compiled, self.now, probes) {
-                log::error!("health checks: {h}");
+            if let Err(h) = self
+                .balance
+                .reload(&self.compiled, self.now, probes, &mut self.out)
+            {
+                say!(self.out, Error, "health checks: {h}");
             }
             self.reloads_failed += 1;
             self.last_error = Some(format!("the reloaded configuration could not go live: {e}"));
@@ -489,20 +645,23 @@ impl Core {
         let retire_due = self.live.backends.iter().any(
             |b| matches!(b.state, BackendState::Draining { until } if tick_reached(tick, until)),
         );
-        let replan = self
-            .balance
-            .tick(&self.compiled, &self.builder, self.now, counters);
+        let replan = self.balance.tick(
+            &self.compiled,
+            &self.builder,
+            self.now,
+            counters,
+            &mut self.out,
+        );
         if retire_due || replan {
             if let Err(e) = self.publish() {
-                log::error!("rebuilding the snapshot: {e}");
+                say!(self.out, Error, "rebuilding the snapshot: {e}");
             }
         }
     }
 
-    /// `spillway status` (the flow table is the one workers share).
-    pub fn status(&self, flows: &FlowTable) -> String {
+    /// `spillway status`.
+    fn status(&self, flows: FlowUse) -> String {
         let snap = &self.live;
-        let occ = flows.occupancy();
         let mut out = format!(
             "node {} (region {}, zone {})\nuptime {} s, snapshot generation {}, reloads {} ok / {} rejected\n",
             self.compiled.node.name,
@@ -521,9 +680,7 @@ impl Core {
         );
         out += &format!(
             "flow table: {} live of {} ({} half-open)\n",
-            occ.live,
-            flows.capacity(),
-            occ.half_open
+            flows.live, flows.capacity, flows.half_open
         );
         if let Some(p) = &self.pending {
             out += &format!(

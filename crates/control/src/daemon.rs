@@ -17,7 +17,7 @@ use dataplane::{DropReason, Local, WorkerCounters};
 use flowtable::FlowTable;
 use health::{HealthChecker, HealthSnapshot};
 
-use crate::core::{BuiltTables, Core, Output, Probes, Published};
+use crate::core::{Answer, BuiltTables, Command, Core, FlowUse, Output, Probes, Published};
 use crate::remote::{RemoteKey, RemotePoller};
 use crate::{Shared, StartError, flows, listen, metrics, socket};
 
@@ -180,7 +180,7 @@ impl Manager {
                 .map(|_| Mutex::new(WorkerCounters::new(children)))
                 .collect(),
         });
-        let mgr = Manager {
+        let mut mgr = Manager {
             path: path.to_owned(),
             core,
             shared: shared.clone(),
@@ -195,6 +195,8 @@ impl Manager {
             listeners: None,
             build: None,
         };
+        // What the core logged starting.
+        mgr.pump();
         Ok((mgr, shared))
     }
 
@@ -240,6 +242,11 @@ impl Manager {
             match out {
                 Output::Publish(snap) => self.shared.snapshot.store(snap),
                 Output::Watch(on) => self.watch.enabled = on,
+                Output::Log {
+                    level,
+                    target,
+                    text,
+                } => log::log!(target: target, level, "{text}"),
                 Output::BuildTables { build, tables } => {
                     let (tx, done) = std::sync::mpsc::channel();
                     let spawned = std::thread::Builder::new()
@@ -289,11 +296,10 @@ impl Manager {
         // reload it again.
         self.watch.reset(&self.path);
         let loaded = config::load(&self.path).map_err(|e| e.to_string());
-        let now = self.clock();
-        let result = self
-            .core
-            .config_loaded(now, loaded, force, &mut self.probes);
-        self.pump();
+        let result = match self.command(Command::Reload { loaded, force }) {
+            Answer::Reload(r) => r,
+            other => Err(other.text()),
+        };
         if let Ok(published) = &result {
             log::info!(
                 "reload: {published} ({:.1} ms)",
@@ -359,9 +365,33 @@ impl Manager {
         )
     }
 
+    /// Hands `cmd` to the core; its answer.
+    fn command(&mut self, cmd: Command) -> Answer {
+        let now = self.clock();
+        let answer = self.core.command(now, cmd, &mut self.probes);
+        self.pump();
+        answer
+    }
+
     /// `spillway status`.
-    pub fn status(&self) -> String {
-        self.core.status(&self.shared.flows)
+    pub fn status(&mut self) -> String {
+        let flows = FlowUse::of(&self.shared.flows);
+        self.command(Command::Status { flows }).text()
+    }
+
+    /// One control-socket request: `ok` (or not) and the text for people.
+    /// `status` and `reload` are the core's to answer; `stats` and `flows`
+    /// are made of state the shell owns (counters, the flow table).
+    pub fn request(&mut self, r: socket::Request) -> (bool, String) {
+        match r {
+            socket::Request::Status => (true, self.status()),
+            socket::Request::Reload { force } => {
+                let answer = Answer::Reload(self.reload_with(force));
+                (answer.ok(), answer.text())
+            }
+            socket::Request::Stats => (true, self.stats()),
+            socket::Request::Flows(q) => (true, self.flows(&q)),
+        }
     }
 
     /// Answers the requests of `listeners` from the management loop
@@ -393,12 +423,8 @@ impl Manager {
 
     /// Every forwarding rule's exported state (M21), one `rule <name>
     /// <STATE>` line each.
-    pub fn exported_status(&self) -> String {
-        self.core
-            .rule_states()
-            .into_iter()
-            .map(|(rule, state)| format!("rule {rule} {state}\n"))
-            .collect()
+    pub fn exported_status(&mut self) -> String {
+        self.command(Command::RuleStates).text()
     }
 
     /// Counters in Prometheus text format (M42).

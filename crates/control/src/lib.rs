@@ -14,12 +14,16 @@
 //! # Layout
 //!
 //! - [`core`]: the decisions, as a state machine without I/O: time and
-//!   inputs in (tick, configuration loaded, health and remote verdicts,
-//!   tables built), [`Output`]s out (publish, build tables, watch the file).
+//!   inputs in (tick, health and remote verdicts, tables built, the control
+//!   [`Command`]s whose answers are its business: `status`, `/status`,
+//!   reloads), [`Output`]s out (publish, build tables, watch the file, log
+//!   a line) and an [`Answer`] to each command.
 //!   [`balance`] is its health and locality part.
 //! - [`daemon`]: the shell ([`Manager`]): clock, threads, the configuration
 //!   file and its watch, the probers, the listeners ([`listen`], [`socket`],
-//!   [`http`]), counters, `stats` and [`metrics`].
+//!   [`http`]); it answers from state it owns itself (the flow table for
+//!   `flows`, the workers' and listeners' counters for `stats` and
+//!   [`metrics`]) and hands the other commands to the core.
 //! - [`remote`]: the `remote_rule` poller (threads and HTTP), the shell's.
 
 #![forbid(unsafe_code)]
@@ -46,7 +50,8 @@ use dataplane::{Snapshot, WorkerCounters};
 use flowtable::FlowTable;
 
 pub use crate::core::{
-    BuiltTables, Core, INLINE_TABLE_SLOTS, Output, Probes, Published, destructive_change,
+    Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
+    destructive_change,
 };
 pub use crate::daemon::Manager;
 

@@ -286,26 +286,51 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed {
     }
 }
 
-/// Runs one command line on the management core: the whole answer, `ok`
-/// or `error` first. Every command is one arm here.
-pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
-    match line.trim() {
-        "status" => format!("ok\n{}", mgr.status()),
-        "stats" => format!("ok\n{}", mgr.stats()),
-        cmd @ ("reload" | "reload --force") => match mgr.reload_with(cmd == "reload --force") {
-            Ok(p) => format!("ok\nreloaded: {p}\n"),
-            Err(e) => format!("error\nreload rejected; the running configuration stays:\n{e}\n"),
-        },
-        cmd if cmd == "flows" || cmd.starts_with("flows ") => {
-            match crate::flows::FlowQuery::parse(&cmd["flows".len()..]) {
-                Ok(q) => format!("ok\n{}", mgr.flows(&q)),
-                Err(e) => format!("error\n{e}\n"),
+/// A command line, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `status`.
+    Status,
+    /// `stats`.
+    Stats,
+    /// `reload`, `reload --force`.
+    Reload {
+        /// `--force`.
+        force: bool,
+    },
+    /// `flows [filters]`.
+    Flows(crate::flows::FlowQuery),
+}
+
+impl Request {
+    /// Parses a command line; `Err` is the error's text for people. Every
+    /// command is one arm here.
+    pub fn parse(line: &str) -> Result<Request, String> {
+        match line.trim() {
+            "status" => Ok(Request::Status),
+            "stats" => Ok(Request::Stats),
+            "reload" => Ok(Request::Reload { force: false }),
+            "reload --force" => Ok(Request::Reload { force: true }),
+            cmd if cmd == "flows" || cmd.starts_with("flows ") => {
+                crate::flows::FlowQuery::parse(&cmd["flows".len()..])
+                    .map(Request::Flows)
+                    .map_err(|e| format!("{e}\n"))
             }
-        }
-        other => {
-            format!("error\nunknown command {other:?} (status, stats, flows, reload [--force])\n")
+            other => Err(format!(
+                "unknown command {other:?} (status, stats, flows, reload [--force])\n"
+            )),
         }
     }
+}
+
+/// Runs one command line on the management core: the whole answer, `ok`
+/// or `error` first.
+pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
+    let (ok, text) = match Request::parse(line) {
+        Ok(r) => mgr.request(r),
+        Err(e) => (false, e),
+    };
+    format!("{}\n{text}", if ok { "ok" } else { "error" })
 }
 
 /// Sends `command` to the daemon at `path` and returns (ok, text).
@@ -427,6 +452,35 @@ pub(crate) mod tests {
         // nobody is not listed in root's group.
         assert!(!in_group(65534, 0));
         assert!(in_group(65534, 65534), "nobody's primary group");
+    }
+
+    #[test]
+    fn command_lines_parse_to_requests_or_to_the_error_answered() {
+        assert_eq!(Request::parse(" status "), Ok(Request::Status));
+        assert_eq!(Request::parse("stats"), Ok(Request::Stats));
+        assert_eq!(
+            Request::parse("reload"),
+            Ok(Request::Reload { force: false })
+        );
+        assert_eq!(
+            Request::parse("reload --force"),
+            Ok(Request::Reload { force: true })
+        );
+        assert!(matches!(
+            Request::parse("flows limit=3"),
+            Ok(Request::Flows(q)) if q.limit == 3
+        ));
+        assert_eq!(
+            Request::parse("flows limit=x"),
+            Err("limit=\"x\": not a count\n".to_owned())
+        );
+        assert_eq!(
+            Request::parse("reload -f"),
+            Err(
+                "unknown command \"reload -f\" (status, stats, flows, reload [--force])\n"
+                    .to_owned()
+            )
+        );
     }
 
     #[test]

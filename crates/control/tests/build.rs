@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use control::{Manager, Published};
 use dataplane::Local;
+use testkit::config::{Config, addrs, node, rule, service};
 
 /// A prime table size large enough that building it takes a while.
 fn big_prime() -> u32 {
@@ -17,39 +18,17 @@ fn big_prime() -> u32 {
 }
 
 fn config(endpoints: usize) -> String {
-    let eps: Vec<String> = (0..endpoints)
-        .map(|i| format!("{{ address = \"10.1.0.{}\" }}", i + 1))
-        .collect();
-    format!(
-        r#"
-[node]
-name = "n"
-region = "r"
-zone = "z"
-
-[dataplane]
-flow_table_capacity = 1024
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = 80
-backend_service = "web"
-
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-maglev_table_size = {m}
-groups = [{{ name = "g", region = "r", zone = "z", endpoints = [{eps}] }}]
-
-[control]
-socket = "/nonexistent/not-used.sock"
-watch_config = false
-"#,
-        m = big_prime(),
-        eps = eps.join(", ")
-    )
+    Config::new()
+        .node(node("n", "r", "z"))
+        .dataplane("flow_table_capacity", 1024)
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
+        .service(
+            service("web", "ipip")
+                .set("maglev_table_size", big_prime())
+                .endpoints(&addrs("10.1.0.", endpoints)),
+        )
+        .raw("[control]\nsocket = \"/nonexistent/not-used.sock\"\nwatch_config = false\n")
+        .build()
 }
 
 struct Dir(PathBuf);

@@ -7,73 +7,49 @@ mod sim;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use control::Published;
+use control::{Answer, Published};
 use dataplane::BackendState;
 use health::{Aggregate, State};
+use log::Level;
 use sim::{Builds, Flow, World, ip};
+use testkit::config::{
+    Config, Table, endpoint_list, group, health_check, node, port, rule, service,
+};
 
 const SEC: Duration = Duration::from_secs(1);
 
-/// One node in region r1 (r2 next), a TCP and a UDP rule on 10.0.0.10 to
-/// service `web` (`persistence`, 10 s draining), health-checked, with
-/// `endpoints` in r1 and `extra` (raw TOML groups) after.
-fn web(persistence: &str, endpoints: &[&str], extra: &str) -> String {
-    let eps: Vec<String> = endpoints
-        .iter()
-        .map(|a| format!("{{ address = \"{a}\" }}"))
-        .collect();
-    format!(
-        r#"
-[node]
-name = "n"
-region = "r1"
-zone = "r1-a"
-region_preference = ["r1", "r2"]
+/// A node `name` in region r1 (r2 next), zone r1-a, one uplink.
+fn node_r1(name: &str) -> Config {
+    Config::new()
+        .node(node(name, "r1", "r1-a").strs("region_preference", &["r1", "r2"]))
+        .dataplane("flow_table_capacity", 8192)
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+}
 
-[dataplane]
-flow_table_capacity = 8192
+/// Service `web` (`persistence`, 10 s draining), health-checked by `tcp`,
+/// with `endpoints` in r1 (group `a`).
+fn web_service<S: AsRef<str>>(persistence: &str, endpoints: &[S]) -> Table {
+    service("web", "ipip")
+        .str("health_check", "tcp")
+        .str("connection_persistence", persistence)
+        .str("connection_draining_timeout", "10s")
+        .set("maglev_table_size", 1021)
+        .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(endpoints)))
+}
 
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
+/// Node `n` (see [`node_r1`]) with a TCP and a UDP rule on 10.0.0.10 to
+/// `web`, and health check `tcp`.
+fn with_web(web: Table) -> Config {
+    node_r1("n")
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "web").set("ports", 53))
+        .service(web)
+        .health_check(health_check("tcp", "TCP").set("port", 80))
+}
 
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = 80
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "web"
-
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-health_check = "tcp"
-connection_persistence = "{persistence}"
-connection_draining_timeout = "10s"
-maglev_table_size = 1021
-
-[[backend_services.groups]]
-name = "a"
-region = "r1"
-zone = "r1-a"
-endpoints = [{eps}]
-{extra}
-[[health_checks]]
-name = "tcp"
-type = "TCP"
-port = 80
-"#,
-        eps = eps.join(", ")
-    )
+/// [`with_web`] with [`web_service`] (`persistence`, `endpoints`).
+fn web<S: AsRef<str>>(persistence: &str, endpoints: &[S]) -> String {
+    with_web(web_service(persistence, endpoints)).build()
 }
 
 const FOUR: [&str; 4] = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"];
@@ -103,7 +79,7 @@ fn endpoint_flaps_under_each_persistence_policy() {
         ("NEVER_PERSIST", false, false),
         ("ALWAYS_PERSIST", true, true),
     ] {
-        let mut w = healthy_world(&web(policy, &FOUR, ""), 11);
+        let mut w = healthy_world(&web(policy, &FOUR), 11);
         let tcp = w.open(200, "10.0.0.10", 80);
         let udp = w.open_proto(200, "10.0.0.10", 53, true);
         let sick = ip("10.1.0.2");
@@ -161,7 +137,7 @@ fn endpoint_flaps_under_each_persistence_policy() {
 /// other flow stays put throughout.
 #[test]
 fn a_removed_endpoint_drains_until_its_deadline() {
-    let mut w = healthy_world(&web("DEFAULT_FOR_PROTOCOL", &FOUR, ""), 12);
+    let mut w = healthy_world(&web("DEFAULT_FOR_PROTOCOL", &FOUR), 12);
     let flows = w.open(300, "10.0.0.10", 80);
     let gone = ip("10.1.0.3");
     assert!(on(&flows, gone) > 20);
@@ -170,7 +146,6 @@ fn a_removed_endpoint_drains_until_its_deadline() {
             &web(
                 "DEFAULT_FOR_PROTOCOL",
                 &["10.1.0.1", "10.1.0.2", "10.1.0.4"],
-                "",
             ),
             false,
         )
@@ -216,20 +191,15 @@ fn a_removed_endpoint_drains_until_its_deadline() {
     );
 }
 
-/// Region r2 as the failover of r1's endpoints.
-fn two_regions(persistence: &str, rate: &str) -> String {
-    let extra = r#"
-[[backend_services.groups]]
-name = "b"
-region = "r2"
-zone = "r2-a"
-endpoints = [{ address = "10.2.0.1" }, { address = "10.2.0.2" }]
-"#;
-    let text = web(persistence, &["10.1.0.1", "10.1.0.2"], extra);
-    text.replace(
-        "maglev_table_size = 1021",
-        &format!("maglev_table_size = 1021\n{rate}"),
-    )
+/// Region r2 as the failover of r1's endpoints; `settings` (raw TOML
+/// values) added to `web`.
+fn two_regions(persistence: &str, settings: &[(&str, &str)]) -> String {
+    let mut web = web_service(persistence, &["10.1.0.1", "10.1.0.2"])
+        .child(group("b", "r2", "r2-a").set("endpoints", endpoint_list(&["10.2.0.1", "10.2.0.2"])));
+    for (k, v) in settings {
+        web = web.set(k, v);
+    }
+    with_web(web).build()
 }
 
 fn region_of(a: Option<IpAddr>) -> Option<u8> {
@@ -244,16 +214,25 @@ fn region_of(a: Option<IpAddr>) -> Option<u8> {
 /// flows stay on r2.
 #[test]
 fn failover_to_the_next_region_and_back() {
-    let mut w = healthy_world(&two_regions("DEFAULT_FOR_PROTOCOL", ""), 13);
+    let mut w = healthy_world(&two_regions("DEFAULT_FOR_PROTOCOL", &[]), 13);
     let first = w.open(100, "10.0.0.10", 80);
     assert!(
         first.iter().all(|(_, b)| region_of(*b) == Some(1)),
         "local first"
     );
 
+    assert_eq!(w.take_logs(), [], "nothing to say while r1 is fine");
     w.set_health("10.1.0.1", State::Unhealthy);
     w.set_health("10.1.0.2", State::Unhealthy);
     w.advance(SEC);
+    // The change of where new connections go is logged, once (M20, M24).
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Info,
+            "locality: service web: new connections [r1 100.0 %] -> [r2 100.0 %]".to_owned()
+        )]
+    );
     let failed_over = w.open(100, "10.0.0.10", 80);
     assert!(
         failed_over.iter().all(|(_, b)| region_of(*b) == Some(2)),
@@ -269,6 +248,13 @@ fn failover_to_the_next_region_and_back() {
     w.set_health("10.1.0.1", State::Healthy);
     w.set_health("10.1.0.2", State::Healthy);
     w.advance(2 * SEC);
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Info,
+            "locality: service web: new connections [r2 100.0 %] -> [r1 100.0 %]".to_owned()
+        )]
+    );
     let back = w.open(100, "10.0.0.10", 80);
     assert!(
         back.iter().all(|(_, b)| region_of(*b) == Some(1)),
@@ -288,7 +274,10 @@ fn failover_to_the_next_region_and_back() {
 fn load_beyond_capacity_spills_to_the_next_region() {
     let text = two_regions(
         "DEFAULT_FOR_PROTOCOL",
-        "balancing_mode = \"RATE\"\nmax_rate_per_endpoint = 20",
+        &[
+            ("balancing_mode", "\"RATE\""),
+            ("max_rate_per_endpoint", "20"),
+        ],
     );
     let mut w = healthy_world(&text, 14);
     let established = w.open(50, "10.0.0.10", 80);
@@ -314,78 +303,64 @@ fn load_beyond_capacity_spills_to_the_next_region() {
 /// the composite fails, the peer's new flows fail over to its own r2.
 #[test]
 fn a_composite_exported_to_a_rule_drives_a_peers_failover() {
-    let a_text = web("DEFAULT_FOR_PROTOCOL", &FOUR, "")
-        + r#"
-[[forwarding_rules]]
-name = "api"
-vips = ["10.0.0.11"]
-protocol = "TCP"
-ports = 80
-backend_service = "api"
-
-[[backend_services]]
-name = "api"
-delivery = "ipip"
-health_check = "tcp"
-maglev_table_size = 1021
-groups = [{ name = "a", region = "r1", zone = "r1-a", endpoints = [{ address = "10.3.0.1" }, { address = "10.3.0.2" }, { address = "10.3.0.3" }] }]
-
-[[composite_health_checks]]
+    let a_text = with_web(web_service("DEFAULT_FOR_PROTOCOL", &FOUR))
+        .rule(rule("api", &["10.0.0.11"], "TCP", "80", "api").set("ports", 80))
+        .service(
+            service("api", "ipip")
+                .str("health_check", "tcp")
+                .set("maglev_table_size", 1021)
+                .child(group("a", "r1", "r1-a").set(
+                    "endpoints",
+                    endpoint_list(&["10.3.0.1", "10.3.0.2", "10.3.0.3"]),
+                )),
+        )
+        .raw(
+            r#"[[composite_health_checks]]
 name = "web-composite"
 sources = [
   { backend_service = "api", aggregation = { min_healthy_percent = 50, min_healthy_count = 2 } },
 ]
 destination = "web"
-"#;
+"#,
+        )
+        .build();
     let mut a = healthy_world(&a_text, 15);
     assert_eq!(a.rule_state("web"), Aggregate::Healthy);
 
-    let b_text = r#"
-[node]
-name = "peer"
-region = "r1"
-zone = "r1-a"
-region_preference = ["r1", "r2"]
-
-[dataplane]
-flow_table_capacity = 8192
-
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-
-[[forwarding_rules]]
-name = "front"
-vips = ["10.0.0.20"]
-protocol = "TCP"
-ports = 80
-backend_service = "front"
-
-[[backend_services]]
-name = "front"
-delivery = "ipip"
-maglev_table_size = 1021
-
-[[backend_services.groups]]
-name = "remote"
-region = "r1"
-zone = "r1-a"
-kind = "remote_rule"
-remote = { status_url = "http://10.9.0.1:9469/status", rule = "web", vip = "10.0.0.10" }
-
-[[backend_services.groups]]
-name = "other"
-region = "r2"
-zone = "r2-a"
-kind = "remote_rule"
-remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.2.0.1" }
-"#;
-    let mut b = World::new(b_text, 2, 16);
+    // Its r1 group is A's rule `web`; its r2 group another peer's.
+    let remote = |name: &str, region: &str, url: &str, rule: &str, vip: &str| {
+        group(name, region, &format!("{region}-a"))
+            .str("kind", "remote_rule")
+            .set(
+                "remote",
+                format!("{{ status_url = {url:?}, rule = {rule:?}, vip = {vip:?} }}"),
+            )
+    };
+    let b_text = node_r1("peer")
+        .rule(rule("front", &["10.0.0.20"], "TCP", "80", "front").set("ports", 80))
+        .service(
+            service("front", "ipip")
+                .set("maglev_table_size", 1021)
+                .child(remote(
+                    "remote",
+                    "r1",
+                    "http://10.9.0.1:9469/status",
+                    "web",
+                    "10.0.0.10",
+                ))
+                .child(remote(
+                    "other",
+                    "r2",
+                    "http://10.9.0.2:9469/status",
+                    "web2",
+                    "10.2.0.1",
+                )),
+        )
+        .build();
+    let mut b = World::new(&b_text, 2, 16);
     b.set_remote("web2", State::Healthy);
     // The peer reads A's export every poll.
-    let follow = |a: &World, b: &mut World| {
+    let follow = |a: &mut World, b: &mut World| {
         let s = match a.rule_state("web") {
             Aggregate::Healthy => State::Healthy,
             Aggregate::Unhealthy => State::Unhealthy,
@@ -394,7 +369,7 @@ remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.
         b.set_remote("web", s);
         b.advance(SEC);
     };
-    follow(&a, &mut b);
+    follow(&mut a, &mut b);
     let via_a = b.open(50, "10.0.0.20", 80);
     assert!(
         via_a.iter().all(|(_, t)| *t == Some(ip("10.0.0.10"))),
@@ -410,7 +385,7 @@ remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.
     a.advance(SEC);
     assert_eq!(a.rule_state("web"), Aggregate::Unhealthy);
     assert_eq!(a.rule_state("api"), Aggregate::Unhealthy);
-    follow(&a, &mut b);
+    follow(&mut a, &mut b);
     let failed_over = b.open(50, "10.0.0.20", 80);
     assert!(
         failed_over.iter().all(|(_, t)| *t == Some(ip("10.2.0.1"))),
@@ -431,7 +406,7 @@ remote = { status_url = "http://10.9.0.2:9469/status", rule = "web2", vip = "10.
 #[test]
 fn reloads_accepted_rejected_and_rolled_back() {
     let three = ["10.1.0.1", "10.1.0.2", "10.1.0.3"];
-    let base = web("DEFAULT_FOR_PROTOCOL", &three, "");
+    let base = web("DEFAULT_FOR_PROTOCOL", &three);
     let mut w = healthy_world(&base, 17);
     let flows = w.open(200, "10.0.0.10", 80);
     let keep = |w: &mut World, what: &str| {
@@ -446,15 +421,41 @@ fn reloads_accepted_rejected_and_rolled_back() {
     // Rejected: a file that does not parse, and one that drops every rule.
     let live = w.live.clone();
     let published = w.published.len();
-    assert!(w.reload("[node\nname = ", false).is_err());
-    let no_rules = base
-        .split("[[forwarding_rules]]")
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-        + "[[backend_services]]\nname = \"web\"\ndelivery = \"ipip\"\ngroups = [{ name = \"a\", region = \"r1\", zone = \"r1-a\", endpoints = [{ address = \"10.1.0.1\" }] }]\n";
-    let e = w.reload(&no_rules, false).expect_err("destructive");
-    assert!(e.contains("no forwarding rules"), "{e}");
+    w.take_logs();
+    let e = w
+        .reload("[node\nname = ", false)
+        .expect_err("does not parse");
+    // Each refusal is logged with every error (M38).
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Error,
+            format!("reload rejected; the running configuration stays:\n{e}")
+        )]
+    );
+    let no_rules = node_r1("n")
+        .service(
+            service("web", "ipip")
+                .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.1.0.1"]))),
+        )
+        .build();
+    let answer = w.reload_answer(&no_rules, false);
+    let why = "sim.toml: the new configuration has no forwarding rules (the running one has 2). \
+               A half-written or truncated file looks like this; if the change is meant, run \
+               `spillway reload --force`";
+    // What `spillway reload` prints, and the log line.
+    assert!(!answer.ok());
+    assert_eq!(
+        answer.text(),
+        format!("reload rejected; the running configuration stays:\n{why}\n")
+    );
+    assert_eq!(
+        w.take_logs(),
+        [(
+            Level::Error,
+            format!("reload rejected; the running configuration stays:\n{why}")
+        )]
+    );
     w.advance(SEC);
     assert!(
         std::sync::Arc::ptr_eq(&w.live.compiled, &live.compiled),
@@ -462,13 +463,36 @@ fn reloads_accepted_rejected_and_rolled_back() {
     );
     assert_eq!(w.published.len(), published, "nothing published");
     assert_eq!(w.core.reloads().1, 2);
+    let status = w.status();
+    assert!(
+        status.contains("reloads 0 ok / 2 rejected\n")
+            && status.ends_with(&format!("last reload error:\n{why}\n")),
+        "{status}"
+    );
     keep(&mut w, "after rejected reloads");
 
     // Accepted: a fourth endpoint.
-    let four = web("DEFAULT_FOR_PROTOCOL", &FOUR, "");
+    let four = web("DEFAULT_FOR_PROTOCOL", &FOUR);
     w.set_health("10.1.0.4", State::Healthy);
-    let p = w.reload(&four, false).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(p, Published::Live(_)), "{p:?}");
+    let generation = w.live.generation + 1;
+    let answer = w.reload_answer(&four, false);
+    assert_eq!(
+        answer,
+        Answer::Reload(Ok(Published::Live(generation))),
+        "{}",
+        answer.text()
+    );
+    assert_eq!(
+        answer.text(),
+        format!("reloaded: generation {generation} is live\n")
+    );
+    let status = w.status();
+    assert!(
+        status.contains(&format!(
+            "snapshot generation {generation}, reloads 1 ok / 2 rejected\n"
+        )) && !status.contains("last reload error"),
+        "{status}"
+    );
     w.advance(SEC);
     keep(&mut w, "after an accepted reload");
     assert!(on(&w.open(200, "10.0.0.10", 80), ip("10.1.0.4")) > 10);
@@ -480,7 +504,6 @@ fn reloads_accepted_rejected_and_rolled_back() {
     let five = web(
         "DEFAULT_FOR_PROTOCOL",
         &["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.0.5"],
-        "",
     );
     w.set_health("10.1.0.5", State::Healthy);
     let p = w.reload(&five, false).unwrap_or_else(|e| panic!("{e}"));
@@ -489,7 +512,16 @@ fn reloads_accepted_rejected_and_rolled_back() {
     assert_eq!(w.reload(&four, false), Ok(Published::Queued));
     w.advance(SEC);
     keep(&mut w, "while building");
+    w.take_logs();
     w.finish_builds();
+    assert!(
+        w.logged(
+            Level::Info,
+            "1 Maglev table(s) built for a configuration replaced meanwhile; publishing the current one"
+        ),
+        "{:?}",
+        w.logs
+    );
     w.advance(SEC);
     assert!(!w.core.building() && !w.builds_held());
     for s in &w.published {
@@ -510,10 +542,7 @@ fn reloads_accepted_rejected_and_rolled_back() {
 #[test]
 fn a_backend_set_churning_under_load() {
     let mut addrs: Vec<String> = (1..=12).map(|i| format!("10.1.0.{i}")).collect();
-    let text = |a: &[String]| {
-        let v: Vec<&str> = a.iter().map(String::as_str).collect();
-        web("DEFAULT_FOR_PROTOCOL", &v, "")
-    };
+    let text = |a: &[String]| web("DEFAULT_FOR_PROTOCOL", a);
     let mut w = healthy_world(&text(&addrs), 18);
     let mut flows = w.open(400, "10.0.0.10", 80);
     let mut removed_at: Vec<(IpAddr, u32)> = Vec::new();
@@ -577,7 +606,7 @@ fn a_backend_set_churning_under_load() {
 #[test]
 fn the_same_seed_gives_the_same_run() {
     let run = |seed: u64| {
-        let mut w = healthy_world(&web("NEVER_PERSIST", &FOUR, ""), seed);
+        let mut w = healthy_world(&web("NEVER_PERSIST", &FOUR), seed);
         let flows = w.open(100, "10.0.0.10", 80);
         w.set_health("10.1.0.1", State::Unhealthy);
         w.advance(SEC);

@@ -5,9 +5,12 @@
 //! no sleeps: a scenario is a script of inputs and a check of what every
 //! flow experienced.
 //!
-//! Scenarios build a [`World`] from inline TOML, open [`Flow`]s (a SYN, then
-//! data packets), change the world (health, reloads, time) and ask where
-//! each flow's packets went ([`World::send`]).
+//! Scenarios build a [`World`] from configuration text (written with
+//! `testkit::config`), open [`Flow`]s (a SYN, then data packets), change the
+//! world (health, reloads, time) and ask where each flow's packets went
+//! ([`World::send`]). Reloads, `status` and the exported rule states go
+//! through [`Core::command`], as the daemon's do; what the core logs is in
+//! [`World::logs`].
 
 #![allow(dead_code)]
 
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use config::schema::PortRole;
 use control::remote::RemoteKey;
-use control::{Core, Output, Probes, Published};
+use control::{Answer, Command, Core, FlowUse, Output, Probes, Published};
 use dataplane::snapshot::TableKey;
 use dataplane::{Engine, Local, PacketIo, Snapshot, VecBurst, Worker, WorkerCounters};
 use flowtable::FlowTable;
@@ -201,6 +204,8 @@ pub struct World {
     /// Virtual time between management ticks in [`World::advance`] (the
     /// daemon's are 50 ms; nothing the core decides depends on it).
     pub period: Duration,
+    /// Every line the core logged, in order, with its level.
+    pub logs: Vec<(log::Level, String)>,
 }
 
 /// Parses a configuration (panics on a bad one: scenarios' own texts).
@@ -250,7 +255,7 @@ impl World {
                 )
             })
             .collect();
-        World {
+        let mut w = World {
             core,
             probes,
             flows,
@@ -264,7 +269,10 @@ impl World {
             ios: (0..pipelines).map(|_| MemIo::default()).collect(),
             watching: None,
             period: Duration::from_millis(250),
-        }
+            logs: Vec::new(),
+        };
+        w.pump();
+        w
     }
 
     /// The coarse tick workers use.
@@ -286,6 +294,7 @@ impl World {
                         self.published.push(s);
                     }
                     Output::Watch(on) => self.watching = Some(on),
+                    Output::Log { level, text, .. } => self.logs.push((level, text)),
                     Output::BuildTables { build, tables } => match self.builds {
                         Builds::Held => self.held.push((build, tables)),
                         Builds::Inline => self.build(build, tables),
@@ -383,15 +392,34 @@ impl World {
         self.probes.remote.insert(rule.to_owned(), s);
     }
 
-    /// A reload with `text` (`Err` for a text that does not load).
-    pub fn reload(&mut self, text: &str, force: bool) -> Result<Published, String> {
-        let l =
-            config::load_str("sim.toml", text, &config::Env::default()).map_err(|e| e.to_string());
-        let r = self
-            .core
-            .config_loaded(self.now, l, force, &mut self.probes);
+    /// Hands `cmd` to the core now, as the daemon does; its answer.
+    pub fn command(&mut self, cmd: Command) -> Answer {
+        let a = self.core.command(self.now, cmd, &mut self.probes);
         self.pump();
-        r
+        a
+    }
+
+    /// A reload with `text` (`Err` for a text that does not load), through
+    /// the command the daemon gives the core for `spillway reload`; the
+    /// answer, whose [`Answer::text`] is what `spillway reload` prints.
+    pub fn reload_answer(&mut self, text: &str, force: bool) -> Answer {
+        let loaded =
+            config::load_str("sim.toml", text, &config::Env::default()).map_err(|e| e.to_string());
+        self.command(Command::Reload { loaded, force })
+    }
+
+    /// [`World::reload_answer`], as what became of the reload.
+    pub fn reload(&mut self, text: &str, force: bool) -> Result<Published, String> {
+        match self.reload_answer(text, force) {
+            Answer::Reload(r) => r,
+            other => panic!("a reload answered {other:?}"),
+        }
+    }
+
+    /// `spillway status`, as the daemon answers it.
+    pub fn status(&mut self) -> String {
+        let flows = FlowUse::of(&self.flows);
+        self.command(Command::Status { flows }).text()
     }
 
     /// Sends one packet of `flow` (a SYN when `syn`, else an ACK for TCP)
@@ -454,10 +482,23 @@ impl World {
             .collect()
     }
 
-    /// The exported state of `rule`.
-    pub fn rule_state(&self, rule: &str) -> health::Aggregate {
-        self.core
-            .rule_states()
+    /// The lines logged since the last call (and forgets them).
+    pub fn take_logs(&mut self) -> Vec<(log::Level, String)> {
+        std::mem::take(&mut self.logs)
+    }
+
+    /// Whether a line logged (and not taken yet) at `level` is `text`.
+    pub fn logged(&self, level: log::Level, text: &str) -> bool {
+        self.logs.iter().any(|(l, t)| *l == level && t == text)
+    }
+
+    /// The exported state of `rule`, as HTTP `/status` gives it.
+    pub fn rule_state(&mut self, rule: &str) -> health::Aggregate {
+        let states = match self.command(Command::RuleStates) {
+            Answer::RuleStates(s) => s,
+            other => panic!("/status answered {other:?}"),
+        };
+        states
             .into_iter()
             .find(|(r, _)| r == rule)
             .map(|(_, s)| s)
