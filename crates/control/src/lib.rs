@@ -33,26 +33,11 @@ use arc_swap::ArcSwap;
 use config::Compiled;
 use dataplane::snapshot::TableKey;
 use dataplane::snapshot::tick_reached;
-use dataplane::{
-    BackendState, DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, WorkerCounters,
-};
+use dataplane::{BackendState, DropReason, EndpointHealth, Local, SnapshotBuilder, WorkerCounters};
 use flowtable::FlowTable;
 use maglev::MaglevTable;
 
-/// What workers and the management core share.
-pub struct Shared {
-    /// The snapshot workers use; replaced whole on reload.
-    pub snapshot: ArcSwap<Snapshot>,
-    /// The connection table.
-    pub flows: FlowTable,
-    /// Current coarse tick (seconds since start).
-    pub now: AtomicU32,
-    /// Set to stop the workers.
-    pub stop: AtomicBool,
-    /// Each worker's last published counters (written by that worker with
-    /// `try_lock` every ~100 ms, never per packet).
-    pub published: Vec<Mutex<WorkerCounters>>,
-}
+pub use dataplane::worker::Shared;
 
 /// Why the management core could not start.
 #[derive(Debug, thiserror::Error)]
