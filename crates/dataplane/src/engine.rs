@@ -79,9 +79,7 @@ impl<B: PacketBurst> Engine<B> {
         flows: &FlowTable,
         now: Tick,
     ) -> usize {
-        self.worker
-            .counters
-            .resize_children(snap.compiled.children.len());
+        self.worker.counters.resize_children(snap.rules.children());
         self.worker.counters.resize_backends(snap.backends.len());
         let mut received = 0;
         for p in 0..self.roles.len() {

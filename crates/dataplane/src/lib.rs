@@ -31,7 +31,7 @@ pub use counters::{ChildCounters, DropReason, WorkerCounters};
 pub use engine::{BURST, Engine, PacketIo, Routes, VecBurst};
 pub use pipeline::{Verdict, Worker};
 pub use snapshot::{
-    Backend, BackendState, EndpointHealth, Local, ServicePlan, Snapshot, SnapshotBuilder,
+    Backend, BackendState, EndpointHealth, Local, Rules, ServicePlan, Snapshot, SnapshotBuilder,
     SnapshotError, flow_table_config,
 };
 pub use worker::{BusyPoll, Clock, Idle, Shared, WorkerLoop};

@@ -156,7 +156,7 @@ fn store_key(mut words: [u64; 5], flow_tag: u16, key_out: &mut flowtable::FlowKe
 #[inline(always)]
 fn client_zone(snap: &Snapshot, plan: &ServicePlan, client: IpAddr) -> Option<ZoneId> {
     if plan.zonal {
-        snap.compiled.client_zone(client)
+        snap.rules.client_zone(client)
     } else {
         None
     }
@@ -724,7 +724,7 @@ impl Worker {
             FlowKey::pack_v4_with(f.src, f.dst, f.proto, (f.src_port, f.dst_port), key_word);
         let hash = store_key(words, flow_tag, key_out);
         let client_zone = if zonal {
-            snap.compiled.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))
+            snap.rules.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))
         } else {
             None
         };
@@ -798,7 +798,7 @@ impl Worker {
         fragment: bool,
         len: usize,
     ) -> Result<(usize, usize, &'s ServicePlan), Outcome> {
-        let index = &snap.compiled.rule_index;
+        let index = &snap.rules;
         let rule = if fragment {
             index.lookup_fragment(dst, proto)
         } else {
@@ -1176,7 +1176,7 @@ fn keeps_inactive(state: BackendState, plan: &ServicePlan, class: ProtoClass, no
 
 /// Whether the data plane answers ARP / neighbor solicitations for `addr`.
 fn answers_for(snap: &Snapshot, addr: IpAddr) -> bool {
-    snap.compiled.rule_index.is_vip(addr) || snap.is_own(addr)
+    snap.rules.is_vip(addr) || snap.is_own(addr)
 }
 
 /// A rule matched but its service has no eligible backend (SPEC M14): drop,

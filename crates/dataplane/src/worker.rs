@@ -42,7 +42,7 @@ pub struct Shared {
 impl Shared {
     /// State for `workers` workers starting on `snapshot` at tick 0.
     pub fn new(snapshot: Snapshot, flows: FlowTable, workers: usize) -> Shared {
-        let children = snapshot.compiled.children.len();
+        let children = snapshot.rules.children();
         Shared {
             snapshot: ArcSwap::from_pointee(snapshot),
             flows,
