@@ -247,13 +247,13 @@ impl Rules {
 
     /// The rule for a packet to `dst` with protocol `proto` and destination
     /// port `port` (`RuleIndex::lookup`).
-    #[inline(always)]
+    #[inline]
     pub fn lookup(&self, dst: IpAddr, proto: u8, port: Option<u16>) -> Option<RuleMatch> {
         self.index.lookup(dst, proto, port)
     }
 
     /// The rule for a real IP fragment (`RuleIndex::lookup_fragment`).
-    #[inline(always)]
+    #[inline]
     pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {
         self.index.lookup_fragment(dst, proto)
     }

@@ -340,25 +340,32 @@ impl Worker {
         pkts: &mut [B],
         verdicts: &mut [Verdict],
     ) {
-        let cx = Ctx { snap, flows, now };
         let n = pkts.len().min(verdicts.len());
         let mut start = 0;
         while start < n {
             let end = (start + GROUP).min(n);
-            self.process_group(&cx, &mut pkts[start..end], &mut verdicts[start..end]);
+            self.process_group(
+                snap,
+                flows,
+                now,
+                &mut pkts[start..end],
+                &mut verdicts[start..end],
+            );
             start = end;
         }
     }
 
     fn process_group<B: PacketBuf>(
         &mut self,
-        cx: &Ctx<'_>,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
         pkts: &mut [B],
         verdicts: &mut [Verdict],
     ) {
         // Taken out for the group (and put back) so that `self` stays free
         // for the passes; a worker is never re-entered.
-        let (snap, flows) = (cx.snap, cx.flows);
+        let cx = &Ctx { snap, flows, now };
         let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
         self.end_rule_run();
         let Scratch {
