@@ -293,17 +293,16 @@ impl Worker {
     }
 }
 
-/// Hashes a packed flow key, adds the service to it and stores it in
-/// `key_out`; returns the hash (that of the key without the service, as
+/// Hashes a packed flow key, adds the service's tag to it
+/// ([`wire::flow::with_service_tag`]) and stores it in `key_out`; returns
+/// the hash (that of the key without the service, as
 /// `wire::flow::FlowKey::hash64` gives it).
 #[inline(always)]
-fn store_key(mut words: [u64; 5], flow_tag: u16, key_out: &mut flowtable::FlowKey) -> u64 {
+fn store_key(words: [u64; 5], flow_tag: u16, key_out: &mut flowtable::FlowKey) -> u64 {
     let hash = wire::flow::hash_words(&words, 0);
-    // The service is part of the flow's identity: with 2-tuple affinity a
-    // TCP and a UDP rule on one VIP may feed different services. Its stable
-    // tag, not its position in the file: reordering services keeps flows.
-    words[4] |= u64::from(flow_tag);
-    *key_out = flowtable::FlowKey(words);
+    // The service's stable tag, not its position in the file: reordering
+    // services keeps flows.
+    *key_out = flowtable::FlowKey(wire::flow::with_service_tag(words, flow_tag));
     hash
 }
 
