@@ -12,21 +12,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
 use control::{Manager, Shared};
-use dataplane::{BURST, Engine, Local, PacketIo, Worker};
-use dpdk::{Eal, MbufBurst, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
+use dataplane::{BURST, BusyPoll, Engine, Local, Worker, WorkerLoop};
+use dpdk::{DpdkIo, Eal, MbufBurst, Mempool, MempoolConfig, Port, PortConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The configuration file.
     #[arg(long, short)]
     config: PathBuf,
-}
-
-/// A worker's view of one port.
-struct WorkerPort<'p> {
-    role: PortRole,
-    rx: RxQueue<'p>,
-    tx: TxQueue<'p>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -129,18 +122,15 @@ pub fn run(args: &Args) -> Result<()> {
 
     std::thread::scope(|s| -> Result<()> {
         for (i, &core) in dp.worker_cores.iter().enumerate() {
-            let mut wports = Vec::new();
-            for (role, port) in &ports {
+            let mut queues = Vec::new();
+            for (_, port) in &ports {
                 let (Some(rx), Some(tx)) = (port.rx_queue(i as u16), port.tx_queue(i as u16))
                 else {
                     bail!("queue {i} of {} is taken", port.name());
                 };
-                wports.push(WorkerPort {
-                    role: *role,
-                    rx,
-                    tx,
-                });
+                queues.push((rx, tx));
             }
+            let roles: Vec<PortRole> = ports.iter().map(|(role, _)| *role).collect();
             let shared = shared.clone();
             // Not core_affinity::get_core_ids(): after EAL init it lists only
             // the main thread's (management) core.
@@ -158,7 +148,7 @@ pub fn run(args: &Args) -> Result<()> {
                     if !core_affinity::set_for_current(pin) {
                         log::warn!("worker {i}: cannot pin to core {core}; not pinned");
                     }
-                    worker_loop(i, &shared, wports);
+                    worker(i, &shared, eal, &roles, DpdkIo::new(queues));
                 })?;
         }
         log::info!(
@@ -187,65 +177,19 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// DPDK queues as the data plane's packet I/O.
-struct DpdkIo<'p> {
-    ports: Vec<WorkerPort<'p>>,
-}
-
-impl PacketIo for DpdkIo<'_> {
-    type Burst = MbufBurst<BURST>;
-
-    #[inline]
-    fn rx_burst(&mut self, port: usize, burst: &mut MbufBurst<BURST>) -> usize {
-        self.ports.get_mut(port).map_or(0, |p| p.rx.rx_burst(burst))
+/// One worker thread: its engine over its queues, run by the data plane's
+/// loop, its counters published every ~100 ms of the CPU's cycle counter.
+fn worker(index: usize, shared: &Shared, eal: &Eal, roles: &[PortRole], mut io: DpdkIo<'_, BURST>) {
+    let pipeline = Worker::new(0x5350_494c_0000_0000 ^ (index as u64) << 8 ^ dpdk::tsc(), 0);
+    let mut engine = Engine::new(pipeline, roles, BURST, MbufBurst::<BURST>::new);
+    WorkerLoop {
+        index,
+        shared,
+        clock: dpdk::tsc,
+        publish_every: dpdk::tsc_hz(eal) / 10,
+        idle: BusyPoll,
     }
-
-    #[inline]
-    fn tx_burst(&mut self, port: usize, burst: &mut MbufBurst<BURST>) -> usize {
-        match self.ports.get_mut(port) {
-            Some(p) => p.tx.tx_burst_or_drop(burst).1,
-            None => {
-                let n = burst.len();
-                burst.clear();
-                n
-            }
-        }
-    }
-}
-
-/// The poll loop of one worker: the data plane's engine over its queues,
-/// picking up a new snapshot between passes and publishing its counters
-/// every ~100 ms (never per packet).
-fn worker_loop(index: usize, shared: &Shared, ports: Vec<WorkerPort<'_>>) {
-    let worker = Worker::new(0x5350_494c_0000_0000 ^ (index as u64) << 8 ^ dpdk::tsc(), 0);
-    let roles: Vec<PortRole> = ports.iter().map(|p| p.role).collect();
-    let mut engine = Engine::new(worker, &roles, BURST, MbufBurst::<BURST>::new);
-    let mut io = DpdkIo { ports };
-    let publish_every = dpdk::tsc_hz(match Eal::get() {
-        Some(e) => e,
-        None => return,
-    }) / 10;
-    let mut last_publish = dpdk::tsc();
-
-    while !shared.stop.load(Ordering::Relaxed) {
-        let snap = shared.snapshot.load();
-        let now = shared.now.load(Ordering::Relaxed);
-        engine.poll(&mut io, &snap, &shared.flows, now);
-        let t = dpdk::tsc();
-        if t.wrapping_sub(last_publish) >= publish_every {
-            last_publish = t;
-            if let Some(slot) = shared.published.get(index) {
-                if let Ok(mut g) = slot.try_lock() {
-                    g.clone_from(&engine.worker.counters);
-                }
-            }
-        }
-    }
-    if let Some(slot) = shared.published.get(index) {
-        if let Ok(mut g) = slot.lock() {
-            g.clone_from(&engine.worker.counters);
-        }
-    }
+    .run(&mut engine, &mut io);
 }
 
 /// `spillway status|stats|reload`: ask the running daemon.

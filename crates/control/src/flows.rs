@@ -115,10 +115,7 @@ pub fn list(
     let mut out = String::new();
     let (mut matched, mut listed) = (0usize, 0usize);
     let scanned = flows.scan(|k, e| {
-        // The pipeline folds the service's flow tag into the key's low 16 bits.
-        let mut words = k.0;
-        words[4] &= !0xffff;
-        let Some(key) = FlowKey::unpack(&words) else {
+        let Some(key) = FlowKey::unpack(&wire::flow::without_service_tag(k.0)) else {
             return ControlFlow::Continue(());
         };
         // A slot reused by a newer endpoint is not this entry's backend.

@@ -42,33 +42,13 @@ pub mod metrics;
 pub mod remote;
 pub mod socket;
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32};
-
-use arc_swap::ArcSwap;
-use dataplane::{Snapshot, WorkerCounters};
-use flowtable::FlowTable;
-
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
     destructive_change,
 };
 pub use crate::daemon::Manager;
 
-/// What workers and the management core share.
-pub struct Shared {
-    /// The snapshot workers use; replaced whole on reload.
-    pub snapshot: ArcSwap<Snapshot>,
-    /// The connection table.
-    pub flows: FlowTable,
-    /// Current coarse tick (seconds since start).
-    pub now: AtomicU32,
-    /// Set to stop the workers.
-    pub stop: AtomicBool,
-    /// Each worker's last published counters (written by that worker with
-    /// `try_lock` every ~100 ms, never per packet).
-    pub published: Vec<Mutex<WorkerCounters>>,
-}
+pub use dataplane::worker::Shared;
 
 /// Why the management core could not start.
 #[derive(Debug, thiserror::Error)]

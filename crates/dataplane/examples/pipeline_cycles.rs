@@ -6,7 +6,9 @@
 //!   target/release/examples/pipeline_cycles gue 4096 1000000
 //!
 //! Arguments: delivery mode, flow count, bursts of 32, flow-table capacity
-//! (default 1,048,576; perf/bench.sh uses 65,536 up to 32,768 flows). Same
+//! (default 1,048,576; perf/bench.sh uses 65,536 up to 32,768 flows), and
+//! `syn` to send SYNs instead of ACKs (with more flows than the table holds,
+//! every SYN is a new flow: the flow-creation path). Same
 //! packets and set-up as benches/pipeline.rs (re-loading each frame is
 //! included).
 
@@ -24,7 +26,8 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let capacity: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
-    let mut b = Bench::new(mode, 8, flows, false, capacity);
+    let syn = args.get(5).is_some_and(|a| a == "syn");
+    let mut b = Bench::new(mode, 8, flows, syn, capacity);
     for _ in 0..(flows as usize / BURST + 1) {
         b.burst();
     }
@@ -35,8 +38,9 @@ fn main() {
     let n = (bursts * BURST) as f64;
     let wall = t.elapsed().as_nanos() as f64 / n;
     let cpu = (cpu_ns() - cpu) as f64 / n;
+    let kind = if syn { "syn" } else { "ack" };
     println!(
-        "{mode} {flows} flows: {n} packets, {cpu:.1} ns/packet of CPU time ({wall:.1} wall clock)"
+        "{mode} {kind} {flows} flows: {n} packets, {cpu:.1} ns/packet of CPU time ({wall:.1} wall clock)"
     );
 }
 

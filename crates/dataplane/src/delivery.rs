@@ -10,7 +10,7 @@ use wire::encap::{self, InnerIp, Outer, Template, Tunnel, UdpChecksum};
 use wire::geneve::{GatewayOptions, OptionIds};
 
 use crate::counters::DropReason;
-use crate::snapshot::{Backend, Local, ServicePlan};
+use crate::snapshot::{Backend, Local, ServicePlan, Snapshot};
 
 /// The tunnel of a delivery mode (`None` for `l2dsr`), carrying `cookie`
 /// where the mode has one.
@@ -71,21 +71,20 @@ pub(crate) fn template(local: &Local, be: &Backend, delivery: Delivery) -> Optio
 }
 
 /// Sends the packet on its way to backend `slot` per the delivery mode of
-/// service `svc` (`plan`). `inner` describes the packet as parsed.
-#[allow(clippy::too_many_arguments)]
+/// service `svc` (`plan`), with the flow's `cookie` where the mode carries
+/// one. `inner` describes the packet as parsed.
 #[inline]
 pub(crate) fn deliver<B: PacketBuf>(
-    backends: &[Backend],
-    local: &Local,
+    snap: &Snapshot,
     plan: &ServicePlan,
     svc: usize,
-    slot: u32,
-    cookie: u32,
+    (slot, cookie): (u32, u32),
     hash: u64,
     inner: &InnerIp,
     pkt: &mut B,
 ) -> Result<(), DropReason> {
-    let Some(be) = backends.get(slot as usize) else {
+    let local = &snap.local;
+    let Some(be) = snap.backends.get(slot as usize) else {
         return Err(DropReason::NoBackend);
     };
     // The backend's template was made for its own service's delivery mode.

@@ -7,24 +7,13 @@
 use config::schema::PortRole;
 use flowtable::{FlowTable, Tick};
 use wire::burst::PacketBurst;
+pub use wire::burst::PacketIo;
 
 use crate::pipeline::{Verdict, Worker};
 use crate::snapshot::Snapshot;
 
 /// Default burst size (SPEC §1).
 pub const BURST: usize = 32;
-
-/// A worker's packet I/O: one RX and one TX queue on each of its ports.
-pub trait PacketIo {
-    /// The burst type its queues fill and drain.
-    type Burst: PacketBurst;
-    /// Receives up to a burst from `port` into `burst` (empty on entry);
-    /// returns how many packets arrived.
-    fn rx_burst(&mut self, port: usize, burst: &mut Self::Burst) -> usize;
-    /// Transmits `burst` on `port`; what the port does not take is freed.
-    /// The burst is empty afterwards. Returns the number not taken.
-    fn tx_burst(&mut self, port: usize, burst: &mut Self::Burst) -> usize;
-}
 
 /// Where each kind of packet leaves, from the ports' roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,9 +79,7 @@ impl<B: PacketBurst> Engine<B> {
         flows: &FlowTable,
         now: Tick,
     ) -> usize {
-        self.worker
-            .counters
-            .resize_children(snap.compiled.children.len());
+        self.worker.counters.resize_children(snap.rules.children());
         self.worker.counters.resize_backends(snap.backends.len());
         let mut received = 0;
         for p in 0..self.roles.len() {

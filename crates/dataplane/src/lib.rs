@@ -8,6 +8,11 @@
 //! loaded for the burst, the shared flow table and a coarse tick, and counts
 //! what it did in its own [`WorkerCounters`]. Nothing here reads a clock,
 //! allocates per packet, locks, or panics on packet contents.
+//!
+//! Layers, inside out: [`pipeline`] decides per packet, [`engine`] runs it
+//! over one pass of a worker's ports, [`worker`] is the loop a worker thread
+//! runs (snapshot swaps, counter publishing, idling, stopping) with the
+//! clock and the I/O passed in.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(
@@ -20,11 +25,13 @@ mod delivery;
 pub mod engine;
 pub mod pipeline;
 pub mod snapshot;
+pub mod worker;
 
 pub use counters::{ChildCounters, DropReason, WorkerCounters};
 pub use engine::{BURST, Engine, PacketIo, Routes, VecBurst};
 pub use pipeline::{Verdict, Worker};
 pub use snapshot::{
-    Backend, BackendState, EndpointHealth, Local, ServicePlan, Snapshot, SnapshotBuilder,
+    Backend, BackendState, EndpointHealth, Local, Rules, ServicePlan, Snapshot, SnapshotBuilder,
     SnapshotError, flow_table_config,
 };
+pub use worker::{BusyPoll, Clock, Idle, Shared, WorkerLoop};

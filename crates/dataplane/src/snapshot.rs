@@ -23,6 +23,8 @@ use std::sync::Arc;
 
 use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId, ZoneId};
 use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, SessionAffinity};
+use config::values::Prefix;
+use config::{RuleIndex, RuleMatch};
 use flowtable::Tick;
 use maglev::MaglevTable;
 use wire::encap::Template;
@@ -203,7 +205,11 @@ pub struct Local {
 pub struct Snapshot {
     /// Increases with every build.
     pub generation: u32,
-    /// The configuration it was built from (rule index, rules, services).
+    /// Rule selection and client zones: all the pipeline reads of the
+    /// configuration.
+    pub rules: Rules,
+    /// The configuration it was built from, for the management core (names,
+    /// settings, status); the pipeline reads [`Snapshot::rules`] instead.
     pub compiled: Arc<Compiled>,
     /// Per service, indexed like `compiled.services`.
     pub services: Vec<ServicePlan>,
@@ -216,6 +222,61 @@ pub struct Snapshot {
     /// Secret mixed into the cookie of a flow forwarded without an entry,
     /// so that every packet of such a flow carries the same cookie.
     pub cookie_key: u64,
+}
+
+/// What the pipeline selects rules with (SPEC M3) and finds a client's zone
+/// with (M27), taken from the compiled configuration when a snapshot is
+/// built: the snapshot owns it, so that the pipeline reads only the snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    index: RuleIndex,
+    /// Longest prefix first.
+    client_zones: Vec<(Prefix, ZoneId)>,
+    children: usize,
+}
+
+impl Rules {
+    /// The rule index and client zones of `compiled`.
+    pub fn from_config(compiled: &Compiled) -> Rules {
+        Rules {
+            index: compiled.rule_index.clone(),
+            client_zones: compiled.client_zones.clone(),
+            children: compiled.children.len(),
+        }
+    }
+
+    /// The rule for a packet to `dst` with protocol `proto` and destination
+    /// port `port` (`RuleIndex::lookup`).
+    #[inline]
+    pub fn lookup(&self, dst: IpAddr, proto: u8, port: Option<u16>) -> Option<RuleMatch> {
+        self.index.lookup(dst, proto, port)
+    }
+
+    /// The rule for a real IP fragment (`RuleIndex::lookup_fragment`).
+    #[inline]
+    pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {
+        self.index.lookup_fragment(dst, proto)
+    }
+
+    /// Whether `addr` is a VIP this node serves.
+    #[inline]
+    pub fn is_vip(&self, addr: IpAddr) -> bool {
+        self.index.is_vip(addr)
+    }
+
+    /// The zone of a client address, by longest prefix (M27). No allocation.
+    #[inline]
+    pub fn client_zone(&self, src: IpAddr) -> Option<ZoneId> {
+        self.client_zones
+            .iter()
+            .find(|(p, _)| p.contains(src))
+            .map(|&(_, z)| z)
+    }
+
+    /// Number of child rules (the size of the per-child counters).
+    pub fn children(&self) -> usize {
+        self.children
+    }
 }
 
 /// MAC used when neither the configuration nor a device gives one
@@ -645,6 +706,7 @@ impl SnapshotBuilder {
             generation: self.generation,
             new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
             cookie_key: self.cookie_key,
+            rules: Rules::from_config(&compiled),
             compiled,
             services,
             backends,

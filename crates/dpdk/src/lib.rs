@@ -13,6 +13,8 @@
 //! - [`Port`] configures and starts an ethdev; its [`RxQueue`]/[`TxQueue`]
 //!   handles borrow it, so a port cannot be stopped or closed while a worker
 //!   still polls one of its queues.
+//! - [`DpdkIo`] presents one worker's queues as the data plane's packet I/O
+//!   (`wire::burst::PacketIo`).
 //! - Errors are one enum per kind of operation, decoded from DPDK's negative
 //!   errno / `rte_errno` with `rte_strerror`'s text.
 
@@ -23,6 +25,7 @@
 
 mod eal;
 mod errno;
+mod io;
 mod lcore;
 mod mbuf;
 mod mempool;
@@ -30,6 +33,7 @@ mod port;
 
 pub use eal::{Eal, EalError};
 pub use errno::Errno;
+pub use io::DpdkIo;
 pub use lcore::{lcore_id, socket_id, thread_register, tsc, tsc_hz};
 pub use mbuf::{Mbuf, MbufBurst, MbufError};
 pub use mempool::{Mempool, MempoolConfig, MempoolError};

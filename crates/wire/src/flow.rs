@@ -331,7 +331,7 @@ impl FlowKey {
             5 => Tuple::Five,
             _ => return None,
         };
-        if w[4] & 0xffff != 0 {
+        if w[4] & SERVICE_TAG_BITS != 0 {
             return None;
         }
         let mut src = [0u8; 16];
@@ -361,6 +361,37 @@ impl FlowKey {
     pub fn hash64_seeded(&self, seed: u64) -> u64 {
         hash_words(&self.pack(), seed)
     }
+}
+
+/// The low 16 bits of a packed key's last word, which [`FlowKey::pack`] leaves zero: where
+/// the data plane stores the backend service's stable flow tag in its flow-table keys. The
+/// service is part of a flow's identity (with 2-tuple affinity a TCP and a UDP rule on one VIP
+/// may feed different services), but not of its hash, so that Maglev's choice stays that of
+/// the packet's [`FlowKey::hash64`].
+pub const SERVICE_TAG_BITS: u64 = 0xffff;
+
+/// A packed key (from [`FlowKey::pack`] or its fast-path variants, whose service-tag bits are
+/// zero) with the service's flow tag added.
+#[inline(always)]
+#[must_use]
+pub const fn with_service_tag(mut words: [u64; 5], tag: u16) -> [u64; 5] {
+    words[4] |= tag as u64;
+    words
+}
+
+/// The service tag [`with_service_tag`] added to a packed key.
+#[inline]
+#[must_use]
+pub const fn service_tag(words: &[u64; 5]) -> u16 {
+    (words[4] & SERVICE_TAG_BITS) as u16
+}
+
+/// A packed key without its service tag: what [`FlowKey::unpack`] reads.
+#[inline]
+#[must_use]
+pub const fn without_service_tag(mut words: [u64; 5]) -> [u64; 5] {
+    words[4] &= !SERVICE_TAG_BITS;
+    words
 }
 
 /// Name of the hash algorithm implemented by [`hash_words`].
@@ -461,6 +492,21 @@ mod tests {
             assert_ne!(v.hash64(), h, "{v:?}");
         }
         assert_ne!(base.hash64_seeded(1), h);
+    }
+
+    #[test]
+    fn the_service_tag_comes_off_as_it_went_on() {
+        let key = FlowKey::five([1; 16], [2; 16], 6, 1000, 80);
+        let tagged = with_service_tag(key.pack(), 0xbeef);
+        assert_eq!(service_tag(&tagged), 0xbeef);
+        assert_eq!(service_tag(&key.pack()), 0);
+        // A tagged key is no packed key; untagged, it is the packet's again.
+        assert_eq!(FlowKey::unpack(&tagged), None);
+        assert_eq!(FlowKey::unpack(&without_service_tag(tagged)), Some(key));
+        assert_ne!(
+            with_service_tag(key.pack(), 1),
+            with_service_tag(key.pack(), 2)
+        );
     }
 
     #[test]

@@ -1,0 +1,120 @@
+//! The replies the data plane builds in place of the packet they answer
+//! (SPEC §1, M14): ARP replies and neighbor advertisements for VIPs and the
+//! balancer's own addresses, TCP resets for services without a backend.
+
+use std::net::IpAddr;
+
+use config::schema::NoBackendAction;
+use wire::arp::{self, ArpRepr};
+use wire::buf::PacketBuf;
+use wire::ethernet::{self, EthernetRepr, MacAddr};
+use wire::icmpv6::msg;
+use wire::packet::PacketInfo;
+use wire::{ReplyError, ndp, reply};
+
+use super::{Outcome, Worker};
+use crate::counters::DropReason;
+use crate::snapshot::{ServicePlan, Snapshot};
+
+impl Worker {
+    /// Answers ARP requests for VIPs and the balancer's own addresses.
+    pub(super) fn arp<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        eth: &EthernetRepr,
+        req: &ArpRepr,
+    ) -> Outcome {
+        let target = IpAddr::V4(req.tpa);
+        if req.oper != arp::op::REQUEST || !answers_for(snap, target) {
+            return Outcome::ToHost;
+        }
+        let reply = ArpRepr {
+            oper: arp::op::REPLY,
+            sha: self.reply_mac(snap),
+            spa: req.tpa,
+            tha: req.sha,
+            tpa: req.spa,
+        };
+        let data = pkt.data_mut();
+        let Ok(mut frame) = ethernet::Frame::new_checked(&mut *data) else {
+            return Outcome::Drop(DropReason::Malformed);
+        };
+        frame.set_dst(req.sha);
+        frame.set_src(self.reply_mac(snap));
+        let Some(body) = data.get_mut(eth.header_len()..) else {
+            return Outcome::Drop(DropReason::Malformed);
+        };
+        match arp::Packet::new_checked(body).and_then(|mut p| reply.emit(&mut p)) {
+            Ok(()) => Outcome::ArpReply,
+            Err(_) => Outcome::Drop(DropReason::Malformed),
+        }
+    }
+
+    /// Neighbor discovery and multicast listener discovery (see
+    /// [`is_link_control`]): answers valid neighbor solicitations for VIPs and
+    /// the balancer's own addresses in place (RFC 4861 §7.2.4), drops invalid
+    /// ones (§7.1.1; fragmented ones, RFC 6980) as malformed, and hands
+    /// everything else to the host.
+    pub(super) fn link_control<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        info: &PacketInfo,
+        msg_type: u8,
+    ) -> Outcome {
+        // RFC 6980: neighbor discovery never uses fragmentation, atomic
+        // fragments included.
+        if info.fragment.has_fragment_header() {
+            return Outcome::Drop(DropReason::Malformed);
+        }
+        if msg_type != msg::NEIGHBOR_SOLICIT {
+            return Outcome::ToHost;
+        }
+        let Ok(sol) = ndp::parse_solicitation(pkt.data()) else {
+            return Outcome::Drop(DropReason::Malformed);
+        };
+        if !answers_for(snap, IpAddr::V6(sol.ns.target)) {
+            return Outcome::ToHost;
+        }
+        match ndp::answer_solicitation(pkt, &sol, self.reply_mac(snap)) {
+            Ok(()) => Outcome::NeighborAdvert,
+            // The answer may be 8 bytes longer than the solicitation: only a
+            // buffer without headroom fails here.
+            Err(_) => Outcome::Drop(DropReason::EncapFailed),
+        }
+    }
+}
+
+/// Whether the data plane answers ARP / neighbor solicitations for `addr`.
+fn answers_for(snap: &Snapshot, addr: IpAddr) -> bool {
+    snap.rules.is_vip(addr) || snap.is_own(addr)
+}
+
+/// A rule matched but its service has no eligible backend (SPEC M14): drop,
+/// or, with `no_backend_action = "reset"`, turn an `answerable` TCP segment
+/// (not a reset, an ICMP error or a fragment) into the reset that answers it.
+///
+/// Counting: an answered segment counts as `no_backend_resets`, an
+/// unanswered one as `drops[NoBackend]` (both visible in `spillway stats`,
+/// and [`WorkerCounters::no_backend`] sums them), so that every received
+/// packet has exactly one outcome; the child rule counts a drop in both cases.
+/// A segment the reset cannot be built from (bad checksum, truncated) is
+/// malformed.
+///
+/// [`WorkerCounters::no_backend`]: crate::WorkerCounters::no_backend
+pub(super) fn no_backend<B: PacketBuf>(
+    reply_mac: MacAddr,
+    plan: &ServicePlan,
+    pkt: &mut B,
+    answerable: bool,
+) -> Outcome {
+    if plan.no_backend_action != NoBackendAction::Reset || !answerable {
+        return Outcome::Drop(DropReason::NoBackend);
+    }
+    match reply::tcp_reset(pkt, reply_mac) {
+        Ok(()) => Outcome::Reset,
+        Err(ReplyError::Parse(_)) => Outcome::Drop(DropReason::Malformed),
+        Err(_) => Outcome::Drop(DropReason::NoBackend),
+    }
+}

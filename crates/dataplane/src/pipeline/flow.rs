@@ -1,0 +1,363 @@
+//! The flow pass: follow a packet's flow entry or create one (SPEC M10,
+//! M11, M15), pick its backend by Maglev (M12), deliver it (M8).
+
+use config::schema::ConnectionPersistence;
+use flowtable::{EntryFlags, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
+use wire::buf::PacketBuf;
+use wire::tcp::Flags;
+
+use super::answer::no_backend;
+use super::{Ctx, Outcome, Pending, TCP, Worker};
+use crate::counters::DropReason;
+use crate::delivery;
+use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
+
+impl Worker {
+    /// [`Worker::finish`] for the usual packet, kept apart so that the
+    /// general path's many live values do not crowd the usual one's
+    /// registers: an entry to an active backend that this packet neither
+    /// changes (no new TCP flag bits) nor replaces (not a SYN reopening a
+    /// closed tuple), delivered through the backend's precomputed outer
+    /// headers. `None`, having done nothing, when the packet needs
+    /// [`Worker::finish`].
+    #[inline(always)]
+    pub(super) fn finish_established<B: PacketBuf>(
+        &mut self,
+        cx: &Ctx<'_>,
+        pkt: &mut B,
+        p: &Pending,
+        hit: &Hit,
+    ) -> Option<Outcome> {
+        let Ctx { snap, flows, now } = *cx;
+        let slot = hit.entry.backend as usize;
+        let be = snap.backends.get(slot)?;
+        let Some(t) = &be.encap else {
+            return None;
+        };
+        if !matches!(be.state, BackendState::Active)
+            || be.service as usize != p.svc
+            || p.svc >= snap.services.len()
+            || hit.entry.flags.contains(EntryFlags::UNCONFIRMED)
+            || !be.holds_entry_of(hit.entry.generation)
+        {
+            return None;
+        }
+        if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+            let set = tcp_flag_bits(p.tcp_flags);
+            let (syn_only, was_closed) = (bare_syn(p.tcp_flags), closed(hit.entry.flags));
+            if set & !hit.entry.flags.bits() != 0 || syn_only && was_closed {
+                return None;
+            }
+        }
+        self.counters.flow_hits += 1;
+        if hit.entry.last_seen != now {
+            flows.touch(hit.slot, now);
+        }
+        let sent = wire::encap::encapsulate_with(pkt, t, &p.inner.ip(), p.hash, hit.entry.cookie)
+            .map(|_| ())
+            .map_err(|_| DropReason::EncapFailed);
+        Some(self.delivered(sent, slot, p.child))
+    }
+
+    /// The flow-table part of an IP packet: follow its entry (`hit`) or
+    /// create one, then deliver. Returns the outcome and whether the flow's
+    /// entry was inserted or removed.
+    #[inline(never)]
+    pub(super) fn finish<B: PacketBuf>(
+        &mut self,
+        cx: &Ctx<'_>,
+        pkt: &mut B,
+        p: &Pending,
+        fkey: &flowtable::FlowKey,
+        hit: Option<Hit>,
+    ) -> (Outcome, bool) {
+        let Ctx { snap, flows, now } = *cx;
+        let Some(plan) = snap.services.get(p.svc) else {
+            return (Outcome::Drop(DropReason::NoRule), false);
+        };
+        let mut wrote = false;
+        // A bare SYN opens a new connection even when an entry exists for its
+        // 5-tuple (a reused client port, a closed predecessor, a retried
+        // handshake): it may only follow the entry to a backend that still
+        // takes new connections, and never revives a closed one.
+        let syn_only = p.class == ProtoClass::Tcp && !p.is_icmp_error && bare_syn(p.tcp_flags);
+        let chosen = match hit {
+            Some(hit)
+                if self.keeps(snap, plan, &hit, p.class, now)
+                    && (!syn_only
+                        || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags)) =>
+            {
+                self.counters.flow_hits += 1;
+                if hit.entry.last_seen != now {
+                    flows.touch(hit.slot, now);
+                }
+                let set = if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+                    tcp_flag_bits(p.tcp_flags)
+                } else {
+                    0
+                };
+                let bits = hit.entry.flags.bits();
+                // One test for the usual packet: no new flag, confirmed.
+                if (set & !bits) | (bits & EntryFlags::UNCONFIRMED) != 0 {
+                    // A packet of the flow in a later tick than its entry's
+                    // creation confirms the entry (M15): spoofed packets
+                    // sent together prove nothing, nor does an ICMP error.
+                    let clear = if p.is_icmp_error || hit.entry.created == now {
+                        0
+                    } else {
+                        bits & EntryFlags::UNCONFIRMED
+                    };
+                    if set & !bits != 0 || clear != 0 {
+                        let _ = flows.update_flags(hit.slot, set, clear);
+                        wrote = true;
+                    }
+                }
+                Some((hit.entry.backend, hit.entry.cookie))
+            }
+            stale => {
+                // No entry, or one whose backend no longer takes this packet.
+                if let Some(hit) = stale {
+                    flows.remove(hit.slot);
+                    self.counters.flows_rescheduled += 1;
+                }
+                wrote = !p.is_icmp_error;
+                self.new_flow(cx, plan, fkey, p)
+            }
+        };
+        let Some((slot, cookie)) = chosen else {
+            // The client's packet reaches no backend either way: its child
+            // rule counts a drop, whether or not it is answered.
+            self.child_drop(p.child);
+            let answerable = p.proto == TCP
+                && !p.is_icmp_error
+                && !p.fragment
+                && !p.tcp_flags.contains(Flags::RST);
+            return (
+                no_backend(self.reply_mac(snap), plan, pkt, answerable),
+                wrote,
+            );
+        };
+        let sent = delivery::deliver(
+            snap,
+            plan,
+            p.svc,
+            (slot, cookie),
+            p.hash,
+            &p.inner.ip(),
+            pkt,
+        );
+        let outcome = self.delivered(sent, slot as usize, p.child);
+        (outcome, wrote)
+    }
+
+    /// Whether a flow entry's backend still takes that flow (SPEC M11).
+    #[inline(always)]
+    fn keeps(
+        &self,
+        snap: &Snapshot,
+        plan: &ServicePlan,
+        hit: &Hit,
+        class: ProtoClass,
+        now: Tick,
+    ) -> bool {
+        let Some(be) = snap.backends.get(hit.entry.backend as usize) else {
+            return false;
+        };
+        // The usual case is tested alone, the others out of line: as arms of
+        // one match they made a jump through a table for every packet.
+        be.holds_entry_of(hit.entry.generation)
+            && (matches!(be.state, BackendState::Active)
+                || keeps_inactive(be.state, plan, class, now))
+    }
+
+    /// Whether a SYN may follow an existing entry: its backend is active and
+    /// the previous connection on the tuple was not closed.
+    fn takes_new_connection(&self, snap: &Snapshot, slot: u32, flags: EntryFlags) -> bool {
+        let active = matches!(
+            snap.backends.get(slot as usize).map(|b| b.state),
+            Some(BackendState::Active)
+        );
+        active && !closed(flags)
+    }
+
+    /// Picks a backend for a flow without a usable entry and records it.
+    /// ICMP errors never create entries. Returns (backend slot, cookie).
+    fn new_flow(
+        &mut self,
+        cx: &Ctx<'_>,
+        plan: &ServicePlan,
+        fkey: &flowtable::FlowKey,
+        p: &Pending,
+    ) -> Option<(u32, u32)> {
+        let Ctx { snap, flows, now } = *cx;
+        let slot = plan.pick(p.hash, p.client_zone)?;
+        if p.is_icmp_error {
+            return Some((slot, 0));
+        }
+        // Every new entry is unconfirmed (displaceable, and short-lived unless
+        // opened by a SYN) until the flow shows up again in a later tick
+        // (M15), and each worker
+        // creates at most its new-entry budget per tick — one budget for
+        // flows opened by a bare SYN, one for the rest (a TCP flow first
+        // seen mid-stream — after a failover, an ECMP change, or spoofed —,
+        // a datagram, a fragment), so that a flood of one kind does not
+        // deny entries to real connections of the other. Beyond it, a new
+        // flow is forwarded by Maglev alone.
+        let syn = p.class == ProtoClass::Tcp && bare_syn(p.tcp_flags);
+        if self.budget_tick != Some(now) {
+            self.budget_tick = Some(now);
+            self.budget_left = [snap.new_flow_budget; 2];
+        }
+        let budget = &mut self.budget_left[usize::from(syn)];
+        if *budget == 0 {
+            self.counters.over_budget += 1;
+            return Some((slot, stateless_cookie(p.hash, snap.cookie_key)));
+        }
+        let cookie = self.next_cookie();
+        let mut flags = EntryFlags::new(p.class).with(EntryFlags::UNCONFIRMED);
+        if syn {
+            // Half-open (its own short timeout) until the handshake's ACK.
+            flags = flags.with(
+                tcp_flag_bits(p.tcp_flags) & !EntryFlags::ESTABLISHED | EntryFlags::OPENED_BY_SYN,
+            );
+        } else if p.class == ProtoClass::Tcp {
+            flags = flags.with(tcp_flag_bits(p.tcp_flags) | EntryFlags::ESTABLISHED);
+        }
+        let new = NewEntry {
+            backend: slot,
+            generation: snap.generation,
+            cookie,
+            flags,
+        };
+        match flows.insert(fkey, p.hash, new, now) {
+            InsertOutcome::Inserted { .. } => {
+                let left = &mut self.budget_left[usize::from(syn)];
+                *left = left.saturating_sub(1);
+                self.counters.new_flows += 1;
+                if let Some(c) = self.counters.children.get_mut(p.child) {
+                    c.new_flows += 1;
+                }
+                Some((slot, cookie))
+            }
+            InsertOutcome::Existing(hit) => {
+                self.counters.flow_races += 1;
+                Some((hit.entry.backend, hit.entry.cookie))
+            }
+            InsertOutcome::Full | InsertOutcome::Contended => {
+                self.counters.stateless += 1;
+                Some((slot, stateless_cookie(p.hash, snap.cookie_key)))
+            }
+        }
+    }
+
+    /// xorshift64*: cheap, per worker, no syscalls on the packet path.
+    fn next_cookie(&mut self) -> u32 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+}
+
+/// The cookie of a flow forwarded without an entry: the same for every
+/// packet of the flow (it is derived from the flow's hash), unpredictable
+/// without the snapshot's secret.
+fn stateless_cookie(hash: u64, key: u64) -> u32 {
+    // splitmix64's finalizer over the keyed hash.
+    let mut z = hash ^ key;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 32) as u32
+}
+
+/// A SYN without ACK: the first segment of a new connection.
+#[inline(always)]
+fn bare_syn(f: Flags) -> bool {
+    f.contains(Flags::SYN) && !f.contains(Flags::ACK)
+}
+
+/// Whether an entry's connection was closed (a FIN or RST was seen).
+#[inline(always)]
+fn closed(flags: EntryFlags) -> bool {
+    flags.contains(EntryFlags::FIN) || flags.contains(EntryFlags::RST)
+}
+
+/// [`Worker::keeps`] for a backend that is not active.
+#[cold]
+#[inline(never)]
+fn keeps_inactive(state: BackendState, plan: &ServicePlan, class: ProtoClass, now: Tick) -> bool {
+    match state {
+        BackendState::Active => true,
+        // Persistence (M11), bounded by the draining period.
+        BackendState::Unhealthy { until } => {
+            !tick_reached(now, until)
+                && match plan.persistence {
+                    ConnectionPersistence::AlwaysPersist => true,
+                    ConnectionPersistence::NeverPersist => false,
+                    ConnectionPersistence::DefaultForProtocol => class == ProtoClass::Tcp,
+                }
+        }
+        BackendState::Draining { until } => !tick_reached(now, until),
+        BackendState::Removed => false,
+    }
+}
+
+/// Flow-entry flag bits implied by a TCP segment's flags.
+#[inline(always)]
+fn tcp_flag_bits(f: Flags) -> u8 {
+    // FIN, SYN, RST and ACK are the low five bits (with PSH): a table of 32
+    // instead of three tests per packet.
+    TCP_FLAG_BITS[usize::from(f.0 & 0x1f)]
+}
+
+/// [`tcp_flag_bits`] of every combination of the five low TCP flag bits.
+const TCP_FLAG_BITS: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        t[i] = flag_bits_of(Flags(i as u16));
+        i += 1;
+    }
+    t
+};
+
+/// Flow-entry flag bits implied by a TCP segment's flags: RST and FIN as
+/// they are, ESTABLISHED for an ACK without SYN.
+const fn flag_bits_of(f: Flags) -> u8 {
+    let mut set = 0;
+    if f.contains(Flags::RST) {
+        set |= EntryFlags::RST;
+    }
+    if f.contains(Flags::FIN) {
+        set |= EntryFlags::FIN;
+    }
+    if f.contains(Flags::ACK) && !f.contains(Flags::SYN) {
+        set |= EntryFlags::ESTABLISHED;
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_bits_come_from_fin_rst_and_a_bare_ack_whatever_the_other_bits() {
+        for v in 0..0x200u16 {
+            let f = Flags(v);
+            let mut want = 0;
+            if v & 0x004 != 0 {
+                want |= EntryFlags::RST;
+            }
+            if v & 0x001 != 0 {
+                want |= EntryFlags::FIN;
+            }
+            if v & 0x010 != 0 && v & 0x002 == 0 {
+                want |= EntryFlags::ESTABLISHED;
+            }
+            assert_eq!(tcp_flag_bits(f), want, "flags {v:#05x}");
+        }
+    }
+}

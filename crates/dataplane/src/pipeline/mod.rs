@@ -1,0 +1,437 @@
+//! The per-packet decisions: classify, select a rule (SPEC M3), follow or
+//! create a flow (M10, M11, M15), pick a backend by Maglev (M12), deliver
+//! (M8), and count everything by outcome.
+//!
+//! Besides forwarding, the pipeline answers a few packets itself by rewriting
+//! them in place into a reply to their sender (SPEC §1, M14): ARP requests and
+//! IPv6 neighbor solicitations for a VIP or one of the balancer's own
+//! addresses, and — for services with `no_backend_action = "reset"` — TCP
+//! segments that match a rule whose service has no eligible backend. Other
+//! neighbor-discovery and multicast-listener messages belong to the host's
+//! kernel and go to the exception path whatever their address.
+//!
+//! # How to read this
+//!
+//! Start with [`Worker::process`]: one packet, start to finish. It is the
+//! reference behaviour; everything else here is a faster way to the same
+//! result (`tests/burst.rs` checks that a burst decides exactly what its
+//! packets decide one at a time). A packet goes through the passes in order,
+//! one file each:
+//!
+//! 1. `classify`: parse, select the rule, compute the flow key and its
+//!    hash. A packet that needs no flow entry (ARP, link control, no rule,
+//!    not ours) ends here with its `Outcome`; the others leave a
+//!    `Pending` (the facts the next pass needs) and their key.
+//! 2. `flow`: follow the flow's entry or create one (M10, M11, M15), pick
+//!    the backend by Maglev (M12), deliver (M8).
+//! 3. `answer`: the replies built in place — ARP, neighbor advertisements,
+//!    TCP resets — reached from the two passes above.
+//! 4. `count`: every packet's one outcome under its counter, and the
+//!    per-rule and per-backend counts.
+//!
+//! What exists only for speed, and can be skipped on a first reading:
+//! [`Worker::process_burst`] runs the passes over groups of [`GROUP`]
+//! packets so that the flow table's cache misses overlap (staged lookups;
+//! a bitmap of changed hashes sends a packet whose flow an earlier one of
+//! its group changed to a fresh lookup); IPv4 and IPv6 TCP/UDP take parsers
+//! of their own (`v4_flow`, `v6_flow`), and consecutive IPv4 packets to one
+//! destination reuse its rule (`RuleRun`); an established flow to an
+//! active backend takes `finish_established`, a short path through the
+//! backend's precomputed headers; rare outcomes are counted out of line.
+
+use config::compiled::ZoneId;
+use flowtable::{FlowTable, Lookup, ProtoClass, Tick};
+use wire::buf::PacketBuf;
+use wire::encap::InnerIp;
+use wire::ethernet::MacAddr;
+use wire::flow::LastWord;
+use wire::packet::PacketInfo;
+use wire::tcp::Flags;
+
+use crate::counters::{DropReason, WorkerCounters};
+use crate::snapshot::Snapshot;
+
+mod answer;
+mod classify;
+mod count;
+mod flow;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+/// What to do with a processed packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Rewritten or encapsulated for a backend: transmit it.
+    Forward,
+    /// Turned into a reply to its sender (ARP reply, neighbor advertisement,
+    /// TCP reset): transmit it.
+    Reply,
+    /// Not for the data plane: hand it to the host (exception path).
+    ToHost,
+    /// Dropped (and counted) for this reason.
+    Drop(DropReason),
+}
+
+/// What became of a packet: a [`Verdict`], with the kinds of reply told
+/// apart so that each is counted under its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Forward,
+    ToHost,
+    Drop(DropReason),
+    ArpReply,
+    NeighborAdvert,
+    Reset,
+}
+
+/// Packets classified together before their flow-table lookups (the
+/// prefetch distance of the staged lookups, [`FlowTable::begin`]).
+pub const GROUP: usize = 32;
+
+/// A packet after classification.
+#[derive(Clone, Copy)]
+enum Stage {
+    /// Finished without the flow table.
+    Done(Outcome),
+    /// Matched a rule; needs its flow entry. Its key and [`Pending`] were
+    /// written in place (moving them between the passes by value cost more
+    /// than the rest of the bookkeeping together).
+    Lookup,
+}
+
+/// What the flow-table part of the pipeline needs to know about a packet.
+struct Pending {
+    tcp_flags: Flags,
+    child: usize,
+    svc: usize,
+    proto: u8,
+    fragment: bool,
+    is_icmp_error: bool,
+    hash: u64,
+    class: ProtoClass,
+    /// The client's zone, when the service has zonal affinity (M27).
+    client_zone: Option<ZoneId>,
+    /// The packet as parsed, for encapsulation.
+    inner: Inner,
+}
+
+impl Pending {
+    /// The facts of a fast-path packet ([`parse_v4_flow`], [`parse_v6_flow`]):
+    /// unfragmented TCP or UDP, never an ICMP error.
+    #[inline(always)]
+    fn fast(
+        tcp_flags: Flags,
+        (proto, class): (u8, ProtoClass),
+        (child, svc): (usize, usize),
+        hash: u64,
+        client_zone: Option<ZoneId>,
+        inner: Inner,
+    ) -> Pending {
+        Pending {
+            tcp_flags,
+            child,
+            svc,
+            proto,
+            fragment: false,
+            is_icmp_error: false,
+            hash,
+            class,
+            client_zone,
+            inner,
+        }
+    }
+
+    const BLANK: Pending = Pending {
+        tcp_flags: Flags(0),
+        child: 0,
+        svc: 0,
+        proto: 0,
+        fragment: false,
+        is_icmp_error: false,
+        hash: 0,
+        class: ProtoClass::Other,
+        client_zone: None,
+        inner: Inner {
+            l2_len: 0,
+            v6: false,
+            ds: 0,
+            ip_len: 0,
+        },
+    };
+}
+
+/// [`InnerIp`], compact (it travels between the passes).
+#[derive(Clone, Copy)]
+struct Inner {
+    l2_len: u8,
+    v6: bool,
+    ds: u8,
+    ip_len: u32,
+}
+
+impl Inner {
+    fn of(info: &PacketInfo, frame: &[u8]) -> Inner {
+        let i = InnerIp::from_parsed(info, frame);
+        Inner {
+            l2_len: i.l2_len as u8,
+            v6: i.v6,
+            ds: i.ds,
+            ip_len: i.ip_len as u32,
+        }
+    }
+
+    fn ip(self) -> InnerIp {
+        InnerIp {
+            l2_len: usize::from(self.l2_len),
+            ip_len: self.ip_len as usize,
+            v6: self.v6,
+            ds: self.ds,
+        }
+    }
+}
+
+/// What a group of packets is processed against: the snapshot loaded for
+/// the burst, the shared flow table and the coarse tick.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    snap: &'a Snapshot,
+    flows: &'a FlowTable,
+    now: Tick,
+}
+
+/// One worker's private state: counters and the generator of flow cookies.
+#[derive(Debug)]
+pub struct Worker {
+    /// What this worker did.
+    pub counters: WorkerCounters,
+    rng: u64,
+    /// Port the packets being processed arrived on (index into
+    /// `Local::port_macs`), for the source MAC of replies.
+    rx_port: usize,
+    /// The passes' working arrays, allocated once: on the stack they were
+    /// cleared for every group (some 4 KB per burst).
+    scratch: Option<Box<Scratch>>,
+    /// The rule of the group's last fast-path packet. Cleared (and its
+    /// counts added to its child rule's) at the end of every group.
+    last_rule: Option<RuleRun>,
+    /// The tick `budget_left` belongs to.
+    budget_tick: Option<Tick>,
+    /// New flow entries this worker may still create in `budget_tick`
+    /// (SPEC M15): for flows opened by a SYN, and for all others.
+    budget_left: [u32; 2],
+}
+
+/// The rule that IPv4 fast-path packets to one destination, protocol and
+/// port select, with what their flow keys need from its service, and the
+/// packets and bytes it took since it was selected (added to its child
+/// rule's counters when the run ends: one update per group, not per packet).
+#[derive(Debug, Clone, Copy)]
+struct RuleRun {
+    dest: (u32, u8, u16),
+    child: usize,
+    svc: usize,
+    /// The service's affinity, as it shapes the flow key.
+    key_word: LastWord,
+    /// The service's [`ServicePlan::flow_tag`].
+    flow_tag: u16,
+    zonal: bool,
+    class: ProtoClass,
+    packets: u64,
+    bytes: u64,
+}
+
+/// What [`Worker::process_group`]'s passes hand each other. Entries are
+/// written before they are read within a group, never read from an earlier
+/// group.
+struct Scratch {
+    stages: [Stage; GROUP],
+    /// Per lookup (not per packet): key, facts, the flow table's staged
+    /// lookup.
+    pending: [Pending; GROUP],
+    keys: [flowtable::FlowKey; GROUP],
+    lookups: [Lookup; GROUP],
+}
+
+impl Scratch {
+    fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            stages: [Stage::Done(Outcome::ToHost); GROUP],
+            pending: [Pending::BLANK; GROUP],
+            keys: [flowtable::FlowKey([0; 5]); GROUP],
+            lookups: [Lookup::NONE; GROUP],
+        })
+    }
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scratch")
+    }
+}
+
+impl Worker {
+    /// A worker whose flow cookies come from `seed` (distinct per worker;
+    /// fixed for deterministic replays).
+    pub fn new(seed: u64, children: usize) -> Worker {
+        Worker {
+            counters: WorkerCounters::new(children),
+            rng: seed | 1,
+            rx_port: usize::MAX,
+            scratch: Some(Scratch::new()),
+            last_rule: None,
+            budget_tick: None,
+            budget_left: [0; 2],
+        }
+    }
+
+    /// The packets processed next arrived on port `port` (in `[[ports]]`
+    /// order); replies to them carry that port's MAC.
+    pub fn set_rx_port(&mut self, port: usize) {
+        self.rx_port = port;
+    }
+
+    /// Source MAC of a reply to the packet being processed.
+    fn reply_mac(&self, snap: &Snapshot) -> MacAddr {
+        snap.local
+            .port_macs
+            .get(self.rx_port)
+            .copied()
+            .unwrap_or(snap.local.mac)
+    }
+
+    /// Processes one packet in place: the reference behaviour, which
+    /// [`Worker::process_burst`] reproduces exactly, faster.
+    pub fn process<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
+        pkt: &mut B,
+    ) -> Verdict {
+        self.end_rule_run();
+        let mut key = flowtable::FlowKey([0; 5]);
+        let mut p = Pending::BLANK;
+        let outcome = match self.classify(snap, pkt, &mut key, &mut p) {
+            Stage::Done(o) => o,
+            Stage::Lookup => {
+                let hit = flows.lookup(&key, p.hash);
+                self.finish(&Ctx { snap, flows, now }, pkt, &p, &key, hit).0
+            }
+        };
+        self.count(outcome)
+    }
+
+    /// Processes a burst in place; `verdicts[i]` says what to do with `pkts[i]`.
+    ///
+    /// In three passes over groups of [`GROUP`] packets, so that the flow
+    /// table's cache misses overlap instead of stalling one packet at a time:
+    /// classify every packet (parse, rule, flow key and hash; its primary
+    /// bucket is prefetched), screen all buckets at once (the candidate slot
+    /// lines are prefetched), then finish each packet in order, comparing its
+    /// key first. A packet whose flow an earlier packet of
+    /// the same group changed (a new entry, a removed one) is looked up again,
+    /// so the outcome is the one packet-at-a-time processing gives.
+    pub fn process_burst<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
+        pkts: &mut [B],
+        verdicts: &mut [Verdict],
+    ) {
+        let n = pkts.len().min(verdicts.len());
+        let mut start = 0;
+        while start < n {
+            let end = (start + GROUP).min(n);
+            self.process_group(
+                snap,
+                flows,
+                now,
+                &mut pkts[start..end],
+                &mut verdicts[start..end],
+            );
+            start = end;
+        }
+    }
+
+    fn process_group<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        flows: &FlowTable,
+        now: Tick,
+        pkts: &mut [B],
+        verdicts: &mut [Verdict],
+    ) {
+        // Taken out for the group (and put back) so that `self` stays free
+        // for the passes; a worker is never re-entered.
+        let cx = &Ctx { snap, flows, now };
+        let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
+        self.end_rule_run();
+        let Scratch {
+            stages,
+            pending,
+            keys,
+            lookups,
+        } = &mut *sc;
+        // Keys and facts are written in place by `classify` (no copies of
+        // them between passes: copying freshly written keys stalls store
+        // forwarding). The flow table's lookups run in stages spread over
+        // the passes, so that each cache miss has the rest of a pass to
+        // arrive in: the primary header is fetched as soon as the hash is
+        // known, the slot lines in between, the keys compared when the
+        // packet is finished.
+        let mut n = 0;
+        for (pkt, stage) in pkts.iter_mut().zip(stages.iter_mut()) {
+            let (Some(key), Some(pend), Some(lk)) =
+                (keys.get_mut(n), pending.get_mut(n), lookups.get_mut(n))
+            else {
+                break;
+            };
+            *stage = self.classify(snap, pkt, key, pend);
+            if let Stage::Lookup = stage {
+                *lk = flows.begin(pend.hash);
+                n += 1;
+            }
+        }
+        flows.screen(&mut lookups[..n]);
+        // Bit (hash % 64) set: an earlier packet of this group changed an
+        // entry with that hash; later packets with it look up afresh (the
+        // screening may have missed that entry).
+        let mut changed = 0u64;
+        let mut looked = keys[..n].iter().zip(&lookups[..n]).zip(&pending[..n]);
+        for ((pkt, v), stage) in pkts.iter_mut().zip(verdicts.iter_mut()).zip(stages.iter()) {
+            let outcome = match *stage {
+                Stage::Done(o) => o,
+                Stage::Lookup => {
+                    let Some(((key, lk), p)) = looked.next() else {
+                        break;
+                    };
+                    let bit = 1u64 << (p.hash & 63);
+                    let hit = if changed & bit != 0 {
+                        flows.lookup(key, p.hash)
+                    } else {
+                        flows.complete(lk, key)
+                    };
+                    let fast = match &hit {
+                        Some(h) => self.finish_established(cx, pkt, p, h),
+                        None => None,
+                    };
+                    match fast {
+                        Some(o) => o,
+                        None => {
+                            let (o, wrote) = self.finish(cx, pkt, p, key, hit);
+                            if wrote {
+                                changed |= bit;
+                            }
+                            o
+                        }
+                    }
+                }
+            };
+            *v = self.count(outcome);
+        }
+        self.scratch = Some(sc);
+        self.end_rule_run();
+    }
+}

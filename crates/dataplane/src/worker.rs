@@ -1,0 +1,131 @@
+//! The loop a worker thread runs in production (SPEC §1): poll its queues
+//! through the [`Engine`], load the current snapshot for each pass (a reload
+//! is picked up between passes, never within one), publish its counters
+//! every so often (never per packet), and return when told to stop.
+//!
+//! It is generic over everything outside the data plane, so that tests run
+//! exactly this loop over in-memory queues with a fake clock:
+//! - the packet I/O ([`PacketIo`]; the daemon's is `dpdk::DpdkIo`);
+//! - the [`Clock`] that paces publishing (the daemon's is the CPU's cycle
+//!   counter);
+//! - the [`Idle`] policy for a pass that received nothing.
+//!
+//! What the loop shares with the management core is [`Shared`]; data flows
+//! one way: the management core writes the snapshot, the tick and the stop
+//! flag, workers write their counter slots.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use arc_swap::ArcSwap;
+use flowtable::FlowTable;
+
+use crate::counters::WorkerCounters;
+use crate::engine::{Engine, PacketIo};
+use crate::snapshot::Snapshot;
+
+/// What workers and the management core share.
+pub struct Shared {
+    /// The snapshot workers use; replaced whole on reload.
+    pub snapshot: ArcSwap<Snapshot>,
+    /// The connection table.
+    pub flows: FlowTable,
+    /// Current coarse tick (seconds since start).
+    pub now: AtomicU32,
+    /// Set to stop the workers.
+    pub stop: AtomicBool,
+    /// Each worker's last published counters (written by that worker with
+    /// `try_lock` every ~100 ms, never per packet).
+    pub published: Vec<Mutex<WorkerCounters>>,
+}
+
+impl Shared {
+    /// State for `workers` workers starting on `snapshot` at tick 0.
+    pub fn new(snapshot: Snapshot, flows: FlowTable, workers: usize) -> Shared {
+        let children = snapshot.rules.children();
+        Shared {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            flows,
+            now: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            published: (0..workers)
+                .map(|_| Mutex::new(WorkerCounters::new(children)))
+                .collect(),
+        }
+    }
+}
+
+/// A free-running counter that paces the loop's housekeeping (the daemon's
+/// is the CPU's time-stamp counter). Only differences are used, wrapping.
+pub trait Clock {
+    /// The counter's current value.
+    fn ticks(&mut self) -> u64;
+}
+
+impl<F: FnMut() -> u64> Clock for F {
+    #[inline]
+    fn ticks(&mut self) -> u64 {
+        self()
+    }
+}
+
+/// What a worker does after a pass over its ports that received nothing:
+/// the place to trade latency for CPU (pause, back off, sleep).
+pub trait Idle {
+    /// Called after each empty pass, with no snapshot held.
+    fn idle(&mut self);
+}
+
+/// Poll again at once: the worker's core is its own (the daemon's policy).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BusyPoll;
+
+impl Idle for BusyPoll {
+    #[inline(always)]
+    fn idle(&mut self) {}
+}
+
+/// One worker's loop: which worker it is, what it shares, and its pacing.
+pub struct WorkerLoop<'s, C, D = BusyPoll> {
+    /// The worker's index: its slot in [`Shared::published`].
+    pub index: usize,
+    /// State shared with the management core.
+    pub shared: &'s Shared,
+    /// Paces the publishing of counters.
+    pub clock: C,
+    /// [`Clock`] ticks between two publications of the counters (~100 ms).
+    pub publish_every: u64,
+    /// What to do after a pass that received nothing.
+    pub idle: D,
+}
+
+impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
+    /// Polls `io` through `engine` until [`Shared::stop`] is set, then
+    /// publishes the counters a last time (waiting for the slot).
+    pub fn run<I: PacketIo>(&mut self, engine: &mut Engine<I::Burst>, io: &mut I) {
+        let shared = self.shared;
+        let mut last_publish = self.clock.ticks();
+        while !shared.stop.load(Ordering::Relaxed) {
+            let received = {
+                let snap = shared.snapshot.load();
+                let now = shared.now.load(Ordering::Relaxed);
+                engine.poll(io, &snap, &shared.flows, now)
+            };
+            let t = self.clock.ticks();
+            if t.wrapping_sub(last_publish) >= self.publish_every {
+                last_publish = t;
+                // Never waits: the management core reading the slot just
+                // means this publication is skipped.
+                if let Some(Ok(mut slot)) = shared.published.get(self.index).map(Mutex::try_lock) {
+                    slot.clone_from(&engine.worker.counters);
+                }
+            }
+            if received == 0 {
+                self.idle.idle();
+            }
+        }
+        if let Some(Ok(mut slot)) = shared.published.get(self.index).map(Mutex::lock) {
+            slot.clone_from(&engine.worker.counters);
+        }
+    }
+}
