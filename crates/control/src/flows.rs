@@ -162,8 +162,8 @@ pub fn list(
                 } else {
                     ""
                 },
-                now.wrapping_sub(e.created) as i32,
-                now.wrapping_sub(e.last_seen) as i32,
+                flowtable::tick_age(now, e.created),
+                flowtable::tick_age(now, e.last_seen),
                 e.generation,
                 e.cookie,
             );
