@@ -33,8 +33,7 @@ use crate::counters::{DropReason, WorkerCounters};
 use crate::delivery;
 use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
 
-const TCP: u8 = 6;
-const UDP: u8 = 17;
+use wire::ip::proto::{TCP, UDP};
 
 /// What to do with a processed packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
