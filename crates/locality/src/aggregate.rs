@@ -25,6 +25,8 @@
 
 use config::schema::Aggregation;
 
+use crate::input::Health;
+
 /// A service's, region's or composite's aggregated health.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AggregateHealth {
@@ -39,13 +41,19 @@ pub enum AggregateHealth {
 }
 
 impl AggregateHealth {
+    /// The endpoint state of the same name: an aggregate is exported like
+    /// an endpoint's state (M21).
+    pub const fn as_health(self) -> Health {
+        match self {
+            AggregateHealth::Healthy => Health::Healthy,
+            AggregateHealth::Unhealthy => Health::Unhealthy,
+            AggregateHealth::Unknown => Health::Unknown,
+        }
+    }
+
     /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN` (status output, M21).
     pub const fn as_str(self) -> &'static str {
-        match self {
-            AggregateHealth::Healthy => "HEALTHY",
-            AggregateHealth::Unhealthy => "UNHEALTHY",
-            AggregateHealth::Unknown => "UNKNOWN",
-        }
+        self.as_health().as_str()
     }
 }
 
