@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
+use dataplane::counters::{Text, line};
 use dataplane::{
-    BURST, DropReason, EndpointHealth, Engine, Local, PacketIo, Snapshot, SnapshotBuilder,
-    VecBurst, Worker,
+    BURST, ChildCounters, DropReason, EndpointHealth, Engine, Local, PacketIo, Snapshot,
+    SnapshotBuilder, VecBurst, Worker, WorkerCounters,
 };
 use flowtable::FlowTable;
 use pcap_file::TsResolution;
@@ -274,12 +275,8 @@ pub fn run(args: &Args) -> Result<()> {
         args.output.display()
     );
     println!(
-        "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, dropped {}{}",
-        c.forwarded,
-        c.arp_replies,
-        c.nd_replies,
-        c.no_backend_resets,
-        c.to_host,
+        "{}, dropped {}{}",
+        line(c, WorkerCounters::TRAFFIC, Text::Replay),
         c.total_drops(),
         if too_big > 0 {
             format!(", {too_big} larger than {MAX_PACKET} bytes skipped")
@@ -296,10 +293,7 @@ pub fn run(args: &Args) -> Result<()> {
             in_header.snaplen
         );
     }
-    println!(
-        "flows: {} new, {} hits, {} rescheduled, {} stateless (table full), {} over budget",
-        c.new_flows, c.flow_hits, c.flows_rescheduled, c.stateless, c.over_budget
-    );
+    println!("flows: {}", line(c, WorkerCounters::FLOWS, Text::Replay));
     for r in DropReason::ALL {
         if c.dropped(r) > 0 {
             println!("  drop {}: {}", r.name(), c.dropped(r));
@@ -308,8 +302,9 @@ pub fn run(args: &Args) -> Result<()> {
     for (child, cc) in compiled.children.iter().zip(&c.children) {
         if cc.packets > 0 {
             println!(
-                "  rule {}: {} packets, {} bytes, {} new flows, {} drops",
-                child.name, cc.packets, cc.bytes, cc.new_flows, cc.drops
+                "  rule {}:{}",
+                child.name,
+                line(cc, ChildCounters::ALL, Text::Replay)
             );
         }
     }

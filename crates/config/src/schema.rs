@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use wire::geneve::OptionIds;
 
 use crate::values::{Duration, MacAddr, PortSpec, Prefix};
 
@@ -385,16 +386,16 @@ pub struct GeneveOptions {
 }
 
 fn d_geneve_port() -> u16 {
-    6081
+    wire::geneve::PORT
 }
 fn d_geneve_class() -> u16 {
-    0x0139
+    OptionIds::DEFAULT.class
 }
 fn d_geneve_endpoint_type() -> u8 {
-    1
+    OptionIds::DEFAULT.endpoint_type
 }
 fn d_geneve_cookie_type() -> u8 {
-    3
+    OptionIds::DEFAULT.cookie_type
 }
 
 impl Default for GeneveOptions {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use config::Compiled;
-use dataplane::{DropReason, Local, WorkerCounters};
+use dataplane::{Local, WorkerCounters};
 use flowtable::FlowTable;
 use health::{HealthChecker, HealthSnapshot};
 
@@ -441,39 +441,11 @@ impl Manager {
     /// `spillway stats`.
     pub fn stats(&self) -> String {
         let c = self.counters();
-        let mut out = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}\n",
-            c.rx_packets,
-            c.rx_bytes,
-            c.forwarded,
-            c.arp_replies,
-            c.nd_replies,
-            c.no_backend_resets,
-            c.to_host,
-            c.host_dropped,
-            c.from_host,
-            c.tx_dropped
-        );
-        out += &format!(
-            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
-            c.new_flows,
-            c.flow_hits,
-            c.flow_races,
-            c.flows_rescheduled,
-            c.stateless,
-            c.over_budget,
-            self.sweep_stats.expired
-        );
-        for r in DropReason::ALL {
-            out += &format!("drop {}: {}\n", r.name(), c.dropped(r));
-        }
         let live = self.shared.snapshot.load().compiled.clone();
-        for (child, cc) in live.children.iter().zip(&c.children) {
-            out += &format!(
-                "rule {}: {} packets {} bytes {} new flows {} drops\n",
-                child.name, cc.packets, cc.bytes, cc.new_flows, cc.drops
-            );
-        }
+        let mut out = c.stats(
+            self.sweep_stats.expired,
+            live.children.iter().map(|ch| ch.name.as_str()),
+        );
         for l in self.listener_info() {
             let c = l.counters.values();
             let per_client = match l.limits.per_client {
@@ -567,40 +539,7 @@ fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
         };
-        add(&mut total, &c);
+        total.add(&c);
     }
     total
-}
-
-fn add(total: &mut WorkerCounters, c: &WorkerCounters) {
-    total.rx_packets += c.rx_packets;
-    total.rx_bytes += c.rx_bytes;
-    total.forwarded += c.forwarded;
-    total.arp_replies += c.arp_replies;
-    total.nd_replies += c.nd_replies;
-    total.no_backend_resets += c.no_backend_resets;
-    total.to_host += c.to_host;
-    total.flow_hits += c.flow_hits;
-    total.new_flows += c.new_flows;
-    total.flow_races += c.flow_races;
-    total.flows_rescheduled += c.flows_rescheduled;
-    total.stateless += c.stateless;
-    total.over_budget += c.over_budget;
-    total.tx_dropped += c.tx_dropped;
-    total.host_dropped += c.host_dropped;
-    total.from_host += c.from_host;
-    for (t, d) in total.drops.iter_mut().zip(&c.drops) {
-        *t += d;
-    }
-    total.resize_children(c.children.len());
-    total.resize_backends(c.backend_packets.len());
-    for (t, n) in total.backend_packets.iter_mut().zip(&c.backend_packets) {
-        *t += n;
-    }
-    for (t, cc) in total.children.iter_mut().zip(&c.children) {
-        t.packets += cc.packets;
-        t.bytes += cc.bytes;
-        t.new_flows += cc.new_flows;
-        t.drops += cc.drops;
-    }
 }

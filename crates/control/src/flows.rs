@@ -14,6 +14,7 @@ use config::Compiled;
 use dataplane::Snapshot;
 use flowtable::{EntryFlags, FlowTable, Tick};
 use wire::flow::{FlowKey, Tuple};
+use wire::ip::proto;
 
 /// Default number of entries listed.
 pub const DEFAULT_LIMIT: usize = 1000;
@@ -159,8 +160,8 @@ pub fn list(
                 } else {
                     ""
                 },
-                now.wrapping_sub(e.created) as i32,
-                now.wrapping_sub(e.last_seen) as i32,
+                flowtable::tick_age(now, e.created),
+                flowtable::tick_age(now, e.last_seen),
                 e.generation,
                 e.cookie,
             );
@@ -188,12 +189,12 @@ fn bracket(a: IpAddr) -> String {
 
 fn proto_name(p: u8) -> &'static str {
     match p {
-        1 => "icmp",
-        6 => "tcp",
-        17 => "udp",
-        47 => "gre",
-        50 => "esp",
-        58 => "icmpv6",
+        proto::ICMP => "icmp",
+        proto::TCP => "tcp",
+        proto::UDP => "udp",
+        proto::GRE => "gre",
+        proto::ESP => "esp",
+        proto::ICMPV6 => "icmpv6",
         _ => "ip",
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use config::Compiled;
-use dataplane::{DropReason, WorkerCounters};
+use dataplane::{ChildCounters, DropReason, WorkerCounters};
 use health::{Aggregate, EndpointStatus, State};
 
 /// One metric family: its header, then each (labels, value) sample.
@@ -55,71 +55,10 @@ pub fn render(
     listeners: &[crate::listen::ListenerInfo],
 ) -> String {
     let mut out = String::new();
-    let one = |v: u64| [(String::new(), v)];
     let o = &mut out;
-    family(
-        o,
-        "rx_packets_total",
-        "counter",
-        "Packets received on data ports.",
-        one(c.rx_packets),
-    );
-    family(
-        o,
-        "rx_bytes_total",
-        "counter",
-        "Bytes received on data ports.",
-        one(c.rx_bytes),
-    );
-    family(
-        o,
-        "forwarded_packets_total",
-        "counter",
-        "Packets sent towards backends.",
-        one(c.forwarded),
-    );
-    family(
-        o,
-        "to_host_packets_total",
-        "counter",
-        "Packets handed to the exception port.",
-        one(c.to_host),
-    );
-    family(
-        o,
-        "from_host_packets_total",
-        "counter",
-        "Packets from the exception port.",
-        one(c.from_host),
-    );
-    family(
-        o,
-        "tx_dropped_packets_total",
-        "counter",
-        "Packets a port did not take.",
-        one(c.tx_dropped),
-    );
-    family(
-        o,
-        "flows_new_total",
-        "counter",
-        "Flow entries created.",
-        one(c.new_flows),
-    );
-    family(
-        o,
-        "flows_stateless_total",
-        "counter",
-        "Packets of new flows forwarded without an entry because the table was full or contended.",
-        one(c.stateless),
-    );
-    family(
-        o,
-        "flows_over_budget_total",
-        "counter",
-        "Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.",
-        one(c.over_budget),
-    );
+    for (name, help, v) in c.metrics() {
+        family(o, name, "counter", help, [(String::new(), v)]);
+    }
     family(
         o,
         "dropped_packets_total",
@@ -127,41 +66,15 @@ pub fn render(
         "Packets dropped, by reason.",
         DropReason::ALL.map(|r| (format!("reason=\"{}\"", r.name()), c.dropped(r))),
     );
-    // Per child rule (M5), one family per figure.
-    let children = || compiled.children.iter().zip(&c.children);
-    let per_child = |f: fn(&dataplane::ChildCounters) -> u64| {
-        children()
-            .map(move |(child, cc)| (format!("rule=\"{}\"", child.name), f(cc)))
-            .collect::<Vec<_>>()
-    };
-    family(
-        o,
-        "rule_packets_total",
-        "counter",
-        "Packets per child rule (M5).",
-        per_child(|cc| cc.packets),
-    );
-    family(
-        o,
-        "rule_bytes_total",
-        "counter",
-        "Bytes per child rule.",
-        per_child(|cc| cc.bytes),
-    );
-    family(
-        o,
-        "rule_new_flows_total",
-        "counter",
-        "New flows per child rule.",
-        per_child(|cc| cc.new_flows),
-    );
-    family(
-        o,
-        "rule_dropped_packets_total",
-        "counter",
-        "Packets dropped after matching, per child rule.",
-        per_child(|cc| cc.drops),
-    );
+    // Per child rule (M5), one family per counter.
+    for k in ChildCounters::ALL {
+        if let Some((name, help)) = k.metric {
+            let samples = compiled.children.iter().zip(&c.children);
+            let samples =
+                samples.map(|(child, cc)| (format!("rule=\"{}\"", child.name), (k.get)(cc)));
+            family(o, name, "counter", help, samples);
+        }
+    }
     family(
         o,
         "rule_healthy",
@@ -232,6 +145,61 @@ pub fn render(
 mod tests {
     use super::*;
 
+    /// What `render` wrote for [`sample`] before the counter families were
+    /// derived from the counter tables.
+    const GOLDEN: &str = r#"# HELP spillway_rx_packets_total Packets received on data ports.
+# TYPE spillway_rx_packets_total counter
+spillway_rx_packets_total 1
+# HELP spillway_rx_bytes_total Bytes received on data ports.
+# TYPE spillway_rx_bytes_total counter
+spillway_rx_bytes_total 2
+# HELP spillway_forwarded_packets_total Packets sent towards backends.
+# TYPE spillway_forwarded_packets_total counter
+spillway_forwarded_packets_total 3
+# HELP spillway_to_host_packets_total Packets handed to the exception port.
+# TYPE spillway_to_host_packets_total counter
+spillway_to_host_packets_total 7
+# HELP spillway_from_host_packets_total Packets from the exception port.
+# TYPE spillway_from_host_packets_total counter
+spillway_from_host_packets_total 16
+# HELP spillway_tx_dropped_packets_total Packets a port did not take.
+# TYPE spillway_tx_dropped_packets_total counter
+spillway_tx_dropped_packets_total 14
+# HELP spillway_flows_new_total Flow entries created.
+# TYPE spillway_flows_new_total counter
+spillway_flows_new_total 9
+# HELP spillway_flows_stateless_total Packets of new flows forwarded without an entry because the table was full or contended.
+# TYPE spillway_flows_stateless_total counter
+spillway_flows_stateless_total 12
+# HELP spillway_flows_over_budget_total Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.
+# TYPE spillway_flows_over_budget_total counter
+spillway_flows_over_budget_total 13
+# HELP spillway_dropped_packets_total Packets dropped, by reason.
+# TYPE spillway_dropped_packets_total counter
+spillway_dropped_packets_total{reason="malformed"} 17
+spillway_dropped_packets_total{reason="no_rule"} 18
+spillway_dropped_packets_total{reason="not_ours"} 19
+spillway_dropped_packets_total{reason="no_backend"} 20
+spillway_dropped_packets_total{reason="icmp_mismatch"} 21
+spillway_dropped_packets_total{reason="gateway_unsupported"} 22
+spillway_dropped_packets_total{reason="encap_failed"} 23
+spillway_dropped_packets_total{reason="no_tunnel_source"} 24
+spillway_dropped_packets_total{reason="fragment_no_rule"} 25
+spillway_dropped_packets_total{reason="bad_address"} 26
+# HELP spillway_rule_packets_total Packets per child rule (M5).
+# TYPE spillway_rule_packets_total counter
+spillway_rule_packets_total{rule="web-ag0"} 27
+# HELP spillway_rule_bytes_total Bytes per child rule.
+# TYPE spillway_rule_bytes_total counter
+spillway_rule_bytes_total{rule="web-ag0"} 28
+# HELP spillway_rule_new_flows_total New flows per child rule.
+# TYPE spillway_rule_new_flows_total counter
+spillway_rule_new_flows_total{rule="web-ag0"} 29
+# HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
+# TYPE spillway_rule_dropped_packets_total counter
+spillway_rule_dropped_packets_total{rule="web-ag0"} 30
+"#;
+
     #[test]
     fn each_family_is_written_whole_before_the_next() {
         let mut out = String::new();
@@ -255,5 +223,63 @@ mod tests {
              # HELP spillway_b_total B.\n# TYPE spillway_b_total counter\n\
              spillway_b_total{x=\"1\"} 2\nspillway_b_total{x=\"2\"} 3\n"
         );
+    }
+    /// Counters with every value different, for a one-rule configuration.
+    fn sample() -> (WorkerCounters, Compiled) {
+        let text = "[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n\n\
+            [[backend_services]]\nname = \"s\"\ndelivery = \"ipip\"\n\
+            groups = [{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.1.0.1\" }] }]\n\n\
+            [[forwarding_rules]]\nname = \"web\"\nvips = [\"10.0.0.1\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s\"\n";
+        let compiled = match config::load_str("t.toml", text, &config::Env::default()) {
+            Ok(l) => l.compiled,
+            Err(e) => panic!("{e}"),
+        };
+        let mut c = WorkerCounters::new(compiled.children.len());
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        for v in [
+            &mut c.rx_packets,
+            &mut c.rx_bytes,
+            &mut c.forwarded,
+            &mut c.arp_replies,
+            &mut c.nd_replies,
+            &mut c.no_backend_resets,
+            &mut c.to_host,
+            &mut c.flow_hits,
+            &mut c.new_flows,
+            &mut c.flow_races,
+            &mut c.flows_rescheduled,
+            &mut c.stateless,
+            &mut c.over_budget,
+            &mut c.tx_dropped,
+            &mut c.host_dropped,
+            &mut c.from_host,
+        ] {
+            *v = next();
+        }
+        for d in &mut c.drops {
+            *d = next();
+        }
+        for cc in &mut c.children {
+            cc.packets = next();
+            cc.bytes = next();
+            cc.new_flows = next();
+            cc.drops = next();
+        }
+        (c, compiled)
+    }
+
+    #[test]
+    fn counter_families_are_unchanged() {
+        let (c, compiled) = sample();
+        let out = render(&c, &compiled, &[], &[], &[]);
+        let counters = out
+            .split("# HELP spillway_rule_healthy")
+            .next()
+            .unwrap_or("");
+        assert_eq!(counters, GOLDEN);
     }
 }

@@ -1,135 +1,285 @@
 //! Per-worker counters: written by one worker only, read by the management
 //! core after the fact. Every dropped packet has a reason.
+//!
+//! Each counter is declared once, below, with how it is shown: its part of
+//! `spillway stats`, of `spillway replay`'s summary and its Prometheus
+//! family. Summing, the texts and the metrics are derived from those tables
+//! ([`WorkerCounters::TRAFFIC`], [`WorkerCounters::FLOWS`],
+//! [`ChildCounters::ALL`], [`DropReason::ALL`]); the packet path increments
+//! the plain fields and never looks at a table.
 
-/// Why a packet was dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DropReason {
-    /// The frame could not be parsed (truncated, bad lengths, bad checksum of a header we rely on).
-    Malformed,
-    /// Addressed to a VIP, but no forwarding rule matches its protocol and port (SPEC M3).
-    NoRule,
-    /// Addressed to neither a VIP nor the balancer itself: never relayed (SPEC M6).
-    NotOurs,
-    /// A rule matched but its service has no eligible backend (SPEC M14), and
-    /// the packet was not answered with a reset (see `no_backend_resets`).
-    NoBackend,
-    /// An ICMP error addressed to a VIP quotes a packet that did not come from that VIP.
-    IcmpMismatch,
-    /// The rule is a gateway rule, which this pipeline does not serve yet.
-    GatewayUnsupported,
-    /// Encapsulation failed (no headroom, or the inner frame was unusable), or a
-    /// reply built in place found no headroom to grow into.
-    EncapFailed,
-    /// The backend's address family has no tunnel source address on this node.
-    NoTunnelSource,
-    /// A real IP fragment (first or later) to a VIP that has no rule taking
-    /// every port of the fragment's protocol: a fragment cannot prove its
-    /// ports, so it only matches a TCP/UDP `all` rule or `L3_DEFAULT` (M13).
-    FragmentNoRule,
-    /// An IPv6 packet with an IPv4-mapped source or destination address
-    /// (`::ffff:a.b.c.d`), which never appears on the wire.
-    BadAddress,
+use std::fmt::Write as _;
+
+/// How one counter of a `T` is shown (off the packet path).
+#[derive(Debug)]
+pub struct Counter<T> {
+    /// The field's name.
+    pub name: &'static str,
+    /// Its part of `spillway stats`' line, `{}` standing for the value.
+    pub stats: &'static str,
+    /// Its part of `spillway replay`'s summary line, if it shows there.
+    pub replay: Option<&'static str>,
+    /// Its Prometheus family (after `spillway_`) and HELP text, if exported.
+    pub metric: Option<(&'static str, &'static str)>,
+    /// Reads it.
+    pub get: fn(&T) -> u64,
 }
 
-impl DropReason {
-    /// Every reason, in counter order.
-    pub const ALL: [DropReason; 10] = [
-        DropReason::Malformed,
-        DropReason::NoRule,
-        DropReason::NotOurs,
-        DropReason::NoBackend,
-        DropReason::IcmpMismatch,
-        DropReason::GatewayUnsupported,
-        DropReason::EncapFailed,
-        DropReason::NoTunnelSource,
-        DropReason::FragmentNoRule,
-        DropReason::BadAddress,
-    ];
+/// Which text a line is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Text {
+    /// `spillway stats`.
+    Stats,
+    /// `spillway replay`'s summary.
+    Replay,
+}
 
-    /// Metric label.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DropReason::Malformed => "malformed",
-            DropReason::NoRule => "no_rule",
-            DropReason::NotOurs => "not_ours",
-            DropReason::NoBackend => "no_backend",
-            DropReason::IcmpMismatch => "icmp_mismatch",
-            DropReason::GatewayUnsupported => "gateway_unsupported",
-            DropReason::EncapFailed => "encap_failed",
-            DropReason::NoTunnelSource => "no_tunnel_source",
-            DropReason::FragmentNoRule => "fragment_no_rule",
-            DropReason::BadAddress => "bad_address",
+impl<T> Counter<T> {
+    /// Its part of `text`, if it shows there.
+    pub const fn part(&self, text: Text) -> Option<&'static str> {
+        match text {
+            Text::Stats => Some(self.stats),
+            Text::Replay => self.replay,
         }
     }
 }
 
-/// Counters of one child rule (`<rule>-ag0`/`-ag1`, SPEC M5).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChildCounters {
-    /// Packets matched.
-    pub packets: u64,
-    /// Bytes matched (as received).
-    pub bytes: u64,
-    /// Flows created.
-    pub new_flows: u64,
-    /// Packets dropped after matching (no backend, encapsulation failures).
-    pub drops: u64,
+/// The parts of `table` that show in `text`, with `c`'s values, as one line.
+pub fn line<T>(c: &T, table: &[Counter<T>], text: Text) -> String {
+    let mut out = String::new();
+    for k in table {
+        if let Some(part) = k.part(text) {
+            out += &part.replacen("{}", &(k.get)(c).to_string(), 1);
+        }
+    }
+    out
 }
 
-/// One worker's counters. Aligned to a cache line so that two workers'
-/// counters never share one.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[repr(align(64))]
-pub struct WorkerCounters {
-    /// Packets seen.
-    pub rx_packets: u64,
-    /// Bytes seen.
-    pub rx_bytes: u64,
-    /// Packets sent towards a backend.
-    pub forwarded: u64,
-    /// ARP replies sent for the balancer's addresses.
-    pub arp_replies: u64,
-    /// Neighbor advertisements sent for the balancer's IPv6 addresses.
-    pub nd_replies: u64,
-    /// TCP resets sent because a rule matched but its service had no eligible
-    /// backend and answers with a reset (SPEC M14). Such a packet is counted
-    /// here, not under `drops[NoBackend]`: every received packet has exactly one
-    /// outcome counter. Its child rule counts it among its drops either way.
-    pub no_backend_resets: u64,
-    /// Packets handed to the host (exception path).
-    pub to_host: u64,
-    /// Packets that followed an existing flow entry.
-    pub flow_hits: u64,
-    /// Flows created.
-    pub new_flows: u64,
-    /// Another worker created the flow first; its entry was used.
-    pub flow_races: u64,
-    /// Flows moved off a backend that no longer takes them (SPEC M11).
-    pub flows_rescheduled: u64,
-    /// Packets of new flows forwarded without an entry because the table was
-    /// full or contended (stateless Maglev fallback, SPEC M15): every packet
-    /// of such a flow tries again, and counts again.
-    pub stateless: u64,
-    /// Packets of new flows forwarded without an entry because the worker
-    /// had spent its new-entry budget for the current second (SPEC M15: a
-    /// flood of new flows cannot crowd the table). Not included in
-    /// `stateless`.
-    pub over_budget: u64,
-    /// Packets the device did not take at TX (freed).
-    pub tx_dropped: u64,
-    /// Packets for the host dropped because no exception port is configured
-    /// (or, from the host, because no uplink is).
-    pub host_dropped: u64,
-    /// Packets the host's stack sent through the exception port (out the uplink).
-    pub from_host: u64,
-    /// Drops by reason, indexed by `DropReason as usize`.
-    pub drops: [u64; DropReason::ALL.len()],
-    /// Per child rule, indexed by child rule id.
-    pub children: Vec<ChildCounters>,
-    /// Packets forwarded to each backend slot (the management core derives
-    /// measured rates from them: RATE capacity, spillover, M25/M26).
-    pub backend_packets: Vec<u64>,
+macro_rules! some {
+    () => {
+        None
+    };
+    ($($x:tt)+) => {
+        Some($($x)+)
+    };
+}
+
+/// A counters struct whose `u64` counters are declared in tables (one
+/// const table each, in declaration order), plus other `fields`; also
+/// `add_counters`, which sums every table's counters.
+macro_rules! counters {
+    (
+        $(#[$sattr:meta])*
+        pub struct $S:ident {
+            $(
+                $(#[$tattr:meta])*
+                const $table:ident = [
+                    $(
+                        $(#[$fattr:meta])*
+                        $field:ident: stats $stats:literal
+                        $(, replay $replay:literal)?
+                        $(, metric $mname:literal $mhelp:literal)?;
+                    )*
+                ];
+            )*
+            fields {
+                $(
+                    $(#[$xattr:meta])*
+                    pub $xfield:ident: $xty:ty,
+                )*
+            }
+        }
+    ) => {
+        $(#[$sattr])*
+        pub struct $S {
+            $($(
+                $(#[$fattr])*
+                pub $field: u64,
+            )*)*
+            $(
+                $(#[$xattr])*
+                pub $xfield: $xty,
+            )*
+        }
+
+        impl $S {
+            $(
+                $(#[$tattr])*
+                pub const $table: &'static [Counter<$S>] = &[$(
+                    Counter {
+                        name: stringify!($field),
+                        stats: $stats,
+                        replay: some!($($replay)?),
+                        metric: some!($(($mname, $mhelp))?),
+                        get: |c| c.$field,
+                    },
+                )*];
+            )*
+
+            /// Adds `other`'s table counters to these.
+            fn add_counters(&mut self, other: &$S) {
+                $($(self.$field += other.$field;)*)*
+            }
+        }
+    };
+}
+
+/// Declares [`DropReason`] with its metric labels, and [`DropReason::ALL`].
+macro_rules! drop_reasons {
+    ($($(#[$attr:meta])* $reason:ident => $name:literal,)*) => {
+        /// Why a packet was dropped.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason {
+            $($(#[$attr])* $reason,)*
+        }
+
+        impl DropReason {
+            /// Every reason, in counter order.
+            pub const ALL: [DropReason; [$(DropReason::$reason),*].len()] =
+                [$(DropReason::$reason),*];
+
+            /// Metric label.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(DropReason::$reason => $name,)*
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// The frame could not be parsed (truncated, bad lengths, bad checksum of a header we rely on).
+    Malformed => "malformed",
+    /// Addressed to a VIP, but no forwarding rule matches its protocol and port (SPEC M3).
+    NoRule => "no_rule",
+    /// Addressed to neither a VIP nor the balancer itself: never relayed (SPEC M6).
+    NotOurs => "not_ours",
+    /// A rule matched but its service has no eligible backend (SPEC M14), and
+    /// the packet was not answered with a reset (see `no_backend_resets`).
+    NoBackend => "no_backend",
+    /// An ICMP error addressed to a VIP quotes a packet that did not come from that VIP.
+    IcmpMismatch => "icmp_mismatch",
+    /// The rule is a gateway rule, which this pipeline does not serve yet.
+    GatewayUnsupported => "gateway_unsupported",
+    /// Encapsulation failed (no headroom, or the inner frame was unusable), or a
+    /// reply built in place found no headroom to grow into.
+    EncapFailed => "encap_failed",
+    /// The backend's address family has no tunnel source address on this node.
+    NoTunnelSource => "no_tunnel_source",
+    /// A real IP fragment (first or later) to a VIP that has no rule taking
+    /// every port of the fragment's protocol: a fragment cannot prove its
+    /// ports, so it only matches a TCP/UDP `all` rule or `L3_DEFAULT` (M13).
+    FragmentNoRule => "fragment_no_rule",
+    /// An IPv6 packet with an IPv4-mapped source or destination address
+    /// (`::ffff:a.b.c.d`), which never appears on the wire.
+    BadAddress => "bad_address",
+}
+
+counters! {
+    /// Counters of one child rule (`<rule>-ag0`/`-ag1`, SPEC M5).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct ChildCounters {
+        /// Every counter of a child rule.
+        const ALL = [
+            /// Packets matched.
+            packets: stats " {} packets", replay " {} packets",
+                metric "rule_packets_total" "Packets per child rule (M5).";
+            /// Bytes matched (as received).
+            bytes: stats " {} bytes", replay ", {} bytes",
+                metric "rule_bytes_total" "Bytes per child rule.";
+            /// Flows created.
+            new_flows: stats " {} new flows", replay ", {} new flows",
+                metric "rule_new_flows_total" "New flows per child rule.";
+            /// Packets dropped after matching (no backend, encapsulation failures).
+            drops: stats " {} drops", replay ", {} drops",
+                metric "rule_dropped_packets_total" "Packets dropped after matching, per child rule.";
+        ];
+        fields {}
+    }
+}
+
+counters! {
+    /// One worker's counters. Aligned to a cache line so that two workers'
+    /// counters never share one.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[repr(align(64))]
+    pub struct WorkerCounters {
+        /// Packet outcomes: the first line of `stats` and of the replay summary.
+        const TRAFFIC = [
+            /// Packets seen.
+            rx_packets: stats "rx {} packets",
+                metric "rx_packets_total" "Packets received on data ports.";
+            /// Bytes seen.
+            rx_bytes: stats " {} bytes",
+                metric "rx_bytes_total" "Bytes received on data ports.";
+            /// Packets sent towards a backend.
+            forwarded: stats "; forwarded {}", replay "forwarded {}",
+                metric "forwarded_packets_total" "Packets sent towards backends.";
+            /// ARP replies sent for the balancer's addresses.
+            arp_replies: stats "; arp replies {}", replay ", ARP replies {}";
+            /// Neighbor advertisements sent for the balancer's IPv6 addresses.
+            nd_replies: stats "; nd replies {}", replay ", ND replies {}";
+            /// TCP resets sent because a rule matched but its service had no eligible
+            /// backend and answers with a reset (SPEC M14). Such a packet is counted
+            /// here, not under `drops[NoBackend]`: every received packet has exactly one
+            /// outcome counter. Its child rule counts it among its drops either way.
+            no_backend_resets: stats "; no-backend resets {}", replay ", no-backend resets {}";
+            /// Packets handed to the host (exception path).
+            to_host: stats "; to host {}", replay ", to host {}",
+                metric "to_host_packets_total" "Packets handed to the exception port.";
+            /// Packets for the host dropped because no exception port is configured
+            /// (or, from the host, because no uplink is).
+            host_dropped: stats " (dropped without exception port {})";
+            /// Packets the host's stack sent through the exception port (out the uplink).
+            from_host: stats "; from host {}",
+                metric "from_host_packets_total" "Packets from the exception port.";
+            /// Packets the device did not take at TX (freed).
+            tx_dropped: stats "; tx dropped {}",
+                metric "tx_dropped_packets_total" "Packets a port did not take.";
+        ];
+        /// The flow table's work: the `flows:` line of `stats` and of the
+        /// replay summary.
+        const FLOWS = [
+            /// Flows created.
+            new_flows: stats "{} new", replay "{} new",
+                metric "flows_new_total" "Flow entries created.";
+            /// Packets that followed an existing flow entry.
+            flow_hits: stats ", {} hits", replay ", {} hits";
+            /// Another worker created the flow first; its entry was used.
+            flow_races: stats ", {} races";
+            /// Flows moved off a backend that no longer takes them (SPEC M11).
+            flows_rescheduled: stats ", {} rescheduled", replay ", {} rescheduled";
+            /// Packets of new flows forwarded without an entry because the table was
+            /// full or contended (stateless Maglev fallback, SPEC M15): every packet
+            /// of such a flow tries again, and counts again.
+            stateless: stats ", {} stateless", replay ", {} stateless (table full)",
+                metric "flows_stateless_total" "Packets of new flows forwarded without an entry because the table was full or contended.";
+            /// Packets of new flows forwarded without an entry because the worker
+            /// had spent its new-entry budget for the current second (SPEC M15: a
+            /// flood of new flows cannot crowd the table). Not included in
+            /// `stateless`.
+            over_budget: stats ", {} over budget", replay ", {} over budget",
+                metric "flows_over_budget_total" "Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.";
+        ];
+        fields {
+            /// Drops by reason, indexed by `DropReason as usize`.
+            pub drops: [u64; DropReason::ALL.len()],
+            /// Per child rule, indexed by child rule id.
+            pub children: Vec<ChildCounters>,
+            /// Packets forwarded to each backend slot (the management core derives
+            /// measured rates from them: RATE capacity, spillover, M25/M26).
+            pub backend_packets: Vec<u64>,
+        }
+    }
+}
+
+impl ChildCounters {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &ChildCounters) {
+        self.add_counters(other);
+    }
 }
 
 impl WorkerCounters {
@@ -139,6 +289,52 @@ impl WorkerCounters {
             children: vec![ChildCounters::default(); children],
             ..Default::default()
         }
+    }
+
+    /// Adds `other`'s counts to these (the management core sums the
+    /// workers'), growing the per-child and per-backend counters to fit.
+    pub fn add(&mut self, other: &WorkerCounters) {
+        self.add_counters(other);
+        for (t, d) in self.drops.iter_mut().zip(&other.drops) {
+            *t += d;
+        }
+        self.resize_children(other.children.len());
+        self.resize_backends(other.backend_packets.len());
+        for (t, n) in self.backend_packets.iter_mut().zip(&other.backend_packets) {
+            *t += n;
+        }
+        for (t, cc) in self.children.iter_mut().zip(&other.children) {
+            t.add(cc);
+        }
+    }
+
+    /// Every exported scalar counter: its family (after `spillway_`), HELP
+    /// text and value, in declaration order.
+    pub fn metrics(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> + '_ {
+        Self::TRAFFIC
+            .iter()
+            .chain(Self::FLOWS)
+            .filter_map(move |k| k.metric.map(|(name, help)| (name, help, (k.get)(self))))
+    }
+
+    /// The counters' part of `spillway stats`: traffic, flows (with
+    /// `expired`, the entries the management core aged out), drops by
+    /// reason, then one line per child rule, named by `children` in order.
+    pub fn stats<'a>(&self, expired: usize, children: impl IntoIterator<Item = &'a str>) -> String {
+        let mut out = line(self, Self::TRAFFIC, Text::Stats);
+        let flows = line(self, Self::FLOWS, Text::Stats);
+        let _ = write!(out, "\nflows: {flows}; {expired} expired by ageing\n");
+        for r in DropReason::ALL {
+            let _ = writeln!(out, "drop {}: {}", r.name(), self.dropped(r));
+        }
+        for (name, cc) in children.into_iter().zip(&self.children) {
+            let _ = writeln!(
+                out,
+                "rule {name}:{}",
+                line(cc, ChildCounters::ALL, Text::Stats)
+            );
+        }
+        out
     }
 
     /// Drops for `reason`.
@@ -176,5 +372,185 @@ impl WorkerCounters {
         if self.backend_packets.len() < backends {
             self.backend_packets.resize(backends, 0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every counter a different value.
+    fn sample() -> WorkerCounters {
+        WorkerCounters {
+            rx_packets: 1,
+            rx_bytes: 2,
+            forwarded: 3,
+            arp_replies: 4,
+            nd_replies: 5,
+            no_backend_resets: 6,
+            to_host: 7,
+            host_dropped: 8,
+            from_host: 9,
+            tx_dropped: 10,
+            new_flows: 11,
+            flow_hits: 12,
+            flow_races: 13,
+            flows_rescheduled: 14,
+            stateless: 15,
+            over_budget: 16,
+            drops: std::array::from_fn(|i| 100 + i as u64),
+            children: vec![
+                ChildCounters {
+                    packets: 21,
+                    bytes: 22,
+                    new_flows: 23,
+                    drops: 24,
+                },
+                ChildCounters {
+                    packets: 31,
+                    bytes: 32,
+                    new_flows: 33,
+                    drops: 34,
+                },
+            ],
+            backend_packets: vec![41, 42, 43],
+        }
+    }
+
+    #[test]
+    fn stats_text_is_unchanged() {
+        let c = sample();
+        // The text `spillway stats` printed before its lines were derived
+        // from the tables (operators' scripts and perf/bench.py read it).
+        let mut want = format!(
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}\n",
+            c.rx_packets,
+            c.rx_bytes,
+            c.forwarded,
+            c.arp_replies,
+            c.nd_replies,
+            c.no_backend_resets,
+            c.to_host,
+            c.host_dropped,
+            c.from_host,
+            c.tx_dropped
+        );
+        want += &format!(
+            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
+            c.new_flows,
+            c.flow_hits,
+            c.flow_races,
+            c.flows_rescheduled,
+            c.stateless,
+            c.over_budget,
+            99
+        );
+        for r in DropReason::ALL {
+            want += &format!("drop {}: {}\n", r.name(), c.dropped(r));
+        }
+        for (name, cc) in ["a-ag0", "b-ag1"].iter().zip(&c.children) {
+            want += &format!(
+                "rule {}: {} packets {} bytes {} new flows {} drops\n",
+                name, cc.packets, cc.bytes, cc.new_flows, cc.drops
+            );
+        }
+        assert_eq!(c.stats(99, ["a-ag0", "b-ag1"]), want);
+    }
+
+    #[test]
+    fn replay_lines_are_unchanged() {
+        let c = sample();
+        assert_eq!(
+            line(&c, WorkerCounters::TRAFFIC, Text::Replay),
+            format!(
+                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}",
+                c.forwarded, c.arp_replies, c.nd_replies, c.no_backend_resets, c.to_host,
+            )
+        );
+        assert_eq!(
+            line(&c, WorkerCounters::FLOWS, Text::Replay),
+            format!(
+                "{} new, {} hits, {} rescheduled, {} stateless (table full), {} over budget",
+                c.new_flows, c.flow_hits, c.flows_rescheduled, c.stateless, c.over_budget
+            )
+        );
+        let cc = &c.children[0];
+        assert_eq!(
+            line(cc, ChildCounters::ALL, Text::Replay),
+            format!(
+                " {} packets, {} bytes, {} new flows, {} drops",
+                cc.packets, cc.bytes, cc.new_flows, cc.drops
+            )
+        );
+    }
+
+    #[test]
+    fn metrics_are_the_exported_counters_in_order() {
+        let c = sample();
+        let got: Vec<_> = c.metrics().map(|(name, _, v)| (name, v)).collect();
+        assert_eq!(
+            got,
+            [
+                ("rx_packets_total", c.rx_packets),
+                ("rx_bytes_total", c.rx_bytes),
+                ("forwarded_packets_total", c.forwarded),
+                ("to_host_packets_total", c.to_host),
+                ("from_host_packets_total", c.from_host),
+                ("tx_dropped_packets_total", c.tx_dropped),
+                ("flows_new_total", c.new_flows),
+                ("flows_stateless_total", c.stateless),
+                ("flows_over_budget_total", c.over_budget),
+            ]
+        );
+    }
+
+    #[test]
+    fn add_sums_every_counter() {
+        let one = sample();
+        let mut sum = WorkerCounters::new(1);
+        sum.add(&one);
+        sum.add(&one);
+        for k in WorkerCounters::TRAFFIC.iter().chain(WorkerCounters::FLOWS) {
+            assert_eq!((k.get)(&sum), 2 * (k.get)(&one), "{}", k.name);
+        }
+        for (s, o) in sum.children.iter().zip(&one.children) {
+            for k in ChildCounters::ALL {
+                assert_eq!((k.get)(s), 2 * (k.get)(o), "{}", k.name);
+            }
+        }
+        assert_eq!(sum.children.len(), 2);
+        assert_eq!(sum.drops, one.drops.map(|d| 2 * d));
+        assert_eq!(sum.backend_packets, [82, 84, 86]);
+    }
+
+    #[test]
+    fn every_counter_is_in_one_table_once() {
+        let names: Vec<_> = WorkerCounters::TRAFFIC
+            .iter()
+            .chain(WorkerCounters::FLOWS)
+            .map(|k| k.name)
+            .collect();
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len());
+        // Each reads its own field: the sample's values are all different.
+        let c = sample();
+        let mut values: Vec<_> = WorkerCounters::TRAFFIC
+            .iter()
+            .chain(WorkerCounters::FLOWS)
+            .map(|k| (k.get)(&c))
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        assert_eq!(values.len(), names.len());
+    }
+
+    #[test]
+    fn drop_reasons_index_their_counters() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{}", r.name());
+        }
+        assert_eq!(DropReason::ALL.len(), 10);
     }
 }

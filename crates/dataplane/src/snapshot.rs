@@ -26,6 +26,8 @@ use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, Sess
 use config::values::Prefix;
 use config::{RuleIndex, RuleMatch};
 use flowtable::Tick;
+/// Re-exported for the pipeline and the management core.
+pub use flowtable::tick_reached;
 use maglev::MaglevTable;
 use wire::encap::Template;
 use wire::ethernet::MacAddr;
@@ -100,7 +102,8 @@ impl Backend {
     /// have gone to a new endpoint, which the old flows must not follow).
     #[inline(always)]
     pub fn holds_entry_of(&self, generation: u32) -> bool {
-        generation.wrapping_sub(self.assigned) < 1 << 31
+        // Generations wrap like ticks.
+        tick_reached(generation, self.assigned)
     }
 }
 
@@ -781,12 +784,6 @@ impl SnapshotBuilder {
         self.by_identity.insert(key, slot);
         slot
     }
-}
-
-/// Whether the wrapping tick `now` is at or past `deadline`.
-#[inline]
-pub fn tick_reached(now: Tick, deadline: Tick) -> bool {
-    now.wrapping_sub(deadline) < (1 << 31)
 }
 
 fn ticks(d: std::time::Duration, per_second: u32) -> Tick {

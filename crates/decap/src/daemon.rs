@@ -55,10 +55,10 @@ pub struct Args {
     #[arg(long = "vip", value_name = "ADDR[/LEN]", value_parser = parse_prefix)]
     vips: Vec<Prefix>,
     /// GUE UDP port (0: off).
-    #[arg(long, default_value_t = 6080)]
+    #[arg(long, default_value_t = wire::gue::PORT)]
     gue_port: u16,
     /// GENEVE UDP port (0: off).
-    #[arg(long, default_value_t = 6081)]
+    #[arg(long, default_value_t = wire::geneve::PORT)]
     geneve_port: u16,
     /// Accept IP-in-IP (IP protocols 4 and 41, over IPv4 and IPv6).
     #[arg(long)]
@@ -72,10 +72,10 @@ pub struct Args {
     #[arg(long, default_value = "0x0139", value_name = "CLASS", value_parser = parse_u16)]
     geneve_option_class: u16,
     /// Type of the GENEVE endpoint ID option (the balancer's `geneve.endpoint_id_type`).
-    #[arg(long, default_value_t = 1, value_name = "TYPE")]
+    #[arg(long, default_value_t = OptionIds::DEFAULT.endpoint_type, value_name = "TYPE")]
     geneve_endpoint_id_type: u8,
     /// Type of the GENEVE flow cookie option (the balancer's `geneve.flow_cookie_type`).
-    #[arg(long, default_value_t = 3, value_name = "TYPE")]
+    #[arg(long, default_value_t = OptionIds::DEFAULT.cookie_type, value_name = "TYPE")]
     geneve_flow_cookie_type: u8,
     /// Seconds between counter lines in the log, written only when a counter
     /// changed (0: only at exit).

@@ -293,7 +293,7 @@ mod table;
 pub use table::{
     BUCKET_SLOTS, Config, ConfigError, Entry, EntryFlags, Evicted, FlowKey, FlowTable, Hit,
     InsertOutcome, Lookup, MAX_CAPACITY, NewEntry, Occupancy, ProtoClass, SlotRef, SweepStats,
-    Tick, Timeouts,
+    Tick, Timeouts, tick_age, tick_reached,
 };
 
 // Not with shuttle's atomics: they work only inside a shuttle execution.

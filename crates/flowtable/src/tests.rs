@@ -721,3 +721,19 @@ fn every_live_entry_is_found_through_slot_reuse() {
     }
     assert!(evictions > 10, "{evictions}");
 }
+
+#[test]
+fn tick_comparisons_wrap() {
+    use crate::{tick_age, tick_reached};
+    assert_eq!(tick_age(5, 3), 2);
+    assert_eq!(tick_age(3, 5), -2);
+    // Across the wrap: 2 is 4 ticks after u32::MAX - 1.
+    assert_eq!(tick_age(2, u32::MAX - 1), 4);
+    assert_eq!(tick_age(u32::MAX - 1, 2), -4);
+    assert!(tick_reached(7, 7));
+    assert!(tick_reached(2, u32::MAX - 1));
+    assert!(!tick_reached(u32::MAX - 1, 2));
+    // Up to 2^31 - 1 ticks apart either way.
+    assert!(tick_reached(i32::MAX as u32, 0));
+    assert!(!tick_reached(0, i32::MAX as u32));
+}

@@ -1,30 +1,19 @@
-//! Service aggregation (SPEC M19) and composite health (M20): pure functions.
+//! Service aggregation (M19) and composite health (M20): pure functions.
 //!
 //! # Aggregation
 //!
 //! A service (or the part of it in one region: the caller passes that
-//! region's endpoint states) is healthy when at least `min_healthy_count`
-//! endpoints are healthy **and** at least `min_healthy_percent` % of its
-//! endpoints are healthy; below either threshold it is UNHEALTHY. Exactly at
-//! a threshold counts as healthy. The percentage is of *all* the endpoints
-//! given, whatever their state.
-//!
-//! **UNKNOWN endpoints** (just created, thresholds not yet reached) are
-//! neither counted as healthy nor as unhealthy: the aggregate is decided
-//! only when the unknown endpoints cannot change the answer.
-//!
-//! - HEALTHY if the policy holds even if every UNKNOWN endpoint turned out
-//!   unhealthy;
-//! - UNHEALTHY if the policy fails even if every UNKNOWN endpoint turned out
-//!   healthy;
-//! - UNKNOWN otherwise — the answer depends on endpoints not yet known.
-//!
-//! So right after start (everything UNKNOWN) a service is UNKNOWN, as M20
-//! asks ("none unhealthy, some not yet known"), unless it can never be
-//! healthy at all (fewer endpoints than `min_healthy_count`: UNHEALTHY). A
-//! service with 10 endpoints and a 60 % policy is already HEALTHY once six
-//! are healthy, and already UNHEALTHY once five are unhealthy, whatever the
-//! other four say.
+//! region's endpoint states) is aggregated by [`locality::aggregate`], the
+//! one definition of M19 that the locality planner uses for its regions
+//! too: HEALTHY when its healthy endpoints meet `min_healthy_count` and
+//! `min_healthy_percent` (of all its endpoints), UNHEALTHY when even counting
+//! every UNKNOWN endpoint as healthy they do not, UNKNOWN otherwise. So
+//! right after start (everything UNKNOWN) a service is UNKNOWN, as M20 asks
+//! ("none unhealthy, some not yet known"), unless it can never be healthy at
+//! all (fewer endpoints than `min_healthy_count`: UNHEALTHY). A service with
+//! 10 endpoints and a 60 % policy is already HEALTHY once six are healthy,
+//! and already UNHEALTHY once five are unhealthy, whatever the other four
+//! say.
 //!
 //! An empty endpoint list is UNHEALTHY unless `min_healthy_count` is 0.
 //! Endpoints without a health check are always healthy: callers pass
@@ -36,40 +25,12 @@
 //! unhealthy, UNKNOWN otherwise (none unhealthy, some unknown). A composite
 //! without sources is UNKNOWN (validation requires 1–10).
 
-use std::fmt;
-
 use config::schema::Aggregation;
+/// A service's, region's or composite's health (`HEALTHY`, `UNHEALTHY`,
+/// `UNKNOWN`; UNKNOWN by default).
+pub use locality::AggregateHealth as Aggregate;
 
 use crate::state::State;
-
-/// A service's, region's or composite's health.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Aggregate {
-    /// Meets its policy.
-    Healthy,
-    /// Below its policy.
-    Unhealthy,
-    /// Not yet decidable: depends on endpoints whose state is unknown.
-    #[default]
-    Unknown,
-}
-
-impl Aggregate {
-    /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN` (as exported, M21).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Aggregate::Healthy => "HEALTHY",
-            Aggregate::Unhealthy => "UNHEALTHY",
-            Aggregate::Unknown => "UNKNOWN",
-        }
-    }
-}
-
-impl fmt::Display for Aggregate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// How many endpoints are in each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,13 +63,6 @@ impl Counts {
     }
 }
 
-/// Whether `healthy` of `total` endpoints meet `policy`.
-fn meets(healthy: u64, total: u64, policy: Aggregation) -> bool {
-    let percent = u128::from(policy.min_healthy_percent.min(100));
-    healthy >= u64::from(policy.min_healthy_count)
-        && u128::from(healthy) * 100 >= percent * u128::from(total)
-}
-
 /// Aggregates endpoint states under `policy` (see the module docs).
 pub fn aggregate(states: &[State], policy: Aggregation) -> Aggregate {
     aggregate_counts(Counts::of(states), policy)
@@ -116,14 +70,7 @@ pub fn aggregate(states: &[State], policy: Aggregation) -> Aggregate {
 
 /// [`aggregate`] from counts.
 pub fn aggregate_counts(c: Counts, policy: Aggregation) -> Aggregate {
-    let total = c.total();
-    if meets(c.healthy, total, policy) {
-        Aggregate::Healthy
-    } else if !meets(c.healthy + c.unknown, total, policy) {
-        Aggregate::Unhealthy
-    } else {
-        Aggregate::Unknown
-    }
+    locality::aggregate(c.healthy, c.unknown, c.total(), &policy)
 }
 
 /// Combines a composite's sources (M20): HEALTHY if all are healthy,

@@ -8,37 +8,9 @@
 //! I/O): the prober feeds it results, and a deterministic harness can do the
 //! same.
 
-use std::fmt;
-
-/// An endpoint's health.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum State {
-    /// Not yet decided: just created (or its check changed) and fewer than
-    /// a threshold's worth of results seen.
-    #[default]
-    Unknown,
-    /// Passing its health check.
-    Healthy,
-    /// Failing its health check.
-    Unhealthy,
-}
-
-impl State {
-    /// `UNKNOWN`, `HEALTHY` or `UNHEALTHY` (as logged and exported).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            State::Unknown => "UNKNOWN",
-            State::Healthy => "HEALTHY",
-            State::Unhealthy => "UNHEALTHY",
-        }
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// An endpoint's health (UNKNOWN by default): the locality planner's
+/// vocabulary too.
+pub use locality::Health as State;
 
 /// A state change: `from -> to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,34 @@
-//! Health aggregation (SPEC M19) with a three-valued result (M20's
-//! vocabulary).
+//! Health aggregation (M19) with a three-valued result (M20's vocabulary):
+//! the one definition, which the `health` crate's service and composite
+//! states use too.
+//!
+//! A service (or the part of it in one region) is healthy when at least
+//! `min_healthy_count` endpoints are healthy **and** at least
+//! `min_healthy_percent` % of its endpoints are healthy; below either
+//! threshold it is UNHEALTHY. Exactly at a threshold counts as healthy. The
+//! percentage is of *all* the endpoints, whatever their state, weight or
+//! group's `capacity_scaler` (draining is the operator's choice, not ill
+//! health); a percentage above 100 counts as 100.
+//!
+//! **Unknown endpoints** (no verdict yet) are neither healthy nor
+//! unhealthy: the aggregate is decided only when they cannot change it.
+//!
+//! - HEALTHY if the policy holds even if every unknown endpoint turned out
+//!   unhealthy;
+//! - UNHEALTHY if the policy fails even if every unknown endpoint turned out
+//!   healthy;
+//! - UNKNOWN otherwise.
+//!
+//! So right after start (everything unknown) a service is UNKNOWN, unless it
+//! can never be healthy (fewer endpoints than `min_healthy_count`). No
+//! endpoints at all is UNHEALTHY unless `min_healthy_count` is 0.
 
 use config::schema::Aggregation;
 
-/// A service's (or one region's) aggregated health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+use crate::input::Health;
+
+/// A service's, region's or composite's aggregated health.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AggregateHealth {
     /// The healthy endpoints alone meet both thresholds.
     Healthy,
@@ -12,17 +36,24 @@ pub enum AggregateHealth {
     /// threshold is missed.
     Unhealthy,
     /// The verdict depends on endpoints without a verdict yet.
+    #[default]
     Unknown,
 }
 
 impl AggregateHealth {
-    /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN` (status output).
-    pub const fn as_str(self) -> &'static str {
+    /// The endpoint state of the same name: an aggregate is exported like
+    /// an endpoint's state (M21).
+    pub const fn as_health(self) -> Health {
         match self {
-            AggregateHealth::Healthy => "HEALTHY",
-            AggregateHealth::Unhealthy => "UNHEALTHY",
-            AggregateHealth::Unknown => "UNKNOWN",
+            AggregateHealth::Healthy => Health::Healthy,
+            AggregateHealth::Unhealthy => Health::Unhealthy,
+            AggregateHealth::Unknown => Health::Unknown,
         }
+    }
+
+    /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN` (status output, M21).
+    pub const fn as_str(self) -> &'static str {
+        self.as_health().as_str()
     }
 }
 
@@ -33,16 +64,12 @@ impl std::fmt::Display for AggregateHealth {
 }
 
 /// Aggregates `healthy` and `unknown` endpoints out of `total` under
-/// `policy`: below `min_healthy_count` healthy endpoints, or below
-/// `min_healthy_percent` of `total`, it is UNHEALTHY (M19). Endpoints without
-/// a verdict make it UNKNOWN when they could tip it either way.
-///
-/// Every endpoint counts, whatever its weight or its group's
-/// `capacity_scaler`: draining is the operator's choice, not ill health.
-pub fn aggregate(healthy: u32, unknown: u32, total: u32, policy: &Aggregation) -> AggregateHealth {
-    let meets = |h: u32| {
-        h >= policy.min_healthy_count
-            && u64::from(h) * 100 >= u64::from(policy.min_healthy_percent) * u64::from(total)
+/// `policy` (see the module docs).
+pub fn aggregate(healthy: u64, unknown: u64, total: u64, policy: &Aggregation) -> AggregateHealth {
+    let percent = u128::from(policy.min_healthy_percent.min(100));
+    let meets = |h: u64| {
+        h >= u64::from(policy.min_healthy_count)
+            && u128::from(h) * 100 >= percent * u128::from(total)
     };
     if meets(healthy) {
         AggregateHealth::Healthy
@@ -80,5 +107,20 @@ mod tests {
         // All unknown (just started).
         assert_eq!(aggregate(0, 4, 4, &p(60, 1)), Unknown);
         assert_eq!(Unknown.to_string(), "UNKNOWN");
+    }
+
+    #[test]
+    fn percent_above_100_counts_as_100() {
+        // Validation rejects such a policy; the clamp keeps every endpoint
+        // healthy from reading as UNHEALTHY should one get through.
+        assert_eq!(aggregate(4, 0, 4, &p(250, 1)), AggregateHealth::Healthy);
+        assert_eq!(aggregate(3, 1, 4, &p(250, 1)), AggregateHealth::Unknown);
+    }
+
+    #[test]
+    fn counts_far_beyond_u32_do_not_overflow() {
+        let n = u64::MAX / 2;
+        assert_eq!(aggregate(n, 0, n, &p(100, 1)), AggregateHealth::Healthy);
+        assert_eq!(aggregate(n, n, 2 * n, &p(60, 1)), AggregateHealth::Unknown);
     }
 }

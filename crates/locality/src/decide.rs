@@ -254,7 +254,12 @@ pub fn decide(
         .iter()
         .map(|r| match eligibility {
             Eligibility::FailOpen => AggregateHealth::Healthy,
-            _ => aggregate(r.healthy, r.unknown, r.total, &svc.aggregation),
+            _ => aggregate(
+                r.healthy.into(),
+                r.unknown.into(),
+                r.total.into(),
+                &svc.aggregation,
+            ),
         })
         .collect();
     let usable: Vec<bool> = agg.iter().map(|r| r.eligible > 0).collect();
@@ -404,7 +409,12 @@ pub fn decide(
             };
             RegionStatus {
                 region: regions[r],
-                health: aggregate(a.healthy, a.unknown, a.total, &svc.aggregation),
+                health: aggregate(
+                    a.healthy.into(),
+                    a.unknown.into(),
+                    a.total.into(),
+                    &svc.aggregation,
+                ),
                 endpoints: a.total,
                 healthy: a.healthy,
                 unknown: a.unknown,
@@ -436,9 +446,9 @@ pub fn decide(
         degraded,
         overloaded,
         health: aggregate(
-            healthy,
-            unknown,
-            u32::try_from(n).unwrap_or(u32::MAX),
+            healthy.into(),
+            unknown.into(),
+            u64::try_from(n).unwrap_or(u64::MAX),
             &svc.aggregation,
         ),
     })

@@ -219,16 +219,35 @@ pub fn endpoint_id(s: &config::compiled::Service, local: u32) -> EndpointId {
     EndpointId(s.endpoints.start.saturating_add(local))
 }
 
-/// An endpoint's health as the health checker last reported it.
+/// An endpoint's health as the health checker last reported it (the
+/// `health` crate's `State`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Health {
-    /// Passing.
+    /// Passing its health check.
     Healthy,
-    /// Failing.
+    /// Failing its health check.
     Unhealthy,
-    /// No verdict yet (just started, just added).
+    /// No verdict yet: just created (or its check changed) and fewer than a
+    /// threshold's worth of results seen.
     #[default]
     Unknown,
+}
+
+impl Health {
+    /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN` (as logged and exported).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "HEALTHY",
+            Health::Unhealthy => "UNHEALTHY",
+            Health::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One interval's observation of one endpoint.

@@ -2,6 +2,7 @@
 //! calls on a flow-table miss.
 
 use config::compiled::{RegionId, ZoneId};
+use maglev::mix64;
 
 use crate::aggregate::AggregateHealth;
 
@@ -188,14 +189,6 @@ pub fn pick_region(plan: &Plan, flow_hash: u64) -> Option<usize> {
 /// Salt of the region key (so that it is independent of other uses of the
 /// flow hash).
 const REGION_SALT: u64 = 0x7370_696c_6c2d_7631; // "spill-v1"
-
-/// SplitMix64's finaliser (the `maglev` crate's `mix64`).
-#[inline]
-const fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// The 32-bit region key of a flow: the high 32 bits of a SplitMix64 remix
 /// of `flow_hash`.

@@ -262,13 +262,18 @@ pub struct OptionIds {
     pub cookie_type: u8,
 }
 
+impl OptionIds {
+    /// Spillway's own class 0x0139 with types 1 and 3 (M30).
+    pub const DEFAULT: OptionIds = OptionIds {
+        class: 0x0139,
+        endpoint_type: 1,
+        cookie_type: 3,
+    };
+}
+
 impl Default for OptionIds {
     fn default() -> Self {
-        OptionIds {
-            class: 0x0139,
-            endpoint_type: 1,
-            cookie_type: 3,
-        }
+        OptionIds::DEFAULT
     }
 }
 

@@ -3,21 +3,15 @@
 
 use std::net::IpAddr;
 
+use wire::ip::proto::{self, TCP, UDP};
+
 use super::{ChildRuleId, CompositeId, RuleId, ServiceId};
 use crate::schema::{Protocol, RuleMode};
 use crate::values::PortSpec;
 
 /// IP protocol numbers that `L3_DEFAULT` matches (M2).
-pub const L3_DEFAULT_PROTOCOLS: [u8; 6] = [
-    1,  // ICMP
-    6,  // TCP
-    17, // UDP
-    47, // GRE
-    50, // ESP
-    58, // ICMPv6
-];
-const TCP: u8 = 6;
-const UDP: u8 = 17;
+pub const L3_DEFAULT_PROTOCOLS: [u8; 6] =
+    [proto::ICMP, TCP, UDP, proto::GRE, proto::ESP, proto::ICMPV6];
 
 /// A packet's rule: the rule and the child rule (VIP / availability group)
 /// whose counters it goes to.

@@ -64,7 +64,7 @@ impl std::fmt::Display for Delivery {
 
 /// Default GUE port (Katran's and GLB's deployments each pick one; 6080 is
 /// the IANA-registered GUE port).
-pub const GUE_PORT: u16 = 6080;
+pub const GUE_PORT: u16 = wire::gue::PORT;
 /// Default target utilization of `UTILIZATION` mode.
 pub const DEFAULT_MAX_UTILIZATION: f64 = 0.8;
 

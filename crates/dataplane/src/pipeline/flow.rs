@@ -265,11 +265,7 @@ impl Worker {
 /// packet of the flow (it is derived from the flow's hash), unpredictable
 /// without the snapshot's secret.
 fn stateless_cookie(hash: u64, key: u64) -> u32 {
-    // splitmix64's finalizer over the keyed hash.
-    let mut z = hash ^ key;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 32) as u32
+    (maglev::mix64(hash ^ key) >> 32) as u32
 }
 
 /// A SYN without ACK: the first segment of a new connection.

@@ -56,8 +56,7 @@ mod classify;
 mod count;
 mod flow;
 
-const TCP: u8 = 6;
-const UDP: u8 = 17;
+use wire::ip::proto::{TCP, UDP};
 
 /// What to do with a processed packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use super::lookup::Found;
 use super::{
     BUCKET_SLOTS, BUSY, CLAIM_ROUNDS, EMPTY, EntryFlags, Evicted, FlowKey, FlowTable, Header,
     InsertOutcome, LIVE, LOCK, NewEntry, Place, SlotRef, Tick, W_BACKEND, W_COOKIE, W_SEEN,
-    flags_of, hint_shift, pack, second_first, state, version,
+    flags_of, hint_shift, pack, second_first, state, tick_age, version,
 };
 use crate::sync::{AtomicU64, Ordering, fence, spin_loop};
 
@@ -118,7 +118,7 @@ impl FlowTable {
                         continue;
                     };
                     let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
-                    let age = i64::from(now.wrapping_sub(seen) as i32);
+                    let age = i64::from(tick_age(now, seen));
                     let flags = EntryFlags(flags_of(c));
                     let timeout = i64::from(self.timeouts.for_flags(flags));
                     // Rank: expired entries first (most overdue first), then the

@@ -14,7 +14,7 @@ mod update;
 pub use lookup::Lookup;
 pub use types::{
     Config, ConfigError, Entry, EntryFlags, Evicted, FlowKey, Hit, InsertOutcome, NewEntry,
-    Occupancy, ProtoClass, SlotRef, SweepStats, Tick, Timeouts,
+    Occupancy, ProtoClass, SlotRef, SweepStats, Tick, Timeouts, tick_age, tick_reached,
 };
 
 /// Slots per bucket: seven 8-byte control words plus the bucket's meta word (insert lock and

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use super::lookup::Read;
 use super::{
     EMPTY, Entry, EntryFlags, FlowKey, FlowTable, LIVE, Occupancy, READ_RETRIES, SweepStats, Tick,
-    W_BACKEND, W_COOKIE, W_SEEN, flags_of, pack, state, version,
+    W_BACKEND, W_COOKIE, W_SEEN, flags_of, pack, state, tick_age, version,
 };
 use crate::sync::{Ordering, fence};
 
@@ -36,7 +36,7 @@ impl FlowTable {
                 };
                 let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
                 let flags = EntryFlags(flags_of(c));
-                let age = now.wrapping_sub(seen) as i32;
+                let age = tick_age(now, seen);
                 if i64::from(age) >= i64::from(self.timeouts.for_flags(flags)) {
                     let empty = pack(version(c).wrapping_add(1), 0, 0, EMPTY);
                     if ctrl

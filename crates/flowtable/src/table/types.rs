@@ -9,6 +9,20 @@ use super::FlowTable;
 /// unit). Compared with wrapping arithmetic, so it may wrap as long as timeouts stay below 2^31.
 pub type Tick = u32;
 
+/// Ticks from `then` to `now` on the wrapping clock, negative when `then` is
+/// later: the one wrapping comparison (RFC 1982 serial arithmetic) of the
+/// table and its users. Exact while the two are less than 2^31 ticks apart.
+#[inline]
+pub const fn tick_age(now: Tick, then: Tick) -> i32 {
+    now.wrapping_sub(then) as i32
+}
+
+/// Whether `now` is at or past `deadline` on the wrapping clock.
+#[inline]
+pub const fn tick_reached(now: Tick, deadline: Tick) -> bool {
+    tick_age(now, deadline) >= 0
+}
+
 /// A flow key as packed by the `wire` crate (addresses, ports, protocol, VIP / symmetric key).
 /// The table only compares it for equality.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
