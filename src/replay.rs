@@ -1,5 +1,5 @@
 //! `spillway replay`: push a pcap through the exact data-plane pipeline
-//! offline and write what it transmits to a pcap (SPEC M40).
+//! offline and write what it transmits to a pcap (M40).
 //!
 //! Deterministic: the clock is the packets' own timestamps (one tick per
 //! second since the first packet), flow cookies come from a fixed seed, and

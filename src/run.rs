@@ -1,4 +1,4 @@
-//! `spillway run`: the daemon (SPEC §1). The main thread becomes the
+//! `spillway run`: the daemon (docs/requirements.md §1). The main thread becomes the
 //! management core (EAL pins it to `management_core`); one poll-mode worker
 //! per `worker_cores` entry, pinned and registered with DPDK, owns queue `i`
 //! of every port. SIGHUP or `spillway reload` reloads the configuration

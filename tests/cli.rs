@@ -160,7 +160,7 @@ fn clients_without_a_daemon_say_so() {
     );
 }
 
-/// SPEC M50: `spillway decap` is told whom to take tunnels from and for which
+/// M50: `spillway decap` is told whom to take tunnels from and for which
 /// VIPs, or it does not start. (Run in a network namespace of its own where
 /// one can be made, so that a decapsulator that did start would touch
 /// nothing of the host's.)

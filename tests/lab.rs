@@ -382,7 +382,7 @@ fn lab_l2dsr_real_tcp_clients_reach_real_servers() {
     through_the_balancer("l2dsr");
 }
 
-/// SPEC §1 exception path: what the data plane does not own (here: traffic
+/// docs/requirements.md §1 exception path: what the data plane does not own (here: traffic
 /// for the balancer's own address, ARP replies to the host) reaches the
 /// kernel through the TAP, and what the kernel sends leaves by the uplink.
 #[test]
@@ -454,7 +454,7 @@ fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
     assert!(s.contains("(dropped without exception port 0)"), "{s}");
 }
 
-/// SPEC M16, M24, M26: HTTP health checks (probes through the exception
+/// M16, M24, M26: HTTP health checks (probes through the exception
 /// TAP) decide where new connections go. Region "lab" (backend1, backend2)
 /// is preferred over region "far" (backend3); when lab's servers die, new
 /// connections fail over to far within interval × unhealthy_threshold + 1 s
@@ -658,7 +658,7 @@ fn gue_to_backend1(outer_src: Ipv4Addr, inner: &[u8]) -> Vec<u8> {
     packet::encap(inner, &outer, &wire::encap::Tunnel::Gue { port: 6080 })[14..].to_vec()
 }
 
-/// SPEC M50: a backend's decapsulator takes tunnels only from the balancer
+/// M50: a backend's decapsulator takes tunnels only from the balancer
 /// and only to the VIP. From the router, on the backends' segment, come a GUE
 /// packet from the router's own address (a stranger), one posing as the
 /// balancer but for the backend's own address (reaching its other services),

@@ -386,7 +386,7 @@ fn distinct<K, V: Ord + Clone>(map: &BTreeMap<K, V>) -> BTreeSet<V> {
 }
 
 // ---------------------------------------------------------------------------
-// Rule selection (SPEC M2, M3, M5).
+// Rule selection (M2, M3, M5).
 
 #[test]
 fn rule_selection_prefers_the_port_specific_rule_and_falls_back_to_l3_default() {
@@ -548,7 +548,7 @@ fn rule_selection_prefers_the_port_specific_rule_and_falls_back_to_l3_default() 
 }
 
 // ---------------------------------------------------------------------------
-// Delivery modes (SPEC M8, M30).
+// Delivery modes (M8, M30).
 
 /// One VIP per delivery mode, each TCP port 80 to its own service.
 fn delivery_config() -> String {
@@ -723,7 +723,7 @@ fn geneve_delivery_uses_the_configured_option_class_and_type() {
 }
 
 // ---------------------------------------------------------------------------
-// ICMP errors follow their flow (SPEC M13).
+// ICMP errors follow their flow (M13).
 
 /// The first `len` bytes of a packet the backend sent from the VIP to the
 /// client (as an ICMP error quotes it).
@@ -962,7 +962,7 @@ fn icmp_error_quoting_the_first_fragment_of_a_reply_reaches_the_flows_backend() 
 }
 
 // ---------------------------------------------------------------------------
-// Fragments (SPEC M13).
+// Fragments (M13).
 
 #[test]
 fn fragments_of_a_datagram_share_a_backend_in_any_order() {
@@ -1074,7 +1074,7 @@ fn fragments_of_a_datagram_share_a_backend_in_any_order() {
 }
 
 // ---------------------------------------------------------------------------
-// IPv6 (SPEC M1, M8).
+// IPv6 (M1, M8).
 
 #[test]
 fn ipv6_vips_are_delivered_6in6_and_over_gue_and_ipv4_vips_4in6() {
@@ -1168,7 +1168,7 @@ fn ipv6_vips_are_delivered_6in6_and_over_gue_and_ipv4_vips_4in6() {
 }
 
 // ---------------------------------------------------------------------------
-// Drops (SPEC M3, M6, M14).
+// Drops (M3, M6, M14).
 
 fn drops_config() -> String {
     [

@@ -373,7 +373,7 @@ fn the_daemon_survives_fuzzed_frames_on_dpdk_ports_without_leaking_mbufs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// SPEC M38: editing the file is enough; a broken edit is refused and the
+/// M38: editing the file is enough; a broken edit is refused and the
 /// running configuration stays.
 #[test]
 fn the_daemon_reloads_when_its_file_changes() {
@@ -410,7 +410,7 @@ fn the_daemon_reloads_when_its_file_changes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// SPEC M38: a file cut short right after `[node]` is a valid
+/// M38: a file cut short right after `[node]` is a valid
 /// configuration without rules; going live it would withdraw every VIP. The
 /// file watch and `spillway reload` refuse it; `spillway reload --force`
 /// applies it.
@@ -496,7 +496,7 @@ fn http_get(port: u16, path: &str) -> String {
     out
 }
 
-/// SPEC M21: the daemon exports every rule's state over HTTP, and a
+/// M21: the daemon exports every rule's state over HTTP, and a
 /// `remote_rule` group follows the state another Spillway exports.
 #[test]
 fn rule_states_are_exported_and_remote_rules_are_followed() {
@@ -694,7 +694,7 @@ fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// SPEC M50: 50 connections trickling one byte a second to each listener
+/// M50: 50 connections trickling one byte a second to each listener
 /// (the control socket and HTTP) delay neither reloads, nor health
 /// transitions, nor SIGTERM, nor the answers to other clients. Each is
 /// timed once without and once with the slow clients, and printed; what is
@@ -941,7 +941,7 @@ fn http_get_from_another_address(port: u16, path: &str, within: Duration) -> Str
     out
 }
 
-/// SPEC M50, M21: one client on an allowed address that opens as many slow
+/// M50, M21: one client on an allowed address that opens as many slow
 /// connections as it can (more than `max_connections`) holds at most
 /// `max_connections_per_client` of the HTTP slots (the defaults: 8 of 64);
 /// another client (as another Spillway polling `/status` for a
@@ -1084,7 +1084,7 @@ fn wait_until_up(daemon: &mut Daemon, socket: &str) {
     }
 }
 
-/// SPEC M50: the control socket is 0660, in its configured group, and
+/// M50: the control socket is 0660, in its configured group, and
 /// only root, the daemon's user and the group's members may use it, even
 /// when its mode is loosened by hand. A `flows` listing is bounded.
 #[test]
@@ -1156,7 +1156,7 @@ fn the_control_socket_is_0660_and_checks_its_peers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// SPEC M50: the daemon never deletes what is not a socket at its socket
+/// M50: the daemon never deletes what is not a socket at its socket
 /// path, and names a group that does not exist.
 #[test]
 fn the_daemon_refuses_a_socket_path_that_is_not_a_socket_or_an_unknown_group() {

@@ -1,4 +1,4 @@
-//! Spillway's configuration: one TOML file (SPEC M41) → a validated
+//! Spillway's configuration: one TOML file (M41) → a validated
 //! [`Config`] → an immutable [`Compiled`] snapshot the data plane reads.
 //!
 //! The pipeline is the same for `spillway check-config`, the daemon's start

@@ -382,7 +382,7 @@ fn a_worker_on_the_management_core_is_a_warning() {
     );
 }
 
-/// SPEC M50: a per-client cap that lets one client hold every HTTP slot is
+/// M50: a per-client cap that lets one client hold every HTTP slot is
 /// allowed, and said; the default (8, never above max_connections) is
 /// enough for max_connections above 8.
 #[test]
@@ -419,7 +419,7 @@ fn a_per_client_cap_that_reserves_nothing_is_a_warning() {
     }
 }
 
-/// SPEC M50: a metrics listener off loopback is allowed, and said.
+/// M50: a metrics listener off loopback is allowed, and said.
 #[test]
 fn a_metrics_listener_off_loopback_is_a_warning() {
     for (listen, allow, who) in [

@@ -1,4 +1,4 @@
-//! Health and locality on the management core (SPEC M16–M29): turns the
+//! Health and locality on the management core (M16–M29): turns the
 //! health checker's and the remote rules' verdicts and the data plane's
 //! per-backend packet counts into a locality plan per service every second,
 //! and tells the core when the snapshot must be rebuilt. The data plane only

@@ -217,7 +217,7 @@ impl std::fmt::Display for Published {
 
 /// A snapshot waiting for its Maglev tables, which the shell builds so that
 /// the management loop goes on ageing flows, applying health and answering
-/// while they are large (SPEC M38, M50).
+/// while they are large (M38, M50).
 struct PendingBuild {
     build: u64,
     compiled: Arc<Compiled>,
@@ -739,7 +739,7 @@ fn captured(
 }
 
 /// Why replacing `old` by `new` looks like an accident rather than an edit
-/// (SPEC M38): it removes every forwarding rule, or more than half of the
+/// (M38): it removes every forwarding rule, or more than half of the
 /// VIPs this node serves. `None` when the change may go live unforced.
 pub fn destructive_change(old: &Compiled, new: &Compiled) -> Option<String> {
     if new.rules.is_empty() && !old.rules.is_empty() {

@@ -96,7 +96,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
     })
 }
 
-/// Polls the configuration file (SPEC M38 "file watch"): a change is acted on
+/// Polls the configuration file (M38 "file watch"): a change is acted on
 /// once the file has stayed unchanged for [`SETTLE`], so an editor's or a
 /// deployment tool's multi-step write is read whole.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! The management core's HTTP endpoint (`[metrics]`): `GET /status` exports
-//! every forwarding rule's state (SPEC M21: `rule <name> <STATE>` lines,
+//! every forwarding rule's state (M21: `rule <name> <STATE>` lines,
 //! what `remote_rule` groups of other Spillways read) and `GET /metrics` the
 //! counters in Prometheus text format (M42). One request per connection
 //! (HTTP/1.0, `Connection: close`).

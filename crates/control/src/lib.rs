@@ -1,4 +1,4 @@
-//! The management core (SPEC §1): everything slow, on its own thread.
+//! The management core (docs/requirements.md §1): everything slow, on its own thread.
 //!
 //! It owns the configuration and the [`SnapshotBuilder`](dataplane::SnapshotBuilder);
 //! it publishes each new [`Snapshot`] with `arc-swap`, which workers load once
@@ -9,7 +9,7 @@
 //! call into it.
 //!
 //! A reload that fails validation changes nothing: the running snapshot
-//! stays, the errors are returned to the caller and logged (SPEC M38).
+//! stays, the errors are returned to the caller and logged (M38).
 //!
 //! # Layout
 //!

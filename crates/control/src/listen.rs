@@ -1,4 +1,4 @@
-//! The management core's listeners (SPEC M50): the control socket and the
+//! The management core's listeners (M50): the control socket and the
 //! HTTP `/status` `/metrics` endpoint, served on a thread of their own
 //! (`spillway-listen`) so that no client can delay the management loop.
 //!

@@ -1,5 +1,5 @@
 //! `GET /metrics`: the management core's view of the counters in the
-//! Prometheus text exposition format (SPEC M42). Every metric family is
+//! Prometheus text exposition format (M42). Every metric family is
 //! written whole — HELP, TYPE, then all its samples — as the format wants.
 
 use std::fmt::Write as _;

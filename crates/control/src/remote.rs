@@ -1,4 +1,4 @@
-//! `remote_rule` backend groups (SPEC M21): another Spillway's forwarding
+//! `remote_rule` backend groups (M21): another Spillway's forwarding
 //! rule, whose exported state (its `GET /status`) decides whether the group
 //! takes new connections.
 //!

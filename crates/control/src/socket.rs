@@ -6,7 +6,7 @@
 //! The socket file is created mode 0660, in the configured group, and never
 //! reachable with any other mode; peers are checked again by their
 //! credentials (`SO_PEERCRED`), since a directory or mode changed by hand
-//! should not open the daemon to every local user (SPEC M50). Connections
+//! should not open the daemon to every local user (M50). Connections
 //! are served by [`crate::listen`], off the management loop.
 
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! Large Maglev tables are built off the management loop (SPEC M38, M50):
+//! Large Maglev tables are built off the management loop (M38, M50):
 //! a reload that needs them is accepted at once, the running snapshot stays
 //! live while a thread builds them, ticks and answers go on, and what is
 //! asked for meanwhile is published after.

@@ -1,4 +1,4 @@
-//! `remote_rule` polling (SPEC M21, M23) against real HTTP peers on
+//! `remote_rule` polling (M21, M23) against real HTTP peers on
 //! 127.0.0.1: a peer that trickles its answer or never answers delays no
 //! other peer, fails its polls within the per-poll deadline and turns
 //! UNHEALTHY after `FAILURES` of them, and dropping the poller (a reload)

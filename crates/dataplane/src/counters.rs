@@ -152,11 +152,11 @@ macro_rules! drop_reasons {
 drop_reasons! {
     /// The frame could not be parsed (truncated, bad lengths, bad checksum of a header we rely on).
     Malformed => "malformed",
-    /// Addressed to a VIP, but no forwarding rule matches its protocol and port (SPEC M3).
+    /// Addressed to a VIP, but no forwarding rule matches its protocol and port (M3).
     NoRule => "no_rule",
-    /// Addressed to neither a VIP nor the balancer itself: never relayed (SPEC M6).
+    /// Addressed to neither a VIP nor the balancer itself: never relayed (M6).
     NotOurs => "not_ours",
-    /// A rule matched but its service has no eligible backend (SPEC M14), and
+    /// A rule matched but its service has no eligible backend (M14), and
     /// the packet was not answered with a reset (see `no_backend_resets`).
     NoBackend => "no_backend",
     /// An ICMP error addressed to a VIP quotes a packet that did not come from that VIP.
@@ -178,7 +178,7 @@ drop_reasons! {
 }
 
 counters! {
-    /// Counters of one child rule (`<rule>-ag0`/`-ag1`, SPEC M5).
+    /// Counters of one child rule (`<rule>-ag0`/`-ag1`, M5).
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct ChildCounters {
         /// Every counter of a child rule.
@@ -222,7 +222,7 @@ counters! {
             /// Neighbor advertisements sent for the balancer's IPv6 addresses.
             nd_replies: stats "; nd replies {}", replay ", ND replies {}";
             /// TCP resets sent because a rule matched but its service had no eligible
-            /// backend and answers with a reset (SPEC M14). Such a packet is counted
+            /// backend and answers with a reset (M14). Such a packet is counted
             /// here, not under `drops[NoBackend]`: every received packet has exactly one
             /// outcome counter. Its child rule counts it among its drops either way.
             no_backend_resets: stats "; no-backend resets {}", replay ", no-backend resets {}";
@@ -249,15 +249,15 @@ counters! {
             flow_hits: stats ", {} hits", replay ", {} hits";
             /// Another worker created the flow first; its entry was used.
             flow_races: stats ", {} races";
-            /// Flows moved off a backend that no longer takes them (SPEC M11).
+            /// Flows moved off a backend that no longer takes them (M11).
             flows_rescheduled: stats ", {} rescheduled", replay ", {} rescheduled";
             /// Packets of new flows forwarded without an entry because the table was
-            /// full or contended (stateless Maglev fallback, SPEC M15): every packet
+            /// full or contended (stateless Maglev fallback, M15): every packet
             /// of such a flow tries again, and counts again.
             stateless: stats ", {} stateless", replay ", {} stateless (table full)",
                 metric "flows_stateless_total" "Packets of new flows forwarded without an entry because the table was full or contended.";
             /// Packets of new flows forwarded without an entry because the worker
-            /// had spent its new-entry budget for the current second (SPEC M15: a
+            /// had spent its new-entry budget for the current second (M15: a
             /// flood of new flows cannot crowd the table). Not included in
             /// `stateless`.
             over_budget: stats ", {} over budget", replay ", {} over budget",
@@ -352,7 +352,7 @@ impl WorkerCounters {
         self.arp_replies + self.nd_replies + self.no_backend_resets
     }
 
-    /// Rule matches without an eligible backend (SPEC M14): dropped or
+    /// Rule matches without an eligible backend (M14): dropped or
     /// answered with a reset.
     pub fn no_backend(&self) -> u64 {
         self.dropped(DropReason::NoBackend) + self.no_backend_resets

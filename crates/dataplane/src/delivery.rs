@@ -1,4 +1,4 @@
-//! Delivery to a backend (SPEC M8): the tunnel and outer headers of each
+//! Delivery to a backend (M8): the tunnel and outer headers of each
 //! mode, precomputed per backend (`wire::encap::Template`) when the snapshot
 //! is built.
 

@@ -1,4 +1,4 @@
-//! A worker's poll loop over a packet-I/O trait (SPEC §1, "I/O
+//! A worker's poll loop over a packet-I/O trait (docs/requirements.md §1, "I/O
 //! independence"): receive a burst per port, run the pipeline over it, sort
 //! the packets into one TX burst per port by verdict, transmit. DPDK queues
 //! implement [`PacketIo`] in the daemon; `replay`, tests and benches use
@@ -12,7 +12,7 @@ pub use wire::burst::PacketIo;
 use crate::pipeline::{Verdict, Worker};
 use crate::snapshot::Snapshot;
 
-/// Default burst size (SPEC §1).
+/// Default burst size (docs/requirements.md §1).
 pub const BURST: usize = 32;
 
 /// Where each kind of packet leaves, from the ports' roles.

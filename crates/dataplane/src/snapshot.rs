@@ -38,7 +38,7 @@ use wire::flow::Affinity;
 pub struct EndpointHealth {
     /// Passing its health check (or not checked).
     pub healthy: bool,
-    /// Weight reported by the health check (SPEC M17); `None` keeps the
+    /// Weight reported by the health check (M17); `None` keeps the
     /// configured weight.
     pub weight: Option<u16>,
 }
@@ -58,7 +58,7 @@ pub enum BackendState {
     /// weight is positive.
     Active,
     /// Failing its health check: no new flows; existing ones follow the
-    /// service's persistence policy (SPEC M11), at most until the tick
+    /// service's persistence policy (M11), at most until the tick
     /// `until` (its connection-draining period, counted from when it turned
     /// unhealthy).
     Unhealthy {
@@ -66,7 +66,7 @@ pub enum BackendState {
         until: Tick,
     },
     /// Left the configuration: keeps existing flows until the tick `until`,
-    /// no new ones (connection draining, SPEC M11).
+    /// no new ones (connection draining, M11).
     Draining {
         /// Last tick of the draining period.
         until: Tick,
@@ -112,13 +112,13 @@ impl Backend {
 pub struct ServicePlan {
     /// How packets reach its backends.
     pub delivery: Delivery,
-    /// Session affinity (SPEC M9).
+    /// Session affinity (M9).
     pub affinity: Affinity,
-    /// Persistence on unhealthy backends (SPEC M11).
+    /// Persistence on unhealthy backends (M11).
     pub persistence: ConnectionPersistence,
-    /// What to do without an eligible backend (SPEC M14).
+    /// What to do without an eligible backend (M14).
     pub no_backend_action: NoBackendAction,
-    /// Where new connections go (SPEC M24–M28), one entry per region that
+    /// Where new connections go (M24–M28), one entry per region that
     /// takes a share of them, in the order of `thresholds`.
     pub regions: Vec<RegionTables>,
     /// Cumulative shares of the regions as 32-bit thresholds
@@ -220,14 +220,14 @@ pub struct Snapshot {
     pub backends: Vec<Backend>,
     /// This node's addresses.
     pub local: Local,
-    /// New flow entries a worker may create per tick (SPEC M15).
+    /// New flow entries a worker may create per tick (M15).
     pub new_flow_budget: u32,
     /// Secret mixed into the cookie of a flow forwarded without an entry,
     /// so that every packet of such a flow carries the same cookie.
     pub cookie_key: u64,
 }
 
-/// What the pipeline selects rules with (SPEC M3) and finds a client's zone
+/// What the pipeline selects rules with (M3) and finds a client's zone
 /// with (M27), taken from the compiled configuration when a snapshot is
 /// built: the snapshot owns it, so that the pipeline reads only the snapshot.
 #[derive(Debug, Clone, Default)]
@@ -358,7 +358,7 @@ pub enum SnapshotError {
     },
 }
 
-/// What a Maglev table is built from (SPEC M12): its size and its endpoints
+/// What a Maglev table is built from (M12): its size and its endpoints
 /// (identity, weight) in order. Equal keys give equal tables, so the builder
 /// keeps tables by key and a rebuild builds only those whose inputs changed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -490,7 +490,7 @@ fn select(
                 .filter(|(_, (_, healthy))| *healthy)
                 .map(|(i, (e, _))| (i, *e))
                 .collect();
-            // Fail-open (SPEC M23): with every endpoint unhealthy, use them all.
+            // Fail-open (M23): with every endpoint unhealthy, use them all.
             let fail_open = eligible.is_empty() && svc.fail_open && weighted().next().is_some();
             if fail_open {
                 eligible = weighted().map(|(i, (e, _))| (i, *e)).collect();

@@ -1,4 +1,4 @@
-//! The loop a worker thread runs in production (SPEC §1): poll its queues
+//! The loop a worker thread runs in production (docs/requirements.md §1): poll its queues
 //! through the [`Engine`], load the current snapshot for each pass (a reload
 //! is picked up between passes, never within one), publish its counters
 //! every so often (never per packet), and return when told to stop.

@@ -541,7 +541,7 @@ fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
     );
 }
 
-/// SPEC M23: failing open, every endpoint serves as if healthy — flows keep
+/// M23: failing open, every endpoint serves as if healthy — flows keep
 /// their entries instead of being re-created at every packet.
 #[test]
 fn failing_open_keeps_flows_on_their_backends() {
@@ -666,7 +666,7 @@ fn a_full_flow_table_still_forwards_statelessly_and_counts_it() {
     assert_eq!(c.flow_hits, c.new_flows);
 }
 
-/// SPEC M15: a flood of spoofed ACKs or one-packet UDP flows neither evicts
+/// M15: a flood of spoofed ACKs or one-packet UDP flows neither evicts
 /// nor crowds out established flows: its entries are unconfirmed (evictable,
 /// short-lived), and each worker creates at most its new-entry budget of
 /// entries per tick; the rest is forwarded statelessly and counted.
@@ -735,7 +735,7 @@ fn spoofed_floods_never_displace_established_flows() {
     assert_eq!(lab.flows.sweep(100, usize::MAX).live, 40);
 }
 
-/// SPEC M15: spoofed flows that send their packets together (two ACKs, a
+/// M15: spoofed flows that send their packets together (two ACKs, a
 /// SYN and its ACK) do not confirm their entries — only a packet in a later
 /// second does — so such a flood cannot fill the table with protected
 /// entries. Flows opened by a SYN have a new-entry budget of their own, so
@@ -1073,7 +1073,7 @@ fn tcp_piece(v6: bool, piece: Piece, port: u16) -> Vec<u8> {
     frame(LB_MAC, CLIENT_MAC, None, 0x86dd, &ip)
 }
 
-/// SPEC M13: a real fragment (first or later, IPv4 or IPv6) can never prove
+/// M13: a real fragment (first or later, IPv4 or IPv6) can never prove
 /// its ports, so it matches only a TCP `all` rule or `L3_DEFAULT`; an IPv6
 /// atomic fragment is a whole packet and is classified with its ports. The
 /// hole this closes: a fragmented SYN to port 22 reached the backends of a
@@ -1328,7 +1328,7 @@ backend_service = "other"
     }
 }
 
-/// SPEC M38: flow identity does not depend on the order of services in the
+/// M38: flow identity does not depend on the order of services in the
 /// file. A reload that moves `web` from the first to the second
 /// `[[backend_services]]` block (and adds an endpoint, so that Maglev now
 /// picks other backends for some of its flows) keeps every established flow
@@ -1423,7 +1423,7 @@ fn a_syn_after_fin_opens_a_fresh_flow() {
 
 // ---------------------------------------------------------------------------
 // Replies built in place: neighbor advertisements for our IPv6 addresses
-// (SPEC §1) and TCP resets for services without a backend (SPEC M14). The
+// (docs/requirements.md §1) and TCP resets for services without a backend (M14). The
 // expected frames are built here byte by byte, independently of `wire`.
 
 const VIP6: &str = "fd00::10";

@@ -1,4 +1,5 @@
-//! Flow-table throughput (SPEC §9: 10M entries, mixed lookup+insert, 2 threads ≥ 20M ops/s).
+//! Flow-table throughput (docs/requirements.md §9: 10M entries, mixed lookup+insert, 2 threads ≥
+//! 20M ops/s).
 //!
 //! `cargo bench -p flowtable --bench ops` (1M and 10M entries: ~4 min, ~1.1 GB of RAM at 10M).
 //! `FLOWTABLE_BENCH_SIZES=1M` (or `10M`) restricts the sizes; criterion filters work as usual.

@@ -1,4 +1,4 @@
-//! The bounded, shared, lock-free connection table (SPEC M10, M11, M15, M32).
+//! The bounded, shared, lock-free connection table (M10, M11, M15, M32).
 //!
 //! Every worker looks flows up and inserts new ones in one table shared by all workers; the
 //! management core ages it. The table never allocates after [`FlowTable::new`], nothing in it
@@ -85,7 +85,7 @@
 //! remove idle entries incrementally. When an insert finds both buckets full it evicts an
 //! already expired entry if there is one, otherwise the least recently seen *half-open* entry;
 //! established TCP, UDP and other entries are never displaced before their timeout, so a SYN
-//! flood only competes with half-open flows (SPEC M15). If nothing can be evicted the insert
+//! flood only competes with half-open flows (M15). If nothing can be evicted the insert
 //! returns [`InsertOutcome::Full`]: the pipeline forwards by stateless Maglev and counts it.
 #![cfg_attr(
     not(test),

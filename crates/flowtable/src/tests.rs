@@ -169,7 +169,7 @@ fn a_completed_handshake_protects_the_entry() {
     );
 }
 
-/// SPEC M15: entries created by one packet that proves nothing (a spoofed ACK, a one-packet
+/// M15: entries created by one packet that proves nothing (a spoofed ACK, a one-packet
 /// UDP flow) are displaced by new flows before confirmed ones, and expire after the
 /// first-packet timeout; once confirmed they are protected like any established entry.
 #[test]

@@ -1,4 +1,4 @@
-//! Spillway's health checking (SPEC M16–M20, M22): probers, the endpoint
+//! Spillway's health checking (M16–M20, M22): probers, the endpoint
 //! state machine, service aggregation and composite health. It emits states
 //! and decides nothing else: eligibility, fail-open and Maglev rebuilds are
 //! the management core's.

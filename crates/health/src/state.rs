@@ -1,4 +1,4 @@
-//! The per-endpoint state machine (SPEC M16, M18).
+//! The per-endpoint state machine (M16, M18).
 //!
 //! An endpoint starts [`State::Unknown`]; `healthy_threshold` consecutive
 //! successful probes make it [`State::Healthy`], `unhealthy_threshold`

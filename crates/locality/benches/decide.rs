@@ -1,7 +1,7 @@
 //! The decision for 10 regions × 1,000 endpoints (budget: well under the
 //! management core's 1 s cycle) and the per-flow region pick.
 //!
-//! `CARGO_TARGET_DIR=/work/target-h6 cargo bench -p locality --bench decide`
+//! `cargo bench -p locality --bench decide`
 
 use std::time::Duration;
 

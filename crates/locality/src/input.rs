@@ -13,7 +13,7 @@ use config::compiled::{
 };
 use config::schema::{Aggregation, BalancingMode, GroupKind, LoadBalancing, Locality};
 
-/// Where this balancer node stands (SPEC M24).
+/// Where this balancer node stands (M24).
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeSpec {
     /// The node's own region.
@@ -59,7 +59,7 @@ impl NodeSpec {
     }
 }
 
-/// How a service's capacity is accounted (SPEC M25).
+/// How a service's capacity is accounted (M25).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum CapacityMode {
     /// Packets per second. A group's capacity is `max_rate_per_endpoint`

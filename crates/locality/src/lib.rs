@@ -1,4 +1,4 @@
-//! Locality, capacity and spillover (SPEC M19, M23–M29): how each backend
+//! Locality, capacity and spillover (M19, M23–M29): how each backend
 //! service's **new** connections are shared out over regions, zones and
 //! endpoints.
 //!

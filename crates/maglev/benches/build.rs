@@ -1,4 +1,5 @@
-//! Table build time (SPEC §9: M = 65537, N = 1,000 < 1.8 ms; M = 655373, N = 1,000 < 22.9 ms;
+//! Table build time (docs/requirements.md §9: M = 65537, N = 1,000 < 1.8 ms; M = 655373, N = 1,000
+//! < 22.9 ms;
 //! N = 10,000 reported) and lookup cost.
 //!
 //! `cargo bench -p maglev --bench build`

@@ -1,4 +1,4 @@
-//! Maglev consistent-hashing lookup tables (SPEC M12, M34).
+//! Maglev consistent-hashing lookup tables (M12, M34).
 //!
 //! # Why it looks like this
 //!
@@ -8,7 +8,7 @@
 //! [`MaglevTable::lookup`].
 //!
 //! Every balancer node of a cluster must build the *same* table from the same configuration and
-//! health (SPEC M34, ECMP scale-out), so the construction depends only on the **set** of
+//! health (M34, ECMP scale-out), so the construction depends only on the **set** of
 //! `(endpoint id, weight)` pairs and on the table size, never on the order the caller gives, on a
 //! per-process random seed, or on the platform. The algorithm is versioned ([`Algorithm::V1`],
 //! config name `"maglev-v1"`): a future change of the fill or of the hashes gets a new variant, so
@@ -45,7 +45,7 @@
 //! N = 20 for M = 65537, 1.14 at N = 100 for M = 655373, but 1.56 at N = 100 / M = 65537,
 //! 4.3 at N = 1,000 / M = 655373 and 6.8 at N = 1,000 / M = 65537 (the full grid comes from
 //! `cargo run --release -p maglev --example disruption`). Flows with a flow-table entry do not
-//! move either way (SPEC M10); the extra only affects stateless choices.
+//! move either way (M10); the extra only affects stateless choices.
 //!
 //! [`EndpointId::from_bytes`] gives callers a documented stable id for an endpoint described by
 //! bytes (e.g. a 16-byte address and a port): FNV-1a 64 over the bytes, then [`mix64`].

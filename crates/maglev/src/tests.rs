@@ -398,7 +398,7 @@ fn hashes_are_the_documented_stable_functions() {
 #[test]
 fn table_contents_are_stable_across_releases() {
     // Golden checksum of a table: if this changes, nodes running different releases would
-    // disagree (SPEC M34) — that needs a new `Algorithm` variant, not an edit here.
+    // disagree (M34) — that needs a new `Algorithm` variant, not an edit here.
     let eps: Vec<Endpoint> = (0..100u16)
         .map(|i| Endpoint {
             id: EndpointId::from_addr_port(

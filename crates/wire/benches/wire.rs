@@ -1,6 +1,6 @@
 //! Criterion benches: parse + flow key, the hash, and each encapsulation (ns/packet).
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target-wire cargo bench -p wire --bench wire`
+//! Run: `cargo bench -p wire --bench wire`
 //! Every encapsulation bench includes re-loading the 78-byte inner frame into the buffer
 //! (`buffer_reset` measures that alone).
 

@@ -1,5 +1,5 @@
-//! In-place encapsulation and decapsulation for every delivery mode of SPEC M8, and the
-//! GENEVE return-path rewrite an NVA performs (SPEC M32).
+//! In-place encapsulation and decapsulation for every delivery mode of M8, and the
+//! GENEVE return-path rewrite an NVA performs (M32).
 //!
 //! # Shape
 //!
@@ -98,7 +98,7 @@ pub enum Tunnel {
     Geneve {
         /// UDP destination port (6081).
         port: u16,
-        /// VNI (0 per SPEC M30).
+        /// VNI (0 per M30).
         vni: u32,
         /// Option class and types.
         ids: OptionIds,
@@ -792,7 +792,7 @@ pub fn decapsulate<B: PacketBuf>(
     Ok(info)
 }
 
-/// The NVA's return-path rewrite of a GENEVE frame (SPEC M32), in place: swaps outer MACs
+/// The NVA's return-path rewrite of a GENEVE frame (M32), in place: swaps outer MACs
 /// and IPs, keeps UDP ports, the GENEVE header and every option. If `ttl` is given the
 /// outer TTL / hop limit is set to it (IPv4 checksum updated incrementally, RFC 1624).
 /// Swapping addresses changes neither the IPv4 header checksum nor the UDP checksum (the

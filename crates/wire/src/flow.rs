@@ -1,4 +1,4 @@
-//! Flow keys (SPEC M9, M13, M31) and the stable `spillway-flow-v1` hash.
+//! Flow keys (M9, M13, M31) and the stable `spillway-flow-v1` hash.
 //!
 //! # Which key a packet gets
 //!
@@ -34,7 +34,7 @@ use core::net::IpAddr;
 use crate::ip::{is_mapped_v4, unmap};
 use crate::packet::{IcmpInfo, PacketInfo, QuotedFlow};
 
-/// Session affinity of a backend service (SPEC M9).
+/// Session affinity of a backend service (M9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Affinity {
     /// 5-tuple.

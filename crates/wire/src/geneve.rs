@@ -1,5 +1,5 @@
 //! GENEVE (RFC 8926): base header, option TLV iteration and emission, and Spillway's
-//! gateway options (SPEC M30): endpoint ID (class 0x0139, type 1, 8 bytes) and flow cookie
+//! gateway options (M30): endpoint ID (class 0x0139, type 1, 8 bytes) and flow cookie
 //! (class 0x0139, type 3, 4 bytes), with configurable class and types.
 
 use crate::error::ParseError;
@@ -251,7 +251,7 @@ impl GeneveRepr {
     }
 }
 
-/// Option class and types of Spillway's gateway options (SPEC M30; configurable).
+/// Option class and types of Spillway's gateway options (M30; configurable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct OptionIds {
     /// Option class (default 0x0139).

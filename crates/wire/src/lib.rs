@@ -24,11 +24,11 @@
 //!   and the stable `spillway-flow-v1` hash.
 //! * [`buf`] defines the [`buf::PacketBuf`] trait that DPDK mbufs and the in-memory
 //!   [`buf::MemBuf`] implement.
-//! * [`encap`] encapsulates and decapsulates in place for every delivery mode of SPEC M8 and
-//!   performs the GENEVE return-path rewrite of SPEC M32.
+//! * [`encap`] encapsulates and decapsulates in place for every delivery mode of M8 and
+//!   performs the GENEVE return-path rewrite of M32.
 //! * [`ndp`] validates IPv6 neighbor solicitations and answers them in place for the
 //!   balancer's addresses; [`reply`] turns a TCP segment into the reset that answers it
-//!   (SPEC M14). Both rewrite the received frame instead of building a new one.
+//!   (M14). Both rewrite the received frame instead of building a new one.
 //!
 //! Malformed input is reported through small typed error enums ([`error`]); the data plane
 //! turns them into drop counters.

@@ -1,5 +1,5 @@
 //! TCP resets built in place from the segment they answer (RFC 9293 §3.10.7.1), for
-//! services without an eligible backend (SPEC M14, `no_backend_action = "reset"`).
+//! services without an eligible backend (M14, `no_backend_action = "reset"`).
 //!
 //! # Design
 //!

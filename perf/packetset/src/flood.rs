@@ -1,4 +1,4 @@
-//! Flood scenarios for `perf/flood.sh` (SPEC M15): real TCP connections
+//! Flood scenarios for `perf/flood.sh` (M15): real TCP connections
 //! among a flood of spoofed new flows, as a pcap whose timestamps
 //! `spillway replay` uses as its clock, and the analysis of what the replay
 //! transmitted.

@@ -1,4 +1,4 @@
-//! Packet sets for the `perf/` harness (SPEC M46): one minimum-size frame per
+//! Packet sets for the `perf/` harness (M46): one minimum-size frame per
 //! flow (two for connection churn), all to one VIP, written as a pcap that
 //! DPDK's `net_pcap` replays forever (`infinite_rx=1`).
 //!

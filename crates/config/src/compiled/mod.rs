@@ -2,7 +2,7 @@
 //! plane and the management core read.
 //!
 //! Names become dense `u32` indices so that the data plane indexes vectors
-//! instead of hashing strings, and rule selection (SPEC M3) becomes a
+//! instead of hashing strings, and rule selection (M3) becomes a
 //! binary search per packet: [`RuleIndex::lookup`] never allocates.
 //!
 //! `compile` is crate-private: a `Compiled` exists only for a config that

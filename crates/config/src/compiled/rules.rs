@@ -44,7 +44,7 @@ struct VipRules {
     l3_default: Option<RuleMatch>,
 }
 
-/// Destination address → protocol → port → rule (SPEC M3).
+/// Destination address → protocol → port → rule (M3).
 #[derive(Clone, Debug, Default)]
 pub struct RuleIndex {
     /// Sorted by address key ([`addr_key`]).
@@ -113,7 +113,7 @@ impl RuleIndex {
     }
 
     /// The rule for a real IP fragment (first or later) to `dst` with
-    /// protocol `proto` (SPEC M13). A fragment can never prove its ports —
+    /// protocol `proto` (M13). A fragment can never prove its ports —
     /// later fragments have none, and a first fragment's header says nothing
     /// about the fragments that follow it — so it matches only a rule that
     /// accepts every port of its protocol: a TCP/UDP `all` rule, else

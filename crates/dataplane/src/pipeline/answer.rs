@@ -1,5 +1,5 @@
 //! The replies the data plane builds in place of the packet they answer
-//! (SPEC §1, M14): ARP replies and neighbor advertisements for VIPs and the
+//! (docs/requirements.md §1, M14): ARP replies and neighbor advertisements for VIPs and the
 //! balancer's own addresses, TCP resets for services without a backend.
 
 use std::net::IpAddr;
@@ -91,7 +91,7 @@ fn answers_for(snap: &Snapshot, addr: IpAddr) -> bool {
     snap.rules.is_vip(addr) || snap.is_own(addr)
 }
 
-/// A rule matched but its service has no eligible backend (SPEC M14): drop,
+/// A rule matched but its service has no eligible backend (M14): drop,
 /// or, with `no_backend_action = "reset"`, turn an `answerable` TCP segment
 /// (not a reset, an ICMP error or a fragment) into the reset that answers it.
 ///

@@ -1,4 +1,4 @@
-//! The first pass: parse a packet, select its rule (SPEC M3), compute its
+//! The first pass: parse a packet, select its rule (M3), compute its
 //! flow key and hash. Packets that need no flow entry end here with their
 //! outcome (answered, handed to the host, dropped); the others leave their
 //! key and [`Pending`] for the flow pass.
@@ -79,7 +79,7 @@ impl Worker {
         };
         // An ICMP error to a VIP is routed by the packet it quotes (which the
         // backend sent from the VIP), so PMTU discovery reaches the flow's
-        // backend (SPEC M13). A real fragment can never prove its ports: it
+        // backend (M13). A real fragment can never prove its ports: it
         // takes only an all-port rule (M13, `RuleIndex::lookup_fragment`),
         // and all fragments of a datagram take one path.
         let (proto, port, fragment, is_icmp_error) = match &info.icmp {
@@ -250,7 +250,7 @@ impl Worker {
         Stage::Lookup
     }
 
-    /// Rule selection (SPEC M3) for a packet to `dst`: the child rule's
+    /// Rule selection (M3) for a packet to `dst`: the child rule's
     /// index (counted), the service's index and plan, or the outcome of a
     /// packet no rule takes.
     #[inline(always)]

@@ -1,4 +1,4 @@
-//! The flow pass: follow a packet's flow entry or create one (SPEC M10,
+//! The flow pass: follow a packet's flow entry or create one (M10,
 //! M11, M15), pick its backend by Maglev (M12), deliver it (M8).
 
 use config::schema::ConnectionPersistence;
@@ -150,7 +150,7 @@ impl Worker {
         (outcome, wrote)
     }
 
-    /// Whether a flow entry's backend still takes that flow (SPEC M11).
+    /// Whether a flow entry's backend still takes that flow (M11).
     #[inline(always)]
     fn keeps(
         &self,

@@ -1,9 +1,9 @@
-//! The per-packet decisions: classify, select a rule (SPEC M3), follow or
+//! The per-packet decisions: classify, select a rule (M3), follow or
 //! create a flow (M10, M11, M15), pick a backend by Maglev (M12), deliver
 //! (M8), and count everything by outcome.
 //!
 //! Besides forwarding, the pipeline answers a few packets itself by rewriting
-//! them in place into a reply to their sender (SPEC §1, M14): ARP requests and
+//! them in place into a reply to their sender (docs/requirements.md §1, M14): ARP requests and
 //! IPv6 neighbor solicitations for a VIP or one of the balancer's own
 //! addresses, and — for services with `no_backend_action = "reset"` — TCP
 //! segments that match a rule whose service has no eligible backend. Other
@@ -217,7 +217,7 @@ pub struct Worker {
     /// The tick `budget_left` belongs to.
     budget_tick: Option<Tick>,
     /// New flow entries this worker may still create in `budget_tick`
-    /// (SPEC M15): for flows opened by a SYN, and for all others.
+    /// (M15): for flows opened by a SYN, and for all others.
     budget_left: [u32; 2],
 }
 

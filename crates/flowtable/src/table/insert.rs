@@ -31,7 +31,7 @@ impl FlowTable {
     /// already past its idle timeout, then the least recently seen half-open TCP or
     /// [`EntryFlags::UNCONFIRMED`] entry. Confirmed established TCP, UDP and other entries are
     /// never evicted before they expire, so a flood of half-open or one-packet flows only ever
-    /// competes with its own kind (SPEC M15).
+    /// competes with its own kind (M15).
     pub fn insert(&self, key: &FlowKey, hash: u64, new: NewEntry, now: Tick) -> InsertOutcome {
         let p = self.place(hash);
         let Some(lock) = self.header(p.b1).map(|h| &h.meta) else {

@@ -57,13 +57,13 @@ impl EntryFlags {
     /// Not yet seen in a tick after the one that created it: the entry lives at most
     /// [`Timeouts::first_packet`] and may be displaced by a new flow like a half-open one, so
     /// floods of spoofed flows — one packet each, or a burst of packets within one tick —
-    /// neither linger nor crowd out established flows (SPEC M15). The caller sets it on every
+    /// neither linger nor crowd out established flows (M15). The caller sets it on every
     /// new entry and clears it when a packet of the flow arrives in a later tick.
     pub const UNCONFIRMED: u8 = 0x20;
     /// Opened by a TCP SYN (the normal start of a connection): among displaceable entries of
     /// the same age, those without it (a mid-stream ACK, a UDP datagram, a fragment) go first.
     pub const OPENED_BY_SYN: u8 = 0x40;
-    /// Free for the caller (e.g. "learned from a peer", SPEC M36); the table ignores it.
+    /// Free for the caller (e.g. "learned from a peer", M36); the table ignores it.
     pub const APP_MASK: u8 = 0x80;
 
     /// Flags of a new entry of protocol class `proto` (TCP starts half-open).
@@ -274,7 +274,7 @@ pub struct NewEntry {
     pub backend: u32,
     /// Snapshot generation the choice was made in.
     pub generation: u32,
-    /// Flow cookie (SPEC M32, gateway mode; 0 otherwise).
+    /// Flow cookie (M32, gateway mode; 0 otherwise).
     pub cookie: u32,
     /// Protocol class and state flags.
     pub flags: EntryFlags,
@@ -349,7 +349,7 @@ pub enum InsertOutcome {
     /// packet): the caller must use this entry's backend and cookie, not its own choice.
     Existing(Hit),
     /// No room: both candidate buckets hold only live entries that may not be evicted. The
-    /// caller forwards by stateless Maglev selection and counts it (SPEC M15).
+    /// caller forwards by stateless Maglev selection and counts it (M15).
     Full,
     /// The bucket's insert lock stayed taken for `insert_spin_limit` spins, or the candidate
     /// slots kept changing under the inserter. Treat like [`InsertOutcome::Full`] for this

@@ -1,4 +1,4 @@
-//! `flood`: the flood figures of `perf/flood.sh` (SPEC M15). For each flood
+//! `flood`: the flood figures of `perf/flood.sh` (M15). For each flood
 //! kind and rate it writes a capture of real TCP connections among spoofed
 //! new flows (`packetset::flood`), replays it through `spillway replay` with
 //! the flood defences on (the defaults) and off, twice each with different
