@@ -3,50 +3,37 @@
 //! decides: same bytes out, same verdicts, same counters, same table —
 //! including bursts that open, close and reschedule one flow several times.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
 use flowtable::FlowTable;
 use proptest::prelude::*;
+use testkit::config::{Config, endpoint_list, group, port, rule, service};
+use testkit::packet::{DST_MAC, Packet, SRC_MAC, v4};
 use wire::buf::{MemBuf, PacketBuf};
 
-const CONFIG: &str = r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_null0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-gateway_mac = "02:00:00:00:00:fe"
-
-[[forwarding_rules]]
-name = "tcp"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = 80
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "udp"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "web"
-
-[[backend_services]]
-name = "web"
-delivery = "geneve"
-connection_draining_timeout = "5s"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }, { address = "10.0.1.13" }]
-"#;
+/// One uplink; TCP 80 and UDP 53 on 10.0.0.10 go over GENEVE to three
+/// endpoints, drained for 5 s.
+fn config() -> String {
+    Config::new()
+        .port(
+            port("up", "net_null0", "uplink")
+                .strs("addresses", &["10.0.0.2/24"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("tcp", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("udp", &["10.0.0.10"], "UDP", "53", "web"))
+        .service(
+            service("web", "geneve")
+                .str("connection_draining_timeout", "5s")
+                .child(group("a", "r", "z").set(
+                    "endpoints",
+                    endpoint_list(&["10.0.1.11", "10.0.1.12", "10.0.1.13"]),
+                )),
+        )
+        .build()
+}
 
 /// One of a few clients/ports/protocols/flags/destinations, so that flows
 /// repeat often within a burst.
@@ -59,47 +46,25 @@ struct Pkt {
     wrong_port: bool,
 }
 
+/// The frame of `p`: from 192.0.2.`client`, without DF; TCP with seq and
+/// ack 1; checksums left zero (the pipeline forwards without checking them).
 fn frame(p: Pkt) -> Vec<u8> {
-    let proto = if p.udp { 17 } else { 6 };
-    let l4 = if p.udp { 8 } else { 20 };
-    let mut ip = vec![
-        0x45,
-        0,
-        0,
-        20 + l4,
-        0,
-        1,
-        0,
-        0,
-        64,
-        proto,
-        0,
-        0,
-        192,
-        0,
-        2,
-        p.client,
-    ];
-    ip.extend_from_slice(&[10, 0, 0, 10]);
-    let c = wire::checksum::checksum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
-    f.extend_from_slice(&ip);
+    let client = IpAddr::V4(Ipv4Addr::new(192, 0, 2, p.client));
+    let vip = v4("10.0.0.10");
+    let sport = 40000 + u16::from(p.port);
     let dport: u16 = match (p.udp, p.wrong_port) {
         (_, true) => 81,
         (true, false) => 53,
         (false, false) => 80,
     };
-    f.extend_from_slice(&(40000 + u16::from(p.port)).to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    if p.udp {
-        f.extend_from_slice(&[0, 8, 0, 0]);
+    let packet = if p.udp {
+        Packet::udp(client, vip, sport, dport).udp_checksum(false)
     } else {
-        f.extend_from_slice(&[
-            0, 0, 0, 1, 0, 0, 0, 1, 0x50, p.flags, 0xff, 0xff, 0, 0, 0, 0,
-        ]);
-    }
-    f
+        Packet::tcp(client, vip, sport, dport, p.flags)
+            .ack(1)
+            .tcp_checksum(false)
+    };
+    packet.dont_frag(false).macs(DST_MAC, SRC_MAC).frame()
 }
 
 fn pkt() -> impl Strategy<Value = Pkt> {
@@ -127,7 +92,7 @@ struct Side {
 }
 
 fn side() -> Side {
-    let compiled = match config::load_str("t.toml", CONFIG, &config::Env::default()) {
+    let compiled = match config::load_str("t.toml", &config(), &config::Env::default()) {
         Ok(l) => Arc::new(l.compiled),
         Err(e) => panic!("{e}"),
     };
@@ -181,6 +146,11 @@ fn table(flows: &FlowTable) -> Vec<([u64; 5], u32, u32)> {
     v
 }
 
+/// Phase `i` runs at tick `i`.
+fn tick(i: usize) -> u32 {
+    u32::try_from(i).expect("a few phases")
+}
+
 fn one_at_a_time(phases: &[Vec<Pkt>]) -> Out {
     let mut s = side();
     let mut out = Vec::new();
@@ -190,7 +160,7 @@ fn one_at_a_time(phases: &[Vec<Pkt>]) -> Out {
         }
         for p in phase {
             let mut b = MemBuf::new(vec![0u8; 512], 128, &frame(*p)).expect("fits");
-            let v = s.worker.process(&s.snap, &s.flows, i as u32, &mut b);
+            let v = s.worker.process(&s.snap, &s.flows, tick(i), &mut b);
             out.push((v, b.data().to_vec()));
         }
     }
@@ -211,7 +181,7 @@ fn in_bursts(phases: &[Vec<Pkt>], burst: usize) -> Out {
                 .collect();
             let mut verdicts = vec![Verdict::ToHost; bufs.len()];
             s.worker
-                .process_burst(&s.snap, &s.flows, i as u32, &mut bufs, &mut verdicts);
+                .process_burst(&s.snap, &s.flows, tick(i), &mut bufs, &mut verdicts);
             for (v, b) in verdicts.into_iter().zip(&bufs) {
                 out.push((v, b.data().to_vec()));
             }

@@ -3,11 +3,14 @@
 //! accounting of everything a port does not take.
 
 use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use config::schema::PortRole;
 use dataplane::{EndpointHealth, Engine, Local, PacketIo, SnapshotBuilder, VecBurst, Worker};
 use flowtable::FlowTable;
+use testkit::config::{Config, endpoint_list, group, port, rule, service};
+use testkit::packet::{Packet, arp_request};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::burst::PacketBurst;
 
@@ -67,80 +70,41 @@ impl PacketIo for MemIo {
     }
 }
 
+/// An uplink and a backend port (and the exception port if `exception`);
+/// UDP 53 on 10.0.0.10 goes over GUE to two endpoints.
 fn config(exception: bool) -> String {
-    format!(
-        r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-
-[[ports]]
-name = "be"
-device = "net_ring1"
-role = "backend"
-addresses = ["10.0.1.2/24"]
-gateway_mac = "02:00:00:00:00:fe"
-{}
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "dns"
-
-[[backend_services]]
-name = "dns"
-delivery = "gue"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
-"#,
-        if exception {
-            "\n[[ports]]\nname = \"kernel\"\ndevice = \"net_tap0\"\nrole = \"exception\"\n"
-        } else {
-            ""
-        }
-    )
+    let mut c = Config::new()
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(
+            port("be", "net_ring1", "backend")
+                .strs("addresses", &["10.0.1.2/24"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "", "dns").set("ports", 53))
+        .service(service("dns", "gue").child(
+            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+        ));
+    if exception {
+        c = c.port(port("kernel", "net_tap0", "exception"));
+    }
+    c.build()
 }
+
+const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 
 /// Ethernet/IPv4/UDP from 192.0.2.7:`sport` to `dst`:`dport`.
 fn udp(dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
-    let mut ip = vec![0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 7];
-    ip.extend_from_slice(&dst);
-    let c = wire::checksum::checksum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let mut f = LB_MAC.to_vec();
-    f.extend_from_slice(&CLIENT_MAC);
-    f.extend_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&[0, 12, 0, 0, 1, 2, 3, 4]);
-    f
+    Packet::udp(CLIENT.into(), IpAddr::from(dst), sport, dport)
+        .payload(&[1, 2, 3, 4])
+        .dont_frag(false)
+        .udp_checksum(false)
+        .macs(CLIENT_MAC, LB_MAC)
+        .frame()
 }
 
-fn arp_request(target: [u8; 4]) -> Vec<u8> {
-    arp_request_from([10, 0, 0, 1], target)
-}
-
-fn arp_request_from(sender: [u8; 4], target: [u8; 4]) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&CLIENT_MAC);
-    f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    f.extend_from_slice(&CLIENT_MAC);
-    f.extend_from_slice(&sender);
-    f.extend_from_slice(&[0; 6]);
-    f.extend_from_slice(&target);
-    f
+/// A broadcast ARP request from 10.0.0.1 for `target`.
+fn arp_request_to(target: [u8; 4]) -> Vec<u8> {
+    arp_request(CLIENT_MAC, Ipv4Addr::new(10, 0, 0, 1), target.into())
 }
 
 struct Setup {
@@ -188,7 +152,7 @@ fn each_verdict_leaves_by_its_port_in_order() {
     let (up, be, kernel) = (0, 1, 2);
     let vip_frames: Vec<Vec<u8>> = (0..40).map(|i| udp([10, 0, 0, 10], 1000 + i, 53)).collect();
     s.io.rx[up].extend(vip_frames.iter().cloned());
-    s.io.rx[up].push_back(arp_request([10, 0, 0, 10]));
+    s.io.rx[up].push_back(arp_request_to([10, 0, 0, 10]));
     s.io.rx[up].push_back(udp([10, 0, 0, 2], 5000, 22)); // the host's own address
     s.io.rx[up].push_back(udp([10, 0, 0, 10], 5000, 54)); // no rule: dropped
     s.io.rx[kernel].push_back(udp([198, 51, 100, 1], 179, 179)); // the host talking
@@ -252,8 +216,12 @@ fn what_a_port_refuses_is_freed_and_counted() {
 #[test]
 fn replies_carry_the_mac_of_the_port_the_request_came_in_on() {
     let mut s = setup(true);
-    s.io.rx[0].push_back(arp_request([10, 0, 0, 10]));
-    s.io.rx[1].push_back(arp_request_from([10, 0, 1, 11], [10, 0, 1, 2]));
+    s.io.rx[0].push_back(arp_request_to([10, 0, 0, 10]));
+    s.io.rx[1].push_back(arp_request(
+        CLIENT_MAC,
+        Ipv4Addr::new(10, 0, 1, 11),
+        Ipv4Addr::new(10, 0, 1, 2),
+    ));
     assert_eq!(s.poll(), 2);
     let (up, be) = (&s.io.tx[0], &s.io.tx[1]);
     assert_eq!((up.len(), be.len()), (1, 1));

@@ -1,74 +1,61 @@
 //! The pipeline end to end on in-memory buffers: a compiled configuration, a
 //! snapshot, a real flow table, crafted frames in, verdicts and bytes out.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
 use flowtable::FlowTable;
+use testkit::config::{Config, Table, endpoint_list, group, port, rule, service};
+use testkit::packet::{ACK, FIN, PSH, Packet, RST, SYN, arp_request, v6};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{DecapConfig, TunnelKind, parse_tunnel};
 
-const VIP: [u8; 4] = [10, 0, 0, 10];
-const CLIENT: [u8; 4] = [192, 0, 2, 7];
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const ROUTER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x77];
 
-fn config(delivery: &str, extra_endpoint: bool, persistence: &str) -> String {
-    format!(
-        r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
+/// The web service's endpoints, and with a fourth that joins or leaves.
+const THREE: [&str; 3] = ["10.0.1.11", "10.0.1.12", "10.0.1.13"];
+const FOUR: [&str; 4] = ["10.0.1.11", "10.0.1.12", "10.0.1.13", "10.0.1.14"];
 
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "80"
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "web"
-
-[[backend_services]]
-name = "web"
-delivery = "{delivery}"
-connection_persistence = "{persistence}"
-connection_draining_timeout = "10s"
-
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [
-  {{ address = "10.0.1.11" }},
-  {{ address = "10.0.1.12" }},
-  {{ address = "10.0.1.13" }},{}
-]
-"#,
-        if extra_endpoint {
-            "\n  { address = \"10.0.1.14\" },"
-        } else {
-            ""
-        }
-    )
+/// The uplink with `addresses`.
+fn uplink<S: AsRef<str>>(addresses: &[S]) -> Table {
+    port("up", "net_ring0", "uplink").strs("addresses", addresses)
 }
 
-fn compiled(text: &str) -> Arc<config::Compiled> {
-    match config::load_str("test.toml", text, &config::Env::default()) {
+/// Group `name` (region "r", zone "z") of `endpoints`.
+fn group_of<S: AsRef<str>>(name: &str, endpoints: &[S]) -> Table {
+    group(name, "r", "z").set("endpoints", endpoint_list(endpoints))
+}
+
+/// Service `web`: `delivery`, 10 s of draining, group "a" of `endpoints`.
+fn web(delivery: &str, endpoints: &[&str]) -> Table {
+    service("web", delivery)
+        .str("connection_persistence", "DEFAULT_FOR_PROTOCOL")
+        .str("connection_draining_timeout", "10s")
+        .child(group_of("a", endpoints))
+}
+
+/// The uplink; rules `web` (TCP 80) and `dns` (UDP `dns_ports`) on the VIP,
+/// both to the service `web`.
+fn with_web(web: Table, dns_ports: &str) -> Config {
+    Config::new()
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", dns_ports, "web"))
+        .service(web)
+}
+
+/// [`with_web`] with UDP 53 and [`web`] over `delivery` to `endpoints`.
+fn config(delivery: &str, endpoints: &[&str]) -> Config {
+    with_web(web(delivery, endpoints), "53")
+}
+
+fn compiled(cfg: &Config) -> Arc<config::Compiled> {
+    match config::load_str("test.toml", &cfg.build(), &config::Env::default()) {
         Ok(l) => Arc::new(l.compiled),
         Err(e) => panic!("test config rejected:\n{e}"),
     }
@@ -94,10 +81,10 @@ struct Lab {
 
 impl Lab {
     fn new(delivery: &str) -> Lab {
-        Lab::with(&config(delivery, false, "DEFAULT_FOR_PROTOCOL"), 4096)
+        Lab::with(&config(delivery, &THREE), 4096)
     }
 
-    fn with(cfg: &str, capacity: usize) -> Lab {
+    fn with(cfg: &Config, capacity: usize) -> Lab {
         let mut builder = SnapshotBuilder::new();
         let snap = builder
             .build(compiled(cfg), local(), |_| EndpointHealth::HEALTHY, 0, 1)
@@ -118,7 +105,7 @@ impl Lab {
         (v, buf.data().to_vec())
     }
 
-    fn rebuild(&mut self, cfg: &str, health: impl Fn(&str) -> bool, now: u32) {
+    fn rebuild(&mut self, cfg: &Config, health: impl Fn(&str) -> bool, now: u32) {
         let compiled = compiled(cfg);
         let c2 = compiled.clone();
         self.snap = self
@@ -137,77 +124,32 @@ impl Lab {
     }
 }
 
-fn csum(mut sum: u32, data: &[u8]) -> u16 {
-    for c in data.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+/// TCP (seq 1000, window 8192) from the client's MAC to ours.
+fn tcp(
+    src: impl Into<IpAddr>,
+    sport: u16,
+    dst: impl Into<IpAddr>,
+    dport: u16,
+    flags: u8,
+) -> Packet {
+    Packet::tcp(src.into(), dst.into(), sport, dport, flags)
+        .seq(1000)
+        .window(8192)
+        .macs(CLIENT_MAC, LB_MAC)
 }
 
-fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {
-    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0];
-    ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&dst);
-    let c = csum(0, &ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip.extend_from_slice(l4);
-    ip
+/// UDP carrying "ping" from the client's MAC to ours.
+fn udp(src: impl Into<IpAddr>, sport: u16, dst: impl Into<IpAddr>, dport: u16) -> Packet {
+    Packet::udp(src.into(), dst.into(), sport, dport)
+        .payload(b"ping")
+        .macs(CLIENT_MAC, LB_MAC)
 }
 
-fn l4_csum(src: [u8; 4], dst: [u8; 4], proto: u8, seg: &mut [u8], at: usize) {
-    let pseudo: u32 = [src, dst]
-        .iter()
-        .flat_map(|a| {
-            [
-                u16::from_be_bytes([a[0], a[1]]),
-                u16::from_be_bytes([a[2], a[3]]),
-            ]
-        })
-        .map(u32::from)
-        .sum::<u32>()
-        + u32::from(proto)
-        + seg.len() as u32;
-    let c = csum(pseudo, seg);
-    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+/// Address `i` of the /16 `net` (`i` < 65536).
+fn host(net: [u8; 2], i: u32) -> Ipv4Addr {
+    let [a, b] = net;
+    Ipv4Addr::from(u32::from_be_bytes([a, b, 0, 0]) | i)
 }
-
-fn tcp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, flags: u8) -> Vec<u8> {
-    let mut seg = vec![0u8; 20];
-    seg[0..2].copy_from_slice(&sport.to_be_bytes());
-    seg[2..4].copy_from_slice(&dport.to_be_bytes());
-    seg[4..8].copy_from_slice(&1000u32.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = flags;
-    seg[14..16].copy_from_slice(&8192u16.to_be_bytes());
-    l4_csum(src, dst, 6, &mut seg, 16);
-    ipv4(src, dst, 6, &seg)
-}
-
-fn udp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
-    let mut seg = vec![0u8; 12];
-    seg[0..2].copy_from_slice(&sport.to_be_bytes());
-    seg[2..4].copy_from_slice(&dport.to_be_bytes());
-    seg[4..6].copy_from_slice(&12u16.to_be_bytes());
-    seg[8..12].copy_from_slice(b"ping");
-    l4_csum(src, dst, 17, &mut seg, 6);
-    ipv4(src, dst, 17, &seg)
-}
-
-fn eth(ip: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(14 + ip.len());
-    f.extend_from_slice(&LB_MAC);
-    f.extend_from_slice(&CLIENT_MAC);
-    f.extend_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(ip);
-    f
-}
-
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
 
 /// The backend a forwarded IPIP/GRE/GUE/GENEVE frame was sent to, after
 /// checking that the inner packet is the original IP packet, byte for byte.
@@ -231,13 +173,13 @@ fn backend_of(out: &[u8], original: &[u8]) -> IpAddr {
 #[test]
 fn a_tcp_flow_is_encapsulated_to_one_backend_and_stays_there() {
     let mut lab = Lab::new("ipip");
-    let syn = eth(&tcp(CLIENT, 40000, VIP, 80, SYN));
+    let syn = tcp(CLIENT, 40000, VIP, 80, SYN).frame();
     let (v, out) = lab.run(&syn, 1);
     assert_eq!(v, Verdict::Forward);
     let be = backend_of(&out, &syn);
     assert!(["10.0.1.11", "10.0.1.12", "10.0.1.13"].contains(&be.to_string().as_str()));
     for i in 0..5 {
-        let ack = eth(&tcp(CLIENT, 40000, VIP, 80, ACK));
+        let ack = tcp(CLIENT, 40000, VIP, 80, ACK).frame();
         let (v, out) = lab.run(&ack, 2 + i);
         assert_eq!(v, Verdict::Forward);
         assert_eq!(
@@ -267,7 +209,7 @@ fn many_clients_spread_over_every_backend() {
     let mut lab = Lab::new("gue");
     let mut seen = std::collections::HashMap::new();
     for port in 0..600u16 {
-        let f = eth(&tcp(CLIENT, 20000 + port, VIP, 80, SYN));
+        let f = tcp(CLIENT, 20000 + port, VIP, 80, SYN).frame();
         let (v, out) = lab.run(&f, 1);
         assert_eq!(v, Verdict::Forward);
         let t = parse_tunnel(&out, &DecapConfig::default()).expect("tunnel");
@@ -286,46 +228,47 @@ fn rule_selection_and_no_open_relay() {
     let cases: Vec<(&str, Vec<u8>, Verdict)> = vec![
         (
             "TCP to a VIP port without a rule",
-            eth(&tcp(CLIENT, 1, VIP, 81, SYN)),
+            tcp(CLIENT, 1, VIP, 81, SYN).frame(),
             Verdict::Drop(DropReason::NoRule),
         ),
         (
             "UDP 53 matches the dns rule",
-            eth(&udp(CLIENT, 5353, VIP, 53)),
+            udp(CLIENT, 5353, VIP, 53).frame(),
             Verdict::Forward,
         ),
         (
             "UDP to another port",
-            eth(&udp(CLIENT, 5353, VIP, 54)),
+            udp(CLIENT, 5353, VIP, 54).frame(),
             Verdict::Drop(DropReason::NoRule),
         ),
         (
             "to a non-VIP address: never relayed",
-            eth(&tcp(CLIENT, 1, [10, 0, 0, 99], 80, SYN)),
+            tcp(CLIENT, 1, [10, 0, 0, 99], 80, SYN).frame(),
             Verdict::Drop(DropReason::NotOurs),
         ),
         (
             "to the balancer itself: the host",
-            eth(&tcp(CLIENT, 1, [10, 0, 0, 2], 22, SYN)),
+            tcp(CLIENT, 1, [10, 0, 0, 2], 22, SYN).frame(),
             Verdict::ToHost,
         ),
         (
             "ICMP echo to the VIP: no L3_DEFAULT rule",
-            eth(&ipv4(CLIENT, VIP, 1, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0])),
+            Packet::echo(CLIENT.into(), VIP.into(), 0, 0)
+                .macs(CLIENT_MAC, LB_MAC)
+                .frame(),
             Verdict::Drop(DropReason::NoRule),
         ),
         (
             "truncated IPv4",
-            eth(&tcp(CLIENT, 1, VIP, 80, SYN)[..30]),
+            {
+                let p = tcp(CLIENT, 1, VIP, 80, SYN);
+                p.eth(&p.ip()[..30])
+            },
             Verdict::Drop(DropReason::Malformed),
         ),
         (
             "not IP, not ARP",
-            {
-                let mut f = eth(&[0u8; 46]);
-                f[12..14].copy_from_slice(&[0x88, 0xcc]);
-                f
-            },
+            testkit::packet::frame(CLIENT_MAC, LB_MAC, &[], 0x88cc, &[0; 46], 0),
             Verdict::ToHost,
         ),
     ];
@@ -333,7 +276,7 @@ fn rule_selection_and_no_open_relay() {
         assert_eq!(lab.run(frame, 1).0, *want, "{name}");
     }
     let c = &lab.worker.counters;
-    assert_eq!(c.rx_packets, cases.len() as u64);
+    assert_eq!(c.rx_packets, u64::try_from(cases.len()).expect("a few"));
     assert_eq!(
         c.rx_packets,
         c.forwarded + c.total_drops() + c.to_host + c.replies(),
@@ -344,22 +287,16 @@ fn rule_selection_and_no_open_relay() {
 #[test]
 fn arp_requests_for_vips_are_answered_in_place() {
     let mut lab = Lab::new("ipip");
-    let mut req = vec![0xff; 6];
-    req.extend_from_slice(&CLIENT_MAC);
-    req.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
-    req.extend_from_slice(&CLIENT_MAC);
-    req.extend_from_slice(&CLIENT);
-    req.extend_from_slice(&[0; 6]);
-    req.extend_from_slice(&VIP);
+    let req = arp_request(CLIENT_MAC, CLIENT, VIP);
     let (v, out) = lab.run(&req, 1);
     assert_eq!(v, Verdict::Reply);
     assert_eq!(&out[0..6], &CLIENT_MAC);
     assert_eq!(&out[6..12], &LB_MAC);
     assert_eq!(&out[20..22], &[0, 2], "an ARP reply");
     assert_eq!(&out[22..28], &LB_MAC, "sender hardware address: ours");
-    assert_eq!(&out[28..32], &VIP, "for the VIP");
+    assert_eq!(&out[28..32], &VIP.octets(), "for the VIP");
     assert_eq!(&out[32..38], &CLIENT_MAC);
-    assert_eq!(&out[38..42], &CLIENT);
+    assert_eq!(&out[38..42], &CLIENT.octets());
     let mut other = req.clone();
     other[38..42].copy_from_slice(&[10, 0, 0, 99]);
     assert_eq!(
@@ -373,17 +310,17 @@ fn arp_requests_for_vips_are_answered_in_place() {
 fn icmp_fragmentation_needed_follows_the_flow_it_quotes() {
     let mut lab = Lab::new("ipip");
     for port in [40000u16, 40001, 40002, 40003, 40004, 40005] {
-        let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let syn = tcp(CLIENT, port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&syn, 1);
         let be = backend_of(&out, &syn);
         // A router on the way back to the client reports "fragmentation
         // needed" about the backend's VIP:80 -> client packet.
-        let quoted = tcp(VIP, 80, CLIENT, port, ACK);
-        let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0xdc];
-        icmp.extend_from_slice(&quoted[..28]);
-        let c = csum(0, &icmp);
-        icmp[2..4].copy_from_slice(&c.to_be_bytes());
-        let err = eth(&ipv4([198, 51, 100, 1], VIP, 1, &icmp));
+        let quoted = tcp(VIP, 80, CLIENT, port, ACK).ip();
+        let router = Ipv4Addr::new(198, 51, 100, 1);
+        let err = Packet::icmp(router.into(), VIP.into(), 3, 4, 1500)
+            .payload(&quoted[..28])
+            .macs(CLIENT_MAC, LB_MAC)
+            .frame();
         let (v, out) = lab.run(&err, 2);
         assert_eq!(v, Verdict::Forward, "port {port}");
         assert_eq!(
@@ -407,7 +344,7 @@ fn every_delivery_mode_reaches_the_backend() {
         ("geneve", TunnelKind::Geneve),
     ] {
         let mut lab = Lab::new(mode);
-        let syn = eth(&tcp(CLIENT, 40000, VIP, 80, SYN));
+        let syn = tcp(CLIENT, 40000, VIP, 80, SYN).frame();
         let (v, out) = lab.run(&syn, 1);
         assert_eq!(v, Verdict::Forward, "{mode}");
         let t = parse_tunnel(&out, &DecapConfig::default()).expect("tunnel");
@@ -421,7 +358,7 @@ fn every_delivery_mode_reaches_the_backend() {
         }
     }
     let mut lab = Lab::new("l2dsr");
-    let syn = eth(&tcp(CLIENT, 40000, VIP, 80, SYN));
+    let syn = tcp(CLIENT, 40000, VIP, 80, SYN).frame();
     let (v, out) = lab.run(&syn, 1);
     assert_eq!(v, Verdict::Forward);
     let mut want = ROUTER_MAC.to_vec();
@@ -432,12 +369,12 @@ fn every_delivery_mode_reaches_the_backend() {
 
 #[test]
 fn a_removed_backend_drains_then_its_flows_move_and_it_gets_no_new_ones() {
-    let four = config("ipip", true, "DEFAULT_FOR_PROTOCOL");
+    let four = config("ipip", &FOUR);
     let mut lab = Lab::with(&four, 4096);
     // Find flows on 10.0.1.14.
     let mut on_removed = Vec::new();
     for port in 0..200u16 {
-        let f = eth(&tcp(CLIENT, 30000 + port, VIP, 80, SYN));
+        let f = tcp(CLIENT, 30000 + port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&f, 1);
         if backend_of(&out, &f).to_string() == "10.0.1.14" {
             on_removed.push(30000 + port);
@@ -445,9 +382,9 @@ fn a_removed_backend_drains_then_its_flows_move_and_it_gets_no_new_ones() {
     }
     assert!(!on_removed.is_empty());
     // Reload without 10.0.1.14 at tick 5: draining for 10 s (10 ticks).
-    lab.rebuild(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), |_| true, 5);
+    lab.rebuild(&config("ipip", &THREE), |_| true, 5);
     for &p in &on_removed {
-        let f = eth(&tcp(CLIENT, p, VIP, 80, ACK));
+        let f = tcp(CLIENT, p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 10);
         assert_eq!(
             backend_of(&out, &f).to_string(),
@@ -456,7 +393,7 @@ fn a_removed_backend_drains_then_its_flows_move_and_it_gets_no_new_ones() {
         );
     }
     for port in 0..200u16 {
-        let f = eth(&tcp(CLIENT, 50000 + port, VIP, 80, SYN));
+        let f = tcp(CLIENT, 50000 + port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&f, 10);
         assert_ne!(
             backend_of(&out, &f).to_string(),
@@ -465,15 +402,15 @@ fn a_removed_backend_drains_then_its_flows_move_and_it_gets_no_new_ones() {
         );
     }
     // After the draining period the next rebuild retires it; its flows move.
-    lab.rebuild(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), |_| true, 16);
+    lab.rebuild(&config("ipip", &THREE), |_| true, 16);
     for &p in &on_removed {
-        let f = eth(&tcp(CLIENT, p, VIP, 80, ACK));
+        let f = tcp(CLIENT, p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 17);
         assert_ne!(backend_of(&out, &f).to_string(), "10.0.1.14");
     }
     assert_eq!(
         lab.worker.counters.flows_rescheduled,
-        on_removed.len() as u64
+        u64::try_from(on_removed.len()).expect("a few")
     );
 }
 
@@ -482,11 +419,11 @@ fn a_removed_backend_drains_then_its_flows_move_and_it_gets_no_new_ones() {
 /// flows never follow their entries to the newcomer.
 #[test]
 fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
-    let four = config("ipip", true, "DEFAULT_FOR_PROTOCOL");
+    let four = config("ipip", &FOUR);
     let mut lab = Lab::with(&four, 4096);
     let mut on_removed = Vec::new();
     for port in 0..200u16 {
-        let f = eth(&tcp(CLIENT, 30000 + port, VIP, 80, SYN));
+        let f = tcp(CLIENT, 30000 + port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&f, 1);
         if backend_of(&out, &f).to_string() == "10.0.1.14" {
             on_removed.push(30000 + port);
@@ -502,7 +439,7 @@ fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
     let old_slot = slot(&lab, "10.0.1.14").expect("slot of 10.0.1.14");
     let slots = lab.snap.backends.len();
     // 10.0.1.14 leaves; after its 10 s of draining it is removed.
-    let three = config("ipip", false, "DEFAULT_FOR_PROTOCOL");
+    let three = config("ipip", &THREE);
     lab.rebuild(&three, |_| true, 5);
     lab.rebuild(&three, |_| true, 16);
     assert_eq!(
@@ -510,9 +447,9 @@ fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
         dataplane::BackendState::Removed
     );
     // A new endpoint takes the free slot.
-    let newcomer = three.replace(
-        "{ address = \"10.0.1.13\" },",
-        "{ address = \"10.0.1.13\" },\n  { address = \"10.0.1.99\" },",
+    let newcomer = config(
+        "ipip",
+        &["10.0.1.11", "10.0.1.12", "10.0.1.13", "10.0.1.99"],
     );
     lab.rebuild(&newcomer, |_| true, 17);
     assert_eq!(
@@ -526,7 +463,7 @@ fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
     let fresh = Lab::with(&newcomer, 4096);
     let mut fresh = fresh;
     for &p in &on_removed {
-        let f = eth(&tcp(CLIENT, p, VIP, 80, ACK));
+        let f = tcp(CLIENT, p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 18);
         let (_, want) = fresh.run(&f, 18);
         assert_eq!(
@@ -537,7 +474,7 @@ fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
     }
     assert_eq!(
         lab.worker.counters.flows_rescheduled,
-        on_removed.len() as u64
+        u64::try_from(on_removed.len()).expect("a few")
     );
 }
 
@@ -545,22 +482,19 @@ fn a_removed_backends_slot_is_reused_and_its_old_flows_do_not_follow_it() {
 /// their entries instead of being re-created at every packet.
 #[test]
 fn failing_open_keeps_flows_on_their_backends() {
-    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
-        "connection_draining_timeout",
-        "fail_open = true\nconnection_draining_timeout",
-    );
+    let cfg = with_web(web("ipip", &THREE).set("fail_open", true), "53");
     let mut lab = Lab::with(&cfg, 4096);
     lab.rebuild(&cfg, |_| false, 1);
     let mut first = Vec::new();
     for port in 0..50u16 {
-        let f = eth(&udp(CLIENT, 40000 + port, VIP, 53));
+        let f = udp(CLIENT, 40000 + port, VIP, 53).frame();
         let (v, out) = lab.run(&f, 2);
         assert_eq!(v, Verdict::Forward, "fail-open forwards");
         first.push(backend_of(&out, &f));
     }
     for round in 0..3 {
         for port in 0..50u16 {
-            let f = eth(&udp(CLIENT, 40000 + port, VIP, 53));
+            let f = udp(CLIENT, 40000 + port, VIP, 53).frame();
             let (_, out) = lab.run(&f, 3 + round);
             assert_eq!(backend_of(&out, &f), first[usize::from(port)]);
         }
@@ -576,9 +510,9 @@ fn failing_open_keeps_flows_on_their_backends() {
 /// flow cookie for all its packets.
 #[test]
 fn a_stateless_flow_keeps_one_cookie() {
-    let mut lab = Lab::with(&config("geneve", false, "DEFAULT_FOR_PROTOCOL"), 16);
+    let mut lab = Lab::with(&config("geneve", &THREE), 16);
     for port in 0..100u16 {
-        let f = eth(&udp(CLIENT, 10000 + port, VIP, 53));
+        let f = udp(CLIENT, 10000 + port, VIP, 53).frame();
         lab.run(&f, 1);
         lab.run(&f, 2);
     }
@@ -589,7 +523,7 @@ fn a_stateless_flow_keeps_one_cookie() {
     };
     let mut cookies = Vec::new();
     for _ in 0..5 {
-        let f = eth(&udp(CLIENT, 20000, VIP, 53));
+        let f = udp(CLIENT, 20000, VIP, 53).frame();
         let (_, out) = lab.run(&f, 2);
         cookies.push(cookie(&out));
     }
@@ -600,7 +534,7 @@ fn a_stateless_flow_keeps_one_cookie() {
     );
     assert!(cookies.iter().all(|c| *c == cookies[0]), "{cookies:x?}");
     // Another flow gets another cookie.
-    let (_, out) = lab.run(&eth(&udp(CLIENT, 20001, VIP, 53)), 2);
+    let (_, out) = lab.run(&udp(CLIENT, 20001, VIP, 53).frame(), 2);
     assert_ne!(cookie(&out), cookies[0]);
 }
 
@@ -610,22 +544,18 @@ fn unhealthy_backends_keep_tcp_but_not_udp_by_default() {
     let mut tcp_flows = Vec::new();
     let mut udp_flows = Vec::new();
     for port in 0..60u16 {
-        let t = eth(&tcp(CLIENT, 30000 + port, VIP, 80, SYN));
+        let t = tcp(CLIENT, 30000 + port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&t, 1);
         tcp_flows.push((30000 + port, backend_of(&out, &t)));
-        let u = eth(&udp(CLIENT, 30000 + port, VIP, 53));
+        let u = udp(CLIENT, 30000 + port, VIP, 53).frame();
         let (_, out) = lab.run(&u, 1);
         udp_flows.push((30000 + port, backend_of(&out, &u)));
     }
     let sick = tcp_flows[0].1.to_string();
     let sick2 = sick.clone();
-    lab.rebuild(
-        &config("ipip", false, "DEFAULT_FOR_PROTOCOL"),
-        move |a| a != sick2,
-        2,
-    );
+    lab.rebuild(&config("ipip", &THREE), move |a| a != sick2, 2);
     for (p, be) in &tcp_flows {
-        let f = eth(&tcp(CLIENT, *p, VIP, 80, ACK));
+        let f = tcp(CLIENT, *p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 3);
         assert_eq!(
             backend_of(&out, &f),
@@ -634,7 +564,7 @@ fn unhealthy_backends_keep_tcp_but_not_udp_by_default() {
         );
     }
     for (p, _) in &udp_flows {
-        let f = eth(&udp(CLIENT, *p, VIP, 53));
+        let f = udp(CLIENT, *p, VIP, 53).frame();
         let (_, out) = lab.run(&f, 3);
         assert_ne!(
             backend_of(&out, &f).to_string(),
@@ -646,12 +576,12 @@ fn unhealthy_backends_keep_tcp_but_not_udp_by_default() {
 
 #[test]
 fn a_full_flow_table_still_forwards_statelessly_and_counts_it() {
-    let mut lab = Lab::with(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), 16);
+    let mut lab = Lab::with(&config("ipip", &THREE), 16);
     for port in 0..400u16 {
         // Two packets each, a second apart: the second confirms the entry
         // the first made, so the table fills with entries no new flow may
         // displace.
-        let f = eth(&udp(CLIENT, 10000 + port, VIP, 53));
+        let f = udp(CLIENT, 10000 + port, VIP, 53).frame();
         assert_eq!(lab.run(&f, 1).0, Verdict::Forward);
         assert_eq!(lab.run(&f, 2).0, Verdict::Forward);
     }
@@ -672,32 +602,30 @@ fn a_full_flow_table_still_forwards_statelessly_and_counts_it() {
 /// entries per tick; the rest is forwarded statelessly and counted.
 #[test]
 fn spoofed_floods_never_displace_established_flows() {
-    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
-        "[[ports]]",
-        "[dataplane]\nnew_flow_budget = 100\n\n[[ports]]",
-    );
+    let cfg = config("ipip", &THREE).dataplane("new_flow_budget", 100);
     let mut lab = Lab::with(&cfg, 64);
     // 40 real connections: handshake, then data a second later (which
     // confirms their entries).
     let mut real = Vec::new();
     for port in 30000..30040u16 {
-        let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let syn = tcp(CLIENT, port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&syn, 1);
-        lab.run(&eth(&tcp(CLIENT, port, VIP, 80, ACK)), 1);
+        lab.run(&tcp(CLIENT, port, VIP, 80, ACK).frame(), 1);
         real.push((port, backend_of(&out, &syn)));
     }
     for (port, _) in &real {
-        lab.run(&eth(&tcp(CLIENT, *port, VIP, 80, ACK)), 2);
+        lab.run(&tcp(CLIENT, *port, VIP, 80, ACK).frame(), 2);
     }
     let before = lab.worker.counters.clone();
     assert_eq!(before.new_flows, 40);
     // Tick 2: 5,000 spoofed ACKs and one-packet UDP flows from 5,000 sources.
     for i in 0..5000u32 {
-        let src = [198, 51, (i >> 8) as u8, i as u8];
+        let src = host([198, 51], i);
         let f = if i % 2 == 0 {
-            eth(&tcp(src, 1024 + (i % 60000) as u16, VIP, 80, ACK))
+            let sport = u16::try_from(1024 + i % 60000).expect("a port");
+            tcp(src, sport, VIP, 80, ACK).frame()
         } else {
-            eth(&udp(src, 2048, VIP, 53))
+            udp(src, 2048, VIP, 53).frame()
         };
         assert_eq!(lab.run(&f, 2).0, Verdict::Forward, "flood packet {i}");
     }
@@ -707,7 +635,7 @@ fn spoofed_floods_never_displace_established_flows() {
     assert_eq!(c.over_budget, 4900);
     // Every real connection still follows its entry to its backend.
     for (port, backend) in &real {
-        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let ack = tcp(CLIENT, *port, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&ack, 3);
         assert_eq!(backend_of(&out, &ack), *backend, "port {port}");
     }
@@ -717,11 +645,11 @@ fn spoofed_floods_never_displace_established_flows() {
     // Next tick the budget is back; the flood's entries (unconfirmed) are
     // displaced by new flows, the established ones never are.
     for i in 0..3000u32 {
-        let src = [203, 0, (i >> 8) as u8, i as u8];
-        lab.run(&eth(&tcp(src, 4000, VIP, 80, ACK)), 4 + i / 100);
+        let src = host([203, 0], i);
+        lab.run(&tcp(src, 4000, VIP, 80, ACK).frame(), 4 + i / 100);
     }
     for (port, backend) in &real {
-        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let ack = tcp(CLIENT, *port, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&ack, 40);
         assert_eq!(
             backend_of(&out, &ack),
@@ -742,31 +670,28 @@ fn spoofed_floods_never_displace_established_flows() {
 /// connections opened during a flood of spoofed ACKs get entries.
 #[test]
 fn floods_of_packet_pairs_confirm_nothing_and_real_syns_get_entries() {
-    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace(
-        "[[ports]]",
-        "[dataplane]\nnew_flow_budget = 100\n\n[[ports]]",
-    );
+    let cfg = config("ipip", &THREE).dataplane("new_flow_budget", 100);
     let mut lab = Lab::with(&cfg, 64);
     // Tick 1: 1,000 spoofed flows of two ACKs, and 1,000 of SYN + ACK.
     for i in 0..1000u32 {
-        let src = [198, 51, (i >> 8) as u8, i as u8];
-        let ack = eth(&tcp(src, 1024, VIP, 80, ACK));
+        let src = host([198, 51], i);
+        let ack = tcp(src, 1024, VIP, 80, ACK).frame();
         lab.run(&ack, 1);
         lab.run(&ack, 1);
-        let src = [203, 0, (i >> 8) as u8, i as u8];
-        lab.run(&eth(&tcp(src, 1024, VIP, 80, SYN)), 1);
-        lab.run(&eth(&tcp(src, 1024, VIP, 80, ACK)), 1);
+        let src = host([203, 0], i);
+        lab.run(&tcp(src, 1024, VIP, 80, SYN).frame(), 1);
+        lab.run(&tcp(src, 1024, VIP, 80, ACK).frame(), 1);
     }
     // Every entry is still displaceable: 64 real connections opened at
     // tick 2, beside a fresh flood of spoofed ACKs that spends the budget,
     // all get entries.
     let before = lab.worker.counters.clone();
-    for i in 0..64u32 {
-        for j in 0..20u32 {
-            let src = [198, 18, (i >> 2) as u8, (j + 20 * (i & 3)) as u8];
-            lab.run(&eth(&tcp(src, 4000, VIP, 80, ACK)), 2);
+    for i in 0..64u16 {
+        for j in 0..20u16 {
+            let src = host([198, 18], u32::from((i >> 2) << 8 | (j + 20 * (i & 3))));
+            lab.run(&tcp(src, 4000, VIP, 80, ACK).frame(), 2);
         }
-        lab.run(&eth(&tcp(CLIENT, 30000 + i as u16, VIP, 80, SYN)), 2);
+        lab.run(&tcp(CLIENT, 30000 + i, VIP, 80, SYN).frame(), 2);
     }
     let c = lab.worker.counters.clone();
     assert!(
@@ -775,7 +700,7 @@ fn floods_of_packet_pairs_confirm_nothing_and_real_syns_get_entries() {
     );
     // Each real connection's next packets follow an entry.
     for i in 0..64u16 {
-        lab.run(&eth(&tcp(CLIENT, 30000 + i, VIP, 80, ACK)), 2);
+        lab.run(&tcp(CLIENT, 30000 + i, VIP, 80, ACK).frame(), 2);
     }
     let after = lab.worker.counters.clone();
     assert_eq!(
@@ -787,15 +712,15 @@ fn floods_of_packet_pairs_confirm_nothing_and_real_syns_get_entries() {
     // Confirmed a second later, they survive the next flood; the pairs'
     // entries expire after the first-packet timeout.
     for i in 0..64u16 {
-        lab.run(&eth(&tcp(CLIENT, 30000 + i, VIP, 80, ACK)), 3);
+        lab.run(&tcp(CLIENT, 30000 + i, VIP, 80, ACK).frame(), 3);
     }
     for i in 0..5000u32 {
-        let src = [100, 64, (i >> 8) as u8, i as u8];
-        lab.run(&eth(&tcp(src, 5000, VIP, 80, SYN)), 4 + i / 1000);
+        let src = host([100, 64], i);
+        lab.run(&tcp(src, 5000, VIP, 80, SYN).frame(), 4 + i / 1000);
     }
     let hits = lab.worker.counters.flow_hits;
     for i in 0..64u16 {
-        lab.run(&eth(&tcp(CLIENT, 30000 + i, VIP, 80, ACK)), 10);
+        lab.run(&tcp(CLIENT, 30000 + i, VIP, 80, ACK).frame(), 10);
     }
     assert_eq!(
         lab.worker.counters.flow_hits - hits,
@@ -814,16 +739,16 @@ fn a_connection_idle_after_its_first_second_keeps_its_backend() {
     let mut lab = Lab::new("ipip");
     let mut conns = Vec::new();
     for port in 30000..30100u16 {
-        let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let syn = tcp(CLIENT, port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&syn, 1);
-        lab.run(&eth(&tcp(CLIENT, port, VIP, 80, ACK)), 1);
+        lab.run(&tcp(CLIENT, port, VIP, 80, ACK).frame(), 1);
         conns.push((port, backend_of(&out, &syn)));
     }
     // Quiet until second 40 (the sweeper runs meanwhile); a fourth backend joins.
     assert_eq!(lab.flows.sweep(30, usize::MAX).expired, 0);
-    lab.rebuild(&config("ipip", true, "DEFAULT_FOR_PROTOCOL"), |_| true, 35);
+    lab.rebuild(&config("ipip", &FOUR), |_| true, 35);
     for (port, backend) in &conns {
-        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let ack = tcp(CLIENT, *port, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&ack, 40);
         assert_eq!(backend_of(&out, &ack), *backend, "port {port}");
     }
@@ -833,8 +758,8 @@ fn a_connection_idle_after_its_first_second_keeps_its_backend() {
 #[test]
 fn without_eligible_backends_new_flows_are_dropped_and_counted() {
     let mut lab = Lab::new("ipip");
-    lab.rebuild(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), |_| false, 1);
-    let f = eth(&tcp(CLIENT, 1234, VIP, 80, SYN));
+    lab.rebuild(&config("ipip", &THREE), |_| false, 1);
+    let f = tcp(CLIENT, 1234, VIP, 80, SYN).frame();
     assert_eq!(lab.run(&f, 2).0, Verdict::Drop(DropReason::NoBackend));
     let web = lab
         .snap
@@ -851,86 +776,54 @@ fn two_services_on_one_vip_never_share_flow_entries() {
     // CLIENT_IP affinity keys flows on (client, VIP) only: the TCP flow of
     // service "web" and the UDP flow of service "dns" from one client must
     // still be separate entries, each reaching its own service's backends.
-    let cfg = r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "80"
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "dns"
-
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-session_affinity = "CLIENT_IP"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.1.11" }]
-
-[[backend_services]]
-name = "dns"
-delivery = "ipip"
-session_affinity = "CLIENT_IP"
-[[backend_services.groups]]
-name = "b"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.2.22" }]
-"#;
-    let mut lab = Lab::with(cfg, 4096);
-    let t = eth(&tcp(CLIENT, 40000, VIP, 80, SYN));
+    let cfg = Config::new()
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "dns"))
+        .service(
+            service("web", "ipip")
+                .str("session_affinity", "CLIENT_IP")
+                .child(group_of("a", &["10.0.1.11"])),
+        )
+        .service(
+            service("dns", "ipip")
+                .str("session_affinity", "CLIENT_IP")
+                .child(group_of("b", &["10.0.2.22"])),
+        );
+    let mut lab = Lab::with(&cfg, 4096);
+    let t = tcp(CLIENT, 40000, VIP, 80, SYN).frame();
     let (_, out) = lab.run(&t, 1);
     assert_eq!(backend_of(&out, &t).to_string(), "10.0.1.11");
-    let u = eth(&udp(CLIENT, 40000, VIP, 53));
+    let u = udp(CLIENT, 40000, VIP, 53).frame();
     let (_, out) = lab.run(&u, 1);
     assert_eq!(backend_of(&out, &u).to_string(), "10.0.2.22");
     assert_eq!(lab.worker.counters.new_flows, 2);
 }
 
-/// IPv4 fragment of a UDP datagram: `offset` in 8-byte units, `more` = MF.
-fn udp_fragment(id: u16, offset: u16, more: bool, payload: &[u8]) -> Vec<u8> {
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0];
-    ip[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
-    ip[4..6].copy_from_slice(&id.to_be_bytes());
-    ip[6..8].copy_from_slice(&(offset | if more { 0x2000 } else { 0 }).to_be_bytes());
-    ip.extend_from_slice(&CLIENT);
-    ip.extend_from_slice(&VIP);
-    let c = csum(0, &ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip.extend_from_slice(payload);
-    eth(&ip)
+/// The two fragments of a UDP datagram (5000 -> 53, no checksum) with IPv4
+/// identification `id`: the UDP header and 8 bytes, then 8 bytes at offset 16.
+fn udp_fragments(id: u16) -> Vec<Vec<u8>> {
+    let payload = [[0xaa; 8], [0xbb; 8]].concat();
+    Packet::udp(CLIENT.into(), VIP.into(), 5000, 53)
+        .payload(&payload)
+        .udp_checksum(false)
+        .ident(u32::from(id))
+        .macs(CLIENT_MAC, LB_MAC)
+        .fragments(16)
 }
 
 #[test]
 fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
     // Fragments match only all-port rules (M13): UDP on every port here.
-    let cfg =
-        config("ipip", false, "DEFAULT_FOR_PROTOCOL").replace("ports = 53", "ports = \"all\"");
+    let cfg = with_web(web("ipip", &THREE), "all");
     let mut lab = Lab::with(&cfg, 4096);
     for id in 0..40u16 {
         // First fragment: UDP header (port 53) + 8 bytes; second: the rest.
-        let mut first_payload = vec![0x13, 0x88, 0, 53, 0, 24, 0, 0];
-        first_payload.extend_from_slice(&[0xaa; 8]);
-        let first = udp_fragment(1000 + id, 0, true, &first_payload);
-        let second = udp_fragment(1000 + id, 2, false, &[0xbb; 8]);
+        let frags = udp_fragments(1000 + id);
+        let (first, second) = (&frags[0], &frags[1]);
         let (order_a, order_b) = if id % 2 == 0 {
-            (&first, &second)
+            (first, second)
         } else {
-            (&second, &first)
+            (second, first)
         };
         let (va, out_a) = lab.run(order_a, 1);
         let (vb, out_b) = lab.run(order_b, 1);
@@ -948,80 +841,35 @@ fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
     // With only `UDP 53` on the VIP no fragment can be placed: it could
     // belong to any port.
     let mut lab = Lab::new("ipip");
-    let frag = udp_fragment(7, 2, false, &[0xbb; 8]);
+    let frag = &udp_fragments(7)[1];
     assert_eq!(
-        lab.run(&frag, 1).0,
+        lab.run(frag, 1).0,
         Verdict::Drop(DropReason::FragmentNoRule)
     );
 }
 
 /// A VIP of each family with TCP rules `t4`/`t6` on `tcp_ports`, and
 /// `L3_DEFAULT` rules `l3v4`/`l3v6` beside them if `l3_default`.
-fn fragment_config(tcp_ports: &str, l3_default: bool) -> String {
-    let mut cfg = dual_node();
-    cfg += &format!(
-        r#"
-[[forwarding_rules]]
-name = "t4"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "{tcp_ports}"
-backend_service = "s4"
-
-[[forwarding_rules]]
-name = "t6"
-vips = ["{VIP6}"]
-protocol = "TCP"
-ports = "{tcp_ports}"
-backend_service = "s6"
-"#
-    );
+fn fragment_config(tcp_ports: &str, l3_default: bool) -> Config {
+    let vip6 = [VIP6.to_string()];
+    let mut cfg = dual_node()
+        .rule(rule("t4", &["10.0.0.10"], "TCP", tcp_ports, "s4"))
+        .rule(rule("t6", &vip6, "TCP", tcp_ports, "s6"));
     if l3_default {
-        cfg += &format!(
-            r#"
-[[forwarding_rules]]
-name = "l3v4"
-vips = ["10.0.0.10"]
-protocol = "L3_DEFAULT"
-ports = "all"
-backend_service = "s4"
-
-[[forwarding_rules]]
-name = "l3v6"
-vips = ["{VIP6}"]
-protocol = "L3_DEFAULT"
-ports = "all"
-backend_service = "s6"
-"#
-        );
+        cfg = cfg
+            .rule(rule("l3v4", &["10.0.0.10"], "L3_DEFAULT", "all", "s4"))
+            .rule(rule("l3v6", &vip6, "L3_DEFAULT", "all", "s6"));
     }
-    cfg += r#"
-[[backend_services]]
-name = "s4"
-delivery = "ipip"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }]
-
-[[backend_services]]
-name = "s6"
-delivery = "ipip"
-[[backend_services.groups]]
-name = "b"
-region = "r"
-zone = "z"
-endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
-"#;
-    cfg
+    cfg.service(service("s4", "ipip").child(group_of("a", &["10.0.1.11", "10.0.1.12"])))
+        .service(service("s6", "ipip").child(group_of("b", &["fd00:1::11", "fd00:1::12"])))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Piece {
     /// An unfragmented packet.
     Whole,
-    /// A first fragment (offset 0, more fragments): carries the TCP header.
+    /// A first fragment (offset 0, more fragments): the TCP header and 4
+    /// bytes.
     First,
     /// A later fragment (offset 24 bytes, last): no TCP header.
     Later,
@@ -1029,48 +877,34 @@ enum Piece {
     Atomic,
 }
 
-/// A TCP SYN from the client to the VIP's `port`, cut as `piece` says.
+/// A TCP SYN from the client to the VIP's `port`, cut as `piece` says
+/// (checksum left zero; IPv6 fragments with identification 0x0badcafe).
 fn tcp_piece(v6: bool, piece: Piece, port: u16) -> Vec<u8> {
-    let mut seg = vec![0u8; 20];
-    seg[0..2].copy_from_slice(&40000u16.to_be_bytes());
-    seg[2..4].copy_from_slice(&port.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = SYN;
-    // The fragment's part of the datagram's payload.
-    let (offset, more, body) = match piece {
-        Piece::Whole | Piece::Atomic => (0u16, false, seg),
-        Piece::First => (0, true, [seg, vec![0xaa; 8]].concat()),
-        Piece::Later => (24, false, vec![0xbb; 8]),
-    };
-    if !v6 {
-        assert_ne!(piece, Piece::Atomic, "IPv4 has no atomic fragments");
-        let mut ip = ipv4(CLIENT, VIP, 6, &body);
-        let flags = if piece == Piece::Whole {
-            0x4000 // DF
-        } else {
-            (offset / 8) | if more { 0x2000 } else { 0 }
-        };
-        ip[6..8].copy_from_slice(&flags.to_be_bytes());
-        ip[10..12].fill(0);
-        let c = csum(0, &ip[..20]);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        return eth(&ip);
-    }
-    let (next, payload) = if piece == Piece::Whole {
-        (6, body)
+    let (src, dst, ident): (IpAddr, IpAddr, u32) = if v6 {
+        (CLIENT6.into(), VIP6.into(), 0x0bad_cafe)
     } else {
-        let mut fh = vec![6, 0];
-        fh.extend_from_slice(&(offset | u16::from(more)).to_be_bytes());
-        fh.extend_from_slice(&0x0bad_cafeu32.to_be_bytes());
-        (44, [fh, body].concat())
+        assert_ne!(piece, Piece::Atomic, "IPv4 has no atomic fragments");
+        (CLIENT.into(), VIP.into(), 1)
     };
-    let mut ip = vec![0x60, 0, 0, 0];
-    ip.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    ip.extend_from_slice(&[next, 64]);
-    ip.extend_from_slice(&a6(CLIENT6));
-    ip.extend_from_slice(&a6(VIP6));
-    ip.extend_from_slice(&payload);
-    frame(LB_MAC, CLIENT_MAC, None, 0x86dd, &ip)
+    let syn = Packet::tcp(src, dst, 40000, port, SYN)
+        .seq(0)
+        .window(0)
+        .tcp_checksum(false)
+        .ident(ident)
+        .macs(CLIENT_MAC, LB_MAC);
+    // With 12 bytes of data, in 24-byte pieces: [header, 4 bytes] then
+    // [8 bytes] at offset 24.
+    let cut = || {
+        syn.clone()
+            .payload(&[[0xaa; 4].as_slice(), &[0xbb; 8]].concat())
+            .fragments(24)
+    };
+    match piece {
+        Piece::Whole => syn.frame(),
+        Piece::Atomic => syn.fragments(24).remove(0),
+        Piece::First => cut().remove(0),
+        Piece::Later => cut().remove(1),
+    }
 }
 
 /// M13: a real fragment (first or later, IPv4 or IPv6) can never prove
@@ -1154,32 +988,20 @@ fn fragments_take_only_rules_that_accept_every_port() {
 #[test]
 fn ipv4_mapped_ipv6_addresses_never_match_ipv4_vips() {
     let mut lab = dual_lab("drop", true);
-    let mapped_vip = a6("::ffff:10.0.0.10");
-    let mut seg = vec![0u8; 20];
-    seg[0..2].copy_from_slice(&40000u16.to_be_bytes());
-    seg[2..4].copy_from_slice(&80u16.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = SYN;
-    let to_mapped = frame(
-        LB_MAC,
-        CLIENT_MAC,
-        None,
-        0x86dd,
-        &ipv6(a6(CLIENT6), mapped_vip, 6, 64, &seg, 16),
-    );
+    // A SYN (seq 0, window 0) from `src` to `dst`:`dport`.
+    let syn6 = |src: &str, dst: Ipv6Addr, dport| {
+        Packet::tcp(a6(src).into(), dst.into(), 40000, dport, SYN)
+            .seq(0)
+            .window(0)
+            .macs(CLIENT_MAC, LB_MAC)
+            .frame()
+    };
+    let to_mapped = syn6("2001:db8::7", a6("::ffff:10.0.0.10"), 80);
     assert_eq!(
         lab.run(&to_mapped, 1).0,
         Verdict::Drop(DropReason::BadAddress)
     );
-    let mut seg6 = seg.clone();
-    seg6[2..4].copy_from_slice(&443u16.to_be_bytes());
-    let from_mapped = frame(
-        LB_MAC,
-        CLIENT_MAC,
-        None,
-        0x86dd,
-        &ipv6(a6("::ffff:192.0.2.7"), a6(VIP6), 6, 64, &seg6, 16),
-    );
+    let from_mapped = syn6("::ffff:192.0.2.7", VIP6, 443);
     assert_eq!(
         lab.run(&from_mapped, 1).0,
         Verdict::Drop(DropReason::BadAddress)
@@ -1188,77 +1010,34 @@ fn ipv4_mapped_ipv6_addresses_never_match_ipv4_vips() {
     assert_eq!(lab.worker.counters.forwarded, 0);
     // The same SYN to the real VIPs is forwarded.
     assert_eq!(
-        lab.run(&eth(&tcp(CLIENT, 40000, VIP, 80, SYN)), 1).0,
+        lab.run(&tcp(CLIENT, 40000, VIP, 80, SYN).frame(), 1).0,
         Verdict::Forward
     );
-    let real6 = frame(
-        LB_MAC,
-        CLIENT_MAC,
-        None,
-        0x86dd,
-        &ipv6(a6(CLIENT6), a6(VIP6), 6, 64, &seg6, 16),
-    );
+    let real6 = syn6("2001:db8::7", VIP6, 443);
     assert_eq!(lab.run(&real6, 1).0, Verdict::Forward);
 }
 
 #[test]
 fn ipv6_vips_are_served_over_ipv6_tunnels() {
-    let cfg = r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["fd00::2/64"]
-
-[[forwarding_rules]]
-name = "web6"
-vips = ["fd00::10"]
-protocol = "TCP"
-ports = "443"
-backend_service = "web6"
-
-[[backend_services]]
-name = "web6"
-delivery = "ipip"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
-"#;
+    let cfg = Config::new()
+        .port(uplink(&["fd00::2/64"]))
+        .rule(rule("web6", &["fd00::10"], "TCP", "443", "web6"))
+        .service(service("web6", "ipip").child(group_of("a", &["fd00:1::11", "fd00:1::12"])));
     let mut builder = SnapshotBuilder::new();
     let mut v6_local = local();
     v6_local.tunnel_src_v6 = Some("fd00:1::2".parse().expect("v6"));
     let snap = builder
-        .build(compiled(cfg), v6_local, |_| EndpointHealth::HEALTHY, 0, 1)
+        .build(compiled(&cfg), v6_local, |_| EndpointHealth::HEALTHY, 0, 1)
         .expect("snapshot");
     let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("table");
     let mut worker = Worker::new(1, snap.compiled.children.len());
     // Ethernet/IPv6/TCP SYN [2001:db8::7]:40000 -> [fd00::10]:443.
-    let src: [u8; 16] = "2001:db8::7"
-        .parse::<std::net::Ipv6Addr>()
-        .expect("v6")
-        .octets();
-    let dst: [u8; 16] = "fd00::10"
-        .parse::<std::net::Ipv6Addr>()
-        .expect("v6")
-        .octets();
-    let mut tcp = vec![0u8; 20];
-    tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
-    tcp[2..4].copy_from_slice(&443u16.to_be_bytes());
-    tcp[12] = 0x50;
-    tcp[13] = SYN;
-    let mut frame = LB_MAC.to_vec();
-    frame.extend_from_slice(&CLIENT_MAC);
-    frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 20, 6, 64]);
-    frame.extend_from_slice(&src);
-    frame.extend_from_slice(&dst);
-    frame.extend_from_slice(&tcp);
+    let frame = Packet::tcp(CLIENT6.into(), VIP6.into(), 40000, 443, SYN)
+        .seq(0)
+        .window(0)
+        .tcp_checksum(false)
+        .macs(CLIENT_MAC, LB_MAC)
+        .frame();
     let mut buf = MemBuf::new([0u8; 2048], 128, &frame).expect("fits");
     assert_eq!(worker.process(&snap, &flows, 1, &mut buf), Verdict::Forward);
     let out = buf.data().to_vec();
@@ -1274,7 +1053,7 @@ endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
     let mut no_src = local();
     no_src.tunnel_src_v6 = None;
     let snap = SnapshotBuilder::new()
-        .build(compiled(cfg), no_src, |_| EndpointHealth::HEALTHY, 0, 1)
+        .build(compiled(&cfg), no_src, |_| EndpointHealth::HEALTHY, 0, 1)
         .expect("snapshot");
     let mut buf = MemBuf::new([0u8; 2048], 128, &frame).expect("fits");
     let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("table");
@@ -1286,45 +1065,18 @@ endpoints = [{ address = "fd00:1::11" }, { address = "fd00:1::12" }]
 
 /// Two services in the order given; `web` has `web_eps` endpoints
 /// 10.0.1.11… and takes TCP 80, `other` takes UDP 53.
-fn two_services(web_first: bool, web_eps: usize) -> String {
-    let head = r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "80"
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "other"
-"#;
-    let eps: Vec<String> = (0..web_eps)
-        .map(|i| format!("{{ address = \"10.0.1.{}\" }}", 11 + i))
-        .collect();
-    let web = format!(
-        "\n[[backend_services]]\nname = \"web\"\ndelivery = \"ipip\"\ngroups = [{{ name = \"a\", region = \"r\", zone = \"z\", endpoints = [{}] }}]\n",
-        eps.join(", ")
-    );
-    let other = "\n[[backend_services]]\nname = \"other\"\ndelivery = \"ipip\"\ngroups = [{ name = \"b\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.0.2.21\" }] }]\n";
+fn two_services(web_first: bool, web_eps: usize) -> Config {
+    let eps: Vec<String> = (0..web_eps).map(|i| format!("10.0.1.{}", 11 + i)).collect();
+    let web = service("web", "ipip").child(group_of("a", &eps));
+    let other = service("other", "ipip").child(group_of("b", &["10.0.2.21"]));
+    let cfg = Config::new()
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "other"));
     if web_first {
-        format!("{head}{web}{other}")
+        cfg.service(web).service(other)
     } else {
-        format!("{head}{other}{web}")
+        cfg.service(other).service(web)
     }
 }
 
@@ -1338,7 +1090,7 @@ fn reordering_services_keeps_every_flow_on_its_backend() {
     let mut lab = Lab::with(&two_services(true, 3), 4096);
     let mut before = Vec::new();
     for port in 20000..20200u16 {
-        let f = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let f = tcp(CLIENT, port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&f, 1);
         before.push((port, backend_of(&out, &f)));
     }
@@ -1348,7 +1100,7 @@ fn reordering_services_keeps_every_flow_on_its_backend() {
     let mut fresh = Lab::with(&reordered, 4096);
     let mut moved_by_maglev = 0;
     for (port, backend) in &before {
-        let ack = eth(&tcp(CLIENT, *port, VIP, 80, ACK));
+        let ack = tcp(CLIENT, *port, VIP, 80, ACK).frame();
         let (v, out) = lab.run(&ack, 3);
         assert_eq!(v, Verdict::Forward, "port {port}");
         assert_eq!(
@@ -1375,19 +1127,19 @@ fn reordering_services_keeps_every_flow_on_its_backend() {
 
 #[test]
 fn a_new_syn_never_follows_an_entry_to_a_draining_backend() {
-    let four = config("ipip", true, "DEFAULT_FOR_PROTOCOL");
+    let four = config("ipip", &FOUR);
     let mut lab = Lab::with(&four, 4096);
     let mut port = 30000u16;
     let port = loop {
-        let f = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+        let f = tcp(CLIENT, port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&f, 1);
         if backend_of(&out, &f).to_string() == "10.0.1.14" {
             break port;
         }
         port += 1;
     };
-    lab.rebuild(&config("ipip", false, "DEFAULT_FOR_PROTOCOL"), |_| true, 2);
-    let ack = eth(&tcp(CLIENT, port, VIP, 80, ACK));
+    lab.rebuild(&config("ipip", &THREE), |_| true, 2);
+    let ack = tcp(CLIENT, port, VIP, 80, ACK).frame();
     let (_, out) = lab.run(&ack, 3);
     assert_eq!(
         backend_of(&out, &ack).to_string(),
@@ -1395,7 +1147,7 @@ fn a_new_syn_never_follows_an_entry_to_a_draining_backend() {
         "the established connection drains"
     );
     // The client reuses the port for a new connection: a SYN on the tuple.
-    let syn = eth(&tcp(CLIENT, port, VIP, 80, SYN));
+    let syn = tcp(CLIENT, port, VIP, 80, SYN).frame();
     let (_, out) = lab.run(&syn, 4);
     assert_ne!(
         backend_of(&out, &syn).to_string(),
@@ -1408,10 +1160,10 @@ fn a_new_syn_never_follows_an_entry_to_a_draining_backend() {
 #[test]
 fn a_syn_after_fin_opens_a_fresh_flow() {
     let mut lab = Lab::new("ipip");
-    let f = eth(&tcp(CLIENT, 41000, VIP, 80, SYN));
+    let f = tcp(CLIENT, 41000, VIP, 80, SYN).frame();
     lab.run(&f, 1);
-    lab.run(&eth(&tcp(CLIENT, 41000, VIP, 80, ACK | 0x01)), 2); // FIN
-    let (v, _) = lab.run(&eth(&tcp(CLIENT, 41000, VIP, 80, SYN)), 3);
+    lab.run(&tcp(CLIENT, 41000, VIP, 80, ACK | 0x01).frame(), 2); // FIN
+    let (v, _) = lab.run(&tcp(CLIENT, 41000, VIP, 80, SYN).frame(), 3);
     assert_eq!(v, Verdict::Forward);
     let c = &lab.worker.counters;
     assert_eq!(
@@ -1424,88 +1176,45 @@ fn a_syn_after_fin_opens_a_fresh_flow() {
 // ---------------------------------------------------------------------------
 // Replies built in place: neighbor advertisements for our IPv6 addresses
 // (docs/requirements.md §1) and TCP resets for services without a backend (M14). The
-// expected frames are built here byte by byte, independently of `wire`.
+// expected frames are built by the test kit (checked against scapy), not
+// by the code under test.
 
-const VIP6: &str = "fd00::10";
-const OWN6: &str = "fd00::2";
-const CLIENT6: &str = "2001:db8::7";
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x10);
+const OWN6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7);
 
-fn a6(s: &str) -> [u8; 16] {
-    s.parse::<std::net::Ipv6Addr>().expect("v6").octets()
+fn a6(s: &str) -> Ipv6Addr {
+    s.parse().expect("v6")
 }
 
 /// The node, with an uplink address of each family.
-fn dual_node() -> String {
-    format!(
-        r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
-
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24", "{OWN6}/64"]
-"#
-    )
+fn dual_node() -> Config {
+    Config::new().port(uplink(&["10.0.0.2/24".to_string(), format!("{OWN6}/64")]))
 }
 
 /// The balancer with an IPv4 and an IPv6 VIP, both served by services whose
 /// `no_backend_action` is `action`, and an own address of each family.
-fn dual_config(action: &str) -> String {
+fn dual_config(action: &str) -> Config {
     dual_node()
-        + &format!(
-            r#"
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "80"
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["10.0.0.10"]
-protocol = "UDP"
-ports = 53
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "web6"
-vips = ["{VIP6}"]
-protocol = "TCP"
-ports = "443"
-backend_service = "web6"
-
-[[backend_services]]
-name = "web"
-delivery = "ipip"
-no_backend_action = "{action}"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{{ address = "10.0.1.11" }}, {{ address = "10.0.1.12" }}]
-
-[[backend_services]]
-name = "web6"
-delivery = "ipip"
-no_backend_action = "{action}"
-[[backend_services.groups]]
-name = "b"
-region = "r"
-zone = "z"
-endpoints = [{{ address = "fd00:1::11" }}, {{ address = "fd00:1::12" }}]
-"#
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "web"))
+        .rule(rule("web6", &[VIP6.to_string()], "TCP", "443", "web6"))
+        .service(
+            service("web", "ipip")
+                .str("no_backend_action", action)
+                .child(group_of("a", &["10.0.1.11", "10.0.1.12"])),
+        )
+        .service(
+            service("web6", "ipip")
+                .str("no_backend_action", action)
+                .child(group_of("b", &["fd00:1::11", "fd00:1::12"])),
         )
 }
 
 fn dual_lab(action: &str, healthy: bool) -> Lab {
     let cfg = dual_config(action);
     let mut lab = Lab::with(&cfg, 4096);
-    lab.snap.local.own_addrs.push(OWN6.parse().expect("v6"));
+    lab.snap.local.own_addrs.push(OWN6.into());
     lab.snap.local.tunnel_src_v6 = Some("fd00:1::2".parse().expect("v6"));
     if !healthy {
         let local = lab.snap.local.clone();
@@ -1524,104 +1233,69 @@ fn child(lab: &Lab, name: &str) -> usize {
         .expect("child rule")
 }
 
-/// One's-complement sum of an IPv6 pseudo header.
-fn pseudo6(src: [u8; 16], dst: [u8; 16], next: u8, len: usize) -> u32 {
-    let mut sum: u32 = src
-        .chunks(2)
-        .chain(dst.chunks(2))
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    sum += u32::from(next) + len as u32;
-    sum
-}
-
-/// An IPv6 packet with hop limit `hop` and the upper-layer checksum at `at`
-/// of `l4` filled in.
-fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, hop: u8, l4: &[u8], at: usize) -> Vec<u8> {
-    let mut seg = l4.to_vec();
-    seg[at..at + 2].fill(0);
-    let c = csum(pseudo6(src, dst, next, seg.len()), &seg);
-    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
-    let mut ip = vec![0x60, 0, 0, 0];
-    ip.extend_from_slice(&(seg.len() as u16).to_be_bytes());
-    ip.extend_from_slice(&[next, hop]);
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&dst);
-    ip.extend_from_slice(&seg);
-    ip
-}
-
-/// A frame from `src_mac` to `dst_mac` with optional 802.1Q `vlan`.
-fn frame(
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    vlan: Option<u16>,
-    ethertype: u16,
-    ip: &[u8],
-) -> Vec<u8> {
-    let mut f = dst_mac.to_vec();
-    f.extend_from_slice(&src_mac);
-    if let Some(vid) = vlan {
-        f.extend_from_slice(&[0x81, 0x00]);
-        f.extend_from_slice(&vid.to_be_bytes());
+/// `p` with an 802.1Q tag `vlan`, if any.
+fn tagged(p: Packet, vlan: Option<u16>) -> Packet {
+    match vlan {
+        Some(vid) => p.vlan(0x8100, vid),
+        None => p,
     }
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(ip);
-    f
 }
 
-/// An ICMPv6 neighbor discovery message: type, code, a 32-bit flags field,
-/// the target, and an optional link-layer address option.
-fn nd_msg(ty: u8, code: u8, flags: u8, target: [u8; 16], ll: Option<(u8, [u8; 6])>) -> Vec<u8> {
-    let mut m = vec![ty, code, 0, 0, flags, 0, 0, 0];
-    m.extend_from_slice(&target);
+/// An ICMPv6 neighbor discovery message (hop limit 255): type, a flags
+/// byte (the top of the first word), the target, and an optional link-layer
+/// address option (kind, MAC).
+fn nd(
+    (src, dst): (Ipv6Addr, Ipv6Addr),
+    ty: u8,
+    flags: u8,
+    target: Ipv6Addr,
+    ll: Option<(u8, [u8; 6])>,
+) -> Packet {
+    let mut body = target.octets().to_vec();
     if let Some((kind, mac)) = ll {
-        m.extend_from_slice(&[kind, 1]);
-        m.extend_from_slice(&mac);
+        body.extend_from_slice(&[kind, 1]);
+        body.extend_from_slice(&mac);
     }
-    m
+    Packet::icmp(src.into(), dst.into(), ty, 0, u32::from(flags) << 24)
+        .payload(&body)
+        .ttl(255)
 }
 
-fn solicited_node(target: [u8; 16]) -> [u8; 16] {
-    let mut a = a6("ff02::1:ff00:0");
-    a[13..].copy_from_slice(&target[13..]);
-    a
+fn solicited_node(target: Ipv6Addr) -> Ipv6Addr {
+    let mut a = a6("ff02::1:ff00:0").octets();
+    a[13..].copy_from_slice(&target.octets()[13..]);
+    a.into()
 }
 
 /// A neighbor solicitation frame for `target` from `src` to `dst`.
 fn ns(
-    src: [u8; 16],
-    dst: [u8; 16],
-    target: [u8; 16],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    target: Ipv6Addr,
     sll: bool,
     hop: u8,
     vlan: Option<u16>,
 ) -> Vec<u8> {
     let ll = sll.then_some((1, CLIENT_MAC));
-    let ip = ipv6(src, dst, 58, hop, &nd_msg(135, 0, 0, target, ll), 2);
-    let mac = if dst[0] == 0xff {
-        [0x33, 0x33, dst[12], dst[13], dst[14], dst[15]]
+    let d = dst.octets();
+    let mac = if d[0] == 0xff {
+        [0x33, 0x33, d[12], d[13], d[14], d[15]]
     } else {
         LB_MAC
     };
-    frame(mac, CLIENT_MAC, vlan, 0x86dd, &ip)
+    let p = nd((src, dst), 135, 0, target, ll).ttl(hop);
+    tagged(p.macs(CLIENT_MAC, mac), vlan).frame()
 }
 
 /// The advertisement answering a solicitation for `target`: to `dst`
 /// (solicited) or all nodes (not), from our MAC with our link-layer address.
-fn na(target: [u8; 16], dst: Option<([u8; 16], [u8; 6])>, vlan: Option<u16>) -> Vec<u8> {
+fn na(target: Ipv6Addr, dst: Option<(Ipv6Addr, [u8; 6])>, vlan: Option<u16>) -> Vec<u8> {
     let (ip_dst, mac, flags) = match dst {
         Some((a, m)) => (a, m, 0x60),
         None => (a6("ff02::1"), [0x33, 0x33, 0, 0, 0, 1], 0x20),
     };
-    let m = nd_msg(136, 0, flags, target, Some((2, LB_MAC)));
-    frame(
-        mac,
-        LB_MAC,
-        vlan,
-        0x86dd,
-        &ipv6(target, ip_dst, 58, 255, &m, 2),
-    )
+    let p = nd((target, ip_dst), 136, flags, target, Some((2, LB_MAC)));
+    tagged(p.macs(LB_MAC, mac), vlan).frame()
 }
 
 /// A fixture: a frame in, the verdict, and the reply's exact bytes if any.
@@ -1629,66 +1303,25 @@ type Case = (&'static str, Vec<u8>, Verdict, Option<Vec<u8>>);
 
 #[test]
 fn neighbor_solicitations_for_our_ipv6_addresses_are_answered_in_place() {
-    let (vip, own, client) = (a6(VIP6), a6(OWN6), a6(CLIENT6));
+    let (vip, own, client) = (VIP6, OWN6, CLIENT6);
     let router = a6("fd00::1");
     let mut bad_sum = ns(client, solicited_node(vip), vip, true, 255, None);
     *bad_sum.last_mut().expect("byte") ^= 0xff;
-    let rs = frame(
-        [0x33, 0x33, 0, 0, 0, 2],
-        CLIENT_MAC,
-        None,
-        0x86dd,
-        &ipv6(
-            client,
-            a6("ff02::2"),
-            58,
-            255,
-            &[133, 0, 0, 0, 0, 0, 0, 0],
-            2,
-        ),
-    );
-    let ra = frame(
-        [0x33, 0x33, 0, 0, 0, 1],
-        ROUTER_MAC,
-        None,
-        0x86dd,
-        &ipv6(
-            router,
-            a6("ff02::1"),
-            58,
-            255,
-            &[134, 0, 0, 0, 64, 0, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0],
-            2,
-        ),
-    );
-    let na_in = frame(
-        LB_MAC,
-        ROUTER_MAC,
-        None,
-        0x86dd,
-        &ipv6(
-            router,
-            own,
-            58,
-            255,
-            &nd_msg(136, 0, 0x60, router, Some((2, ROUTER_MAC))),
-            2,
-        ),
-    );
-    let echo_all = frame(
-        [0x33, 0x33, 0, 0, 0, 1],
-        CLIENT_MAC,
-        None,
-        0x86dd,
-        &ipv6(
-            client,
-            a6("ff02::1"),
-            58,
-            64,
-            &[128, 0, 0, 0, 0, 1, 0, 1],
-            2,
-        ),
-    );
+    let rs = Packet::icmp(client.into(), v6("ff02::2"), 133, 0, 0)
+        .ttl(255)
+        .macs(CLIENT_MAC, [0x33, 0x33, 0, 0, 0, 2])
+        .frame();
+    let ra = Packet::icmp(router.into(), v6("ff02::1"), 134, 0, 0x4000_0708)
+        .payload(&[0; 8])
+        .ttl(255)
+        .macs(ROUTER_MAC, [0x33, 0x33, 0, 0, 0, 1])
+        .frame();
+    let na_in = nd((router, own), 136, 0x60, router, Some((2, ROUTER_MAC)))
+        .macs(ROUTER_MAC, LB_MAC)
+        .frame();
+    let echo_all = Packet::echo(client.into(), v6("ff02::1"), 1, 1)
+        .macs(CLIENT_MAC, [0x33, 0x33, 0, 0, 0, 1])
+        .frame();
     let cases: Vec<Case> = vec![
         (
             "NS for the v6 VIP to its solicited-node group",
@@ -1771,93 +1404,59 @@ fn neighbor_solicitations_for_our_ipv6_addresses_are_answered_in_place() {
     );
 }
 
-/// A TCP segment with sequence and acknowledgment numbers and a payload.
+/// A TCP segment (window 8192) with sequence and acknowledgment numbers and
+/// a payload, from the client's MAC to ours.
 fn segment(
-    (src, sport): (&[u8], u16),
-    (dst, dport): (&[u8], u16),
+    (src, sport): (impl Into<IpAddr>, u16),
+    (dst, dport): (impl Into<IpAddr>, u16),
     flags: u8,
     seq: u32,
     ack: u32,
     payload: &[u8],
-) -> Vec<u8> {
-    let mut seg = vec![0u8; 20];
-    seg[0..2].copy_from_slice(&sport.to_be_bytes());
-    seg[2..4].copy_from_slice(&dport.to_be_bytes());
-    seg[4..8].copy_from_slice(&seq.to_be_bytes());
-    seg[8..12].copy_from_slice(&ack.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = flags;
-    seg[14..16].copy_from_slice(&8192u16.to_be_bytes());
-    seg.extend_from_slice(payload);
-    match (<[u8; 4]>::try_from(src), <[u8; 4]>::try_from(dst)) {
-        (Ok(s), Ok(d)) => {
-            l4_csum(s, d, 6, &mut seg, 16);
-            ipv4(s, d, 6, &seg)
-        }
-        _ => {
-            let (s, d) = (src.try_into().expect("v6"), dst.try_into().expect("v6"));
-            ipv6(s, d, 6, 64, &seg, 16)
-        }
-    }
+) -> Packet {
+    Packet::tcp(src.into(), dst.into(), sport, dport, flags)
+        .seq(seq)
+        .ack(ack)
+        .window(8192)
+        .payload(payload)
+        .macs(CLIENT_MAC, LB_MAC)
 }
 
 /// The reset we expect, from `vip`:`vport` to `client`:`cport`: IPv4 with
 /// ID 0, DF, TTL 64 or IPv6 with hop limit 64; window 0, no options.
 fn expected_reset(
-    (vip, vport): (&[u8], u16),
-    (client, cport): (&[u8], u16),
+    (vip, vport): (impl Into<IpAddr>, u16),
+    (client, cport): (impl Into<IpAddr>, u16),
     flags: u8,
     seq: u32,
     ack: u32,
     vlan: Option<u16>,
 ) -> Vec<u8> {
-    let mut seg = vec![0u8; 20];
-    seg[0..2].copy_from_slice(&vport.to_be_bytes());
-    seg[2..4].copy_from_slice(&cport.to_be_bytes());
-    seg[4..8].copy_from_slice(&seq.to_be_bytes());
-    seg[8..12].copy_from_slice(&ack.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = flags;
-    let (ethertype, ip) = match (<[u8; 4]>::try_from(vip), <[u8; 4]>::try_from(client)) {
-        (Ok(v), Ok(c)) => {
-            l4_csum(v, c, 6, &mut seg, 16);
-            let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
-            ip.extend_from_slice(&v);
-            ip.extend_from_slice(&c);
-            let sum = csum(0, &ip);
-            ip[10..12].copy_from_slice(&sum.to_be_bytes());
-            ip.extend_from_slice(&seg);
-            (0x0800, ip)
-        }
-        _ => {
-            let (v, c) = (vip.try_into().expect("v6"), client.try_into().expect("v6"));
-            (0x86dd, ipv6(v, c, 6, 64, &seg, 16))
-        }
-    };
-    frame(CLIENT_MAC, LB_MAC, vlan, ethertype, &ip)
+    let p = Packet::tcp(vip.into(), client.into(), vport, cport, flags)
+        .seq(seq)
+        .ack(ack)
+        .window(0)
+        .ident(0)
+        .macs(LB_MAC, CLIENT_MAC);
+    tagged(p, vlan).frame()
 }
-
-const RST: u8 = 0x04;
-const FIN: u8 = 0x01;
-const PSH: u8 = 0x08;
 
 #[test]
 fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
-    let (vip6, client6) = (a6(VIP6), a6(CLIENT6));
-    let tagged = {
-        let f = eth(&segment((&CLIENT, 40003), (&VIP, 80), SYN, 7, 0, &[]));
-        frame(LB_MAC, CLIENT_MAC, Some(300), 0x0800, &f[14..])
-    };
-    let mut bad_sum = eth(&segment((&CLIENT, 40004), (&VIP, 80), SYN, 7, 0, b"x"));
+    let (vip6, client6) = (VIP6, CLIENT6);
+    let tagged = segment((CLIENT, 40003), (VIP, 80), SYN, 7, 0, &[])
+        .vlan(0x8100, 300)
+        .frame();
+    let mut bad_sum = segment((CLIENT, 40004), (VIP, 80), SYN, 7, 0, b"x").frame();
     *bad_sum.last_mut().expect("byte") ^= 0xff;
     let cases: Vec<Case> = vec![
         (
             "SYN over IPv4: RST|ACK acknowledging the SYN",
-            eth(&segment((&CLIENT, 40000), (&VIP, 80), SYN, 1000, 0, &[])),
+            segment((CLIENT, 40000), (VIP, 80), SYN, 1000, 0, &[]).frame(),
             Verdict::Reply,
             Some(expected_reset(
-                (&VIP, 80),
-                (&CLIENT, 40000),
+                (VIP, 80),
+                (CLIENT, 40000),
                 RST | ACK,
                 0,
                 1001,
@@ -1866,18 +1465,19 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
         ),
         (
             "ACK with data over IPv4: RST at the acknowledged sequence number",
-            eth(&segment(
-                (&CLIENT, 40001),
-                (&VIP, 80),
+            segment(
+                (CLIENT, 40001),
+                (VIP, 80),
                 ACK | PSH,
                 5000,
                 0x8000_0001,
                 b"GET / HTTP/1.1\r\n\r\n",
-            )),
+            )
+            .frame(),
             Verdict::Reply,
             Some(expected_reset(
-                (&VIP, 80),
-                (&CLIENT, 40001),
+                (VIP, 80),
+                (CLIENT, 40001),
                 RST,
                 0x8000_0001,
                 0,
@@ -1886,18 +1486,11 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
         ),
         (
             "FIN with data and no ACK: payload and FIN acknowledged, wrapping",
-            eth(&segment(
-                (&CLIENT, 40002),
-                (&VIP, 80),
-                FIN,
-                u32::MAX - 1,
-                0,
-                b"bye",
-            )),
+            segment((CLIENT, 40002), (VIP, 80), FIN, u32::MAX - 1, 0, b"bye").frame(),
             Verdict::Reply,
             Some(expected_reset(
-                (&VIP, 80),
-                (&CLIENT, 40002),
+                (VIP, 80),
+                (CLIENT, 40002),
                 RST | ACK,
                 0,
                 2,
@@ -1909,8 +1502,8 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
             tagged,
             Verdict::Reply,
             Some(expected_reset(
-                (&VIP, 80),
-                (&CLIENT, 40003),
+                (VIP, 80),
+                (CLIENT, 40003),
                 RST | ACK,
                 0,
                 8,
@@ -1919,17 +1512,11 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
         ),
         (
             "SYN over IPv6",
-            frame(
-                LB_MAC,
-                CLIENT_MAC,
-                None,
-                0x86dd,
-                &segment((&client6, 50000), (&vip6, 443), SYN, 0xdead_beef, 0, &[]),
-            ),
+            segment((client6, 50000), (vip6, 443), SYN, 0xdead_beef, 0, &[]).frame(),
             Verdict::Reply,
             Some(expected_reset(
-                (&vip6, 443),
-                (&client6, 50000),
+                (vip6, 443),
+                (client6, 50000),
                 RST | ACK,
                 0,
                 0xdead_bef0,
@@ -1938,17 +1525,11 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
         ),
         (
             "ACK over IPv6",
-            frame(
-                LB_MAC,
-                CLIENT_MAC,
-                None,
-                0x86dd,
-                &segment((&client6, 50001), (&vip6, 443), ACK, 1, 99, b"data"),
-            ),
+            segment((client6, 50001), (vip6, 443), ACK, 1, 99, b"data").frame(),
             Verdict::Reply,
             Some(expected_reset(
-                (&vip6, 443),
-                (&client6, 50001),
+                (vip6, 443),
+                (client6, 50001),
                 RST,
                 99,
                 0,
@@ -1957,13 +1538,13 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
         ),
         (
             "a reset is never answered",
-            eth(&segment((&CLIENT, 40005), (&VIP, 80), RST | ACK, 1, 2, &[])),
+            segment((CLIENT, 40005), (VIP, 80), RST | ACK, 1, 2, &[]).frame(),
             Verdict::Drop(DropReason::NoBackend),
             None,
         ),
         (
             "UDP is dropped",
-            eth(&udp(CLIENT, 5353, VIP, 53)),
+            udp(CLIENT, 5353, VIP, 53).frame(),
             Verdict::Drop(DropReason::NoBackend),
             None,
         ),
@@ -2004,18 +1585,12 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
 
 #[test]
 fn without_backends_the_default_action_drops_tcp_too() {
-    let (vip6, client6) = (a6(VIP6), a6(CLIENT6));
+    let (vip6, client6) = (VIP6, CLIENT6);
     let mut lab = dual_lab("drop", false);
     let cases = [
-        eth(&segment((&CLIENT, 40000), (&VIP, 80), SYN, 1000, 0, &[])),
-        eth(&segment((&CLIENT, 40001), (&VIP, 80), ACK, 1000, 5, b"x")),
-        frame(
-            LB_MAC,
-            CLIENT_MAC,
-            None,
-            0x86dd,
-            &segment((&client6, 50000), (&vip6, 443), SYN, 1, 0, &[]),
-        ),
+        segment((CLIENT, 40000), (VIP, 80), SYN, 1000, 0, &[]).frame(),
+        segment((CLIENT, 40001), (VIP, 80), ACK, 1000, 5, b"x").frame(),
+        segment((client6, 50000), (vip6, 443), SYN, 1, 0, &[]).frame(),
     ];
     for f in &cases {
         assert_eq!(lab.run(f, 2).0, Verdict::Drop(DropReason::NoBackend));
@@ -2041,12 +1616,12 @@ fn persisted_flows_on_an_unhealthy_backend_last_only_its_draining_period() {
     let mut lab = Lab::new("ipip");
     let mut flows = Vec::new();
     for port in 0..60u16 {
-        let t = eth(&tcp(CLIENT, 40000 + port, VIP, 80, SYN));
+        let t = tcp(CLIENT, 40000 + port, VIP, 80, SYN).frame();
         let (_, out) = lab.run(&t, 1);
         flows.push((40000 + port, backend_of(&out, &t)));
     }
     let sick = flows[0].1.to_string();
-    let cfg = config("ipip", false, "DEFAULT_FOR_PROTOCOL");
+    let cfg = config("ipip", &THREE);
     let s2 = sick.clone();
     lab.rebuild(&cfg, move |a| a != s2, 2);
     let s3 = sick.clone();
@@ -2058,7 +1633,7 @@ fn persisted_flows_on_an_unhealthy_backend_last_only_its_draining_period() {
         .collect();
     assert!(!on_sick.is_empty());
     for p in &on_sick {
-        let f = eth(&tcp(CLIENT, *p, VIP, 80, ACK));
+        let f = tcp(CLIENT, *p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 11);
         assert_eq!(
             backend_of(&out, &f).to_string(),
@@ -2067,7 +1642,7 @@ fn persisted_flows_on_an_unhealthy_backend_last_only_its_draining_period() {
         );
     }
     for p in &on_sick {
-        let f = eth(&tcp(CLIENT, *p, VIP, 80, ACK));
+        let f = tcp(CLIENT, *p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 12);
         assert_ne!(backend_of(&out, &f).to_string(), sick, "moved at 12");
     }

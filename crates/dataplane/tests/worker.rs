@@ -12,43 +12,37 @@ use dataplane::{
     VecBurst, Worker, WorkerLoop,
 };
 use flowtable::FlowTable;
+use testkit::config::{Config, endpoint_list, group, port, rule, service};
+use testkit::packet::{Packet, v4};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::burst::PacketBurst;
 
 type Pkt = MemBuf<Vec<u8>>;
 
+/// One uplink; UDP 53 on `vip` goes over GUE to one endpoint.
 fn config(vip: &str) -> String {
-    format!(
-        r#"
-[node]
-name = "t"
-region = "r"
-zone = "z"
+    Config::new()
+        .port(
+            port("up", "net_ring0", "uplink")
+                .strs("addresses", &["10.0.0.2/24"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("dns", &[vip], "UDP", "53", "dns"))
+        .service(
+            service("dns", "gue")
+                .child(group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11"]))),
+        )
+        .build()
+}
 
-[[ports]]
-name = "up"
-device = "net_ring0"
-role = "uplink"
-addresses = ["10.0.0.2/24"]
-gateway_mac = "02:00:00:00:00:fe"
-
-[[forwarding_rules]]
-name = "dns"
-vips = ["{vip}"]
-protocol = "UDP"
-ports = 53
-backend_service = "dns"
-
-[[backend_services]]
-name = "dns"
-delivery = "gue"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{{ address = "10.0.1.11" }}]
-"#
-    )
+/// Ethernet/IPv4/UDP from 192.0.2.7:5000 to 10.0.0.10:53.
+fn udp_to_vip() -> Vec<u8> {
+    Packet::udp(v4("192.0.2.7"), v4("10.0.0.10"), 5000, 53)
+        .payload(&[1, 2, 3, 4])
+        .dont_frag(false)
+        .udp_checksum(false)
+        .macs([2, 0, 0, 0, 0, 0x77], [2, 0, 0, 0, 0, 1])
+        .frame()
 }
 
 fn snapshot(builder: &mut SnapshotBuilder, vip: &str) -> Snapshot {
@@ -60,19 +54,6 @@ fn snapshot(builder: &mut SnapshotBuilder, vip: &str) -> Snapshot {
     builder
         .build(compiled, local, |_| EndpointHealth::HEALTHY, 0, 1)
         .expect("snapshot")
-}
-
-/// Ethernet/IPv4/UDP from 192.0.2.7:5000 to 10.0.0.10:53.
-fn udp_to_vip() -> Vec<u8> {
-    let mut ip = vec![
-        0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 192, 0, 2, 7, 10, 0, 0, 10,
-    ];
-    let c = wire::checksum::checksum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0x77, 0x08, 0x00];
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x13, 0x88, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4]);
-    f
 }
 
 /// One uplink port whose RX calls script the run: every pass polls it once,

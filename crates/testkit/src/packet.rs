@@ -82,6 +82,8 @@ pub enum L4 {
         urgent: u16,
         /// Raw options (a multiple of 4 bytes, at most 40).
         options: Vec<u8>,
+        /// Whether the checksum is computed (false: sent as 0).
+        checksum: bool,
     },
     /// A UDP datagram.
     Udp {
@@ -178,6 +180,7 @@ impl Packet {
                 window: 65535,
                 urgent: 0,
                 options: Vec::new(),
+                checksum: true,
             },
         )
     }
@@ -300,6 +303,15 @@ impl Packet {
     pub fn tcp_options(self, o: &[u8]) -> Packet {
         self.tcp_field(|_, _, _, opts| *opts = o.to_vec())
     }
+    /// TCP only: `false` sends a zero checksum (frames whose receiver
+    /// never checks it, kept as they were first written).
+    pub fn tcp_checksum(mut self, on: bool) -> Packet {
+        match &mut self.l4 {
+            L4::Tcp { checksum, .. } => *checksum = on,
+            other => panic!("not TCP: {other:?}"),
+        }
+        self
+    }
     /// UDP only: `false` sends a zero checksum.
     pub fn udp_checksum(mut self, on: bool) -> Packet {
         match &mut self.l4 {
@@ -334,6 +346,7 @@ impl Packet {
                 window,
                 urgent,
                 options,
+                checksum,
             } => {
                 let r = tcp::TcpRepr {
                     src_port: *sport,
@@ -349,7 +362,9 @@ impl Packet {
                 b[r.header_len()..].copy_from_slice(&self.payload);
                 let mut p = tcp::Packet::new_unchecked(&mut b[..]);
                 r.emit(&mut p).expect("TCP header");
-                p.fill_checksum(src, dst).expect("TCP checksum");
+                if *checksum {
+                    p.fill_checksum(src, dst).expect("TCP checksum");
+                }
                 b
             }
             L4::Udp {

@@ -185,6 +185,14 @@ fn padding_zero_checksums_and_fragment_flags() {
     assert_eq!(f.len(), 60);
     assert_eq!(&f[40..42], &[0, 0], "UDP checksum left 0");
     assert!(f[42..].iter().all(|&b| b == 0), "zero padding");
+    let syn = |on| {
+        Packet::tcp(client4(), vip4(), 1, 2, SYN)
+            .tcp_checksum(on)
+            .frame()
+    };
+    assert_eq!(&syn(false)[50..52], &[0, 0], "TCP checksum left 0");
+    assert_ne!(&syn(true)[50..52], &[0, 0]);
+    assert_eq!(syn(false)[..50], syn(true)[..50], "nothing else changes");
     let frags = Packet::udp(client4(), vip4(), 1, 2)
         .payload(&[7; 40])
         .fragments(16);

@@ -5,95 +5,53 @@
 #![allow(dead_code)]
 
 use std::hint::black_box;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
 use flowtable::FlowTable;
+use testkit::config::{Config, endpoint_list, group, node, port, rule, service};
+use testkit::packet::{ACK, DST_MAC, Packet, SRC_MAC, SYN, v4};
 use wire::buf::MemBuf;
 
 pub const BURST: usize = 32;
 
+/// One TCP rule on 198.18.10.10:80 to `endpoints` endpoints
+/// (10.1.0.0, 10.1.0.1, …) delivered by `delivery`.
 pub fn config(delivery: &str, endpoints: usize) -> String {
     let eps: Vec<String> = (0..endpoints)
-        .map(|i| {
-            format!(
-                "{{ address = \"10.{}.{}.{}\" }}",
-                1 + i / 65536,
-                (i / 256) % 256,
-                i % 256
-            )
-        })
+        .map(|i| format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256))
         .collect();
-    format!(
-        r#"
-[node]
-name = "bench"
-region = "r"
-zone = "z"
-
-# The benchmark measures the stateful path: no new-entry budget.
-[dataplane]
-new_flow_budget = 4294967295
-
-[[ports]]
-name = "up"
-device = "net_null0"
-role = "uplink"
-addresses = ["198.18.1.2/24"]
-gateway_mac = "02:00:00:00:00:fe"
-
-[[forwarding_rules]]
-name = "web"
-vips = ["198.18.10.10"]
-protocol = "TCP"
-ports = 80
-backend_service = "web"
-
-[[backend_services]]
-name = "web"
-delivery = "{delivery}"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{}]
-"#,
-        eps.join(", ")
-    )
+    Config::new()
+        .node(node("bench", "r", "z"))
+        // The benchmark measures the stateful path: no new-entry budget.
+        .dataplane("new_flow_budget", u32::MAX)
+        .port(
+            port("up", "net_null0", "uplink")
+                .strs("addresses", &["198.18.1.2/24"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("web", &["198.18.10.10"], "TCP", "80", "web"))
+        .service(
+            service("web", delivery)
+                .child(group("a", "r", "z").set("endpoints", endpoint_list(&eps))),
+        )
+        .build()
 }
 
-/// A 60-byte TCP segment (ACK, or SYN) of flow `i` to the VIP.
+/// A 60-byte TCP segment (ACK, or SYN) of flow `i` to the VIP: from
+/// 10.100.0.0 + `i` / 256, port 1024 + `i` % 256; seq and ack 1, checksum
+/// left zero (the pipeline forwards without checking it).
 pub fn frame(i: u32, syn: bool) -> Vec<u8> {
-    let c = 0x0a64_0000u32 + (i >> 8);
-    let mut ip = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0];
-    ip.extend_from_slice(&c.to_be_bytes());
-    ip.extend_from_slice(&[198, 18, 10, 10]);
-    let sum = wire::checksum::checksum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&(1024 + (i & 0xff) as u16).to_be_bytes());
-    f.extend_from_slice(&80u16.to_be_bytes());
-    f.extend_from_slice(&[
-        0,
-        0,
-        0,
-        1,
-        0,
-        0,
-        0,
-        1,
-        0x50,
-        if syn { 0x02 } else { 0x10 },
-        0xff,
-        0xff,
-        0,
-        0,
-        0,
-        0,
-    ]);
-    f.resize(60, 0);
-    f
+    let client = Ipv4Addr::from(0x0a64_0000 + (i >> 8));
+    let sport = 1024 + u16::from(i.to_le_bytes()[0]);
+    let flags = if syn { SYN } else { ACK };
+    Packet::tcp(client.into(), v4("198.18.10.10"), sport, 80, flags)
+        .ack(1)
+        .tcp_checksum(false)
+        .macs(DST_MAC, SRC_MAC)
+        .min_frame(60)
+        .frame()
 }
 
 pub struct Bench {
