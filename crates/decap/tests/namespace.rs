@@ -7,7 +7,6 @@
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -63,9 +62,7 @@ impl Netns {
         let path = format!("/var/run/netns/{}", self.name);
         std::thread::spawn(move || {
             let fd = std::fs::File::open(&path).expect("open netns");
-            // SAFETY: setns with a valid namespace fd only moves this thread.
-            let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
             f()
         })
     }
