@@ -4,6 +4,8 @@
 //! weights, and replies going to the client directly from the backends (the
 //! balancer transmits nothing client-ward but ARP replies). Needs root.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::io::{Read, Write};

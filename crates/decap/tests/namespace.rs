@@ -5,6 +5,8 @@
 //! legitimate ones; the daemon's exit line counts the rest by reason. Needs
 //! root (namespaces, TUN, raw sockets).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};

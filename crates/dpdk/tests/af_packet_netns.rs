@@ -2,6 +2,8 @@
 //! a network namespace made by this test: the kernel in the namespace and our
 //! port exchange real frames in both directions. Needs root and iproute2.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};

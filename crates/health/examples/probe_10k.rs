@@ -25,6 +25,8 @@
 //!   counts folded by phase within the interval show how evenly probe starts
 //!   are spread.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // example: fail loudly
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

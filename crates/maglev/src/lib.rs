@@ -70,11 +70,6 @@
 //! A table holds 4 bytes a slot and 8 an endpoint ([`MaglevTable::memory_bytes_for`]: 256 MiB
 //! at `MAX_TABLE_SIZE`); building one needs a bitmap of `M / 8` bytes and the endpoints'
 //! permutation state besides ([`MaglevTable::build_scratch_bytes`]).
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::str::FromStr;

@@ -4,6 +4,9 @@
 //! Every encapsulation bench includes re-loading the 78-byte inner frame into the buffer
 //! (`buffer_reset` measures that alone).
 
+#![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
+
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::hint::black_box;
 

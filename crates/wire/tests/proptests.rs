@@ -2,6 +2,8 @@
 //! round trips for every delivery mode, flow-key laws, "arbitrary bytes never panic", and the
 //! replies built in place (neighbor advertisements, TCP resets) against their RFCs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::collection::vec;
