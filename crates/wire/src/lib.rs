@@ -37,6 +37,7 @@
 pub mod arp;
 pub mod buf;
 pub mod burst;
+mod cast;
 pub mod checksum;
 pub mod encap;
 pub mod error;
