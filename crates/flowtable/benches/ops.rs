@@ -20,6 +20,7 @@
 //! are total operations over wall time on one shared table: all threads start at a barrier and
 //! the clock stops at a second barrier after the last one finishes.
 
+#![allow(clippy::cast_possible_truncation)] // bench keys, counters and ticks are small
 #![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // bench code: fail loudly
