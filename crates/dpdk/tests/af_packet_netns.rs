@@ -2,6 +2,7 @@
 //! a network namespace made by this test: the kernel in the namespace and our
 //! port exchange real frames in both directions. Needs root and iproute2.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
 mod common;
