@@ -5,6 +5,7 @@
 //! legitimate ones; the daemon's exit line counts the rest by reason. Needs
 //! root (namespaces, TUN, raw sockets).
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
 use std::io::Read;

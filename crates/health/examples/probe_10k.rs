@@ -25,6 +25,7 @@
 //!   counts folded by phase within the interval show how evenly probe starts
 //!   are spread.
 
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // example: small values
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // example: fail loudly
 
 use std::collections::BTreeMap;
