@@ -393,10 +393,11 @@ impl PacketIo for ReplayIo {
         burst.drain_each(|_, p| {
             if !to_host && self.error.is_none() {
                 let data = p.data();
-                match self
-                    .writer
-                    .write_packet(&PcapPacket::new(p.ts, data.len() as u32, data))
-                {
+                match self.writer.write_packet(&PcapPacket::new(
+                    p.ts,
+                    u32::try_from(data.len()).unwrap_or(u32::MAX),
+                    data,
+                )) {
                     Ok(_) => self.written += 1,
                     Err(e) => {
                         self.error = Some(anyhow::Error::new(e).context("writing the output pcap"))

@@ -50,9 +50,10 @@ pub fn run(args: &Args) -> Result<()> {
         .context("cannot create the packet pool (too few hugepages? try --no-huge in eal_args)")?;
     let start_in_use = pool.in_use();
 
+    let queues = u16::try_from(workers).context("too many worker cores")?;
     let port_cfg = PortConfig {
-        rx_queues: workers as u16,
-        tx_queues: workers as u16,
+        rx_queues: queues,
+        tx_queues: queues,
         rx_descriptors: dp.queue_descriptors,
         tx_descriptors: dp.queue_descriptors,
         ..PortConfig::default()
@@ -124,8 +125,8 @@ pub fn run(args: &Args) -> Result<()> {
         for (i, &core) in dp.worker_cores.iter().enumerate() {
             let mut queues = Vec::new();
             for (_, port) in &ports {
-                let (Some(rx), Some(tx)) = (port.rx_queue(i as u16), port.tx_queue(i as u16))
-                else {
+                let q = u16::try_from(i).context("too many worker cores")?;
+                let (Some(rx), Some(tx)) = (port.rx_queue(q), port.tx_queue(q)) else {
                     bail!("queue {i} of {} is taken", port.name());
                 };
                 queues.push((rx, tx));

@@ -1,6 +1,8 @@
 //! `spillway check-config`: every file in `config/` passes; a broken file
 //! fails with every error as `file:line:col: path: reason`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,6 +1,9 @@
 //! The `spillway` binary end to end: its command-line surface, and
 //! `spillway forward` moving real frames between two DPDK `net_pcap` devices.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

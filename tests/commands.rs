@@ -31,6 +31,8 @@
 //! Entries that the scan no longer needs make the test fail too, so the lists
 //! stay honest.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,11 +4,12 @@
 //! weights, and replies going to the client directly from the backends (the
 //! balancer transmits nothing client-ward but ARP replies). Needs root.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -183,9 +184,7 @@ fn in_ns<T: Send + 'static>(
     let path = format!("/var/run/netns/{}", lab.ns(name));
     std::thread::spawn(move || {
         let fd = std::fs::File::open(&path).expect("open netns");
-        // SAFETY: setns with a valid namespace fd only moves this thread.
-        let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+        nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
         f()
     })
 }

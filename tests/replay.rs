@@ -5,6 +5,9 @@
 //! (outer headers decoded here, not by the `wire` crate under test) and the
 //! summary's counters.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

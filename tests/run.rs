@@ -1,6 +1,9 @@
 //! `spillway run` as a process: DPDK net_pcap ports, real workers, the
 //! control socket, reloads (valid and invalid), clean shutdown on SIGTERM.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -10,6 +10,8 @@
 //! Nothing here is safe to call directly; use the `dpdk` crate.
 
 #![no_std]
+// Raw FFI: every item here is `unsafe` to call.
+#![allow(unsafe_code)]
 
 #[allow(
     non_upper_case_globals,
@@ -18,6 +20,7 @@
     dead_code,
     unnecessary_transmutes,
     unsafe_op_in_unsafe_fn,
+    missing_docs,
     clippy::all,
     clippy::pedantic,
     // Generated code: bindgen's bitfield accessors carry no SAFETY comments.

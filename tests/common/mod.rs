@@ -4,6 +4,7 @@
 //! pcap files to carry them, and running the programs the tests need with
 //! failures that say what happened.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(dead_code, unused_imports)]
 
 use std::net::{IpAddr, Ipv4Addr};

@@ -215,10 +215,10 @@ impl PortSpec {
             let n: u32 = p
                 .parse()
                 .map_err(|_| format!("invalid port {p:?}: expected a number 1-65535, a range like \"8000-8100\", or \"all\""))?;
-            if n == 0 || n > 65535 {
-                return Err(format!("port {n} is out of range 1-65535"));
+            match u16::try_from(n) {
+                Ok(port) if port != 0 => Ok(port),
+                _ => Err(format!("port {n} is out of range 1-65535")),
             }
-            Ok(n as u16)
         };
         match s.split_once('-') {
             Some((a, b)) => {

@@ -2,6 +2,8 @@
 //! fields this version does not act on yet, and `reference.toml` documents
 //! every field of the schema.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::path::{Path, PathBuf};
 
 use config::{Env, load, load_str};

@@ -2,6 +2,8 @@
 //! and the Maglev tables really allocate, and validation compares it with
 //! the machine's memory (errors in `validation.rs`, the rest here).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use config::memory::{self, Bytes};
 use config::{Env, Memory, load_str};
 use testkit::config::{Config, endpoint_list, group, node, rule, service};

@@ -112,8 +112,8 @@ impl Balance {
             probes.poll_remotes(keys);
         }
         self.node = NodeSpec::from_compiled(compiled);
-        self.specs = (0..compiled.services.len())
-            .map(|i| ServiceSpec::from_compiled(compiled, ServiceId(i as u32)))
+        self.specs = (0..u32::try_from(compiled.services.len()).unwrap_or(u32::MAX))
+            .map(|i| ServiceSpec::from_compiled(compiled, ServiceId(i)))
             .collect();
         let names: Vec<&str> = compiled.services.iter().map(|s| s.name.as_str()).collect();
         self.planners
@@ -238,7 +238,8 @@ impl Balance {
             };
             let checked =
                 svc.health_check.is_some() || svc.kind == config::schema::GroupKind::RemoteRule;
-            let endpoints = compiled.service_endpoints(ServiceId(i as u32));
+            let endpoints =
+                compiled.service_endpoints(ServiceId(u32::try_from(i).unwrap_or(u32::MAX)));
             let obs: Vec<EndpointObs> = svc
                 .endpoint_ids()
                 .zip(endpoints)

@@ -485,10 +485,11 @@ impl Core {
             return Ok(Published::Queued);
         }
         let compiled = self.compiled.clone();
-        let health: Vec<EndpointHealth> = (0..compiled.endpoints.len())
+        let health: Vec<EndpointHealth> = (0..u32::try_from(compiled.endpoints.len())
+            .unwrap_or(u32::MAX))
             .map(|i| {
                 self.balance
-                    .endpoint_health(config::compiled::EndpointId(i as u32))
+                    .endpoint_health(config::compiled::EndpointId(i))
             })
             .collect();
         let plans = self.balance.plans().to_vec();

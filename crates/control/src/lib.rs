@@ -26,12 +26,6 @@
 //!   [`metrics`]) and hands the other commands to the core.
 //! - [`remote`]: the `remote_rule` poller (threads and HTTP), the shell's.
 
-#![forbid(unsafe_code)]
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-
 pub mod balance;
 pub mod core;
 pub mod daemon;

@@ -3,6 +3,8 @@
 //! live while a thread builds them, ticks and answers go on, and what is
 //! asked for meanwhile is published after.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

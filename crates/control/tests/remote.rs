@@ -4,6 +4,8 @@
 //! UNHEALTHY after `FAILURES` of them, and dropping the poller (a reload)
 //! waits for none of them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};

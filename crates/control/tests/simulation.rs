@@ -2,6 +2,8 @@
 //! (`sim`): each scripts health, reloads and time, sends real packets
 //! through N pipelines, and checks what every flow experienced.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+
 mod sim;
 
 use std::net::IpAddr;

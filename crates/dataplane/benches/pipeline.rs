@@ -1,3 +1,4 @@
+#![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
 //! Criterion benches of the whole per-packet pipeline (parse, rule, flow
 //! table, Maglev, encapsulation) over bursts of 32 in-memory packets: the
 //! data plane's cost without any I/O. Each iteration re-loads the 60-byte

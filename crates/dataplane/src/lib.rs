@@ -14,12 +14,6 @@
 //! runs (snapshot swaps, counter publishing, idling, stopping) with the
 //! clock and the I/O passed in.
 
-#![forbid(unsafe_code)]
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-
 pub mod counters;
 mod delivery;
 pub mod engine;

@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+#![allow(clippy::cast_possible_truncation)] // test values are small
 //! `process_burst` (classify a group, look its flows up together, finish in
 //! order) must decide exactly what processing the packets one at a time
 //! decides: same bytes out, same verdicts, same counters, same table —

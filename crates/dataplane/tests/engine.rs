@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 //! The worker loop (`Engine`) over an in-memory `PacketIo`: what each verdict
 //! does to a packet's way out, the exception path in both directions, and the
 //! accounting of everything a port does not take.

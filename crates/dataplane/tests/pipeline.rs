@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+#![allow(clippy::cast_possible_truncation)] // test values are small
 //! The pipeline end to end on in-memory buffers: a compiled configuration, a
 //! snapshot, a real flow table, crafted frames in, verdicts and bytes out.
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 //! The production worker loop (`WorkerLoop`) over in-memory I/O and a fake
 //! clock: a new snapshot is picked up at the next pass (never within one),
 //! counters are published when the clock says so and once more at the end,

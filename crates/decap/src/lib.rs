@@ -19,12 +19,6 @@
 //!
 //! All parsing is `wire`'s, the same code that built the tunnels.
 
-#![forbid(unsafe_code)]
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-
 #[cfg(feature = "daemon")]
 pub mod daemon;
 

@@ -2,6 +2,8 @@
 //! built by `wire`'s encapsulation (what the balancer sends), and a property
 //! test over arbitrary bytes.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+
 use super::*;
 use proptest::prelude::*;
 use std::net::Ipv4Addr;

@@ -5,9 +5,11 @@
 //! legitimate ones; the daemon's exit line counts the rest by reason. Needs
 //! root (namespaces, TUN, raw sockets).
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -63,9 +65,7 @@ impl Netns {
         let path = format!("/var/run/netns/{}", self.name);
         std::thread::spawn(move || {
             let fd = std::fs::File::open(&path).expect("open netns");
-            // SAFETY: setns with a valid namespace fd only moves this thread.
-            let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
             f()
         })
     }

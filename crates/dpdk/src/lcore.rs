@@ -12,15 +12,15 @@ pub fn lcore_id() -> Option<u32> {
     (id != dpdk_sys::LCORE_ID_ANY).then_some(id)
 }
 
+/// `SOCKET_ID_ANY` (-1) as the unsigned `rte_socket_id` returns it.
+#[allow(clippy::cast_sign_loss, reason = "C's (unsigned)SOCKET_ID_ANY")]
+const ANY_SOCKET: u32 = dpdk_sys::SOCKET_ID_ANY as u32;
+
 /// NUMA socket of the calling thread (0 where DPDK cannot tell).
 pub fn socket_id(_eal: &Eal) -> u32 {
     // SAFETY: EAL is initialised (witnessed by `_eal`); reads per-thread state.
     let id = unsafe { dpdk_sys::rte_socket_id() };
-    if id == dpdk_sys::SOCKET_ID_ANY as u32 {
-        0
-    } else {
-        id
-    }
+    if id == ANY_SOCKET { 0 } else { id }
 }
 
 /// Registers the calling (non-EAL) thread with DPDK and returns the lcore id

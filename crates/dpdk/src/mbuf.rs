@@ -234,10 +234,12 @@ impl Mbuf {
         }
         // front <= data_off and len = keep + front <= data_len + data_off <= buf_len, so both
         // fit in u16 (what rte_pktmbuf_prepend and _trim do, in one step).
+        #[allow(clippy::cast_possible_truncation, reason = "both fit u16, see above")]
+        let (front, len) = (front as u16, len as u16);
         let m = self.raw_mut();
-        m.data_off -= front as u16;
-        m.data_len = len as u16;
-        m.pkt_len = len as u32;
+        m.data_off -= front;
+        m.data_len = len;
+        m.pkt_len = u32::from(len);
         Ok(self.data_mut())
     }
 

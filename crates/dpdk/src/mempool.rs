@@ -29,7 +29,7 @@ impl MempoolConfig {
             name: name.into(),
             size,
             cache_size: 256.min(size / 4),
-            data_room: dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+            data_room: u16::try_from(dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE).unwrap_or(u16::MAX),
             socket: None,
         }
     }
@@ -80,7 +80,10 @@ impl Mempool {
     pub fn new(_eal: &Eal, cfg: &MempoolConfig) -> Result<Mempool, MempoolError> {
         let cname = CString::new(cfg.name.as_str())
             .map_err(|_| MempoolError::NulInName(cfg.name.clone()))?;
-        let socket = cfg.socket.map_or(dpdk_sys::SOCKET_ID_ANY, |s| s as i32);
+        let socket = cfg
+            .socket
+            .and_then(|s| i32::try_from(s).ok())
+            .unwrap_or(dpdk_sys::SOCKET_ID_ANY);
         // SAFETY: EAL is initialised (witnessed by `_eal`); `cname` is a valid C
         // string that DPDK copies; the remaining arguments are plain integers.
         let ptr = unsafe {

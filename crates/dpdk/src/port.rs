@@ -299,20 +299,24 @@ impl Port {
     /// Every port DPDK has probed, in id order.
     pub fn all(_eal: &Eal) -> Vec<PortId> {
         let mut ids = Vec::new();
-        let mut next = 0u64;
+        let mut next = 0u16;
         loop {
             // SAFETY: EAL is initialised; the call only scans the port table.
             let id = unsafe {
                 dpdk_sys::rte_eth_find_next_owned_by(
-                    next as u16,
-                    dpdk_sys::RTE_ETH_DEV_NO_OWNER as u64,
+                    next,
+                    u64::from(dpdk_sys::RTE_ETH_DEV_NO_OWNER),
                 )
+            };
+            // Past the last port the answer is RTE_MAX_ETHPORTS (a u16 value).
+            let Ok(port) = u16::try_from(id) else {
+                break;
             };
             if id >= u64::from(dpdk_sys::RTE_MAX_ETHPORTS) {
                 break;
             }
-            ids.push(PortId(id as u16));
-            next = id + 1;
+            ids.push(PortId(port));
+            next = port + 1;
         }
         ids
     }
@@ -446,6 +450,7 @@ impl Port {
 
         // SAFETY: EAL initialised; reads the port's NUMA node.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
+        #[allow(clippy::cast_sign_loss, reason = "SOCKET_ID_ANY as C's unsigned")]
         let socket = if socket < 0 {
             dpdk_sys::SOCKET_ID_ANY
         } else {
@@ -601,9 +606,9 @@ impl Port {
             };
         }
         Link {
-            up: link.link_status() == dpdk_sys::RTE_ETH_LINK_UP as u16,
+            up: u32::from(link.link_status()) == dpdk_sys::RTE_ETH_LINK_UP,
             speed_mbps: link.link_speed,
-            full_duplex: link.link_duplex() == dpdk_sys::RTE_ETH_LINK_FULL_DUPLEX as u16,
+            full_duplex: u32::from(link.link_duplex()) == dpdk_sys::RTE_ETH_LINK_FULL_DUPLEX,
         }
     }
 
@@ -643,21 +648,20 @@ impl Port {
         if n < 0 {
             return Err(err("xstat names", n));
         }
+        let n = n.unsigned_abs();
         let mut names = vec![dpdk_sys::rte_eth_xstat_name::default(); n as usize];
         let mut values = vec![dpdk_sys::rte_eth_xstat::default(); n as usize];
         // SAFETY: names has room for n entries.
-        let got =
-            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id.0, names.as_mut_ptr(), n as u32) };
+        let got = unsafe { dpdk_sys::rte_eth_xstats_get_names(self.id.0, names.as_mut_ptr(), n) };
         if got < 0 {
             return Err(err("xstat names", got));
         }
         // SAFETY: values has room for n entries.
-        let got_v =
-            unsafe { dpdk_sys::rte_eth_xstats_get(self.id.0, values.as_mut_ptr(), n as u32) };
+        let got_v = unsafe { dpdk_sys::rte_eth_xstats_get(self.id.0, values.as_mut_ptr(), n) };
         if got_v < 0 {
             return Err(err("xstats", got_v));
         }
-        let count = (got.min(got_v)) as usize;
+        let count = got.min(got_v).unsigned_abs() as usize;
         Ok(values[..count]
             .iter()
             .filter_map(|v| {

@@ -2,10 +2,12 @@
 //! a network namespace made by this test: the kernel in the namespace and our
 //! port exchange real frames in both directions. Needs root and iproute2.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -70,10 +72,7 @@ impl Lab {
         let path = format!("/var/run/netns/{}", self.ns);
         std::thread::spawn(move || {
             let fd = std::fs::File::open(&path).expect("open netns");
-            // SAFETY: setns with a valid namespace fd only changes this thread's
-            // network namespace.
-            let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
             f()
         })
     }

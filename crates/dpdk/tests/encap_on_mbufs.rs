@@ -3,6 +3,8 @@
 //! headroom, sent through a net_ring device, received, decapsulated, and must
 //! give back the original frame byte for byte — without leaking an mbuf.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::net::IpAddr;

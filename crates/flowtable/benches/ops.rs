@@ -20,6 +20,11 @@
 //! are total operations over wall time on one shared table: all threads start at a barrier and
 //! the clock stops at a second barrier after the last one finishes.
 
+#![allow(clippy::cast_possible_truncation)] // bench keys, counters and ticks are small
+#![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// bench code: fail loudly
+
 // Filling several parallel burst arrays by index reads clearer than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 

@@ -1,3 +1,4 @@
+#![allow(clippy::cast_possible_truncation)] // test keys, counters and ticks are small
 use super::*;
 use std::ops::ControlFlow;
 

@@ -4,6 +4,9 @@
 //! probability). Shuttle explores sequentially consistent executions; the memory orderings are
 //! argued in the crate documentation and exercised by `stress.rs`.
 
+#![allow(clippy::cast_possible_truncation)] // test keys, counters and ticks are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use flowtable::{
     Config, Entry, EntryFlags, Evicted, FlowKey, FlowTable, InsertOutcome, NewEntry, ProtoClass,
     Timeouts,

@@ -7,6 +7,8 @@
 //!   inserted it (`Existing` returns the winner's entry);
 //! * nothing is lost or duplicated: at the end every flow is present exactly once, with the
 //!   value the workers agreed on.
+#![allow(clippy::cast_possible_truncation)]
+// test keys, counters and ticks are small
 // Real threads need std's atomics: the `shuttle` feature swaps them for shuttle's.
 #![cfg(not(feature = "shuttle"))]
 

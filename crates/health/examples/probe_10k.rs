@@ -25,6 +25,9 @@
 //!   counts folded by phase within the interval show how evenly probe starts
 //!   are spread.
 
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // example: small values
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // example: fail loudly
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -76,27 +79,17 @@ fn args() -> Args {
 /// Lets this process open `want` descriptors (as far as the hard limit
 /// allows without privileges).
 fn raise_nofile(want: u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
     };
-    // SAFETY: `r` is a valid, writable rlimit for the duration of the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 || r.rlim_cur >= want {
+    if soft >= want {
         return;
     }
-    let new = libc::rlimit {
-        rlim_cur: want,
-        rlim_max: want.max(r.rlim_max),
-    };
-    // SAFETY: `new` is a valid rlimit; raising the hard limit needs
-    // CAP_SYS_RESOURCE and fails cleanly without it.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
-        let fallback = libc::rlimit {
-            rlim_cur: r.rlim_max,
-            rlim_max: r.rlim_max,
-        };
-        // SAFETY: as above; the soft limit may always rise to the hard one.
-        let _ = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &fallback) };
+    // Raising the hard limit needs CAP_SYS_RESOURCE and fails cleanly
+    // without it; the soft limit may always rise to the hard one.
+    if setrlimit(Resource::RLIMIT_NOFILE, want, want.max(hard)).is_err() {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
 }
 

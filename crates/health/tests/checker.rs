@@ -2,6 +2,9 @@
 //! are short (50–150 ms intervals); assertions are about outcomes and
 //! tolerant counts, never about speed.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::net::{IpAddr, SocketAddr};

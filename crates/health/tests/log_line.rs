@@ -1,6 +1,8 @@
 //! Every transition is one log line:
 //! `health: <service>/<addr:port> <old> -> <new> (<reason>)` (M18).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::sync::Mutex;

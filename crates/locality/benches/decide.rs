@@ -3,6 +3,10 @@
 //!
 //! `cargo bench -p locality --bench decide`
 
+#![allow(clippy::cast_possible_truncation)] // bench values are small
+#![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
+
 use std::time::Duration;
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};

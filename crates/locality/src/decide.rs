@@ -149,7 +149,7 @@ pub fn decide(
             if w <= 0.0 || s <= 0.0 {
                 0
             } else {
-                ((w * s * SCALER_RESOLUTION).round() as u32).max(1)
+                positive_weight(w * s * SCALER_RESOLUTION)
             }
         })
         .collect();
@@ -237,7 +237,8 @@ pub fn decide(
             let gi = e.group as usize;
             let r = &mut agg[group_region[gi]];
             let zone = svc.groups[gi].zone;
-            r.members.push((i as u32, base[i], zone));
+            r.members
+                .push((u32::try_from(i).unwrap_or(u32::MAX), base[i], zone));
             r.weight += f64::from(base[i]);
             if let Some(z) = r.zones.iter_mut().find(|z| z.zone == zone) {
                 z.weight += f64::from(base[i]);
@@ -619,12 +620,21 @@ fn blend(members: &[(u32, u32, ZoneId)], z: &ZoneAgg, total: f64, p: f64) -> Opt
             .iter()
             .map(|&(endpoint, weight, zone)| {
                 let f = if zone == z.zone { inside } else { outside };
-                let w = (f64::from(weight) * f * scale).round();
                 Weighted {
                     endpoint,
-                    weight: (w as u32).max(1),
+                    weight: positive_weight(f64::from(weight) * f * scale),
                 }
             })
             .collect(),
     )
+}
+
+/// `x` rounded to a weight of at least 1 (`as` saturates above `u32::MAX`).
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "as saturates; callers pass positive values"
+)]
+fn positive_weight(x: f64) -> u32 {
+    (x.round() as u32).max(1)
 }

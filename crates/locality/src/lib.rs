@@ -122,12 +122,6 @@
 //! same region while the fractions are unchanged; hysteresis keeps them
 //! unchanged through noise. The flow table pins established flows anyway.
 
-#![forbid(unsafe_code)]
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-
 mod aggregate;
 mod decide;
 mod input;

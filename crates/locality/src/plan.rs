@@ -218,6 +218,11 @@ pub fn pick_index(thresholds: &[u32], flow_hash: u64) -> Option<usize> {
 /// Thresholds for cumulative `fractions` (which should sum to 1): region
 /// `i` gets `round(cum_i · 2³²) − round(cum_{i−1} · 2³²)` of the 2³² keys;
 /// the last threshold is `u32::MAX` whatever the rounding.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "as saturates into 0..=u32::MAX"
+)]
 pub fn thresholds(fractions: &[f64]) -> Vec<u32> {
     const SPAN: f64 = 4_294_967_296.0; // 2^32
     let mut out = Vec::with_capacity(fractions.len());

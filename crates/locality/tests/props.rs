@@ -1,6 +1,8 @@
 //! Properties over random services and observations, and the statistics of
 //! the per-flow region pick.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+
 use locality::{
     Aggregation, CapacityMode, Eligibility, EndpointObs, EndpointSpec, GroupSpec, Health, Locality,
     NodeSpec, Observation, Plan, RegionId, ServiceSpec, Tuning, ZoneId, decide, pick_index,

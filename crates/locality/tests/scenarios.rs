@@ -1,6 +1,9 @@
 //! The decision function on synthetic services: spillover, cascade,
 //! failover, draining, fail-open, UNKNOWN, zones, and a configuration file.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! back in, round after round, through the smoothing [`Planner`]. The
 //! decision must converge and not oscillate.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 mod common;
 
 use std::time::Duration;

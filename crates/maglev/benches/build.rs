@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p maglev --bench build`
 
+#![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
+
 use criterion::{BenchmarkId, Criterion, black_box, criterion_group, criterion_main};
 use maglev::{Algorithm, Endpoint, EndpointId, MaglevTable, TableSize, mix64};
 

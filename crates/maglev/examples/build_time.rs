@@ -20,7 +20,10 @@ fn main() -> Result<(), maglev::BuildError> {
             while !is_prime(m) {
                 m += 1;
             }
-            vec![(m, ns.iter().map(|&n| n as usize).collect())]
+            vec![(
+                m,
+                ns.iter().filter_map(|&n| usize::try_from(n).ok()).collect(),
+            )]
         }
         _ => [65_537u32, 655_373, 4_194_301, 16_777_213, 67_108_859]
             .into_iter()

@@ -14,11 +14,14 @@ fn main() -> Result<(), maglev::BuildError> {
         .collect();
     let grid: Vec<(u32, Vec<usize>)> = match args.split_first() {
         Some((&m, ns)) if !ns.is_empty() => {
-            let mut m = m as u32;
+            let mut m = u32::try_from(m).unwrap_or(maglev::MAX_TABLE_SIZE);
             while !is_prime(m) {
                 m += 1;
             }
-            vec![(m, ns.iter().map(|&n| n as usize).collect())]
+            vec![(
+                m,
+                ns.iter().filter_map(|&n| usize::try_from(n).ok()).collect(),
+            )]
         }
         _ => [65_537u32, 655_373]
             .into_iter()
@@ -40,7 +43,7 @@ fn main() -> Result<(), maglev::BuildError> {
                 let base = &all[..n];
                 let t = MaglevTable::build_v1(m, base)?;
                 let mut removed = base.to_vec();
-                removed.remove((trial as usize * 7919) % n);
+                removed.remove(usize::try_from(trial * 7919).unwrap_or(0) % n);
                 let rm = MaglevTable::build_v1(m, &removed)?
                     .diff(&t)
                     .fraction_moved()

@@ -70,11 +70,6 @@
 //! A table holds 4 bytes a slot and 8 an endpoint ([`MaglevTable::memory_bytes_for`]: 256 MiB
 //! at `MAX_TABLE_SIZE`); building one needs a bitmap of `M / 8` bytes and the endpoints'
 //! permutation state besides ([`MaglevTable::build_scratch_bytes`]).
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::str::FromStr;
@@ -340,12 +335,17 @@ impl MaglevTable {
     pub fn lookup(&self, hash: u64) -> u32 {
         // `(hash * M) >> 64 < M` for every hash, so the index is always in bounds; `get` keeps
         // the code panic-free without relying on that argument.
-        let slot = ((u128::from(hash) * self.slots.len() as u128) >> 64) as usize;
+        let slot = self.slot_of(hash);
         self.slots.get(slot).copied().unwrap_or(0)
     }
 
-    /// The slot a hash maps to (for diagnostics, e.g. `simulate`).
+    /// The slot a hash maps to (also for diagnostics, e.g. `simulate`).
+    #[inline]
     #[must_use]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "below slots.len(), a usize"
+    )]
     pub fn slot_of(&self, hash: u64) -> usize {
         ((u128::from(hash) * self.slots.len() as u128) >> 64) as usize
     }
@@ -443,12 +443,19 @@ fn build_v1(size: TableSize, endpoints: &[Endpoint]) -> Result<MaglevTable, Buil
             continue;
         }
         let x = ep.id.0;
-        let offset = (mix64(x ^ OFFSET_SEED) % u64::from(m)) as u32;
-        let skip = (mix64(x ^ SKIP_SEED) % u64::from(m - 1)) as u32 + 1;
+        #[allow(clippy::cast_possible_truncation, reason = "below m, a u32")]
+        let (offset, skip) = (
+            (mix64(x ^ OFFSET_SEED) % u64::from(m)) as u32,
+            (mix64(x ^ SKIP_SEED) % u64::from(m - 1)) as u32 + 1,
+        );
+        let too_many = || BuildError::TooManyEndpoints {
+            endpoints: endpoints.len(),
+            size: m,
+        };
         perms.push((
             ep.id,
             Perm {
-                index: index as u32,
+                index: u32::try_from(index).map_err(|_| too_many())?,
                 weight: u64::from(ep.weight),
                 credit: 0,
                 skip,

@@ -1,3 +1,4 @@
+#![allow(clippy::cast_possible_truncation)] // test sizes and indices are small
 use super::*;
 
 /// Deterministic pseudo-random ids (SplitMix64 sequence) so tests are reproducible.
@@ -41,8 +42,8 @@ fn max_share_error(t: &MaglevTable, eps: &[Endpoint]) -> f64 {
         .zip(&counts)
         .filter(|(e, _)| e.weight > 0)
         .map(|(e, &c)| {
-            let want = e.weight as f64 / total_w as f64;
-            ((c as f64 / m) - want).abs() / want
+            let want = f64::from(e.weight) / total_w as f64;
+            ((f64::from(c) / m) - want).abs() / want
         })
         .fold(0.0, f64::max)
 }

@@ -93,6 +93,8 @@
 //! # assert_eq!(fuzzed.len(), 1000);
 //! ```
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // dev-only: panics, as tests want
+
 pub mod config;
 pub mod mutate;
 pub mod packet;

@@ -78,10 +78,22 @@ impl Mutator {
         self.state.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
+    /// The low 8 bits of the next number.
+    #[allow(clippy::cast_possible_truncation, reason = "takes the low bits")]
+    fn next_u8(&mut self) -> u8 {
+        self.next_u64() as u8
+    }
+
+    /// The low 16 bits of the next number.
+    #[allow(clippy::cast_possible_truncation, reason = "takes the low bits")]
+    fn next_u16(&mut self) -> u16 {
+        self.next_u64() as u16
+    }
+
     /// A number below `n` (`n` > 0).
     pub fn below(&mut self, n: usize) -> usize {
         assert!(n > 0, "below(0)");
-        (self.next_u64() % n as u64) as usize
+        usize::try_from(self.next_u64() % n as u64).expect("below n")
     }
 
     /// A number in `r` (not empty).
@@ -91,7 +103,7 @@ impl Mutator {
 
     /// `len` random bytes.
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next_u64() as u8).collect()
+        (0..len).map(|_| self.next_u8()).collect()
     }
 
     /// Flips 1 to `max` random bits (nothing in an empty frame).
@@ -119,7 +131,7 @@ impl Mutator {
         let end = range.end.min(f.len());
         if range.start < end {
             let at = self.in_range(range.start..end);
-            f[at] = self.next_u64() as u8;
+            f[at] = self.next_u8();
         }
     }
 
@@ -151,7 +163,7 @@ impl Mutator {
             (0, false) => {
                 // Version and IHL: a header length from 0 to 60 bytes.
                 if let Some(b) = f.get_mut(L3) {
-                    *b = (*b & 0xf0) | (self.next_u64() as u8 & 0x0f);
+                    *b = (*b & 0xf0) | (self.next_u8() & 0x0f);
                 }
                 return;
             }
@@ -161,7 +173,7 @@ impl Mutator {
             (_, true) => L3 + 40 + 4,
         };
         if at + 2 <= f.len() {
-            let v = self.next_u64() as u16;
+            let v = self.next_u16();
             f[at..at + 2].copy_from_slice(&v.to_be_bytes());
         }
     }

@@ -484,7 +484,7 @@ fn ip_packet(p: &Packet, l4: &[u8], offset: usize, more: bool, fragment: bool) -
                 payload_len: u16::try_from(l4.len()).expect("IPv4 payload length"),
                 ttl: p.ttl,
                 dscp_ecn: p.tos,
-                ident: p.ident as u16,
+                ident: (p.ident & 0xffff) as u16,
                 dont_frag: p.dont_frag && !fragment,
                 more_frags: more,
                 frag_offset: u16::try_from(offset).expect("fragment offset"),
@@ -543,7 +543,7 @@ pub fn frame(
     for (i, &(tpid, tci)) in vlans.iter().enumerate() {
         e.vlans[i] = VlanTag { tpid, tci };
     }
-    e.vlan_count = vlans.len() as u8;
+    e.vlan_count = u8::try_from(vlans.len()).expect("at most two VLAN tags");
     let hl = e.header_len();
     let mut f = vec![0u8; (hl + payload.len()).max(min_len)];
     e.emit(&mut f).expect("Ethernet header");
@@ -595,7 +595,7 @@ pub fn csum(sum: u32, data: &[u8]) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    !((sum & 0xffff) as u16)
 }
 
 /// The pseudo-header sum of TCP, UDP and ICMPv6 (IPv4 or IPv6 form) for an
@@ -606,7 +606,8 @@ pub fn pseudo(src: IpAddr, dst: IpAddr, proto: u8, len: usize) -> u32 {
         IpAddr::V6(a) => a.octets().to_vec(),
     };
     let s = sum16(sum16(0, &octets(src)), &octets(dst));
-    s + u32::from(proto) + (len as u32 & 0xffff) + (len as u32 >> 16)
+    let len = u32::try_from(len).expect("an upper layer under 4 GiB");
+    s + u32::from(proto) + (len & 0xffff) + (len >> 16)
 }
 
 /// A broadcast ARP request from `sender_mac`/`sender` for `target` (target

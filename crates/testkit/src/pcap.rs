@@ -81,7 +81,7 @@ impl Record {
     pub fn new(ts: Duration, data: &[u8]) -> Record {
         Record {
             ts,
-            orig_len: data.len() as u32,
+            orig_len: u32::try_from(data.len()).expect("a frame under 4 GiB"),
             data: data.to_vec(),
         }
     }
@@ -109,7 +109,7 @@ pub fn to_bytes(format: &Format, records: &[Record]) -> Vec<u8> {
         w.write_raw_packet(&RawPcapPacket {
             ts_sec: u32::try_from(r.ts.as_secs()).expect("timestamp fits 32 bits"),
             ts_frac: frac,
-            incl_len: r.data.len() as u32,
+            incl_len: u32::try_from(r.data.len()).expect("a frame under 4 GiB"),
             orig_len: r.orig_len,
             data: r.data.as_slice().into(),
         })

@@ -1,5 +1,7 @@
 //! Every shape the builders write is a configuration `config` loads.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use config::{Env, load_str};
 use testkit::config::{
     Config, addrs, endpoint_list, group, health_check, node, port, rule, service,

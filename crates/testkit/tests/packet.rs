@@ -2,6 +2,8 @@
 //! implementation independent of `wire` and of this kit) and against
 //! `wire`'s parser.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use std::net::IpAddr;
 
 use testkit::packet::{self, ACK, Packet, SYN, UDP, v4, v6};

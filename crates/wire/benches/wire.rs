@@ -4,6 +4,9 @@
 //! Every encapsulation bench includes re-loading the 78-byte inner frame into the buffer
 //! (`buffer_reset` measures that alone).
 
+#![allow(missing_docs)] // criterion_group! makes an undocumented `pub fn`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
+
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::hint::black_box;
 
@@ -33,7 +36,7 @@ fn frame(v6: bool) -> Vec<u8> {
             src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10),
             dst: Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1),
             next_header: proto::TCP,
-            payload_len: (20 + payload) as u16,
+            payload_len: u16::try_from(20 + payload).unwrap(),
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
@@ -46,7 +49,7 @@ fn frame(v6: bool) -> Vec<u8> {
             src: Ipv4Addr::new(192, 0, 2, 10),
             dst: Ipv4Addr::new(198, 51, 100, 1),
             protocol: proto::TCP,
-            payload_len: (20 + payload) as u16,
+            payload_len: u16::try_from(20 + payload).unwrap(),
             ttl: 64,
             dscp_ecn: 0,
             ident: 1,

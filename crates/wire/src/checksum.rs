@@ -27,6 +27,7 @@ pub fn add(mut acc: u64, data: &[u8]) -> u64 {
 
 /// Folds a running sum to 16 bits (one's complement addition of the carries).
 #[inline]
+#[allow(clippy::cast_possible_truncation, reason = "the loop leaves 16 bits")]
 pub fn fold(mut acc: u64) -> u16 {
     while acc >> 16 != 0 {
         acc = (acc & 0xffff) + (acc >> 16);
@@ -37,6 +38,7 @@ pub fn fold(mut acc: u64) -> u16 {
 /// [`fold`] of a 32-bit sum: two folding steps always suffice (the first leaves at most
 /// `0x1fffe`, the second at most `0xffff`), without `fold`'s loop.
 #[inline]
+#[allow(clippy::cast_possible_truncation, reason = "two steps leave 16 bits")]
 pub const fn fold32(acc: u32) -> u16 {
     let a = (acc & 0xffff) + (acc >> 16);
     ((a & 0xffff) + (a >> 16)) as u16

@@ -346,7 +346,7 @@ impl Template {
                     port,
                     vni,
                     options: o,
-                    options_len: n as u8,
+                    options_len: u8::try_from(n).map_err(|_| ParseError::BadOption)?,
                     cookie: options.cookie.is_some(),
                 }
             }
@@ -366,12 +366,12 @@ impl Template {
             v6,
             sum,
             udp_checksum,
-            tunnel_len: Self::tunnel_len_of(&tunnel) as u8,
+            tunnel_len: crate::cast::len8(Self::tunnel_len_of(&tunnel)),
             tunnel,
-            l4: (ethernet::HEADER_LEN + ip_hdr) as u8,
+            l4: crate::cast::len8(ethernet::HEADER_LEN + ip_hdr),
             inner_proto,
             // An IPv4 total length counts the header too.
-            max_payload: u16::MAX - if v6 { 0 } else { ip_hdr as u16 },
+            max_payload: u16::MAX - if v6 { 0 } else { crate::cast::len16(ip_hdr) },
             src_port_min: outer.src_port_min,
             src_port_span: u32::from(outer.src_port_max - outer.src_port_min) + 1,
         })
@@ -434,9 +434,9 @@ pub fn encapsulate_with<B: PacketBuf>(
         *head = t.head;
         // Version, traffic class (the inner DS, RFC 6040) and the flow hash as flow label
         // (RFC 6438).
-        let w = (6 << 28) | (u32::from(inner.ds) << 20) | (flow_hash as u32 & 0x000f_ffff);
+        let w = (6 << 28) | (u32::from(inner.ds) << 20) | (flow_hash & 0x000f_ffff) as u32;
         head[L3..L3 + 4].copy_from_slice(&w.to_be_bytes());
-        head[L3 + 4..L3 + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        head[L3 + 4..L3 + 6].copy_from_slice(&crate::cast::len16(ip_payload).to_be_bytes());
         // From the template, not read back from the frame: a byte load from the wide
         // stores just made stalls on store forwarding.
         head[L3 + 6] = t.head[L3 + 6] | ipip_proto;
@@ -451,7 +451,7 @@ pub fn encapsulate_with<B: PacketBuf>(
         const L4: usize = L3 + ipv4::MIN_HEADER_LEN;
         let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
         head[L4..L4 + 2].copy_from_slice(&src.to_be_bytes());
-        head[L4 + 4..L4 + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        head[L4 + 4..L4 + 6].copy_from_slice(&crate::cast::len16(ip_payload).to_be_bytes());
         if let TemplateTunnel::Gue { .. } = t.tunnel {
             return Ok(hdr_len);
         }
@@ -462,7 +462,7 @@ pub fn encapsulate_with<B: PacketBuf>(
     }
     let udp_header = |d: &mut [u8], port: u16| {
         let src = port_in_span(flow_hash, t.src_port_min, t.src_port_span);
-        let len = (ip_payload as u16).to_be_bytes();
+        let len = crate::cast::len16(ip_payload).to_be_bytes();
         let [s0, s1] = src.to_be_bytes();
         let [p0, p1] = port.to_be_bytes();
         if let Some(u) = d.get_mut(l4..l4 + udp::HEADER_LEN) {
@@ -499,7 +499,7 @@ pub fn encapsulate_with<B: PacketBuf>(
             let [e0, e1] = inner_et().to_be_bytes();
             let [_, v0, v1, v2] = vni.to_be_bytes();
             if let Some(b) = d.get_mut(g..g + geneve::BASE_HEADER_LEN) {
-                b.copy_from_slice(&[(ol / 4) as u8, 0, e0, e1, v0, v1, v2, 0]);
+                b.copy_from_slice(&[crate::cast::len8(ol / 4), 0, e0, e1, v0, v1, v2, 0]);
             }
             let o = g + geneve::BASE_HEADER_LEN;
             if let (Some(dst), Some(src)) = (d.get_mut(o..o + ol), options.get(..ol)) {
@@ -533,7 +533,7 @@ pub fn encapsulate_with<B: PacketBuf>(
 #[inline(always)]
 fn ipv4_fields(head: &mut [u8; 34], t: &Template, ds: u8, ip_payload: usize, ipip_proto: u8) {
     const L3: usize = ethernet::HEADER_LEN;
-    let total_len = (ipv4::MIN_HEADER_LEN + ip_payload) as u16;
+    let total_len = crate::cast::len16(ipv4::MIN_HEADER_LEN + ip_payload);
     head[L3 + 1] = ds;
     head[L3 + 2..L3 + 4].copy_from_slice(&total_len.to_be_bytes());
     if ipip_proto != 0 {

@@ -160,7 +160,7 @@ impl EthernetRepr {
             dst: arr(frame, field::DST.start),
             src: arr(frame, field::SRC.start),
             vlans,
-            vlan_count: n as u8,
+            vlan_count: crate::cast::len8(n),
             ethertype: et,
         })
     }

@@ -340,12 +340,13 @@ impl FlowKey {
         src[8..].copy_from_slice(&w[1].to_be_bytes());
         dst[..8].copy_from_slice(&w[2].to_be_bytes());
         dst[8..].copy_from_slice(&w[3].to_be_bytes());
+        let [t0, t1, t2, t3, t4, ..] = w[4].to_be_bytes();
         Some(FlowKey {
             src,
             dst,
-            src_port: (w[4] >> 48) as u16,
-            dst_port: (w[4] >> 32) as u16,
-            proto: (w[4] >> 24) as u8,
+            src_port: u16::from_be_bytes([t0, t1]),
+            dst_port: u16::from_be_bytes([t2, t3]),
+            proto: t4,
             tuple,
         })
     }
@@ -409,6 +410,10 @@ const K: [u64; 6] = [
 
 /// 64×64→128-bit multiply, folded to 64 bits by xor of the halves.
 #[inline(always)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "splits the product in halves"
+)]
 const fn fold_mul(a: u64, b: u64) -> u64 {
     let r = (a as u128).wrapping_mul(b as u128);
     (r as u64) ^ ((r >> 64) as u64)
@@ -446,6 +451,10 @@ pub const fn port_in_range(hash: u64, min: u16, max: u16) -> u16 {
 /// [`port_in_range`] for the range of `span` ports from `min` (`1 ..= 65536 - min`), when
 /// the span is known beforehand.
 #[inline]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the offset is below `span`"
+)]
 pub const fn port_in_span(hash: u64, min: u16, span: u32) -> u16 {
     min + (((hash >> 32) * span as u64) >> 32) as u16
 }

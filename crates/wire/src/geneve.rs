@@ -97,7 +97,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets version 0 and the options length in bytes (multiple of 4, at most 252).
     pub fn set_options_len(&mut self, len: usize) {
-        self.buffer.as_mut()[field::VER_OPTLEN] = ((len / 4) as u8) & 0x3f;
+        self.buffer.as_mut()[field::VER_OPTLEN] = crate::cast::len8((len / 4) & 0x3f);
     }
     /// Sets the OAM and critical bits, clearing the reserved ones.
     pub fn set_flags(&mut self, oam: bool, critical: bool) {
@@ -148,7 +148,7 @@ impl GeneveOption<'_> {
         need(b, n)?;
         wr16(b, 0, self.class);
         b[2] = self.opt_type;
-        b[3] = (self.data.len() / 4) as u8;
+        b[3] = crate::cast::len8(self.data.len() / 4);
         b[OPTION_HEADER_LEN..n].copy_from_slice(self.data);
         Ok(n)
     }
@@ -228,7 +228,7 @@ impl GeneveRepr {
             critical: p.critical(),
             protocol: p.protocol(),
             vni: p.vni(),
-            options_len: p.options_len() as u16,
+            options_len: crate::cast::len16(p.options_len()),
         })
     }
     /// Header length, options included.

@@ -103,7 +103,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Whether the checksum (with the pseudo header) over the whole buffer verifies.
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
-        let ph = checksum::pseudo_v6(src, dst, proto::ICMPV6, b.len() as u32);
+        let ph = checksum::pseudo_v6(src, dst, proto::ICMPV6, crate::cast::len32(b.len()));
         checksum::fold(checksum::add(ph, b)) == 0xffff
     }
 }
@@ -133,7 +133,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn fill_checksum(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         self.set_checksum(0);
         let b = self.buffer.as_ref();
-        let ph = checksum::pseudo_v6(src, dst, proto::ICMPV6, b.len() as u32);
+        let ph = checksum::pseudo_v6(src, dst, proto::ICMPV6, crate::cast::len32(b.len()));
         let c = !checksum::fold(checksum::add(ph, b));
         self.set_checksum(c);
     }

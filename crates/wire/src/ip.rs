@@ -71,6 +71,7 @@ pub fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
 /// Partial checksum sum of the pseudo header for `proto` over `len` bytes between two
 /// addresses of one family. Returns `None` if the families differ.
 #[inline]
+#[allow(clippy::cast_possible_truncation, reason = "an IPv4 length is 16 bits")]
 pub fn pseudo_header(src: &IpAddr, dst: &IpAddr, proto: u8, len: u32) -> Option<u64> {
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => Some(crate::checksum::pseudo_v4(s, d, proto, len as u16)),

@@ -164,7 +164,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets version 4 and the header length in bytes (multiple of 4, 20–60).
     pub fn set_version_and_header_len(&mut self, len: usize) {
-        self.buffer.as_mut()[field::VER_IHL] = 0x40 | ((len / 4) as u8 & 0x0f);
+        self.buffer.as_mut()[field::VER_IHL] = 0x40 | crate::cast::len8((len / 4) & 0x0f);
     }
     /// Sets the DSCP/ECN byte.
     pub fn set_dscp_ecn(&mut self, v: u8) {
@@ -263,7 +263,7 @@ impl Options {
         }
         let mut o = Options::default();
         o.bytes[..b.len()].copy_from_slice(b);
-        o.len = b.len() as u8;
+        o.len = crate::cast::len8(b.len());
         Ok(o)
     }
     /// The option bytes.
@@ -313,7 +313,7 @@ impl Ipv4Repr {
             src: p.src(),
             dst: p.dst(),
             protocol: p.protocol(),
-            payload_len: p.total_len() - p.header_len() as u16,
+            payload_len: p.total_len() - crate::cast::len16(p.header_len()),
             ttl: p.ttl(),
             dscp_ecn: p.dscp_ecn(),
             ident: p.ident(),
@@ -332,13 +332,16 @@ impl Ipv4Repr {
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), ParseError> {
         let hl = self.header_len();
         need(p.buffer.as_ref(), hl)?;
-        let total = hl + usize::from(self.payload_len);
-        if total > usize::from(u16::MAX) || self.frag_offset % 8 != 0 {
+        let total = u16::try_from(hl + usize::from(self.payload_len));
+        let Ok(total) = total else {
+            return Err(ParseError::BadLength);
+        };
+        if self.frag_offset % 8 != 0 {
             return Err(ParseError::BadLength);
         }
         p.set_version_and_header_len(hl);
         p.set_dscp_ecn(self.dscp_ecn);
-        p.set_total_len(total as u16);
+        p.set_total_len(total);
         p.set_ident(self.ident);
         p.set_frag(self.dont_frag, self.more_frags, self.frag_offset);
         p.set_ttl(self.ttl);

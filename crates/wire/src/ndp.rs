@@ -166,7 +166,7 @@ fn emit_common(
     if let Some((kind, mac)) = ll {
         let o = &mut msg[field::OPTIONS..];
         o[0] = kind;
-        o[1] = (LL_OPTION_LEN / 8) as u8;
+        o[1] = crate::cast::len8(LL_OPTION_LEN / 8);
         o[2..8].copy_from_slice(&mac);
     }
     let mut p = icmpv6::Packet::new_unchecked(msg);
@@ -383,7 +383,7 @@ pub fn answer_solicitation<B: PacketBuf + ?Sized>(
         src,
         dst,
         next_header: proto::ICMPV6,
-        payload_len: (MESSAGE_LEN + LL_OPTION_LEN) as u16,
+        payload_len: crate::cast::len16(MESSAGE_LEN + LL_OPTION_LEN),
         hop_limit: HOP_LIMIT,
         traffic_class: 0,
         flow_label: 0,
@@ -428,7 +428,7 @@ mod tests {
             src: *src,
             dst: *dst,
             next_header: proto::ICMPV6,
-            payload_len: msg.len() as u16,
+            payload_len: crate::cast::len16(msg.len()),
             hop_limit,
             traffic_class: 0,
             flow_label: 0,

@@ -133,8 +133,8 @@ pub fn parse_frame(frame: &[u8]) -> Result<Frame, ParseError> {
     let off = eth.header_len();
     let rest = frame.get(off..).ok_or(ParseError::Truncated)?;
     match eth.ethertype {
-        ethertype::IPV4 => Ok(Frame::Ip(eth, parse_v4(rest, off as u32)?)),
-        ethertype::IPV6 => Ok(Frame::Ip(eth, parse_v6(rest, off as u32)?)),
+        ethertype::IPV4 => Ok(Frame::Ip(eth, parse_v4(rest, crate::cast::len32(off))?)),
+        ethertype::IPV6 => Ok(Frame::Ip(eth, parse_v6(rest, crate::cast::len32(off))?)),
         ethertype::ARP => {
             let a = ArpRepr::parse(&arp::Packet::new_checked(rest)?)?;
             Ok(Frame::Arp(eth, a))
@@ -324,12 +324,12 @@ fn parse_v4(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
     };
     let mut info = PacketInfo {
         l3_offset: base,
-        l3_len: tl as u32,
+        l3_len: crate::cast::len32(tl),
         version: IpVersion::V4,
         src: mapped_v4(p.src_bytes()),
         dst: mapped_v4(p.dst_bytes()),
         proto: p.protocol(),
-        l4_offset: base + hl as u32,
+        l4_offset: base + crate::cast::len32(hl),
         ttl: p.ttl(),
         fragment,
         ports: None,
@@ -357,12 +357,12 @@ fn parse_v6(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
     };
     let mut info = PacketInfo {
         l3_offset: base,
-        l3_len: (ipv6::HEADER_LEN + payload.len()) as u32,
+        l3_len: crate::cast::len32(ipv6::HEADER_LEN + payload.len()),
         version: IpVersion::V6,
         src: p.src_bytes(),
         dst: p.dst_bytes(),
         proto: walk.upper,
-        l4_offset: base + (ipv6::HEADER_LEN + walk.offset) as u32,
+        l4_offset: base + crate::cast::len32(ipv6::HEADER_LEN + walk.offset),
         ttl: p.hop_limit(),
         fragment,
         ports: None,

@@ -49,7 +49,7 @@ pub fn reset_for(
     let (seq, ack, flags) = if flags.contains(Flags::ACK) {
         (ack, 0, Flags::RST)
     } else {
-        let mut len = payload_len as u32;
+        let mut len = crate::cast::len32(payload_len);
         len = len.wrapping_add(u32::from(flags.contains(Flags::SYN)));
         len = len.wrapping_add(u32::from(flags.contains(Flags::FIN)));
         (0, seq.wrapping_add(len), Flags::RST.union(Flags::ACK))
@@ -149,7 +149,7 @@ pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(),
             src: d,
             dst: s,
             protocol: proto::TCP,
-            payload_len: tcp::MIN_HEADER_LEN as u16,
+            payload_len: crate::cast::len16(tcp::MIN_HEADER_LEN),
             ttl: RESET_TTL,
             dscp_ecn: 0,
             ident: 0,
@@ -163,7 +163,7 @@ pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(),
             src: d,
             dst: s,
             next_header: proto::TCP,
-            payload_len: tcp::MIN_HEADER_LEN as u16,
+            payload_len: crate::cast::len16(tcp::MIN_HEADER_LEN),
             hop_limit: RESET_TTL,
             traffic_class: 0,
             flow_label: 0,
@@ -202,7 +202,7 @@ mod tests {
                 src: s,
                 dst: d,
                 protocol: proto::TCP,
-                payload_len: tl as u16,
+                payload_len: crate::cast::len16(tl),
                 ttl: 50,
                 dscp_ecn: 0,
                 ident: 9,
@@ -217,7 +217,7 @@ mod tests {
                 src: s,
                 dst: d,
                 next_header: proto::TCP,
-                payload_len: tl as u16,
+                payload_len: crate::cast::len16(tl),
                 hop_limit: 50,
                 traffic_class: 0,
                 flow_label: 0,

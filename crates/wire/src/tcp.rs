@@ -141,7 +141,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Whether the checksum over the whole buffer verifies (false for mixed families).
     pub fn verify_checksum(&self, src: &IpAddr, dst: &IpAddr) -> bool {
         let b = self.buffer.as_ref();
-        match pseudo_header(src, dst, proto::TCP, b.len() as u32) {
+        match pseudo_header(src, dst, proto::TCP, crate::cast::len32(b.len())) {
             Some(ph) => checksum::fold(checksum::add(ph, b)) == 0xffff,
             None => false,
         }
@@ -167,7 +167,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets header length (bytes, multiple of 4) and flags; reserved bits are cleared.
     pub fn set_header_len_and_flags(&mut self, len: usize, flags: Flags) {
-        let v = ((((len / 4) as u16) & 0xf) << 12) | (flags.0 & 0x01ff);
+        let v = (crate::cast::len16((len / 4) & 0xf) << 12) | (flags.0 & 0x01ff);
         wr16(self.buffer.as_mut(), field::FLAGS, v);
     }
     /// Sets the window.
@@ -186,8 +186,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn fill_checksum(&mut self, src: &IpAddr, dst: &IpAddr) -> Result<(), ParseError> {
         self.set_checksum(0);
         let b = self.buffer.as_ref();
-        let ph =
-            pseudo_header(src, dst, proto::TCP, b.len() as u32).ok_or(ParseError::BadVersion)?;
+        let ph = pseudo_header(src, dst, proto::TCP, crate::cast::len32(b.len()))
+            .ok_or(ParseError::BadVersion)?;
         let c = !checksum::fold(checksum::add(ph, b));
         self.set_checksum(c);
         Ok(())

@@ -80,7 +80,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return src.is_ipv4();
         }
         let l = usize::from(self.len());
-        match pseudo_header(src, dst, proto::UDP, l as u32) {
+        match pseudo_header(src, dst, proto::UDP, crate::cast::len32(l)) {
             Some(ph) => checksum::fold(checksum::add(ph, &self.buffer.as_ref()[..l])) == 0xffff,
             None => false,
         }
@@ -109,7 +109,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn fill_checksum(&mut self, src: &IpAddr, dst: &IpAddr) -> Result<(), ParseError> {
         self.set_checksum(0);
         let l = usize::from(self.len());
-        let ph = pseudo_header(src, dst, proto::UDP, l as u32).ok_or(ParseError::BadVersion)?;
+        let ph = pseudo_header(src, dst, proto::UDP, crate::cast::len32(l))
+            .ok_or(ParseError::BadVersion)?;
         let c = !checksum::fold(checksum::add(ph, &self.buffer.as_ref()[..l]));
         self.set_checksum(if c == 0 { 0xffff } else { c });
         Ok(())
@@ -134,7 +135,7 @@ impl UdpRepr {
         Ok(UdpRepr {
             src_port: p.src_port(),
             dst_port: p.dst_port(),
-            payload_len: p.len() - field::HEADER as u16,
+            payload_len: p.len() - crate::cast::len16(field::HEADER),
         })
     }
     /// Header length (8).
@@ -150,7 +151,7 @@ impl UdpRepr {
         }
         p.set_src_port(self.src_port);
         p.set_dst_port(self.dst_port);
-        p.set_len(len as u16);
+        p.set_len(crate::cast::len16(len));
         p.set_checksum(0);
         Ok(())
     }

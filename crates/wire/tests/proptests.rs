@@ -2,6 +2,8 @@
 //! round trips for every delivery mode, flow-key laws, "arbitrary bytes never panic", and the
 //! replies built in place (neighbor advertisements, TCP resets) against their RFCs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::collection::vec;
@@ -216,7 +218,7 @@ proptest! {
 
     #[test]
     fn udp_round_trip(sp in any::<u16>(), dp in any::<u16>(), payload in vec(any::<u8>(), 0..64), src in v6(), dst in v6()) {
-        let r = udp::UdpRepr { src_port: sp, dst_port: dp, payload_len: payload.len() as u16 };
+        let r = udp::UdpRepr { src_port: sp, dst_port: dp, payload_len: u16::try_from(payload.len()).unwrap() };
         let mut b = vec![0xa5u8; 8 + payload.len()];
         b[8..].copy_from_slice(&payload);
         let mut p = udp::Packet::new_unchecked(&mut b[..]);
@@ -289,7 +291,7 @@ proptest! {
         let gwo = GatewayOptions { endpoint_id: gw.0, cookie: gw.1 };
         let ids = OptionIds::default();
         let ol = options.iter().map(|o| o.wire_len()).sum::<usize>() + gwo.wire_len();
-        let r = geneve::GeneveRepr { oam, critical, protocol, vni, options_len: ol as u16 };
+        let r = geneve::GeneveRepr { oam, critical, protocol, vni, options_len: u16::try_from(ol).unwrap() };
         let mut b = vec![0xa5u8; r.header_len()];
         r.emit(&mut geneve::Packet::new_unchecked(&mut b[..])).unwrap();
         let mut off = 8;
@@ -395,7 +397,7 @@ fn build_inner(s: &InnerSpec) -> Vec<u8> {
     let total = l2 + ip_hdr + l4_len + s.payload.len();
     let mut f = vec![0xa5u8; total];
     eth.emit(&mut f).unwrap();
-    let pl = (l4_len + s.payload.len()) as u16;
+    let pl = u16::try_from(l4_len + s.payload.len()).unwrap();
     let (src, dst): (IpAddr, IpAddr) = if s.v6 {
         let r = ipv6::Ipv6Repr {
             src: Ipv6Addr::from(s.src),
@@ -450,7 +452,7 @@ fn build_inner(s: &InnerSpec) -> Vec<u8> {
             let r = udp::UdpRepr {
                 src_port: s.ports.0,
                 dst_port: s.ports.1,
-                payload_len: s.payload.len() as u16,
+                payload_len: u16::try_from(s.payload.len()).unwrap(),
             };
             let mut p = udp::Packet::new_unchecked(&mut f[l4..]);
             r.emit(&mut p).unwrap();
@@ -761,7 +763,7 @@ fn nd_frame(eth: &EthernetRepr, src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> Vec
         src,
         dst,
         next_header: proto::ICMPV6,
-        payload_len: msg.len() as u16,
+        payload_len: u16::try_from(msg.len()).unwrap(),
         hop_limit: ndp::HOP_LIMIT,
         traffic_class: 0,
         flow_label: 0,
@@ -852,11 +854,11 @@ proptest! {
         eth.emit(&mut f).unwrap();
         match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::Ipv4Repr {
-                src: s, dst: d, protocol: proto::TCP, payload_len: tl as u16, ttl: 3, dscp_ecn: 0xb8,
+                src: s, dst: d, protocol: proto::TCP, payload_len: u16::try_from(tl).unwrap(), ttl: 3, dscp_ecn: 0xb8,
                 ident: 5, dont_frag: false, more_frags: false, frag_offset: 0, options: ipv4::Options::default(),
             }.emit(&mut ipv4::Packet::new_unchecked(&mut f[l2..])).unwrap(),
             (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::Ipv6Repr {
-                src: s, dst: d, next_header: proto::TCP, payload_len: tl as u16, hop_limit: 3,
+                src: s, dst: d, next_header: proto::TCP, payload_len: u16::try_from(tl).unwrap(), hop_limit: 3,
                 traffic_class: 0xb8, flow_label: 0x12345,
             }.emit(&mut ipv6::Packet::new_unchecked(&mut f[l2..])).unwrap(),
             _ => unreachable!(),
@@ -894,7 +896,7 @@ proptest! {
         if flags.contains(tcp::Flags::ACK) {
             prop_assert_eq!((r.seq, r.ack, r.flags), (ack, 0, tcp::Flags::RST));
         } else {
-            let len = payload.len() as u32
+            let len = u32::try_from(payload.len()).unwrap()
                 + u32::from(flags.contains(tcp::Flags::SYN))
                 + u32::from(flags.contains(tcp::Flags::FIN));
             prop_assert_eq!((r.seq, r.ack, r.flags), (0, seq.wrapping_add(len), tcp::Flags::RST.union(tcp::Flags::ACK)));

@@ -2,6 +2,8 @@
 //! independent of this crate: parsing, emitting, encapsulation, decapsulation, the GENEVE
 //! return rewrite, ICMP-error flow keys, and the `spillway-flow-v1` hash.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use wire::buf::{MemBuf, PacketBuf};

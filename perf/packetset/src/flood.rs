@@ -179,6 +179,10 @@ impl Rng {
 
 /// A spoofed source: an address in 1.0.0.0–99.255.255.255 and a port from
 /// 1024.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "hash bits and small frame lengths"
+)]
 fn spoofed(r: u64) -> (Ipv4Addr, u16) {
     let first = 1 + (r >> 56) as u32 % 99;
     let addr = first << 24 | (r >> 32) as u32 & 0x00ff_ffff;
@@ -278,6 +282,10 @@ impl Scenario {
     }
 
     /// Writes the capture; returns its packet count.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "hash bits and small frame lengths"
+    )]
     pub fn write_pcap<W: Write>(&self, w: W) -> Result<u64> {
         self.validate()?;
         let mut reals: Vec<(u64, Event)> = self
@@ -347,7 +355,7 @@ impl Scenario {
             }
             let ts = EPOCH + Duration::from_nanos(t);
             writer
-                .write_packet(&PcapPacket::new(ts, buf.len() as u32, &buf))
+                .write_packet(&PcapPacket::new(ts, u32::try_from(buf.len())?, &buf))
                 .context("cannot write a packet")?;
             n += 1;
         }
@@ -449,6 +457,10 @@ fn merge(
 
 /// A 60-byte Ethernet/IPv4 frame from `src:sport` to [`VIP`]:[`DPORT`]
 /// with valid checksums.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "hash bits and small frame lengths"
+)]
 fn ipv4_frame(out: &mut Vec<u8>, src: Ipv4Addr, sport: u16, l4: L4, id: u16) {
     let (proto, l4_len) = match l4 {
         L4::Tcp { .. } => (6u8, 20usize),
@@ -768,6 +780,7 @@ endpoints = [{}]
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation, reason = "test sizes are small")]
 mod tests {
     use super::*;
     use wire::buf::{MemBuf, PacketBuf};
@@ -988,7 +1001,7 @@ mod tests {
         let plan = |c: Real, k: usize| -> (u8, u32, u32) {
             match c {
                 Real::Established(0) => (1, 10, 20), // one entry
-                Real::Established(1) => (2, 11 + (k >= 2) as u32, 21 + (k >= 2) as u32 * 2), // lost at k = 2
+                Real::Established(1) => (2, 11 + u32::from(k >= 2), 21 + u32::from(k >= 2) * 2), // lost at k = 2
                 Real::Established(2) if k == 3 => (3, 99, 99), // stateless once...
                 Real::Established(2) => (3, 12, 22),
                 Real::Established(3) if k >= 3 => (8, 77, 77), // ...and moved

@@ -100,6 +100,10 @@ const FIRST_PORT: u32 = 1024;
 const PORTS: u32 = 65536 - FIRST_PORT;
 
 /// Client address and port of flow `i` (distinct for every `i`).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "flow bits, checksum folds and small frame lengths"
+)]
 pub fn client(kind: Kind, i: u32) -> (IpAddr, u16) {
     let a = i & ADDR_MASK;
     // For a fixed address, `i >> 22` (at most 1023) picks distinct ports.
@@ -132,6 +136,10 @@ fn add(mut acc: u32, data: &[u8]) -> u32 {
     acc
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "flow bits, checksum folds and small frame lengths"
+)]
 fn fold(mut acc: u32) -> u16 {
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);
@@ -144,6 +152,10 @@ pub fn checksum(data: &[u8]) -> u16 {
     fold(add(0, data))
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "flow bits, checksum folds and small frame lengths"
+)]
 fn pseudo_sum(src: &IpAddr, dst: &IpAddr, proto: u8, len: usize) -> u32 {
     let mut acc = 0;
     match (src, dst) {
@@ -191,6 +203,10 @@ impl Spec {
 
     /// Writes flow `i`'s frame into `out`; `close`: the RST+ACK that ends
     /// a churn flow.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "flow bits, checksum folds and small frame lengths"
+    )]
     pub fn frame_with(&self, i: u32, close: bool, out: &mut Vec<u8>) {
         let (src, sport) = client(self.kind, i);
         out.clear();
@@ -281,7 +297,7 @@ impl Spec {
                 self.frame_with(i, close, &mut buf);
                 let ts = Duration::from_micros(n);
                 writer
-                    .write_packet(&PcapPacket::new(ts, buf.len() as u32, &buf))
+                    .write_packet(&PcapPacket::new(ts, u32::try_from(buf.len())?, &buf))
                     .context("cannot write a packet")?;
                 n += 1;
             }

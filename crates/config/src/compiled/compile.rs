@@ -7,17 +7,17 @@ use super::rules::build_index;
 use super::{
     Balancing, ChildRule, ChildRuleId, Compiled, Composite, CompositeId, DEFAULT_MAX_UTILIZATION,
     Delivery, Endpoint, GUE_PORT, Group, GroupId, HealthCheckId, NodeInfo, RegionId, Rule, RuleId,
-    Service, ServiceId, Settings, ZoneId, assign_flow_tags,
+    Service, ServiceId, Settings, ZoneId, assign_flow_tags, dense,
 };
 use crate::schema::{Config, DeliveryMode, GeneveOptions};
 use crate::values::Prefix;
 
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
     match list.iter().position(|n| n == name) {
-        Some(i) => i as u32,
+        Some(i) => dense(i),
         None => {
             list.push(name.to_owned());
-            (list.len() - 1) as u32
+            dense(list.len() - 1)
         }
     }
 }
@@ -49,32 +49,32 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         cfg.health_checks
             .iter()
             .position(|h| h.name == name)
-            .map(|i| HealthCheckId(i as u32))
+            .map(|i| HealthCheckId(dense(i)))
     };
     let svc_id = |name: &str| {
         ServiceId(
             cfg.backend_services
                 .iter()
                 .position(|s| s.name == name)
-                .unwrap_or(0) as u32,
+                .map_or(0, dense),
         )
     };
     let region_id = |regions: &[String], name: &str| {
-        RegionId(regions.iter().position(|r| r == name).unwrap_or(0) as u32)
+        RegionId(regions.iter().position(|r| r == name).map_or(0, dense))
     };
 
     let mut services = Vec::new();
     let mut groups = Vec::new();
     let mut endpoints = Vec::new();
     for (si, s) in cfg.backend_services.iter().enumerate() {
-        let sid = ServiceId(si as u32);
+        let sid = ServiceId(dense(si));
         let check = s.health_check.as_deref().and_then(hc_id);
         let check_port = check.and_then(|c| cfg.health_checks[c.index()].port);
-        let g_start = groups.len() as u32;
-        let e_start = endpoints.len() as u32;
+        let g_start = dense(groups.len());
+        let e_start = dense(endpoints.len());
         for g in &s.groups {
-            let gid = GroupId(groups.len() as u32);
-            let ge_start = endpoints.len() as u32;
+            let gid = GroupId(dense(groups.len()));
+            let ge_start = dense(endpoints.len());
             for e in &g.endpoints {
                 let identity = match (e.address, e.port) {
                     (a, None) => a.to_string(),
@@ -111,7 +111,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 zone: ZoneId(intern(&mut zones, &g.zone)),
                 capacity_scaler: g.capacity_scaler,
                 max_rate: g.max_rate,
-                endpoints: ge_start..endpoints.len() as u32,
+                endpoints: ge_start..dense(endpoints.len()),
                 remote: g.remote.clone(),
             });
         }
@@ -149,8 +149,8 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             },
             locality: s.locality,
             kind: s.groups.first().map(|g| g.kind).unwrap_or_default(),
-            groups: g_start..groups.len() as u32,
-            endpoints: e_start..endpoints.len() as u32,
+            groups: g_start..dense(groups.len()),
+            endpoints: e_start..dense(endpoints.len()),
             rules: Vec::new(),
             flow_tag: 0,
         });
@@ -161,20 +161,21 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         cfg.composite_health_checks
             .iter()
             .position(|c| c.destination == rule)
-            .map(|i| CompositeId(i as u32))
+            .map(|i| CompositeId(dense(i)))
     };
     let mut rules = Vec::new();
     let mut children = Vec::new();
     for (ri, r) in cfg.forwarding_rules.iter().enumerate() {
-        let rid = RuleId(ri as u32);
+        let rid = RuleId(dense(ri));
         let service = svc_id(&r.backend_service);
         if let Some(s) = services.get_mut(service.index()) {
             s.rules.push(rid);
         }
         let mut kids = Vec::new();
         for (ag, &vip) in r.vips.iter().enumerate() {
-            let ag = ag as u8;
-            kids.push(ChildRuleId(children.len() as u32));
+            // Validation allows one or two VIPs a rule.
+            let ag = u8::try_from(ag).unwrap_or(u8::MAX);
+            kids.push(ChildRuleId(dense(children.len())));
             children.push(ChildRule {
                 name: format!("{}-ag{ag}", r.name),
                 rule: rid,
@@ -206,7 +207,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         .flat_map(|(i, r)| {
             r.gateway_endpoints
                 .iter()
-                .map(move |&(a, id)| (a, RuleId(i as u32), id))
+                .map(move |&(a, id)| (a, RuleId(dense(i)), id))
         })
         .collect();
     gateway_sources.sort_by_key(|&(a, _, _)| a);
@@ -232,7 +233,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 cfg.forwarding_rules
                     .iter()
                     .position(|r| r.name == c.destination)
-                    .unwrap_or(0) as u32,
+                    .map_or(0, dense),
             ),
         })
         .collect();

@@ -23,6 +23,13 @@ mod services;
 mod summary;
 
 pub(crate) use compile::compile;
+
+/// A position in one of the config's lists as a dense `u32` id. Validation
+/// keeps every list far below 2^32; past it the id saturates rather than
+/// wrapping round to alias another.
+fn dense(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
 pub use rules::{ChildRule, L3_DEFAULT_PROTOCOLS, Rule, RuleIndex, RuleMatch};
 pub use services::{
     Balancing, Composite, DEFAULT_MAX_UTILIZATION, Delivery, Endpoint, GUE_PORT, Group, Service,

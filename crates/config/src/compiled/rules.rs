@@ -203,7 +203,7 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
         };
         let hit = RuleMatch {
             rule: c.rule,
-            child: ChildRuleId(ci as u32),
+            child: ChildRuleId(super::dense(ci)),
             service: rule.service,
             gateway: rule.mode == RuleMode::Gateway,
         };
@@ -446,11 +446,11 @@ mod tests {
         let vips = ["10.0.0.1", "10.0.0.2"];
         let (mut accepted, mut rejected) = (0, 0);
         for _ in 0..300 {
-            let n = 1 + rng.next(4) as usize;
+            let n = 1 + usize::try_from(rng.next(4)).unwrap();
             let mut specs = Vec::new();
             let mut text = String::new();
             for i in 0..n {
-                let proto = ["TCP", "UDP", "L3_DEFAULT"][rng.next(3) as usize];
+                let proto = ["TCP", "UDP", "L3_DEFAULT"][usize::try_from(rng.next(3)).unwrap()];
                 let ports: String = if proto == "L3_DEFAULT" || rng.next(4) == 0 {
                     "all".into()
                 } else {
@@ -462,7 +462,7 @@ mod tests {
                         format!("{lo},{}", hi + 3)
                     }
                 };
-                let vip = vips[rng.next(2) as usize];
+                let vip = vips[usize::try_from(rng.next(2)).unwrap()];
                 text.push_str(&rule(
                     &format!("r{i}"),
                     &format!("\"{vip}\""),

@@ -217,6 +217,7 @@ pub fn assign_flow_tags(services: &mut [Service]) {
 
 /// FNV-1a (32 bits) of `name`, folded to 16 bits. Part of the flow-table
 /// contract between a node's reloads: never change it.
+#[allow(clippy::cast_possible_truncation, reason = "folds to 16 bits")]
 fn name_tag(name: &str) -> u16 {
     let mut h: u32 = 0x811c_9dc5;
     for b in name.bytes() {

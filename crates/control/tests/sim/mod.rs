@@ -12,6 +12,8 @@
 //! through [`Core::command`], as the daemon's do; what the core logs is in
 //! [`World::logs`].
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(dead_code)]
 
 use std::collections::{HashMap, VecDeque};

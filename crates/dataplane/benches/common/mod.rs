@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 //! The pipeline benchmark's set-up, shared by benches/pipeline.rs and
 //! examples/pipeline_cycles.rs: a one-rule configuration, 60-byte TCP
 //! frames of N flows, and a burst driver over in-memory buffers.

@@ -20,6 +20,10 @@ use super::{Inner, Outcome, Pending, RuleRun, Stage, TCP, UDP, Worker};
 use crate::counters::DropReason;
 use crate::snapshot::{ServicePlan, Snapshot};
 
+/// An untagged Ethernet header's length, as [`Inner`] stores it.
+#[allow(clippy::cast_possible_truncation, reason = "14 bytes")]
+const ETH_LEN: u8 = ethernet::HEADER_LEN as u8;
+
 impl Worker {
     /// Everything up to the flow table: parse, answer what is answered in
     /// place, select the rule, compute the flow key.
@@ -200,7 +204,7 @@ impl Worker {
             hash,
             client_zone,
             Inner {
-                l2_len: ethernet::HEADER_LEN as u8,
+                l2_len: ETH_LEN,
                 v6: false,
                 ds: f.ds,
                 ip_len: u32::from(f.total_len),
@@ -241,7 +245,7 @@ impl Worker {
             hash,
             client_zone(snap, plan, IpAddr::V6(Ipv6Addr::from(f.src))),
             Inner {
-                l2_len: ethernet::HEADER_LEN as u8,
+                l2_len: ETH_LEN,
                 v6: true,
                 ds: f.traffic_class,
                 ip_len: 40 + u32::from(f.payload_len),

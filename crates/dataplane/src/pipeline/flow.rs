@@ -311,9 +311,9 @@ fn tcp_flag_bits(f: Flags) -> u8 {
 /// [`tcp_flag_bits`] of every combination of the five low TCP flag bits.
 const TCP_FLAG_BITS: [u8; 32] = {
     let mut t = [0u8; 32];
-    let mut i = 0;
+    let mut i: u16 = 0;
     while i < 32 {
-        t[i] = flag_bits_of(Flags(i as u16));
+        t[i as usize] = flag_bits_of(Flags(i));
         i += 1;
     }
     t

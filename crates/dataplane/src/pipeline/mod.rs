@@ -170,6 +170,10 @@ struct Inner {
 }
 
 impl Inner {
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an L2 header is at most 22 bytes, an IP packet under 64 KiB"
+    )]
     fn of(info: &PacketInfo, frame: &[u8]) -> Inner {
         let i = InnerIp::from_parsed(info, frame);
         Inner {

@@ -1,6 +1,9 @@
 //! The net_ring loopback checks, shared by the hugepage and no-hugepage
 //! test binaries.
 
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
 use dpdk::{Eal, MBUF_HEADROOM, MbufBurst, MbufError, Port, PortConfig, create_vdev};
 
 use crate::common::{assert_frame_builder_matches_scapy, pool, test_frame, unique};

@@ -1,4 +1,6 @@
 //! Shared helpers for the DPDK integration tests: EAL set-up and frames.
+#![allow(clippy::cast_possible_truncation)] // test values are small
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(dead_code)]
 
 use std::sync::Mutex;

@@ -5,7 +5,7 @@ use super::lookup::Found;
 use super::{
     BUCKET_SLOTS, BUSY, CLAIM_ROUNDS, EMPTY, EntryFlags, Evicted, FlowKey, FlowTable, Header,
     InsertOutcome, LIVE, LOCK, NewEntry, Place, SlotRef, Tick, W_BACKEND, W_COOKIE, W_SEEN,
-    flags_of, hint_shift, pack, second_first, state, tick_age, version,
+    flags_of, hint_of, hint_shift, index32, lo32, pack, second_first, state, tick_age, version,
 };
 use crate::sync::{AtomicU64, Ordering, fence, spin_loop};
 
@@ -117,7 +117,7 @@ impl FlowTable {
                     let Some(s) = self.slot(idx) else {
                         continue;
                     };
-                    let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
+                    let seen = lo32(s.words[W_SEEN].load(Ordering::Relaxed));
                     let age = i64::from(tick_age(now, seen));
                     let flags = EntryFlags(flags_of(c));
                     let timeout = i64::from(self.timeouts.for_flags(flags));
@@ -180,7 +180,7 @@ impl FlowTable {
         // the holder of a slot's claim writes its byte; other bytes and the lock bit may
         // change concurrently, hence the compare-exchange loop (it never waits for anyone).
         let shift = hint_shift(idx % BUCKET_SLOTS);
-        let byte = u64::from(p.tag as u8) << shift;
+        let byte = u64::from(hint_of(p.tag)) << shift;
         let _ = header
             .meta
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
@@ -206,7 +206,7 @@ impl FlowTable {
         // Publish: the release store makes the data visible to readers that acquire LIVE.
         ctrl.store(pack(v, p.tag, new.flags.0, LIVE), Ordering::Release);
         Some(SlotRef {
-            index: idx as u32,
+            index: index32(idx),
             version: v,
         })
     }

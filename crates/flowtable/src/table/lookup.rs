@@ -3,7 +3,8 @@
 
 use super::{
     BUCKET_SLOTS, EMPTY, Entry, EntryFlags, FlowKey, FlowTable, Hit, LIVE, Place, READ_RETRIES,
-    SlotRef, W_BACKEND, W_COOKIE, W_SEEN, flags_of, second_first, state, tag_of, version,
+    SlotRef, W_BACKEND, W_COOKIE, W_SEEN, flags_of, hint_of, index32, lo32, second_first,
+    slot_mask, state, tag_of, version,
 };
 use crate::sync::{AtomicU64, Ordering, fence};
 // Only a doc link names it.
@@ -86,16 +87,16 @@ impl FlowTable {
         }
         Read::Hit(Hit {
             slot: SlotRef {
-                index: (b * BUCKET_SLOTS + i) as u32,
+                index: index32(b * BUCKET_SLOTS + i),
                 version: version(c1),
             },
             entry: Entry {
-                backend: w5 as u32,
+                backend: lo32(w5),
                 generation: (w5 >> 32) as u32,
-                cookie: w6 as u32,
+                cookie: lo32(w6),
                 created: (w6 >> 32) as u32,
                 flags: EntryFlags(flags_of(c1)),
-                last_seen: w7 as u32,
+                last_seen: lo32(w7),
             },
         })
     }
@@ -117,7 +118,7 @@ impl FlowTable {
         let Some(h) = self.header(b) else {
             return 0;
         };
-        let x = h.meta.load(Ordering::Relaxed) ^ (u64::from(tag as u8) * ONES);
+        let x = h.meta.load(Ordering::Relaxed) ^ (u64::from(hint_of(tag)) * ONES);
         // The high bit of every zero byte of `x` (a byte equal to the tag's), and possibly of a
         // byte just above one (a borrow): a superset, as wanted.
         let zero = x.wrapping_sub(ONES) & !x & HIGHS;
@@ -274,8 +275,8 @@ impl FlowTable {
             prefetch_line(h1);
         }
         Lookup {
-            b1: p.b1 as u32,
-            b2: p.b2 as u32,
+            b1: index32(p.b1),
+            b2: index32(p.b2),
             tag: p.tag,
             m1: 0,
             m2: 0,
@@ -295,7 +296,7 @@ impl FlowTable {
         for l in lookups.iter_mut() {
             let (b1, b2) = (l.b1 as usize, l.b2 as usize);
             let m = self.match_mask(b1, l.tag);
-            l.m1 = m as u8;
+            l.m1 = slot_mask(m);
             if m == 0 {
                 seconds = true;
                 if let Some(h2) = self.header(b2) {
@@ -312,7 +313,7 @@ impl FlowTable {
         for l in lookups.iter_mut().filter(|l| l.m1 == 0) {
             let b2 = l.b2 as usize;
             let m = self.match_mask(b2, l.tag);
-            l.m2 = m as u8;
+            l.m2 = slot_mask(m);
             if m == 0 {
                 self.prefetch_free_slot(&Place {
                     b1: l.b1 as usize,

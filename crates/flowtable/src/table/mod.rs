@@ -49,12 +49,49 @@ const fn state(c: u64) -> u64 {
     c & STATE_MASK
 }
 #[inline]
+#[allow(clippy::cast_possible_truncation, reason = "a field of the word")]
 const fn flags_of(c: u64) -> u8 {
     (c >> 8) as u8
 }
 #[inline]
+#[allow(clippy::cast_possible_truncation, reason = "a field of the word")]
 const fn tag_of(c: u64) -> u16 {
     (c >> 16) as u16
+}
+
+// Narrowing casts of the per-packet code, each the plain `as` under a name
+// that says why nothing is lost (or why dropping bits is the point).
+
+/// The low half of a packed data word (backend, cookie, last seen).
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation, reason = "takes the low half")]
+const fn lo32(w: u64) -> u32 {
+    w as u32
+}
+
+/// A bucket or slot index: below the table's slot count, at most
+/// `MAX_CAPACITY` × 5/4, far below 2^32.
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation, reason = "indices are below 2^31")]
+const fn index32(i: usize) -> u32 {
+    i as u32
+}
+
+/// A slot's hint byte in [`Header::meta`]: the low 8 bits of its tag.
+#[inline(always)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the hint is the tag's low byte"
+)]
+const fn hint_of(tag: u16) -> u8 {
+    tag as u8
+}
+
+/// A per-bucket slot mask: one bit per slot, `BUCKET_SLOTS` (7) bits.
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation, reason = "BUCKET_SLOTS < 8")]
+const fn slot_mask(m: u32) -> u8 {
+    m as u8
 }
 #[inline]
 const fn version(c: u64) -> u32 {
@@ -253,6 +290,7 @@ impl FlowTable {
     }
 
     #[inline]
+    #[allow(clippy::cast_possible_truncation, reason = "bucket indices fit usize")]
     fn place(&self, hash: u64) -> Place {
         let n = self.nbuckets;
         let b1 = mul_hi(hash, n);

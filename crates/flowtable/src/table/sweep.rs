@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use super::lookup::Read;
 use super::{
     EMPTY, Entry, EntryFlags, FlowKey, FlowTable, LIVE, Occupancy, READ_RETRIES, SweepStats, Tick,
-    W_BACKEND, W_COOKIE, W_SEEN, flags_of, pack, state, tick_age, version,
+    W_BACKEND, W_COOKIE, W_SEEN, flags_of, lo32, pack, state, tick_age, version,
 };
 use crate::sync::{Ordering, fence};
 
@@ -34,7 +34,7 @@ impl FlowTable {
                 let Some(s) = self.slot_in(b, i) else {
                     continue;
                 };
-                let seen = s.words[W_SEEN].load(Ordering::Relaxed) as u32;
+                let seen = lo32(s.words[W_SEEN].load(Ordering::Relaxed));
                 let flags = EntryFlags(flags_of(c));
                 let age = tick_age(now, seen);
                 if i64::from(age) >= i64::from(self.timeouts.for_flags(flags)) {
@@ -108,12 +108,12 @@ impl FlowTable {
                     }
                     let key = FlowKey([w[0], w[1], w[2], w[3], w[4]]);
                     let entry = Entry {
-                        backend: w[W_BACKEND] as u32,
+                        backend: lo32(w[W_BACKEND]),
                         generation: (w[W_BACKEND] >> 32) as u32,
-                        cookie: w[W_COOKIE] as u32,
+                        cookie: lo32(w[W_COOKIE]),
                         created: (w[W_COOKIE] >> 32) as u32,
                         flags: EntryFlags(flags_of(c1)),
-                        last_seen: w[W_SEEN] as u32,
+                        last_seen: lo32(w[W_SEEN]),
                     };
                     visited += 1;
                     if f(&key, &entry).is_break() {

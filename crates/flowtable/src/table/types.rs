@@ -13,6 +13,10 @@ pub type Tick = u32;
 /// later: the one wrapping comparison (RFC 1982 serial arithmetic) of the
 /// table and its users. Exact while the two are less than 2^31 ticks apart.
 #[inline]
+#[allow(
+    clippy::cast_possible_wrap,
+    reason = "a wrapping difference, read signed"
+)]
 pub const fn tick_age(now: Tick, then: Tick) -> i32 {
     now.wrapping_sub(then) as i32
 }

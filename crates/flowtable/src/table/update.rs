@@ -3,7 +3,7 @@
 
 use super::{
     BUCKET_SLOTS, EMPTY, EntryFlags, FlowKey, FlowTable, Hit, LIVE, SlotRef, Tick, W_SEEN,
-    flags_of, pack, state, tag_of, version,
+    flags_of, lo32, pack, state, tag_of, version,
 };
 use crate::sync::Ordering;
 
@@ -26,7 +26,7 @@ impl FlowTable {
             return false;
         }
         let w = &s.words[W_SEEN];
-        if w.load(Ordering::Relaxed) as u32 != now {
+        if lo32(w.load(Ordering::Relaxed)) != now {
             w.store(u64::from(now), Ordering::Relaxed);
         }
         true

@@ -2,6 +2,7 @@
 //! polling helpers. Servers run on a tokio runtime owned by the test, the
 //! checker on its own thread, as in production.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

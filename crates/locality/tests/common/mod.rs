@@ -1,4 +1,5 @@
 //! Builders shared by the integration tests.
+#![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(dead_code)]
 
 use std::ops::Range;
