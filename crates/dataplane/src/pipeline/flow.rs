@@ -23,12 +23,12 @@ impl Worker {
     #[inline(always)]
     pub(super) fn finish_established<B: PacketBuf>(
         &mut self,
-        cx: &Ctx<'_>,
+        cx: Ctx<'_>,
         pkt: &mut B,
         p: &Pending,
         hit: &Hit,
     ) -> Option<Outcome> {
-        let Ctx { snap, flows, now } = *cx;
+        let Ctx { snap, flows, now } = cx;
         let slot = hit.entry.backend as usize;
         let be = snap.backends.get(slot)?;
         let Some(t) = &be.encap else {
@@ -65,13 +65,13 @@ impl Worker {
     #[inline(never)]
     pub(super) fn finish<B: PacketBuf>(
         &mut self,
-        cx: &Ctx<'_>,
+        cx: Ctx<'_>,
         pkt: &mut B,
         p: &Pending,
         fkey: &flowtable::FlowKey,
         hit: Option<Hit>,
     ) -> (Outcome, bool) {
-        let Ctx { snap, flows, now } = *cx;
+        let Ctx { snap, flows, now } = cx;
         let Some(plan) = snap.services.get(p.svc) else {
             return (Outcome::Drop(DropReason::NoRule), false);
         };
@@ -184,12 +184,12 @@ impl Worker {
     /// ICMP errors never create entries. Returns (backend slot, cookie).
     fn new_flow(
         &mut self,
-        cx: &Ctx<'_>,
+        cx: Ctx<'_>,
         plan: &ServicePlan,
         fkey: &flowtable::FlowKey,
         p: &Pending,
     ) -> Option<(u32, u32)> {
-        let Ctx { snap, flows, now } = *cx;
+        let Ctx { snap, flows, now } = cx;
         let slot = plan.pick(p.hash, p.client_zone)?;
         if p.is_icmp_error {
             return Some((slot, 0));

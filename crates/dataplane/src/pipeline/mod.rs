@@ -319,7 +319,7 @@ impl Worker {
             Stage::Done(o) => o,
             Stage::Lookup => {
                 let hit = flows.lookup(&key, p.hash);
-                self.finish(&Ctx { snap, flows, now }, pkt, &p, &key, hit).0
+                self.finish(Ctx { snap, flows, now }, pkt, &p, &key, hit).0
             }
         };
         self.count(outcome)
@@ -368,7 +368,7 @@ impl Worker {
     ) {
         // Taken out for the group (and put back) so that `self` stays free
         // for the passes; a worker is never re-entered.
-        let cx = &Ctx { snap, flows, now };
+        let cx = Ctx { snap, flows, now };
         let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
         self.end_rule_run();
         let Scratch {
