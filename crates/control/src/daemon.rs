@@ -6,12 +6,11 @@
 //! [`Output`]s.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use config::Compiled;
 use dataplane::{Local, WorkerCounters};
 use flowtable::FlowTable;
@@ -170,16 +169,7 @@ impl Manager {
             Duration::ZERO,
             &mut probes,
         )?;
-        let children = core.live().compiled.children.len();
-        let shared = Arc::new(Shared {
-            snapshot: ArcSwap::new(core.live().clone()),
-            flows,
-            now: AtomicU32::new(0),
-            stop: AtomicBool::new(false),
-            published: (0..workers)
-                .map(|_| Mutex::new(WorkerCounters::new(children)))
-                .collect(),
-        });
+        let shared = Arc::new(Shared::new(core.live().clone(), flows, workers));
         let mut mgr = Manager {
             path: path.to_owned(),
             core,

@@ -14,8 +14,8 @@
 //! one way: the management core writes the snapshot, the tick and the stop
 //! flag, workers write their counter slots.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use flowtable::FlowTable;
@@ -41,10 +41,10 @@ pub struct Shared {
 
 impl Shared {
     /// State for `workers` workers starting on `snapshot` at tick 0.
-    pub fn new(snapshot: Snapshot, flows: FlowTable, workers: usize) -> Shared {
+    pub fn new(snapshot: Arc<Snapshot>, flows: FlowTable, workers: usize) -> Shared {
         let children = snapshot.rules.children();
         Shared {
-            snapshot: ArcSwap::from_pointee(snapshot),
+            snapshot: ArcSwap::new(snapshot),
             flows,
             now: AtomicU32::new(0),
             stop: AtomicBool::new(false),

@@ -119,7 +119,7 @@ fn the_loop_swaps_snapshots_between_passes_publishes_by_its_clock_and_stops() {
     // The reload moves the VIP: 10.0.0.10 is no longer ours.
     let second = snapshot(&mut builder, "10.0.0.20");
     let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows");
-    let shared = Shared::new(first, flows, 1);
+    let shared = Shared::new(Arc::new(first), flows, 1);
     let mut engine = Engine::new(Worker::new(1, 0), &[PortRole::Uplink], 32, || {
         VecBurst::with_capacity(32)
     });
