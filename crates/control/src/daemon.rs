@@ -141,6 +141,10 @@ impl FileWatch {
 /// Buckets aged per management tick: bounded so a tick stays short.
 const SWEEP_BUDGET: usize = 1 << 14;
 
+/// How long a reload's answer waits for the workers to pick up its
+/// snapshot ([`Manager::reload_with`]).
+const WORKER_PICKUP: Duration = Duration::from_millis(200);
+
 impl Manager {
     /// Starts from a loaded configuration (`path` is re-read on reload).
     pub fn start(
@@ -291,12 +295,34 @@ impl Manager {
             other => Err(other.text()),
         };
         if let Ok(published) = &result {
+            if let Published::Live(generation) = published {
+                self.wait_for_workers(*generation);
+            }
             log::info!(
                 "reload: {published} ({:.1} ms)",
                 t0.elapsed().as_secs_f64() * 1e3
             );
         }
         result
+    }
+
+    /// Waits (briefly) until every running worker's pass uses snapshot
+    /// `generation`, so that once a reload is answered "live" no packet is
+    /// processed with the configuration it replaced. A worker finishes its
+    /// pass on the snapshot it started with: microseconds on its own core,
+    /// longer only when its core is shared and it was preempted.
+    fn wait_for_workers(&self, generation: u32) {
+        let deadline = Instant::now() + WORKER_PICKUP;
+        while !self.shared.workers_on(generation) {
+            if Instant::now() >= deadline {
+                log::warn!(
+                    "reload: a worker has not picked up generation {generation} within {} ms (a worker core shared or stalled?); it does at its next pass",
+                    WORKER_PICKUP.as_millis()
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     /// When the pending build's tables are done, hands them to the core

@@ -14,7 +14,7 @@
 //! one way: the management core writes the snapshot, the tick and the stop
 //! flag, workers write their counter slots.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -37,6 +37,35 @@ pub struct Shared {
     /// Each worker's last published counters (written by that worker with
     /// `try_lock` every ~100 ms, never per packet).
     pub published: Vec<Mutex<WorkerCounters>>,
+    /// The snapshot generation each worker's current pass uses
+    /// ([`NOT_RUNNING`] when its loop is not running): written by that
+    /// worker when it changes, so that a reload can be answered once every
+    /// running worker uses the new snapshot ([`Shared::workers_on`]).
+    pub using: Vec<Using>,
+}
+
+/// A worker's [`Shared::using`] slot, on a cache line of its own so that its
+/// writes never disturb another worker's.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct Using(AtomicU64);
+
+/// What [`Shared::using`] holds while a worker's loop is not running.
+pub const NOT_RUNNING: u64 = u64::MAX;
+
+impl Using {
+    fn new() -> Using {
+        Using(AtomicU64::new(NOT_RUNNING))
+    }
+
+    /// The generation the worker's current pass uses, or [`NOT_RUNNING`].
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Release);
+    }
 }
 
 impl Shared {
@@ -51,7 +80,17 @@ impl Shared {
             published: (0..workers)
                 .map(|_| Mutex::new(WorkerCounters::new(children)))
                 .collect(),
+            using: (0..workers).map(|_| Using::new()).collect(),
         }
+    }
+
+    /// Whether every running worker's pass uses snapshot `generation` or a
+    /// later one: from then on, no packet is processed with an older one.
+    pub fn workers_on(&self, generation: u32) -> bool {
+        self.using.iter().all(|u| match u.get() {
+            NOT_RUNNING => true,
+            g => u32::try_from(g).is_ok_and(|g| flowtable::tick_reached(g, generation)),
+        })
     }
 }
 
@@ -104,10 +143,19 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
     /// publishes the counters a last time (waiting for the slot).
     pub fn run<I: PacketIo>(&mut self, engine: &mut Engine<I::Burst>, io: &mut I) {
         let shared = self.shared;
+        let using = shared.using.get(self.index);
         let mut last_publish = self.clock.ticks();
+        let mut generation = NOT_RUNNING;
         while !shared.stop.load(Ordering::Relaxed) {
             let received = {
                 let snap = shared.snapshot.load();
+                if u64::from(snap.generation) != generation {
+                    // Written only when it changes: no shared write per pass.
+                    generation = u64::from(snap.generation);
+                    if let Some(u) = using {
+                        u.set(generation);
+                    }
+                }
                 let now = shared.now.load(Ordering::Relaxed);
                 engine.poll(io, &snap, &shared.flows, now)
             };
@@ -126,6 +174,9 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
         }
         if let Some(Ok(mut slot)) = shared.published.get(self.index).map(Mutex::lock) {
             slot.clone_from(&engine.worker.counters);
+        }
+        if let Some(u) = using {
+            u.set(NOT_RUNNING);
         }
     }
 }

@@ -68,6 +68,10 @@ struct ScriptIo<'s> {
     sent: Vec<usize>,
     /// `rx_packets` in the published slot, seen at the start of each pass.
     published: Vec<u64>,
+    /// Whether the worker said it uses the new snapshot, at each pass.
+    on_new: Vec<bool>,
+    /// The new snapshot's generation.
+    new_generation: u32,
 }
 
 impl PacketIo for ScriptIo<'_> {
@@ -79,6 +83,8 @@ impl PacketIo for ScriptIo<'_> {
         let slot = self.shared.published[0].lock().expect("slot");
         self.published.push(slot.rx_packets);
         drop(slot);
+        self.on_new
+            .push(self.shared.workers_on(self.new_generation));
         if self.pass == 2
             && let Some(s) = self.next.take()
         {
@@ -119,7 +125,10 @@ fn the_loop_swaps_snapshots_between_passes_publishes_by_its_clock_and_stops() {
     // The reload moves the VIP: 10.0.0.10 is no longer ours.
     let second = snapshot(&mut builder, "10.0.0.20");
     let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows");
+    let new_generation = second.generation;
     let shared = Shared::new(Arc::new(first), flows, 1);
+    // Not running yet: nobody to wait for.
+    assert!(shared.workers_on(new_generation));
     let mut engine = Engine::new(Worker::new(1, 0), &[PortRole::Uplink], 32, || {
         VecBurst::with_capacity(32)
     });
@@ -129,6 +138,8 @@ fn the_loop_swaps_snapshots_between_passes_publishes_by_its_clock_and_stops() {
         next: Some(second),
         sent: Vec::new(),
         published: Vec::new(),
+        on_new: Vec::new(),
+        new_generation,
     };
     // The fake clock advances 5 per reading; publishing every 10: after
     // pass 2 (clock 10) and pass 4 (clock 20), not after passes 1 and 3.
@@ -160,4 +171,8 @@ fn the_loop_swaps_snapshots_between_passes_publishes_by_its_clock_and_stops() {
     assert_eq!((last.rx_packets, last.forwarded), (3, 2));
     // One pass received nothing.
     assert_eq!(worker.idle.0, 1);
+    // The worker said which snapshot it used: the old one in passes 1 and 2
+    // (stored during pass 2), the new one from pass 3; not running after.
+    assert_eq!(io.on_new, [false, false, true, true]);
+    assert_eq!(shared.using[0].get(), dataplane::worker::NOT_RUNNING);
 }
