@@ -1,11 +1,19 @@
 //! `spillway replay`: push a pcap through the exact data-plane pipeline
 //! offline and write what it transmits to a pcap (M40).
 //!
-//! Deterministic: the clock is the packets' own timestamps (one tick per
-//! second since the first packet), flow cookies come from a fixed seed, and
-//! every endpoint counts as healthy unless `--down` says otherwise (for the
-//! whole capture, or from one second of it to another: a backend that fails
-//! or joins mid-capture, as the health checker would report it).
+//! The snapshots come from the management core itself ([`control::Core`]),
+//! as the daemon's do: region order, zonal affinity, spillover from the
+//! rates the replayed traffic makes, capacity scalers, drains. The core runs
+//! on the capture's clock (time 0 is the first packet; a management tick
+//! every [`PERIOD`] of capture time, as the daemon ticks), its probers are
+//! scripted ([`control::ScriptedProbes`]): every endpoint and remote rule
+//! healthy unless `--down` says otherwise (for the whole capture, or from
+//! one second of it to another: a backend that fails or joins mid-capture,
+//! as the health checker would report it). Flow cookies come from a fixed
+//! seed. What is not modelled: real probe timing (a verdict takes effect at
+//! the next tick, with no thresholds or intervals), neighbour resolution
+//! (the configured MACs are used), and the workers' counter publication
+//! delay (the core reads the pipeline's counters as they are).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -16,10 +24,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
+use control::scripted::State;
+use control::{Core, Output, ScriptedProbes};
 use dataplane::counters::{Text, line};
 use dataplane::{
-    BURST, ChildCounters, DropReason, EndpointHealth, Engine, Local, PacketIo, Snapshot,
-    SnapshotBuilder, VecBurst, Worker, WorkerCounters,
+    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Snapshot, VecBurst, Worker,
+    WorkerCounters,
 };
 use flowtable::FlowTable;
 use pcap_file::TsResolution;
@@ -38,6 +48,16 @@ const MAX_PACKET: usize = 65535 + 14 + 4;
 /// transmitted frame is written whole.
 const OUTPUT_SNAPLEN: u32 = 262_144;
 const _: () = assert!(HEADROOM + MAX_PACKET <= OUTPUT_SNAPLEN as usize);
+/// Capture time between management ticks: the daemon's period.
+pub const PERIOD: Duration = Duration::from_millis(50);
+/// A stretch of the capture without packets longer than this is not ticked
+/// through whole: after [`SETTLE`] of ticks (plans see the rates fall) the
+/// clock jumps to [`SETTLE`] before the next packet. A capture with a gap of
+/// days is replayed in seconds; nothing the core decides in a quiet stretch
+/// outlives it except drains ending and health changes, which the ticks
+/// after the jump still see.
+const LONG_GAP: Duration = Duration::from_secs(10);
+const SETTLE: Duration = Duration::from_secs(2);
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -109,51 +129,174 @@ fn parse_down(s: &str) -> Result<Down, String> {
     })
 }
 
-/// Which endpoints (by index in the configuration) fail their health check
-/// in second `second` of the capture.
-fn down_at(compiled: &config::compiled::Compiled, down: &[Down], second: u32) -> Vec<bool> {
-    compiled
-        .endpoints
-        .iter()
-        .map(|e| down.iter().any(|d| d.covers(e.address, second)))
-        .collect()
+/// Every endpoint address of `compiled`, once each, in configuration order.
+fn addresses(compiled: &config::compiled::Compiled) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    for e in &compiled.endpoints {
+        if !out.contains(&e.address) {
+            out.push(e.address);
+        }
+    }
+    out
 }
 
-/// The snapshot for second `now` with endpoints `down` (by index) failing.
-fn snapshot(
-    builder: &mut SnapshotBuilder,
-    compiled: &Arc<config::compiled::Compiled>,
-    local: &Local,
-    down: &[bool],
-    now: u32,
-) -> Result<Snapshot> {
-    builder
-        .build(
-            compiled.clone(),
-            local.clone(),
-            |id| EndpointHealth {
-                healthy: !down.get(id.index()).copied().unwrap_or(false),
-                weight: None,
-            },
-            now,
-            1,
+/// The management core on the capture's clock, its probers scripted, and
+/// the snapshot it last published.
+struct Mgmt {
+    core: Core,
+    probes: ScriptedProbes,
+    snap: Arc<Snapshot>,
+    /// The capture time of the next tick.
+    next_tick: Duration,
+    /// Endpoint addresses, and whether each is down now (by `--down`).
+    addresses: Vec<(IpAddr, bool)>,
+    /// "second S: ADDRESS down|up" for each scripted change, in order.
+    health_changes: Vec<String>,
+    /// What the core logged, with the capture time.
+    logs: Vec<String>,
+}
+
+impl Mgmt {
+    fn start(args: &Args, compiled: config::compiled::Compiled) -> Result<Mgmt> {
+        let local = Local::from_config(&compiled, |_| None);
+        let mut probes = ScriptedProbes::new(State::Healthy);
+        probes.report_unchecked(&compiled);
+        let addresses: Vec<(IpAddr, bool)> = addresses(&compiled)
+            .into_iter()
+            .map(|a| (a, args.down.iter().any(|d| d.covers(a, 0))))
+            .collect();
+        for &(a, down) in &addresses {
+            if down {
+                probes.set_state(a, State::Unhealthy);
+            }
+        }
+        // Cookie key 0, as the builder of tests and replays: a replay's
+        // cookies depend on `--seed` only.
+        let core = Core::start(
+            &args.config,
+            compiled,
+            local,
+            0,
+            Duration::ZERO,
+            &mut probes,
         )
-        .context("building the snapshot")
+        .context("starting the management core")?;
+        let snap = core.live().clone();
+        let mut m = Mgmt {
+            core,
+            probes,
+            snap,
+            next_tick: PERIOD,
+            addresses,
+            health_changes: Vec::new(),
+            logs: Vec::new(),
+        };
+        m.pump();
+        Ok(m)
+    }
+
+    /// Carries out what the core asked for: snapshots to publish, Maglev
+    /// tables to build (built here, at once), log lines.
+    fn pump(&mut self) {
+        loop {
+            let outs = self.core.outputs();
+            if outs.is_empty() {
+                return;
+            }
+            for out in outs {
+                match out {
+                    Output::Publish(s) => self.snap = s,
+                    Output::Watch(_) => {}
+                    Output::Log { level, text, .. } => self.logs.push(format!(
+                        "{:.3} s: {}: {text}",
+                        self.core.now().as_secs_f64(),
+                        level.as_str().to_lowercase()
+                    )),
+                    Output::BuildTables { build, tables } => {
+                        let built = tables
+                            .into_iter()
+                            .map(|k| {
+                                k.build()
+                                    .map(|t| (k, Arc::new(t)))
+                                    .map_err(|e| e.to_string())
+                            })
+                            .collect();
+                        let now = self.core.now();
+                        self.core.tables_built(now, build, built, &mut self.probes);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ticks through capture time up to `until` (every tick due by then),
+    /// as the daemon's loop would: scripted health in, then the core's
+    /// periodic work with the pipeline's counters, then a slice of the flow
+    /// table aged. `last_packet` is the capture time of the latest packet.
+    fn advance(
+        &mut self,
+        args: &Args,
+        until: Duration,
+        last_packet: Duration,
+        flows: &FlowTable,
+        counters: &WorkerCounters,
+    ) {
+        while self.next_tick <= until {
+            if until.saturating_sub(self.next_tick) > LONG_GAP
+                && self.next_tick.saturating_sub(last_packet) > SETTLE
+            {
+                let to = until.saturating_sub(SETTLE);
+                let periods = to.as_nanos() / PERIOD.as_nanos();
+                let jump = PERIOD.saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX));
+                self.next_tick = self.next_tick.max(jump);
+            }
+            let now = self.next_tick;
+            self.step(args, now, flows, counters);
+            self.next_tick = now + PERIOD;
+        }
+    }
+
+    fn step(&mut self, args: &Args, now: Duration, flows: &FlowTable, counters: &WorkerCounters) {
+        let second = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
+        for (a, down) in &mut self.addresses {
+            let is = args.down.iter().any(|d| d.covers(*a, second));
+            if is != *down {
+                *down = is;
+                let (state, word) = if is {
+                    (State::Unhealthy, "down")
+                } else {
+                    (State::Healthy, "up")
+                };
+                self.probes.set_state(*a, state);
+                self.health_changes
+                    .push(format!("second {second}: {a} {word}"));
+            }
+        }
+        if self.probes.generation() != self.core.health_generation() {
+            self.core.health(now, self.probes.snapshot());
+        }
+        let probes = &self.probes;
+        self.core.remote_verdicts(now, |k| probes.remote_state(k));
+        self.core.tick(now, || counters.clone());
+        self.pump();
+        flows.sweep(self.core.tick_now(), control::daemon::SWEEP_BUDGET);
+    }
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let loaded = config::load(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let compiled = Arc::new(loaded.compiled);
     for d in &args.down {
-        if !compiled.endpoints.iter().any(|e| e.address == d.address) {
+        if !loaded
+            .compiled
+            .endpoints
+            .iter()
+            .any(|e| e.address == d.address)
+        {
             bail!("--down {}: no endpoint has that address", d.address);
         }
     }
-    let local = Local::from_config(&compiled, |_| None);
-    let mut builder = SnapshotBuilder::new();
-    let mut down = down_at(&compiled, &args.down, 0);
-    let mut snap = snapshot(&mut builder, &compiled, &local, &down, 0)?;
-    let mut health_changes = Vec::new();
+    let mut mgmt = Mgmt::start(args, loaded.compiled)?;
+    let compiled = mgmt.snap.compiled.clone();
     let capacity = compiled.settings.dataplane.flow_table_capacity;
     let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))
         .with_context(|| format!("flow table of {capacity} entries"))?;
@@ -192,6 +335,7 @@ pub fn run(args: &Args) -> Result<()> {
     let mut first_ts = None;
     let (mut seen, mut too_big, mut truncated) = (0u64, 0u64, 0u64);
     let mut tick = None;
+    let mut last_packet = Duration::ZERO;
     loop {
         // Raw records: pcap-file's checks of each record against the file's
         // snaplen would turn a capture's truncated records (legal: a
@@ -210,36 +354,29 @@ pub fn run(args: &Args) -> Result<()> {
             }
             None => None,
         };
-        // A burst holds packets of one tick: the clock advances between
-        // bursts, as it does between a DPDK worker's polls.
-        let pkt_tick = pkt.as_ref().map(|p| {
+        // Capture time since the first packet: the core's clock.
+        let rel = pkt.as_ref().map(|p| {
             let start = *first_ts.get_or_insert(p.timestamp);
-            u32::try_from(p.timestamp.saturating_sub(start).as_secs()).unwrap_or(u32::MAX)
+            p.timestamp.saturating_sub(start)
         });
-        if !io.staged.is_empty() && (pkt.is_none() || io.staged.len() == BURST || pkt_tick != tick)
+        let pkt_tick = rel.map(|r| u32::try_from(r.as_secs()).unwrap_or(u32::MAX));
+        // A burst holds packets of one management period: the core ticks
+        // (and may publish) between bursts, as it does between a DPDK
+        // worker's polls.
+        if !io.staged.is_empty()
+            && (io.staged.len() == BURST || rel.is_none_or(|r| r >= mgmt.next_tick))
         {
-            engine.poll(&mut io, &snap, &flows, tick.unwrap_or(0));
+            engine.poll(&mut io, &mgmt.snap, &flows, tick.unwrap_or(0));
             if let Some(e) = io.error.take() {
                 return Err(e);
             }
         }
-        let Some(pkt) = pkt else { break };
+        let (Some(pkt), Some(rel)) = (pkt, rel) else {
+            break;
+        };
         seen += 1;
-        if let Some(t) = pkt_tick.filter(|&t| Some(t) != tick) {
-            // A new second: endpoints whose `--down` window began or ended
-            // change health, as the management core would publish it.
-            let now_down = down_at(&compiled, &args.down, t);
-            if now_down != down {
-                for (e, (&was, &is)) in compiled.endpoints.iter().zip(down.iter().zip(&now_down)) {
-                    if was != is {
-                        let state = if is { "down" } else { "up" };
-                        health_changes.push(format!("second {t}: {} {state}", e.address));
-                    }
-                }
-                down = now_down;
-                snap = snapshot(&mut builder, &compiled, &local, &down, t)?;
-            }
-        }
+        mgmt.advance(args, rel, last_packet, &flows, &engine.worker.counters);
+        last_packet = rel;
         tick = pkt_tick;
         if pkt.truncated {
             // Only part of the frame was captured: nothing to forward.
@@ -284,8 +421,11 @@ pub fn run(args: &Args) -> Result<()> {
             String::new()
         }
     );
-    for change in &health_changes {
+    for change in &mgmt.health_changes {
         println!("health: {change}");
+    }
+    for l in &mgmt.logs {
+        println!("core: {l}");
     }
     if truncated > 0 {
         println!(

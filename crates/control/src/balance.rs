@@ -255,7 +255,9 @@ impl Balance {
                     let status = self.health.get(id);
                     EndpointObs {
                         health: match self.verdict(id) {
-                            _ if !checked => Health::Healthy,
+                            // Unchecked and no verdict given (a scripted one
+                            // may be: `ScriptedProbes::report_unchecked`).
+                            _ if !checked && status.is_none() => Health::Healthy,
                             Some(State::Healthy) => Health::Healthy,
                             Some(State::Unhealthy) => Health::Unhealthy,
                             Some(State::Unknown) | None => Health::Unknown,

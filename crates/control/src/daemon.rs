@@ -139,7 +139,7 @@ impl FileWatch {
 }
 
 /// Buckets aged per management tick: bounded so a tick stays short.
-const SWEEP_BUDGET: usize = 1 << 14;
+pub const SWEEP_BUDGET: usize = 1 << 14;
 
 /// How long a reload's answer waits for the workers to pick up its
 /// snapshot ([`Manager::reload_with`]).

@@ -25,6 +25,8 @@
 //!   `flows`, the workers' and listeners' counters for `stats` and
 //!   [`metrics`]) and hands the other commands to the core.
 //! - [`remote`]: the `remote_rule` poller (threads and HTTP), the shell's.
+//! - [`scripted`]: verdicts set by hand instead of probed, for driving the
+//!   core without a network (`spillway replay`, simulations).
 
 pub mod balance;
 pub mod core;
@@ -34,6 +36,7 @@ pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod remote;
+pub mod scripted;
 pub mod socket;
 
 pub use crate::core::{
@@ -41,6 +44,7 @@ pub use crate::core::{
     destructive_change,
 };
 pub use crate::daemon::Manager;
+pub use crate::scripted::ScriptedProbes;
 
 pub use dataplane::worker::Shared;
 

@@ -16,18 +16,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(dead_code)]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use config::schema::PortRole;
-use control::remote::RemoteKey;
-use control::{Answer, Command, Core, FlowUse, Output, Probes, Published};
+use control::{Answer, Command, Core, FlowUse, Output, Published, ScriptedProbes};
 use dataplane::snapshot::TableKey;
 use dataplane::{Engine, Local, PacketIo, Snapshot, VecBurst, Worker, WorkerCounters};
 use flowtable::FlowTable;
-use health::{HealthSnapshot, State};
+use health::State;
 use wire::buf::{MemBuf, PacketBuf};
 use wire::burst::PacketBurst;
 
@@ -55,68 +54,6 @@ impl Rng {
 
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
-    }
-}
-
-/// The probers, scripted: every endpoint's state by address (UNKNOWN until
-/// scripted, as a real prober's), and every remote rule's verdict by rule.
-#[derive(Default)]
-pub struct ScriptedProbes {
-    pub targets: Vec<health::Target>,
-    pub states: HashMap<IpAddr, State>,
-    pub weights: HashMap<IpAddr, u16>,
-    pub remote_keys: Vec<RemoteKey>,
-    pub remote: HashMap<String, State>,
-    generation: u64,
-}
-
-impl ScriptedProbes {
-    fn snapshot(&self) -> HealthSnapshot {
-        let mut endpoints: Vec<health::EndpointStatus> = self
-            .targets
-            .iter()
-            .map(|t| health::EndpointStatus {
-                endpoint: t.endpoint,
-                service: t.service.clone(),
-                addr: t.addr,
-                state: self.states.get(&t.addr.ip()).copied().unwrap_or_default(),
-                weight: self.weights.get(&t.addr.ip()).copied(),
-                utilization: None,
-                last_latency: None,
-                last_reason: "scripted".into(),
-                changed_at: None,
-                counters: health::Counters::default(),
-            })
-            .collect();
-        endpoints.sort_by_key(|s| s.endpoint);
-        endpoints.dedup_by_key(|s| s.endpoint);
-        HealthSnapshot {
-            generation: self.generation,
-            endpoints,
-        }
-    }
-}
-
-impl Probes for ScriptedProbes {
-    fn set_targets(
-        &mut self,
-        targets: Vec<health::Target>,
-    ) -> Result<HealthSnapshot, health::HealthError> {
-        for t in &targets {
-            t.check
-                .validate()
-                .map_err(|reason| health::HealthError::InvalidCheck {
-                    name: format!("{}/{}", t.service, t.addr),
-                    reason,
-                })?;
-        }
-        self.targets = targets;
-        self.generation += 1;
-        Ok(self.snapshot())
-    }
-
-    fn poll_remotes(&mut self, keys: Vec<RemoteKey>) {
-        self.remote_keys = keys;
     }
 }
 
@@ -348,16 +285,11 @@ impl World {
     /// verdicts in, periodic work, outputs carried out; a flow-table sweep.
     pub fn step(&mut self) {
         let now = self.now;
-        if self.probes.generation != self.core.health_generation() {
+        if self.probes.generation() != self.core.health_generation() {
             self.core.health(now, self.probes.snapshot());
         }
-        let remote = &self.probes.remote;
-        self.core.remote_verdicts(now, |k| {
-            (
-                remote.get(&k.rule).copied().unwrap_or_default(),
-                "scripted".into(),
-            )
-        });
+        let probes = &self.probes;
+        self.core.remote_verdicts(now, |k| probes.remote_state(k));
         let engines = &self.engines;
         let children = self.live.compiled.children.len();
         self.core.tick(now, || Self::counters(engines, children));
@@ -376,22 +308,20 @@ impl World {
 
     /// Scripts endpoint `addr`'s health verdict (seen at the next step).
     pub fn set_health(&mut self, addr: &str, s: State) {
-        self.probes.states.insert(addr.parse().expect("address"), s);
-        self.probes.generation += 1;
+        self.probes.set_state(addr.parse().expect("address"), s);
     }
 
     /// Scripts every endpoint's verdict.
     pub fn all_health(&mut self, s: State) {
-        let addrs: Vec<IpAddr> = self.probes.targets.iter().map(|t| t.addr.ip()).collect();
+        let addrs: Vec<IpAddr> = self.probes.targets().iter().map(|t| t.addr.ip()).collect();
         for a in addrs {
-            self.probes.states.insert(a, s);
+            self.probes.set_state(a, s);
         }
-        self.probes.generation += 1;
     }
 
     /// Scripts remote rule `rule`'s exported state.
     pub fn set_remote(&mut self, rule: &str, s: State) {
-        self.probes.remote.insert(rule.to_owned(), s);
+        self.probes.set_remote(rule, s);
     }
 
     /// Hands `cmd` to the core now, as the daemon does; its answer.

@@ -1,0 +1,192 @@
+//! The probers, scripted: health verdicts by endpoint address and remote
+//! rule verdicts by rule name, set by hand instead of probed. What drives
+//! the [`Core`](crate::Core) without a network: `spillway replay` (on the
+//! capture's clock) and the simulation tests.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use config::compiled::{Compiled, EndpointId};
+use config::schema::GroupKind;
+
+use health::HealthSnapshot;
+pub use health::State;
+
+use crate::core::Probes;
+use crate::remote::RemoteKey;
+
+/// Scripted verdicts: an endpoint's state by address, a remote rule's by
+/// rule name, [`ScriptedProbes::default_state`] for whatever is not
+/// scripted (UNKNOWN, as a real prober's before its first verdict, unless
+/// made with [`ScriptedProbes::new`]).
+#[derive(Debug, Default)]
+pub struct ScriptedProbes {
+    targets: Vec<health::Target>,
+    states: HashMap<IpAddr, State>,
+    weights: HashMap<IpAddr, u16>,
+    /// Endpoints of services without a health check, reported as if probed.
+    unchecked: Vec<(EndpointId, Arc<str>, SocketAddr)>,
+    remote_keys: Vec<RemoteKey>,
+    remote: HashMap<String, State>,
+    default_state: State,
+    generation: u64,
+}
+
+impl ScriptedProbes {
+    /// Probes whose unscripted endpoints and remote rules are `default`.
+    pub fn new(default: State) -> ScriptedProbes {
+        ScriptedProbes {
+            default_state: default,
+            ..ScriptedProbes::default()
+        }
+    }
+
+    /// Also reports the endpoints of `compiled`'s services that have no
+    /// health check (instead of those of the configuration given before),
+    /// so that a script may fail an endpoint no prober would check: a
+    /// replay's `--down` on any endpoint. The core acts on a reported
+    /// verdict whether or not the service has a check.
+    pub fn report_unchecked(&mut self, compiled: &Compiled) {
+        self.unchecked.clear();
+        for svc in &compiled.services {
+            if svc.health_check.is_some() || svc.kind == GroupKind::RemoteRule {
+                continue;
+            }
+            let name: Arc<str> = Arc::from(svc.name.as_str());
+            for id in svc.endpoint_ids() {
+                if let Some(ep) = compiled.endpoints.get(id.index()) {
+                    self.unchecked
+                        .push((id, name.clone(), SocketAddr::new(ep.address, 0)));
+                }
+            }
+        }
+        self.generation += 1;
+    }
+
+    /// The state of what is not scripted.
+    pub fn default_state(&self) -> State {
+        self.default_state
+    }
+
+    /// The targets the core asked to probe.
+    pub fn targets(&self) -> &[health::Target] {
+        &self.targets
+    }
+
+    /// The remote rules the core asked to poll.
+    pub fn remote_keys(&self) -> &[RemoteKey] {
+        &self.remote_keys
+    }
+
+    /// Scripts endpoint `addr`'s verdict (a new generation).
+    pub fn set_state(&mut self, addr: IpAddr, s: State) {
+        self.states.insert(addr, s);
+        self.generation += 1;
+    }
+
+    /// Scripts endpoint `addr`'s reported weight (a new generation).
+    pub fn set_weight(&mut self, addr: IpAddr, weight: Option<u16>) {
+        match weight {
+            Some(w) => self.weights.insert(addr, w),
+            None => self.weights.remove(&addr),
+        };
+        self.generation += 1;
+    }
+
+    /// Endpoint `addr`'s scripted verdict.
+    pub fn state(&self, addr: IpAddr) -> State {
+        self.states
+            .get(&addr)
+            .copied()
+            .unwrap_or(self.default_state)
+    }
+
+    /// Scripts remote rule `rule`'s exported state.
+    pub fn set_remote(&mut self, rule: &str, s: State) {
+        self.remote.insert(rule.to_owned(), s);
+    }
+
+    /// The verdict on remote rule `key`, as [`crate::Core::remote_verdicts`]
+    /// takes it.
+    pub fn remote_state(&self, key: &RemoteKey) -> (State, String) {
+        (
+            self.remote
+                .get(&key.rule)
+                .copied()
+                .unwrap_or(self.default_state),
+            "scripted".into(),
+        )
+    }
+
+    /// The generation of the scripted health verdicts (it moves with each
+    /// change, as a checker's does).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Every target's status now.
+    pub fn snapshot(&self) -> HealthSnapshot {
+        let mut endpoints: Vec<health::EndpointStatus> = self
+            .targets
+            .iter()
+            .map(|t| health::EndpointStatus {
+                endpoint: t.endpoint,
+                service: t.service.clone(),
+                addr: t.addr,
+                state: self.state(t.addr.ip()),
+                weight: self.weights.get(&t.addr.ip()).copied(),
+                utilization: None,
+                last_latency: None,
+                last_reason: "scripted".into(),
+                changed_at: None,
+                counters: health::Counters::default(),
+            })
+            .chain(
+                self.unchecked
+                    .iter()
+                    .map(|(id, svc, addr)| health::EndpointStatus {
+                        endpoint: *id,
+                        service: svc.clone(),
+                        addr: *addr,
+                        state: self.state(addr.ip()),
+                        weight: self.weights.get(&addr.ip()).copied(),
+                        utilization: None,
+                        last_latency: None,
+                        last_reason: "scripted".into(),
+                        changed_at: None,
+                        counters: health::Counters::default(),
+                    }),
+            )
+            .collect();
+        endpoints.sort_by_key(|s| s.endpoint);
+        endpoints.dedup_by_key(|s| s.endpoint);
+        HealthSnapshot {
+            generation: self.generation,
+            endpoints,
+        }
+    }
+}
+
+impl Probes for ScriptedProbes {
+    fn set_targets(
+        &mut self,
+        targets: Vec<health::Target>,
+    ) -> Result<HealthSnapshot, health::HealthError> {
+        for t in &targets {
+            t.check
+                .validate()
+                .map_err(|reason| health::HealthError::InvalidCheck {
+                    name: format!("{}/{}", t.service, t.addr),
+                    reason,
+                })?;
+        }
+        self.targets = targets;
+        self.generation += 1;
+        Ok(self.snapshot())
+    }
+
+    fn poll_remotes(&mut self, keys: Vec<RemoteKey>) {
+        self.remote_keys = keys;
+    }
+}
