@@ -1694,3 +1694,103 @@ fn replay_skips_and_counts_records_the_capture_truncated() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Two zones of region "r", two endpoints each; clients from 192.0.1.0/24
+/// are in zone "za", from 192.0.2.0/24 in "zb"; zonal affinity with
+/// `spill` as the spill ratio.
+fn zonal_config(spill: &str) -> String {
+    Config::new()
+        .node(node("replay", "r", "za"))
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(
+            service("web", "ipip")
+                .child(
+                    group("a", "r", "za")
+                        .set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+                )
+                .child(
+                    group("b", "r", "zb")
+                        .set("endpoints", endpoint_list(&["10.0.1.21", "10.0.1.22"])),
+                )
+                .child(
+                    Table::new("backend_services.locality")
+                        .set("zonal_affinity", true)
+                        .set("zonal_spill_ratio", spill),
+                ),
+        )
+        .raw(
+            "[[client_zones]]\nzone = \"za\"\nprefixes = [\"192.0.1.0/24\"]\n\n\
+             [[client_zones]]\nzone = \"zb\"\nprefixes = [\"192.0.2.0/24\"]\n",
+        )
+        .build()
+}
+
+/// SYNs of 100 connections from clients of zone `set` (192.0.`set`.x).
+fn zone_syns(set: u8) -> Vec<Vec<u8>> {
+    (0..100u16)
+        .map(|i| {
+            tcp_frame(
+                IpAddr::from([192, 0, set, (i % 250) as u8 + 1]),
+                IpAddr::from([10, 0, 0, 10]),
+                30000 + i,
+                80,
+                SYN,
+                &[],
+            )
+        })
+        .collect()
+}
+
+/// The backend (outer destination) of each IPIP frame.
+fn backends_of(frames: &[Vec<u8>]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| {
+            parse_tunnel(f, &DecapConfig::default())
+                .expect("an IPIP frame")
+                .dst_ip
+                .to_string()
+        })
+        .collect()
+}
+
+/// Zonal affinity (M27) as the daemon plans it: with spill ratio 0 every
+/// client stays in its own zone; a replay that built its snapshots without
+/// the management core's plans spread both zones over all four endpoints.
+#[test]
+fn replay_keeps_clients_in_their_zone_under_zonal_affinity() {
+    // Connections that left their zone, of 200, by spill ratio: none at
+    // 0; at 1 the region is one pool (about half leave: the other zone
+    // is half of it); at 0.5 half as many as at 1 (the spilled share is
+    // spread over the region, own zone included).
+    for (spill, fewest, most) in [("0.0", 0, 0), ("0.5", 25, 75), ("1.0", 75, 125)] {
+        let mut frames = zone_syns(1);
+        frames.extend(zone_syns(2));
+        let r = run(
+            &format!("zonal-{spill}"),
+            &zonal_config(spill),
+            &frames,
+            &[],
+        );
+        let got = backends_of(&r.out);
+        assert_eq!(got.len(), 200, "{}", r.text);
+        let (a, b) = got.split_at(100);
+        let left = a.iter().filter(|x| !x.starts_with("10.0.1.1")).count()
+            + b.iter().filter(|x| !x.starts_with("10.0.1.2")).count();
+        assert!(
+            (fewest..=most).contains(&left),
+            "spill ratio {spill}: {left} of 200 left their zone\n{}",
+            r.text
+        );
+        let a: BTreeSet<&str> = a.iter().map(String::as_str).collect();
+        let b: BTreeSet<&str> = b.iter().map(String::as_str).collect();
+        if most == 0 {
+            assert_eq!(a, BTreeSet::from(["10.0.1.11", "10.0.1.12"]), "{}", r.text);
+            assert_eq!(b, BTreeSet::from(["10.0.1.21", "10.0.1.22"]), "{}", r.text);
+        } else {
+            assert_eq!(a.len(), 4, "spill ratio {spill}: {a:?}");
+            assert_eq!(b.len(), 4, "spill ratio {spill}: {b:?}");
+        }
+    }
+}
