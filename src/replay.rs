@@ -59,8 +59,32 @@ pub const PERIOD: Duration = Duration::from_millis(50);
 const LONG_GAP: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(2);
 
-#[derive(clap::Args, Debug)]
+/// `spillway replay`'s arguments: the options as clap parses them, and the
+/// timed changes (`--at T` followed by `--down`, `--up`, `--reload`) read
+/// from their order on the command line.
+#[derive(Debug)]
 pub struct Args {
+    opts: Opts,
+    /// The changes at given capture times, in time order (ties: command
+    /// line order).
+    events: Vec<Event>,
+    /// `--down` without a preceding `--at`: windows of whole seconds.
+    windows: Vec<Down>,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_long_help = "Timed changes: `--at 2s --down 10.0.1.12 --at 5s --up 10.0.1.12 --at 3s --reload new.toml`. \
+Each `--at TIME` (capture time since the first packet: 500ms, 2s, 1m30s) applies to the `--down`, `--up` and \
+`--reload` options after it, up to the next `--at`. Health changes take effect at the next management tick \
+(every 50 ms of capture time), as a prober's verdict would; a reload goes through the same validation as \
+`spillway reload` (a rejected one leaves the running configuration, and the summary says why).\n\n\
+Not modelled: real probe timing (intervals, thresholds, timeouts: a scripted verdict is the checker's \
+verdict at once), neighbour resolution (the configured MACs are used), remote rules' polling (every \
+remote rule is HEALTHY), and the delay before workers publish their counters (the core reads the \
+pipeline's counters as they are at each tick)."
+)]
+struct Opts {
     /// The configuration file.
     #[arg(long, short)]
     config: PathBuf,
@@ -75,11 +99,108 @@ pub struct Args {
     /// of the capture on, or with `@FROM-UNTIL` from second FROM until
     /// second UNTIL (healthy again from then; `@0-20` joins at 20 s).
     /// Seconds count from the capture's first packet, as the clock does.
+    /// After an `--at TIME`: failing from TIME on (no window then).
     #[arg(long, value_name = "ADDRESS[@FROM[-UNTIL]]", value_parser = parse_down)]
     down: Vec<Down>,
+    /// After an `--at TIME`: this endpoint address passes its health check
+    /// from TIME on (repeatable).
+    #[arg(long, value_name = "ADDRESS")]
+    up: Vec<IpAddr>,
+    /// After an `--at TIME`: reload this configuration file at TIME, as
+    /// `spillway reload` would (repeatable).
+    #[arg(long, value_name = "FILE")]
+    reload: Vec<PathBuf>,
+    /// Capture time (since the first packet) of the `--down`, `--up` and
+    /// `--reload` options that follow it.
+    #[arg(long, value_name = "TIME")]
+    at: Vec<config::values::Duration>,
     /// Seed of the flow-cookie generator.
     #[arg(long, default_value_t = 0x5350_494c_4c57_4159)]
     seed: u64,
+}
+
+/// A change at a given capture time.
+#[derive(Debug, Clone)]
+struct Event {
+    at: Duration,
+    what: Change,
+}
+
+#[derive(Debug, Clone)]
+enum Change {
+    Down(IpAddr),
+    Up(IpAddr),
+    Reload(PathBuf),
+}
+
+impl clap::FromArgMatches for Args {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let opts = Opts::from_arg_matches(m)?;
+        let index = |id: &str| -> Vec<usize> {
+            m.indices_of(id).map(Iterator::collect).unwrap_or_default()
+        };
+        // Every option in command-line order.
+        let mut order: Vec<(usize, &str, usize)> = Vec::new();
+        for id in ["at", "down", "up", "reload"] {
+            order.extend(index(id).into_iter().enumerate().map(|(i, at)| (at, id, i)));
+        }
+        order.sort_unstable();
+        let err = |msg: String| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, msg);
+        let (mut events, mut windows, mut at) = (Vec::new(), Vec::new(), None);
+        for (_, id, i) in order {
+            let (when, what) = match (id, at) {
+                ("at", _) => {
+                    at = opts.at.get(i).map(|d| d.get());
+                    continue;
+                }
+                ("down", None) => {
+                    windows.extend(opts.down.get(i).cloned());
+                    continue;
+                }
+                ("down", Some(t)) => {
+                    let Some(d) = opts.down.get(i) else { continue };
+                    if d.from != 0 || d.until.is_some() {
+                        return Err(err(format!(
+                            "--down {}@…: after --at, the time is --at's (no window)\n",
+                            d.address
+                        )));
+                    }
+                    (t, Change::Down(d.address))
+                }
+                ("up", Some(t)) => match opts.up.get(i) {
+                    Some(a) => (t, Change::Up(*a)),
+                    None => continue,
+                },
+                ("reload", Some(t)) => match opts.reload.get(i) {
+                    Some(p) => (t, Change::Reload(p.clone())),
+                    None => continue,
+                },
+                (id, _) => return Err(err(format!("--{id} needs an --at TIME before it"))),
+            };
+            events.push(Event { at: when, what });
+        }
+        events.sort_by_key(|e| e.at);
+        Ok(Args {
+            opts,
+            events,
+            windows,
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Args {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        Opts::augment_args(cmd)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Opts::augment_args_for_update(cmd)
+    }
 }
 
 /// `--down ADDRESS[@FROM[-UNTIL]]`: an endpoint failing its health check
@@ -154,16 +275,44 @@ struct Mgmt {
     health_changes: Vec<String>,
     /// What the core logged, with the capture time.
     logs: Vec<String>,
+    /// The timed changes, each reload's file as loaded at the start, and
+    /// how many have happened.
+    events: Vec<(Event, Option<Result<config::Loaded, String>>)>,
+    done: usize,
+    /// Health set by `--at`, by address: down or not (over `--down`
+    /// windows from then on).
+    set: Vec<(IpAddr, bool)>,
 }
 
 impl Mgmt {
-    fn start(args: &Args, compiled: config::compiled::Compiled) -> Result<Mgmt> {
+    fn start(
+        args: &Args,
+        compiled: config::compiled::Compiled,
+        events: Vec<(Event, Option<Result<config::Loaded, String>>)>,
+    ) -> Result<Mgmt> {
         let local = Local::from_config(&compiled, |_| None);
         let mut probes = ScriptedProbes::new(State::Healthy);
         probes.report_unchecked(&compiled);
+        // Health set at time 0 holds from the first packet on (a reload
+        // at 0 waits for the first tick).
+        let mut set: Vec<(IpAddr, bool)> = Vec::new();
+        let mut done = 0;
+        for (e, _) in &events {
+            let (a, down) = match e.what {
+                Change::Down(a) if e.at.is_zero() => (a, true),
+                Change::Up(a) if e.at.is_zero() => (a, false),
+                _ => break,
+            };
+            set.retain(|(x, _)| *x != a);
+            set.push((a, down));
+            done += 1;
+        }
         let addresses: Vec<(IpAddr, bool)> = addresses(&compiled)
             .into_iter()
-            .map(|a| (a, args.down.iter().any(|d| d.covers(a, 0))))
+            .map(|a| match set.iter().find(|(x, _)| *x == a) {
+                Some(&(_, d)) => (a, d),
+                None => (a, args.windows.iter().any(|d| d.covers(a, 0))),
+            })
             .collect();
         for &(a, down) in &addresses {
             if down {
@@ -173,7 +322,7 @@ impl Mgmt {
         // Cookie key 0, as the builder of tests and replays: a replay's
         // cookies depend on `--seed` only.
         let core = Core::start(
-            &args.config,
+            &args.opts.config,
             compiled,
             local,
             0,
@@ -190,6 +339,9 @@ impl Mgmt {
             addresses,
             health_changes: Vec::new(),
             logs: Vec::new(),
+            events,
+            done,
+            set,
         };
         m.pump();
         Ok(m)
@@ -256,10 +408,64 @@ impl Mgmt {
         }
     }
 
+    /// Carries out the timed changes due by `now`: health set, reloads
+    /// handed to the core as `spillway reload` hands them.
+    fn changes(&mut self, now: Duration) {
+        while let Some((e, loaded)) = self.events.get_mut(self.done)
+            && e.at <= now
+        {
+            self.done += 1;
+            let (what, loaded) = (e.what.clone(), loaded.take());
+            match what {
+                Change::Down(a) | Change::Up(a) => {
+                    let down = matches!(what, Change::Down(_));
+                    self.set.retain(|(x, _)| *x != a);
+                    self.set.push((a, down));
+                }
+                Change::Reload(path) => {
+                    let loaded = loaded.unwrap_or_else(|| Err("not loaded".into()));
+                    // The endpoints of services without a check follow the
+                    // configuration the core runs (back if refused).
+                    if let Ok(l) = &loaded {
+                        self.probes.report_unchecked(&l.compiled);
+                    }
+                    let answer = self.core.command(
+                        now,
+                        control::Command::Reload {
+                            loaded,
+                            force: false,
+                        },
+                        &mut self.probes,
+                    );
+                    if !answer.ok() {
+                        let running = self.core.compiled().clone();
+                        self.probes.report_unchecked(&running);
+                    }
+                    for a in addresses(self.core.compiled()) {
+                        if !self.addresses.iter().any(|(x, _)| *x == a) {
+                            self.addresses.push((a, false));
+                        }
+                    }
+                    self.health_changes.push(format!(
+                        "{:.3} s: reload {}: {}",
+                        now.as_secs_f64(),
+                        path.display(),
+                        answer.text().trim_end().replace('\n', " ")
+                    ));
+                    self.pump();
+                }
+            }
+        }
+    }
+
     fn step(&mut self, args: &Args, now: Duration, flows: &FlowTable, counters: &WorkerCounters) {
+        self.changes(now);
         let second = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
         for (a, down) in &mut self.addresses {
-            let is = args.down.iter().any(|d| d.covers(*a, second));
+            let is = match self.set.iter().find(|(x, _)| x == a) {
+                Some(&(_, d)) => d,
+                None => args.windows.iter().any(|d| d.covers(*a, second)),
+            };
             if is != *down {
                 *down = is;
                 let (state, word) = if is {
@@ -268,8 +474,14 @@ impl Mgmt {
                     (State::Healthy, "up")
                 };
                 self.probes.set_state(*a, state);
-                self.health_changes
-                    .push(format!("second {second}: {a} {word}"));
+                // Whole seconds (`--down` windows, most `--at`s), or to
+                // the millisecond.
+                let when = if now.subsec_nanos() == 0 {
+                    format!("second {second}")
+                } else {
+                    format!("{:.3} s", now.as_secs_f64())
+                };
+                self.health_changes.push(format!("{when}: {a} {word}"));
             }
         }
         if self.probes.generation() != self.core.health_generation() {
@@ -284,23 +496,49 @@ impl Mgmt {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let loaded = config::load(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for d in &args.down {
-        if !loaded
-            .compiled
-            .endpoints
-            .iter()
-            .any(|e| e.address == d.address)
-        {
-            bail!("--down {}: no endpoint has that address", d.address);
+    let loaded = config::load(&args.opts.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Reloaded files are read now: a missing one fails the replay before
+    // it starts; one that does not validate is refused at its time, as
+    // `spillway reload` refuses it.
+    let mut known = addresses(&loaded.compiled);
+    let mut events = Vec::new();
+    for e in &args.events {
+        let file = match &e.what {
+            Change::Reload(path) => {
+                if !path.is_file() {
+                    bail!("--reload {}: no such file", path.display());
+                }
+                let l = config::load(path).map_err(|e| e.to_string());
+                if let Ok(l) = &l {
+                    known.extend(addresses(&l.compiled));
+                }
+                Some(l)
+            }
+            _ => None,
+        };
+        events.push((e.clone(), file));
+    }
+    let timed = args.events.iter().filter_map(|e| match e.what {
+        Change::Down(a) => Some(("--down", a)),
+        Change::Up(a) => Some(("--up", a)),
+        Change::Reload(_) => None,
+    });
+    for (opt, a) in args
+        .windows
+        .iter()
+        .map(|d| ("--down", d.address))
+        .chain(timed)
+    {
+        if !known.contains(&a) {
+            bail!("{opt} {a}: no endpoint has that address");
         }
     }
-    let mut mgmt = Mgmt::start(args, loaded.compiled)?;
+    let mut mgmt = Mgmt::start(args, loaded.compiled, events)?;
     let compiled = mgmt.snap.compiled.clone();
     let capacity = compiled.settings.dataplane.flow_table_capacity;
     let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))
         .with_context(|| format!("flow table of {capacity} entries"))?;
-    let worker = Worker::new(args.seed, compiled.children.len());
+    let worker = Worker::new(args.opts.seed, compiled.children.len());
     // The configured ports, plus an uplink when none is configured; input
     // arrives on the (first) uplink.
     let mut roles: Vec<PortRole> = compiled.settings.ports.iter().map(|p| p.role).collect();
@@ -310,13 +548,13 @@ pub fn run(args: &Args) -> Result<()> {
     let mut engine = Engine::new(worker, &roles, BURST, || VecBurst::with_capacity(BURST));
     let uplink = engine.routes().uplink.unwrap_or(0);
 
-    let input =
-        File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+    let input = File::open(&args.opts.input)
+        .with_context(|| format!("opening {}", args.opts.input.display()))?;
     let mut reader = PcapReader::new(BufReader::new(input))
-        .with_context(|| format!("{}: not a pcap file", args.input.display()))?;
+        .with_context(|| format!("{}: not a pcap file", args.opts.input.display()))?;
     let in_header = reader.header();
-    let output = File::create(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
+    let output = File::create(&args.opts.output)
+        .with_context(|| format!("creating {}", args.opts.output.display()))?;
     let out_header = PcapHeader {
         snaplen: OUTPUT_SNAPLEN,
         ..PcapHeader::default()
@@ -327,7 +565,7 @@ pub fn run(args: &Args) -> Result<()> {
         staged: Vec::with_capacity(BURST),
         free: Vec::new(),
         writer: PcapWriter::with_header(BufWriter::new(output), out_header)
-            .with_context(|| format!("writing {}", args.output.display()))?,
+            .with_context(|| format!("writing {}", args.opts.output.display()))?,
         written: 0,
         error: None,
     };
@@ -342,7 +580,7 @@ pub fn run(args: &Args) -> Result<()> {
         // capture with a small snaplen) into a failed replay.
         let pkt = match reader.next_raw_packet() {
             Some(p) => {
-                let at = || format!("{}: packet {}", args.input.display(), seen + 1);
+                let at = || format!("{}: packet {}", args.opts.input.display(), seen + 1);
                 let raw = p.with_context(at)?;
                 let timestamp =
                     timestamp(raw.ts_sec, raw.ts_frac, in_header.ts_resolution).with_context(at)?;
@@ -408,8 +646,8 @@ pub fn run(args: &Args) -> Result<()> {
     let c = &engine.worker.counters;
     println!(
         "{}: {seen} packets in, {written} out to {}",
-        args.input.display(),
-        args.output.display()
+        args.opts.input.display(),
+        args.opts.output.display()
     );
     println!(
         "{}, dropped {}{}",

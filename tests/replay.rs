@@ -1794,3 +1794,190 @@ fn replay_keeps_clients_in_their_zone_under_zonal_affinity() {
         }
     }
 }
+
+/// Replays `frames` (each at its second of the capture) with `config` and
+/// `extra` arguments, in which `{dir}` is the test's directory (for files
+/// written there from `files`); what came out and what it said.
+fn run_timed(
+    name: &str,
+    config: &str,
+    files: &[(&str, &str)],
+    frames: &[(u64, Vec<u8>)],
+    extra: &[&str],
+) -> Replayed {
+    let d = dir(name);
+    let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
+    std::fs::write(&cfg, config).expect("config");
+    for (file, text) in files {
+        std::fs::write(d.join(file), text).expect("file");
+    }
+    write_timed_pcap(&input, frames);
+    let dir_s = d.display().to_string();
+    let extra: Vec<String> = extra.iter().map(|a| a.replace("{dir}", &dir_s)).collect();
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let r = replay(&cfg, &input, &output, &extra);
+    let text = String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "replay failed:\n{text}");
+    let out = read_pcap(&output);
+    let _ = std::fs::remove_dir_all(&d);
+    Replayed { out, text }
+}
+
+/// A TCP packet of connection `i` of set `set` (client 192.0.`set`.x) to
+/// 10.0.0.10:80.
+fn conn(set: u8, i: u16, flags: u8) -> Vec<u8> {
+    tcp_frame(
+        IpAddr::from([192, 0, set, (i % 250) as u8 + 1]),
+        IpAddr::from([10, 0, 0, 10]),
+        20000 + i,
+        80,
+        flags,
+        &[],
+    )
+}
+
+/// The node's region "r1" (10.0.1.11-12) and a second region "r2"
+/// (10.0.2.11-12) of one service.
+fn two_region_config() -> String {
+    Config::new()
+        .node(node("replay", "r1", "z1"))
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(
+            service("web", "ipip")
+                .child(
+                    group("near", "r1", "z1")
+                        .set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+                )
+                .child(
+                    group("far", "r2", "z2")
+                        .set("endpoints", endpoint_list(&["10.0.2.11", "10.0.2.12"])),
+                ),
+        )
+        .build()
+}
+
+/// Region preference and failover at given times (M26): new connections
+/// go to the node's own region while it is healthy, to the other one from
+/// when both of its endpoints fail (`--at 2s --down`), and back from when
+/// they recover (`--at 5s --up`); connections keep their backend through
+/// it all. A replay without the core's plans spread them over both regions.
+#[test]
+fn replay_fails_over_to_the_next_region_at_the_given_time() {
+    let mut frames = Vec::new();
+    frames.extend((0..50).map(|i| (0, conn(1, i, SYN))));
+    frames.extend((0..50).map(|i| (3, conn(1, i, ACK))));
+    frames.extend((0..50).map(|i| (3, conn(2, i, SYN))));
+    frames.extend((0..50).map(|i| (6, conn(1, i, ACK))));
+    frames.extend((0..50).map(|i| (6, conn(2, i, ACK))));
+    frames.extend((0..50).map(|i| (6, conn(3, i, SYN))));
+    let r = run_timed(
+        "failover",
+        &two_region_config(),
+        &[],
+        &frames,
+        &[
+            "--at",
+            "2s",
+            "--down",
+            "10.0.1.11",
+            "--down",
+            "10.0.1.12",
+            "--at",
+            "5s",
+            "--up",
+            "10.0.1.11",
+            "--up",
+            "10.0.1.12",
+        ],
+    );
+    let got = backends_of(&r.out);
+    assert_eq!(got.len(), frames.len(), "{}", r.text);
+    let part = |k: usize| -> Vec<String> { got[k * 50..(k + 1) * 50].to_vec() };
+    let in_region = |v: &[String], prefix: &str| v.iter().all(|b| b.starts_with(prefix));
+    let (a_syn, a_ack3, b_syn, a_ack6, b_ack6, c_syn) =
+        (part(0), part(1), part(2), part(3), part(4), part(5));
+    assert!(in_region(&a_syn, "10.0.1."), "{a_syn:?}\n{}", r.text);
+    assert!(in_region(&b_syn, "10.0.2."), "{b_syn:?}\n{}", r.text);
+    assert!(in_region(&c_syn, "10.0.1."), "{c_syn:?}\n{}", r.text);
+    assert_eq!(a_ack3, a_syn, "A keeps its backends while they fail");
+    assert_eq!(a_ack6, a_syn, "A keeps its backends after they recover");
+    assert_eq!(b_ack6, b_syn, "B stays in the far region");
+    assert!(
+        r.text.contains("health: second 2: 10.0.1.11 down")
+            && r.text.contains("health: second 5: 10.0.1.12 up"),
+        "{}",
+        r.text
+    );
+}
+
+/// A reload mid-capture (`--at 2s --reload FILE`), as `spillway reload`
+/// does it: connections open before it keep their backends, new ones use
+/// the new endpoints; a file that does not validate is refused at its
+/// time and changes nothing.
+#[test]
+fn replay_reloads_mid_capture_and_keeps_flows() {
+    let before = config().build();
+    let after = Config::new()
+        .node(node("replay", "r", "z"))
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(service("web", "ipip").child(group("a", "r", "z").set(
+            "endpoints",
+            endpoint_list(&["10.0.1.11", "10.0.1.21", "10.0.1.22", "10.0.1.23"]),
+        )))
+        .build();
+    let mut frames = Vec::new();
+    frames.extend((0..60).map(|i| (0, conn(1, i, SYN))));
+    frames.extend((0..60).map(|i| (1, conn(1, i, ACK))));
+    frames.extend((0..60).map(|i| (3, conn(1, i, ACK))));
+    frames.extend((0..60).map(|i| (3, conn(2, i, SYN))));
+    frames.extend((0..60).map(|i| (5, conn(1, i, ACK))));
+    frames.extend((0..60).map(|i| (5, conn(2, i, ACK))));
+    let r = run_timed(
+        "reload",
+        &before,
+        &[("after.toml", &after), ("broken.toml", "[node\nname = 1")],
+        &frames,
+        &[
+            "--at",
+            "1500ms",
+            "--reload",
+            "{dir}/broken.toml",
+            "--at",
+            "2s",
+            "--reload",
+            "{dir}/after.toml",
+        ],
+    );
+    let got = backends_of(&r.out);
+    assert_eq!(got.len(), frames.len(), "{}", r.text);
+    let part = |k: usize| -> Vec<String> { got[k * 60..(k + 1) * 60].to_vec() };
+    let old: BTreeSet<String> = ["10.0.1.11", "10.0.1.12", "10.0.1.13"]
+        .map(String::from)
+        .into();
+    let new: BTreeSet<String> = ["10.0.1.11", "10.0.1.21", "10.0.1.22", "10.0.1.23"]
+        .map(String::from)
+        .into();
+    let (a_syn, a1, a3, b_syn, a5, b5) = (part(0), part(1), part(2), part(3), part(4), part(5));
+    assert!(a_syn.iter().all(|b| old.contains(b)), "{a_syn:?}");
+    assert_eq!(a1, a_syn, "the refused reload changed nothing");
+    assert_eq!(a3, a_syn, "A keeps its backends across the reload");
+    assert_eq!(a5, a_syn);
+    assert!(b_syn.iter().all(|b| new.contains(b)), "{b_syn:?}");
+    assert!(
+        b_syn.iter().any(|b| b.starts_with("10.0.1.2")),
+        "new connections reach the new endpoints: {b_syn:?}"
+    );
+    assert_eq!(b5, b_syn);
+    assert!(
+        r.text.contains("1.500 s: reload") && r.text.contains("reload rejected"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("2.000 s: reload") && r.text.contains("is live"),
+        "{}",
+        r.text
+    );
+}
