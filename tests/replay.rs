@@ -1839,20 +1839,27 @@ fn conn(set: u8, i: u16, flags: u8) -> Vec<u8> {
 /// The node's region "r1" (10.0.1.11-12) and a second region "r2"
 /// (10.0.2.11-12) of one service.
 fn two_region_config() -> String {
+    two_region_config_with(&[])
+}
+
+/// [`two_region_config`], the service's settings `set` (raw TOML values).
+fn two_region_config_with(set: &[(&str, &str)]) -> String {
+    let svc = set
+        .iter()
+        .fold(service("web", "ipip"), |s, (k, v)| s.set(k, v));
     Config::new()
         .node(node("replay", "r1", "z1"))
         .port(uplink(&["10.0.0.2/24"]))
         .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
         .service(
-            service("web", "ipip")
-                .child(
-                    group("near", "r1", "z1")
-                        .set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
-                )
-                .child(
-                    group("far", "r2", "z2")
-                        .set("endpoints", endpoint_list(&["10.0.2.11", "10.0.2.12"])),
-                ),
+            svc.child(
+                group("near", "r1", "z1")
+                    .set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+            )
+            .child(
+                group("far", "r2", "z2")
+                    .set("endpoints", endpoint_list(&["10.0.2.11", "10.0.2.12"])),
+            ),
         )
         .build()
 }
@@ -1980,4 +1987,52 @@ fn replay_reloads_mid_capture_and_keeps_flows() {
         "{}",
         r.text
     );
+}
+
+/// Spillover under RATE balancing (M24, M25) from the rate the replayed
+/// traffic itself makes: 200 packets a second on r1's two endpoints
+/// (capacity 20 pps each) spill part of the new connections to r2, while
+/// the established ones stay; without that load nothing spills.
+#[test]
+fn replay_spills_over_from_the_rate_of_the_replayed_traffic() {
+    let cfg = two_region_config_with(&[
+        ("balancing_mode", "\"RATE\""),
+        ("max_rate_per_endpoint", "20"),
+    ]);
+    for (loaded, name) in [(true, "rate-high"), (false, "rate-low")] {
+        let mut frames: Vec<(u64, Vec<u8>)> = (0..50).map(|i| (0, conn(1, i, SYN))).collect();
+        if loaded {
+            for sec in 1..=6 {
+                for _ in 0..4 {
+                    frames.extend((0..50).map(|i| (sec, conn(1, i, ACK))));
+                }
+            }
+        }
+        let first_new = frames.len();
+        frames.extend((0..200).map(|i| (7, conn(2, i, SYN))));
+        let r = run_timed(name, &cfg, &[], &frames, &[]);
+        let got = backends_of(&r.out);
+        assert_eq!(got.len(), frames.len(), "{}", r.text);
+        let established: BTreeSet<&String> = got[..50].iter().collect();
+        assert!(
+            established.iter().all(|b| b.starts_with("10.0.1.")),
+            "{established:?}"
+        );
+        for (k, b) in got[50..first_new].iter().enumerate() {
+            assert_eq!(b, &got[k % 50], "established connections stay");
+        }
+        let spilled = got[first_new..]
+            .iter()
+            .filter(|b| b.starts_with("10.0.2."))
+            .count();
+        if loaded {
+            assert!(
+                spilled > 20 && spilled < 200,
+                "{spilled} of 200 new connections spilled\n{}",
+                r.text
+            );
+        } else {
+            assert_eq!(spilled, 0, "{}", r.text);
+        }
+    }
 }
