@@ -75,13 +75,13 @@ pub struct Args {
 #[derive(clap::Args, Debug)]
 #[command(
     after_long_help = "Timed changes: `--at 2s --down 10.0.1.12 --at 5s --up 10.0.1.12 --at 3s --reload new.toml`. \
-Each `--at TIME` (capture time since the first packet: 500ms, 2s, 1m30s) applies to the `--down`, `--up` and \
-`--reload` options after it, up to the next `--at`. Health changes take effect at the next management tick \
+Each `--at TIME` (capture time since the first packet: 500ms, 2s, 1m30s) applies to the `--down`, `--up`, \
+`--remote` and `--reload` options after it, up to the next `--at`. Health changes take effect at the next management tick \
 (every 50 ms of capture time), as a prober's verdict would; a reload goes through the same validation as \
 `spillway reload` (a rejected one leaves the running configuration, and the summary says why).\n\n\
 Not modelled: real probe timing (intervals, thresholds, timeouts: a scripted verdict is the checker's \
-verdict at once), neighbour resolution (the configured MACs are used), remote rules' polling (every \
-remote rule is HEALTHY), and the delay before workers publish their counters (the core reads the \
+verdict at once), neighbour resolution (the configured MACs are used), remote rules' polling (a remote \
+rule's state is what `--remote` says, HEALTHY unless told), and the delay before workers publish their counters (the core reads the \
 pipeline's counters as they are at each tick)."
 )]
 struct Opts {
@@ -110,8 +110,14 @@ struct Opts {
     /// `spillway reload` would (repeatable).
     #[arg(long, value_name = "FILE")]
     reload: Vec<PathBuf>,
-    /// Capture time (since the first packet) of the `--down`, `--up` and
-    /// `--reload` options that follow it.
+    /// A remote rule's exported state as its peer answers it (`RULE` is
+    /// the rule's name on the peer; HEALTHY, UNHEALTHY or UNKNOWN):
+    /// for the whole capture, or after an `--at TIME` from TIME on
+    /// (repeatable). Unscripted remote rules are HEALTHY.
+    #[arg(long, value_name = "RULE=STATE", value_parser = parse_remote)]
+    remote: Vec<(String, State)>,
+    /// Capture time (since the first packet) of the `--down`, `--up`,
+    /// `--remote` and `--reload` options that follow it.
     #[arg(long, value_name = "TIME")]
     at: Vec<config::values::Duration>,
     /// Seed of the flow-cookie generator.
@@ -131,6 +137,24 @@ enum Change {
     Down(IpAddr),
     Up(IpAddr),
     Reload(PathBuf),
+    Remote(String, State),
+}
+
+/// `--remote RULE=STATE`.
+fn parse_remote(s: &str) -> Result<(String, State), String> {
+    let Some((rule, state)) = s.split_once('=') else {
+        return Err(format!("{s:?}: write RULE=STATE"));
+    };
+    let state = match state.to_ascii_uppercase().as_str() {
+        "HEALTHY" => State::Healthy,
+        "UNHEALTHY" => State::Unhealthy,
+        "UNKNOWN" => State::Unknown,
+        _ => return Err(format!("{state:?}: HEALTHY, UNHEALTHY or UNKNOWN")),
+    };
+    if rule.is_empty() {
+        return Err(format!("{s:?}: no rule name"));
+    }
+    Ok((rule.to_owned(), state))
 }
 
 impl clap::FromArgMatches for Args {
@@ -141,7 +165,7 @@ impl clap::FromArgMatches for Args {
         };
         // Every option in command-line order.
         let mut order: Vec<(usize, &str, usize)> = Vec::new();
-        for id in ["at", "down", "up", "reload"] {
+        for id in ["at", "down", "up", "reload", "remote"] {
             order.extend(index(id).into_iter().enumerate().map(|(i, at)| (at, id, i)));
         }
         order.sort_unstable();
@@ -169,6 +193,13 @@ impl clap::FromArgMatches for Args {
                 }
                 ("up", Some(t)) => match opts.up.get(i) {
                     Some(a) => (t, Change::Up(*a)),
+                    None => continue,
+                },
+                ("remote", t) => match opts.remote.get(i) {
+                    Some((rule, state)) => (
+                        t.unwrap_or(Duration::ZERO),
+                        Change::Remote(rule.clone(), *state),
+                    ),
                     None => continue,
                 },
                 ("reload", Some(t)) => match opts.reload.get(i) {
@@ -298,9 +329,14 @@ impl Mgmt {
         let mut set: Vec<(IpAddr, bool)> = Vec::new();
         let mut done = 0;
         for (e, _) in &events {
-            let (a, down) = match e.what {
-                Change::Down(a) if e.at.is_zero() => (a, true),
-                Change::Up(a) if e.at.is_zero() => (a, false),
+            let (a, down) = match &e.what {
+                Change::Down(a) if e.at.is_zero() => (*a, true),
+                Change::Up(a) if e.at.is_zero() => (*a, false),
+                Change::Remote(rule, state) if e.at.is_zero() => {
+                    probes.set_remote(rule, *state);
+                    done += 1;
+                    continue;
+                }
                 _ => break,
             };
             set.retain(|(x, _)| *x != a);
@@ -417,6 +453,13 @@ impl Mgmt {
             self.done += 1;
             let (what, loaded) = (e.what.clone(), loaded.take());
             match what {
+                Change::Remote(rule, state) => {
+                    self.health_changes.push(format!(
+                        "{:.3} s: remote rule {rule} {state}",
+                        now.as_secs_f64()
+                    ));
+                    self.probes.set_remote(&rule, state);
+                }
                 Change::Down(a) | Change::Up(a) => {
                     let down = matches!(what, Change::Down(_));
                     self.set.retain(|(x, _)| *x != a);
@@ -521,7 +564,7 @@ pub fn run(args: &Args) -> Result<()> {
     let timed = args.events.iter().filter_map(|e| match e.what {
         Change::Down(a) => Some(("--down", a)),
         Change::Up(a) => Some(("--up", a)),
-        Change::Reload(_) => None,
+        Change::Reload(_) | Change::Remote(..) => None,
     });
     for (opt, a) in args
         .windows

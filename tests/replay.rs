@@ -2036,3 +2036,58 @@ fn replay_spills_over_from_the_rate_of_the_replayed_traffic() {
         }
     }
 }
+
+/// A service of `remote_rule` groups (M21): the node's region's peer
+/// (rule "web" at VIP 203.0.113.10) takes new connections while its rule
+/// is HEALTHY; from when `--remote web=UNHEALTHY` says it fails, the next
+/// region's peer (203.0.113.20) does; connections stay where they were.
+#[test]
+fn replay_follows_scripted_remote_rule_verdicts() {
+    let remote = |url: &str, rule: &str, vip: &str| {
+        format!("{{ status_url = \"{url}\", rule = \"{rule}\", vip = \"{vip}\" }}")
+    };
+    let cfg = Config::new()
+        .node(node("replay", "r1", "z1"))
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(
+            service("web", "ipip")
+                .child(group("near", "r1", "z1").str("kind", "remote_rule").set(
+                    "remote",
+                    remote("http://192.0.2.50:9469/status", "web", "203.0.113.10"),
+                ))
+                .child(group("far", "r2", "z2").str("kind", "remote_rule").set(
+                    "remote",
+                    remote("http://192.0.2.60:9469/status", "web-eu", "203.0.113.20"),
+                )),
+        )
+        .build();
+    let mut frames = Vec::new();
+    frames.extend((0..40).map(|i| (0, conn(1, i, SYN))));
+    frames.extend((0..40).map(|i| (3, conn(1, i, ACK))));
+    frames.extend((0..40).map(|i| (3, conn(2, i, SYN))));
+    let r = run_timed(
+        "remote",
+        &cfg,
+        &[],
+        &frames,
+        &["--at", "2s", "--remote", "web=UNHEALTHY"],
+    );
+    let got = backends_of(&r.out);
+    assert_eq!(got.len(), frames.len(), "{}", r.text);
+    let all = |v: &[String], vip: &str| v.iter().all(|b| b == vip);
+    assert!(
+        all(&got[..40], "203.0.113.10"),
+        "{:?}\n{}",
+        &got[..40],
+        r.text
+    );
+    assert_eq!(got[40..80], got[..40], "connections stay with their peer");
+    assert!(
+        all(&got[80..], "203.0.113.20"),
+        "{:?}\n{}",
+        &got[80..],
+        r.text
+    );
+    assert!(r.text.contains("remote rule web UNHEALTHY"), "{}", r.text);
+}
