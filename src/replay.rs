@@ -49,7 +49,7 @@ const MAX_PACKET: usize = 65535 + 14 + 4;
 const OUTPUT_SNAPLEN: u32 = 262_144;
 const _: () = assert!(HEADROOM + MAX_PACKET <= OUTPUT_SNAPLEN as usize);
 /// Capture time between management ticks: the daemon's period.
-pub const PERIOD: Duration = Duration::from_millis(50);
+pub const PERIOD: Duration = control::TICK_PERIOD;
 /// A stretch of the capture without packets longer than this is not ticked
 /// through whole: after [`SETTLE`] of ticks (plans see the rates fall) the
 /// clock jumps to [`SETTLE`] before the next packet. A capture with a gap of

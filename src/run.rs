@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
@@ -156,7 +155,7 @@ pub fn run(args: &Args) -> Result<()> {
             "spillway running: {workers} workers; control socket {}",
             socket_path.display()
         );
-        mgr.run(Duration::from_millis(50), &reload, &stop);
+        mgr.run(control::TICK_PERIOD, &reload, &stop);
         Ok(())
     })?;
     shared.stop.store(true, Ordering::Release);

@@ -44,6 +44,10 @@ pub use crate::core::{
     destructive_change,
 };
 pub use crate::daemon::Manager;
+
+/// How often the management core ticks: the daemon's loop period, and the
+/// capture-time period at which `spillway replay` ticks its core.
+pub const TICK_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
 pub use crate::scripted::ScriptedProbes;
 
 pub use dataplane::worker::Shared;
