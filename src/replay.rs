@@ -401,14 +401,7 @@ impl Mgmt {
                         level.as_str().to_lowercase()
                     )),
                     Output::BuildTables { build, tables } => {
-                        let built = tables
-                            .into_iter()
-                            .map(|k| {
-                                k.build()
-                                    .map(|t| (k, Arc::new(t)))
-                                    .map_err(|e| e.to_string())
-                            })
-                            .collect();
+                        let built = control::build_tables(tables);
                         let now = self.core.now();
                         self.core.tables_built(now, build, built, &mut self.probes);
                     }

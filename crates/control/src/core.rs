@@ -34,6 +34,18 @@ pub const INLINE_TABLE_SLOTS: u64 = 1 << 21;
 /// Maglev tables built off the loop, with what each was built from.
 pub type BuiltTables = Vec<(TableKey, Arc<MaglevTable>)>;
 
+/// Builds the Maglev tables an [`Output::BuildTables`] asks for (the shell
+/// does it on a thread, `replay` and the simulation at once); the result is
+/// what [`Core::tables_built`] takes.
+pub fn build_tables(keys: Vec<TableKey>) -> Result<BuiltTables, String> {
+    keys.into_iter()
+        .map(|k| match k.build() {
+            Ok(t) => Ok((k, Arc::new(t))),
+            Err(e) => Err(format!("a Maglev table of {} slots: {e}", k.size)),
+        })
+        .collect()
+}
+
 /// What the core asks its shell to do.
 #[derive(Debug)]
 pub enum Output {

@@ -246,16 +246,7 @@ impl Manager {
                     let spawned = std::thread::Builder::new()
                         .name("spillway-maglev".into())
                         .spawn(move || {
-                            let built: Result<Vec<_>, String> = tables
-                                .into_iter()
-                                .map(|k| match k.build() {
-                                    Ok(t) => Ok((k, Arc::new(t))),
-                                    Err(e) => {
-                                        Err(format!("a Maglev table of {} slots: {e}", k.size))
-                                    }
-                                })
-                                .collect();
-                            let _ = tx.send(built);
+                            let _ = tx.send(crate::core::build_tables(tables));
                         });
                     match spawned {
                         Ok(_) => self.build = Some((build, done)),

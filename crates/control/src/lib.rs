@@ -41,7 +41,7 @@ pub mod socket;
 
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
-    destructive_change,
+    build_tables, destructive_change,
 };
 pub use crate::daemon::Manager;
 

@@ -244,14 +244,7 @@ impl World {
     }
 
     fn build(&mut self, build: u64, tables: Vec<TableKey>) {
-        let built = tables
-            .into_iter()
-            .map(|k| {
-                k.build()
-                    .map(|t| (k, Arc::new(t)))
-                    .map_err(|e| e.to_string())
-            })
-            .collect();
+        let built = control::build_tables(tables);
         self.core
             .tables_built(self.now, build, built, &mut self.probes);
     }
