@@ -386,28 +386,26 @@ impl Mgmt {
     /// Carries out what the core asked for: snapshots to publish, Maglev
     /// tables to build (built here, at once), log lines.
     fn pump(&mut self) {
-        loop {
-            let outs = self.core.outputs();
-            if outs.is_empty() {
-                return;
+        let Self {
+            core,
+            snap,
+            logs,
+            probes,
+            ..
+        } = self;
+        core.drain(|core, out| match out {
+            Output::Publish(s) => *snap = s,
+            Output::Watch(_) => {}
+            Output::Log { level, text, .. } => logs.push(format!(
+                "{:.3} s: {}: {text}",
+                core.now().as_secs_f64(),
+                level.as_str().to_lowercase()
+            )),
+            Output::BuildTables { build, tables } => {
+                let built = control::build_tables(tables);
+                core.tables_built(core.now(), build, built, probes);
             }
-            for out in outs {
-                match out {
-                    Output::Publish(s) => self.snap = s,
-                    Output::Watch(_) => {}
-                    Output::Log { level, text, .. } => self.logs.push(format!(
-                        "{:.3} s: {}: {text}",
-                        self.core.now().as_secs_f64(),
-                        level.as_str().to_lowercase()
-                    )),
-                    Output::BuildTables { build, tables } => {
-                        let built = control::build_tables(tables);
-                        let now = self.core.now();
-                        self.core.tables_built(now, build, built, &mut self.probes);
-                    }
-                }
-            }
-        }
+        });
     }
 
     /// Ticks through capture time up to `until` (every tick due by then),

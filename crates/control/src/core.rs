@@ -313,6 +313,23 @@ impl Core {
         std::mem::take(&mut self.out)
     }
 
+    /// Hands every output to `carry_out`, in order, until none is left:
+    /// carrying one out may give the core an input (tables built at once, a
+    /// build that could not start) that asks for more. What every driver of
+    /// the core (the daemon's shell, `replay`, the simulation) runs after an
+    /// input.
+    pub fn drain(&mut self, mut carry_out: impl FnMut(&mut Core, Output)) {
+        loop {
+            let outs = self.outputs();
+            if outs.is_empty() {
+                return;
+            }
+            for out in outs {
+                carry_out(self, out);
+            }
+        }
+    }
+
     /// Sets the size of table builds made by the core itself (default
     /// [`INLINE_TABLE_SLOTS`]; 0 asks for every missing table with
     /// [`Output::BuildTables`]).

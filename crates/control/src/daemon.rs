@@ -219,50 +219,42 @@ impl Manager {
 
     /// Carries out what the core asked for.
     fn pump(&mut self) {
-        // Feeding a failed build start back may ask for more.
-        loop {
-            let outs = self.core.outputs();
-            if outs.is_empty() {
-                return;
-            }
-            for out in outs {
-                self.carry_out(out);
-            }
-        }
-    }
-
-    fn carry_out(&mut self, out: Output) {
-        {
-            match out {
-                Output::Publish(snap) => self.shared.snapshot.store(snap),
-                Output::Watch(on) => self.watch.enabled = on,
-                Output::Log {
-                    level,
-                    target,
-                    text,
-                } => log::log!(target: target, level, "{text}"),
-                Output::BuildTables { build, tables } => {
-                    let (tx, done) = std::sync::mpsc::channel();
-                    let spawned = std::thread::Builder::new()
-                        .name("spillway-maglev".into())
-                        .spawn(move || {
-                            let _ = tx.send(crate::core::build_tables(tables));
-                        });
-                    match spawned {
-                        Ok(_) => self.build = Some((build, done)),
-                        Err(e) => {
-                            let now = self.clock();
-                            self.core.tables_built(
-                                now,
-                                build,
-                                Err(format!("starting a Maglev build thread: {e}")),
-                                &mut self.probes,
-                            );
-                        }
-                    }
+        let Manager {
+            core,
+            shared,
+            started,
+            watch,
+            probes,
+            build: pending,
+            ..
+        } = self;
+        core.drain(|core, out| match out {
+            Output::Publish(snap) => shared.snapshot.store(snap),
+            Output::Watch(on) => watch.enabled = on,
+            Output::Log {
+                level,
+                target,
+                text,
+            } => log::log!(target: target, level, "{text}"),
+            Output::BuildTables { build, tables } => {
+                let (tx, done) = std::sync::mpsc::channel();
+                let spawned = std::thread::Builder::new()
+                    .name("spillway-maglev".into())
+                    .spawn(move || {
+                        let _ = tx.send(crate::core::build_tables(tables));
+                    });
+                match spawned {
+                    Ok(_) => *pending = Some((build, done)),
+                    // Fed back: the core reverts and may ask for more.
+                    Err(e) => core.tables_built(
+                        started.elapsed(),
+                        build,
+                        Err(format!("starting a Maglev build thread: {e}")),
+                        probes,
+                    ),
                 }
             }
-        }
+        });
     }
 
     /// Re-reads, validates and compiles the configuration file and, if it is

@@ -221,26 +221,32 @@ impl World {
 
     /// Carries out what the core asked for.
     fn pump(&mut self) {
-        loop {
-            let outs = self.core.outputs();
-            if outs.is_empty() {
-                return;
+        let World {
+            core,
+            live,
+            published,
+            watching,
+            logs,
+            builds,
+            held,
+            probes,
+            now,
+            ..
+        } = self;
+        core.drain(|core, out| match out {
+            Output::Publish(s) => {
+                *live = s.clone();
+                published.push(s);
             }
-            for out in outs {
-                match out {
-                    Output::Publish(s) => {
-                        self.live = s.clone();
-                        self.published.push(s);
-                    }
-                    Output::Watch(on) => self.watching = Some(on),
-                    Output::Log { level, text, .. } => self.logs.push((level, text)),
-                    Output::BuildTables { build, tables } => match self.builds {
-                        Builds::Held => self.held.push((build, tables)),
-                        Builds::Inline => self.build(build, tables),
-                    },
+            Output::Watch(on) => *watching = Some(on),
+            Output::Log { level, text, .. } => logs.push((level, text)),
+            Output::BuildTables { build, tables } => match builds {
+                Builds::Held => held.push((build, tables)),
+                Builds::Inline => {
+                    core.tables_built(*now, build, control::build_tables(tables), probes);
                 }
-            }
-        }
+            },
+        });
     }
 
     fn build(&mut self, build: u64, tables: Vec<TableKey>) {
