@@ -65,15 +65,12 @@ impl Lab {
         format!("spw{}{name}", self.tag)
     }
 
-    /// `command` run in the lab's namespace `ns`: its stdout, and a report of
-    /// how it ran for messages.
-    fn exec(&self, ns: &str, command: &[&str]) -> (String, String) {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns(ns)]).args(command);
-        let out = common::output(&mut cmd);
+    /// What `cmd` printed, and a report of how it ran for messages.
+    fn text(cmd: &mut Command) -> (String, String) {
+        let out = common::output(cmd);
         (
             String::from_utf8_lossy(&out.stdout).into_owned(),
-            common::report(&cmd, &out),
+            common::report(cmd, &out),
         )
     }
 
@@ -91,7 +88,8 @@ impl Lab {
     /// TAP: what the data plane handed the kernel through it).
     fn rx_packets(&self, dev: &str) -> u64 {
         let path = format!("/sys/class/net/{dev}/statistics/rx_packets");
-        let (out, ran) = self.exec("lb", &["cat", &path]);
+        let (out, ran) =
+            Lab::text(Command::new("ip").args(["netns", "exec", &self.ns("lb"), "cat", &path]));
         out.trim().parse().unwrap_or_else(|e| panic!("{e}: {ran}"))
     }
 
@@ -162,7 +160,15 @@ fn lab_host_traffic_to_backends_takes_the_backend_ports_exception_tap() {
 
     // The router routes nothing between the subnets: the backends are
     // directly connected to the host's backend-port TAP only.
-    let (route, ran) = lab.exec("lb", &["ip", "route", "get", "198.18.2.11"]);
+    let (route, ran) = Lab::text(Command::new("ip").args([
+        "netns",
+        "exec",
+        &lab.ns("lb"),
+        "ip",
+        "route",
+        "get",
+        "198.18.2.11",
+    ]));
     assert!(route.contains(&format!("dev {tap}")), "{ran}");
 
     // M16 through M47: every backend's HTTP probe (from 198.18.2.2 on the
@@ -195,10 +201,19 @@ fn lab_host_traffic_to_backends_takes_the_backend_ports_exception_tap() {
 
     // The host's kernel pings a backend through its backend-port TAP.
     let tap_before = lab.rx_packets(&tap);
-    let (ping, ran) = lab.exec(
-        "lb",
-        &["ping", "-c", "5", "-i", "0.2", "-W", "2", "198.18.2.12"],
-    );
+    let (ping, ran) = Lab::text(Command::new("ip").args([
+        "netns",
+        "exec",
+        &lab.ns("lb"),
+        "ping",
+        "-c",
+        "5",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "198.18.2.12",
+    ]));
     assert!(ping.contains("5 packets transmitted, 5 received"), "{ran}");
     let handed = lab.rx_packets(&tap) - tap_before;
     assert!(
