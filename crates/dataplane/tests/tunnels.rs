@@ -461,3 +461,19 @@ fn a_burst_decides_tunnels_as_one_packet_at_a_time() {
     }
     assert_eq!(one.worker.counters, lab.worker.counters);
 }
+
+#[test]
+fn a_vlan_tagged_tunnel_is_decapsulated_and_forwarded_too() {
+    let inner = syn(CLIENT4, VIP4, 9000).frame();
+    let plain = tunnelled(&inner, PEER4, OWN4, &Tunnel::Gre { key: None });
+    let mut tagged = plain[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    tagged.extend_from_slice(&plain[12..]);
+    let mut direct = Lab::new(ALLOW);
+    let want = backend_of(&direct.run(&inner).1, &inner);
+    let mut lab = Lab::new(ALLOW);
+    let (v, out) = lab.run(&tagged);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(backend_of(&out, &inner), want);
+    assert_eq!(lab.worker.counters.decap_gre, 1);
+}
