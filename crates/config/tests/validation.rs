@@ -552,7 +552,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 8] = [
+    let cases: [(&str, String); 7] = [
         (
             "node.shutdown_drain",
             node_then_svc(
@@ -567,12 +567,6 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
             "ports[0].gateway",
             with(
                 "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"192.0.2.2/24\"]\ngateway = \"192.0.2.1\"\n",
-            ),
-        ),
-        (
-            "ports[0].mtu",
-            with(
-                "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\nmtu = 9000\n",
             ),
         ),
         (
