@@ -52,7 +52,10 @@ pub const fn data_room(mtu: u16) -> u16 {
     } else if room > u16::MAX as u32 {
         u16::MAX
     } else {
-        #[allow(clippy::cast_possible_truncation, reason = "tested against u16::MAX above")]
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "tested against u16::MAX above"
+        )]
         let room = room as u16;
         room
     }

@@ -146,7 +146,7 @@ mod tests {
     use super::*;
 
     /// What `render` wrote for [`sample`] before the counter families were
-    /// derived from the counter tables.
+    /// derived from the counter tables (with M48's counters since).
     const GOLDEN: &str = r#"# HELP spillway_rx_packets_total Packets received on data ports.
 # TYPE spillway_rx_packets_total counter
 spillway_rx_packets_total 1
@@ -165,6 +165,12 @@ spillway_from_host_packets_total 16
 # HELP spillway_tx_dropped_packets_total Packets a port did not take.
 # TYPE spillway_tx_dropped_packets_total counter
 spillway_tx_dropped_packets_total 14
+# HELP spillway_icmp_too_big_total ICMP fragmentation-needed / packet-too-big errors sent for packets too big once encapsulated.
+# TYPE spillway_icmp_too_big_total counter
+spillway_icmp_too_big_total 0
+# HELP spillway_mtu_exceeded_forwarded_total IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.
+# TYPE spillway_mtu_exceeded_forwarded_total counter
+spillway_mtu_exceeded_forwarded_total 0
 # HELP spillway_flows_new_total Flow entries created.
 # TYPE spillway_flows_new_total counter
 spillway_flows_new_total 9
@@ -186,18 +192,20 @@ spillway_dropped_packets_total{reason="encap_failed"} 23
 spillway_dropped_packets_total{reason="no_tunnel_source"} 24
 spillway_dropped_packets_total{reason="fragment_no_rule"} 25
 spillway_dropped_packets_total{reason="bad_address"} 26
+spillway_dropped_packets_total{reason="too_big"} 27
+spillway_dropped_packets_total{reason="too_big_rate_limited"} 28
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 27
+spillway_rule_packets_total{rule="web-ag0"} 29
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 28
+spillway_rule_bytes_total{rule="web-ag0"} 30
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 29
+spillway_rule_new_flows_total{rule="web-ag0"} 31
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 30
+spillway_rule_dropped_packets_total{rule="web-ag0"} 32
 "#;
 
     #[test]

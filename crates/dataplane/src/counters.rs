@@ -175,6 +175,13 @@ drop_reasons! {
     /// An IPv6 packet with an IPv4-mapped source or destination address
     /// (`::ffff:a.b.c.d`), which never appears on the wire.
     BadAddress => "bad_address",
+    /// Too big for the egress port's MTU once encapsulated (M48), and not
+    /// answerable with an ICMP error: itself an ICMP error, an IPv4 fragment
+    /// other than the first, from or to a non-unicast address.
+    TooBig => "too_big",
+    /// Too big for the egress port's MTU once encapsulated (M48), over the
+    /// worker's ICMP too-big budget (`icmp_too_big_rate`).
+    TooBigRateLimited => "too_big_rate_limited",
 }
 
 counters! {
@@ -238,6 +245,18 @@ counters! {
             /// Packets the device did not take at TX (freed).
             tx_dropped: stats "; tx dropped {}",
                 metric "tx_dropped_packets_total" "Packets a port did not take.";
+            /// Packets too big for the egress MTU once encapsulated, answered
+            /// with ICMP "fragmentation needed" / "packet too big" (M48). Their
+            /// child rule counts a drop.
+            icmp_too_big: stats "; icmp too big {}", replay ", ICMP too big {}",
+                metric "icmp_too_big_total" "ICMP fragmentation-needed / packet-too-big errors sent for packets too big once encapsulated.";
+            /// IPv4 packets without DF too big for the egress MTU once
+            /// encapsulated, forwarded anyway (also counted as forwarded): the
+            /// next hop fragments or drops them (M48).
+            /// Not in the replay summary's line, whose parts add up to the
+            /// packets received.
+            mtu_exceeded_forwarded: stats "; mtu exceeded forwarded {}",
+                metric "mtu_exceeded_forwarded_total" "IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.";
         ];
         /// The flow table's work: the `flows:` line of `stats` and of the
         /// replay summary.
@@ -398,6 +417,8 @@ mod tests {
             flows_rescheduled: 14,
             stateless: 15,
             over_budget: 16,
+            icmp_too_big: 17,
+            mtu_exceeded_forwarded: 18,
             drops: std::array::from_fn(|i| 100 + i as u64),
             children: vec![
                 ChildCounters {
@@ -423,7 +444,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; icmp too big {}; mtu exceeded forwarded {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -433,7 +454,9 @@ mod tests {
             c.to_host,
             c.host_dropped,
             c.from_host,
-            c.tx_dropped
+            c.tx_dropped,
+            c.icmp_too_big,
+            c.mtu_exceeded_forwarded
         );
         want += &format!(
             "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
@@ -463,8 +486,13 @@ mod tests {
         assert_eq!(
             line(&c, WorkerCounters::TRAFFIC, Text::Replay),
             format!(
-                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}",
-                c.forwarded, c.arp_replies, c.nd_replies, c.no_backend_resets, c.to_host,
+                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, ICMP too big {}",
+                c.forwarded,
+                c.arp_replies,
+                c.nd_replies,
+                c.no_backend_resets,
+                c.to_host,
+                c.icmp_too_big,
             )
         );
         assert_eq!(
@@ -497,6 +525,8 @@ mod tests {
                 ("to_host_packets_total", c.to_host),
                 ("from_host_packets_total", c.from_host),
                 ("tx_dropped_packets_total", c.tx_dropped),
+                ("icmp_too_big_total", c.icmp_too_big),
+                ("mtu_exceeded_forwarded_total", c.mtu_exceeded_forwarded),
                 ("flows_new_total", c.new_flows),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
@@ -551,6 +581,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 10);
+        assert_eq!(DropReason::ALL.len(), 12);
     }
 }
