@@ -102,6 +102,20 @@ pub enum PortError {
         /// The error DPDK returned.
         errno: Errno,
     },
+    /// the MTU is outside what the device takes
+    #[error("{port} ({driver}): MTU {mtu} is out of the device's range {min}-{max}")]
+    MtuRange {
+        /// The port.
+        port: PortId,
+        /// Driver name.
+        driver: String,
+        /// The MTU asked for.
+        mtu: u16,
+        /// The device's smallest MTU.
+        min: u16,
+        /// The device's largest MTU.
+        max: u16,
+    },
     /// setting the MAC address failed
     #[error("{port}: cannot set the MAC address: {errno}")]
     Mac {
@@ -154,7 +168,10 @@ pub struct PortConfig {
     pub rss: bool,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
-    /// MTU to set, if not the device default.
+    /// MTU to set, if not the device default: checked against the device's
+    /// range, given to `rte_eth_dev_configure` and set with
+    /// `rte_eth_dev_set_mtu` (a driver without that, `ENOTSUP`, is logged and
+    /// keeps its own).
     pub mtu: Option<u16>,
 }
 
@@ -286,6 +303,9 @@ pub fn create_vdev(_eal: &Eal, name: &str, args: &str) -> Result<PortId, PortErr
     }
     Port::find(_eal, name)
 }
+
+/// `ENOTSUP` as DPDK returns it (Linux's value).
+const ENOTSUP: i32 = 95;
 
 fn ret_ok(ret: i32, err: impl FnOnce(Errno) -> PortError) -> Result<(), PortError> {
     if ret < 0 {
@@ -419,6 +439,19 @@ impl Port {
         }
 
         let mut conf = dpdk_sys::rte_eth_conf::default();
+        if let Some(mtu) = cfg.mtu {
+            if !(info.min_mtu..=info.max_mtu).contains(&mtu) {
+                return Err(PortError::MtuRange {
+                    port: id,
+                    driver,
+                    mtu,
+                    min: info.min_mtu,
+                    max: info.max_mtu,
+                });
+            }
+            // Drivers that size their RX buffers at start read it here.
+            conf.rxmode.mtu = u32::from(mtu);
+        }
         let wanted_rss =
             dpdk_sys::SPW_ETH_RSS_IP | dpdk_sys::SPW_ETH_RSS_TCP | dpdk_sys::SPW_ETH_RSS_UDP;
         let rss_hf = if cfg.rss {
@@ -492,11 +525,19 @@ impl Port {
         if let Some(mtu) = cfg.mtu {
             // SAFETY: port configured and stopped; plain integer arguments.
             let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
-            ret_ok(ret, |errno| PortError::Mtu {
-                port: id,
-                mtu,
-                errno,
-            })?;
+            if ret == -ENOTSUP {
+                // Nothing to set (ring and null devices): the pipeline still
+                // takes the configured MTU as the egress limit.
+                log::warn!(
+                    "{id} ({driver}) cannot set an MTU; it keeps its own, MTU {mtu} is only the data plane's limit"
+                );
+            } else {
+                ret_ok(ret, |errno| PortError::Mtu {
+                    port: id,
+                    mtu,
+                    errno,
+                })?;
+            }
         }
         if cfg.promiscuous {
             // SAFETY: port configured. Devices without the mode (ENOTSUP) are
@@ -541,6 +582,14 @@ impl Port {
     /// device does not spread flows over queues.
     pub fn rss_hash_functions(&self) -> u64 {
         self.rss_hf
+    }
+
+    /// The device's MTU now (`None` if it cannot tell).
+    pub fn mtu(&self) -> Option<u16> {
+        let mut mtu = 0u16;
+        // SAFETY: valid port; mtu is a valid out-pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_get_mtu(self.id.0, &mut mtu) };
+        (ret == 0).then_some(mtu)
     }
 
     /// Starts the port.
