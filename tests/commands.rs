@@ -147,6 +147,13 @@ const DYNAMIC: &[Dynamic] = &[
         why: "the flood binary this workspace builds (perf/packetset)",
     },
     Dynamic {
+        file: "crates/dataplane/tests/mtu.rs",
+        text: "py",
+        runs: &["python3"],
+        wraps: false,
+        why: "the first of python3 and /usr/bin/python3 that has scapy",
+    },
+    Dynamic {
         file: "perf/packetset/src/bin/flood.rs",
         text: "&args.spillway",
         runs: &[],

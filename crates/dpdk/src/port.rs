@@ -307,6 +307,23 @@ pub fn create_vdev(_eal: &Eal, name: &str, args: &str) -> Result<PortId, PortErr
 /// `ENOTSUP` as DPDK returns it (Linux's value).
 const ENOTSUP: i32 = 95;
 
+/// The driver of `net_af_packet` devices.
+const AF_PACKET: &str = "net_af_packet";
+
+/// The largest MTU a device takes: its `max_mtu`, and no more than its largest
+/// frame less the link-layer overhead (as `rte_eth_dev_configure` checks it).
+fn max_mtu(info: &dpdk_sys::rte_eth_dev_info) -> u16 {
+    let overhead = if info.max_mtu != u16::MAX && info.max_rx_pktlen > u32::from(info.max_mtu) {
+        info.max_rx_pktlen - u32::from(info.max_mtu)
+    } else {
+        // RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN
+        18
+    };
+    let by_frame = info.max_rx_pktlen.saturating_sub(overhead);
+    info.max_mtu
+        .min(u16::try_from(by_frame).unwrap_or(u16::MAX))
+}
+
 fn ret_ok(ret: i32, err: impl FnOnce(Errno) -> PortError) -> Result<(), PortError> {
     if ret < 0 {
         Err(err(Errno::from_ret(ret)))
@@ -439,18 +456,29 @@ impl Port {
         }
 
         let mut conf = dpdk_sys::rte_eth_conf::default();
+        let mut set_mtu = cfg.mtu;
         if let Some(mtu) = cfg.mtu {
-            if !(info.min_mtu..=info.max_mtu).contains(&mtu) {
+            let max = max_mtu(&info);
+            if (info.min_mtu..=max).contains(&mtu) {
+                // Drivers that size their RX buffers at start read it here.
+                conf.rxmode.mtu = u32::from(mtu);
+            } else if driver == AF_PACKET {
+                // It reports a fixed 1518-byte frame limit, but the frames of
+                // its ring (`framesz`) are what limit it: nothing to set.
+                log::warn!(
+                    "{id} ({driver}) takes no MTU above {max} through DPDK; MTU {mtu} is only the data plane's limit (give the device framesz={} or more and its interface MTU {mtu})",
+                    u32::from(mtu) + 52
+                );
+                set_mtu = None;
+            } else {
                 return Err(PortError::MtuRange {
                     port: id,
                     driver,
                     mtu,
                     min: info.min_mtu,
-                    max: info.max_mtu,
+                    max,
                 });
             }
-            // Drivers that size their RX buffers at start read it here.
-            conf.rxmode.mtu = u32::from(mtu);
         }
         let wanted_rss =
             dpdk_sys::SPW_ETH_RSS_IP | dpdk_sys::SPW_ETH_RSS_TCP | dpdk_sys::SPW_ETH_RSS_UDP;
@@ -522,7 +550,7 @@ impl Port {
                 errno,
             })?;
         }
-        if let Some(mtu) = cfg.mtu {
+        if let Some(mtu) = set_mtu {
             // SAFETY: port configured and stopped; plain integer arguments.
             let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
             if ret == -ENOTSUP {
