@@ -366,9 +366,10 @@ impl WorkerCounters {
         self.drops.iter().sum()
     }
 
-    /// Packets turned into replies to their sender (ARP, NDP, TCP resets).
+    /// Packets turned into replies to their sender (ARP, NDP, TCP resets,
+    /// ICMP too big).
     pub fn replies(&self) -> u64 {
-        self.arp_replies + self.nd_replies + self.no_backend_resets
+        self.arp_replies + self.nd_replies + self.no_backend_resets + self.icmp_too_big
     }
 
     /// Rule matches without an eligible backend (M14): dropped or

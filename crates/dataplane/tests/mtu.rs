@@ -303,6 +303,11 @@ fn an_established_flow_takes_the_check_on_its_short_way_too() {
         [Verdict::Forward, Verdict::Reply, Verdict::Forward]
     );
     let c = &lab.worker.counters;
+    assert_eq!(
+        c.forwarded + c.total_drops() + c.to_host + c.replies(),
+        c.rx_packets,
+        "every packet has one outcome"
+    );
     assert_eq!(c.flow_hits, hits + 3, "every packet followed the flow");
     assert_eq!((c.icmp_too_big, c.mtu_exceeded_forwarded), (1, 1));
 }
