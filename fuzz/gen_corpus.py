@@ -63,4 +63,8 @@ for name, b in vectors.items():
     if TCP in p:
         seed("tcp_reset", bytes([0]) + b)
         seed("tcp_reset", bytes([1]) + b)
+    # too_big: mode byte 0 / 1 (IPv4 checksum fixed up), a big-endian MTU, a whole frame.
+    if IP in p or IPv6 in p:
+        seed("too_big", bytes([1, 0x05, 0xc4]) + b)
+        seed("too_big", bytes([0, 0x00, 0x40]) + b)
 print("corpus written")

@@ -246,7 +246,7 @@ up)
     # A failed start leaves nothing behind.
     trap 'lab_down "$dir"' EXIT
     lab_up "$dir" "${3:-$root/target/release}"
-    trap - EXIT
+    trap "" EXIT
     ;;
 down) lab_down "$2" ;;
 *) die "usage: $0 up DIR [BIN] | down DIR" ;;

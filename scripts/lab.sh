@@ -8,6 +8,8 @@
 #
 #   scripts/lab.sh demo [gue|ipip|l2dsr]   build, start, drive traffic, show the spread, clean up
 #   scripts/lab.sh up MODE DIR / down DIR  (used by the tests)
+#   LAB_JUMBO=1: MTU 9000 on the client side too (default: 1500 there, 9000
+#   on the backend side)
 #
 # Opt-in variants (environment): LAB_REGIONS=2 (see lab_health) and
 # LAB_EXCEPTION=per-port: a second exception TAP for the backend port, and a
@@ -46,8 +48,16 @@ lab_up() {
     done
     nsx "$R" sysctl -qw net.ipv4.ip_forward=1
 
+    # LAB_JUMBO=1: the client side (client, router, uplink) takes 9000-byte
+    # frames too, as the backend side always does (M48's lab test).
+    local -a cmtu=()
+    local up_mtu=1500
+    if [ "${LAB_JUMBO:-0}" = 1 ]; then
+        cmtu=(mtu 9000)
+        up_mtu=9000
+    fi
     # client <-> router
-    ip link add "s${T}c" netns "$C" type veth peer name "s${T}rc" netns "$R"
+    ip link add "s${T}c" netns "$C" "${cmtu[@]}" type veth peer name "s${T}rc" netns "$R" "${cmtu[@]}"
     nsx "$C" ip addr add 198.18.0.100/24 dev "s${T}c"
     nsx "$C" ip link set "s${T}c" up
     nsx "$C" ip route add default via 198.18.0.1
@@ -57,7 +67,7 @@ lab_up() {
     nsx "$R" ip link set "s${T}rc" up
 
     # router <-> balancer uplink and backend side
-    ip link add "s${T}up" netns "$L" type veth peer name "s${T}ru" netns "$R"
+    ip link add "s${T}up" netns "$L" "${cmtu[@]}" type veth peer name "s${T}ru" netns "$R" "${cmtu[@]}"
     ip link add "s${T}be" netns "$L" mtu 9000 type veth peer name "s${T}rb" netns "$R" mtu 9000
     for i in up be; do nsx "$L" ip link set "s${T}$i" up; done
     nsx "$R" ip addr add 198.18.1.1/24 dev "s${T}ru"
@@ -152,7 +162,7 @@ mbufs = 8191
 queue_descriptors = 512
 flow_table_capacity = 65536
 eal_args = ["$(eal_memory_args | sed 's/ /", "/g')", "--no-pci", "--no-telemetry", "--log-level=lib.eal:warning",
-  "--vdev=net_af_packet0,iface=s${T}up", "--vdev=net_af_packet1,iface=s${T}be",
+  "--vdev=net_af_packet0,iface=s${T}up$(af_packet_frames "$up_mtu")", "--vdev=net_af_packet1,iface=s${T}be$(af_packet_frames 9000)",
   "--vdev=net_tap0,iface=s${T}k"$(per_port && echo ", \"--vdev=net_tap1,iface=s${T}kb\"")]
 
 [[ports]]
@@ -160,6 +170,7 @@ name = "uplink"
 device = "net_af_packet0"
 role = "uplink"
 addresses = ["198.18.1.2/24"]
+mtu = $up_mtu
 
 [[ports]]
 name = "backends"
@@ -225,6 +236,15 @@ TOML
 }
 
 per_port() { [ "${LAB_EXCEPTION:-}" = per-port ]; }
+# net_af_packet's ring frames for a port MTU (its default 2048-byte frames
+# take up to 1996): a frame must hold the MTU behind TPACKET2_HDRLEN (52) and
+# its data fit an mbuf's room behind the headroom (Spillway sizes the pool
+# for the largest MTU: 9216 bytes for 9000), blocks whole pages holding whole
+# frames (4 here, 512 frames in all).
+af_packet_frames() {
+    [ "$1" -gt 1500 ] || return 0
+    echo ",framesz=9216,blocksz=36864"
+}
 
 # With LAB_REGIONS=2 the service is health-checked over HTTP (probes leave
 # through the exception TAP) and backend3 forms region "far", which takes new

@@ -45,7 +45,20 @@ pub fn run(args: &Args) -> Result<()> {
         eal_args.splice(0..0, ["-l".to_string(), dp.management_core.to_string()]);
     }
     let eal = Eal::init(eal_args).context("cannot start DPDK")?;
-    let pool = Mempool::new(eal, &MempoolConfig::new("spillway_rx", dp.mbufs))
+    // Every buffer holds a whole frame of the largest port MTU (M48).
+    let pool_cfg = MempoolConfig {
+        data_room: config::memory::data_room(
+            compiled
+                .settings
+                .ports
+                .iter()
+                .map(|p| p.mtu)
+                .max()
+                .unwrap_or(1500),
+        ),
+        ..MempoolConfig::new("spillway_rx", dp.mbufs)
+    };
+    let pool = Mempool::new(eal, &pool_cfg)
         .context("cannot create the packet pool (too few hugepages? try --no-huge in eal_args)")?;
     let start_in_use = pool.in_use();
 
@@ -60,21 +73,27 @@ pub fn run(args: &Args) -> Result<()> {
     let mut ports = Vec::new();
     for p in &compiled.settings.ports {
         let id = Port::find(eal, &p.device).with_context(|| format!("port {:?}", p.name))?;
-        let mut port = Port::configure(eal, id, &port_cfg, &pool)
-            .with_context(|| format!("port {:?}", p.name))?;
+        let cfg = PortConfig {
+            mtu: Some(p.mtu),
+            ..port_cfg.clone()
+        };
+        let mut port =
+            Port::configure(eal, id, &cfg, &pool).with_context(|| format!("port {:?}", p.name))?;
         if let Some(mac) = p.mac {
             port.set_mac(mac.0)
                 .with_context(|| format!("port {:?}: mac {mac}", p.name))?;
         }
         port.start().with_context(|| format!("port {:?}", p.name))?;
         log::info!(
-            "port {} ({}, {}): {:?}, {} queue pairs, RSS {:#x}",
+            "port {} ({}, {}): {:?}, {} queue pairs, RSS {:#x}, MTU {}",
             p.name,
             port.name(),
             port.driver(),
             p.role,
             workers,
-            port.rss_hash_functions()
+            port.rss_hash_functions(),
+            port.mtu()
+                .map_or_else(|| "unknown".to_owned(), |m| m.to_string())
         );
         ports.push((p.role, port));
     }

@@ -69,6 +69,13 @@ const DYNAMIC: &[Dynamic] = &[
         why: "nsx NS CMD… runs `ip netns exec NS CMD…`; its callers are scanned (nsx is a wrapper)",
     },
     Dynamic {
+        file: "scripts/lab-tunnels.sh",
+        text: "\"$@\"",
+        runs: &[],
+        wraps: false,
+        why: "nsx NS CMD… runs `ip netns exec NS CMD…`; its callers are scanned (nsx is a wrapper)",
+    },
+    Dynamic {
         file: "perf/pktgen/check.sh",
         text: "\"$luac\"",
         runs: &["luac5.4"],
@@ -145,6 +152,13 @@ const DYNAMIC: &[Dynamic] = &[
         runs: &[],
         wraps: false,
         why: "the flood binary this workspace builds (perf/packetset)",
+    },
+    Dynamic {
+        file: "crates/dataplane/tests/mtu.rs",
+        text: "py",
+        runs: &["python3"],
+        wraps: false,
+        why: "the first of python3 and /usr/bin/python3 that has scapy",
     },
     Dynamic {
         file: "perf/packetset/src/bin/flood.rs",

@@ -1625,7 +1625,16 @@ fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
             // IPv4 still allows.
             let fits = usize::try_from(snaplen).expect("snaplen") - 14;
             let len = ip_len.unwrap_or(fits).min(65535 - overhead);
-            frames.push(tcp_frame_of(v4(vip), i as u8 + 1, len));
+            // Without DF: over the port's MTU once encapsulated, they are
+            // forwarded anyway (and counted), not answered (M48).
+            let mut f = tcp_frame_of(v4(vip), i as u8 + 1, len);
+            f[14 + 6] &= !0x40;
+            let sum = csum(
+                0,
+                &[&f[14..14 + 10], &[0, 0], &f[14 + 12..14 + 20]].concat(),
+            );
+            f[14 + 10..14 + 12].copy_from_slice(&sum.to_be_bytes());
+            frames.push(f);
         }
         let d = dir(&format!("snaplen-{snaplen}"));
         let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
@@ -2494,4 +2503,36 @@ fn tunnelled_ingress_drops_what_it_does_not_take_and_leaves_the_rest_to_the_host
     assert_eq!(r.drops("tunnel_nested"), 1, "{}", r.text);
     assert_eq!(r.drops("tunnel_fragment"), 1, "{}", r.text);
     assert!(r.text.contains("to host 1"), "{}", r.text);
+}
+
+// ---------------------------------------------------------------------------
+// MTU (M48).
+
+/// On a 1500-byte uplink, IPIP adds 20 bytes: a 1480-byte DF packet goes
+/// out encapsulated, a 1481-byte one comes back as ICMP "fragmentation
+/// needed" advertising 1480, from the VIP to the client.
+#[test]
+fn replay_answers_a_df_packet_too_big_once_encapsulated() {
+    let vip = IpAddr::from([10, 0, 0, 10]);
+    let client = IpAddr::from([192, 0, 2, 7]);
+    let fits = tcp_frame(client, vip, 40000, 80, ACK, &[7; 1480 - 40]);
+    let over = tcp_frame(client, vip, 40000, 80, ACK, &[7; 1481 - 40]);
+    let r = run("mtu", &config().build(), &[fits, over.clone()], &[]);
+    assert_eq!(r.out.len(), 2, "{}", r.text);
+    assert_eq!(r.out[0].len(), 14 + 20 + 1480, "encapsulated to the MTU");
+    let icmp = &r.out[1];
+    assert_eq!(&icmp[0..6], &ROUTER_MAC, "back to the sender's MAC");
+    assert_eq!(&icmp[6..12], &LB_MAC);
+    assert_eq!(&icmp[14 + 12..14 + 16], &[10, 0, 0, 10], "from the VIP");
+    assert_eq!(&icmp[14 + 16..14 + 20], &[192, 0, 2, 7], "to the client");
+    assert_eq!(icmp[14 + 9], ICMP);
+    let m = &icmp[14 + 20..];
+    assert_eq!((m[0], m[1]), (3, 4), "fragmentation needed");
+    assert_eq!(u16::from_be_bytes([m[6], m[7]]), 1480, "next-hop MTU");
+    assert_eq!(
+        &m[8..],
+        &over[14..14 + 548],
+        "quotes 548 bytes of the packet"
+    );
+    assert!(r.text.contains("ICMP too big 1"), "{}", r.text);
 }

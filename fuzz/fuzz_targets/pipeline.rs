@@ -104,6 +104,8 @@ fn world() -> &'static World {
                 "fd00::2".parse().expect("v6"),
             ],
             port_macs: Vec::new(),
+            // Small enough that fuzzed packets reach the too-big path (M48).
+            egress_mtu: Some(576),
         };
         let compiled = Arc::new(loaded.compiled);
         let c2 = compiled.clone();

@@ -16,8 +16,9 @@
 //!   snapshot's tables while the old ones are still in use, so tables count
 //!   twice, plus the scratch of the largest single build
 //!   ([`maglev::MaglevTable::build_scratch_bytes`]);
-//! * the **packet pool**: `mbufs` DPDK objects of [`MBUF_BYTES`] each, in
-//!   hugepages (or in ordinary memory with `--no-huge`).
+//! * the **packet pool**: `mbufs` DPDK objects of [`mbuf_bytes`] each (their data
+//!   room follows the largest port MTU, [`pool_data_room`]), in hugepages (or in
+//!   ordinary memory with `--no-huge`).
 //!
 //! Everything else (the compiled configuration, health-check state,
 //! threads' stacks, DPDK's own few megabytes) is small beside these and not
@@ -27,12 +28,61 @@ use std::fmt;
 
 use crate::schema::Config;
 
-/// Bytes of one packet buffer in DPDK's pool: the object header (64, a
-/// cache line), `struct rte_mbuf` (128) and the data room
-/// (`RTE_MBUF_DEFAULT_BUF_SIZE`: 2048 + 128 headroom) — what
-/// `rte_mempool_calc_obj_size` gives for the pool `spillway run` creates
-/// (DPDK 22.11, x86-64; a test of the binary checks it against DPDK).
-pub const MBUF_BYTES: u64 = 64 + 128 + 2176;
+/// Bytes DPDK keeps free in front of a received packet (`RTE_PKTMBUF_HEADROOM`): where
+/// the outer headers of encapsulation go.
+pub const MBUF_HEADROOM: u16 = 128;
+
+/// DPDK's default data room (`RTE_MBUF_DEFAULT_BUF_SIZE`: 2048 + the headroom), which
+/// holds a 1500-byte MTU frame: the smallest the pool gets.
+pub const DEFAULT_DATA_ROOM: u16 = 2048 + MBUF_HEADROOM;
+
+/// Link-layer bytes of the largest frame a port takes beyond its MTU: Ethernet and one
+/// VLAN tag.
+pub const MAX_L2_LEN: u16 = 14 + 4;
+
+/// The data room of every buffer of the pool when the largest port MTU is `mtu` (M48):
+/// the headroom and a whole frame of that MTU, in one segment (the pipeline assumes
+/// contiguous packets), the frame's part rounded up to whole KiB (some NICs take RX
+/// buffer sizes in 1 KiB steps); never below [`DEFAULT_DATA_ROOM`].
+pub const fn data_room(mtu: u16) -> u16 {
+    let frame = (mtu as u32 + MAX_L2_LEN as u32).div_ceil(1024) * 1024;
+    let room = MBUF_HEADROOM as u32 + frame;
+    if room < DEFAULT_DATA_ROOM as u32 {
+        DEFAULT_DATA_ROOM
+    } else if room > u16::MAX as u32 {
+        u16::MAX
+    } else {
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "tested against u16::MAX above"
+        )]
+        let room = room as u16;
+        room
+    }
+}
+
+/// The data room of the pool for `cfg`: [`data_room`] of its largest port MTU.
+pub fn pool_data_room(cfg: &Config) -> u16 {
+    data_room(cfg.ports.iter().map(|p| p.mtu).max().unwrap_or(1500))
+}
+
+/// Bytes of one packet buffer with `data_room` in DPDK's pool: the object header (64, a
+/// cache line), `struct rte_mbuf` (128) and the data room, rounded up to whole cache
+/// lines and then to a count of lines prime to the 4 memory channels DPDK assumes (it
+/// spreads objects over channels) — what `rte_mempool_calc_obj_size` gives for the pool
+/// `spillway run` creates (DPDK 22.11, x86-64; a test of the binary checks it against
+/// DPDK).
+pub const fn mbuf_bytes(data_room: u16) -> u64 {
+    let mut lines = (64 + 128 + data_room as u64).div_ceil(64);
+    while lines % 2 == 0 {
+        lines += 1;
+    }
+    lines * 64
+}
+
+/// Bytes of one default-sized packet buffer (1500-byte MTU): [`mbuf_bytes`] of
+/// [`DEFAULT_DATA_ROOM`].
+pub const MBUF_BYTES: u64 = mbuf_bytes(DEFAULT_DATA_ROOM);
 
 /// Bytes per endpoint of a table beyond what the maglev crate holds: the
 /// snapshot's backend slot of each table entry (`SlotTable::slots`, a `u32`).
@@ -310,7 +360,7 @@ pub fn estimate(cfg: &Config) -> Estimate {
         flow_table,
         flow_table_capacity: d.flow_table_capacity,
         services,
-        packet_pool: u64::from(d.mbufs).saturating_mul(MBUF_BYTES),
+        packet_pool: u64::from(d.mbufs).saturating_mul(mbuf_bytes(pool_data_room(cfg))),
         mbufs: d.mbufs,
         pool_in_hugepages: !d.eal_args.iter().any(|a| a == "--no-huge"),
     }

@@ -120,6 +120,15 @@ pub struct Dataplane {
     /// Flow idle timeouts (M10).
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// ICMP "fragmentation needed" / "packet too big" errors each worker may
+    /// send per second for packets too big for the egress MTU once
+    /// encapsulated (M48); beyond it such packets are dropped and counted.
+    #[serde(default = "d_icmp_too_big_rate")]
+    pub icmp_too_big_rate: u32,
+}
+
+fn d_icmp_too_big_rate() -> u32 {
+    1000
 }
 
 impl Dataplane {
@@ -168,6 +177,7 @@ impl Default for Dataplane {
             flow_table_capacity: d_flow_capacity(),
             new_flow_budget: None,
             timeouts: Timeouts::default(),
+            icmp_too_big_rate: d_icmp_too_big_rate(),
         }
     }
 }

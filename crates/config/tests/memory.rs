@@ -94,6 +94,33 @@ fn tables_count_regions_and_with_zonal_affinity_their_zones() {
     assert_eq!((e.services[1].regions, e.services[1].tables), (2, 2));
 }
 
+/// M48: buffers hold a whole frame of the largest port MTU in one segment.
+#[test]
+fn the_buffers_follow_the_largest_port_mtu() {
+    assert_eq!(memory::data_room(576), memory::DEFAULT_DATA_ROOM);
+    assert_eq!(memory::data_room(1500), 2176);
+    assert_eq!(memory::data_room(2030), 2176);
+    assert_eq!(memory::data_room(2031), 128 + 3072);
+    assert_eq!(memory::data_room(9000), 128 + 9216);
+    assert_eq!(memory::data_room(9216), 128 + 10240);
+    for mtu in [576u16, 1500, 4000, 9000, 9216] {
+        assert!(usize::from(memory::data_room(mtu)) >= 128 + 18 + usize::from(mtu));
+    }
+    assert_eq!(memory::MBUF_BYTES, 2368);
+    assert_eq!(memory::mbuf_bytes(memory::data_room(9000)), 9536);
+    let port = |name: &str, mtu: u16| {
+        format!(
+            "[[ports]]\nname = \"{name}\"\ndevice = \"net_null_{name}\"\nrole = \"backend\"\nmtu = {mtu}\n"
+        )
+    };
+    let e = estimate(&with(&format!(
+        "[dataplane]\nmbufs = 32767\n{}{}",
+        port("a", 1500),
+        port("b", 9000)
+    )));
+    assert_eq!(e.packet_pool, 32_767 * 9536);
+}
+
 #[test]
 fn the_packet_pool_is_in_hugepages_unless_no_huge() {
     let e = estimate(&with("[dataplane]\nmbufs = 32767\n"));

@@ -146,7 +146,7 @@ mod tests {
     use super::*;
 
     /// What `render` wrote for [`sample`] before the counter families were
-    /// derived from the counter tables.
+    /// derived from the counter tables (with M48's counters since).
     const GOLDEN: &str = r#"# HELP spillway_rx_packets_total Packets received on data ports.
 # TYPE spillway_rx_packets_total counter
 spillway_rx_packets_total 1
@@ -177,6 +177,12 @@ spillway_decap_gue_packets_total 0
 # HELP spillway_decap_geneve_packets_total GENEVE packets to the node's own addresses decapsulated (M49).
 # TYPE spillway_decap_geneve_packets_total counter
 spillway_decap_geneve_packets_total 0
+# HELP spillway_icmp_too_big_total ICMP fragmentation-needed / packet-too-big errors sent for packets too big once encapsulated.
+# TYPE spillway_icmp_too_big_total counter
+spillway_icmp_too_big_total 0
+# HELP spillway_mtu_exceeded_forwarded_total IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.
+# TYPE spillway_mtu_exceeded_forwarded_total counter
+spillway_mtu_exceeded_forwarded_total 0
 # HELP spillway_flows_new_total Flow entries created.
 # TYPE spillway_flows_new_total counter
 spillway_flows_new_total 9
@@ -204,18 +210,20 @@ spillway_dropped_packets_total{reason="tunnel_unsupported"} 29
 spillway_dropped_packets_total{reason="tunnel_not_vip"} 30
 spillway_dropped_packets_total{reason="tunnel_nested"} 31
 spillway_dropped_packets_total{reason="tunnel_fragment"} 32
+spillway_dropped_packets_total{reason="too_big"} 33
+spillway_dropped_packets_total{reason="too_big_rate_limited"} 34
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 33
+spillway_rule_packets_total{rule="web-ag0"} 35
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 34
+spillway_rule_bytes_total{rule="web-ag0"} 36
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 35
+spillway_rule_new_flows_total{rule="web-ag0"} 37
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 36
+spillway_rule_dropped_packets_total{rule="web-ag0"} 38
 "#;
 
     #[test]

@@ -195,6 +195,13 @@ drop_reasons! {
     /// A fragment of a tunnel packet to an own address: tunnels are not
     /// reassembled.
     TunnelFragment => "tunnel_fragment",
+    /// Too big for the egress port's MTU once encapsulated (M48), and not
+    /// answerable with an ICMP error: itself an ICMP error, an IPv4 fragment
+    /// other than the first, from or to a non-unicast address.
+    TooBig => "too_big",
+    /// Too big for the egress port's MTU once encapsulated (M48), over the
+    /// worker's ICMP too-big budget (`icmp_too_big_rate`).
+    TooBigRateLimited => "too_big_rate_limited",
 }
 
 counters! {
@@ -271,6 +278,18 @@ counters! {
             /// GENEVE packets to an own address decapsulated.
             decap_geneve: stats " geneve {}",
                 metric "decap_geneve_packets_total" "GENEVE packets to the node's own addresses decapsulated (M49).";
+            /// Packets too big for the egress MTU once encapsulated, answered
+            /// with ICMP "fragmentation needed" / "packet too big" (M48). Their
+            /// child rule counts a drop.
+            icmp_too_big: stats "; icmp too big {}", replay ", ICMP too big {}",
+                metric "icmp_too_big_total" "ICMP fragmentation-needed / packet-too-big errors sent for packets too big once encapsulated.";
+            /// IPv4 packets without DF too big for the egress MTU once
+            /// encapsulated, forwarded anyway (also counted as forwarded): the
+            /// next hop fragments or drops them (M48).
+            /// Not in the replay summary's line, whose parts add up to the
+            /// packets received.
+            mtu_exceeded_forwarded: stats "; mtu exceeded forwarded {}",
+                metric "mtu_exceeded_forwarded_total" "IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.";
         ];
         /// The flow table's work: the `flows:` line of `stats` and of the
         /// replay summary.
@@ -380,9 +399,10 @@ impl WorkerCounters {
         self.drops.iter().sum()
     }
 
-    /// Packets turned into replies to their sender (ARP, NDP, TCP resets).
+    /// Packets turned into replies to their sender (ARP, NDP, TCP resets,
+    /// ICMP too big).
     pub fn replies(&self) -> u64 {
-        self.arp_replies + self.nd_replies + self.no_backend_resets
+        self.arp_replies + self.nd_replies + self.no_backend_resets + self.icmp_too_big
     }
 
     /// Rule matches without an eligible backend (M14): dropped or
@@ -435,6 +455,8 @@ mod tests {
             flows_rescheduled: 14,
             stateless: 15,
             over_budget: 16,
+            icmp_too_big: 41,
+            mtu_exceeded_forwarded: 42,
             drops: std::array::from_fn(|i| 100 + i as u64),
             children: vec![
                 ChildCounters {
@@ -460,7 +482,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; mtu exceeded forwarded {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -474,7 +496,9 @@ mod tests {
             c.decap_ipip,
             c.decap_gre,
             c.decap_gue,
-            c.decap_geneve
+            c.decap_geneve,
+            c.icmp_too_big,
+            c.mtu_exceeded_forwarded
         );
         want += &format!(
             "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
@@ -504,8 +528,13 @@ mod tests {
         assert_eq!(
             line(&c, WorkerCounters::TRAFFIC, Text::Replay),
             format!(
-                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}",
-                c.forwarded, c.arp_replies, c.nd_replies, c.no_backend_resets, c.to_host,
+                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, ICMP too big {}",
+                c.forwarded,
+                c.arp_replies,
+                c.nd_replies,
+                c.no_backend_resets,
+                c.to_host,
+                c.icmp_too_big,
             )
         );
         assert_eq!(
@@ -542,6 +571,8 @@ mod tests {
                 ("decap_gre_packets_total", c.decap_gre),
                 ("decap_gue_packets_total", c.decap_gue),
                 ("decap_geneve_packets_total", c.decap_geneve),
+                ("icmp_too_big_total", c.icmp_too_big),
+                ("mtu_exceeded_forwarded_total", c.mtu_exceeded_forwarded),
                 ("flows_new_total", c.new_flows),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
@@ -596,6 +627,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 16);
+        assert_eq!(DropReason::ALL.len(), 18);
     }
 }

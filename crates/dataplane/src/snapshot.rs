@@ -94,6 +94,11 @@ pub struct Backend {
     /// Outer headers for packets to it, precomputed for its service's
     /// delivery mode (`None` for `l2dsr` and without a tunnel source).
     pub encap: Option<Template>,
+    /// The largest inner IP packet (bytes) that still fits the egress
+    /// port's MTU once encapsulated for it: [`Local::egress_mtu`] minus the
+    /// template's overhead. Larger ones are answered with ICMP too-big or,
+    /// IPv4 without DF, forwarded and counted (M48).
+    pub max_ip_len: u32,
 }
 
 impl Backend {
@@ -201,6 +206,9 @@ pub struct Local {
     /// leaves with the MAC of the port its request came in on. Empty (or
     /// shorter) means `mac` for every port.
     pub port_macs: Vec<MacAddr>,
+    /// MTU of the port packets to backends leave on (M48); `None` (no
+    /// ports, offline replays): no limit.
+    pub egress_mtu: Option<u16>,
 }
 
 /// An immutable view of everything the pipeline decides with.
@@ -222,6 +230,8 @@ pub struct Snapshot {
     pub local: Local,
     /// New flow entries a worker may create per tick (M15).
     pub new_flow_budget: u32,
+    /// ICMP too-big errors a worker may send per tick (M48).
+    pub too_big_budget: u32,
     /// Secret mixed into the cookie of a flow forwarded without an entry,
     /// so that every packet of such a flow carries the same cookie.
     pub cookie_key: u64,
@@ -326,6 +336,7 @@ impl Local {
                 .or_else(|| device_mac(&p.device))
                 .unwrap_or(DEFAULT_MAC);
             local.next_hop_mac = p.gateway_mac.map(|m| m.0).unwrap_or_default();
+            local.egress_mtu = Some(p.mtu);
             for a in &p.addresses {
                 match a.addr {
                     IpAddr::V4(v4) => {
@@ -644,6 +655,7 @@ impl SnapshotBuilder {
                     },
                     assigned: generation,
                     encap: None,
+                    max_ip_len: u32::MAX,
                 };
                 slot_of.push(self.slot_for(&svc.name, &ep.identity, backend, drain_ticks));
             }
@@ -706,11 +718,22 @@ impl SnapshotBuilder {
             be.encap = services
                 .get(be.service as usize)
                 .and_then(|p| crate::delivery::template(&local, be, p.delivery));
+            let overhead = be.encap.as_ref().map_or(0, Template::overhead);
+            be.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
+                u32::from(m).saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX))
+            });
         }
         let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
+        let too_big = compiled.settings.dataplane.icmp_too_big_rate;
         Ok(Snapshot {
             generation: self.generation,
             new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
+            // A rate below the tick rate still sends some: one a tick.
+            too_big_budget: if too_big == 0 {
+                0
+            } else {
+                (too_big / ticks_per_second.max(1)).max(1)
+            },
             cookie_key: self.cookie_key,
             rules: Rules::from_config(&compiled),
             tunnel_ingress: compiled.tunnel_ingress.clone(),

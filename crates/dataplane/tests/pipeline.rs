@@ -71,6 +71,7 @@ fn local() -> Local {
         tunnel_src_v6: None,
         own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
         port_macs: Vec::new(),
+        egress_mtu: None,
     }
 }
 

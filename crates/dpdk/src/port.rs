@@ -102,6 +102,20 @@ pub enum PortError {
         /// The error DPDK returned.
         errno: Errno,
     },
+    /// the MTU is outside what the device takes
+    #[error("{port} ({driver}): MTU {mtu} is out of the device's range {min}-{max}")]
+    MtuRange {
+        /// The port.
+        port: PortId,
+        /// Driver name.
+        driver: String,
+        /// The MTU asked for.
+        mtu: u16,
+        /// The device's smallest MTU.
+        min: u16,
+        /// The device's largest MTU.
+        max: u16,
+    },
     /// setting the MAC address failed
     #[error("{port}: cannot set the MAC address: {errno}")]
     Mac {
@@ -154,7 +168,10 @@ pub struct PortConfig {
     pub rss: bool,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
-    /// MTU to set, if not the device default.
+    /// MTU to set, if not the device default: checked against the device's
+    /// range, given to `rte_eth_dev_configure` and set with
+    /// `rte_eth_dev_set_mtu` (a driver without that, `ENOTSUP`, is logged and
+    /// keeps its own).
     pub mtu: Option<u16>,
 }
 
@@ -285,6 +302,26 @@ pub fn create_vdev(_eal: &Eal, name: &str, args: &str) -> Result<PortId, PortErr
         });
     }
     Port::find(_eal, name)
+}
+
+/// `ENOTSUP` as DPDK returns it (Linux's value).
+const ENOTSUP: i32 = 95;
+
+/// The driver of `net_af_packet` devices.
+const AF_PACKET: &str = "net_af_packet";
+
+/// The largest MTU a device takes: its `max_mtu`, and no more than its largest
+/// frame less the link-layer overhead (as `rte_eth_dev_configure` checks it).
+fn max_mtu(info: &dpdk_sys::rte_eth_dev_info) -> u16 {
+    let overhead = if info.max_mtu != u16::MAX && info.max_rx_pktlen > u32::from(info.max_mtu) {
+        info.max_rx_pktlen - u32::from(info.max_mtu)
+    } else {
+        // RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN
+        18
+    };
+    let by_frame = info.max_rx_pktlen.saturating_sub(overhead);
+    info.max_mtu
+        .min(u16::try_from(by_frame).unwrap_or(u16::MAX))
 }
 
 fn ret_ok(ret: i32, err: impl FnOnce(Errno) -> PortError) -> Result<(), PortError> {
@@ -419,6 +456,30 @@ impl Port {
         }
 
         let mut conf = dpdk_sys::rte_eth_conf::default();
+        let mut set_mtu = cfg.mtu;
+        if let Some(mtu) = cfg.mtu {
+            let max = max_mtu(&info);
+            if (info.min_mtu..=max).contains(&mtu) {
+                // Drivers that size their RX buffers at start read it here.
+                conf.rxmode.mtu = u32::from(mtu);
+            } else if driver == AF_PACKET {
+                // It reports a fixed 1518-byte frame limit, but the frames of
+                // its ring (`framesz`) are what limit it: nothing to set.
+                log::warn!(
+                    "{id} ({driver}) takes no MTU above {max} through DPDK; MTU {mtu} is only the data plane's limit (give the device framesz={} or more and its interface MTU {mtu})",
+                    u32::from(mtu) + 52
+                );
+                set_mtu = None;
+            } else {
+                return Err(PortError::MtuRange {
+                    port: id,
+                    driver,
+                    mtu,
+                    min: info.min_mtu,
+                    max,
+                });
+            }
+        }
         let wanted_rss =
             dpdk_sys::SPW_ETH_RSS_IP | dpdk_sys::SPW_ETH_RSS_TCP | dpdk_sys::SPW_ETH_RSS_UDP;
         let rss_hf = if cfg.rss {
@@ -489,14 +550,22 @@ impl Port {
                 errno,
             })?;
         }
-        if let Some(mtu) = cfg.mtu {
+        if let Some(mtu) = set_mtu {
             // SAFETY: port configured and stopped; plain integer arguments.
             let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
-            ret_ok(ret, |errno| PortError::Mtu {
-                port: id,
-                mtu,
-                errno,
-            })?;
+            if ret == -ENOTSUP {
+                // Nothing to set (ring and null devices): the pipeline still
+                // takes the configured MTU as the egress limit.
+                log::warn!(
+                    "{id} ({driver}) cannot set an MTU; it keeps its own, MTU {mtu} is only the data plane's limit"
+                );
+            } else {
+                ret_ok(ret, |errno| PortError::Mtu {
+                    port: id,
+                    mtu,
+                    errno,
+                })?;
+            }
         }
         if cfg.promiscuous {
             // SAFETY: port configured. Devices without the mode (ENOTSUP) are
@@ -541,6 +610,14 @@ impl Port {
     /// device does not spread flows over queues.
     pub fn rss_hash_functions(&self) -> u64 {
         self.rss_hf
+    }
+
+    /// The device's MTU now (`None` if it cannot tell).
+    pub fn mtu(&self) -> Option<u16> {
+        let mut mtu = 0u16;
+        // SAFETY: valid port; mtu is a valid out-pointer.
+        let ret = unsafe { dpdk_sys::rte_eth_dev_get_mtu(self.id.0, &mut mtu) };
+        (ret == 0).then_some(mtu)
     }
 
     /// Starts the port.

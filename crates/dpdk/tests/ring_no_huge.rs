@@ -70,4 +70,53 @@ fn worker_threads_register_as_lcores_and_read_the_tsc() {
 fn an_mbuf_takes_what_the_memory_estimate_counts() {
     let pool = common::pool(eal(), 1023);
     assert_eq!(pool.object_bytes() as u64, config::memory::MBUF_BYTES);
+    // Jumbo ports (M48): a larger data room, and what DPDK pads it to.
+    for mtu in [1500u16, 4000, 9000, 9216] {
+        let data_room = config::memory::data_room(mtu);
+        let cfg = dpdk::MempoolConfig {
+            data_room,
+            ..dpdk::MempoolConfig::new(common::unique("tj"), 63)
+        };
+        let pool = dpdk::Mempool::new(eal(), &cfg).expect("pool");
+        assert_eq!(
+            pool.object_bytes() as u64,
+            config::memory::mbuf_bytes(data_room),
+            "MTU {mtu}"
+        );
+        let m = pool.alloc().expect("an mbuf");
+        assert!(
+            m.tailroom() >= 18 + usize::from(mtu),
+            "a whole frame of MTU {mtu} fits one segment behind the headroom"
+        );
+    }
+}
+
+/// M48: a port takes an MTU within its device's range (net_ring sets none:
+/// `ENOTSUP` is logged, not an error); one outside it is refused with an
+/// error naming the port and the range.
+#[test]
+fn a_port_takes_an_mtu_in_its_range_and_refuses_one_outside() {
+    let eal = eal();
+    let pool = common::pool(eal, 1023);
+    let id = dpdk::create_vdev(eal, &common::unique("net_ring_m"), "").expect("vdev");
+    let cfg = |mtu| dpdk::PortConfig {
+        mtu: Some(mtu),
+        ..dpdk::PortConfig::default()
+    };
+    let Err(err) = dpdk::Port::configure(eal, id, &cfg(10), &pool) else {
+        panic!("MTU 10 is below every device's minimum");
+    };
+    let text = err.to_string();
+    assert!(
+        matches!(err, dpdk::PortError::MtuRange { mtu: 10, .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains(&id.to_string()) && text.contains("MTU 10"),
+        "{text}"
+    );
+    println!("{text}");
+    let mut port = dpdk::Port::configure(eal, id, &cfg(9000), &pool).expect("MTU 9000");
+    port.start().expect("start");
+    println!("net_ring MTU after asking for 9000: {:?}", port.mtu());
 }

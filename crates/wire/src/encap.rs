@@ -377,6 +377,12 @@ impl Template {
         })
     }
 
+    /// Bytes encapsulation adds to the inner IP packet: the outer IP header and the tunnel
+    /// headers (what the egress MTU must hold beyond the inner packet).
+    pub const fn overhead(&self) -> usize {
+        self.l4 as usize - ethernet::HEADER_LEN + self.tunnel_len as usize
+    }
+
     const fn tunnel_len_of(tunnel: &TemplateTunnel) -> usize {
         match *tunnel {
             TemplateTunnel::IpIp => 0,

@@ -156,4 +156,11 @@ pub enum ReplyError {
     /// sender address is not a unicast address a reply may be sent to
     #[error("sender address is not a unicast address a reply may be sent to")]
     BadSource,
+    /// received frame is not an IPv4 or IPv6 packet
+    #[error("received frame is not an IPv4 or IPv6 packet")]
+    NotIp,
+    /// received packet is itself an ICMP error (never answered with one, RFC 1122
+    /// §3.2.2, RFC 4443 §2.4)
+    #[error("received packet is itself an ICMP error")]
+    IcmpError,
 }

@@ -1,5 +1,7 @@
 //! TCP resets built in place from the segment they answer (RFC 9293 §3.10.7.1), for
-//! services without an eligible backend (M14, `no_backend_action = "reset"`).
+//! services without an eligible backend (M14, `no_backend_action = "reset"`), and ICMP
+//! "fragmentation needed" / "packet too big" errors for packets that would exceed the
+//! egress MTU once encapsulated (M48, [`too_big`]).
 //!
 //! # Design
 //!
@@ -24,6 +26,7 @@ use crate::ip::proto;
 use crate::ipv4::{self, Ipv4Repr};
 use crate::ipv6::{self, Ipv6Repr};
 use crate::tcp::{self, Flags, TcpRepr};
+use crate::{icmpv4, icmpv6};
 
 /// TTL / hop limit of generated resets.
 pub const RESET_TTL: u8 = 64;
@@ -174,6 +177,145 @@ pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(),
     let mut t = tcp::Packet::new_unchecked(seg);
     rst.emit(&mut t)?;
     t.fill_checksum(&dst, &src)?;
+    Ok(())
+}
+
+/// Total length of an ICMPv4 error (RFC 1812 §4.3.2.3: as much of the original packet as
+/// fits in 576 bytes, as Linux sends).
+pub const TOO_BIG_V4_MAX: usize = 576;
+/// Total length of an ICMPv6 error (RFC 4443 §2.4(c): as much as fits in the minimum MTU).
+pub const TOO_BIG_V6_MAX: usize = 1280;
+/// The smallest MTU an IPv6 "packet too big" advertises: hosts ignore smaller values
+/// (RFC 8200 §5, RFC 8021), so a smaller usable MTU is advertised as this one.
+pub const MIN_MTU_V6: u16 = 1280;
+/// The smallest MTU an IPv4 "fragmentation needed" advertises (RFC 791: every host takes
+/// 68-byte datagrams).
+pub const MIN_MTU_V4: u16 = 68;
+/// DS byte of generated ICMPv4 errors: precedence 6, internetwork control (RFC 1812
+/// §4.3.2.5), as Linux sends them.
+pub const ICMP_DS_V4: u8 = 0xc0;
+
+/// Rewrites the Ethernet frame `pkt`, an IPv4 or IPv6 packet too big for the path ahead,
+/// into the ICMP error that tells its sender (M48): "fragmentation needed" (type 3 code 4)
+/// or "packet too big" (type 2) advertising `mtu` (raised to [`MIN_MTU_V4`] /
+/// [`MIN_MTU_V6`]), sent from the packet's destination (the VIP) and the MAC `mac`, back
+/// to its source MAC, VLAN tags kept. It quotes the original IP packet from its first byte,
+/// as much as fits in [`TOO_BIG_V4_MAX`] / [`TOO_BIG_V6_MAX`] bytes in all. IPv4: TTL 64,
+/// ID 0, DF clear, no options; IPv6: hop limit 64, no extension headers.
+///
+/// Never answered: an ICMP error, an IPv4 fragment other than the first, a packet from or
+/// to a non-unicast address or from a multicast MAC, an IPv4 header whose checksum does
+/// not verify. The transport checksum is not looked at (a router does not either). On
+/// error the frame is unchanged.
+pub fn too_big<B: PacketBuf + ?Sized>(
+    pkt: &mut B,
+    mac: MacAddr,
+    mtu: u16,
+) -> Result<(), ReplyError> {
+    let data = pkt.data();
+    let eth = EthernetRepr::parse(data)?;
+    if eth.src[0] & 1 != 0 {
+        return Err(ReplyError::BadSource);
+    }
+    let l2 = eth.header_len();
+    let l3 = data.get(l2..).ok_or(ParseError::Truncated)?;
+    let (src, dst, ip_len) = match eth.ethertype {
+        ethertype::IPV4 => {
+            let ip = ipv4::Packet::new_checked(l3)?;
+            if !ip.verify_checksum() {
+                return Err(ParseError::BadChecksum.into());
+            }
+            if ip.frag_offset() != 0 {
+                return Err(ReplyError::Fragment);
+            }
+            if ip.protocol() == proto::ICMP
+                && ip.payload().first().is_none_or(|&t| icmpv4::is_error(t))
+            {
+                return Err(ReplyError::IcmpError);
+            }
+            let len = usize::from(ip.total_len());
+            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), len)
+        }
+        ethertype::IPV6 => {
+            let ip = ipv6::Packet::new_checked(l3)?;
+            let end = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+            let payload = l3.get(ipv6::HEADER_LEN..end).ok_or(ParseError::Truncated)?;
+            let walk = ipv6::walk_extensions(payload, ip.next_header())?;
+            let whole = walk.fragment.is_none_or(|f| f.is_first());
+            if walk.upper == proto::ICMPV6
+                && whole
+                && payload
+                    .get(walk.offset)
+                    .is_none_or(|&t| icmpv6::is_error(t))
+            {
+                return Err(ReplyError::IcmpError);
+            }
+            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), end)
+        }
+        _ => return Err(ReplyError::NotIp),
+    };
+    if !is_unicast(&src) || !is_unicast(&dst) {
+        return Err(ReplyError::BadSource);
+    }
+    let (hdr, max) = match src {
+        IpAddr::V4(_) => (ipv4::MIN_HEADER_LEN, TOO_BIG_V4_MAX),
+        IpAddr::V6(_) => (ipv6::HEADER_LEN, TOO_BIG_V6_MAX),
+    };
+    let front = hdr + icmpv4::HEADER_LEN;
+    let quoted = ip_len.min(max - front);
+    // The quoted packet stays where it is; the new headers go in front of it, the old
+    // link-layer header moves to the new front.
+    let data = pkt.reframe(front, l2 + front + quoted)?;
+    data.copy_within(front..front + l2, 0);
+    EthernetRepr {
+        dst: eth.src,
+        src: mac,
+        ..eth
+    }
+    .emit(data)?;
+    let (ip, icmp) = data
+        .get_mut(l2..)
+        .and_then(|b| b.split_at_mut_checked(hdr))
+        .ok_or(ParseError::Truncated)?;
+    let icmp_len = crate::cast::len16(icmpv4::HEADER_LEN + quoted);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ipv4Repr {
+                src: d,
+                dst: s,
+                protocol: proto::ICMP,
+                payload_len: icmp_len,
+                ttl: RESET_TTL,
+                dscp_ecn: ICMP_DS_V4,
+                ident: 0,
+                dont_frag: false,
+                more_frags: false,
+                frag_offset: 0,
+                options: ipv4::Options::default(),
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(ip))?;
+            icmpv4::Icmpv4Repr::frag_needed(mtu.max(MIN_MTU_V4))
+                .emit(&mut icmpv4::Packet::new_unchecked(icmp))?;
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ipv6Repr {
+                src: d,
+                dst: s,
+                next_header: proto::ICMPV6,
+                payload_len: icmp_len,
+                hop_limit: RESET_TTL,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(ip))?;
+            icmpv6::Icmpv6Repr::packet_too_big(u32::from(mtu.max(MIN_MTU_V6))).emit(
+                &mut icmpv6::Packet::new_unchecked(icmp),
+                &d,
+                &s,
+            )?;
+        }
+        _ => return Err(ParseError::BadVersion.into()),
+    }
     Ok(())
 }
 

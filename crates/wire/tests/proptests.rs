@@ -1036,5 +1036,82 @@ proptest! {
             let mut buf = MemBuf::new([0u8; 512], 128, &b).unwrap();
             prop_assert!(ndp::answer_solicitation(&mut buf, &sol, [2; 6]).is_ok());
         }
+        let mut buf = MemBuf::new([0u8; 512], 128, &b).unwrap();
+        if reply::too_big(&mut buf, [2; 6], 1400).is_err() {
+            prop_assert_eq!(buf.data(), &b[..]);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ too big (M48)
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Build a packet, turn it into its ICMP too-big error, parse the error back: the
+    /// fields, the quoted packet and the checksums.
+    #[test]
+    fn too_big_quotes_the_packet_and_advertises_the_mtu(
+        eth in unicast_eth(), v6 in any::<bool>(), a4 in (unicast_v4(), unicast_v4()),
+        a6 in (unicast_v6(), unicast_v6()), l4 in prop_oneof![Just(proto::TCP), Just(proto::UDP)],
+        df in any::<bool>(), payload_len in 0usize..9000, fill in any::<u8>(), mtu in any::<u16>(),
+        lb in unicast_mac(), pad in 0usize..20,
+    ) {
+        let (src, dst): (IpAddr, IpAddr) = if v6 { (a6.0.into(), a6.1.into()) } else { (a4.0.into(), a4.1.into()) };
+        let mut eth = eth;
+        eth.ethertype = if v6 { ethertype::IPV6 } else { ethertype::IPV4 };
+        let l2 = eth.header_len();
+        let hl = if v6 { 40 } else { 20 };
+        let mut f = vec![fill; l2 + hl + payload_len + pad];
+        eth.emit(&mut f).unwrap();
+        let pl = u16::try_from(payload_len).unwrap();
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::Ipv4Repr {
+                src: s, dst: d, protocol: l4, payload_len: pl, ttl: 3, dscp_ecn: 0xb8,
+                ident: 5, dont_frag: df, more_frags: false, frag_offset: 0, options: ipv4::Options::default(),
+            }.emit(&mut ipv4::Packet::new_unchecked(&mut f[l2..])).unwrap(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::Ipv6Repr {
+                src: s, dst: d, next_header: l4, payload_len: pl, hop_limit: 3,
+                traffic_class: 0xb8, flow_label: 0x12345,
+            }.emit(&mut ipv6::Packet::new_unchecked(&mut f[l2..])).unwrap(),
+            _ => unreachable!(),
+        }
+        let ip_len = hl + payload_len;
+        let mut buf = MemBuf::new(vec![0u8; 128 + f.len()], 128, &f).unwrap();
+        reply::too_big(&mut buf, lb, mtu).unwrap();
+        let out = buf.data();
+        let e = EthernetRepr::parse(out).unwrap();
+        prop_assert_eq!((e.dst, e.src, e.ethertype), (eth.src, lb, eth.ethertype));
+        prop_assert_eq!(&e.vlans[..usize::from(e.vlan_count)], &eth.vlans[..usize::from(eth.vlan_count)]);
+        let max = if v6 { reply::TOO_BIG_V6_MAX } else { reply::TOO_BIG_V4_MAX };
+        let quoted = ip_len.min(max - hl - 8);
+        prop_assert_eq!(out.len(), l2 + hl + 8 + quoted);
+        let icmp = if v6 {
+            let ip = ipv6::Packet::new_checked(&out[l2..]).unwrap();
+            let r = ipv6::Ipv6Repr::parse(&ip).unwrap();
+            prop_assert_eq!((IpAddr::V6(r.src), IpAddr::V6(r.dst)), (dst, src));
+            prop_assert_eq!((r.hop_limit, r.next_header), (64, proto::ICMPV6));
+            let m = icmpv6::Packet::new_checked(ip.payload()).unwrap();
+            prop_assert!(m.verify_checksum(&r.src, &r.dst));
+            prop_assert_eq!((m.msg_type(), m.code()), (icmpv6::msg::PACKET_TOO_BIG, 0));
+            prop_assert_eq!(m.mtu(), u32::from(mtu.max(1280)));
+            m.data().to_vec()
+        } else {
+            let ip = ipv4::Packet::new_checked(&out[l2..]).unwrap();
+            prop_assert!(ip.verify_checksum());
+            let r = ipv4::Ipv4Repr::parse(&ip).unwrap();
+            prop_assert_eq!((IpAddr::V4(r.src), IpAddr::V4(r.dst)), (dst, src));
+            prop_assert_eq!((r.ttl, r.ident, r.dont_frag, r.protocol), (64, 0, false, proto::ICMP));
+            let m = icmpv4::Packet::new_checked(ip.payload()).unwrap();
+            prop_assert!(m.verify_checksum());
+            prop_assert!(m.is_frag_needed());
+            prop_assert_eq!(m.next_hop_mtu(), mtu.max(68));
+            prop_assert_eq!(m.rest() >> 16, 0);
+            m.data().to_vec()
+        };
+        prop_assert_eq!(&icmp[..], &f[l2..l2 + quoted]);
+        // An ICMP error is never answered with another.
+        let again = reply::too_big(&mut buf, [2; 6], mtu);
+        prop_assert!(matches!(again, Err(wire::ReplyError::IcmpError | wire::ReplyError::BadSource)), "{:?}", again);
     }
 }

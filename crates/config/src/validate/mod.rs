@@ -21,6 +21,7 @@ mod health;
 mod listeners;
 mod locality;
 mod memory;
+mod mtu;
 mod node;
 mod not_used;
 mod peers;
@@ -96,6 +97,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.ports();
     c.rules();
     c.services();
+    c.mtu();
     c.health_checks();
     c.composites();
     c.client_zones();

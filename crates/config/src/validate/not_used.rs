@@ -31,13 +31,6 @@ impl Checker<'_> {
                     format!("{NOT_USED}: the next hop is not resolved with ARP/NDP; traffic leaving this port goes to gateway_mac"),
                 );
             }
-            let mtu = format!("ports[{i}].mtu");
-            if self.map.contains(&mtu) {
-                self.warn(
-                    &mtu,
-                    format!("{NOT_USED}: Spillway sets no MTU on the device, which keeps its own"),
-                );
-            }
         }
         for (i, r) in cfg.forwarding_rules.iter().enumerate() {
             if r.mode == RuleMode::Gateway {

@@ -1,6 +1,8 @@
 //! The replies the data plane builds in place of the packet they answer
 //! (docs/requirements.md §1, M14): ARP replies and neighbor advertisements for VIPs and the
-//! balancer's own addresses, TCP resets for services without a backend.
+//! balancer's own addresses, TCP resets for services without a backend, ICMP
+//! too-big errors for packets that would exceed the egress MTU once
+//! encapsulated (M48).
 
 use std::net::IpAddr;
 
@@ -12,7 +14,7 @@ use wire::icmpv6::msg;
 use wire::packet::PacketInfo;
 use wire::{ReplyError, ndp, reply};
 
-use super::{Outcome, Worker};
+use super::{Ctx, Outcome, Pending, Worker};
 use crate::counters::DropReason;
 use crate::snapshot::{ServicePlan, Snapshot};
 
@@ -83,6 +85,52 @@ impl Worker {
             // buffer without headroom fails here.
             Err(_) => Outcome::Drop(DropReason::EncapFailed),
         }
+    }
+}
+
+impl Worker {
+    /// A packet whose encapsulation would exceed the egress MTU: `max` is the
+    /// largest inner IP packet that fits (M48). IPv4 without DF goes on
+    /// anyway (`None`, counted: the next hop fragments it or drops it);
+    /// IPv4 with DF and every IPv6 packet are turned into the ICMP error
+    /// advertising `max`, back out the port they came in on, within the
+    /// worker's budget per tick; beyond it they are dropped and counted.
+    /// Their child rule counts a drop either way.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn too_big<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        p: &Pending,
+        max: u32,
+    ) -> Option<Outcome> {
+        let Ctx { snap, now, .. } = cx;
+        if !p.inner.v6 {
+            // The flags byte of the IPv4 header; DF is 0x40.
+            let flags = pkt.data().get(usize::from(p.inner.l2_len) + 6);
+            if flags.is_none_or(|f| f & 0x40 == 0) {
+                self.counters.mtu_exceeded_forwarded += 1;
+                return None;
+            }
+        }
+        self.child_drop(p.child);
+        if self.too_big_tick != Some(now) {
+            self.too_big_tick = Some(now);
+            self.too_big_left = snap.too_big_budget;
+        }
+        if self.too_big_left == 0 {
+            return Some(Outcome::Drop(DropReason::TooBigRateLimited));
+        }
+        let mtu = u16::try_from(max).unwrap_or(u16::MAX);
+        Some(match reply::too_big(pkt, self.reply_mac(snap), mtu) {
+            Ok(()) => {
+                self.too_big_left -= 1;
+                Outcome::TooBig
+            }
+            Err(ReplyError::Parse(_)) => Outcome::Drop(DropReason::Malformed),
+            Err(_) => Outcome::Drop(DropReason::TooBig),
+        })
     }
 }
 

@@ -47,6 +47,10 @@ impl Worker {
                 c.no_backend_resets += 1;
                 Verdict::Reply
             }
+            Outcome::TooBig => {
+                c.icmp_too_big += 1;
+                Verdict::Reply
+            }
         }
     }
 

@@ -39,6 +39,8 @@ impl Worker {
             || p.svc >= snap.services.len()
             || hit.entry.flags.contains(EntryFlags::UNCONFIRMED)
             || !be.holds_entry_of(hit.entry.generation)
+            // Too big once encapsulated (M48): answered on the long way.
+            || p.inner.ip_len > be.max_ip_len
         {
             return None;
         }
@@ -137,6 +139,12 @@ impl Worker {
                 wrote,
             );
         };
+        if let Some(be) = snap.backends.get(slot as usize)
+            && p.inner.ip_len > be.max_ip_len
+            && let Some(o) = self.too_big(cx, pkt, p, be.max_ip_len)
+        {
+            return (o, wrote);
+        }
         let sent = delivery::deliver(
             snap,
             plan,

@@ -25,7 +25,7 @@
 //! 2. `flow`: follow the flow's entry or create one (M10, M11, M15), pick
 //!    the backend by Maglev (M12), deliver (M8).
 //! 3. `answer`: the replies built in place — ARP, neighbor advertisements,
-//!    TCP resets — reached from the two passes above.
+//!    TCP resets, ICMP too-big (M48) — reached from the two passes above.
 //! 4. `count`: every packet's one outcome under its counter, and the
 //!    per-rule and per-backend counts.
 //!
@@ -82,6 +82,8 @@ enum Outcome {
     ArpReply,
     NeighborAdvert,
     Reset,
+    /// Answered with ICMP too-big (M48).
+    TooBig,
 }
 
 /// Packets classified together before their flow-table lookups (the
@@ -223,6 +225,10 @@ pub struct Worker {
     /// New flow entries this worker may still create in `budget_tick`
     /// (M15): for flows opened by a SYN, and for all others.
     budget_left: [u32; 2],
+    /// The tick `too_big_left` belongs to, and the ICMP too-big errors this
+    /// worker may still send in it (M48).
+    too_big_tick: Option<Tick>,
+    too_big_left: u32,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -285,6 +291,8 @@ impl Worker {
             last_rule: None,
             budget_tick: None,
             budget_left: [0; 2],
+            too_big_tick: None,
+            too_big_left: 0,
         }
     }
 
