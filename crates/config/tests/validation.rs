@@ -235,6 +235,11 @@ fn cases() -> Vec<Case> {
         case("gateway off the port's subnets", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\ngateway = \"10.0.1.1\" #!\n"), "ports[0].gateway", "not on any subnet"),
         case("address on two ports", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n[[ports]]\nname = \"q\"\ndevice = \"e\"\nrole = \"backend\"\naddresses = [\"10.0.0.2/24\"] #!\n"), "ports[1].addresses[0]", "already assigned"),
         case("two exception ports", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"exception\"\n[[ports]]\nname = \"q\"\ndevice = \"e\"\nrole = \"exception\" #!\n"), "ports[1].role", "only one exception port"),
+        // ---- neighbours (M47) ----
+        case("l2dsr endpoint without mac off the backend port's subnets", with("[[ports]]\nname = \"b\"\ndevice = \"d\"\nrole = \"backend\"\naddresses = [\"10.2.0.2/24\"]\n").replace("delivery = \"ipip\"", "delivery = \"l2dsr\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "resolved with ARP/NDP on port \"b\""),
+        case("no neighbour probes", with("[neighbours]\nprobes = 0 #!\n"), "neighbours.probes", "out of range 1-20"),
+        case("zero reachable time", with("[neighbours]\nreachable = \"0s\" #!\n"), "neighbours.reachable", "longer than 0"),
+        case("failed retry shorter than retransmit", with("[neighbours]\nretransmit = \"2s\"\nfailed_retry = \"1s\" #!\n"), "neighbours.failed_retry", "at least neighbours.retransmit"),
         // ---- BGP, flow sync, control ----
         case("reserved local ASN", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 0 #!\n"), "bgp.local_asn", "AS 0 is reserved"),
         case("BGP peer twice", with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 65001\npeers = [\n  { address = \"10.0.0.1\", asn = 65000 },\n  { address = \"10.0.0.1\", asn = 65000 }, #!\n]\n"), "bgp.peers[1].address", "listed twice"),
@@ -552,7 +557,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 8] = [
+    let cases: [(&str, String); 7] = [
         (
             "node.shutdown_drain",
             node_then_svc(
@@ -562,12 +567,6 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
         (
             "dataplane.burst_size",
             with("[dataplane]\nburst_size = 64\n"),
-        ),
-        (
-            "ports[0].gateway",
-            with(
-                "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"192.0.2.2/24\"]\ngateway = \"192.0.2.1\"\n",
-            ),
         ),
         (
             "ports[0].mtu",

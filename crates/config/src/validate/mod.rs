@@ -21,6 +21,7 @@ mod health;
 mod listeners;
 mod locality;
 mod memory;
+mod neighbours;
 mod node;
 mod not_used;
 mod peers;
@@ -101,6 +102,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.bgp();
     c.flow_sync();
     c.control();
+    c.neighbours();
     c.not_used();
     // Last: it leaves out sizes that are already in error.
     c.memory();

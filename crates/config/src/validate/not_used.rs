@@ -24,13 +24,6 @@ impl Checker<'_> {
             );
         }
         for (i, _) in cfg.ports.iter().enumerate() {
-            let gateway = format!("ports[{i}].gateway");
-            if self.map.contains(&gateway) {
-                self.warn(
-                    &gateway,
-                    format!("{NOT_USED}: the next hop is not resolved with ARP/NDP; traffic leaving this port goes to gateway_mac"),
-                );
-            }
             let mtu = format!("ports[{i}].mtu");
             if self.map.contains(&mtu) {
                 self.warn(
