@@ -104,6 +104,7 @@ fn world() -> &'static World {
                 "fd00::2".parse().expect("v6"),
             ],
             port_macs: Vec::new(),
+            neighbours: Vec::new(),
         };
         let compiled = Arc::new(loaded.compiled);
         let c2 = compiled.clone();

@@ -146,7 +146,8 @@ mod tests {
     use super::*;
 
     /// What `render` wrote for [`sample`] before the counter families were
-    /// derived from the counter tables.
+    /// derived from the counter tables (since then, the neighbour families
+    /// and the `no_neighbour` drop reason were added, M47).
     const GOLDEN: &str = r#"# HELP spillway_rx_packets_total Packets received on data ports.
 # TYPE spillway_rx_packets_total counter
 spillway_rx_packets_total 1
@@ -174,6 +175,18 @@ spillway_flows_stateless_total 12
 # HELP spillway_flows_over_budget_total Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.
 # TYPE spillway_flows_over_budget_total counter
 spillway_flows_over_budget_total 13
+# HELP spillway_neighbour_sightings_total ARP/NDP sightings passed to neighbour resolution.
+# TYPE spillway_neighbour_sightings_total counter
+spillway_neighbour_sightings_total 0
+# HELP spillway_neighbour_sightings_lost_total ARP/NDP sightings lost to a full queue.
+# TYPE spillway_neighbour_sightings_lost_total counter
+spillway_neighbour_sightings_lost_total 0
+# HELP spillway_neighbour_frames_sent_total ARP/NDP requests and announcements sent.
+# TYPE spillway_neighbour_frames_sent_total counter
+spillway_neighbour_frames_sent_total 0
+# HELP spillway_neighbour_frames_failed_total ARP/NDP requests and announcements that could not be sent.
+# TYPE spillway_neighbour_frames_failed_total counter
+spillway_neighbour_frames_failed_total 0
 # HELP spillway_dropped_packets_total Packets dropped, by reason.
 # TYPE spillway_dropped_packets_total counter
 spillway_dropped_packets_total{reason="malformed"} 17
@@ -186,18 +199,19 @@ spillway_dropped_packets_total{reason="encap_failed"} 23
 spillway_dropped_packets_total{reason="no_tunnel_source"} 24
 spillway_dropped_packets_total{reason="fragment_no_rule"} 25
 spillway_dropped_packets_total{reason="bad_address"} 26
+spillway_dropped_packets_total{reason="no_neighbour"} 27
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 27
+spillway_rule_packets_total{rule="web-ag0"} 28
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 28
+spillway_rule_bytes_total{rule="web-ag0"} 29
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 29
+spillway_rule_new_flows_total{rule="web-ag0"} 30
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 30
+spillway_rule_dropped_packets_total{rule="web-ag0"} 31
 "#;
 
     #[test]

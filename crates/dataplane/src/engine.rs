@@ -143,6 +143,20 @@ impl<B: PacketBurst> Engine<B> {
     }
 }
 
+impl<B: PacketBurst> Engine<B> {
+    /// Sends a few of the frames the management core queued (neighbour
+    /// requests and announcements, M47) on their ports.
+    pub fn send_queued<I: PacketIo<Burst = B>>(
+        &mut self,
+        io: &mut I,
+        q: &crate::neighbour::NeighbourQueues,
+    ) {
+        if let Some(tx) = self.tx.first_mut() {
+            q.send(io, tx, self.roles.len(), &mut self.worker.counters);
+        }
+    }
+}
+
 /// Adds a packet to port `port`'s TX burst; one that does not fit is freed
 /// and counted.
 fn push<B: PacketBurst>(tx: &mut [B], port: usize, m: B::Pkt, dropped: &mut u64) {

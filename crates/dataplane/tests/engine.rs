@@ -78,7 +78,7 @@ fn config(exception: bool) -> String {
         .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
         .port(
             port("be", "net_ring1", "backend")
-                .strs("addresses", &["10.0.1.2/24"])
+                .strs("addresses", &["10.0.1.2/30"])
                 .str("gateway_mac", "02:00:00:00:00:fe"),
         )
         .rule(rule("dns", &["10.0.0.10"], "UDP", "", "dns").set("ports", 53))

@@ -39,6 +39,8 @@
 //! active backend takes `finish_established`, a short path through the
 //! backend's precomputed headers; rare outcomes are counted out of line.
 
+use std::sync::Arc;
+
 use config::compiled::ZoneId;
 use flowtable::{FlowTable, Lookup, ProtoClass, Tick};
 use wire::buf::PacketBuf;
@@ -49,6 +51,7 @@ use wire::packet::PacketInfo;
 use wire::tcp::Flags;
 
 use crate::counters::{DropReason, WorkerCounters};
+use crate::neighbour::NeighbourQueues;
 use crate::snapshot::Snapshot;
 
 mod answer;
@@ -223,6 +226,9 @@ pub struct Worker {
     /// New flow entries this worker may still create in `budget_tick`
     /// (M15): for flows opened by a SYN, and for all others.
     budget_left: [u32; 2],
+    /// Where ARP/NDP sightings go (M47); none in replays and tests that
+    /// do not resolve.
+    neighbours: Option<Arc<NeighbourQueues>>,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -285,6 +291,19 @@ impl Worker {
             last_rule: None,
             budget_tick: None,
             budget_left: [0; 2],
+            neighbours: None,
+        }
+    }
+
+    /// ARP/NDP frames this worker receives are reported to `q` (M47).
+    pub fn set_neighbour_queues(&mut self, q: Arc<NeighbourQueues>) {
+        self.neighbours = Some(q);
+    }
+
+    /// Reports what an ARP/NDP `frame` says about a neighbour (M47).
+    fn sighting(&mut self, frame: &[u8]) {
+        if let Some(q) = &self.neighbours {
+            q.observe(self.rx_port, frame, &mut self.counters);
         }
     }
 
