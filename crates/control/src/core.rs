@@ -895,7 +895,31 @@ impl Core {
             );
         }
         for (i, b) in snap.backends.iter().enumerate() {
-            out += &format!("  backend {i}: {} {:?}\n", b.addr, b.state);
+            // M47: its next hop has no MAC: no new flows, its packets dropped.
+            let unresolved = if b.mac == [0; 6] && b.state != BackendState::Removed {
+                ", ineligible (neighbour unresolved)"
+            } else {
+                ""
+            };
+            out += &format!("  backend {i}: {} {:?}{unresolved}\n", b.addr, b.state);
+        }
+        for e in self.neighbours.entries() {
+            out += &format!(
+                "neighbour {} on port {}: {}{}\n",
+                e.hop.addr,
+                e.hop.port,
+                e.state.name(),
+                e.mac
+                    .map(|m| format!(" {}", mac_text(m)))
+                    .unwrap_or_default()
+            );
+        }
+        let n = &self.neighbours;
+        if !n.entries().is_empty() || n.ignored > 0 {
+            out += &format!(
+                "neighbours: {} resolved, {} failed, {} MAC changes, {} sightings of others ignored\n",
+                n.resolved_total, n.failed_total, n.mac_changes, n.ignored
+            );
         }
         out += &self.balance.status(&self.compiled);
         if let Some(e) = &self.last_error {

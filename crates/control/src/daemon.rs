@@ -446,13 +446,14 @@ impl Manager {
 
     /// Counters in Prometheus text format (M42).
     pub fn metrics(&self) -> String {
+        let snap = self.shared.snapshot.load();
         metrics::render(
             &self.counters(),
-            &self.shared.snapshot.load().compiled,
+            &snap.compiled,
             &self.core.rule_states(),
             self.core.probed(),
             self.listener_info(),
-        )
+        ) + &metrics::neighbours(self.core.neighbours(), &snap)
     }
 
     /// `spillway stats`.

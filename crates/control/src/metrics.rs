@@ -141,6 +141,70 @@ pub fn render(
     out
 }
 
+/// Neighbour resolution (M47): each next hop's state, what the table did,
+/// and which backends are ineligible for want of a MAC.
+pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    family(
+        o,
+        "neighbour_state",
+        "gauge",
+        "Next-hop state (M47): 0 incomplete, 1 reachable, 2 stale, 3 failed.",
+        n.entries().iter().map(|e| {
+            (
+                format!("port=\"{}\",address=\"{}\"", e.hop.port, e.hop.addr),
+                e.state.gauge(),
+            )
+        }),
+    );
+    for (name, help, v) in [
+        (
+            "neighbours_resolved_total",
+            "Next hops that became resolved.",
+            n.resolved_total,
+        ),
+        (
+            "neighbours_failed_total",
+            "Next hops that stopped answering (failed).",
+            n.failed_total,
+        ),
+        (
+            "neighbour_mac_changes_total",
+            "New MACs taken for resolved next hops.",
+            n.mac_changes,
+        ),
+        (
+            "neighbour_sightings_ignored_total",
+            "ARP/NDP sightings of addresses that are no next hop (or on another port).",
+            n.ignored,
+        ),
+    ] {
+        family(o, name, "counter", help, [(String::new(), v)]);
+    }
+    family(
+        o,
+        "backend_neighbour_resolved",
+        "gauge",
+        "Whether a backend's next hop has a MAC (M47): 0 means no new flows and its packets dropped.",
+        snap.backends
+            .iter()
+            .filter(|b| b.state != dataplane::BackendState::Removed)
+            .map(|b| {
+                let svc = snap
+                    .compiled
+                    .services
+                    .get(b.service as usize)
+                    .map_or("?", |s| s.name.as_str());
+                (
+                    format!("service=\"{svc}\",backend=\"{}\"", b.addr),
+                    u8::from(b.mac != [0; 6]),
+                )
+            }),
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -154,6 +154,8 @@ pub struct World {
     /// Answers (port, address, MAC) the data plane passes on at the next
     /// step.
     answers: Vec<(usize, IpAddr, [u8; 6])>,
+    /// The last frame a pipeline sent, if [`World::send`] sent one.
+    pub last_frame: Option<Vec<u8>>,
 }
 
 /// The MAC a neighbour on the simulated segment answers with at first.
@@ -196,6 +198,12 @@ pub fn local() -> Local {
 impl World {
     /// A node running `text` with `pipelines` workers, seeded.
     pub fn new(text: &str, pipelines: usize, seed: u64) -> World {
+        World::with_segment(text, pipelines, seed, true)
+    }
+
+    /// [`World::new`]; with `answered` false, no next hop has answered yet
+    /// and the segment is empty (scenarios add its neighbours).
+    pub fn with_segment(text: &str, pipelines: usize, seed: u64, answered: bool) -> World {
         let loaded = loaded(text);
         let flows = FlowTable::new(dataplane::flow_table_config(
             &loaded.compiled.settings.dataplane,
@@ -217,7 +225,12 @@ impl World {
             .into_iter()
             .map(|h| (h.port, h.addr, peer_mac(h.addr)))
             .collect();
-        core.sightings(Duration::ZERO, segment.clone());
+        let segment = if answered {
+            core.sightings(Duration::ZERO, segment.clone());
+            segment
+        } else {
+            Vec::new()
+        };
         let live = core.live().clone();
         let children = live.compiled.children.len();
         let engines = (0..pipelines)
@@ -248,6 +261,7 @@ impl World {
             sent: Vec::new(),
             segment,
             answers: Vec::new(),
+            last_frame: None,
         };
         w.pump();
         w
@@ -418,6 +432,7 @@ impl World {
         io.rx.push_back(frame);
         engine.poll(io, &self.live, &self.flows, tick);
         let out = std::mem::take(&mut io.tx);
+        self.last_frame = out.first().cloned();
         match out.as_slice() {
             [f] => match wire::encap::parse_tunnel(f, &wire::encap::DecapConfig::default()) {
                 Ok(t) => Went::To(t.dst_ip),
