@@ -739,3 +739,52 @@ fn next_hops_resolve_late_change_mac_and_fail_and_flows_follow() {
     let now: Vec<_> = w.where_now(&others);
     assert_eq!(now, others.iter().map(|(_, b)| *b).collect::<Vec<_>>());
 }
+
+/// M47 item 2: gratuitous ARP for every VIP served and own address, three
+/// times a second apart, at start; a reload announces only the VIPs it
+/// adds.
+#[test]
+fn vips_are_announced_at_start_and_when_a_reload_adds_them() {
+    let cfg = |vips: &[&str]| {
+        let mut c = node_r1("n");
+        for (i, v) in vips.iter().enumerate() {
+            c = c.rule(rule(&format!("web{i}"), &[v], "TCP", "80", "web").set("ports", 80));
+        }
+        c.service(
+            service("web", "ipip")
+                .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.1.0.1"]))),
+        )
+        .build()
+    };
+    // The gratuitous ARPs sent, as (second, address).
+    let garps = |w: &World| -> Vec<(u64, IpAddr)> {
+        w.sent
+            .iter()
+            .filter_map(|(t, port, f)| {
+                let a = wire::arp::ArpRepr::parse(&wire::arp::Packet::new_checked(&f[14..]).ok()?)
+                    .ok()?;
+                (*port == 0 && a.spa == a.tpa && f[..6] == [0xff; 6])
+                    .then_some((t.as_secs(), IpAddr::V4(a.spa)))
+            })
+            .collect()
+    };
+    let mut w = World::new(&cfg(&["10.0.0.10"]), 1, 41);
+    w.advance(5 * SEC);
+    let (vip, own) = (ip("10.0.0.10"), ip("10.0.0.2"));
+    let start = garps(&w);
+    for a in [vip, own] {
+        let at: Vec<u64> = start.iter().filter(|g| g.1 == a).map(|g| g.0).collect();
+        assert_eq!(at.len(), 3, "{a}: {start:?}");
+        assert!(
+            at.windows(2).all(|p| p[1] == p[0] + 1),
+            "a second apart: {at:?}"
+        );
+    }
+    w.sent.clear();
+    w.reload(&cfg(&["10.0.0.10", "10.0.0.11"]), false)
+        .expect("reload");
+    w.advance(5 * SEC);
+    let after = garps(&w);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after.iter().all(|g| g.1 == ip("10.0.0.11")), "{after:?}");
+}
