@@ -9,6 +9,13 @@
 #   scripts/lab.sh demo [gue|ipip|l2dsr]   build, start, drive traffic, show the spread, clean up
 #   scripts/lab.sh up MODE DIR / down DIR  (used by the tests)
 #
+# LAB_RESOLVE=1 leaves every MAC out of the configuration (no gateway_mac,
+# no l2dsr endpoint mac): the balancer resolves its next hops with ARP (M47),
+# with the [neighbours] timings of LAB_NEIGHBOURS (TOML lines; short ones by
+# default). LAB_BE_PREFIX (default 24) is the prefix length of the balancer's
+# backend-port address: 30 puts the backends off its subnet, so tunnels go
+# through the router (the gateway, 198.18.2.1).
+#
 #        client 198.18.0.100
 #          |
 #        router ---- 198.18.1.2 [uplink] spillway [backend] 198.18.2.2 ---- bridge (router 198.18.2.1)
@@ -110,7 +117,7 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
             --allow-source "$BALANCER_BE" --vip "$VIP" >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
         local ep="  { address = \"$addr\" },"
-        [ "$mode" = l2dsr ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
+        [ "$mode" = l2dsr ] && [ "${LAB_RESOLVE:-0}" != 1 ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
         # LAB_REGIONS=2: backend3 is a second, farther region.
         if [ "${LAB_REGIONS:-1}" = 2 ] && [ "$i" = 3 ]; then
             far_endpoints+="$ep"$'\n'
@@ -154,8 +161,8 @@ addresses = ["198.18.1.2/24"]
 name = "backends"
 device = "net_af_packet1"
 role = "backend"
-addresses = ["$BALANCER_BE/24"]
-gateway_mac = "$ROUTER_BE_MAC"
+addresses = ["$BALANCER_BE/${LAB_BE_PREFIX:-24}"]
+$(lab_gateway)
 mtu = 9000
 
 # The balancer host's own stack (ARP resolution, SSH, BGP, health probes):
@@ -194,6 +201,7 @@ $endpoints]
 $(lab_far_group "$far_endpoints")
 [control]
 socket = "$dir/control.sock"
+$(lab_neighbours)
 TOML
     ip netns exec "$L" "$bin/spillway" run --config "$dir/lab.toml" >"$dir/spillway.log" 2>&1 &
     echo $! >"$dir/spillway.pid"
@@ -210,6 +218,24 @@ TOML
     done
     cat "$dir/spillway.log" >&2
     die "spillway run did not open its control socket"
+}
+
+# The router's MAC, given or (LAB_RESOLVE=1) resolved.
+lab_gateway() {
+    if [ "${LAB_RESOLVE:-0}" = 1 ]; then
+        echo 'gateway = "198.18.2.1"'
+    else
+        echo "gateway_mac = \"$ROUTER_BE_MAC\""
+    fi
+}
+
+lab_neighbours() {
+    [ "${LAB_RESOLVE:-0}" = 1 ] || return 0
+    echo '[neighbours]'
+    echo "${LAB_NEIGHBOURS:-reachable = \"2s\"
+retransmit = \"500ms\"
+probes = 2
+failed_retry = \"2s\"}"
 }
 
 # With LAB_REGIONS=2 the service is health-checked over HTTP (probes leave
