@@ -315,7 +315,7 @@ impl Core {
             tick(now),
             1,
         )?;
-        Ok(Core {
+        let mut core = Core {
             path: path.to_owned(),
             builder,
             local,
@@ -333,7 +333,9 @@ impl Core {
             neighbours,
             announcer,
             out,
-        })
+        };
+        core.neighbours_changed();
+        Ok(core)
     }
 
     /// Takes what the core asked for since the last call, in order.
@@ -493,7 +495,7 @@ impl Core {
             &next_hops(&compiled),
             self.now,
         );
-        self.local.neighbours = self.neighbours.resolved();
+        self.neighbours_changed();
         match self.publish() {
             Ok(published) => {
                 // Addresses served from now on (new VIPs, or those of an
@@ -534,7 +536,7 @@ impl Core {
                     &next_hops(&self.compiled),
                     self.now,
                 );
-                self.local.neighbours = self.neighbours.resolved();
+                self.neighbours_changed();
                 if let Err(h) = self
                     .balance
                     .reload(&self.compiled, self.now, probes, &mut self.out)
@@ -765,7 +767,7 @@ impl Core {
             }
         }
         if changed {
-            self.local.neighbours = self.neighbours.resolved();
+            self.neighbours_changed();
             if let Err(e) = self.publish() {
                 say!(self.out, Error, "rebuilding the snapshot: {e}");
             }
@@ -840,9 +842,26 @@ impl Core {
                     );
                 }
             }
-            self.local.neighbours = self.neighbours.resolved();
+            self.neighbours_changed();
         }
         changed
+    }
+
+    /// The neighbour table changed: the snapshot's MACs, and locality's
+    /// view of which endpoints can take flows.
+    fn neighbours_changed(&mut self) {
+        self.local.neighbours = self.neighbours.resolved();
+        let unresolved = self
+            .compiled
+            .endpoints
+            .iter()
+            .map(|ep| {
+                self.local
+                    .mac_of(dataplane::nexthop::endpoint_hop(&self.compiled, ep))
+                    .is_none()
+            })
+            .collect();
+        self.balance.set_unresolved(unresolved);
     }
 
     fn port_mac(&self, port: usize) -> wire::ethernet::MacAddr {

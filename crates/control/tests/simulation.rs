@@ -720,6 +720,13 @@ fn next_hops_resolve_late_change_mac_and_fail_and_flows_follow() {
         "{}",
         w.status()
     );
+    // Locality plans without it too (its share spills over, M47).
+    assert!(
+        w.status()
+            .contains("4 endpoints (3 healthy, 0 unknown, 3 eligible)"),
+        "{}",
+        w.status()
+    );
     let m = control::metrics::neighbours(w.core.neighbours(), &w.live);
     for line in [
         "spillway_neighbour_state{port=\"0\",address=\"10.0.0.23\"} 3",
