@@ -9,6 +9,10 @@
 #   scripts/lab.sh demo [gue|ipip|l2dsr]   build, start, drive traffic, show the spread, clean up
 #   scripts/lab.sh up MODE DIR / down DIR  (used by the tests)
 #
+# Opt-in variants (environment): LAB_REGIONS=2 (see lab_health) and
+# LAB_EXCEPTION=per-port: a second exception TAP for the backend port, and a
+# router that does not route between the uplink and backend subnets, so that
+# the host reaches the backends (health probes, ping) only through it (M47).
 # LAB_RESOLVE=1 leaves every MAC out of the configuration (no gateway_mac,
 # no l2dsr endpoint mac): the balancer resolves its next hops with ARP (M47),
 # with the [neighbours] timings of LAB_NEIGHBOURS (TOML lines; short ones by
@@ -73,6 +77,12 @@ lab_up() {
     nsx "$R" ip link set "s${T}rb" master "s${T}br" up
     nsx "$R" ip link set "s${T}br" up
     nsx "$R" ip route add "$VIP/32" via 198.18.1.2
+    if per_port; then
+        # Neither subnet reaches the other through the router: the host's
+        # traffic to the backends can only take the backend port.
+        nsx "$R" ip rule add from 198.18.1.0/24 to 198.18.2.0/24 prohibit
+        nsx "$R" ip rule add from 198.18.2.0/24 to 198.18.1.0/24 prohibit
+    fi
 
     # backends
     local endpoints="" far_endpoints=""
@@ -149,7 +159,7 @@ queue_descriptors = 512
 flow_table_capacity = 65536
 eal_args = ["$(eal_memory_args | sed 's/ /", "/g')", "--no-pci", "--no-telemetry", "--log-level=lib.eal:warning",
   "--vdev=net_af_packet0,iface=s${T}up", "--vdev=net_af_packet1,iface=s${T}be",
-  "--vdev=net_tap0,iface=s${T}k"]
+  "--vdev=net_tap0,iface=s${T}k"$(per_port && echo ", \"--vdev=net_tap1,iface=s${T}kb\"")]
 
 [[ports]]
 name = "uplink"
@@ -172,7 +182,7 @@ mtu = 9000
 name = "kernel"
 device = "net_tap0"
 role = "exception"
-
+$(lab_backend_exception)
 [[forwarding_rules]]
 name = "web"
 vips = ["$VIP"]
@@ -199,6 +209,7 @@ zone = "lab-a"
 endpoints = [
 $endpoints]
 $(lab_far_group "$far_endpoints")
+$(lab_checks)
 [control]
 socket = "$dir/control.sock"
 $(lab_neighbours)
@@ -238,12 +249,30 @@ probes = 2
 failed_retry = \"2s\"}"
 }
 
+per_port() { [ "${LAB_EXCEPTION:-}" = per-port ]; }
+
 # With LAB_REGIONS=2 the service is health-checked over HTTP (probes leave
 # through the exception TAP) and backend3 forms region "far", which takes new
-# connections only when region "lab" cannot (M24, M26).
+# connections only when region "lab" cannot (M24, M26). LAB_EXCEPTION=per-port
+# checks the backends too (their probes leave by the backend port).
 lab_health() {
-    [ "${LAB_REGIONS:-1}" = 2 ] || return 0
+    [ "${LAB_REGIONS:-1}" = 2 ] || per_port || return 0
     echo 'health_check = "web-http"'
+}
+
+# LAB_EXCEPTION=per-port: the backend port's own exception port.
+lab_backend_exception() {
+    per_port || return 0
+    cat <<TOML
+
+# The host's interface on the backend segment: the kernel reaches the
+# backends through it (what it sends leaves by the backend port).
+[[ports]]
+name = "kernel-backends"
+device = "net_tap1"
+role = "exception"
+for_port = "backends"
+TOML
 }
 
 lab_far_group() {
@@ -255,7 +284,12 @@ region = "far"
 zone = "far-a"
 endpoints = [
 $1]
+TOML
+}
 
+lab_checks() {
+    [ "${LAB_REGIONS:-1}" = 2 ] || per_port || return 0
+    cat <<TOML
 [[health_checks]]
 name = "web-http"
 type = "HTTP"
@@ -286,6 +320,16 @@ lab_host() {
     nsx "$L" ip addr add 198.18.1.2/24 dev "$tap"
     nsx "$L" ip link set "$tap" up
     nsx "$L" ip route add default via 198.18.1.1
+    if per_port; then
+        # The backend port's address on its own interface: the kernel's
+        # connected route to the backends' subnet, and its source there.
+        for _ in $(seq 50); do
+            nsx "$L" ip link show "${tap}b" >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        nsx "$L" ip addr add "$BALANCER_BE/24" dev "${tap}b"
+        nsx "$L" ip link set "${tap}b" up
+    fi
     ip netns exec "$L" python3 -c '
 import socketserver
 class Echo(socketserver.StreamRequestHandler):

@@ -28,7 +28,7 @@ use control::scripted::State;
 use control::{Core, Output, ScriptedProbes};
 use dataplane::counters::{Text, line};
 use dataplane::{
-    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Snapshot, VecBurst, Worker,
+    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Routes, Snapshot, VecBurst, Worker,
     WorkerCounters,
 };
 use flowtable::FlowTable;
@@ -621,7 +621,10 @@ pub fn run(args: &Args) -> Result<()> {
     if !roles.contains(&PortRole::Uplink) {
         roles.push(PortRole::Uplink);
     }
-    let mut engine = Engine::new(worker, &roles, BURST, || VecBurst::with_capacity(BURST));
+    let routes = Routes::with_exceptions(&roles, &compiled.settings.exception_for);
+    let mut engine = Engine::with_routes(worker, &roles, routes, BURST, || {
+        VecBurst::with_capacity(BURST)
+    });
     let uplink = engine.routes().uplink.unwrap_or(0);
 
     let input = File::open(&args.opts.input)

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
 use control::{Manager, Shared};
-use dataplane::{BURST, BusyPoll, Engine, Local, Worker, WorkerLoop};
+use dataplane::{BURST, BusyPoll, Engine, Local, Routes, Worker, WorkerLoop};
 use dpdk::{DpdkIo, Eal, MbufBurst, Mempool, MempoolConfig, Port, PortConfig};
 
 #[derive(clap::Args, Debug)]
@@ -78,20 +78,29 @@ pub fn run(args: &Args) -> Result<()> {
         );
         ports.push((p.role, port));
     }
-    // The kernel behind the exception interface answers as the uplink NIC
-    // would (ARP, TCP to the host's own addresses), so by default it gets the
-    // uplink's MAC: frames the data plane hands it are addressed to that MAC.
-    let uplink_mac = ports
+    // The kernel behind an exception interface answers as its data port's
+    // NIC would (ARP, TCP to the host's own addresses), so by default it
+    // gets that port's MAC: frames the data plane hands it are addressed to
+    // that MAC (M47).
+    let exception_for = compiled.settings.exception_for.clone();
+    let macs: Vec<_> = ports.iter().map(|(_, port)| port.mac()).collect();
+    for (i, (p, (role, port))) in compiled
+        .settings
+        .ports
         .iter()
-        .find(|(role, _)| *role == PortRole::Uplink)
-        .map(|(_, port)| port.mac());
-    for (p, (role, port)) in compiled.settings.ports.iter().zip(ports.iter_mut()) {
+        .zip(ports.iter_mut())
+        .enumerate()
+    {
+        let data = exception_for.get(i).copied().flatten();
         if *role == PortRole::Exception
             && p.mac.is_none()
-            && let Some(mac) = uplink_mac
+            && let Some((d, &mac)) = data.and_then(|d| Some((d, macs.get(d)?)))
         {
             port.set_mac(mac).with_context(|| {
-                format!("exception port {:?}: cannot take the uplink's MAC", p.name)
+                format!(
+                    "exception port {:?}: cannot take the MAC of port {:?}",
+                    p.name, compiled.settings.ports[d].name
+                )
             })?;
         }
     }
@@ -131,6 +140,7 @@ pub fn run(args: &Args) -> Result<()> {
                 queues.push((rx, tx));
             }
             let roles: Vec<PortRole> = ports.iter().map(|(role, _)| *role).collect();
+            let routes = Routes::with_exceptions(&roles, &exception_for);
             let shared = shared.clone();
             // Not core_affinity::get_core_ids(): after EAL init it lists only
             // the main thread's (management) core.
@@ -148,7 +158,7 @@ pub fn run(args: &Args) -> Result<()> {
                     if !core_affinity::set_for_current(pin) {
                         log::warn!("worker {i}: cannot pin to core {core}; not pinned");
                     }
-                    worker(i, &shared, eal, &roles, DpdkIo::new(queues));
+                    worker(i, &shared, eal, &roles, routes, DpdkIo::new(queues));
                 })?;
         }
         log::info!(
@@ -179,9 +189,16 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// One worker thread: its engine over its queues, run by the data plane's
 /// loop, its counters published every ~100 ms of the CPU's cycle counter.
-fn worker(index: usize, shared: &Shared, eal: &Eal, roles: &[PortRole], mut io: DpdkIo<'_, BURST>) {
+fn worker(
+    index: usize,
+    shared: &Shared,
+    eal: &Eal,
+    roles: &[PortRole],
+    routes: Routes,
+    mut io: DpdkIo<'_, BURST>,
+) {
     let pipeline = Worker::new(0x5350_494c_0000_0000 ^ (index as u64) << 8 ^ dpdk::tsc(), 0);
-    let mut engine = Engine::new(pipeline, roles, BURST, MbufBurst::<BURST>::new);
+    let mut engine = Engine::with_routes(pipeline, roles, routes, BURST, MbufBurst::<BURST>::new);
     WorkerLoop {
         index,
         shared,

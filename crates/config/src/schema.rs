@@ -267,6 +267,10 @@ pub struct Port {
     /// MTU in bytes.
     #[serde(default = "d_mtu")]
     pub mtu: u16,
+    /// An exception port only: the data port (`uplink` or `backend`, by
+    /// name) whose host traffic it carries (M47); default: the uplink.
+    #[serde(default)]
+    pub for_port: Option<String>,
 }
 
 fn d_mtu() -> u16 {

@@ -234,7 +234,11 @@ fn cases() -> Vec<Case> {
         case("MTU out of range", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\nmtu = 100 #!\n"), "ports[0].mtu", "MTU 100 is out of range 576-9216"),
         case("gateway off the port's subnets", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\ngateway = \"10.0.1.1\" #!\n"), "ports[0].gateway", "not on any subnet"),
         case("address on two ports", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n[[ports]]\nname = \"q\"\ndevice = \"e\"\nrole = \"backend\"\naddresses = [\"10.0.0.2/24\"] #!\n"), "ports[1].addresses[0]", "already assigned"),
-        case("two exception ports", with("[[ports]]\nname = \"p\"\ndevice = \"d\"\nrole = \"exception\"\n[[ports]]\nname = \"q\"\ndevice = \"e\"\nrole = \"exception\" #!\n"), "ports[1].role", "only one exception port"),
+        case("two exception ports for the uplink", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"k\"\ndevice = \"tk\"\nrole = \"exception\"\n[[ports]]\nname = \"l\"\ndevice = \"tl\"\nrole = \"exception\" #!\n"), "ports[2].role", "port \"u\" already has an exception port (t.toml:"),
+        case("two exception ports for one backend port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"b\"\ndevice = \"e\"\nrole = \"backend\"\n[[ports]]\nname = \"k\"\ndevice = \"tk\"\nrole = \"exception\"\nfor_port = \"b\"\n[[ports]]\nname = \"l\"\ndevice = \"tl\"\nrole = \"exception\"\nfor_port = \"b\" #!\n"), "ports[3].for_port", "port \"b\" already has an exception port"),
+        case("for_port on a data port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"b\"\ndevice = \"e\"\nrole = \"backend\"\nfor_port = \"u\" #!\n"), "ports[1].for_port", "for_port applies to role \"exception\", not Backend"),
+        case("for_port naming an exception port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"k\"\ndevice = \"tk\"\nrole = \"exception\"\n[[ports]]\nname = \"l\"\ndevice = \"tl\"\nrole = \"exception\"\nfor_port = \"k\" #!\n"), "ports[2].for_port", "port \"k\" is an exception port"),
+        case("for_port naming no port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"k\"\ndevice = \"tk\"\nrole = \"exception\"\nfor_port = \"nope\" #!\n"), "ports[1].for_port", "no port is named \"nope\""),
         // ---- neighbours (M47) ----
         case("l2dsr endpoint without mac off the backend port's subnets", with("[[ports]]\nname = \"b\"\ndevice = \"d\"\nrole = \"backend\"\naddresses = [\"10.2.0.2/24\"]\n").replace("delivery = \"ipip\"", "delivery = \"l2dsr\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "resolved with ARP/NDP on port \"b\""),
         case("no neighbour probes", with("[neighbours]\nprobes = 0 #!\n"), "neighbours.probes", "out of range 1-20"),
@@ -321,6 +325,35 @@ fn every_rule_rejects_its_config_naming_field_line_and_reason() {
 fn the_base_config_of_the_cases_is_valid() {
     let l = load(&with("")).unwrap_or_else(|e| panic!("{e}"));
     assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+}
+
+/// M47: one exception port per data port; `for_port` defaults to the uplink.
+#[test]
+fn exception_ports_compile_to_the_data_port_each_stands_for() {
+    let ports = concat!(
+        "[[ports]]\nname = \"k-be\"\ndevice = \"t1\"\nrole = \"exception\"\nfor_port = \"be\"\n",
+        "[[ports]]\nname = \"up\"\ndevice = \"d0\"\nrole = \"uplink\"\n",
+        "[[ports]]\nname = \"be\"\ndevice = \"d1\"\nrole = \"backend\"\n",
+        "[[ports]]\nname = \"k-up\"\ndevice = \"t0\"\nrole = \"exception\"\n",
+    );
+    let l = load(&with(ports)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(
+        l.compiled.settings.exception_for,
+        vec![Some(2), None, None, Some(1)]
+    );
+    // Without an uplink, an exception port without for_port stands for
+    // nothing: accepted, with a warning (what the host sends is dropped).
+    let alone = "[[ports]]\nname = \"k\"\ndevice = \"t0\"\nrole = \"exception\"\n";
+    let l = load(&with(alone)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.compiled.settings.exception_for, vec![None]);
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.contains("ports[0].role: no port has role \"uplink\"")),
+        "{:?}",
+        l.warnings
+    );
 }
 
 #[test]

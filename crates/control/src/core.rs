@@ -1101,6 +1101,8 @@ fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static s
             .iter()
             .zip(&new.settings.ports)
             .any(|(x, y)| x.device != y.device)
+        // Workers route host traffic by the exception ports they started with.
+        || old.settings.exception_for != new.settings.exception_for
     {
         Some("[[ports]]")
     } else if listeners_differ(old, new) {
@@ -1199,5 +1201,36 @@ mod tests {
         let ag0 = serving(&["\"10.0.0.1\", \"10.0.1.1\""], Some(0));
         let ag0_other = serving(&["\"10.0.0.1\", \"10.0.1.9\""], Some(0));
         assert_eq!(destructive_change(&ag0, &ag0_other), None);
+    }
+
+    /// M47: the data port an exception port stands for is fixed at start.
+    #[test]
+    fn a_new_for_port_takes_effect_at_the_next_restart() {
+        let with = |for_port: &str| {
+            let text = format!(
+                "[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n{}",
+                [
+                    "[[ports]]\nname = \"up\"\ndevice = \"d0\"\nrole = \"uplink\"\n",
+                    "[[ports]]\nname = \"be\"\ndevice = \"d1\"\nrole = \"backend\"\n",
+                    &format!(
+                        "[[ports]]\nname = \"k\"\ndevice = \"t0\"\nrole = \"exception\"\n{for_port}"
+                    ),
+                ]
+                .concat()
+            );
+            match config::load_str("t.toml", &text, &config::Env::default()) {
+                Ok(l) => l.compiled,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let (uplink, backend) = (with(""), with("for_port = \"be\"\n"));
+        assert_eq!(
+            settings_needing_restart(&uplink, &with("for_port = \"up\"\n")),
+            None
+        );
+        assert_eq!(
+            settings_needing_restart(&uplink, &backend),
+            Some("[[ports]]")
+        );
     }
 }

@@ -232,10 +232,10 @@ counters! {
             /// Packets handed to the host (exception path).
             to_host: stats "; to host {}", replay ", to host {}",
                 metric "to_host_packets_total" "Packets handed to the exception port.";
-            /// Packets for the host dropped because no exception port is configured
-            /// (or, from the host, because no uplink is).
+            /// Packets for the host dropped because no exception port takes them
+            /// (or, from the host, because its exception port stands for no data port).
             host_dropped: stats " (dropped without exception port {})";
-            /// Packets the host's stack sent through the exception port (out the uplink).
+            /// Packets the host's stack sent through an exception port (out its data port).
             from_host: stats "; from host {}",
                 metric "from_host_packets_total" "Packets from the exception port.";
             /// Packets the device did not take at TX (freed).

@@ -6,36 +6,119 @@
 
 use config::schema::PortRole;
 use flowtable::{FlowTable, Tick};
+use wire::buf::PacketBuf;
 use wire::burst::PacketBurst;
 pub use wire::burst::PacketIo;
+use wire::ethernet::MacAddr;
 
 use crate::pipeline::{Verdict, Worker};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Local, Snapshot};
 
 /// Default burst size (docs/requirements.md §1).
 pub const BURST: usize = 32;
 
-/// Where each kind of packet leaves, from the ports' roles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where each kind of packet leaves, from the ports' roles and the data port
+/// each exception port stands for (M47). Computed once; a burst costs one
+/// index into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routes {
-    /// Towards clients and the fabric; also where the host's packets go out.
+    /// Towards clients and the fabric.
     pub uplink: Option<usize>,
     /// Towards backends (the uplink when there is no backend port).
     pub backend: Option<usize>,
-    /// The host's TAP (exception path).
+    /// The default exception port: the uplink's, which also takes the host
+    /// packets of data ports without their own.
     pub exception: Option<usize>,
+    /// Per port, in port order.
+    host: Vec<HostPath>,
+}
+
+/// A port's part in the exception path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPath {
+    /// An exception port: what the kernel sends on it leaves by this data
+    /// port, unchanged (`None`: it stands for no port; dropped and counted
+    /// as `host_dropped`).
+    FromHost(Option<usize>),
+    /// A data port: packets for the host go to exception port `port`. With
+    /// `readdress` it is the default one standing in for the data port's
+    /// own: a unicast frame to the data port's MAC gets the exception
+    /// port's MAC instead, or the kernel would ignore it.
+    ToHost {
+        /// The exception port.
+        port: usize,
+        /// The exception port is not this data port's own.
+        readdress: bool,
+    },
+    /// A data port with no exception port to take its host packets: they are
+    /// dropped and counted as `host_dropped`.
+    NoHost,
 }
 
 impl Routes {
-    /// Routes for ports with these roles (in port order).
+    /// Routes for ports with these roles (in port order), every exception
+    /// port standing for the uplink.
     pub fn new(roles: &[PortRole]) -> Routes {
+        let uplink = roles.iter().position(|&r| r == PortRole::Uplink);
+        let stands_for: Vec<Option<usize>> = roles
+            .iter()
+            .map(|&r| {
+                if r == PortRole::Exception {
+                    uplink
+                } else {
+                    None
+                }
+            })
+            .collect();
+        Routes::with_exceptions(roles, &stands_for)
+    }
+
+    /// Routes for ports with these roles where exception port `e` stands
+    /// for data port `exception_for[e]` (`config`'s
+    /// `Settings::exception_for`; missing entries stand for nothing).
+    pub fn with_exceptions(roles: &[PortRole], exception_for: &[Option<usize>]) -> Routes {
         let find = |r: PortRole| roles.iter().position(|&x| x == r);
         let uplink = find(PortRole::Uplink);
+        let stands_for = |e: usize| {
+            exception_for.get(e).copied().flatten().filter(|&d| {
+                roles
+                    .get(d)
+                    .is_some_and(|&r| r != PortRole::Exception && d != e)
+            })
+        };
+        // A data port's own exception port: the first standing for it.
+        let own = |d: usize| {
+            (0..roles.len())
+                .find(|&e| roles.get(e) == Some(&PortRole::Exception) && stands_for(e) == Some(d))
+        };
+        let exception = uplink.and_then(own);
+        let host = roles
+            .iter()
+            .enumerate()
+            .map(|(p, &role)| match (role, own(p), exception) {
+                (PortRole::Exception, _, _) => HostPath::FromHost(stands_for(p)),
+                (_, Some(port), _) => HostPath::ToHost {
+                    port,
+                    readdress: false,
+                },
+                (_, None, Some(port)) => HostPath::ToHost {
+                    port,
+                    readdress: true,
+                },
+                (_, None, None) => HostPath::NoHost,
+            })
+            .collect();
         Routes {
             uplink,
             backend: find(PortRole::Backend).or(uplink),
-            exception: find(PortRole::Exception),
+            exception,
+            host,
         }
+    }
+
+    /// Port `port`'s part in the exception path.
+    pub fn host(&self, port: usize) -> HostPath {
+        self.host.get(port).copied().unwrap_or(HostPath::NoHost)
     }
 }
 
@@ -52,13 +135,26 @@ pub struct Engine<B: PacketBurst> {
 }
 
 impl<B: PacketBurst> Engine<B> {
-    /// An engine over ports with `roles`, with bursts made by `burst` (each
-    /// holding at most `capacity` packets).
+    /// An engine over ports with `roles`, every exception port standing for
+    /// the uplink, with bursts made by `burst` (each holding at most
+    /// `capacity` packets).
     pub fn new(worker: Worker, roles: &[PortRole], capacity: usize, burst: impl Fn() -> B) -> Self {
+        Engine::with_routes(worker, roles, Routes::new(roles), capacity, burst)
+    }
+
+    /// An engine over ports with `roles` that sends packets by `routes`
+    /// (`Routes::with_exceptions` for several exception ports).
+    pub fn with_routes(
+        worker: Worker,
+        roles: &[PortRole],
+        routes: Routes,
+        capacity: usize,
+        burst: impl Fn() -> B,
+    ) -> Self {
         Engine {
             worker,
             roles: roles.to_vec(),
-            routes: Routes::new(roles),
+            routes,
             rx: burst(),
             tx: roles.iter().map(|_| burst()).collect(),
             verdicts: vec![Verdict::ToHost; capacity],
@@ -66,8 +162,8 @@ impl<B: PacketBurst> Engine<B> {
     }
 
     /// The routes in use.
-    pub fn routes(&self) -> Routes {
-        self.routes
+    pub fn routes(&self) -> &Routes {
+        &self.routes
     }
 
     /// One pass over every port: receive, process, transmit. Returns the
@@ -88,11 +184,13 @@ impl<B: PacketBurst> Engine<B> {
                 continue;
             }
             received += n;
-            let (tx, counters, routes) = (&mut self.tx, &mut self.worker.counters, self.routes);
-            if self.roles.get(p) == Some(&PortRole::Exception) {
-                // From the host's stack (ARP, BGP, SSH, probes): out the uplink.
+            let (tx, counters) = (&mut self.tx, &mut self.worker.counters);
+            let (host, backend) = (self.routes.host(p), self.routes.backend);
+            if let HostPath::FromHost(data_port) = host {
+                // From the host's stack (ARP, BGP, SSH, probes): out the
+                // data port this exception port stands for.
                 counters.from_host += n as u64;
-                match routes.uplink {
+                match data_port {
                     Some(out) => self
                         .rx
                         .drain_each(|_, m| push(tx, out, m, &mut counters.tx_dropped)),
@@ -112,21 +210,30 @@ impl<B: PacketBurst> Engine<B> {
                 // The usual burst: every packet forwarded, to one port, in order.
                 // It is sent as it is (the TX bursts are empty between ports),
                 // without moving each packet into a TX burst.
-                if let Some(b) = routes.backend
+                if let Some(b) = backend
                     && verdicts.iter().all(|v| *v == Verdict::Forward)
                 {
                     counters.tx_dropped += io.tx_burst(b, &mut self.rx) as u64;
                     continue;
                 }
-                self.rx.drain_each(|i, m| match verdicts.get(i) {
-                    Some(Verdict::Forward) => match routes.backend {
+                let readdress = readdress(host, p, &snap.local);
+                self.rx.drain_each(|i, mut m| match verdicts.get(i) {
+                    Some(Verdict::Forward) => match backend {
                         Some(b) => push(tx, b, m, &mut counters.tx_dropped),
                         None => counters.tx_dropped += 1,
                     },
                     Some(Verdict::Reply) => push(tx, p, m, &mut counters.tx_dropped),
-                    Some(Verdict::ToHost) => match routes.exception {
-                        Some(e) => push(tx, e, m, &mut counters.tx_dropped),
-                        None => counters.host_dropped += 1,
+                    Some(Verdict::ToHost) => match host {
+                        HostPath::ToHost { port, .. } => {
+                            if let Some((from, to)) = readdress
+                                && let Some(dst) = m.data_mut().get_mut(..6)
+                                && *dst == from
+                            {
+                                dst.copy_from_slice(&to);
+                            }
+                            push(tx, port, m, &mut counters.tx_dropped)
+                        }
+                        _ => counters.host_dropped += 1,
                     },
                     Some(Verdict::Drop(_)) | None => {}
                 });
@@ -155,6 +262,21 @@ impl<B: PacketBurst> Engine<B> {
             q.send(io, tx, self.roles.len(), &mut self.worker.counters);
         }
     }
+}
+
+/// For host packets from data port `port` that go to an exception port not
+/// its own: its MAC and the exception port's, when they differ.
+fn readdress(host: HostPath, port: usize, local: &Local) -> Option<(MacAddr, MacAddr)> {
+    let HostPath::ToHost {
+        port: exception,
+        readdress: true,
+    } = host
+    else {
+        return None;
+    };
+    let mac = |p: usize| local.port_macs.get(p).copied().unwrap_or(local.mac);
+    let (from, to) = (mac(port), mac(exception));
+    (from != to).then_some((from, to))
 }
 
 /// Adds a packet to port `port`'s TX burst; one that does not fit is freed

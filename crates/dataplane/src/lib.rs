@@ -24,7 +24,7 @@ pub mod snapshot;
 pub mod worker;
 
 pub use counters::{ChildCounters, DropReason, WorkerCounters};
-pub use engine::{BURST, Engine, PacketIo, Routes, VecBurst};
+pub use engine::{BURST, Engine, HostPath, PacketIo, Routes, VecBurst};
 pub use pipeline::{Verdict, Worker};
 pub use snapshot::{
     Backend, BackendState, EndpointHealth, Local, Rules, ServicePlan, Snapshot, SnapshotBuilder,

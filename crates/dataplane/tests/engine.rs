@@ -8,7 +8,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use config::schema::PortRole;
-use dataplane::{EndpointHealth, Engine, Local, PacketIo, SnapshotBuilder, VecBurst, Worker};
+use dataplane::{
+    EndpointHealth, Engine, HostPath, Local, PacketIo, Routes, SnapshotBuilder, VecBurst, Worker,
+};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{Packet, arp_request};
@@ -120,13 +122,30 @@ struct Setup {
 }
 
 fn setup(exception: bool) -> Setup {
-    let compiled = match config::load_str("t.toml", &config(exception), &config::Env::default()) {
+    setup_text(&config(exception))
+}
+
+/// [`config`] with two exception ports: "kernel" (port 2) for the uplink,
+/// "kernel-be" (port 3) for the backend port.
+fn setup_per_port() -> Setup {
+    let text = format!(
+        "{}\n{}",
+        config(true),
+        port("kernel-be", "net_tap1", "exception").str("for_port", "be")
+    );
+    setup_text(&text)
+}
+
+fn setup_text(text: &str) -> Setup {
+    let compiled = match config::load_str("t.toml", text, &config::Env::default()) {
         Ok(l) => Arc::new(l.compiled),
         Err(e) => panic!("{e}"),
     };
     let roles: Vec<PortRole> = compiled.settings.ports.iter().map(|p| p.role).collect();
+    let routes = Routes::with_exceptions(&roles, &compiled.settings.exception_for);
+    // As `spillway run` sets them: an exception port has its data port's MAC.
     let local = Local::from_config(&compiled, |device| {
-        Some(if device == "net_ring1" {
+        Some(if device == "net_ring1" || device == "net_tap1" {
             BE_MAC
         } else {
             LB_MAC
@@ -138,7 +157,7 @@ fn setup(exception: bool) -> Setup {
     let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows");
     let worker = Worker::new(1, compiled.children.len());
     Setup {
-        engine: Engine::new(worker, &roles, 32, || VecBurst::with_capacity(32)),
+        engine: Engine::with_routes(worker, &roles, routes, 32, || VecBurst::with_capacity(32)),
         snap,
         flows,
         io: MemIo::new(roles.len()),
@@ -305,4 +324,136 @@ fn neighbour_sightings_are_queued_and_queued_frames_are_sent() {
     s.io.rx[up].push_back(arp_request_to([10, 0, 0, 2]));
     s.poll();
     assert_eq!(s.engine.worker.counters.nbr_sightings_lost, 1);
+}
+
+/// A frame from the backend segment to the balancer's backend address
+/// (10.0.1.2), addressed to `dst_mac`.
+fn udp_on_backend_segment(dst_mac: [u8; 6], sport: u16) -> Vec<u8> {
+    Packet::udp(
+        Ipv4Addr::new(10, 0, 1, 11).into(),
+        Ipv4Addr::new(10, 0, 1, 2).into(),
+        sport,
+        179,
+    )
+    .payload(&[5, 6, 7])
+    .udp_checksum(false)
+    .macs([2, 0, 0, 0, 1, 11], dst_mac)
+    .frame()
+}
+
+/// M47: with one exception port per data port, what the kernel sends on
+/// an exception port leaves by the data port it stands for, and what a data
+/// port hands to the host reaches that port's own exception port, untouched.
+#[test]
+fn each_exception_port_carries_the_host_traffic_of_its_data_port() {
+    let mut s = setup_per_port();
+    let (up, be, kernel, kernel_be) = (0, 1, 2, 3);
+    assert_eq!(
+        (0..4)
+            .map(|p| s.engine.routes().host(p))
+            .collect::<Vec<_>>(),
+        vec![
+            HostPath::ToHost {
+                port: kernel,
+                readdress: false
+            },
+            HostPath::ToHost {
+                port: kernel_be,
+                readdress: false
+            },
+            HostPath::FromHost(Some(up)),
+            HostPath::FromHost(Some(be)),
+        ]
+    );
+    // The kernel probing a backend (ARP, then TCP) on its backend interface,
+    // and talking to a router on its uplink interface.
+    let probe_arp = arp_request(
+        BE_MAC,
+        Ipv4Addr::new(10, 0, 1, 2),
+        Ipv4Addr::new(10, 0, 1, 11),
+    );
+    let probe = udp_on_backend_segment(BE_MAC, 4000);
+    let bgp = udp([198, 51, 100, 1], 179, 179);
+    s.io.rx[kernel_be].extend([probe_arp.clone(), probe.clone()]);
+    s.io.rx[kernel].push_back(bgp.clone());
+    // Answers for the host: from the backend segment, and from the uplink.
+    let answer = udp_on_backend_segment(BE_MAC, 5000);
+    let arp_answer = arp_request(
+        CLIENT_MAC,
+        Ipv4Addr::new(10, 0, 1, 11),
+        Ipv4Addr::new(10, 0, 1, 2),
+    );
+    let mut arp_reply = arp_answer.clone();
+    arp_reply[20..22].copy_from_slice(&[0, 2]); // a reply: for the host
+    arp_reply[..6].copy_from_slice(&BE_MAC);
+    let own = udp([10, 0, 0, 2], 5000, 22);
+    s.io.rx[be].extend([answer.clone(), arp_reply.clone()]);
+    s.io.rx[up].push_back(own.clone());
+    assert_eq!(s.poll(), 6);
+
+    assert_eq!(
+        s.io.tx[be],
+        vec![probe_arp, probe],
+        "out the backend port, as sent"
+    );
+    assert_eq!(s.io.tx[up], vec![bgp], "out the uplink, as sent");
+    assert_eq!(
+        s.io.tx[kernel_be],
+        vec![answer, arp_reply],
+        "the backend port's, untouched"
+    );
+    assert_eq!(s.io.tx[kernel], vec![own]);
+    let c = &s.engine.worker.counters;
+    assert_eq!(
+        (c.to_host, c.from_host, c.host_dropped, c.tx_dropped),
+        (3, 3, 0, 0)
+    );
+}
+
+/// M47: a data port without its own exception port hands its host packets
+/// to the uplink's, readdressed to that port's MAC when they were for the
+/// data port's (the kernel ignores unicast frames for other MACs);
+/// broadcasts and frames for other MACs go unchanged.
+#[test]
+fn without_its_own_exception_port_a_data_port_falls_back_to_the_uplinks() {
+    let mut s = setup(true);
+    let (up, be, kernel) = (0, 1, 2);
+    assert_eq!(
+        s.engine.routes().host(be),
+        HostPath::ToHost {
+            port: kernel,
+            readdress: true
+        }
+    );
+    let for_be = udp_on_backend_segment(BE_MAC, 5000);
+    let for_other = udp_on_backend_segment([2, 0, 0, 0, 9, 9], 5001);
+    let broadcast = udp_on_backend_segment([0xff; 6], 5002);
+    s.io.rx[be].extend([for_be.clone(), for_other.clone(), broadcast.clone()]);
+    assert_eq!(s.poll(), 3);
+    let mut readdressed = for_be;
+    readdressed[..6].copy_from_slice(&LB_MAC);
+    assert_eq!(s.io.tx[kernel], vec![readdressed, for_other, broadcast]);
+    assert!(s.io.tx[up].is_empty() && s.io.tx[be].is_empty());
+    assert_eq!(s.engine.worker.counters.to_host, 3);
+}
+
+/// An exception port that stands for no data port (no uplink, no
+/// for_port): what the kernel sends on it is dropped and counted.
+#[test]
+fn an_exception_port_without_a_data_port_drops_and_counts() {
+    let roles = [PortRole::Backend, PortRole::Exception];
+    let routes = Routes::with_exceptions(&roles, &[None, None]);
+    assert_eq!(routes.host(1), HostPath::FromHost(None));
+    assert_eq!(routes.host(0), HostPath::NoHost);
+    let mut s = setup(true);
+    s.engine = Engine::with_routes(Worker::new(1, 1), &roles, routes, 32, || {
+        VecBurst::with_capacity(32)
+    });
+    s.io = MemIo::new(2);
+    s.io.rx[1].push_back(udp([198, 51, 100, 1], 179, 179));
+    s.io.rx[0].push_back(udp_on_backend_segment(BE_MAC, 5000));
+    assert_eq!(s.poll(), 2);
+    assert!(s.io.tx.iter().all(Vec::is_empty));
+    let c = &s.engine.worker.counters;
+    assert_eq!((c.from_host, c.to_host, c.host_dropped), (1, 1, 2));
 }

@@ -269,6 +269,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         settings: Settings {
             dataplane: cfg.dataplane.clone(),
             ports: cfg.ports.clone(),
+            exception_for: exception_for(&cfg.ports),
             bgp: cfg.bgp.clone(),
             flow_sync: cfg.flow_sync.clone(),
             metrics: cfg.metrics.clone(),
@@ -276,6 +277,23 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             neighbours: cfg.neighbours.clone(),
         },
     }
+}
+
+/// The data port each exception port stands for (validated: a data port,
+/// at most one exception port each).
+fn exception_for(ports: &[crate::schema::Port]) -> Vec<Option<usize>> {
+    use crate::schema::PortRole;
+    let uplink = ports.iter().position(|p| p.role == PortRole::Uplink);
+    ports
+        .iter()
+        .map(|p| match (&p.role, &p.for_port) {
+            (PortRole::Exception, Some(name)) => ports
+                .iter()
+                .position(|q| &q.name == name && q.role != PortRole::Exception),
+            (PortRole::Exception, None) => uplink,
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -148,6 +148,11 @@ pub struct Settings {
     pub dataplane: crate::schema::Dataplane,
     /// `[[ports]]`.
     pub ports: Vec<crate::schema::Port>,
+    /// Per port, in `[[ports]]` order: for an exception port, the index of
+    /// the data port whose host traffic it carries (its `for_port`, else the
+    /// first uplink; M47); `None` for data ports and for an exception port
+    /// without one.
+    pub exception_for: Vec<Option<usize>>,
     /// `[bgp]`.
     pub bgp: Option<crate::schema::Bgp>,
     /// `[flow_sync]`.

@@ -189,25 +189,13 @@ impl Checker<'_> {
                 .map(|(i, p)| (format!("ports[{i}].name"), p.name.as_str())),
         );
         let mut addrs: HashMap<IpAddr, String> = HashMap::new();
-        let mut exception = None;
+        self.exception_ports();
         for (i, p) in ports.iter().enumerate() {
             if p.device.trim().is_empty() {
                 self.err(
                     &format!("ports[{i}].device"),
                     "a DPDK device name or PCI address is needed",
                 );
-            }
-            if p.role == crate::schema::PortRole::Exception {
-                if let Some(first) = exception {
-                    let at = self.at(&format!("ports[{first}].role"));
-                    self.err(
-                        &format!("ports[{i}].role"),
-                        format!(
-                            "only one exception port is supported (ports[{first}] at {at} is one)"
-                        ),
-                    );
-                }
-                exception = Some(i);
             }
             for (j, a) in p.addresses.iter().enumerate() {
                 let path = format!("ports[{i}].addresses[{j}]");
@@ -265,6 +253,70 @@ impl Checker<'_> {
                 "ports",
                 "no port has role \"uplink\": no VIP traffic can arrive",
             );
+        }
+    }
+
+    /// M47: each exception port carries the host traffic of one data port
+    /// (its `for_port`, else the first uplink), and no data port has two.
+    fn exception_ports(&mut self) {
+        use crate::schema::PortRole;
+        let ports = &self.cfg.ports;
+        // Data port index -> the field path of the exception port taking it.
+        let mut taken: HashMap<usize, String> = HashMap::new();
+        for (i, p) in ports.iter().enumerate() {
+            let path = format!("ports[{i}].for_port");
+            if p.role != PortRole::Exception {
+                if p.for_port.is_some() {
+                    self.err(
+                        &path,
+                        format!("for_port applies to role \"exception\", not {:?}", p.role),
+                    );
+                }
+                continue;
+            }
+            let data = match &p.for_port {
+                Some(name) => match ports.iter().position(|q| &q.name == name) {
+                    Some(d) if ports[d].role == PortRole::Exception => {
+                        self.err(
+                            &path,
+                            format!("port {name:?} is an exception port; for_port names an \"uplink\" or \"backend\" port"),
+                        );
+                        continue;
+                    }
+                    Some(d) => d,
+                    None => {
+                        self.err(&path, format!("no port is named {name:?}"));
+                        continue;
+                    }
+                },
+                None => match ports.iter().position(|q| q.role == PortRole::Uplink) {
+                    Some(d) => d,
+                    None => {
+                        self.warn(
+                            &format!("ports[{i}].role"),
+                            "no port has role \"uplink\" and for_port names none: what the host sends on this exception port is dropped",
+                        );
+                        continue;
+                    }
+                },
+            };
+            let here = if p.for_port.is_some() {
+                path
+            } else {
+                format!("ports[{i}].role")
+            };
+            if let Some(first) = taken.get(&data) {
+                let at = self.at(first);
+                self.err(
+                    &here,
+                    format!(
+                        "port {:?} already has an exception port ({at}); one exception port per data port",
+                        ports[data].name
+                    ),
+                );
+            } else {
+                taken.insert(data, here);
+            }
         }
     }
 }
