@@ -751,6 +751,12 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     println!("flows: {}", line(c, WorkerCounters::FLOWS, Text::Replay));
+    if c.decap_ipip + c.decap_gre + c.decap_gue + c.decap_geneve > 0 {
+        println!(
+            "tunnels: decapsulated ipip {}, gre {}, gue {}, geneve {}",
+            c.decap_ipip, c.decap_gre, c.decap_gue, c.decap_geneve
+        );
+    }
     for r in DropReason::ALL {
         if c.dropped(r) > 0 {
             println!("  drop {}: {}", r.name(), c.dropped(r));

@@ -53,6 +53,10 @@ pub struct Config {
     /// Control socket (`[control]`).
     #[serde(default)]
     pub control: Control,
+    /// Tunnels to this node's own addresses (`[tunnel_ingress]`, M49);
+    /// absent: the defaults of [`TunnelIngress`].
+    #[serde(default)]
+    pub tunnel_ingress: Option<TunnelIngress>,
     /// Neighbour resolution of next hops (`[neighbours]`, M47).
     #[serde(default)]
     pub neighbours: Neighbours,
@@ -976,6 +980,69 @@ impl Default for Control {
             max_connections: d_max_connections(),
             timeout: d_listener_timeout(),
             watch_config: true,
+        }
+    }
+}
+
+/// A tunnel protocol of `[tunnel_ingress] protocols`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TunnelProtocol {
+    /// IP-in-IP: IPv4 (protocol 4) or IPv6 (41) inside IPv4 or IPv6.
+    Ipip,
+    /// GRE (protocol 47), RFC 2784/2890.
+    Gre,
+    /// GUE over UDP to `gue_port`.
+    Gue,
+    /// GENEVE over UDP to `geneve_port` (RFC 8926).
+    Geneve,
+}
+
+/// `[tunnel_ingress]` (M49): tunnel packets to the node's own addresses
+/// whose inner packet goes to one of its VIPs are processed as if that
+/// inner packet had arrived directly.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelIngress {
+    /// Accept tunnels at all; default true.
+    #[serde(default = "d_true")]
+    pub enabled: bool,
+    /// Outer sources accepted; absent: the addresses of this node's
+    /// `remote_rule` peers (the `remote.vip` and the `status_url` host of
+    /// every `remote_rule` group).
+    #[serde(default)]
+    pub allow: Option<Vec<Prefix>>,
+    /// Tunnel protocols accepted; default all four.
+    #[serde(default = "d_tunnel_protocols")]
+    pub protocols: Vec<TunnelProtocol>,
+    /// UDP destination port of GUE; default 6080.
+    #[serde(default = "d_gue_port")]
+    pub gue_port: u16,
+    /// UDP destination port of GENEVE; default 6081.
+    #[serde(default = "d_geneve_port")]
+    pub geneve_port: u16,
+}
+
+fn d_tunnel_protocols() -> Vec<TunnelProtocol> {
+    vec![
+        TunnelProtocol::Ipip,
+        TunnelProtocol::Gre,
+        TunnelProtocol::Gue,
+        TunnelProtocol::Geneve,
+    ]
+}
+fn d_gue_port() -> u16 {
+    wire::gue::PORT
+}
+
+impl Default for TunnelIngress {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow: None,
+            protocols: d_tunnel_protocols(),
+            gue_port: d_gue_port(),
+            geneve_port: d_geneve_port(),
         }
     }
 }

@@ -324,6 +324,14 @@ pub struct Prefix {
 }
 
 impl Prefix {
+    /// The host prefix of `addr` (/32 or /128).
+    pub fn host(addr: IpAddr) -> Prefix {
+        Prefix {
+            addr,
+            len: if addr.is_ipv4() { 32 } else { 128 },
+        }
+    }
+
     /// Whether `ip` lies inside the prefix.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {

@@ -259,6 +259,12 @@ fn cases() -> Vec<Case> {
         case("per-client cap above max_connections", with("[metrics]\nmax_connections = 16\nmax_connections_per_client = 17 #!\n"), "metrics.max_connections_per_client", "17: expected 1-16 (at most max_connections)"),
         case("per-client cap of zero", with("[metrics]\nmax_connections_per_client = 0 #!\n"), "metrics.max_connections_per_client", "0: expected 1-64"),
         case("allow-list prefix with host bits", with("[metrics]\nallow = [\"10.1.2.3/16\"] #!\n"), "metrics.allow[0]", "write the network address"),
+        case("empty tunnel allow-list", with("[tunnel_ingress]\nallow = [] #!\n"), "tunnel_ingress.allow", "accepts no tunnel"),
+        case("tunnel source with host bits", with("[tunnel_ingress]\nallow = [\"10.1.2.3/16\"] #!\n"), "tunnel_ingress.allow[0]", "write the network address"),
+        case("no tunnel protocol", with("[tunnel_ingress]\nprotocols = [] #!\n"), "tunnel_ingress.protocols", "set enabled = false"),
+        case("tunnel protocol twice", with("[tunnel_ingress]\nprotocols = [\"gre\",\n  \"gre\", #!\n]\n"), "tunnel_ingress.protocols[1]", "listed twice"),
+        case("GUE and GENEVE on one port", with("[tunnel_ingress]\ngue_port = 7000\ngeneve_port = 7000 #!\n"), "tunnel_ingress.geneve_port", "ports of their own"),
+        case("tunnel port zero", with("[tunnel_ingress]\ngue_port = 0 #!\n"), "tunnel_ingress.gue_port", "port 0"),
     ]
 }
 
@@ -662,4 +668,52 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
     );
     let l = load(&quiet).unwrap_or_else(|e| panic!("{e}"));
     assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+}
+
+#[test]
+fn tunnel_sources_default_to_the_remote_rule_peers() {
+    let remote = service("far", "gue")
+        .child(group("g", "r2", "r2-a").str("kind", "remote_rule").set(
+        "remote",
+        r#"{ status_url = "http://192.0.2.7:9469/status", rule = "web", vip = "198.51.100.9" }"#,
+    ));
+    let named = service("far2", "gue")
+        .child(group("g", "r2", "r2-a").str("kind", "remote_rule").set(
+        "remote",
+        r#"{ status_url = "http://peer.example:9469/status", rule = "web", vip = "2001:db8::9" }"#,
+    ));
+    let loaded = load(&with(&format!("\n{remote}\n{named}\n"))).unwrap();
+    let t = &loaded.compiled.tunnel_ingress;
+    let allow: Vec<String> = t.allow.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        allow,
+        ["192.0.2.7/32", "198.51.100.9/32", "2001:db8::9/128"]
+    );
+    assert!(t.ipip && t.gre);
+    assert_eq!((t.gue_port, t.geneve_port), (Some(6080), Some(6081)));
+    // A status URL by name adds no source, and says so.
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("groups[0].remote.status_url") && w.contains("host is a name")),
+        "{:?}",
+        loaded.warnings
+    );
+
+    let explicit = load(&with(&format!(
+        "\n{remote}\n[tunnel_ingress]\nallow = [\"10.7.0.0/16\"]\nprotocols = [\"gue\"]\ngue_port = 7777\n"
+    )))
+    .unwrap();
+    let t = &explicit.compiled.tunnel_ingress;
+    assert_eq!(t.allow.len(), 1);
+    assert!(t.allows("10.7.1.2".parse().unwrap()) && !t.allows("192.0.2.7".parse().unwrap()));
+    assert_eq!(
+        (t.ipip, t.gre, t.gue_port, t.geneve_port),
+        (false, false, Some(7777), None)
+    );
+    assert_eq!(t.tunnel_ports, [7777, 6081]);
+
+    let off = load(&with("[tunnel_ingress]\nenabled = false\n")).unwrap();
+    assert!(!off.compiled.tunnel_ingress.any());
 }

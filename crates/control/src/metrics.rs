@@ -230,6 +230,18 @@ spillway_from_host_packets_total 16
 # HELP spillway_tx_dropped_packets_total Packets a port did not take.
 # TYPE spillway_tx_dropped_packets_total counter
 spillway_tx_dropped_packets_total 14
+# HELP spillway_decap_ipip_packets_total IP-in-IP packets to the node's own addresses decapsulated (M49).
+# TYPE spillway_decap_ipip_packets_total counter
+spillway_decap_ipip_packets_total 0
+# HELP spillway_decap_gre_packets_total GRE packets to the node's own addresses decapsulated (M49).
+# TYPE spillway_decap_gre_packets_total counter
+spillway_decap_gre_packets_total 0
+# HELP spillway_decap_gue_packets_total GUE packets to the node's own addresses decapsulated (M49).
+# TYPE spillway_decap_gue_packets_total counter
+spillway_decap_gue_packets_total 0
+# HELP spillway_decap_geneve_packets_total GENEVE packets to the node's own addresses decapsulated (M49).
+# TYPE spillway_decap_geneve_packets_total counter
+spillway_decap_geneve_packets_total 0
 # HELP spillway_flows_new_total Flow entries created.
 # TYPE spillway_flows_new_total counter
 spillway_flows_new_total 9
@@ -263,19 +275,25 @@ spillway_dropped_packets_total{reason="encap_failed"} 23
 spillway_dropped_packets_total{reason="no_tunnel_source"} 24
 spillway_dropped_packets_total{reason="fragment_no_rule"} 25
 spillway_dropped_packets_total{reason="bad_address"} 26
-spillway_dropped_packets_total{reason="no_neighbour"} 27
+spillway_dropped_packets_total{reason="tunnel_source_denied"} 27
+spillway_dropped_packets_total{reason="tunnel_malformed"} 28
+spillway_dropped_packets_total{reason="tunnel_unsupported"} 29
+spillway_dropped_packets_total{reason="tunnel_not_vip"} 30
+spillway_dropped_packets_total{reason="tunnel_nested"} 31
+spillway_dropped_packets_total{reason="tunnel_fragment"} 32
+spillway_dropped_packets_total{reason="no_neighbour"} 33
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 28
+spillway_rule_packets_total{rule="web-ag0"} 34
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 29
+spillway_rule_bytes_total{rule="web-ag0"} 35
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 30
+spillway_rule_new_flows_total{rule="web-ag0"} 36
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 31
+spillway_rule_dropped_packets_total{rule="web-ag0"} 37
 "#;
 
     #[test]

@@ -175,6 +175,26 @@ drop_reasons! {
     /// An IPv6 packet with an IPv4-mapped source or destination address
     /// (`::ffff:a.b.c.d`), which never appears on the wire.
     BadAddress => "bad_address",
+    /// A tunnel packet to one of the node's own addresses from a source
+    /// `[tunnel_ingress] allow` does not list (M49).
+    TunnelSourceDenied => "tunnel_source_denied",
+    /// A tunnel packet to an own address whose outer or tunnel headers are
+    /// malformed (lengths, checksums, GRE version or flags, an inner packet
+    /// that is not well-formed IP).
+    TunnelMalformed => "tunnel_malformed",
+    /// A well-formed tunnel packet to an own address carrying what tunnelled
+    /// ingress does not take: a GENEVE OAM packet or an unknown critical
+    /// option, an Ethernet or other non-IP payload, a GUE control message.
+    TunnelUnsupported => "tunnel_unsupported",
+    /// A tunnel packet to an own address whose inner destination is not
+    /// one of this node's VIPs (never relayed, M6).
+    TunnelNotVip => "tunnel_not_vip",
+    /// A tunnel inside a tunnel: the inner packet is itself IP-in-IP, GRE,
+    /// or UDP to the GUE or GENEVE port (no loops, no amplification).
+    TunnelNested => "tunnel_nested",
+    /// A fragment of a tunnel packet to an own address: tunnels are not
+    /// reassembled.
+    TunnelFragment => "tunnel_fragment",
     /// The backend's next hop (itself, or the gateway towards it) has no
     /// resolved MAC yet (M47): never sent to a zero MAC.
     NoNeighbour => "no_neighbour",
@@ -241,6 +261,19 @@ counters! {
             /// Packets the device did not take at TX (freed).
             tx_dropped: stats "; tx dropped {}",
                 metric "tx_dropped_packets_total" "Packets a port did not take.";
+            /// IP-in-IP packets to an own address decapsulated (M49); each is
+            /// then counted by its inner packet's outcome.
+            decap_ipip: stats "; decapsulated ipip {}",
+                metric "decap_ipip_packets_total" "IP-in-IP packets to the node's own addresses decapsulated (M49).";
+            /// GRE packets to an own address decapsulated.
+            decap_gre: stats " gre {}",
+                metric "decap_gre_packets_total" "GRE packets to the node's own addresses decapsulated (M49).";
+            /// GUE packets to an own address decapsulated.
+            decap_gue: stats " gue {}",
+                metric "decap_gue_packets_total" "GUE packets to the node's own addresses decapsulated (M49).";
+            /// GENEVE packets to an own address decapsulated.
+            decap_geneve: stats " geneve {}",
+                metric "decap_geneve_packets_total" "GENEVE packets to the node's own addresses decapsulated (M49).";
         ];
         /// The flow table's work: the `flows:` line of `stats` and of the
         /// replay summary.
@@ -415,6 +448,10 @@ mod tests {
             host_dropped: 8,
             from_host: 9,
             tx_dropped: 10,
+            decap_ipip: 17,
+            decap_gre: 18,
+            decap_gue: 19,
+            decap_geneve: 20,
             new_flows: 11,
             flow_hits: 12,
             flow_races: 13,
@@ -450,7 +487,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -460,7 +497,11 @@ mod tests {
             c.to_host,
             c.host_dropped,
             c.from_host,
-            c.tx_dropped
+            c.tx_dropped,
+            c.decap_ipip,
+            c.decap_gre,
+            c.decap_gue,
+            c.decap_geneve
         );
         want += &format!(
             "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
@@ -528,6 +569,10 @@ mod tests {
                 ("to_host_packets_total", c.to_host),
                 ("from_host_packets_total", c.from_host),
                 ("tx_dropped_packets_total", c.tx_dropped),
+                ("decap_ipip_packets_total", c.decap_ipip),
+                ("decap_gre_packets_total", c.decap_gre),
+                ("decap_gue_packets_total", c.decap_gue),
+                ("decap_geneve_packets_total", c.decap_geneve),
                 ("flows_new_total", c.new_flows),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
@@ -592,6 +637,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 11);
+        assert_eq!(DropReason::ALL.len(), 17);
     }
 }

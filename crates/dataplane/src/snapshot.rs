@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId, ZoneId};
+use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId, IngressPolicy, ZoneId};
 use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, SessionAffinity};
 use config::values::Prefix;
 use config::{RuleIndex, RuleMatch};
@@ -234,6 +234,9 @@ pub struct Snapshot {
     /// Secret mixed into the cookie of a flow forwarded without an entry,
     /// so that every packet of such a flow carries the same cookie.
     pub cookie_key: u64,
+    /// Which tunnels to the own addresses are decapsulated, from where
+    /// (M49): the compiled configuration's, copied like [`Snapshot::rules`].
+    pub tunnel_ingress: IngressPolicy,
 }
 
 /// What the pipeline selects rules with (M3) and finds a client's zone
@@ -759,6 +762,7 @@ impl SnapshotBuilder {
             new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
             cookie_key: self.cookie_key,
             rules: Rules::from_config(&compiled),
+            tunnel_ingress: compiled.tunnel_ingress.clone(),
             compiled,
             services,
             backends,

@@ -603,6 +603,12 @@ pub struct TunnelInfo {
     pub vni: Option<u32>,
     /// Spillway's GENEVE options.
     pub gateway: GatewayOptions,
+    /// GENEVE: the O bit is set (a control message, not data; RFC 8926 §3.4).
+    pub geneve_oam: bool,
+    /// GENEVE: an option marked critical is not one of Spillway's (its receiver must
+    /// drop the packet, RFC 8926 §3.5.1), or the C bit is set without Spillway's options
+    /// being the critical ones.
+    pub geneve_unknown_critical: bool,
     /// Whether the inner packet is IPv6.
     pub inner_v6: bool,
     /// Offset of the inner IP packet in the frame.
@@ -690,6 +696,8 @@ pub fn parse_tunnel(frame: &[u8], cfg: &DecapConfig) -> Result<TunnelInfo, Decap
         gre_key: None,
         vni: None,
         gateway: GatewayOptions::default(),
+        geneve_oam: false,
+        geneve_unknown_critical: false,
         inner_v6: false,
         inner_offset: 0,
         inner_len: 0,
@@ -723,6 +731,8 @@ pub fn parse_tunnel(frame: &[u8], cfg: &DecapConfig) -> Result<TunnelInfo, Decap
                 info.kind = TunnelKind::Geneve;
                 info.vni = Some(r.vni);
                 info.gateway = GatewayOptions::parse(&cfg.geneve_ids, p.options())?;
+                info.geneve_oam = r.oam;
+                info.geneve_unknown_critical = unknown_critical(&cfg.geneve_ids, &p, r.critical);
                 (
                     udp::HEADER_LEN + r.header_len(),
                     Some(want_from_ethertype(r.protocol)?),
@@ -760,6 +770,57 @@ pub fn parse_tunnel(frame: &[u8], cfg: &DecapConfig) -> Result<TunnelInfo, Decap
     info.inner_offset = l4_off + rel;
     info.inner_len = len;
     Ok(info)
+}
+
+/// Whether a GENEVE header carries a critical option that is not one of Spillway's own
+/// (`ids`), or announces critical options (`c_bit`) without carrying a known critical one.
+fn unknown_critical<T: AsRef<[u8]>>(ids: &OptionIds, p: &geneve::Packet<T>, c_bit: bool) -> bool {
+    let known = |o: &geneve::GeneveOption<'_>| {
+        o.class == ids.class && (o.opt_type == ids.endpoint_type || o.opt_type == ids.cookie_type)
+    };
+    let mut known_critical = false;
+    for o in p.option_iter().flatten() {
+        if o.is_critical() {
+            if !known(&o) {
+                return true;
+            }
+            known_critical = true;
+        }
+    }
+    c_bit && !known_critical
+}
+
+/// Removes the outer headers of the tunnel frame in `buf` that [`parse_tunnel`] described
+/// as `info`, in place, keeping the frame's own link-layer header (MACs, VLAN tags) in front
+/// of the inner packet with its EtherType set to the inner packet's, so that the frame reads
+/// as if the inner packet had arrived directly (tunnelled ingress, M49). Link padding after
+/// the outer packet is dropped. On error the packet is unchanged.
+pub fn strip_outer<B: PacketBuf>(buf: &mut B, info: &TunnelInfo) -> Result<(), DecapError> {
+    let l2 = info.eth.header_len();
+    let end = info
+        .inner_offset
+        .checked_add(info.inner_len)
+        .ok_or(ParseError::BadLength)?;
+    // The link-layer header moves to just before the inner packet.
+    let start = info
+        .inner_offset
+        .checked_sub(l2)
+        .ok_or(ParseError::BadLength)?;
+    if end > buf.len() || l2 < 2 {
+        return Err(ParseError::Truncated.into());
+    }
+    let et = if info.inner_v6 {
+        ethertype::IPV6
+    } else {
+        ethertype::IPV4
+    };
+    let data = buf.data_mut();
+    data.copy_within(..l2, start);
+    data[info.inner_offset - 2..info.inner_offset].copy_from_slice(&et.to_be_bytes());
+    let excess = buf.len() - end;
+    buf.trim(excess)?;
+    buf.adj(start)?;
+    Ok(())
 }
 
 /// Decapsulates the tunnel frame in `buf` in place and prepends `l2` (a complete

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{
     DecapConfig, InnerIp, Outer, Template, Tunnel, UdpChecksum, decapsulate, encapsulate,
-    encapsulate_with, parse_tunnel,
+    encapsulate_with, parse_tunnel, strip_outer,
 };
 use wire::ethernet::{EthernetRepr, VlanTag, ethertype};
 use wire::flow::{Affinity, FlowKey};
@@ -535,6 +535,126 @@ proptest! {
         prop_assert_eq!(info.src_ip, src_ip);
         if let Tunnel::Geneve { options, .. } = t {
             prop_assert_eq!(info.gateway, options);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ tunnelled ingress (M49)
+
+/// The outer frame as the balancer's tunnelled ingress leaves it: the outer link-layer
+/// header (its EtherType set for the inner packet), then the inner IP packet.
+fn stripped(outer_l2: &[u8], inner_v6: bool, ip: &[u8]) -> Vec<u8> {
+    let mut want = outer_l2.to_vec();
+    let n = want.len();
+    let et = if inner_v6 {
+        ethertype::IPV6
+    } else {
+        ethertype::IPV4
+    };
+    want[n - 2..].copy_from_slice(&et.to_be_bytes());
+    want.extend_from_slice(ip);
+    want
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// Spillway's own encapsulation of every mode, outer and inner IPv4 or IPv6, then the
+    /// ingress decapsulation: the inner packet comes back, byte for byte, behind the
+    /// frame's own link-layer header.
+    #[test]
+    fn encap_then_ingress_strip_gives_back_the_inner_packet(
+        s in inner_spec(), t in tunnel(), outer_v6 in any::<bool>(), smac in mac(), dmac in mac(),
+        a in any::<[u8; 16]>(), b in any::<[u8; 16]>(), hash in any::<u64>(), ttl in 1u8..,
+        pad in 0usize..20,
+    ) {
+        let orig = build_inner(&s);
+        let (src_ip, dst_ip): (IpAddr, IpAddr) = if outer_v6 {
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into())
+        } else {
+            (Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(b[0], b[1], b[2], b[3]).into())
+        };
+        let outer = Outer {
+            src_mac: smac, dst_mac: dmac, src_ip, dst_ip, ttl, dont_fragment: true,
+            flow_hash: hash, src_port_min: 49152, src_port_max: 65535,
+            udp_checksum: UdpChecksum::Auto,
+        };
+        let mut buf = MemBuf::new([0u8; 700], 128, &orig).unwrap();
+        encapsulate(&mut buf, &outer, &t).unwrap();
+        // Link padding after the outer packet is not part of it.
+        let mut framed = buf.data().to_vec();
+        framed.extend(std::iter::repeat_n(0u8, pad));
+        let cfg = DecapConfig {
+            gue_port: match t { Tunnel::Gue { port } => Some(port), _ => Some(6080) },
+            geneve_port: Some(6081),
+            allow_zero_udp_checksum_v6: false,
+            geneve_ids: match t { Tunnel::Geneve { ids, .. } => ids, _ => OptionIds::default() },
+        };
+        let mut buf = MemBuf::new([0u8; 700], 0, &framed).unwrap();
+        let info = parse_tunnel(buf.data(), &cfg).unwrap();
+        prop_assert_eq!(info.src_ip, src_ip);
+        prop_assert_eq!(info.inner_v6, s.v6);
+        prop_assert!(!info.geneve_oam);
+        prop_assert!(!info.geneve_unknown_critical);
+        strip_outer(&mut buf, &info).unwrap();
+        let l2 = s.eth.header_len();
+        prop_assert_eq!(buf.data(), &stripped(&framed[..14], s.v6, &orig[l2..])[..]);
+        // What is left parses as the inner packet arriving directly (ESP and GRE inner
+        // packets here carry arbitrary bytes, which may not parse).
+        if matches!(s.l4, proto::TCP | proto::UDP) {
+            match parse_frame(buf.data()).unwrap() {
+                Frame::Ip(e, info) => {
+                    prop_assert_eq!((e.dst, e.src), (dmac, smac));
+                    prop_assert_eq!(info.l3_len as usize, orig.len() - l2);
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+        }
+    }
+
+    /// GRE as RFC 2784/2890 allow it (checksum, key, sequence number, each optional) around
+    /// an IPv4 or IPv6 packet: parsed, checksum verified, stripped; a changed byte under the
+    /// checksum is refused.
+    #[test]
+    fn gre_with_every_optional_field_strips_and_checks_its_checksum(
+        s in inner_spec(), checksum in any::<bool>(), key in proptest::option::of(any::<u32>()),
+        seq in proptest::option::of(any::<u32>()), src in v4(), dst in v4(), flip in any::<usize>(),
+    ) {
+        let orig = build_inner(&s);
+        let ip = &orig[s.eth.header_len()..];
+        let g = gre::GreRepr { protocol: if s.v6 { ethertype::IPV6 } else { ethertype::IPV4 }, checksum, key, seq };
+        let hl = g.header_len();
+        let total = 14 + 20 + hl + ip.len();
+        let mut f = vec![0u8; total];
+        EthernetRepr::untagged([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1], ethertype::IPV4).emit(&mut f).unwrap();
+        ipv4::Ipv4Repr {
+            src, dst, protocol: proto::GRE, payload_len: u16::try_from(hl + ip.len()).unwrap(),
+            ttl: 64, dscp_ecn: 0, ident: 0, dont_frag: true, more_frags: false, frag_offset: 0,
+            options: ipv4::Options::default(),
+        }.emit(&mut ipv4::Packet::new_unchecked(&mut f[14..])).unwrap();
+        f[34 + hl..].copy_from_slice(ip);
+        g.emit(&mut f[34..]).unwrap();
+        let info = parse_tunnel(&f, &DecapConfig::default()).unwrap();
+        prop_assert_eq!(info.gre_key, key);
+        let mut buf = MemBuf::new([0u8; 700], 0, &f).unwrap();
+        strip_outer(&mut buf, &info).unwrap();
+        prop_assert_eq!(buf.data(), &stripped(&f[..14], s.v6, ip)[..]);
+        if checksum {
+            // One byte of the GRE header (not the flags) or of the payload changed.
+            let at = 34 + 2 + flip % (f.len() - 36);
+            f[at] ^= 0x10;
+            prop_assert!(parse_tunnel(&f, &DecapConfig::default()).is_err());
+        }
+    }
+
+    /// Whatever the bytes, stripping after a successful parse leaves exactly the inner
+    /// packet behind the link-layer header, and never panics.
+    #[test]
+    fn ingress_strip_never_panics(b in vec(any::<u8>(), 0..300)) {
+        let mut buf = MemBuf::new([0u8; 400], 0, &b).unwrap();
+        if let Ok(info) = parse_tunnel(&b, &DecapConfig::default()) {
+            strip_outer(&mut buf, &info).unwrap();
+            prop_assert_eq!(buf.len(), info.eth.header_len() + info.inner_len);
         }
     }
 }

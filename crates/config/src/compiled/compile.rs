@@ -9,6 +9,7 @@ use super::{
     Delivery, Endpoint, GUE_PORT, Group, GroupId, HealthCheckId, NodeInfo, RegionId, Rule, RuleId,
     Service, ServiceId, Settings, ZoneId, assign_flow_tags, dense,
 };
+use super::{IngressPolicy, url_host};
 use crate::schema::{Config, DeliveryMode, GeneveOptions};
 use crate::values::Prefix;
 
@@ -276,6 +277,42 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             control: cfg.control.clone(),
             neighbours: cfg.neighbours.clone(),
         },
+        tunnel_ingress: ingress_policy(cfg),
+    }
+}
+
+/// `[tunnel_ingress]` with its defaults resolved (M49).
+fn ingress_policy(cfg: &Config) -> IngressPolicy {
+    use crate::schema::{GroupKind, TunnelProtocol};
+    let t = cfg.tunnel_ingress.clone().unwrap_or_default();
+    let on = |p: TunnelProtocol| t.enabled && t.protocols.contains(&p);
+    let allow = match &t.allow {
+        Some(list) => list.clone(),
+        // The remote_rule peers: where this node sends its own spillover,
+        // which in a symmetric pair is also where spillover comes from.
+        None => {
+            let mut peers: Vec<Prefix> = cfg
+                .backend_services
+                .iter()
+                .flat_map(|s| &s.groups)
+                .filter(|g| g.kind == GroupKind::RemoteRule)
+                .filter_map(|g| g.remote.as_ref())
+                .flat_map(|r| [Some(r.vip), url_host(&r.status_url)])
+                .flatten()
+                .map(Prefix::host)
+                .collect();
+            peers.sort_unstable();
+            peers.dedup();
+            peers
+        }
+    };
+    IngressPolicy {
+        ipip: on(TunnelProtocol::Ipip),
+        gre: on(TunnelProtocol::Gre),
+        gue_port: on(TunnelProtocol::Gue).then_some(t.gue_port),
+        geneve_port: on(TunnelProtocol::Geneve).then_some(t.geneve_port),
+        tunnel_ports: [t.gue_port, t.geneve_port],
+        allow,
     }
 }
 

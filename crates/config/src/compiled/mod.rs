@@ -138,6 +138,55 @@ pub struct Compiled {
     /// `[dataplane]`, `[[ports]]`, `[bgp]`, `[flow_sync]`, `[metrics]`,
     /// `[control]` as written: settings, not per-packet state.
     pub settings: Settings,
+    /// `[tunnel_ingress]`, resolved (M49).
+    pub tunnel_ingress: IngressPolicy,
+}
+
+/// `[tunnel_ingress]`, resolved (M49): which tunnels to the node's own
+/// addresses the data plane decapsulates, and from where.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressPolicy {
+    /// IP-in-IP (protocols 4 and 41) accepted.
+    pub ipip: bool,
+    /// GRE accepted.
+    pub gre: bool,
+    /// GUE accepted on this UDP port.
+    pub gue_port: Option<u16>,
+    /// GENEVE accepted on this UDP port.
+    pub geneve_port: Option<u16>,
+    /// GUE's and GENEVE's ports, accepted or not: an inner packet of
+    /// protocol 4, 41 or 47, or UDP to one of these, is a tunnel inside a
+    /// tunnel.
+    pub tunnel_ports: [u16; 2],
+    /// Outer sources accepted (empty: none).
+    pub allow: Vec<Prefix>,
+}
+
+impl IngressPolicy {
+    /// Whether any tunnel is accepted.
+    pub fn any(&self) -> bool {
+        self.ipip || self.gre || self.gue_port.is_some() || self.geneve_port.is_some()
+    }
+
+    /// Whether tunnels from `src` are accepted.
+    pub fn allows(&self, src: IpAddr) -> bool {
+        self.allow.iter().any(|p| p.contains(src))
+    }
+}
+
+/// The host of an `http://` or `https://` URL when it is an IP address
+/// (`http://192.0.2.7:9469/status`, `http://[2001:db8::7]/status`); `None`
+/// for a name or anything else.
+pub fn url_host(url: &str) -> Option<IpAddr> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    if let Some(v6) = host_port.strip_prefix('[') {
+        return v6.split(']').next()?.parse().ok();
+    }
+    host_port.split(':').next()?.parse().ok()
 }
 
 /// Settings the daemon reads at start (cores, ports) or hands to its

@@ -27,6 +27,7 @@ mod not_used;
 mod peers;
 mod rules;
 mod services;
+mod tunnels;
 
 /// The burst size the data plane's workers use whatever `burst_size` says
 /// (`dataplane::BURST`; a test of the binary checks that they agree).
@@ -102,6 +103,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.bgp();
     c.flow_sync();
     c.control();
+    c.tunnel_ingress();
     c.neighbours();
     c.not_used();
     // Last: it leaves out sizes that are already in error.

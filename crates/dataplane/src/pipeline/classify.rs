@@ -8,11 +8,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use config::compiled::ZoneId;
 use flowtable::ProtoClass;
 use wire::buf::PacketBuf;
+use wire::encap::{DecapConfig, TunnelKind, parse_tunnel, strip_outer};
+use wire::error::DecapError;
 use wire::ethernet;
 use wire::flow::FlowKey;
+use wire::geneve::OptionIds;
 use wire::ip::{is_mapped_v4, proto as ipproto, unmap};
 use wire::packet::{
-    Frame, IcmpInfo, IpVersion, PacketInfo, V4Flow, V6Flow, parse_frame, parse_v4_flow,
+    Frame, IcmpInfo, IpVersion, PacketInfo, V4Flow, V6Flow, parse_frame, parse_ip, parse_v4_flow,
     parse_v6_flow,
 };
 
@@ -36,11 +39,24 @@ impl Worker {
     ) -> Stage {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
+        self.classify_frame(snap, pkt, key, pend)
+    }
+
+    /// [`Worker::classify`] after the counting: also what a decapsulated
+    /// packet goes through, exactly as if it had arrived directly (M49).
+    #[inline(always)]
+    fn classify_frame<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        key: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
         if let Some(f) = parse_v4_flow(pkt.data()) {
-            return self.v4_flow(snap, pkt.len(), &f, key, pend);
+            return self.v4_flow(snap, pkt, &f, key, pend);
         }
         if let Some(f) = parse_v6_flow(pkt.data()) {
-            return self.v6_flow(snap, pkt.len(), &f, key, pend);
+            return self.v6_flow(snap, pkt, &f, key, pend);
         }
         Stage::Done(match parse_frame(pkt.data()) {
             Err(_) => Outcome::Drop(DropReason::Malformed),
@@ -112,6 +128,18 @@ impl Worker {
         };
         let (child, svc, plan) = match self.select(snap, dst, proto, port, fragment, pkt.len()) {
             Ok(x) => x,
+            Err(Outcome::ToHost) => {
+                let outer = OuterFacts {
+                    src: match info.version {
+                        IpVersion::V4 => unmap(&info.src),
+                        IpVersion::V6 => IpAddr::V6(Ipv6Addr::from(info.src)),
+                    },
+                    proto: info.proto,
+                    dst_port: info.ports.map(|(_, d)| d),
+                    fragment: info.fragment.is_fragment(),
+                };
+                return self.own(snap, pkt, outer, key_out, pend);
+            }
             Err(o) => return Stage::Done(o),
         };
         let key = FlowKey::from_packet(info, plan.affinity);
@@ -134,10 +162,10 @@ impl Worker {
     /// [`Worker::ip`] for a packet of the fast path ([`parse_v4_flow`]):
     /// the same decisions, from the facts in registers.
     #[inline(always)]
-    fn v4_flow(
+    fn v4_flow<B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
-        len: usize,
+        pkt: &mut B,
         f: &V4Flow,
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
@@ -145,6 +173,7 @@ impl Worker {
         // Packets of a burst mostly go to the same service: the previous
         // fast-path packet's rule is reused when its destination, protocol
         // and port are this one's (the snapshot is the same within a group).
+        let len = pkt.len();
         let dest = (f.dst, f.proto, f.dst_port);
         let (child, svc, key_word, flow_tag, zonal, class) = match &mut self.last_rule {
             Some(run) if run.dest == dest => {
@@ -164,6 +193,15 @@ impl Worker {
                 let (child, svc, plan) =
                     match self.select(snap, dst, f.proto, Some(f.dst_port), false, len) {
                         Ok(x) => x,
+                        Err(Outcome::ToHost) => {
+                            let outer = OuterFacts {
+                                src: IpAddr::V4(Ipv4Addr::from(f.src)),
+                                proto: f.proto,
+                                dst_port: Some(f.dst_port),
+                                fragment: false,
+                            };
+                            return self.own(snap, pkt, outer, key_out, pend);
+                        }
                         Err(o) => return Stage::Done(o),
                     };
                 let run = RuleRun {
@@ -216,18 +254,28 @@ impl Worker {
     /// [`Worker::ip`] for an IPv6 packet of the fast path
     /// ([`parse_v6_flow`]).
     #[inline(always)]
-    fn v6_flow(
+    fn v6_flow<B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
-        len: usize,
+        pkt: &mut B,
         f: &V6Flow,
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
         let dst = IpAddr::V6(Ipv6Addr::from(f.dst));
+        let len = pkt.len();
         let (child, svc, plan) = match self.select(snap, dst, f.proto, Some(f.dst_port), false, len)
         {
             Ok(x) => x,
+            Err(Outcome::ToHost) => {
+                let outer = OuterFacts {
+                    src: IpAddr::V6(Ipv6Addr::from(f.src)),
+                    proto: f.proto,
+                    dst_port: Some(f.dst_port),
+                    fragment: false,
+                };
+                return self.own(snap, pkt, outer, key_out, pend);
+            }
             Err(o) => return Stage::Done(o),
         };
         let words = FlowKey::pack_v6(
@@ -294,6 +342,120 @@ impl Worker {
         };
         self.count_child(m.child.index(), len);
         Ok((m.child.index(), svc, plan))
+    }
+}
+
+/// What the own-address branch needs of a packet's outer headers.
+#[derive(Clone, Copy)]
+struct OuterFacts {
+    src: IpAddr,
+    proto: u8,
+    dst_port: Option<u16>,
+    fragment: bool,
+}
+
+impl Worker {
+    /// A packet to one of the node's own addresses: a tunnel packet of a
+    /// kind `[tunnel_ingress]` accepts loses its outer headers and is
+    /// classified again as if its inner packet had arrived directly (M49),
+    /// or is dropped; everything else goes to the host. Out of line: the
+    /// fast path never comes here.
+    #[cold]
+    #[inline(never)]
+    fn own<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        outer: OuterFacts,
+        key: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        let policy = &snap.tunnel_ingress;
+        let tunnel = match outer.proto {
+            ipproto::IPIP | ipproto::IPV6 => policy.ipip,
+            ipproto::GRE => policy.gre,
+            // A later fragment shows no port: it cannot be told from the
+            // host's own UDP and goes to the host.
+            UDP => outer
+                .dst_port
+                .is_some_and(|p| Some(p) == policy.gue_port || Some(p) == policy.geneve_port),
+            _ => false,
+        };
+        if !tunnel {
+            return Stage::Done(Outcome::ToHost);
+        }
+        match self.decapsulate(snap, pkt, outer) {
+            Ok(()) => self.classify_frame(snap, pkt, key, pend),
+            Err(reason) => Stage::Done(Outcome::Drop(reason)),
+        }
+    }
+
+    /// Checks a tunnel packet to an own address and removes its outer
+    /// headers in place (the Ethernet header stays in front), or says why
+    /// it is dropped. The source is checked before anything is parsed.
+    fn decapsulate<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &mut B,
+        outer: OuterFacts,
+    ) -> Result<(), DropReason> {
+        let policy = &snap.tunnel_ingress;
+        if outer.fragment {
+            return Err(DropReason::TunnelFragment);
+        }
+        if !policy.allows(outer.src) {
+            return Err(DropReason::TunnelSourceDenied);
+        }
+        let cfg = DecapConfig {
+            gue_port: policy.gue_port,
+            geneve_port: policy.geneve_port,
+            allow_zero_udp_checksum_v6: false,
+            geneve_ids: OptionIds::DEFAULT,
+        };
+        let t = parse_tunnel(pkt.data(), &cfg).map_err(|e| match e {
+            DecapError::NotIp => DropReason::TunnelUnsupported,
+            _ => DropReason::TunnelMalformed,
+        })?;
+        if t.geneve_oam || t.geneve_unknown_critical {
+            return Err(DropReason::TunnelUnsupported);
+        }
+        let inner = pkt
+            .data()
+            .get(t.inner_offset..t.inner_offset + t.inner_len)
+            .ok_or(DropReason::TunnelMalformed)?;
+        let info = parse_ip(inner).map_err(|_| DropReason::TunnelMalformed)?;
+        let nested = match info.proto {
+            ipproto::IPIP | ipproto::IPV6 | ipproto::GRE => true,
+            UDP => info
+                .ports
+                .is_some_and(|(_, d)| policy.tunnel_ports.contains(&d)),
+            // Neighbour discovery is of the link, never of a tunnel.
+            ipproto::ICMPV6 => info.icmp.is_some_and(|i| is_link_control(i.msg_type)),
+            _ => false,
+        };
+        if nested {
+            return Err(if info.proto == ipproto::ICMPV6 {
+                DropReason::TunnelUnsupported
+            } else {
+                DropReason::TunnelNested
+            });
+        }
+        let dst = match info.version {
+            IpVersion::V4 => unmap(&info.dst),
+            IpVersion::V6 => IpAddr::V6(Ipv6Addr::from(info.dst)),
+        };
+        if !snap.rules.is_vip(dst) {
+            return Err(DropReason::TunnelNotVip);
+        }
+        strip_outer(pkt, &t).map_err(|_| DropReason::TunnelMalformed)?;
+        let c = &mut self.counters;
+        *match t.kind {
+            TunnelKind::IpIp => &mut c.decap_ipip,
+            TunnelKind::Gre => &mut c.decap_gre,
+            TunnelKind::Gue => &mut c.decap_gue,
+            TunnelKind::Geneve => &mut c.decap_geneve,
+        } += 1;
+        Ok(())
     }
 }
 
