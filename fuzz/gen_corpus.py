@@ -28,6 +28,9 @@ def seed(target, data):
 
 for name, b in vectors.items():
     seed("frame", b)
+    # Frames neighbour resolution reads: ARP, solicitations, advertisements.
+    if name.startswith(("arp", "ns_", "na_", "nbr_")):
+        seed("neighbour", b)
     p = Ether(b)
     if IP in p:
         seed("ipv4", bytes(p[IP]))

@@ -15,6 +15,12 @@
 # LAB_EXCEPTION=per-port: a second exception TAP for the backend port, and a
 # router that does not route between the uplink and backend subnets, so that
 # the host reaches the backends (health probes, ping) only through it (M47).
+# LAB_RESOLVE=1 leaves every MAC out of the configuration (no gateway_mac,
+# no l2dsr endpoint mac): the balancer resolves its next hops with ARP (M47),
+# with the [neighbours] timings of LAB_NEIGHBOURS (TOML lines; short ones by
+# default). LAB_BE_PREFIX (default 24) is the prefix length of the balancer's
+# backend-port address: 30 puts the backends off its subnet, so tunnels go
+# through the router (the gateway, 198.18.2.1).
 #
 #        client 198.18.0.100
 #          |
@@ -131,7 +137,7 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
             --allow-source "$BALANCER_BE" --vip "$VIP" >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
         local ep="  { address = \"$addr\" },"
-        [ "$mode" = l2dsr ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
+        [ "$mode" = l2dsr ] && [ "${LAB_RESOLVE:-0}" != 1 ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
         # LAB_REGIONS=2: backend3 is a second, farther region.
         if [ "${LAB_REGIONS:-1}" = 2 ] && [ "$i" = 3 ]; then
             far_endpoints+="$ep"$'\n'
@@ -176,8 +182,8 @@ mtu = $up_mtu
 name = "backends"
 device = "net_af_packet1"
 role = "backend"
-addresses = ["$BALANCER_BE/24"]
-gateway_mac = "$ROUTER_BE_MAC"
+addresses = ["$BALANCER_BE/${LAB_BE_PREFIX:-24}"]
+$(lab_gateway)
 mtu = 9000
 
 # The balancer host's own stack (ARP resolution, SSH, BGP, health probes):
@@ -217,6 +223,7 @@ $(lab_far_group "$far_endpoints")
 $(lab_checks)
 [control]
 socket = "$dir/control.sock"
+$(lab_neighbours)
 TOML
     ip netns exec "$L" "$bin/spillway" run --config "$dir/lab.toml" >"$dir/spillway.log" 2>&1 &
     echo $! >"$dir/spillway.pid"
@@ -233,6 +240,24 @@ TOML
     done
     cat "$dir/spillway.log" >&2
     die "spillway run did not open its control socket"
+}
+
+# The router's MAC, given or (LAB_RESOLVE=1) resolved.
+lab_gateway() {
+    if [ "${LAB_RESOLVE:-0}" = 1 ]; then
+        echo 'gateway = "198.18.2.1"'
+    else
+        echo "gateway_mac = \"$ROUTER_BE_MAC\""
+    fi
+}
+
+lab_neighbours() {
+    [ "${LAB_RESOLVE:-0}" = 1 ] || return 0
+    echo '[neighbours]'
+    echo "${LAB_NEIGHBOURS:-reachable = \"2s\"
+retransmit = \"500ms\"
+probes = 2
+failed_retry = \"2s\"}"
 }
 
 per_port() { [ "${LAB_EXCEPTION:-}" = per-port ]; }

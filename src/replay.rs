@@ -80,7 +80,9 @@ Each `--at TIME` (capture time since the first packet: 500ms, 2s, 1m30s) applies
 (every 50 ms of capture time), as a prober's verdict would; a reload goes through the same validation as \
 `spillway reload` (a rejected one leaves the running configuration, and the summary says why).\n\n\
 Not modelled: real probe timing (intervals, thresholds, timeouts: a scripted verdict is the checker's \
-verdict at once), neighbour resolution (the configured MACs are used), remote rules' polling (a remote \
+verdict at once), ARP/NDP (a next hop without a static MAC stays unresolved: its packets are dropped as \
+no_neighbour and its endpoints get no new flows, unless `--neighbour IP=MAC` says it answers, from the first \
+tick on), remote rules' polling (a remote \
 rule's state is what `--remote` says, HEALTHY unless told), and the delay before workers publish their counters (the core reads the \
 pipeline's counters as they are at each tick)."
 )]
@@ -120,6 +122,11 @@ struct Opts {
     /// `--remote` and `--reload` options that follow it.
     #[arg(long, value_name = "TIME")]
     at: Vec<config::values::Duration>,
+    /// A next hop (gateway or endpoint without a static MAC) that answers
+    /// ARP/NDP at this MAC for the whole capture (repeatable); a next hop
+    /// not named stays unresolved (M47).
+    #[arg(long, value_name = "IP=MAC", value_parser = parse_neighbour)]
+    neighbour: Vec<(IpAddr, config::values::MacAddr)>,
     /// Seed of the flow-cookie generator.
     #[arg(long, default_value_t = 0x5350_494c_4c57_4159)]
     seed: u64,
@@ -138,6 +145,35 @@ enum Change {
     Up(IpAddr),
     Reload(PathBuf),
     Remote(String, State),
+}
+
+/// `--neighbour`'s next hops answer, each on the port it is resolved on.
+fn answer_neighbours(core: &mut Core, args: &Args, now: Duration) {
+    if args.opts.neighbour.is_empty() {
+        return;
+    }
+    let hops = dataplane::nexthop::next_hops(core.compiled());
+    let seen: Vec<_> = args
+        .opts
+        .neighbour
+        .iter()
+        .flat_map(|(ip, mac)| {
+            hops.iter()
+                .filter(move |h| h.addr == *ip)
+                .map(move |h| (h.port, *ip, mac.0))
+        })
+        .collect();
+    core.sightings(now, seen);
+}
+
+/// `--neighbour IP=MAC`.
+fn parse_neighbour(s: &str) -> Result<(IpAddr, config::values::MacAddr), String> {
+    let Some((ip, mac)) = s.split_once('=') else {
+        return Err(format!("{s:?}: write IP=MAC"));
+    };
+    let ip: IpAddr = ip.parse().map_err(|e| format!("{ip:?}: {e}"))?;
+    let mac: config::values::MacAddr = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
+    Ok((ip, mac))
 }
 
 /// `--remote RULE=STATE`.
@@ -366,6 +402,8 @@ impl Mgmt {
             &mut probes,
         )
         .context("starting the management core")?;
+        let mut core = core;
+        answer_neighbours(&mut core, args, Duration::ZERO);
         let snap = core.live().clone();
         let mut m = Mgmt {
             core,
@@ -395,7 +433,8 @@ impl Mgmt {
         } = self;
         core.drain(|core, out| match out {
             Output::Publish(s) => *snap = s,
-            Output::Watch(_) => {}
+            // No ports to send on: `--neighbour` stands for the answers.
+            Output::Watch(_) | Output::Transmit { .. } => {}
             Output::Log { level, text, .. } => logs.push(format!(
                 "{:.3} s: {}: {text}",
                 core.now().as_secs_f64(),
@@ -521,6 +560,9 @@ impl Mgmt {
         if self.probes.generation() != self.core.health_generation() {
             self.core.health(now, self.probes.snapshot());
         }
+        // `--neighbour`: the next hop answers every tick (so it never ages
+        // out).
+        answer_neighbours(&mut self.core, args, now);
         let probes = &self.probes;
         self.core.remote_verdicts(now, |k| probes.remote_state(k));
         self.core.tick(now, || counters.clone());

@@ -91,7 +91,7 @@ fn base() -> String {
         .port(uplink(&["10.0.0.2/24", "2001:db8::2/64"]))
         .port(
             port("inside", "net_pcap1", "backend")
-                .strs("addresses", &["10.1.0.2/16", "2001:db8:1::2/48"])
+                .strs("addresses", &["10.1.0.2/24", "2001:db8:1::2/48"])
                 .str("mac", "02:00:00:00:00:02")
                 .str("gateway_mac", "02:00:00:00:00:fd"),
         )
@@ -2535,4 +2535,68 @@ fn replay_answers_a_df_packet_too_big_once_encapsulated() {
         "quotes 548 bytes of the packet"
     );
     assert!(r.text.contains("ICMP too big 1"), "{}", r.text);
+}
+
+// ---------------------------------------------------------------------------
+// Neighbours (M47).
+
+/// M47 in replay: a next hop without a static MAC is unresolved (replay has
+/// no ports to ask on) unless `--neighbour IP=MAC` says it answers. Without
+/// it nothing is forwarded (new flows: no eligible backend); with it,
+/// frames go to that MAC; a reload moving the gateway to one that does not
+/// answer drops the established flows as `no_neighbour`, never sending to
+/// a zero MAC.
+#[test]
+fn unresolved_next_hops_are_counted_drops_and_neighbour_resolves_them() {
+    let gw = |g: &str| {
+        Config::new()
+            .node(node("replay", "r", "z"))
+            .port(uplink(&["10.0.0.2/24"]))
+            .port(
+                port("inside", "net_pcap1", "backend")
+                    .strs("addresses", &["10.1.0.2/24"])
+                    .str("mac", "02:00:00:00:00:02")
+                    .str("gateway", g),
+            )
+            .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+            .service(service("web", "ipip").child(group("a", "r", "z").set(
+                "endpoints",
+                endpoint_list(&["10.1.1.11", "10.1.1.12", "10.1.1.13"]),
+            )))
+            .build()
+    };
+    let (before, after) = (gw("10.1.0.1"), gw("10.1.0.254"));
+    let mut frames = Vec::new();
+    frames.extend((0..20).map(|i| (0, conn(1, i, SYN))));
+    frames.extend((0..20).map(|i| (1, conn(1, i, ACK))));
+    frames.extend((0..20).map(|i| (3, conn(1, i, ACK))));
+    frames.extend((0..20).map(|i| (3, conn(2, i, SYN))));
+
+    // Nobody answers: no backend is eligible, nothing leaves.
+    let r = run_timed("nbr-none", &before, &[], &frames, &[]);
+    assert!(r.out.is_empty(), "{}", r.text);
+    assert_eq!(r.drops("no_backend"), 80, "{}", r.text);
+
+    // The gateway answers; after the reload its successor does not.
+    let mac = [2, 0, 0, 0, 0, 0x99];
+    let r = run_timed(
+        "nbr-moved",
+        &before,
+        &[("after.toml", &after)],
+        &frames,
+        &[
+            "--neighbour",
+            "10.1.0.1=02:00:00:00:00:99",
+            "--at",
+            "2s",
+            "--reload",
+            "{dir}/after.toml",
+        ],
+    );
+    assert_eq!(r.out.len(), 40, "{}", r.text);
+    for out in &r.out {
+        assert_eq!(&out[..6], &mac, "to the resolved gateway, never to zero");
+    }
+    assert_eq!(r.drops("no_neighbour"), 20, "{}", r.text);
+    assert_eq!(r.drops("no_backend"), 20, "{}", r.text);
 }

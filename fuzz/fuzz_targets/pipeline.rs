@@ -106,6 +106,7 @@ fn world() -> &'static World {
             port_macs: Vec::new(),
             // Small enough that fuzzed packets reach the too-big path (M48).
             egress_mtu: Some(576),
+            neighbours: Vec::new(),
         };
         let compiled = Arc::new(loaded.compiled);
         let c2 = compiled.clone();

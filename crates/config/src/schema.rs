@@ -57,6 +57,9 @@ pub struct Config {
     /// absent: the defaults of [`TunnelIngress`].
     #[serde(default)]
     pub tunnel_ingress: Option<TunnelIngress>,
+    /// Neighbour resolution of next hops (`[neighbours]`, M47).
+    #[serde(default)]
+    pub neighbours: Neighbours,
 }
 
 /// `[node]`: who this balancer is and where it stands.
@@ -1050,6 +1053,74 @@ impl Default for TunnelIngress {
             protocols: d_tunnel_protocols(),
             gue_port: d_gue_port(),
             geneve_port: d_geneve_port(),
+        }
+    }
+}
+
+/// `[neighbours]`: how next hops are resolved with ARP / IPv6 neighbour
+/// discovery and kept fresh (M47). The defaults are Linux's.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Neighbours {
+    /// How long an answer is trusted before the next hop is asked again
+    /// (Linux's `base_reachable_time`); default 30 s.
+    #[serde(default = "d_reachable")]
+    pub reachable: Duration,
+    /// Interval between two requests while an answer is awaited (Linux's
+    /// `retrans_time`); default 1 s.
+    #[serde(default = "d_retransmit")]
+    pub retransmit: Duration,
+    /// Unanswered requests after which a next hop is failed (Linux's
+    /// `mcast_solicit` / `ucast_solicit`); default 3.
+    #[serde(default = "d_probes")]
+    pub probes: u32,
+    /// Longest interval between two requests to a failed next hop (the
+    /// interval doubles from `retransmit` up to this); default 60 s.
+    #[serde(default = "d_failed_retry")]
+    pub failed_retry: Duration,
+    /// Gratuitous ARP / unsolicited neighbour advertisements sent for each
+    /// address when it starts being served (at start, on a reload that adds
+    /// it); default 3, 0 sends none.
+    #[serde(default = "d_announce_count")]
+    pub announce_count: u32,
+    /// Interval between two of those announcements; default 1 s.
+    #[serde(default = "d_announce_interval")]
+    pub announce_interval: Duration,
+}
+
+fn d_reachable() -> Duration {
+    Duration::secs(30)
+}
+
+fn d_retransmit() -> Duration {
+    Duration::secs(1)
+}
+
+fn d_probes() -> u32 {
+    3
+}
+
+fn d_failed_retry() -> Duration {
+    Duration::secs(60)
+}
+
+fn d_announce_count() -> u32 {
+    3
+}
+
+fn d_announce_interval() -> Duration {
+    Duration::secs(1)
+}
+
+impl Default for Neighbours {
+    fn default() -> Self {
+        Self {
+            reachable: d_reachable(),
+            retransmit: d_retransmit(),
+            probes: d_probes(),
+            failed_retry: d_failed_retry(),
+            announce_count: d_announce_count(),
+            announce_interval: d_announce_interval(),
         }
     }
 }

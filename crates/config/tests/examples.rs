@@ -155,6 +155,7 @@ fn reference_documents_every_field() {
         header("[[client_zones]]"),
         header("[bgp]"),
         header("[flow_sync]"),
+        header("[neighbours]"),
         header("[metrics]"),
         header("[control]"),
         inline(
@@ -218,7 +219,6 @@ fn reference_is_warned_of_each_field_not_used_by_this_version() {
         [
             "node.shutdown_drain",
             "dataplane.burst_size",
-            "ports[0].gateway",
             "bgp",
             "flow_sync",
         ],
@@ -230,7 +230,6 @@ fn reference_is_warned_of_each_field_not_used_by_this_version() {
     for field in [
         "shutdown_drain =",
         "burst_size =",
-        "gateway =",
         "mode =",
         "# geneve =",
         "[bgp]",

@@ -240,6 +240,11 @@ fn cases() -> Vec<Case> {
         case("for_port on a data port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"b\"\ndevice = \"e\"\nrole = \"backend\"\nfor_port = \"u\" #!\n"), "ports[1].for_port", "for_port applies to role \"exception\", not Backend"),
         case("for_port naming an exception port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"k\"\ndevice = \"tk\"\nrole = \"exception\"\n[[ports]]\nname = \"l\"\ndevice = \"tl\"\nrole = \"exception\"\nfor_port = \"k\" #!\n"), "ports[2].for_port", "port \"k\" is an exception port"),
         case("for_port naming no port", with("[[ports]]\nname = \"u\"\ndevice = \"d\"\nrole = \"uplink\"\n[[ports]]\nname = \"k\"\ndevice = \"tk\"\nrole = \"exception\"\nfor_port = \"nope\" #!\n"), "ports[1].for_port", "no port is named \"nope\""),
+        // ---- neighbours (M47) ----
+        case("l2dsr endpoint without mac off the backend port's subnets", with("[[ports]]\nname = \"b\"\ndevice = \"d\"\nrole = \"backend\"\naddresses = [\"10.2.0.2/24\"]\n").replace("delivery = \"ipip\"", "delivery = \"l2dsr\"").replace("endpoints = [{ address = \"10.1.0.1\", port = 80 }]", "endpoints = [{ address = \"10.1.0.1\", port = 80 }] #!"), "backend_services[0].groups[0].endpoints[0].address", "resolved with ARP/NDP on port \"b\""),
+        case("no neighbour probes", with("[neighbours]\nprobes = 0 #!\n"), "neighbours.probes", "out of range 1-20"),
+        case("zero reachable time", with("[neighbours]\nreachable = \"0s\" #!\n"), "neighbours.reachable", "longer than 0"),
+        case("failed retry shorter than retransmit", with("[neighbours]\nretransmit = \"2s\"\nfailed_retry = \"1s\" #!\n"), "neighbours.failed_retry", "at least neighbours.retransmit"),
         // ---- BGP, flow sync, control ----
         case("reserved local ASN", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 0 #!\n"), "bgp.local_asn", "AS 0 is reserved"),
         case("BGP peer twice", with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 65001\npeers = [\n  { address = \"10.0.0.1\", asn = 65000 },\n  { address = \"10.0.0.1\", asn = 65000 }, #!\n]\n"), "bgp.peers[1].address", "listed twice"),
@@ -592,7 +597,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 7] = [
+    let cases: [(&str, String); 6] = [
         (
             "node.shutdown_drain",
             node_then_svc(
@@ -602,12 +607,6 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
         (
             "dataplane.burst_size",
             with("[dataplane]\nburst_size = 64\n"),
-        ),
-        (
-            "ports[0].gateway",
-            with(
-                "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"192.0.2.2/24\"]\ngateway = \"192.0.2.1\"\n",
-            ),
         ),
         (
             "forwarding_rules[1].mode",

@@ -47,6 +47,9 @@ pub struct Balance {
     last_plan: Option<Duration>,
     /// Per backend slot: packets forwarded, at the last plan.
     prev_packets: Vec<u64>,
+    /// Per endpoint: its next hop has no MAC (M47). Planned as unhealthy,
+    /// so that locality spills its share over instead of dropping it.
+    unresolved: Vec<bool>,
 }
 
 impl Balance {
@@ -66,6 +69,7 @@ impl Balance {
             remote_new: None,
             health: HealthSnapshot::default(),
             health_changed: false,
+            unresolved: Vec::new(),
             node: NodeSpec::from_compiled(compiled),
             specs: Vec::new(),
             planners: HashMap::new(),
@@ -174,6 +178,18 @@ impl Balance {
         self.health_changed |= differs;
     }
 
+    /// Which endpoints' next hops are unresolved (M47), indexed like
+    /// `compiled.endpoints` (acted on at the next tick).
+    pub fn set_unresolved(&mut self, unresolved: Vec<bool>) {
+        if unresolved != self.unresolved {
+            // From none known (the start) to none unresolved is no change:
+            // no republish for it.
+            let any = |v: &[bool]| v.iter().any(|&u| u);
+            self.health_changed |= any(&unresolved) || any(&self.unresolved);
+            self.unresolved = unresolved;
+        }
+    }
+
     /// The latest verdict on each remote rule polled, and why (acted on at
     /// the next tick).
     pub fn remote(&mut self, state: impl Fn(&RemoteKey) -> (State, String)) {
@@ -255,6 +271,9 @@ impl Balance {
                     let status = self.health.get(id);
                     EndpointObs {
                         health: match self.verdict(id) {
+                            _ if self.unresolved.get(id.index()) == Some(&true) => {
+                                Health::Unhealthy
+                            }
                             // Unchecked and no verdict given (a scripted one
                             // may be: `ScriptedProbes::report_unchecked`).
                             _ if !checked && status.is_none() => Health::Healthy,

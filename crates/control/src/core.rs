@@ -25,6 +25,7 @@ use health::{Aggregate, HealthSnapshot, State};
 use maglev::MaglevTable;
 
 use crate::balance::Balance;
+use crate::neighbours::{Announcer, Neighbours, Timings};
 use crate::remote::RemoteKey;
 
 /// Missing Maglev tables of at most this many slots in all (a few tens of
@@ -62,6 +63,16 @@ pub enum Output {
     /// Reload when the configuration file changes, or stop doing so (the
     /// accepted configuration's `[control] watch_config`).
     Watch(bool),
+    /// Send this Ethernet frame on port `port` (neighbour requests and
+    /// announcements, M47): the shell queues it for a worker, which owns
+    /// the port.
+    Transmit {
+        /// Index of the port in `[[ports]]`.
+        port: usize,
+        /// The whole frame (at most [`dataplane::neighbour::FRAME_MAX`]
+        /// bytes).
+        frame: Vec<u8>,
+    },
     /// Write this log line (`log::log!` with this level and target: the
     /// core's module, as if it had logged it itself).
     Log {
@@ -262,6 +273,10 @@ pub struct Core {
     /// A rebuild was asked for while one was pending: do it after.
     dirty: bool,
     inline_slots: u64,
+    /// Next hops and their MACs (M47).
+    neighbours: Neighbours,
+    /// Gratuitous ARP / unsolicited NA under way.
+    announcer: Announcer,
     out: Vec<Output>,
 }
 
@@ -280,6 +295,17 @@ impl Core {
         let compiled = Arc::new(compiled);
         let mut out = Vec::new();
         let balance = Balance::start(&compiled, now, probes, &mut out)?;
+        let neighbours = Neighbours::new(
+            Timings::from_config(&compiled.settings.neighbours),
+            &next_hops(&compiled),
+            now,
+        );
+        let mut local = local;
+        local.neighbours = neighbours.resolved();
+        let mut announcer = Announcer::default();
+        for (port, addr) in announced(&compiled) {
+            announcer.announce(now, compiled.settings.neighbours.announce_count, port, addr);
+        }
         let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
         let snap = builder.build_with_plans(
             compiled.clone(),
@@ -289,7 +315,7 @@ impl Core {
             tick(now),
             1,
         )?;
-        Ok(Core {
+        let mut core = Core {
             path: path.to_owned(),
             builder,
             local,
@@ -304,8 +330,12 @@ impl Core {
             builds: 0,
             dirty: false,
             inline_slots: INLINE_TABLE_SLOTS,
+            neighbours,
+            announcer,
             out,
-        })
+        };
+        core.neighbours_changed();
+        Ok(core)
     }
 
     /// Takes what the core asked for since the last call, in order.
@@ -460,8 +490,27 @@ impl Core {
             return Err(self.reload_failed(format!("health checks: {e}")));
         }
         let previous = std::mem::replace(&mut self.compiled, compiled.clone());
+        self.neighbours.set_hops(
+            Timings::from_config(&compiled.settings.neighbours),
+            &next_hops(&compiled),
+            self.now,
+        );
+        self.neighbours_changed();
         match self.publish() {
             Ok(published) => {
+                // Addresses served from now on (new VIPs, or those of an
+                // availability group this node took over) are announced.
+                let old = announced(&previous);
+                for (port, addr) in announced(&compiled) {
+                    if !old.contains(&(port, addr)) {
+                        self.announcer.announce(
+                            self.now,
+                            compiled.settings.neighbours.announce_count,
+                            port,
+                            addr,
+                        );
+                    }
+                }
                 self.out
                     .push(Output::Watch(compiled.settings.control.watch_config));
                 self.reloads_ok += 1;
@@ -479,9 +528,15 @@ impl Core {
                 Ok(published)
             }
             Err(e) => {
-                // The new configuration did not go live: health and
-                // locality follow the running one again.
+                // The new configuration did not go live: health, locality
+                // and next hops follow the running one again.
                 self.compiled = previous;
+                self.neighbours.set_hops(
+                    Timings::from_config(&self.compiled.settings.neighbours),
+                    &next_hops(&self.compiled),
+                    self.now,
+                );
+                self.neighbours_changed();
                 if let Err(h) = self
                     .balance
                     .reload(&self.compiled, self.now, probes, &mut self.out)
@@ -522,9 +577,9 @@ impl Core {
             })
             .collect();
         let plans = self.balance.plans().to_vec();
-        let missing = self
-            .builder
-            .missing_tables(&compiled, captured(&health), &plans);
+        let missing =
+            self.builder
+                .missing_tables(&compiled, &self.local, captured(&health), &plans);
         let slots: u64 = missing.iter().map(|k| u64::from(k.size)).sum();
         if slots <= self.inline_slots {
             return self
@@ -682,11 +737,139 @@ impl Core {
             counters,
             &mut self.out,
         );
-        if retire_due || replan {
+        let resolved = self.neighbours_tick();
+        if retire_due || replan || resolved {
             if let Err(e) = self.publish() {
                 say!(self.out, Error, "rebuilding the snapshot: {e}");
             }
         }
+    }
+
+    /// Input: what the data plane saw of neighbours, as (port, address,
+    /// MAC) (M47). A next hop resolved, or a new MAC, republishes the
+    /// snapshot at once.
+    pub fn sightings(
+        &mut self,
+        now: Duration,
+        seen: impl IntoIterator<Item = (usize, std::net::IpAddr, wire::ethernet::MacAddr)>,
+    ) {
+        self.advance(now);
+        let mut changed = false;
+        for (port, ip, mac) in seen {
+            if self.neighbours.sighting(self.now, port, ip, mac) {
+                say!(
+                    self.out,
+                    Info,
+                    "neighbour {ip} on port {port} is at {}",
+                    mac_text(mac)
+                );
+                changed = true;
+            }
+        }
+        if changed {
+            self.neighbours_changed();
+            if let Err(e) = self.publish() {
+                say!(self.out, Error, "rebuilding the snapshot: {e}");
+            }
+        }
+    }
+
+    /// The neighbour table (status, metrics).
+    pub fn neighbours(&self) -> &Neighbours {
+        &self.neighbours
+    }
+
+    /// Requests and announcements due now; whether the resolved MACs
+    /// changed (a next hop failed).
+    fn neighbours_tick(&mut self) -> bool {
+        let mut ask = Vec::new();
+        let changed = self.neighbours.tick(self.now, &mut ask);
+        let ports = &self.compiled.settings.ports;
+        for hop in ask {
+            let Some(p) = ports.get(hop.port) else {
+                continue;
+            };
+            let mac = self.port_mac(hop.port);
+            let mut buf = [0u8; dataplane::neighbour::FRAME_MAX];
+            let built = match hop.addr {
+                std::net::IpAddr::V4(target) => {
+                    let src = first_v4(p).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+                    wire::neighbour::arp_request(&mut buf, mac, src, target)
+                }
+                std::net::IpAddr::V6(target) => match first_v6(p) {
+                    Some(src) => {
+                        wire::neighbour::neighbour_solicitation(&mut buf, mac, src, target)
+                    }
+                    None => continue,
+                },
+            };
+            if let Ok(n) = built {
+                self.out.push(Output::Transmit {
+                    port: hop.port,
+                    frame: buf[..n].to_vec(),
+                });
+            }
+        }
+        let mut due = Vec::new();
+        self.announcer.tick(
+            self.now,
+            self.compiled.settings.neighbours.announce_interval.0,
+            &mut due,
+        );
+        for (port, addr) in due {
+            let mac = self.port_mac(port);
+            let mut buf = [0u8; dataplane::neighbour::FRAME_MAX];
+            let built = match addr {
+                std::net::IpAddr::V4(a) => wire::neighbour::gratuitous_arp(&mut buf, mac, a),
+                std::net::IpAddr::V6(a) => wire::neighbour::unsolicited_advert(&mut buf, mac, a),
+            };
+            if let Ok(n) = built {
+                self.out.push(Output::Transmit {
+                    port,
+                    frame: buf[..n].to_vec(),
+                });
+            }
+        }
+        if changed {
+            for e in self.neighbours.entries() {
+                if e.state == crate::neighbours::State::Failed && e.mac.is_none() {
+                    say!(
+                        self.out,
+                        Warn,
+                        "neighbour {} on port {} does not answer: packets for it are dropped (no_neighbour)",
+                        e.hop.addr,
+                        e.hop.port
+                    );
+                }
+            }
+            self.neighbours_changed();
+        }
+        changed
+    }
+
+    /// The neighbour table changed: the snapshot's MACs, and locality's
+    /// view of which endpoints can take flows.
+    fn neighbours_changed(&mut self) {
+        self.local.neighbours = self.neighbours.resolved();
+        let unresolved = self
+            .compiled
+            .endpoints
+            .iter()
+            .map(|ep| {
+                self.local
+                    .mac_of(dataplane::nexthop::endpoint_hop(&self.compiled, ep))
+                    .is_none()
+            })
+            .collect();
+        self.balance.set_unresolved(unresolved);
+    }
+
+    fn port_mac(&self, port: usize) -> wire::ethernet::MacAddr {
+        self.local
+            .port_macs
+            .get(port)
+            .copied()
+            .unwrap_or(self.local.mac)
     }
 
     /// `spillway status`.
@@ -731,7 +914,31 @@ impl Core {
             );
         }
         for (i, b) in snap.backends.iter().enumerate() {
-            out += &format!("  backend {i}: {} {:?}\n", b.addr, b.state);
+            // M47: its next hop has no MAC: no new flows, its packets dropped.
+            let unresolved = if b.mac == [0; 6] && b.state != BackendState::Removed {
+                ", ineligible (neighbour unresolved)"
+            } else {
+                ""
+            };
+            out += &format!("  backend {i}: {} {:?}{unresolved}\n", b.addr, b.state);
+        }
+        for e in self.neighbours.entries() {
+            out += &format!(
+                "neighbour {} on port {}: {}{}\n",
+                e.hop.addr,
+                e.hop.port,
+                e.state.name(),
+                e.mac
+                    .map(|m| format!(" {}", mac_text(m)))
+                    .unwrap_or_default()
+            );
+        }
+        let n = &self.neighbours;
+        if !n.entries().is_empty() || n.ignored > 0 {
+            out += &format!(
+                "neighbours: {} resolved, {} failed, {} MAC changes, {} sightings of others ignored\n",
+                n.resolved_total, n.failed_total, n.mac_changes, n.ignored
+            );
         }
         out += &self.balance.status(&self.compiled);
         if let Some(e) = &self.last_error {
@@ -748,6 +955,65 @@ impl Core {
             self.last_error.as_deref(),
         )
     }
+}
+
+/// The next hops of `compiled` (M47).
+fn next_hops(compiled: &Compiled) -> Vec<dataplane::nexthop::NextHop> {
+    dataplane::nexthop::next_hops(compiled)
+}
+
+fn first_v4(p: &config::schema::Port) -> Option<std::net::Ipv4Addr> {
+    p.addresses.iter().find_map(|a| match a.addr {
+        std::net::IpAddr::V4(v) => Some(v),
+        std::net::IpAddr::V6(_) => None,
+    })
+}
+
+fn first_v6(p: &config::schema::Port) -> Option<std::net::Ipv6Addr> {
+    p.addresses.iter().find_map(|a| match a.addr {
+        std::net::IpAddr::V6(v) => Some(v),
+        std::net::IpAddr::V4(_) => None,
+    })
+}
+
+fn mac_text(m: wire::ethernet::MacAddr) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// What this node announces on L2 (M47): every VIP it serves on the uplink
+/// and on each data port whose subnet holds it, and each port's own
+/// addresses on that port; as (port, address), each once.
+fn announced(compiled: &Compiled) -> Vec<(usize, std::net::IpAddr)> {
+    use config::schema::PortRole;
+    let ports = &compiled.settings.ports;
+    let mut out: Vec<(usize, std::net::IpAddr)> = Vec::new();
+    let mut vips: Vec<std::net::IpAddr> = compiled
+        .children
+        .iter()
+        .filter(|ch| ch.served)
+        .map(|ch| ch.vip)
+        .collect();
+    vips.sort_unstable();
+    vips.dedup();
+    for (i, p) in ports.iter().enumerate() {
+        if p.role == PortRole::Exception {
+            continue;
+        }
+        for v in &vips {
+            if p.role == PortRole::Uplink || p.addresses.iter().any(|a| a.contains(*v)) {
+                out.push((i, *v));
+            }
+        }
+        for a in &p.addresses {
+            out.push((i, a.addr));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Whole seconds since start, as workers count.

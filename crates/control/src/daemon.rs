@@ -231,6 +231,15 @@ impl Manager {
         core.drain(|core, out| match out {
             Output::Publish(snap) => shared.snapshot.store(snap),
             Output::Watch(on) => watch.enabled = on,
+            Output::Transmit { port, frame } => {
+                // A worker sends it; a full outbox loses it (the next
+                // request or announcement follows within seconds).
+                let queued = dataplane::neighbour::OutFrame::new(port, &frame)
+                    .is_some_and(|f| shared.neighbours.outbox.push(f).is_ok());
+                if !queued {
+                    log::debug!("neighbour frame for port {port} not queued");
+                }
+            }
             Output::Log {
                 level,
                 target,
@@ -349,6 +358,15 @@ impl Manager {
         }
         let remote = &self.probes.remote;
         self.core.remote_verdicts(now, |k| remote.state(k));
+        // What workers saw of neighbours (M47); at most a queue's worth.
+        let q = &self.shared.neighbours;
+        let seen: Vec<_> = std::iter::from_fn(|| q.sightings.pop())
+            .take(dataplane::neighbour::SIGHTINGS)
+            .map(|s| (usize::from(s.port), s.ip, s.mac))
+            .collect();
+        if !seen.is_empty() {
+            self.core.sightings(now, seen);
+        }
         let shared = &self.shared;
         let children = shared.snapshot.load().compiled.children.len();
         self.core.tick(now, || sum_published(shared, children));
@@ -428,13 +446,14 @@ impl Manager {
 
     /// Counters in Prometheus text format (M42).
     pub fn metrics(&self) -> String {
+        let snap = self.shared.snapshot.load();
         metrics::render(
             &self.counters(),
-            &self.shared.snapshot.load().compiled,
+            &snap.compiled,
             &self.core.rule_states(),
             self.core.probed(),
             self.listener_info(),
-        )
+        ) + &metrics::neighbours(self.core.neighbours(), &snap)
     }
 
     /// `spillway stats`.

@@ -35,6 +35,7 @@ pub mod flows;
 pub mod http;
 pub mod listen;
 pub mod metrics;
+pub mod neighbours;
 pub mod remote;
 pub mod scripted;
 pub mod socket;

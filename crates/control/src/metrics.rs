@@ -141,12 +141,78 @@ pub fn render(
     out
 }
 
+/// Neighbour resolution (M47): each next hop's state, what the table did,
+/// and which backends are ineligible for want of a MAC.
+pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    family(
+        o,
+        "neighbour_state",
+        "gauge",
+        "Next-hop state (M47): 0 incomplete, 1 reachable, 2 stale, 3 failed.",
+        n.entries().iter().map(|e| {
+            (
+                format!("port=\"{}\",address=\"{}\"", e.hop.port, e.hop.addr),
+                e.state.gauge(),
+            )
+        }),
+    );
+    for (name, help, v) in [
+        (
+            "neighbours_resolved_total",
+            "Next hops that became resolved.",
+            n.resolved_total,
+        ),
+        (
+            "neighbours_failed_total",
+            "Next hops that stopped answering (failed).",
+            n.failed_total,
+        ),
+        (
+            "neighbour_mac_changes_total",
+            "New MACs taken for resolved next hops.",
+            n.mac_changes,
+        ),
+        (
+            "neighbour_sightings_ignored_total",
+            "ARP/NDP sightings of addresses that are no next hop (or on another port).",
+            n.ignored,
+        ),
+    ] {
+        family(o, name, "counter", help, [(String::new(), v)]);
+    }
+    family(
+        o,
+        "backend_neighbour_resolved",
+        "gauge",
+        "Whether a backend's next hop has a MAC (M47): 0 means no new flows and its packets dropped.",
+        snap.backends
+            .iter()
+            .filter(|b| b.state != dataplane::BackendState::Removed)
+            .map(|b| {
+                let svc = snap
+                    .compiled
+                    .services
+                    .get(b.service as usize)
+                    .map_or("?", |s| s.name.as_str());
+                (
+                    format!("service=\"{svc}\",backend=\"{}\"", b.addr),
+                    u8::from(b.mac != [0; 6]),
+                )
+            }),
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// What `render` wrote for [`sample`] before the counter families were
-    /// derived from the counter tables (with M48's counters since).
+    /// derived from the counter tables (since then, M47's neighbour families
+    /// and `no_neighbour` drop, M48's too-big counters and M49's tunnel
+    /// counters were added).
     const GOLDEN: &str = r#"# HELP spillway_rx_packets_total Packets received on data ports.
 # TYPE spillway_rx_packets_total counter
 spillway_rx_packets_total 1
@@ -192,6 +258,18 @@ spillway_flows_stateless_total 12
 # HELP spillway_flows_over_budget_total Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.
 # TYPE spillway_flows_over_budget_total counter
 spillway_flows_over_budget_total 13
+# HELP spillway_neighbour_sightings_total ARP/NDP sightings passed to neighbour resolution.
+# TYPE spillway_neighbour_sightings_total counter
+spillway_neighbour_sightings_total 0
+# HELP spillway_neighbour_sightings_lost_total ARP/NDP sightings lost to a full queue.
+# TYPE spillway_neighbour_sightings_lost_total counter
+spillway_neighbour_sightings_lost_total 0
+# HELP spillway_neighbour_frames_sent_total ARP/NDP requests and announcements sent.
+# TYPE spillway_neighbour_frames_sent_total counter
+spillway_neighbour_frames_sent_total 0
+# HELP spillway_neighbour_frames_failed_total ARP/NDP requests and announcements that could not be sent.
+# TYPE spillway_neighbour_frames_failed_total counter
+spillway_neighbour_frames_failed_total 0
 # HELP spillway_dropped_packets_total Packets dropped, by reason.
 # TYPE spillway_dropped_packets_total counter
 spillway_dropped_packets_total{reason="malformed"} 17
@@ -212,18 +290,19 @@ spillway_dropped_packets_total{reason="tunnel_nested"} 31
 spillway_dropped_packets_total{reason="tunnel_fragment"} 32
 spillway_dropped_packets_total{reason="too_big"} 33
 spillway_dropped_packets_total{reason="too_big_rate_limited"} 34
+spillway_dropped_packets_total{reason="no_neighbour"} 35
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 35
+spillway_rule_packets_total{rule="web-ag0"} 36
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 36
+spillway_rule_bytes_total{rule="web-ag0"} 37
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 37
+spillway_rule_new_flows_total{rule="web-ag0"} 38
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 38
+spillway_rule_dropped_packets_total{rule="web-ag0"} 39
 "#;
 
     #[test]

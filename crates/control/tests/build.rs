@@ -48,8 +48,14 @@ fn manager(dir: &Dir, endpoints: usize) -> (Manager, std::sync::Arc<control::Sha
     let path = dir.0.join("spillway.toml");
     std::fs::write(&path, config(endpoints)).expect("config");
     let loaded = config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let (mut mgr, shared) = Manager::start(&path, loaded.compiled, Local::default(), 1)
-        .unwrap_or_else(|e| panic!("{e}"));
+    // A next hop for every endpoint (no ports: `next_hop_mac`), so that
+    // every endpoint is eligible (M47).
+    let local = Local {
+        next_hop_mac: [2, 0, 0, 0, 0, 0xfe],
+        ..Local::default()
+    };
+    let (mut mgr, shared) =
+        Manager::start(&path, loaded.compiled, local, 1).unwrap_or_else(|e| panic!("{e}"));
     mgr.build_inline_up_to(0);
     assert_eq!(shared.snapshot.load().generation, 1);
     (mgr, shared, path)

@@ -618,3 +618,180 @@ fn the_same_seed_gives_the_same_run() {
     assert_eq!(run(7), run(7));
     assert_ne!(run(7).0, run(8).0, "the seed decides the clients");
 }
+
+/// M47: next hops resolved from what the segment answers. Nothing is
+/// forwarded before anything answers; an endpoint that answers late joins
+/// then; a gateway whose MAC changes is followed at its next refresh; an
+/// endpoint that stops answering fails, its flows are dropped (never sent
+/// to a zero MAC) and new flows avoid it.
+#[test]
+fn next_hops_resolve_late_change_mac_and_fail_and_flows_follow() {
+    let text = node_r1("n")
+        .raw(
+            "[neighbours]\nreachable = \"5s\"\nretransmit = \"1s\"\nprobes = 2\nfailed_retry = \"4s\"\n",
+        )
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
+        .service(service("web", "ipip").child(group("a", "r1", "r1-a").set(
+            "endpoints",
+            endpoint_list(&["10.0.0.21", "10.0.0.22", "10.0.0.23", "10.9.0.1"]),
+        )))
+        .build()
+        .replace(
+            "addresses = [\"10.0.0.2/24\"]",
+            "addresses = [\"10.0.0.2/24\"]\ngateway = \"10.0.0.1\"",
+        );
+    let mut w = World::with_segment(&text, 2, 31, false);
+    let (gw, late, far) = (ip("10.0.0.1"), ip("10.0.0.23"), ip("10.9.0.1"));
+    w.advance(SEC);
+    // Requests went out (ARP, broadcast, on the uplink), nobody answered.
+    assert!(
+        w.sent
+            .iter()
+            .any(|(_, port, f)| *port == 0 && f[..6] == [0xff; 6])
+    );
+    let none = w.open(20, "10.0.0.10", 80);
+    assert!(none.iter().all(|(_, b)| b.is_none()), "{none:?}");
+    assert!(
+        w.status().contains("10.0.0.1 on port 0: incomplete"),
+        "{}",
+        w.status()
+    );
+
+    // Everyone but `late` answers.
+    for a in ["10.0.0.1", "10.0.0.21", "10.0.0.22"] {
+        w.segment.push((0, ip(a), sim::peer_mac(ip(a))));
+    }
+    w.advance(2 * SEC);
+    let early = w.open(200, "10.0.0.10", 80);
+    assert!(early.iter().all(|(_, b)| b.is_some() && *b != Some(late)));
+    assert!(on(&early, far) > 0, "through the gateway too");
+    assert!(
+        w.status().contains("ineligible (neighbour unresolved)"),
+        "{}",
+        w.status()
+    );
+    // `late` answers its next (backed-off) request.
+    w.segment.push((0, late, sim::peer_mac(late)));
+    w.advance(5 * SEC);
+    let all = w.open(200, "10.0.0.10", 80);
+    assert!(on(&all, late) > 0, "the late one takes new flows");
+
+    // The gateway's MAC changes: followed at its next refresh, no reload.
+    let moved = [2, 0, 0, 0, 0, 0x42];
+    w.segment.retain(|n| n.1 != gw);
+    w.segment.push((0, gw, moved));
+    w.advance(8 * SEC);
+    let (via_gw, _) = early
+        .iter()
+        .find(|(_, b)| *b == Some(far))
+        .expect("a flow via the gateway");
+    assert_eq!(w.send(via_gw, false).addr(), Some(far));
+    assert_eq!(
+        w.last_frame.as_ref().map(|f| f[..6].to_vec()),
+        Some(moved.to_vec())
+    );
+
+    // `late` stops answering: after its refresh and two probes it fails.
+    w.segment.retain(|n| n.1 != late);
+    w.advance(10 * SEC);
+    assert!(
+        w.logged(
+            Level::Warn,
+            "neighbour 10.0.0.23 on port 0 does not answer: packets for it are dropped (no_neighbour)"
+        ),
+        "{}\n{:?}",
+        w.status(),
+        w.logs
+    );
+    let on_late: Vec<_> = all
+        .iter()
+        .filter(|(_, b)| *b == Some(late))
+        .cloned()
+        .collect();
+    assert!(
+        w.where_now(&on_late).iter().all(Option::is_none),
+        "dropped: no_neighbour"
+    );
+    assert!(w.last_frame.is_none(), "nothing sent to a zero MAC");
+    let after = w.open(200, "10.0.0.10", 80);
+    assert!(after.iter().all(|(_, b)| b.is_some() && *b != Some(late)));
+    assert!(
+        w.status().contains("10.0.0.23 on port 0: failed"),
+        "{}",
+        w.status()
+    );
+    // Locality plans without it too (its share spills over, M47).
+    assert!(
+        w.status()
+            .contains("4 endpoints (3 healthy, 0 unknown, 3 eligible)"),
+        "{}",
+        w.status()
+    );
+    let m = control::metrics::neighbours(w.core.neighbours(), &w.live);
+    for line in [
+        "spillway_neighbour_state{port=\"0\",address=\"10.0.0.23\"} 3",
+        "spillway_neighbour_state{port=\"0\",address=\"10.0.0.1\"} 1",
+        "spillway_backend_neighbour_resolved{service=\"web\",backend=\"10.0.0.23\"} 0",
+        "spillway_backend_neighbour_resolved{service=\"web\",backend=\"10.9.0.1\"} 1",
+        "spillway_neighbour_mac_changes_total 1",
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line}\n{m}");
+    }
+    // Others' flows stayed where they were throughout.
+    let others: Vec<_> = all
+        .iter()
+        .filter(|(_, b)| *b != Some(late))
+        .cloned()
+        .collect();
+    let now: Vec<_> = w.where_now(&others);
+    assert_eq!(now, others.iter().map(|(_, b)| *b).collect::<Vec<_>>());
+}
+
+/// M47 item 2: gratuitous ARP for every VIP served and own address, three
+/// times a second apart, at start; a reload announces only the VIPs it
+/// adds.
+#[test]
+fn vips_are_announced_at_start_and_when_a_reload_adds_them() {
+    let cfg = |vips: &[&str]| {
+        let mut c = node_r1("n");
+        for (i, v) in vips.iter().enumerate() {
+            c = c.rule(rule(&format!("web{i}"), &[v], "TCP", "80", "web").set("ports", 80));
+        }
+        c.service(
+            service("web", "ipip")
+                .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.1.0.1"]))),
+        )
+        .build()
+    };
+    // The gratuitous ARPs sent, as (second, address).
+    let garps = |w: &World| -> Vec<(u64, IpAddr)> {
+        w.sent
+            .iter()
+            .filter_map(|(t, port, f)| {
+                let a = wire::arp::ArpRepr::parse(&wire::arp::Packet::new_checked(&f[14..]).ok()?)
+                    .ok()?;
+                (*port == 0 && a.spa == a.tpa && f[..6] == [0xff; 6])
+                    .then_some((t.as_secs(), IpAddr::V4(a.spa)))
+            })
+            .collect()
+    };
+    let mut w = World::new(&cfg(&["10.0.0.10"]), 1, 41);
+    w.advance(5 * SEC);
+    let (vip, own) = (ip("10.0.0.10"), ip("10.0.0.2"));
+    let start = garps(&w);
+    for a in [vip, own] {
+        let at: Vec<u64> = start.iter().filter(|g| g.1 == a).map(|g| g.0).collect();
+        assert_eq!(at.len(), 3, "{a}: {start:?}");
+        assert!(
+            at.windows(2).all(|p| p[1] == p[0] + 1),
+            "a second apart: {at:?}"
+        );
+    }
+    w.sent.clear();
+    w.reload(&cfg(&["10.0.0.10", "10.0.0.11"]), false)
+        .expect("reload");
+    w.advance(5 * SEC);
+    let after = garps(&w);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after.iter().all(|g| g.1 == ip("10.0.0.11")), "{after:?}");
+}

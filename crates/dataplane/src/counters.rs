@@ -202,6 +202,9 @@ drop_reasons! {
     /// Too big for the egress port's MTU once encapsulated (M48), over the
     /// worker's ICMP too-big budget (`icmp_too_big_rate`).
     TooBigRateLimited => "too_big_rate_limited",
+    /// The backend's next hop (itself, or the gateway towards it) has no
+    /// resolved MAC yet (M47): never sent to a zero MAC.
+    NoNeighbour => "no_neighbour",
 }
 
 counters! {
@@ -315,6 +318,23 @@ counters! {
             over_budget: stats ", {} over budget", replay ", {} over budget",
                 metric "flows_over_budget_total" "Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.";
         ];
+        /// Neighbour resolution's traffic (M47): the `neighbours:` line of
+        /// `stats`, after the rules.
+        const NEIGHBOURS = [
+            /// ARP/NDP frames whose (address, MAC) was passed to the management
+            /// core for neighbour resolution (M47).
+            nbr_sightings: stats "{} sightings",
+                metric "neighbour_sightings_total" "ARP/NDP sightings passed to neighbour resolution.";
+            /// Sightings lost because the queue to the management core was full.
+            nbr_sightings_lost: stats " (lost {})",
+                metric "neighbour_sightings_lost_total" "ARP/NDP sightings lost to a full queue.";
+            /// Neighbour requests and announcements the management core asked for, sent.
+            nbr_sent: stats "; {} frames sent",
+                metric "neighbour_frames_sent_total" "ARP/NDP requests and announcements sent.";
+            /// Those that could not be sent (no buffer, or the port did not take them).
+            nbr_send_failed: stats " (failed {})",
+                metric "neighbour_frames_failed_total" "ARP/NDP requests and announcements that could not be sent.";
+        ];
         fields {
             /// Drops by reason, indexed by `DropReason as usize`.
             pub drops: [u64; DropReason::ALL.len()],
@@ -366,6 +386,7 @@ impl WorkerCounters {
         Self::TRAFFIC
             .iter()
             .chain(Self::FLOWS)
+            .chain(Self::NEIGHBOURS)
             .filter_map(move |k| k.metric.map(|(name, help)| (name, help, (k.get)(self))))
     }
 
@@ -386,6 +407,8 @@ impl WorkerCounters {
                 line(cc, ChildCounters::ALL, Text::Stats)
             );
         }
+        let nbr = line(self, Self::NEIGHBOURS, Text::Stats);
+        let _ = writeln!(out, "neighbours: {nbr}");
         out
     }
 
@@ -457,6 +480,10 @@ mod tests {
             over_budget: 16,
             icmp_too_big: 41,
             mtu_exceeded_forwarded: 42,
+            nbr_sightings: 43,
+            nbr_sightings_lost: 44,
+            nbr_sent: 45,
+            nbr_send_failed: 46,
             drops: std::array::from_fn(|i| 100 + i as u64),
             children: vec![
                 ChildCounters {
@@ -519,6 +546,10 @@ mod tests {
                 name, cc.packets, cc.bytes, cc.new_flows, cc.drops
             );
         }
+        want += &format!(
+            "neighbours: {} sightings (lost {}); {} frames sent (failed {})\n",
+            c.nbr_sightings, c.nbr_sightings_lost, c.nbr_sent, c.nbr_send_failed
+        );
         assert_eq!(c.stats(99, ["a-ag0", "b-ag1"]), want);
     }
 
@@ -576,6 +607,10 @@ mod tests {
                 ("flows_new_total", c.new_flows),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
+                ("neighbour_sightings_total", c.nbr_sightings),
+                ("neighbour_sightings_lost_total", c.nbr_sightings_lost),
+                ("neighbour_frames_sent_total", c.nbr_sent),
+                ("neighbour_frames_failed_total", c.nbr_send_failed),
             ]
         );
     }
@@ -586,7 +621,11 @@ mod tests {
         let mut sum = WorkerCounters::new(1);
         sum.add(&one);
         sum.add(&one);
-        for k in WorkerCounters::TRAFFIC.iter().chain(WorkerCounters::FLOWS) {
+        for k in WorkerCounters::TRAFFIC
+            .iter()
+            .chain(WorkerCounters::FLOWS)
+            .chain(WorkerCounters::NEIGHBOURS)
+        {
             assert_eq!((k.get)(&sum), 2 * (k.get)(&one), "{}", k.name);
         }
         for (s, o) in sum.children.iter().zip(&one.children) {
@@ -604,6 +643,7 @@ mod tests {
         let names: Vec<_> = WorkerCounters::TRAFFIC
             .iter()
             .chain(WorkerCounters::FLOWS)
+            .chain(WorkerCounters::NEIGHBOURS)
             .map(|k| k.name)
             .collect();
         let mut unique = names.clone();
@@ -615,6 +655,7 @@ mod tests {
         let mut values: Vec<_> = WorkerCounters::TRAFFIC
             .iter()
             .chain(WorkerCounters::FLOWS)
+            .chain(WorkerCounters::NEIGHBOURS)
             .map(|k| (k.get)(&c))
             .collect();
         values.sort_unstable();
@@ -627,6 +668,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 18);
+        assert_eq!(DropReason::ALL.len(), 19);
     }
 }

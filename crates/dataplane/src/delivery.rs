@@ -87,6 +87,10 @@ pub(crate) fn deliver<B: PacketBuf>(
     let Some(be) = snap.backends.get(slot as usize) else {
         return Err(DropReason::NoBackend);
     };
+    // Its next hop is unresolved (M47): never sent to a zero MAC.
+    if be.mac == [0; 6] {
+        return Err(DropReason::NoNeighbour);
+    }
     // The backend's template was made for its own service's delivery mode.
     if let (Some(t), true) = (&be.encap, be.service as usize == svc) {
         return encap::encapsulate_with(pkt, t, inner, hash, cookie)

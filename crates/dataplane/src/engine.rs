@@ -250,6 +250,20 @@ impl<B: PacketBurst> Engine<B> {
     }
 }
 
+impl<B: PacketBurst> Engine<B> {
+    /// Sends a few of the frames the management core queued (neighbour
+    /// requests and announcements, M47) on their ports.
+    pub fn send_queued<I: PacketIo<Burst = B>>(
+        &mut self,
+        io: &mut I,
+        q: &crate::neighbour::NeighbourQueues,
+    ) {
+        if let Some(tx) = self.tx.first_mut() {
+            q.send(io, tx, self.roles.len(), &mut self.worker.counters);
+        }
+    }
+}
+
 /// For host packets from data port `port` that go to an exception port not
 /// its own: its MAC and the exception port's, when they differ.
 fn readdress(host: HostPath, port: usize, local: &Local) -> Option<(MacAddr, MacAddr)> {

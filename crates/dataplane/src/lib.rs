@@ -17,6 +17,8 @@
 pub mod counters;
 mod delivery;
 pub mod engine;
+pub mod neighbour;
+pub mod nexthop;
 pub mod pipeline;
 pub mod snapshot;
 pub mod worker;

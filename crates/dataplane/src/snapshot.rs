@@ -33,6 +33,8 @@ use wire::encap::Template;
 use wire::ethernet::MacAddr;
 use wire::flow::Affinity;
 
+use crate::nexthop::{Hop, NextHop, endpoint_hop};
+
 /// What the management core knows about an endpoint's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EndpointHealth {
@@ -80,7 +82,9 @@ pub enum BackendState {
 pub struct Backend {
     /// Where packets for it go.
     pub addr: IpAddr,
-    /// Next-hop MAC for it (its own for `l2dsr`).
+    /// Next-hop MAC for it (its own for `l2dsr`); all zero while that next
+    /// hop is unresolved (M47): its packets are then dropped
+    /// (`no_neighbour`), never sent.
     pub mac: MacAddr,
     /// Index of its service in [`Snapshot::services`] (of the snapshot where
     /// it was last configured).
@@ -194,7 +198,9 @@ impl ServicePlan {
 pub struct Local {
     /// MAC of the port packets leave on.
     pub mac: MacAddr,
-    /// MAC of the next hop towards backends without their own MAC.
+    /// MAC of the next hop towards backends without their own MAC, when
+    /// no egress port says otherwise ([`crate::nexthop::Hop::Default`]);
+    /// all zero: none (such backends are unresolved).
     pub next_hop_mac: MacAddr,
     /// Outer source address of IPv4 tunnels.
     pub tunnel_src_v4: Option<Ipv4Addr>,
@@ -209,6 +215,9 @@ pub struct Local {
     /// MTU of the port packets to backends leave on (M48); `None` (no
     /// ports, offline replays): no limit.
     pub egress_mtu: Option<u16>,
+    /// The MACs resolved for next hops (M47), from the management core's
+    /// neighbour table; a next hop not listed is unresolved.
+    pub neighbours: Vec<(NextHop, MacAddr)>,
 }
 
 /// An immutable view of everything the pipeline decides with.
@@ -352,6 +361,22 @@ impl Local {
     }
 }
 
+impl Local {
+    /// The MAC `hop` leads to, if it is known (never all zero).
+    pub fn mac_of(&self, hop: Hop) -> Option<MacAddr> {
+        let mac = match hop {
+            Hop::Static(m) => m,
+            Hop::Default => self.next_hop_mac,
+            Hop::Resolved(h) => self
+                .neighbours
+                .iter()
+                .find(|(n, _)| *n == h)
+                .map(|(_, m)| *m)?,
+        };
+        (mac != [0; 6]).then_some(mac)
+    }
+}
+
 impl Snapshot {
     /// Whether `addr` belongs to the balancer itself.
     pub fn is_own(&self, addr: IpAddr) -> bool {
@@ -446,10 +471,12 @@ fn select(
     svc: &config::compiled::Service,
     health: &impl Fn(ConfigEndpointId) -> EndpointHealth,
     plan: Option<&locality::Plan>,
+    local: &Local,
 ) -> Selection {
     // Every endpoint by its index within the service (what a plan names):
-    // its Maglev identity, weight, and health.
-    let eps: Vec<(maglev::Endpoint, bool)> = svc
+    // its Maglev identity, weight, and whether it may take new flows:
+    // healthy, and its next hop resolved (M47).
+    let eps: Vec<(maglev::Endpoint, bool, bool)> = svc
         .endpoint_ids()
         .filter_map(|ep_id| {
             let ep = compiled.endpoints.get(ep_id.0 as usize)?;
@@ -459,7 +486,8 @@ fn select(
                 LoadBalancing::WeightedMaglev => u32::from(h.weight.unwrap_or(ep.weight)),
             };
             let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
-            Some((maglev::Endpoint { id, weight }, h.healthy))
+            let resolved = local.mac_of(endpoint_hop(compiled, ep)).is_some();
+            Some((maglev::Endpoint { id, weight }, h.healthy, resolved))
         })
         .collect();
     let non_empty =
@@ -477,7 +505,13 @@ fn select(
                                 .filter(|w| w.weight > 0)
                                 .filter_map(|w| {
                                     let i = w.endpoint as usize;
-                                    let (e, _) = eps.get(i)?;
+                                    // The plan weighs health; an unresolved
+                                    // next hop takes no new flows whatever
+                                    // the plan says.
+                                    let (e, _, resolved) = eps.get(i)?;
+                                    if !resolved {
+                                        return None;
+                                    }
                                     Some((
                                         i,
                                         maglev::Endpoint {
@@ -499,15 +533,21 @@ fn select(
             fail_open: plan.eligibility == locality::Eligibility::FailOpen,
         },
         None => {
-            let weighted = || eps.iter().enumerate().filter(|(_, (e, _))| e.weight > 0);
+            // Fail-open (M23) is about health: an endpoint whose next hop
+            // is unresolved (M47) never takes new flows.
+            let weighted = || {
+                eps.iter()
+                    .enumerate()
+                    .filter(|(_, (e, _, resolved))| e.weight > 0 && *resolved)
+            };
             let mut eligible: EndpointSet = weighted()
-                .filter(|(_, (_, healthy))| *healthy)
-                .map(|(i, (e, _))| (i, *e))
+                .filter(|(_, (_, healthy, _))| *healthy)
+                .map(|(i, (e, _, _))| (i, *e))
                 .collect();
             // Fail-open (M23): with every endpoint unhealthy, use them all.
             let fail_open = eligible.is_empty() && svc.fail_open && weighted().next().is_some();
             if fail_open {
-                eligible = weighted().map(|(i, (e, _))| (i, *e)).collect();
+                eligible = weighted().map(|(i, (e, _, _))| (i, *e)).collect();
             }
             if eligible.is_empty() {
                 Selection {
@@ -570,6 +610,7 @@ impl SnapshotBuilder {
     pub fn missing_tables(
         &self,
         compiled: &Compiled,
+        local: &Local,
         health: impl Fn(ConfigEndpointId) -> EndpointHealth,
         plans: &[Option<locality::Plan>],
     ) -> Vec<TableKey> {
@@ -580,6 +621,7 @@ impl SnapshotBuilder {
                 svc,
                 &health,
                 plans.get(i).and_then(Option::as_ref),
+                local,
             );
             for (sets, _) in &sel.regions {
                 for set in sets {
@@ -632,6 +674,7 @@ impl SnapshotBuilder {
                 svc,
                 &health,
                 plans.get(svc_index).and_then(Option::as_ref),
+                &local,
             );
             // Backend slot of every endpoint, by its index within the service.
             let mut slot_of: Vec<u32> = Vec::new();
@@ -642,7 +685,9 @@ impl SnapshotBuilder {
                 let h = health(ep_id);
                 let backend = Backend {
                     addr: ep.address,
-                    mac: ep.mac.map(|m| m.0).unwrap_or(local.next_hop_mac),
+                    mac: local
+                        .mac_of(endpoint_hop(&compiled, ep))
+                        .unwrap_or_default(),
                     service: svc_id,
                     // Failing open, every endpoint serves as if healthy: its
                     // flows stay on it instead of moving at every packet.
@@ -715,8 +760,12 @@ impl SnapshotBuilder {
         self.generation = generation;
         let mut backends: Vec<Backend> = self.slots.iter().map(|r| r.backend.clone()).collect();
         for be in &mut backends {
+            // No template while the next hop is unresolved: such packets
+            // leave the established fast path for `delivery::deliver`, which
+            // drops them (`no_neighbour`), so the fast path tests nothing.
             be.encap = services
                 .get(be.service as usize)
+                .filter(|_| be.mac != [0; 6])
                 .and_then(|p| crate::delivery::template(&local, be, p.delivery));
             let overhead = be.encap.as_ref().map_or(0, Template::overhead);
             be.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
@@ -852,6 +901,14 @@ mod tests {
         }
     }
 
+    /// A next hop for every backend (these configurations have no ports).
+    fn local() -> Local {
+        Local {
+            next_hop_mac: [2, 0, 0, 0, 0, 0xfe],
+            ..Local::default()
+        }
+    }
+
     fn table(s: &Snapshot, svc: usize) -> Arc<MaglevTable> {
         s.services[svc].regions[0].tables[0].table.clone()
     }
@@ -879,7 +936,7 @@ mod tests {
             b.generation = start;
             for _ in 0..12 {
                 let s = b
-                    .build(c.clone(), Local::default(), health(&c, &[]), 0, 1)
+                    .build(c.clone(), local(), health(&c, &[]), 0, 1)
                     .expect("build");
                 for be in &s.backends {
                     assert!(
@@ -900,19 +957,22 @@ mod tests {
         let c = two_services();
         let mut b = SnapshotBuilder::new();
         let s1 = b
-            .build(c.clone(), Local::default(), health(&c, &[]), 0, 1)
+            .build(c.clone(), local(), health(&c, &[]), 0, 1)
             .expect("build");
         assert_eq!(b.tables_held(), 2);
         // Nothing changed: nothing to build, the same tables.
-        assert!(b.missing_tables(&c, health(&c, &[]), &[]).is_empty());
+        assert!(
+            b.missing_tables(&c, &local(), health(&c, &[]), &[])
+                .is_empty()
+        );
         let s2 = b
-            .build(c.clone(), Local::default(), health(&c, &[]), 1, 1)
+            .build(c.clone(), local(), health(&c, &[]), 1, 1)
             .expect("build");
         assert!(Arc::ptr_eq(&table(&s1, 0), &table(&s2, 0)));
         assert!(Arc::ptr_eq(&table(&s1, 1), &table(&s2, 1)));
         // An endpoint of `a` fails: one table to build, `b`'s is kept.
         let down: &[&str] = &["10.1.0.2"];
-        let missing = b.missing_tables(&c, health(&c, down), &[]);
+        let missing = b.missing_tables(&c, &local(), health(&c, down), &[]);
         assert_eq!(missing.len(), 1);
         assert_eq!(missing[0].endpoints.len(), 2);
         // Built elsewhere and handed over, it is the one the build uses.
@@ -926,7 +986,7 @@ mod tests {
         let handed = built[0].1.clone();
         b.add_tables(built);
         let s3 = b
-            .build(c.clone(), Local::default(), health(&c, down), 2, 1)
+            .build(c.clone(), local(), health(&c, down), 2, 1)
             .expect("build");
         assert!(Arc::ptr_eq(&table(&s3, 0), &handed));
         assert!(Arc::ptr_eq(&table(&s3, 1), &table(&s1, 1)));
@@ -934,9 +994,12 @@ mod tests {
         assert_eq!(b.tables_held(), 2);
         // Recovery: `a`'s full table is built again (it was dropped), equal
         // to the first one.
-        assert_eq!(b.missing_tables(&c, health(&c, &[]), &[]).len(), 1);
+        assert_eq!(
+            b.missing_tables(&c, &local(), health(&c, &[]), &[]).len(),
+            1
+        );
         let s4 = b
-            .build(c.clone(), Local::default(), health(&c, &[]), 3, 1)
+            .build(c.clone(), local(), health(&c, &[]), 3, 1)
             .expect("build");
         assert_eq!(*table(&s4, 0), *table(&s1, 0));
     }

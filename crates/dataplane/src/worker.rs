@@ -22,6 +22,7 @@ use flowtable::FlowTable;
 
 use crate::counters::WorkerCounters;
 use crate::engine::{Engine, PacketIo};
+use crate::neighbour::NeighbourQueues;
 use crate::snapshot::Snapshot;
 
 /// What workers and the management core share.
@@ -42,6 +43,8 @@ pub struct Shared {
     /// worker when it changes, so that a reload can be answered once every
     /// running worker uses the new snapshot ([`Shared::workers_on`]).
     pub using: Vec<Using>,
+    /// Neighbour sightings from workers, frames for workers to send (M47).
+    pub neighbours: Arc<NeighbourQueues>,
 }
 
 /// A worker's [`Shared::using`] slot, on a cache line of its own so that its
@@ -81,6 +84,7 @@ impl Shared {
                 .map(|_| Mutex::new(WorkerCounters::new(children)))
                 .collect(),
             using: (0..workers).map(|_| Using::new()).collect(),
+            neighbours: Arc::new(NeighbourQueues::default()),
         }
     }
 
@@ -146,6 +150,9 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
         let using = shared.using.get(self.index);
         let mut last_publish = self.clock.ticks();
         let mut generation = NOT_RUNNING;
+        engine
+            .worker
+            .set_neighbour_queues(shared.neighbours.clone());
         while !shared.stop.load(Ordering::Relaxed) {
             let received = {
                 let snap = shared.snapshot.load();
@@ -159,6 +166,7 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
                 let now = shared.now.load(Ordering::Relaxed);
                 engine.poll(io, &snap, &shared.flows, now)
             };
+            engine.send_queued(io, &shared.neighbours);
             let t = self.clock.ticks();
             if t.wrapping_sub(last_publish) >= self.publish_every {
                 last_publish = t;

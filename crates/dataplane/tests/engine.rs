@@ -57,6 +57,10 @@ impl PacketIo for MemIo {
         n
     }
 
+    fn alloc(&mut self, _port: usize) -> Option<Pkt> {
+        MemBuf::new(vec![0u8; 2048], 128, &[]).ok()
+    }
+
     fn tx_burst(&mut self, port: usize, burst: &mut VecBurst<Pkt>) -> usize {
         let (mut taken, mut refused) = (0, 0);
         let accept = self.accept[port];
@@ -80,7 +84,7 @@ fn config(exception: bool) -> String {
         .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
         .port(
             port("be", "net_ring1", "backend")
-                .strs("addresses", &["10.0.1.2/24"])
+                .strs("addresses", &["10.0.1.2/30"])
                 .str("gateway_mac", "02:00:00:00:00:fe"),
         )
         .rule(rule("dns", &["10.0.0.10"], "UDP", "", "dns").set("ports", 53))
@@ -252,6 +256,74 @@ fn replies_carry_the_mac_of_the_port_the_request_came_in_on() {
     assert_eq!(&be[0][22..28], &BE_MAC);
     assert_eq!(&be[0][28..32], &[10, 0, 1, 2]);
     assert_eq!(s.engine.worker.counters.arp_replies, 2);
+}
+
+/// M47: ARP/NDP frames received on a data port are reported to the
+/// management core's queue (the frame still goes where it went: the host),
+/// and the frames it queues are sent on their port; a full queue is a
+/// counted loss, never a wait.
+#[test]
+fn neighbour_sightings_are_queued_and_queued_frames_are_sent() {
+    use dataplane::neighbour::{NeighbourQueues, OutFrame, SEND_PER_PASS};
+    let mut s = setup(true);
+    let q = Arc::new(NeighbourQueues::default());
+    s.engine.worker.set_neighbour_queues(q.clone());
+    let (up, be, kernel) = (0, 1, 2);
+    // The gateway asks for our address (answered in place), a backend
+    // answers our request (to the host too).
+    s.io.rx[up].push_back(arp_request_to([10, 0, 0, 2]));
+    let mut reply = [0u8; 64];
+    let n = wire::neighbour::arp_request(
+        &mut reply,
+        BE_MAC,
+        [10, 0, 1, 11].into(),
+        [10, 0, 1, 2].into(),
+    )
+    .expect("frame");
+    reply[21] = 2; // a reply
+    s.io.rx[be].push_back(reply[..n].to_vec());
+    s.poll();
+    let seen: Vec<_> = std::iter::from_fn(|| q.sightings.pop()).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        (seen[0].port, seen[0].ip, seen[0].mac),
+        (0, IpAddr::from([10, 0, 0, 1]), CLIENT_MAC)
+    );
+    assert_eq!(
+        (seen[1].port, seen[1].ip, seen[1].mac),
+        (1, IpAddr::from([10, 0, 1, 11]), BE_MAC)
+    );
+    assert_eq!(s.io.tx[kernel].len(), 1, "the reply also reaches the host");
+    assert_eq!(s.engine.worker.counters.nbr_sightings, 2);
+
+    // Queued frames leave on their port, a few per pass.
+    for i in 0..SEND_PER_PASS + 1 {
+        let mut f = [0u8; 64];
+        let n = wire::neighbour::gratuitous_arp(
+            &mut f,
+            LB_MAC,
+            [10, 0, 0, u8::try_from(i).expect("small")].into(),
+        )
+        .expect("frame");
+        q.outbox
+            .push(OutFrame::new(up, &f[..n]).expect("fits"))
+            .expect("room");
+    }
+    s.io.tx[up].clear();
+    s.engine.send_queued(&mut s.io, &q);
+    assert_eq!(s.io.tx[up].len(), SEND_PER_PASS);
+    s.engine.send_queued(&mut s.io, &q);
+    assert_eq!(s.io.tx[up].len(), SEND_PER_PASS + 1);
+    assert_eq!(&s.io.tx[up][0][..6], &[0xff; 6]);
+    assert_eq!(s.engine.worker.counters.nbr_sent, SEND_PER_PASS as u64 + 1);
+
+    // A full sightings queue loses what does not fit, and counts it.
+    while !q.sightings.is_full() {
+        let _ = q.sightings.push(seen[0]);
+    }
+    s.io.rx[up].push_back(arp_request_to([10, 0, 0, 2]));
+    s.poll();
+    assert_eq!(s.engine.worker.counters.nbr_sightings_lost, 1);
 }
 
 /// A frame from the backend segment to the balancer's backend address

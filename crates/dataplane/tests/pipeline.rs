@@ -44,8 +44,15 @@ fn web(delivery: &str, endpoints: &[&str]) -> Table {
 /// The uplink; rules `web` (TCP 80) and `dns` (UDP `dns_ports`) on the VIP,
 /// both to the service `web`.
 fn with_web(web: Table, dns_ports: &str) -> Config {
+    // l2dsr endpoints are resolved on the port's segment (M47): give it theirs.
+    let l2dsr = web.to_string().contains("l2dsr");
+    let addrs: &[&str] = if l2dsr {
+        &["10.0.0.2/24", "10.0.1.2/24"]
+    } else {
+        &["10.0.0.2/24"]
+    };
     Config::new()
-        .port(uplink(&["10.0.0.2/24"]))
+        .port(uplink(addrs))
         .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
         .rule(rule("dns", &["10.0.0.10"], "UDP", dns_ports, "web"))
         .service(web)
@@ -63,6 +70,17 @@ fn compiled(cfg: &Config) -> Arc<config::Compiled> {
     }
 }
 
+/// [`local`] with every next hop of `c` resolved to the router's MAC.
+fn resolved(c: &config::Compiled) -> Local {
+    Local {
+        neighbours: dataplane::nexthop::next_hops(c)
+            .into_iter()
+            .map(|h| (h, ROUTER_MAC))
+            .collect(),
+        ..local()
+    }
+}
+
 fn local() -> Local {
     Local {
         mac: LB_MAC,
@@ -72,6 +90,7 @@ fn local() -> Local {
         own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
         port_macs: Vec::new(),
         egress_mtu: None,
+        neighbours: Vec::new(),
     }
 }
 
@@ -90,7 +109,13 @@ impl Lab {
     fn with(cfg: &Config, capacity: usize) -> Lab {
         let mut builder = SnapshotBuilder::new();
         let snap = builder
-            .build(compiled(cfg), local(), |_| EndpointHealth::HEALTHY, 0, 1)
+            .build(
+                compiled(cfg),
+                resolved(&compiled(cfg)),
+                |_| EndpointHealth::HEALTHY,
+                0,
+                1,
+            )
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(capacity)).expect("flow table");
         let worker = Worker::new(7, snap.compiled.children.len());
@@ -114,8 +139,8 @@ impl Lab {
         self.snap = self
             .builder
             .build(
-                compiled,
-                local(),
+                compiled.clone(),
+                resolved(&compiled),
                 move |id| EndpointHealth {
                     healthy: health(&c2.endpoints[id.index()].address.to_string()),
                     weight: None,
@@ -1648,5 +1673,68 @@ fn persisted_flows_on_an_unhealthy_backend_last_only_its_draining_period() {
         let f = tcp(CLIENT, *p, VIP, 80, ACK).frame();
         let (_, out) = lab.run(&f, 12);
         assert_ne!(backend_of(&out, &f).to_string(), sick, "moved at 12");
+    }
+}
+
+/// M47: a backend whose next hop is unresolved gets no new flows, its
+/// established flows are dropped `no_neighbour`, and nothing ever leaves
+/// for a zero MAC; once resolved (to a new MAC, say) its flows carry on.
+#[test]
+fn an_unresolved_next_hop_is_a_counted_drop_never_a_zero_mac() {
+    for delivery in ["l2dsr", "gue"] {
+        // gue endpoints on the port's segment are resolved themselves.
+        let cfg = with_web(web(delivery, &THREE), "53");
+        let cfg = if delivery == "gue" {
+            Config::new()
+                .port(uplink(&["10.0.0.2/24", "10.0.1.2/24"]))
+                .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+                .service(web(delivery, &THREE))
+        } else {
+            cfg
+        };
+        let mut lab = Lab::with(&cfg, 4096);
+        let c = compiled(&cfg);
+        let dst_mac = |out: &[u8]| -> [u8; 6] { out[..6].try_into().expect("6 bytes") };
+        let syn = tcp(CLIENT, 40000, VIP, 80, SYN).frame();
+        let (v, out) = lab.run(&syn, 1);
+        assert_eq!(v, Verdict::Forward, "{delivery}");
+        assert_eq!(dst_mac(&out), ROUTER_MAC, "{delivery}");
+        let backend = lab.worker.counters.backend_packets.clone();
+        // Every next hop forgotten (failed): established flows drop, new
+        // ones find no eligible backend.
+        lab.snap = lab
+            .builder
+            .build(c.clone(), local(), |_| EndpointHealth::HEALTHY, 2, 1)
+            .expect("snapshot");
+        assert!(lab.snap.backends.iter().all(|b| b.encap.is_none()));
+        assert!(lab.snap.services[0].eligible_slots().is_empty());
+        let ack = tcp(CLIENT, 40000, VIP, 80, ACK).frame();
+        let (v, out) = lab.run(&ack, 2);
+        assert_eq!(v, Verdict::Drop(DropReason::NoNeighbour), "{delivery}");
+        assert_ne!(dst_mac(&out), [0; 6]);
+        let other = tcp(CLIENT, 40001, VIP, 80, SYN).frame();
+        assert_eq!(
+            lab.run(&other, 2).0,
+            Verdict::Drop(DropReason::NoBackend),
+            "{delivery}"
+        );
+        assert_eq!(lab.worker.counters.dropped(DropReason::NoNeighbour), 1);
+        assert_eq!(lab.worker.counters.backend_packets, backend);
+        // Resolved again, to a new MAC: the flow follows at once.
+        let new_mac = [2, 0, 0, 0, 0, 0x77];
+        let moved = Local {
+            neighbours: dataplane::nexthop::next_hops(&c)
+                .into_iter()
+                .map(|h| (h, new_mac))
+                .collect(),
+            ..local()
+        };
+        lab.snap = lab
+            .builder
+            .build(c.clone(), moved, |_| EndpointHealth::HEALTHY, 3, 1)
+            .expect("snapshot");
+        let (v, out) = lab.run(&ack, 3);
+        assert_eq!(v, Verdict::Forward, "{delivery}");
+        assert_eq!(dst_mac(&out), new_mac, "{delivery}");
     }
 }

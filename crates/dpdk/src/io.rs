@@ -32,6 +32,10 @@ impl<const N: usize> PacketIo for DpdkIo<'_, N> {
             .map_or(0, |(rx, _)| rx.rx_burst(burst))
     }
 
+    fn alloc(&mut self, port: usize) -> Option<crate::Mbuf> {
+        self.queues.get(port).and_then(|(rx, _)| rx.alloc())
+    }
+
     #[inline]
     fn tx_burst(&mut self, port: usize, burst: &mut MbufBurst<N>) -> usize {
         match self.queues.get_mut(port) {

@@ -266,7 +266,9 @@ pub struct Port {
     rx_taken: Vec<AtomicBool>,
     tx_taken: Vec<AtomicBool>,
     // RX queues allocate from this pool; keep it alive as long as the port.
-    _pool: Mempool,
+    // Workers take buffers from it for the frames they send themselves
+    // (neighbour requests, M47).
+    pool: Mempool,
     // Released when the fields drop, after Drop for Port closed the device.
     _claim: Claim,
 }
@@ -586,7 +588,7 @@ impl Port {
             started: false,
             rx_taken: (0..cfg.rx_queues).map(|_| AtomicBool::new(false)).collect(),
             tx_taken: (0..cfg.tx_queues).map(|_| AtomicBool::new(false)).collect(),
-            _pool: pool.clone(),
+            pool: pool.clone(),
             _claim: claim,
         })
     }
@@ -792,6 +794,12 @@ pub struct RxQueue<'p> {
 }
 
 impl RxQueue<'_> {
+    /// A fresh mbuf from the pool this queue receives into (for a frame the
+    /// worker builds itself); `None` when the pool is empty.
+    pub fn alloc(&self) -> Option<crate::Mbuf> {
+        self.port.pool.alloc()
+    }
+
     /// Queue index.
     pub fn queue(&self) -> u16 {
         self.queue

@@ -37,4 +37,12 @@ pub trait PacketIo {
     /// Transmits `burst` on `port`; what the port does not take is freed.
     /// The burst is empty afterwards. Returns the number not taken.
     fn tx_burst(&mut self, port: usize, burst: &mut Self::Burst) -> usize;
+    /// An empty packet buffer (with headroom) for a frame the worker builds
+    /// itself to send on `port` (neighbour requests and announcements);
+    /// `None` when there is none (the default: such I/O sends nothing of
+    /// its own).
+    fn alloc(&mut self, port: usize) -> Option<<Self::Burst as PacketBurst>::Pkt> {
+        let _ = port;
+        None
+    }
 }

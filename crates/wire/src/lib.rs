@@ -53,6 +53,7 @@ pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ndp;
+pub mod neighbour;
 pub mod packet;
 pub mod reply;
 pub mod tcp;

@@ -1115,3 +1115,92 @@ proptest! {
         prop_assert!(matches!(again, Err(wire::ReplyError::IcmpError | wire::ReplyError::BadSource)), "{:?}", again);
     }
 }
+
+// ------------------------------------------------------------ neighbour resolution (M47)
+
+mod neighbour_frames {
+    use super::*;
+    use wire::neighbour::{self, Sighting};
+
+    fn unicast_mac() -> impl Strategy<Value = [u8; 6]> {
+        mac().prop_filter("unicast, not zero", |m| m[0] & 1 == 0 && *m != [0; 6])
+    }
+
+    fn unicast_v6() -> impl Strategy<Value = Ipv6Addr> {
+        v6().prop_filter("unicast, specified", |a| {
+            !a.is_multicast() && !a.is_unspecified()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arp_requests_parse_back(m in unicast_mac(), spa in v4(), tpa in v4()) {
+            let mut b = [0u8; 128];
+            let n = neighbour::arp_request(&mut b, m, spa, tpa).unwrap();
+            let eth = EthernetRepr::parse(&b[..n]).unwrap();
+            prop_assert_eq!(eth.dst, neighbour::BROADCAST);
+            prop_assert_eq!(eth.ethertype, ethertype::ARP);
+            let a = arp::ArpRepr::parse(&arp::Packet::new_checked(&b[14..n]).unwrap()).unwrap();
+            prop_assert_eq!((a.oper, a.sha, a.spa, a.tpa), (arp::op::REQUEST, m, spa, tpa));
+            let want = (!spa.is_unspecified()).then_some(Sighting { ip: IpAddr::V4(spa), mac: m });
+            prop_assert_eq!(neighbour::parse_sighting(&b[..n]), want);
+        }
+
+        #[test]
+        fn gratuitous_arps_name_themselves(m in unicast_mac(), ip in v4()) {
+            let mut b = [0u8; 64];
+            let n = neighbour::gratuitous_arp(&mut b, m, ip).unwrap();
+            let a = arp::ArpRepr::parse(&arp::Packet::new_checked(&b[14..n]).unwrap()).unwrap();
+            prop_assert_eq!((a.spa, a.tpa, a.sha), (ip, ip, m));
+        }
+
+        #[test]
+        fn solicitations_parse_back(m in unicast_mac(), src in unicast_v6(), target in unicast_v6()) {
+            let mut b = [0u8; 128];
+            let n = neighbour::neighbour_solicitation(&mut b, m, src, target).unwrap();
+            let sol = ndp::parse_solicitation(&b[..n]).unwrap();
+            prop_assert_eq!(sol.ns.target, target);
+            prop_assert_eq!(sol.ns.source_ll, Some(m));
+            prop_assert_eq!(sol.src, src);
+            prop_assert_eq!(sol.dst, ndp::solicited_node(&target));
+            prop_assert_eq!(sol.eth.dst, ndp::multicast_mac(&sol.dst));
+            prop_assert_eq!(
+                neighbour::parse_sighting(&b[..n]),
+                Some(Sighting { ip: IpAddr::V6(src), mac: m })
+            );
+        }
+
+        #[test]
+        fn unsolicited_adverts_parse_back(m in unicast_mac(), target in unicast_v6()) {
+            let mut b = [0u8; 128];
+            let n = neighbour::unsolicited_advert(&mut b, m, target).unwrap();
+            let ip = ipv6::Packet::new_checked(&b[14..n]).unwrap();
+            prop_assert_eq!((ip.src(), ip.dst(), ip.hop_limit()), (target, ndp::ALL_NODES, 255));
+            let na = ndp::NeighborAdvertRepr::parse(ip.payload(), &ip.src(), &ip.dst(), 255).unwrap();
+            prop_assert_eq!(na.target, target);
+            prop_assert_eq!(na.target_ll, Some(m));
+            prop_assert_eq!(na.flags, ndp::NaFlags::OVERRIDE);
+            prop_assert_eq!(
+                neighbour::parse_sighting(&b[..n]),
+                Some(Sighting { ip: IpAddr::V6(target), mac: m })
+            );
+        }
+
+        #[test]
+        fn sightings_of_arbitrary_bytes_never_panic(b in vec(any::<u8>(), 0..200)) {
+            let _ = neighbour::parse_sighting(&b);
+        }
+
+        #[test]
+        fn sightings_of_mutated_frames_never_panic(
+            m in unicast_mac(), t in unicast_v6(), at in 0usize..86, x in any::<u8>(), cut in 0usize..=86
+        ) {
+            let mut b = [0u8; 128];
+            let n = neighbour::unsolicited_advert(&mut b, m, t).unwrap();
+            b[at] ^= x;
+            if let Some(s) = neighbour::parse_sighting(&b[..cut.min(n)]) {
+                prop_assert!(s.mac[0] & 1 == 0 && s.mac != [0; 6]);
+            }
+        }
+    }
+}

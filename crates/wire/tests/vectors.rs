@@ -784,6 +784,7 @@ fn every_prefix_of_every_vector_is_handled() {
             if encapsulate(&mut buf, &outer(false, UdpChecksum::Full), &geneve_tunnel()).is_err() {
                 assert_eq!(buf.data(), p, "{name}[..{n}]");
             }
+            let _ = wire::neighbour::parse_sighting(p);
             // A cut frame is never answered: its IP length no longer fits.
             assert!(ndp::parse_solicitation(p).is_err(), "{name}[..{n}]");
             let mut buf = MemBuf::new([0u8; 2048], 128, p).unwrap();
@@ -792,5 +793,26 @@ fn every_prefix_of_every_vector_is_handled() {
         }
         vectors += 1;
     }
-    assert_eq!(vectors, 67);
+    assert_eq!(vectors, 71);
+}
+
+// ------------------------------------------------ neighbour resolution frames (M47)
+
+#[test]
+fn neighbour_requests_and_announcements_match_scapy() {
+    use wire::neighbour;
+    let mut b = [0u8; 128];
+    let n = neighbour::arp_request(&mut b, LB_MAC, LB4, BE4).unwrap();
+    assert_eq!(&b[..n], &v("nbr_arp_request")[..]);
+    let n = neighbour::gratuitous_arp(&mut b, LB_MAC, VIP4).unwrap();
+    assert_eq!(&b[..n], &v("nbr_garp")[..]);
+    let n = neighbour::neighbour_solicitation(&mut b, LB_MAC, LB6, BE6).unwrap();
+    assert_eq!(&b[..n], &v("nbr_ns")[..]);
+    let n = neighbour::unsolicited_advert(&mut b, LB_MAC, VIP6).unwrap();
+    assert_eq!(&b[..n], &v("nbr_na")[..]);
+    // scapy's frames are sightings of what they announce.
+    let s = neighbour::parse_sighting(&v("nbr_na")).unwrap();
+    assert_eq!((s.ip, s.mac), (IpAddr::V6(VIP6), LB_MAC));
+    let s = neighbour::parse_sighting(&v("nbr_garp")).unwrap();
+    assert_eq!((s.ip, s.mac), (IpAddr::V4(VIP4), LB_MAC));
 }

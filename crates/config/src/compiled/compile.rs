@@ -275,6 +275,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             flow_sync: cfg.flow_sync.clone(),
             metrics: cfg.metrics.clone(),
             control: cfg.control.clone(),
+            neighbours: cfg.neighbours.clone(),
         },
         tunnel_ingress: ingress_policy(cfg),
     }

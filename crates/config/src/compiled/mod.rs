@@ -210,6 +210,8 @@ pub struct Settings {
     pub metrics: crate::schema::Metrics,
     /// `[control]`.
     pub control: crate::schema::Control,
+    /// `[neighbours]`.
+    pub neighbours: crate::schema::Neighbours,
 }
 
 impl Compiled {

@@ -22,6 +22,7 @@ mod listeners;
 mod locality;
 mod memory;
 mod mtu;
+mod neighbours;
 mod node;
 mod not_used;
 mod peers;
@@ -105,6 +106,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.flow_sync();
     c.control();
     c.tunnel_ingress();
+    c.neighbours();
     c.not_used();
     // Last: it leaves out sizes that are already in error.
     c.memory();

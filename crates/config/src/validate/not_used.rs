@@ -23,15 +23,6 @@ impl Checker<'_> {
                 format!("{NOT_USED}: workers receive and send bursts of {FIXED_BURST} packets"),
             );
         }
-        for (i, _) in cfg.ports.iter().enumerate() {
-            let gateway = format!("ports[{i}].gateway");
-            if self.map.contains(&gateway) {
-                self.warn(
-                    &gateway,
-                    format!("{NOT_USED}: the next hop is not resolved with ARP/NDP; traffic leaving this port goes to gateway_mac"),
-                );
-            }
-        }
         for (i, r) in cfg.forwarding_rules.iter().enumerate() {
             if r.mode == RuleMode::Gateway {
                 self.warn(

@@ -145,6 +145,36 @@ pub struct World {
     pub period: Duration,
     /// Every line the core logged, in order, with its level.
     pub logs: Vec<(log::Level, String)>,
+    /// Every frame the core asked to send (neighbour requests and
+    /// announcements, M47): (time, port, frame).
+    pub sent: Vec<(Duration, usize, Vec<u8>)>,
+    /// The simulated segment: neighbours that answer ARP requests for
+    /// their address on their port, with their MAC.
+    pub segment: Vec<(usize, IpAddr, [u8; 6])>,
+    /// Answers (port, address, MAC) the data plane passes on at the next
+    /// step.
+    answers: Vec<(usize, IpAddr, [u8; 6])>,
+    /// The last frame a pipeline sent, if [`World::send`] sent one.
+    pub last_frame: Option<Vec<u8>>,
+}
+
+/// The MAC a neighbour on the simulated segment answers with at first.
+pub fn peer_mac(ip: IpAddr) -> [u8; 6] {
+    let o = match ip {
+        IpAddr::V4(v) => v.octets(),
+        IpAddr::V6(v) => {
+            let o = v.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    [2, 0xee, o[0], o[1], o[2], o[3]]
+}
+
+/// The address an ARP request frame asks for.
+fn arp_request_target(frame: &[u8]) -> Option<IpAddr> {
+    let p = wire::arp::Packet::new_checked(frame.get(14..)?).ok()?;
+    let a = wire::arp::ArpRepr::parse(&p).ok()?;
+    (a.oper == wire::arp::op::REQUEST && a.spa != a.tpa).then_some(IpAddr::V4(a.tpa))
 }
 
 /// Parses a configuration (panics on a bad one: scenarios' own texts).
@@ -162,19 +192,26 @@ pub fn local() -> Local {
         own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
         port_macs: Vec::new(),
         egress_mtu: None,
+        neighbours: Vec::new(),
     }
 }
 
 impl World {
     /// A node running `text` with `pipelines` workers, seeded.
     pub fn new(text: &str, pipelines: usize, seed: u64) -> World {
+        World::with_segment(text, pipelines, seed, true)
+    }
+
+    /// [`World::new`]; with `answered` false, no next hop has answered yet
+    /// and the segment is empty (scenarios add its neighbours).
+    pub fn with_segment(text: &str, pipelines: usize, seed: u64, answered: bool) -> World {
         let loaded = loaded(text);
         let flows = FlowTable::new(dataplane::flow_table_config(
             &loaded.compiled.settings.dataplane,
         ))
         .expect("flow table");
         let mut probes = ScriptedProbes::default();
-        let core = Core::start(
+        let mut core = Core::start(
             std::path::Path::new("sim.toml"),
             loaded.compiled,
             local(),
@@ -183,6 +220,18 @@ impl World {
             &mut probes,
         )
         .unwrap_or_else(|e| panic!("{e}"));
+        // Every next hop is on the segment and has answered before the
+        // first packet (M47); scenarios take them away or change them.
+        let segment: Vec<(usize, IpAddr, [u8; 6])> = dataplane::nexthop::next_hops(core.compiled())
+            .into_iter()
+            .map(|h| (h.port, h.addr, peer_mac(h.addr)))
+            .collect();
+        let segment = if answered {
+            core.sightings(Duration::ZERO, segment.clone());
+            segment
+        } else {
+            Vec::new()
+        };
         let live = core.live().clone();
         let children = live.compiled.children.len();
         let engines = (0..pipelines)
@@ -210,6 +259,10 @@ impl World {
             watching: None,
             period: Duration::from_millis(250),
             logs: Vec::new(),
+            sent: Vec::new(),
+            segment,
+            answers: Vec::new(),
+            last_frame: None,
         };
         w.pump();
         w
@@ -232,9 +285,19 @@ impl World {
             held,
             probes,
             now,
+            sent,
+            segment,
+            answers,
             ..
         } = self;
         core.drain(|core, out| match out {
+            Output::Transmit { port, frame } => {
+                // A neighbour on the segment answers a request for it.
+                if let Some(arp) = arp_request_target(&frame) {
+                    answers.extend(segment.iter().filter(|n| n.0 == port && n.1 == arp));
+                }
+                sent.push((*now, port, frame));
+            }
             Output::Publish(s) => {
                 *live = s.clone();
                 published.push(s);
@@ -290,6 +353,11 @@ impl World {
         }
         let probes = &self.probes;
         self.core.remote_verdicts(now, |k| probes.remote_state(k));
+        let answers = std::mem::take(&mut self.answers);
+        if !answers.is_empty() {
+            self.core.sightings(now, answers);
+            self.pump();
+        }
         let engines = &self.engines;
         let children = self.live.compiled.children.len();
         self.core.tick(now, || Self::counters(engines, children));
@@ -365,6 +433,7 @@ impl World {
         io.rx.push_back(frame);
         engine.poll(io, &self.live, &self.flows, tick);
         let out = std::mem::take(&mut io.tx);
+        self.last_frame = out.first().cloned();
         match out.as_slice() {
             [f] => match wire::encap::parse_tunnel(f, &wire::encap::DecapConfig::default()) {
                 Ok(t) => Went::To(t.dst_ip),

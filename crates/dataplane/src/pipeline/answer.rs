@@ -27,6 +27,7 @@ impl Worker {
         eth: &EthernetRepr,
         req: &ArpRepr,
     ) -> Outcome {
+        self.sighting(pkt.data());
         let target = IpAddr::V4(req.tpa);
         if req.oper != arp::op::REQUEST || !answers_for(snap, target) {
             return Outcome::ToHost;
@@ -69,6 +70,9 @@ impl Worker {
         // fragments included.
         if info.fragment.has_fragment_header() {
             return Outcome::Drop(DropReason::Malformed);
+        }
+        if msg_type == msg::NEIGHBOR_SOLICIT || msg_type == msg::NEIGHBOR_ADVERT {
+            self.sighting(pkt.data());
         }
         if msg_type != msg::NEIGHBOR_SOLICIT {
             return Outcome::ToHost;

@@ -39,6 +39,8 @@
 //! active backend takes `finish_established`, a short path through the
 //! backend's precomputed headers; rare outcomes are counted out of line.
 
+use std::sync::Arc;
+
 use config::compiled::ZoneId;
 use flowtable::{FlowTable, Lookup, ProtoClass, Tick};
 use wire::buf::PacketBuf;
@@ -49,6 +51,7 @@ use wire::packet::PacketInfo;
 use wire::tcp::Flags;
 
 use crate::counters::{DropReason, WorkerCounters};
+use crate::neighbour::NeighbourQueues;
 use crate::snapshot::Snapshot;
 
 mod answer;
@@ -229,6 +232,9 @@ pub struct Worker {
     /// worker may still send in it (M48).
     too_big_tick: Option<Tick>,
     too_big_left: u32,
+    /// Where ARP/NDP sightings go (M47); none in replays and tests that
+    /// do not resolve.
+    neighbours: Option<Arc<NeighbourQueues>>,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -293,6 +299,19 @@ impl Worker {
             budget_left: [0; 2],
             too_big_tick: None,
             too_big_left: 0,
+            neighbours: None,
+        }
+    }
+
+    /// ARP/NDP frames this worker receives are reported to `q` (M47).
+    pub fn set_neighbour_queues(&mut self, q: Arc<NeighbourQueues>) {
+        self.neighbours = Some(q);
+    }
+
+    /// Reports what an ARP/NDP `frame` says about a neighbour (M47).
+    fn sighting(&mut self, frame: &[u8]) {
+        if let Some(q) = &self.neighbours {
+            q.observe(self.rx_port, frame, &mut self.counters);
         }
     }
 
