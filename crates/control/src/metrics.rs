@@ -291,18 +291,19 @@ spillway_dropped_packets_total{reason="tunnel_fragment"} 32
 spillway_dropped_packets_total{reason="too_big"} 33
 spillway_dropped_packets_total{reason="too_big_rate_limited"} 34
 spillway_dropped_packets_total{reason="no_neighbour"} 35
+spillway_dropped_packets_total{reason="tunnel_loop"} 36
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 36
+spillway_rule_packets_total{rule="web-ag0"} 37
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 37
+spillway_rule_bytes_total{rule="web-ag0"} 38
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 38
+spillway_rule_new_flows_total{rule="web-ag0"} 39
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 39
+spillway_rule_dropped_packets_total{rule="web-ag0"} 40
 "#;
 
     #[test]

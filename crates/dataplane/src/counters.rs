@@ -205,6 +205,10 @@ drop_reasons! {
     /// The backend's next hop (itself, or the gateway towards it) has no
     /// resolved MAC yet (M47): never sent to a zero MAC.
     NoNeighbour => "no_neighbour",
+    /// A packet that arrived tunnelled (M49) whose flow goes to a
+    /// `remote_rule` group: sending it on to another node could bounce it
+    /// between two nodes spilling over to each other.
+    TunnelLoop => "tunnel_loop",
 }
 
 counters! {
@@ -668,6 +672,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 19);
+        assert_eq!(DropReason::ALL.len(), 20);
     }
 }

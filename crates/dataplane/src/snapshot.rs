@@ -103,6 +103,10 @@ pub struct Backend {
     /// template's overhead. Larger ones are answered with ICMP too-big or,
     /// IPv4 without DF, forwarded and counted (M48).
     pub max_ip_len: u32,
+    /// Another Spillway's rule (a `remote_rule` group, M21): a packet that
+    /// arrived tunnelled (M49) is never sent on to it, so two nodes spilling
+    /// over to each other cannot bounce a packet between them.
+    pub remote: bool,
 }
 
 impl Backend {
@@ -701,6 +705,10 @@ impl SnapshotBuilder {
                     assigned: generation,
                     encap: None,
                     max_ip_len: u32::MAX,
+                    remote: compiled
+                        .groups
+                        .get(ep.group.0 as usize)
+                        .is_some_and(|g| g.remote.is_some()),
                 };
                 slot_of.push(self.slot_for(&svc.name, &ep.identity, backend, drain_ticks));
             }
@@ -763,14 +771,18 @@ impl SnapshotBuilder {
             // No template while the next hop is unresolved: such packets
             // leave the established fast path for `delivery::deliver`, which
             // drops them (`no_neighbour`), so the fast path tests nothing.
-            be.encap = services
+            let template = services
                 .get(be.service as usize)
                 .filter(|_| be.mac != [0; 6])
                 .and_then(|p| crate::delivery::template(&local, be, p.delivery));
-            let overhead = be.encap.as_ref().map_or(0, Template::overhead);
+            let overhead = template.as_ref().map_or(0, Template::overhead);
             be.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
                 u32::from(m).saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX))
             });
+            // A remote rule's packets take the long way, where a packet that
+            // arrived tunnelled is held back from it (M49): the fast path
+            // tests nothing for it.
+            be.encap = template.filter(|_| !be.remote);
         }
         let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
         let too_big = compiled.settings.dataplane.icmp_too_big_rate;

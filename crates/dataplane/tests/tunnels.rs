@@ -57,11 +57,11 @@ struct Lab {
 
 impl Lab {
     fn new(ingress: &str) -> Lab {
-        let compiled = match config::load_str(
-            "test.toml",
-            &config(ingress).build(),
-            &config::Env::default(),
-        ) {
+        Lab::of(&config(ingress))
+    }
+
+    fn of(cfg: &Config) -> Lab {
+        let compiled = match config::load_str("test.toml", &cfg.build(), &config::Env::default()) {
             Ok(l) => Arc::new(l.compiled),
             Err(e) => panic!("test config rejected:\n{e}"),
         };
@@ -476,4 +476,56 @@ fn a_vlan_tagged_tunnel_is_decapsulated_and_forwarded_too() {
     assert_eq!(v, Verdict::Forward);
     assert_eq!(backend_of(&out, &inner), want);
     assert_eq!(lab.worker.counters.decap_gre, 1);
+}
+
+/// Two nodes spilling over to each other (M21) would bounce a packet
+/// between them for ever (the inner packet's TTL is not touched): a packet
+/// that arrived tunnelled is never sent on to a remote rule, whatever the
+/// tunnel; a direct one is, and the peer's tunnels are still taken.
+#[test]
+fn a_tunnelled_packet_is_never_sent_on_to_a_remote_rule() {
+    const PEER: &str = "192.0.2.60";
+    let cfg = Config::new()
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24", "fd00::2/64"]))
+        .rule(rule("web", &[VIP4], "TCP", "80", "web"))
+        .service(
+            service("web", "gue").child(
+                group("peer", "r", "z").str("kind", "remote_rule").set(
+                    "remote",
+                    format!(
+                        "{{ status_url = \"http://{PEER}:9469/status\", rule = \"web\", vip = \"{PEER}\" }}"
+                    ),
+                ),
+            ),
+        );
+    let mut lab = Lab::of(&cfg);
+    let direct = syn(CLIENT4, VIP4, 40001).frame();
+    let (v, out) = lab.run(&direct);
+    assert_eq!(
+        v,
+        Verdict::Forward,
+        "a direct packet spills over to the peer"
+    );
+    assert_eq!(backend_of(&out, &direct), v4(PEER));
+    let mut sport = 41000;
+    for (tunnel, kind) in tunnels() {
+        sport += 1;
+        let inner = syn(CLIENT4, VIP4, sport).frame();
+        // Twice: once creating the flow, once following its entry.
+        for _ in 0..2 {
+            let (v, _) = lab.run(&tunnelled(&inner, PEER, OWN4, &tunnel));
+            assert_eq!(v, Verdict::Drop(DropReason::TunnelLoop), "{kind:?}");
+        }
+    }
+    let c = &lab.worker.counters;
+    assert_eq!(c.dropped(DropReason::TunnelLoop), 10);
+    assert_eq!(
+        c.dropped(DropReason::TunnelSourceDenied),
+        0,
+        "the peer is allowed"
+    );
+    // The direct connection still follows its entry to the peer.
+    let (v, out) = lab.run(&direct);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(backend_of(&out, &direct), v4(PEER));
 }

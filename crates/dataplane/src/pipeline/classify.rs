@@ -155,6 +155,7 @@ impl Worker {
             class: class_of(proto),
             client_zone: client_zone(snap, plan, key.src_addr()),
             inner: Inner::of(info, pkt.data()),
+            tunnelled: false,
         };
         Stage::Lookup
     }
@@ -385,7 +386,13 @@ impl Worker {
             return Stage::Done(Outcome::ToHost);
         }
         match self.decapsulate(snap, pkt, outer) {
-            Ok(()) => self.classify_frame(snap, pkt, key, pend),
+            Ok(()) => {
+                let stage = self.classify_frame(snap, pkt, key, pend);
+                if matches!(stage, Stage::Lookup) {
+                    pend.tunnelled = true;
+                }
+                stage
+            }
             Err(reason) => Stage::Done(Outcome::Drop(reason)),
         }
     }

@@ -139,6 +139,12 @@ impl Worker {
                 wrote,
             );
         };
+        if p.tunnelled && snap.backends.get(slot as usize).is_some_and(|be| be.remote) {
+            // Tunnelled to us by a peer and bound for another node again:
+            // a loop between nodes spilling over to each other (M49).
+            self.child_drop(p.child);
+            return (Outcome::Drop(DropReason::TunnelLoop), wrote);
+        }
         if let Some(be) = snap.backends.get(slot as usize)
             && p.inner.ip_len > be.max_ip_len
             && let Some(o) = self.too_big(cx, pkt, p, be.max_ip_len)

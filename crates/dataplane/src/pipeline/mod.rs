@@ -118,6 +118,9 @@ struct Pending {
     client_zone: Option<ZoneId>,
     /// The packet as parsed, for encapsulation.
     inner: Inner,
+    /// It arrived in a tunnel to an own address (M49): never sent on to a
+    /// remote rule ([`crate::snapshot::Backend::remote`]).
+    tunnelled: bool,
 }
 
 impl Pending {
@@ -143,6 +146,7 @@ impl Pending {
             class,
             client_zone,
             inner,
+            tunnelled: false,
         }
     }
 
@@ -162,6 +166,7 @@ impl Pending {
             ds: 0,
             ip_len: 0,
         },
+        tunnelled: false,
     };
 }
 
