@@ -313,7 +313,10 @@ impl Worker {
         self.neighbours = Some(q);
     }
 
-    /// Reports what an ARP/NDP `frame` says about a neighbour (M47).
+    /// Reports what an ARP/NDP `frame` says about a neighbour (M47). Out
+    /// of line: the fast path's code stays as it was.
+    #[cold]
+    #[inline(never)]
     fn sighting(&mut self, frame: &[u8]) {
         if let Some(q) = &self.neighbours {
             q.observe(self.rx_port, frame, &mut self.counters);
