@@ -237,6 +237,10 @@ impl Manager {
                 let queued = dataplane::neighbour::OutFrame::new(port, &frame)
                     .is_some_and(|f| shared.neighbours.outbox.push(f).is_ok());
                 if !queued {
+                    shared
+                        .neighbours
+                        .outbox_lost
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     log::debug!("neighbour frame for port {port} not queued");
                 }
             }
@@ -559,5 +563,10 @@ fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
         };
         total.add(&c);
     }
+    // The management core's own failed sends: frames a full outbox lost.
+    total.nbr_send_failed += shared
+        .neighbours
+        .outbox_lost
+        .load(std::sync::atomic::Ordering::Relaxed);
     total
 }

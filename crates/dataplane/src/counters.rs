@@ -335,7 +335,8 @@ counters! {
             /// Neighbour requests and announcements the management core asked for, sent.
             nbr_sent: stats "; {} frames sent",
                 metric "neighbour_frames_sent_total" "ARP/NDP requests and announcements sent.";
-            /// Those that could not be sent (no buffer, or the port did not take them).
+            /// Those that could not be sent (no buffer, the port did not take
+            /// them, or the outbox to the workers was full).
             nbr_send_failed: stats " (failed {})",
                 metric "neighbour_frames_failed_total" "ARP/NDP requests and announcements that could not be sent.";
         ];

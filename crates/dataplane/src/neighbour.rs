@@ -15,6 +15,7 @@
 //! Only ARP/NDP frames (never the fast path) are looked at here.
 
 use std::net::IpAddr;
+use std::sync::atomic::AtomicU64;
 
 use crossbeam::queue::ArrayQueue;
 use wire::buf::PacketBuf;
@@ -78,6 +79,9 @@ pub struct NeighbourQueues {
     pub sightings: ArrayQueue<Sighting>,
     /// To workers: frames to send.
     pub outbox: ArrayQueue<OutFrame>,
+    /// Frames the management core could not queue (a full outbox), counted
+    /// with the workers' failed sends (`nbr_send_failed`).
+    pub outbox_lost: AtomicU64,
 }
 
 impl Default for NeighbourQueues {
@@ -85,6 +89,7 @@ impl Default for NeighbourQueues {
         NeighbourQueues {
             sightings: ArrayQueue::new(SIGHTINGS),
             outbox: ArrayQueue::new(OUTBOX),
+            outbox_lost: AtomicU64::new(0),
         }
     }
 }
