@@ -220,25 +220,7 @@ TOML
     node_host "$N1" "$T" 1 198.18.1.2
 }
 
-lab_down() {
-    local dir=$1
-    [ -f "$dir/tag" ] || return 0
-    local T
-    T=$(cat "$dir/tag")
-    for f in "$dir"/*.pid; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
-    done
-    sleep 0.3
-    for f in "$dir"/*.pid; do
-        [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-        rm -f "$f"
-    done
-    for ns in c r n1 n2 b1 b2; do
-        ip netns pids "spt${T}$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-        ip netns del "spt${T}$ns" 2>/dev/null || true
-    done
-    rm -f "$dir/tag"
-}
+lab_down() { lab_teardown "$1" spt c r n1 n2 b1 b2; }
 
 case "${1:-}" in
 up)

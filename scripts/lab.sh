@@ -363,26 +363,7 @@ socketserver.ThreadingTCPServer(("198.18.1.2", 179), Echo).serve_forever()
     echo $! >"$dir/host-echo.pid"
 }
 
-lab_down() {
-    local dir=$1
-    [ -f "$dir/tag" ] || return 0
-    local T
-    T=$(cat "$dir/tag")
-    for f in "$dir"/*.pid; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
-    done
-    sleep 0.3
-    for f in "$dir"/*.pid; do
-        [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-        rm -f "$f"
-    done
-    # Anything still running in the lab's namespaces goes too.
-    for ns in c r lb b1 b2 b3; do
-        ip netns pids "spw${T}$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-        ip netns del "spw${T}$ns" 2>/dev/null || true
-    done
-    rm -f "$dir/tag"
-}
+lab_down() { lab_teardown "$1" spw c r lb b1 b2 b3; }
 
 # Sends N requests from the client, prints "backend count" lines.
 lab_requests() {

@@ -31,3 +31,29 @@ eal_memory_args() {
         echo "--no-huge --no-shconf -m 512"
     fi
 }
+
+# Takes down a namespace lab that a lab script's `up` built in DIR (which
+# holds its tag): the processes of its pid files (TERM, then KILL), then
+# whatever still runs in its namespaces PREFIX<tag>NAME for each NAME, and
+# the namespaces. Without DIR/tag there is nothing to do.
+lab_teardown() {
+    local dir=$1 prefix=$2
+    shift 2
+    [ -f "$dir/tag" ] || return 0
+    local T
+    T=$(cat "$dir/tag")
+    local f ns
+    for f in "$dir"/*.pid; do
+        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+    done
+    sleep 0.3
+    for f in "$dir"/*.pid; do
+        [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+        rm -f "$f"
+    done
+    for ns in "$@"; do
+        ip netns pids "$prefix$T$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$prefix$T$ns" 2>/dev/null || true
+    done
+    rm -f "$dir/tag"
+}

@@ -10,135 +10,30 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::lab::{self, LAB_SH, Lab, TIMEOUT, http_get};
 use testkit::packet::{self, Packet};
 
-struct Lab {
-    dir: PathBuf,
-    script: PathBuf,
-    tag: String,
-}
-
-impl Lab {
-    fn up(mode: &str) -> Lab {
-        Lab::up_with(mode, &[])
-    }
-
-    fn up_with(mode: &str, env: &[(&str, &str)]) -> Lab {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let script = root.join("scripts/lab.sh");
-        let dir = std::env::temp_dir().join(format!("spillway-lab-{mode}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let bin = Path::new(env!("CARGO_BIN_EXE_spillway"))
-            .parent()
-            .expect("bin dir")
-            .to_owned();
-        let mut up = Command::new("bash");
-        up.envs(env.iter().copied())
-            .arg(&script)
-            .args(["up", mode])
-            .arg(&dir)
-            .arg(&bin);
-        let out = common::output(&mut up);
-        let mut lab = Lab {
-            dir: dir.clone(),
-            script,
-            tag: String::new(),
-        };
-        assert!(
-            out.status.success(),
-            "lab up failed: {}",
-            common::report(&up, &out)
-        );
-        lab.tag = std::fs::read_to_string(dir.join("tag"))
-            .expect("tag")
-            .trim()
-            .to_owned();
-        lab
-    }
-
-    fn ns(&self, name: &str) -> String {
-        format!("spw{}{name}", self.tag)
-    }
-
-    /// Link counters of `dev` in namespace `ns`: (rx packets, tx packets).
-    fn link_packets(&self, ns: &str, dev: &str) -> (u64, u64) {
-        let read = |what: &str| {
-            let mut cat = Command::new("ip");
-            cat.args([
-                "netns",
-                "exec",
-                &self.ns(ns),
-                "cat",
-                &format!("/sys/class/net/{dev}/statistics/{what}_packets"),
-            ]);
-            let out = common::run_ok(&mut cat);
-            String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse::<u64>()
-                .unwrap_or_else(|e| panic!("{e}: {}", common::report(&cat, &out)))
-        };
-        (read("rx"), read("tx"))
-    }
-
-    /// `n` HTTP requests on fresh TCP connections from the client namespace;
-    /// returns the body of each answer (or "FAILED: …").
-    fn requests(&self, n: usize) -> Vec<String> {
-        in_client(self, move || (0..n).map(|_| http_get()).collect())
-            .join()
-            .expect("client thread")
-    }
-}
-
-/// One HTTP/1.0 request to the VIP on a new connection: the answer's body.
-fn http_get() -> String {
-    let vip: SocketAddrV4 = "198.18.10.10:80".parse().expect("vip");
-    let get = || -> std::io::Result<String> {
-        let mut s = TcpStream::connect_timeout(&vip.into(), Duration::from_secs(5))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
-        let mut resp = String::new();
-        s.read_to_string(&mut resp)?;
-        Ok(resp
-            .rsplit("\r\n\r\n")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned())
-    };
-    get().unwrap_or_else(|e| format!("FAILED: {e}"))
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(&self.script)
-            .arg("down")
-            .arg(&self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// The lab of scripts/lab.sh in `mode` (gue, ipip, l2dsr), with `env`.
+fn up(mode: &str, env: &[(&str, &str)]) -> Lab {
+    Lab::up(&LAB_SH, &[mode], env)
 }
 
 fn through_the_balancer(mode: &str) {
-    let lab = Lab::up(mode);
-    let (_, up_tx_before) = lab.link_packets("lb", &format!("s{}up", lab.tag));
+    let lab = up(mode, &[]);
+    let (_, up_tx_before) = lab.link_packets("lb", &format!("s{}up", lab.tag()));
     let n = 3000;
     let answers = lab.requests(n);
-    let failed: Vec<&String> = answers.iter().filter(|a| a.starts_with("FAILED")).collect();
+    let failed = lab::failed(&answers);
     assert!(
         failed.is_empty(),
         "{mode}: {} of {n} requests failed, e.g. {:?}",
         failed.len(),
         failed.first()
     );
-    let mut per = std::collections::BTreeMap::new();
-    for a in &answers {
-        *per.entry(a.clone()).or_insert(0usize) += 1;
-    }
+    let per = lab::spread(&answers);
     assert_eq!(per.len(), 3, "{mode}: every backend answered: {per:?}");
     for (backend, count) in &per {
         assert!(
@@ -148,7 +43,7 @@ fn through_the_balancer(mode: &str) {
     }
     // DSR: the balancer's uplink sent at most a few ARP replies while
     // thousands of responses reached the client.
-    let (_, up_tx_after) = lab.link_packets("lb", &format!("s{}up", lab.tag));
+    let (_, up_tx_after) = lab.link_packets("lb", &format!("s{}up", lab.tag()));
     assert!(
         up_tx_after - up_tx_before < 20,
         "{mode}: the balancer sent {} frames client-ward",
@@ -167,50 +62,19 @@ fn lab_ipip_real_tcp_clients_reach_real_servers() {
     through_the_balancer("ipip");
 }
 
-/// Runs `f` on a new thread inside the lab's client namespace.
-fn in_client<T: Send + 'static>(
-    lab: &Lab,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    in_ns(lab, "c", f)
-}
-
-/// Runs `f` on a new thread inside the lab's namespace `name` ("c", "r", "b1"…).
-fn in_ns<T: Send + 'static>(
-    lab: &Lab,
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{}", lab.ns(name));
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).expect("open netns");
-        nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
-}
-
-fn stats(lab: &Lab) -> String {
-    let out = common::run_ok(
-        Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(["stats", "--socket"])
-            .arg(lab.dir.join("control.sock")),
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn lab_reload_under_load_is_hitless() {
     use std::io::BufRead;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let lab = Lab::up("gue");
+    let lab = up("gue", &[]);
     let stop = Arc::new(AtomicBool::new(false));
     let reloaded = Arc::new(AtomicBool::new(false));
 
     // 30 long-lived connections, each echoing a line every 20 ms.
     let stop_l = stop.clone();
-    let long = in_client(&lab, move || {
+    let long = lab.in_client(move || {
         let vip: SocketAddrV4 = "198.18.10.10:7".parse().expect("vip");
         let mut conns = Vec::new();
         for _ in 0..30 {
@@ -245,18 +109,18 @@ fn lab_reload_under_load_is_hitless() {
 
     // New HTTP connections all along; remember which came after the reload.
     let (stop_n, reloaded_n) = (stop.clone(), reloaded.clone());
-    let fresh = in_client(&lab, move || {
+    let fresh = lab.in_client(move || {
         let mut seen = Vec::new();
         while !stop_n.load(Ordering::Relaxed) {
             let after = reloaded_n.load(Ordering::Acquire);
-            seen.push((after, http_get()));
+            seen.push((after, http_get(TIMEOUT)));
         }
         seen
     });
 
     std::thread::sleep(Duration::from_secs(2));
     // Change weights and remove backend3, then reload through the socket.
-    let cfg_path = lab.dir.join("lab.toml");
+    let cfg_path = lab.dir().join("lab.toml");
     let cfg = std::fs::read_to_string(&cfg_path)
         .expect("lab.toml")
         .replace("{ address = \"198.18.2.13\" },\n", "")
@@ -266,17 +130,13 @@ fn lab_reload_under_load_is_hitless() {
         );
     assert!(!cfg.contains("198.18.2.13"));
     std::fs::write(&cfg_path, cfg).expect("write lab.toml");
-    let before = stats(&lab);
-    common::run_ok(
-        Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(["reload", "--socket"])
-            .arg(lab.dir.join("control.sock")),
-    );
+    let before = lab.ctl(&["stats"]);
+    lab.ctl(&["reload"]);
     reloaded.store(true, Ordering::Release);
     // An invalid configuration during the same run is rejected; traffic goes on.
-    std::fs::write(lab.dir.join("bad.toml"), "[node]\nname = 1\n").expect("bad");
+    std::fs::write(lab.dir().join("bad.toml"), "[node]\nname = 1\n").expect("bad");
     let mut check = Command::new(env!("CARGO_BIN_EXE_spillway"));
-    check.args(["check-config"]).arg(lab.dir.join("bad.toml"));
+    check.args(["check-config"]).arg(lab.dir().join("bad.toml"));
     let bad = common::output(&mut check);
     assert_eq!(
         bad.status.code(),
@@ -287,9 +147,7 @@ fn lab_reload_under_load_is_hitless() {
     let good = std::fs::read_to_string(&cfg_path).expect("cfg");
     std::fs::write(&cfg_path, "[node]\nname = 1\n").expect("break config");
     let mut reload = Command::new(env!("CARGO_BIN_EXE_spillway"));
-    reload
-        .args(["reload", "--socket"])
-        .arg(lab.dir.join("control.sock"));
+    reload.args(["reload", "--socket"]).arg(lab.socket());
     let r = common::output(&mut reload);
     assert_eq!(
         r.status.code(),
@@ -335,31 +193,10 @@ fn lab_reload_under_load_is_hitless() {
         "a new connection reached the removed backend: requests {to_removed:?} of {} ({} before the reload); flows to it:\n{}\nstatus:\n{}",
         seen.len(),
         seen.len() - after.len(),
-        String::from_utf8_lossy(
-            &common::run_ok(
-                Command::new(env!("CARGO_BIN_EXE_spillway"))
-                    .args([
-                        "flows",
-                        "--backend",
-                        "198.18.2.13",
-                        "--limit",
-                        "50",
-                        "--socket"
-                    ])
-                    .arg(lab.dir.join("control.sock")),
-            )
-            .stdout
-        ),
-        String::from_utf8_lossy(
-            &common::run_ok(
-                Command::new(env!("CARGO_BIN_EXE_spillway"))
-                    .args(["status", "--socket"])
-                    .arg(lab.dir.join("control.sock")),
-            )
-            .stdout
-        )
+        lab.ctl(&["flows", "--backend", "198.18.2.13", "--limit", "50"]),
+        lab.ctl(&["status"])
     );
-    let after_stats = stats(&lab);
+    let after_stats = lab.ctl(&["stats"]);
     for reason in ["malformed", "no_rule", "no_backend", "encap_failed"] {
         let line = |s: &str| {
             s.lines()
@@ -386,52 +223,30 @@ fn lab_l2dsr_real_tcp_clients_reach_real_servers() {
 /// kernel through the TAP, and what the kernel sends leaves by the uplink.
 #[test]
 fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
-    let lab = Lab::up("ipip");
-    // What ping printed, and (for messages) how it ran and ended: a ping
-    // that is missing or fails says so on stderr only.
-    let ping = |ns: &str, dst: &str| {
-        let mut ping = Command::new("ip");
-        ping.args([
-            "netns",
-            "exec",
-            &lab.ns(ns),
-            "ping",
-            "-c",
-            "5",
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            dst,
-        ]);
-        let out = common::output(&mut ping);
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            common::report(&ping, &out),
-        )
-    };
+    let lab = up("ipip", &[]);
     // Client -> the balancer's own address: answered by the host's kernel,
     // once per request (the data plane hands it over exactly once).
-    let (p, ran) = ping("c", "198.18.1.2");
+    let (p, ran) = lab.ping("c", "198.18.1.2");
     assert!(
         p.contains("5 packets transmitted, 5 received") && !p.contains("duplicates"),
         "{ran}"
     );
     // The host's own connections go out through the uplink and come back.
-    let (p, ran) = ping("lb", "198.18.0.100");
+    let (p, ran) = lab.ping("lb", "198.18.0.100");
     assert!(p.contains("5 packets transmitted, 5 received"), "{ran}");
     // A TCP service of the host (BGP/SSH stand-in) on the uplink address.
-    let echo = in_client(&lab, || {
-        let addr: SocketAddrV4 = "198.18.1.2:179".parse().expect("addr");
-        let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"hello\n")?;
-        let mut buf = [0u8; 64];
-        let n = s.read(&mut buf)?;
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf[..n]).into_owned())
-    })
-    .join()
-    .expect("client thread");
+    let echo = lab
+        .in_client(|| {
+            let addr: SocketAddrV4 = "198.18.1.2:179".parse().expect("addr");
+            let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(b"hello\n")?;
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf)?;
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf[..n]).into_owned())
+        })
+        .join()
+        .expect("client thread");
     assert_eq!(
         echo.expect("connect to the host's port 179"),
         "host hello\n"
@@ -442,13 +257,8 @@ fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
         answers.iter().all(|a| a.starts_with("backend")),
         "{answers:?}"
     );
-    let s = stats(&lab);
-    let to_host: u64 = s
-        .split("to host ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let s = lab.ctl(&["stats"]);
+    let to_host = lab::counter(&s, "to host ");
     assert!(to_host >= 10, "{s}");
     assert!(s.contains("(dropped without exception port 0)"), "{s}");
 }
@@ -463,51 +273,35 @@ fn lab_the_host_stack_is_reachable_through_the_exception_tap() {
 #[test]
 fn lab_failover_between_regions_follows_health_checks() {
     use std::io::BufRead;
-    let lab = Lab::up_with("gue", &[("LAB_REGIONS", "2")]);
-    let status = || {
-        let out = common::run_ok(
-            Command::new(env!("CARGO_BIN_EXE_spillway"))
-                .args(["status", "--socket"])
-                .arg(lab.dir.join("control.sock")),
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let wait_for = |what: &str| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = status();
-            if s.contains(what) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never saw {what:?}:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait_for("region lab: Healthy, 2 endpoints (2 healthy");
-    wait_for("region far: Healthy, 1 endpoints (1 healthy");
+    let lab = up("gue", &[("LAB_REGIONS", "2")]);
+    let status = || lab.ctl(&["status"]);
+    for region in [
+        "region lab: Healthy, 2 endpoints (2 healthy",
+        "region far: Healthy, 1 endpoints (1 healthy",
+    ] {
+        lab.wait_status(&[region], Duration::from_secs(20));
+    }
     let before = lab.requests(60);
     assert!(
         before.iter().all(|b| b == "backend1" || b == "backend2"),
         "the nearer region takes every new connection: {before:?}"
     );
     // A long-lived connection on region lab (the echo servers stay up).
-    let echo = in_client(&lab, || {
-        let vip: SocketAddrV4 = "198.18.10.10:7".parse().expect("vip");
-        let mut s =
-            TcpStream::connect_timeout(&vip.into(), Duration::from_secs(5)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        s.write_all(b"one\n").expect("write");
-        let mut r = std::io::BufReader::new(s.try_clone().expect("clone"));
-        let mut line = String::new();
-        r.read_line(&mut line).expect("read");
-        (s, r, line)
-    })
-    .join()
-    .expect("echo");
+    let echo = lab
+        .in_client(|| {
+            let vip: SocketAddrV4 = "198.18.10.10:7".parse().expect("vip");
+            let mut s =
+                TcpStream::connect_timeout(&vip.into(), Duration::from_secs(5)).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            s.write_all(b"one\n").expect("write");
+            let mut r = std::io::BufReader::new(s.try_clone().expect("clone"));
+            let mut line = String::new();
+            r.read_line(&mut line).expect("read");
+            (s, r, line)
+        })
+        .join()
+        .expect("echo");
     let (mut echo_s, mut echo_r, first) = echo;
     let backend_of_echo = first.split(' ').next().unwrap_or("").to_owned();
     assert!(
@@ -517,7 +311,7 @@ fn lab_failover_between_regions_follows_health_checks() {
 
     // Region lab's web servers die.
     for i in 1..=2 {
-        let pid = std::fs::read_to_string(lab.dir.join(format!("http{i}.pid"))).expect("pid");
+        let pid = std::fs::read_to_string(lab.dir().join(format!("http{i}.pid"))).expect("pid");
         common::run_ok(Command::new("kill").arg(pid.trim()));
     }
     let killed = std::time::Instant::now();
@@ -604,10 +398,10 @@ fn lab_failover_between_regions_follows_health_checks() {
                 "0.0.0.0",
                 "--directory",
             ])
-            .arg(lab.dir.join(format!("www{i}")))
+            .arg(lab.dir().join(format!("www{i}")))
             .stdout(std::process::Stdio::null())
             .stderr(
-                std::fs::File::create(lab.dir.join(format!("http{i}.restart.log")))
+                std::fs::File::create(lab.dir().join(format!("http{i}.restart.log")))
                     .expect("log file"),
             );
         let child = server
@@ -626,7 +420,7 @@ fn lab_failover_between_regions_follows_health_checks() {
             "no return: {answers:?}\n{}\nrestarted servers' stderr: {:?}",
             status(),
             (1..=2)
-                .map(|i| std::fs::read_to_string(lab.dir.join(format!("http{i}.restart.log"))))
+                .map(|i| std::fs::read_to_string(lab.dir().join(format!("http{i}.restart.log"))))
                 .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -667,15 +461,16 @@ fn gue_to_backend1(outer_src: Ipv4Addr, inner: &[u8]) -> Vec<u8> {
 /// all along.
 #[test]
 fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
-    let lab = Lab::up("gue");
-    let server = in_ns(&lab, "b1", || {
-        let s = std::net::UdpSocket::bind("0.0.0.0:7777").expect("bind");
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .expect("timeout");
-        s
-    })
-    .join()
-    .expect("server");
+    let lab = up("gue", &[]);
+    let server = lab
+        .in_ns("b1", || {
+            let s = std::net::UdpSocket::bind("0.0.0.0:7777").expect("bind");
+            s.set_read_timeout(Some(Duration::from_millis(100)))
+                .expect("timeout");
+            s
+        })
+        .join()
+        .expect("server");
     let client = Ipv4Addr::new(198, 18, 0, 100);
     let vip = Ipv4Addr::new(198, 18, 10, 10);
     let balancer = Ipv4Addr::new(198, 18, 2, 2);
@@ -736,8 +531,8 @@ fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
     );
 
     // Backend1's decapsulator counts the two at exit.
-    let log = lab.dir.join("decap1.log");
-    let pid = std::fs::read_to_string(lab.dir.join("decap1.pid")).expect("pid");
+    let log = lab.dir().join("decap1.log");
+    let pid = std::fs::read_to_string(lab.dir().join("decap1.pid")).expect("pid");
     let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let exit = loop {

@@ -10,102 +10,32 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddrV4, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct Lab {
-    dir: PathBuf,
-    script: PathBuf,
-    tag: String,
-}
+use common::lab::{self, LAB_TUNNELS_SH, Lab};
 
 impl Lab {
-    fn up() -> Lab {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let script = root.join("scripts/lab-tunnels.sh");
-        let dir = std::env::temp_dir().join(format!("spillway-lab-tunnels-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let bin = Path::new(env!("CARGO_BIN_EXE_spillway"))
-            .parent()
-            .expect("bin dir")
-            .to_owned();
-        let mut up = Command::new("bash");
-        up.arg(&script).arg("up").arg(&dir).arg(&bin);
-        let out = common::output(&mut up);
-        // From here on the lab is removed when the test ends, failed or not
-        // (a failed `up` removes what it built itself).
-        let mut lab = Lab {
-            dir: dir.clone(),
-            script,
-            tag: String::new(),
-        };
-        assert!(
-            out.status.success(),
-            "lab up failed: {}",
-            common::report(&up, &out)
-        );
-        lab.tag = std::fs::read_to_string(dir.join("tag"))
-            .expect("tag")
-            .trim()
-            .to_owned();
-        lab
-    }
-
-    fn ns(&self, name: &str) -> String {
-        format!("spt{}{name}", self.tag)
-    }
-
-    /// `spillway CMD` on node `n`'s control socket.
-    fn ctl(&self, n: u8, args: &[&str]) -> String {
-        let out = common::run_ok(
-            Command::new(env!("CARGO_BIN_EXE_spillway"))
-                .args(args)
-                .arg("--socket")
-                .arg(self.dir.join(format!("n{n}/control.sock"))),
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `n` HTTP requests to the VIP on fresh TCP connections from the
-    /// client namespace; the body of each answer, or "FAILED: …".
-    fn requests(&self, n: usize, timeout: Duration) -> Vec<String> {
-        let path = format!("/var/run/netns/{}", self.ns("c"));
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).expect("open netns");
-            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            (0..n).map(|_| http_get(timeout)).collect()
-        })
-        .join()
-        .expect("client thread")
+    /// `spillway ARGS…` on node `n`'s control socket.
+    fn node(&self, n: u8, args: &[&str]) -> String {
+        self.ctl_on(&format!("n{n}/control.sock"), args)
     }
 
     /// Waits until node 1 sees node 2's rule HEALTHY (its /status polled
     /// through both nodes' exception paths).
     fn wait_for_the_peer(&self) {
         let t0 = Instant::now();
-        loop {
-            let status = self.ctl(1, &["status"]);
-            if status
-                .lines()
-                .any(|l| l.contains("198.18.1.3:9469") && l.contains("): HEALTHY"))
-            {
-                eprintln!("node 1 sees node 2's rule HEALTHY after {:?}", t0.elapsed());
-                return;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "node 1 never saw node 2's rule healthy:\n{status}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        self.wait_status_on(
+            "n1/control.sock",
+            "node1.log",
+            &["198.18.1.3:9469", "): HEALTHY"],
+            Duration::from_secs(20),
+        );
+        eprintln!("node 1 sees node 2's rule HEALTHY after {:?}", t0.elapsed());
     }
 
     /// Replaces node 2's `[tunnel_ingress] allow` and reloads it.
     fn allow_on_node2(&self, prefix: &str) {
-        let path = self.dir.join("node2.toml");
+        let path = self.dir().join("node2.toml");
         let text = std::fs::read_to_string(&path).expect("node2.toml");
         let text: String = text
             .lines()
@@ -118,70 +48,24 @@ impl Lab {
             })
             .collect();
         std::fs::write(&path, text).expect("write node2.toml");
-        let said = self.ctl(2, &["reload"]);
+        let said = self.node(2, &["reload"]);
         eprintln!("node 2 reload: {}", said.trim());
     }
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(&self.script)
-            .arg("down")
-            .arg(&self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// One HTTP/1.0 request to the VIP: the answer's body.
-fn http_get(timeout: Duration) -> String {
-    let vip: SocketAddrV4 = "198.18.10.10:80".parse().expect("vip");
-    let get = || -> std::io::Result<String> {
-        let mut s = TcpStream::connect_timeout(&vip.into(), timeout)?;
-        s.set_read_timeout(Some(timeout))?;
-        s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
-        let mut resp = String::new();
-        s.read_to_string(&mut resp)?;
-        Ok(resp
-            .rsplit("\r\n\r\n")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned())
-    };
-    get().unwrap_or_else(|e| format!("FAILED: {e}"))
-}
-
-/// The number after `label` in `stats` text ("decapsulated ipip 0 gre 0
-/// gue 5" → `counter(t, " gue ")` = 5).
-fn counter(stats: &str, label: &str) -> u64 {
-    let at = stats
-        .find(label)
-        .unwrap_or_else(|| panic!("no {label:?} in:\n{stats}"));
-    stats[at + label.len()..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {label:?} in:\n{stats}"))
-}
-
 #[test]
 fn lab_tcp_spills_over_through_a_second_spillway() {
-    let lab = Lab::up();
+    let lab = Lab::up(&LAB_TUNNELS_SH, &[], &[]);
     lab.wait_for_the_peer();
 
     let n = 200;
     let t0 = Instant::now();
-    let answers = lab.requests(n, Duration::from_secs(5));
+    let answers = lab.requests(n);
     let took = t0.elapsed();
-    let failed: Vec<&String> = answers.iter().filter(|a| a.starts_with("FAILED")).collect();
-    let mut per = std::collections::BTreeMap::new();
-    for a in &answers {
-        *per.entry(a.clone()).or_insert(0usize) += 1;
-    }
-    let s1 = lab.ctl(1, &["stats"]);
-    let s2 = lab.ctl(2, &["stats"]);
+    let failed = lab::failed(&answers);
+    let per = lab::spread(&answers);
+    let s1 = lab.node(1, &["stats"]);
+    let s2 = lab.node(2, &["stats"]);
     eprintln!(
         "{n} connections through both nodes in {took:?} ({:.1} ms each); answers {per:?}",
         took.as_secs_f64() * 1000.0 / n as f64
@@ -210,28 +94,28 @@ fn lab_tcp_spills_over_through_a_second_spillway() {
     // nodes' counters are read at different moments: each is checked on
     // its own.)
     let least = 3 * n as u64;
-    let gue = counter(&s2, " gue ");
+    let gue = lab::counter(&s2, " gue ");
     assert!(gue >= least, "node 2 decapsulated {gue}:\n{s2}");
-    assert!(counter(&s1, "forwarded ") >= least, "node 1:\n{s1}");
-    assert!(counter(&s2, "forwarded ") >= least, "node 2:\n{s2}");
-    assert_eq!(counter(&s2, "drop tunnel_source_denied: "), 0, "{s2}");
+    assert!(lab::counter(&s1, "forwarded ") >= least, "node 1:\n{s1}");
+    assert!(lab::counter(&s2, "forwarded ") >= least, "node 2:\n{s2}");
+    assert_eq!(lab::counter(&s2, "drop tunnel_source_denied: "), 0, "{s2}");
 
     // Node 2 no longer accepts node 1's tunnels: connections fail, and the
     // tunnels are counted as denied (not handed to node 2's host).
     lab.allow_on_node2("198.18.1.99/32");
-    let answers = lab.requests(3, Duration::from_secs(2));
+    let answers = lab.requests_within(3, Duration::from_secs(2));
     assert!(
         answers.iter().all(|a| a.starts_with("FAILED")),
         "{answers:?}"
     );
-    let s2 = lab.ctl(2, &["stats"]);
-    let denied = counter(&s2, "drop tunnel_source_denied: ");
+    let s2 = lab.node(2, &["stats"]);
+    let denied = lab::counter(&s2, "drop tunnel_source_denied: ");
     eprintln!("with node 1 not allowed: {denied} tunnels denied");
     assert!(denied >= 3, "{s2}");
 
     // Allowed again: traffic flows again.
     lab.allow_on_node2("198.18.1.2/32");
-    let answers = lab.requests(20, Duration::from_secs(5));
+    let answers = lab.requests(20);
     assert!(
         answers.iter().all(|a| a.starts_with("backend")),
         "{answers:?}"

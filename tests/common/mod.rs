@@ -2,10 +2,12 @@
 //! directory's own profile (router -> balancer MACs, TTL 61, IPv4 id 0x1234
 //! with DF, IPv6 flow label 0x12345, TCP seq 0x10000000 + source port),
 //! pcap files to carry them, and running the programs the tests need with
-//! failures that say what happened.
+//! failures that say what happened; `lab` drives the namespace labs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(dead_code, unused_imports)]
+
+pub mod lab;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Output};
