@@ -230,6 +230,7 @@ TOML
     for _ in $(seq 100); do
         if [ -S "$dir/control.sock" ]; then
             lab_host "$dir" "$L" "s${T}k"
+            lab_resolved "$dir" "$bin"
             return 0
         fi
         if ! kill -0 "$(cat "$dir/spillway.pid")" 2>/dev/null; then
@@ -258,6 +259,17 @@ lab_neighbours() {
 retransmit = \"500ms\"
 probes = 2
 failed_retry = \"2s\"}"
+}
+
+# Ready when every next hop is resolved (M47): until then new connections
+# find no eligible backend. Waits up to 5 s; the tests say what is missing.
+lab_resolved() {
+    local dir=$1 bin=$2
+    for _ in $(seq 50); do
+        "$bin/spillway" status --socket "$dir/control.sock" 2>/dev/null |
+            grep -q 'neighbour unresolved' || return 0
+        sleep 0.1
+    done
 }
 
 per_port() { [ "${LAB_EXCEPTION:-}" = per-port ]; }
