@@ -8,118 +8,28 @@
 //! forwarded packet carries bytes that were received.
 #![no_main]
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
-use flowtable::FlowTable;
+use dataplane::{Verdict, Worker};
 use libfuzzer_sys::fuzz_target;
 use wire::buf::{MemBuf, PacketBuf};
-use wire::encap::{DecapConfig, Outer, Tunnel, UdpChecksum, encapsulate, parse_tunnel, strip_outer};
+use wire::encap::{
+    DecapConfig, Outer, Tunnel, UdpChecksum, encapsulate, parse_tunnel, strip_outer,
+};
 use wire::geneve::{GatewayOptions, OptionIds};
 
-const CONFIG: &str = r#"
-[node]
-name = "fuzz"
-region = "r"
-zone = "z"
-
-[[forwarding_rules]]
-name = "web"
-vips = ["10.0.0.10"]
-protocol = "TCP"
-ports = "80,443"
-backend_service = "web"
-
-[[forwarding_rules]]
-name = "any"
-vips = ["10.0.0.10"]
-protocol = "L3_DEFAULT"
-backend_service = "any"
-
-[[forwarding_rules]]
-name = "down"
-vips = ["10.0.0.11"]
-protocol = "TCP"
-ports = "all"
-backend_service = "down"
-
-[[forwarding_rules]]
-name = "web6"
-vips = ["fd00::10"]
-protocol = "L3_DEFAULT"
-backend_service = "web6"
-
-[[backend_services]]
-name = "down"
-delivery = "ipip"
-no_backend_action = "reset"
-[[backend_services.groups]]
-name = "d"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.3.11" }]
-
-[[backend_services]]
-name = "web6"
-delivery = "gue"
-no_backend_action = "reset"
-[[backend_services.groups]]
-name = "e"
-region = "r"
-zone = "z"
-endpoints = [{ address = "fd00:1::11" }]
-
-[[backend_services]]
-name = "web"
-delivery = "gue"
-[[backend_services.groups]]
-name = "a"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }]
-
-[[backend_services]]
-name = "any"
-delivery = "geneve"
-session_affinity = "CLIENT_IP"
-[[backend_services.groups]]
-name = "b"
-region = "r"
-zone = "z"
-endpoints = [{ address = "10.0.2.11" }, { address = "10.0.2.12" }]
-
-[tunnel_ingress]
-allow = ["0.0.0.0/0", "::/0"]
-"#;
-
-struct World {
-    snap: Snapshot,
-    flows: FlowTable,
-}
+#[path = "common/world.rs"]
+mod world;
+use world::World;
 
 fn world() -> &'static World {
     static W: OnceLock<World> = OnceLock::new();
     W.get_or_init(|| {
-        let loaded =
-            config::load_str("fuzz.toml", CONFIG, &config::Env::default()).expect("config");
-        let local = Local {
-            mac: [2, 0, 0, 0, 0, 1],
-            next_hop_mac: [2, 0, 0, 0, 0, 2],
-            tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
-            tunnel_src_v6: Some("fd00:1::2".parse().expect("v6")),
-            own_addrs: vec![
-                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-                "fd00::2".parse().expect("v6"),
-            ],
-            ..Local::default()
-        };
-        let snap = SnapshotBuilder::new()
-            .build(Arc::new(loaded.compiled), local, |_| EndpointHealth::HEALTHY, 0, 1)
-            .expect("snapshot");
-        World {
-            snap,
-            flows: FlowTable::new(flowtable::Config::with_capacity(1024)).expect("table"),
-        }
+        world::build(&world::Options {
+            extra: "\n[tunnel_ingress]\nallow = [\"0.0.0.0/0\", \"::/0\"]\n",
+            egress_mtu: None,
+            down_unhealthy: false,
+        })
     })
 }
 
@@ -153,7 +63,10 @@ fuzz_target!(|data: &[u8]| {
         strip_outer(&mut buf, &info).expect("a parsed tunnel strips");
         let l2 = info.eth.header_len();
         assert_eq!(buf.len(), l2 + info.inner_len);
-        assert_eq!(&buf.data()[l2..], &rest[info.inner_offset..][..info.inner_len]);
+        assert_eq!(
+            &buf.data()[l2..],
+            &rest[info.inner_offset..][..info.inner_len]
+        );
         assert_eq!(&buf.data()[..l2 - 2], &rest[..l2 - 2]);
     }
     // The pipeline on the bytes, or on them wrapped in a tunnel to us.
@@ -163,9 +76,15 @@ fuzz_target!(|data: &[u8]| {
     if let Some(t) = tunnel(sel) {
         let v6 = sel & 0x80 != 0;
         let (src, dst): (IpAddr, IpAddr) = if v6 {
-            ("2001:db8::99".parse().expect("v6"), "fd00::2".parse().expect("v6"))
+            (
+                "2001:db8::99".parse().expect("v6"),
+                "fd00::2".parse().expect("v6"),
+            )
         } else {
-            (Ipv4Addr::new(192, 0, 2, 99).into(), Ipv4Addr::new(10, 0, 0, 2).into())
+            (
+                Ipv4Addr::new(192, 0, 2, 99).into(),
+                Ipv4Addr::new(10, 0, 0, 2).into(),
+            )
         };
         let outer = Outer {
             src_mac: [2, 0, 0, 0, 0, 9],
@@ -194,7 +113,11 @@ fuzz_target!(|data: &[u8]| {
     let decapsulated = c.decap_ipip + c.decap_gre + c.decap_gue + c.decap_geneve;
     assert!(decapsulated <= 1, "one decapsulation at most");
     if decapsulated == 1 {
-        assert_ne!(v, Verdict::ToHost, "a decapsulated packet is never the host's");
+        assert_ne!(
+            v,
+            Verdict::ToHost,
+            "a decapsulated packet is never the host's"
+        );
     }
     if v == Verdict::Forward {
         let out = buf.data();

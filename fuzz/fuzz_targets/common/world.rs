@@ -1,0 +1,132 @@
+//! The world the pipeline fuzz targets share: one configuration (TCP and
+//! L3_DEFAULT rules on an IPv4 VIP, a backend-less "down" service answering
+//! with resets, an IPv6 VIP; GUE, GENEVE and IP-in-IP delivery), the node's
+//! own addresses, and a snapshot and flow table built once per process.
+//! Each target includes it with `#[path = "common/world.rs"] mod world;`.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder};
+use flowtable::FlowTable;
+
+/// The configuration; a target may append tables (`extra`).
+const CONFIG: &str = r#"
+[node]
+name = "fuzz"
+region = "r"
+zone = "z"
+
+[[forwarding_rules]]
+name = "web"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = "80,443"
+backend_service = "web"
+
+[[forwarding_rules]]
+name = "any"
+vips = ["10.0.0.10"]
+protocol = "L3_DEFAULT"
+backend_service = "any"
+
+[[forwarding_rules]]
+name = "down"
+vips = ["10.0.0.11"]
+protocol = "TCP"
+ports = "all"
+backend_service = "down"
+
+[[forwarding_rules]]
+name = "web6"
+vips = ["fd00::10"]
+protocol = "L3_DEFAULT"
+backend_service = "web6"
+
+[[backend_services]]
+name = "down"
+delivery = "ipip"
+no_backend_action = "reset"
+[[backend_services.groups]]
+name = "d"
+region = "r"
+zone = "z"
+endpoints = [{ address = "10.0.3.11" }]
+
+[[backend_services]]
+name = "web6"
+delivery = "gue"
+no_backend_action = "reset"
+[[backend_services.groups]]
+name = "e"
+region = "r"
+zone = "z"
+endpoints = [{ address = "fd00:1::11" }]
+
+[[backend_services]]
+name = "web"
+delivery = "gue"
+[[backend_services.groups]]
+name = "a"
+region = "r"
+zone = "z"
+endpoints = [{ address = "10.0.1.11" }, { address = "10.0.1.12" }]
+
+[[backend_services]]
+name = "any"
+delivery = "geneve"
+session_affinity = "CLIENT_IP"
+[[backend_services.groups]]
+name = "b"
+region = "r"
+zone = "z"
+endpoints = [{ address = "10.0.2.11" }, { address = "10.0.2.12" }]
+"#;
+
+/// A snapshot and a flow table to run the pipeline on.
+pub struct World {
+    pub snap: Snapshot,
+    pub flows: FlowTable,
+}
+
+/// What a target changes in the shared world.
+pub struct Options {
+    /// TOML appended to the configuration.
+    pub extra: &'static str,
+    /// MTU of the egress port (`None`: no limit).
+    pub egress_mtu: Option<u16>,
+    /// The "down" service's only endpoint is unhealthy: no eligible backend.
+    pub down_unhealthy: bool,
+}
+
+/// Builds the world (call once, from a `OnceLock`).
+pub fn build(o: &Options) -> World {
+    let text = format!("{CONFIG}{}", o.extra);
+    let loaded = config::load_str("fuzz.toml", &text, &config::Env::default()).expect("config");
+    let local = Local {
+        mac: [2, 0, 0, 0, 0, 1],
+        next_hop_mac: [2, 0, 0, 0, 0, 2],
+        tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
+        tunnel_src_v6: Some("fd00:1::2".parse().expect("v6")),
+        own_addrs: vec![
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            "fd00::2".parse().expect("v6"),
+        ],
+        egress_mtu: o.egress_mtu,
+        ..Local::default()
+    };
+    let compiled = Arc::new(loaded.compiled);
+    let c2 = compiled.clone();
+    let down_unhealthy = o.down_unhealthy;
+    let health = move |id: config::compiled::EndpointId| EndpointHealth {
+        healthy: !down_unhealthy || c2.endpoints[id.index()].address.to_string() != "10.0.3.11",
+        weight: None,
+    };
+    let snap = SnapshotBuilder::new()
+        .build(compiled, local, health, 0, 1)
+        .expect("snapshot");
+    World {
+        snap,
+        flows: FlowTable::new(flowtable::Config::with_capacity(1024)).expect("table"),
+    }
+}
