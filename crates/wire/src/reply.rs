@@ -69,16 +69,23 @@ pub fn reset_for(
     }
 }
 
-/// Rewrites the Ethernet frame `pkt`, a TCP segment over IPv4 or IPv6, into the reset that
-/// answers it, sent from `mac`. On error the frame is unchanged.
-pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(), ReplyError> {
-    let data = pkt.data();
+/// The Ethernet header of a frame to answer and what follows it; never a
+/// frame from a multicast (or broadcast) MAC.
+fn reply_l2(data: &[u8]) -> Result<(EthernetRepr, &[u8]), ReplyError> {
     let eth = EthernetRepr::parse(data)?;
     if eth.src[0] & 1 != 0 {
         return Err(ReplyError::BadSource);
     }
+    let l3 = data.get(eth.header_len()..).ok_or(ParseError::Truncated)?;
+    Ok((eth, l3))
+}
+
+/// Rewrites the Ethernet frame `pkt`, a TCP segment over IPv4 or IPv6, into the reset that
+/// answers it, sent from `mac`. On error the frame is unchanged.
+pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(), ReplyError> {
+    let data = pkt.data();
+    let (eth, l3) = reply_l2(data)?;
     let l2 = eth.header_len();
-    let l3 = data.get(l2..).ok_or(ParseError::Truncated)?;
     let (src, dst, seg) = match eth.ethertype {
         ethertype::IPV4 => {
             let ip = ipv4::Packet::new_checked(l3)?;
@@ -213,12 +220,8 @@ pub fn too_big<B: PacketBuf + ?Sized>(
     mtu: u16,
 ) -> Result<(), ReplyError> {
     let data = pkt.data();
-    let eth = EthernetRepr::parse(data)?;
-    if eth.src[0] & 1 != 0 {
-        return Err(ReplyError::BadSource);
-    }
+    let (eth, l3) = reply_l2(data)?;
     let l2 = eth.header_len();
-    let l3 = data.get(l2..).ok_or(ParseError::Truncated)?;
     let (src, dst, ip_len) = match eth.ethertype {
         ethertype::IPV4 => {
             let ip = ipv4::Packet::new_checked(l3)?;
