@@ -47,6 +47,9 @@ enum Command {
     /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels from the balancers
     /// (--allow-source) to the VIPs (--vip) through a TUN device.
     Decap(decap::daemon::Args),
+    /// Reference network virtual appliance: return gateway GENEVE packets
+    /// (--listen), optionally logging, filtering (--drop) or tampering.
+    Nva(nva::daemon::Args),
     /// Forward frames from one DPDK port to another and report what happened
     /// (bring-up check for DPDK, drivers and hugepages on this host).
     Forward(forward::Args),
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Forward(args) => forward::run(&args),
         Command::Decap(args) => decap::daemon::run(&args),
+        Command::Nva(args) => nva::daemon::run(&args),
         Command::Run(args) => run::run(&args),
         Command::CheckConfig(args) => return check_config::run(&args),
         Command::Replay(args) => replay::run(&args),

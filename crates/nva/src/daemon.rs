@@ -1,0 +1,338 @@
+//! `spillway nva` / `spillway-nva`: the reference appliance's sockets.
+//!
+//! One UDP socket per `--listen` address, one thread each. A packet's answer
+//! goes back through the socket it came in on, to the address and port it
+//! came from: the kernel then writes the outer headers with the addresses
+//! swapped and the ports kept (from the GENEVE port to the balancer's source
+//! port, which carries its flow hash), checksums included. That is why a
+//! listen address should be the appliance's own address, not a wildcard: with
+//! a wildcard the kernel picks the source address by route, which need not be
+//! the address the balancer sent to.
+
+use std::fs::{File, OpenOptions};
+use std::io::{LineWriter, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use socket2::{Domain, Protocol, Socket, Type};
+use wire::geneve::OptionIds;
+
+use crate::{Config, DropReason, Flow, Rule, Tamper, answer};
+
+const AFTER_HELP: &str = "\
+Each GENEVE packet received is sent back as it came (outer addresses swapped, ports kept, \
+every option unchanged), unless a --drop rule matches its inner packet. A rule is \
+PROTO SRC -> DST (or <-> for either direction): PROTO tcp, udp, icmp, any or a number; \
+SRC and DST ADDR[/LEN][:PORT], *[:PORT] or [IPV6[/LEN]][:PORT], a port a number or *. \
+The flow log has one line per packet: what was done (returned, dropped:REASON), the \
+balancer's address, the protocol, the connection's two sides in canonical order, the \
+direction (a->b or b->a), the endpoint ID and the cookie (hex, - if absent). Counters are \
+printed on SIGUSR1 and at exit (SIGINT, SIGTERM).
+
+Example: spillway nva --listen 10.0.0.3 --listen 2001:db8::3 --flow-log /var/log/nva.log \
+--drop \"tcp * -> *:23\"";
+
+/// Command-line arguments.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// Address to receive GENEVE on, ADDR or ADDR:PORT ([IPV6]:PORT), port
+    /// 6081 if not given; repeat for each (one per family, typically). The
+    /// appliance's own address: answers leave from it.
+    #[arg(long = "listen", value_name = "ADDR[:PORT]", required = true, value_parser = parse_listen)]
+    listen: Vec<SocketAddr>,
+    /// Append one line per packet to this file.
+    #[arg(long, value_name = "FILE")]
+    flow_log: Option<PathBuf>,
+    /// Drop inner packets matching this rule (see below); repeat for more.
+    #[arg(long = "drop", value_name = "RULE")]
+    drop: Vec<Rule>,
+    /// Negative tests only: `cookie` inverts the flow cookie's value,
+    /// `strip-options` removes every option, before the packet is returned.
+    #[arg(long, default_value = "none", value_name = "MODE")]
+    tamper: Tamper,
+    /// Negative tests only: send answers from this address (same port)
+    /// instead of the one the packet came to; repeat for the other family.
+    #[arg(long = "reply-from", value_name = "ADDR")]
+    reply_from: Vec<IpAddr>,
+    /// Option class of Spillway's GENEVE options (the balancer's `geneve.option_class`).
+    #[arg(long, default_value = "0x0139", value_name = "CLASS", value_parser = parse_u16)]
+    geneve_option_class: u16,
+    /// Type of the GENEVE endpoint ID option.
+    #[arg(long, default_value_t = OptionIds::DEFAULT.endpoint_type, value_name = "TYPE")]
+    geneve_endpoint_id_type: u8,
+    /// Type of the GENEVE flow cookie option.
+    #[arg(long, default_value_t = OptionIds::DEFAULT.cookie_type, value_name = "TYPE")]
+    geneve_flow_cookie_type: u8,
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| {
+            s.parse::<IpAddr>()
+                .map(|a| SocketAddr::new(a, wire::geneve::PORT))
+        })
+        .map_err(|_| format!("{s:?} is not an address or ADDR:PORT (write [IPV6]:PORT)"))
+}
+
+fn parse_u16(s: &str) -> Result<u16, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u16::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a number from 0 to 65535 (decimal or 0x hex)"))
+}
+
+impl Args {
+    /// The appliance's configuration.
+    pub fn config(&self) -> Result<Config> {
+        if self.geneve_endpoint_id_type == self.geneve_flow_cookie_type {
+            bail!("--geneve-endpoint-id-type and --geneve-flow-cookie-type must differ");
+        }
+        Ok(Config {
+            ids: OptionIds {
+                class: self.geneve_option_class,
+                endpoint_type: self.geneve_endpoint_id_type,
+                cookie_type: self.geneve_flow_cookie_type,
+            },
+            rules: self.drop.clone(),
+            tamper: self.tamper,
+        })
+    }
+}
+
+/// What the appliance did.
+#[derive(Default)]
+pub struct Counters {
+    received: AtomicU64,
+    returned: AtomicU64,
+    dropped: [AtomicU64; DropReason::ALL.len()],
+}
+
+impl Counters {
+    /// Count of drops for `reason`.
+    pub fn dropped_for(&self, reason: DropReason) -> u64 {
+        self.dropped
+            .get(reason.index())
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    fn count_drop(&self, reason: DropReason) {
+        if let Some(c) = self.dropped.get(reason.index()) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One line: `received N, returned N, malformed N, dropped M (reason n, …)`.
+    pub fn summary(&self) -> String {
+        let reasons = DropReason::ALL
+            .iter()
+            .filter(|r| **r != DropReason::Malformed);
+        let per: Vec<String> = reasons
+            .clone()
+            .map(|r| format!("{} {}", r.name(), self.dropped_for(*r)))
+            .collect();
+        let total: u64 = reasons.map(|r| self.dropped_for(*r)).sum();
+        format!(
+            "received {}, returned {}, malformed {}, dropped {total} ({})",
+            self.received.load(Ordering::Relaxed),
+            self.returned.load(Ordering::Relaxed),
+            self.dropped_for(DropReason::Malformed),
+            per.join(", ")
+        )
+    }
+}
+
+const READ_TIMEOUT: Duration = Duration::from_millis(200);
+
+fn bind(addr: SocketAddr, reuse: bool) -> Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+        .context("creating a UDP socket")?;
+    if addr.is_ipv6() {
+        // `--listen 0.0.0.0 --listen ::` must both bind.
+        s.set_only_v6(true)?;
+    }
+    // A --reply-from socket shares the port with a listener (a wildcard one
+    // included).
+    s.set_reuse_address(reuse)?;
+    s.bind(&addr.into())
+        .with_context(|| format!("binding UDP {addr}"))?;
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(READ_TIMEOUT))?;
+    Ok(s)
+}
+
+type Log = Option<Arc<Mutex<LineWriter<File>>>>;
+
+/// Runs until SIGINT or SIGTERM.
+pub fn run(args: &Args) -> Result<()> {
+    let cfg = Arc::new(args.config()?);
+    let log: Log = match &args.flow_log {
+        Some(path) => {
+            let f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening flow log {}", path.display()))?;
+            Some(Arc::new(Mutex::new(LineWriter::new(f))))
+        }
+        None => None,
+    };
+    let reuse = !args.reply_from.is_empty();
+    let mut pairs = Vec::new();
+    for &addr in &args.listen {
+        let rx = bind(addr, reuse)?;
+        let tx = match args
+            .reply_from
+            .iter()
+            .find(|a| a.is_ipv6() == addr.is_ipv6())
+        {
+            Some(&from) => Some(bind(SocketAddr::new(from, addr.port()), true)?),
+            None => None,
+        };
+        pairs.push((addr, rx, tx));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let show = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, show.clone())?;
+    let counters = Arc::new(Counters::default());
+    if cfg.tamper != Tamper::None || reuse {
+        log::warn!(
+            "spillway-nva: tampering ({:?}, reply from {:?}): for negative tests only",
+            cfg.tamper,
+            args.reply_from
+        );
+    }
+    let mut threads = Vec::new();
+    for (addr, rx, tx) in pairs {
+        let (cfg, log, stop, counters) = (cfg.clone(), log.clone(), stop.clone(), counters.clone());
+        log::info!("spillway-nva: listening on {addr}");
+        threads.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((n, from)) = rx.recv_from(&mut buf) else {
+                    continue;
+                };
+                counters.received.fetch_add(1, Ordering::Relaxed);
+                let Some(bytes) = buf.get(..n) else { continue };
+                let (verdict, flow) = match answer(&cfg, bytes) {
+                    Ok(a) => {
+                        let sent = tx.as_ref().unwrap_or(&rx).send_to(&a.payload, from);
+                        if sent.is_ok() {
+                            counters.returned.fetch_add(1, Ordering::Relaxed);
+                            ("returned".to_owned(), Some(a.flow))
+                        } else {
+                            counters.count_drop(DropReason::SendFailed);
+                            ("dropped:send_failed".to_owned(), Some(a.flow))
+                        }
+                    }
+                    Err((reason, flow)) => {
+                        counters.count_drop(reason);
+                        log::debug!("spillway-nva: from {from}: {reason}");
+                        (format!("dropped:{}", reason.name()), flow)
+                    }
+                };
+                write_log(&log, &verdict, from, flow);
+            }
+        }));
+    }
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if show.swap(false, Ordering::Relaxed) {
+            log::info!("spillway-nva: {}", counters.summary());
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    log::info!("spillway-nva: exiting: {}", counters.summary());
+    Ok(())
+}
+
+/// Flow-log line; a malformed packet has no flow and is only counted.
+fn write_log(log: &Log, verdict: &str, from: SocketAddr, flow: Option<Flow>) {
+    let (Some(log), Some(flow)) = (log, flow) else {
+        return;
+    };
+    if let Ok(mut w) = log.lock() {
+        // A full disk must not stop the appliance; the counters still count.
+        let _ = writeln!(w, "{verdict} from={} {flow}", from.ip().to_canonical());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(a: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("nva").chain(a.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn listen_is_required_and_defaults_the_port() {
+        assert!(args(&[]).is_err());
+        let a = args(&["--listen", "10.0.0.3", "--listen", "[2001:db8::3]:7000"]).expect("parses");
+        assert_eq!(
+            a.listen,
+            vec![
+                "10.0.0.3:6081".parse::<SocketAddr>().expect("addr"),
+                "[2001:db8::3]:7000".parse().expect("addr")
+            ]
+        );
+        let a = args(&["--listen", "2001:db8::3"]).expect("bare v6");
+        assert_eq!(a.listen[0].port(), 6081);
+    }
+
+    #[test]
+    fn rules_tamper_and_ids_parse() {
+        let c = args(&[
+            "--listen",
+            "10.0.0.3",
+            "--drop",
+            "tcp 10.0.0.1:* -> *:22",
+            "--tamper",
+            "strip-options",
+            "--geneve-option-class",
+            "0xffff",
+        ])
+        .expect("parses")
+        .config()
+        .expect("config");
+        assert_eq!(c.rules.len(), 1);
+        assert_eq!(c.tamper, Tamper::StripOptions);
+        assert_eq!(c.ids.class, 0xffff);
+        assert!(args(&["--listen", "10.0.0.3", "--drop", "tcp 10.0.0.1 to *:22"]).is_err());
+        assert!(args(&["--listen", "10.0.0.3", "--tamper", "cookies"]).is_err());
+        let e = args(&["--listen", "10.0.0.3", "--geneve-endpoint-id-type", "3"])
+            .expect("parses")
+            .config()
+            .expect_err("same types");
+        assert!(format!("{e:#}").contains("must differ"));
+    }
+
+    #[test]
+    fn summary_lists_every_counter() {
+        let c = Counters::default();
+        c.received.fetch_add(3, Ordering::Relaxed);
+        c.returned.fetch_add(1, Ordering::Relaxed);
+        c.count_drop(DropReason::Malformed);
+        c.count_drop(DropReason::Rule);
+        assert_eq!(
+            c.summary(),
+            "received 3, returned 1, malformed 1, dropped 1 (not_ip 0, oam 0, rule 1, send_failed 0)"
+        );
+    }
+}
