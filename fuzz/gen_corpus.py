@@ -51,6 +51,7 @@ for name, b in vectors.items():
         seed("gre_gue", bytes(p[UDP].payload))
     if GENEVE in p:
         seed("geneve", bytes(p[GENEVE]))
+        seed("nva", bytes(p[GENEVE]))
     if name.startswith(("encap_", "geneve_", "gre_", "gue_", "vxlan")):
         seed("decap", b)
     if name.startswith(("inner", "flow", "eth_", "tcp_", "ipv")):
