@@ -41,11 +41,35 @@ fn help_lists_every_subcommand() {
         "reload",
         "drain",
         "forward",
+        "decap",
+        "nva",
     ] {
         assert!(
             help.contains(&format!("  {cmd} ")),
             "--help lists {cmd}:\n{help}"
         );
+    }
+}
+
+/// `spillway nva` is wired in and refuses a bad command line before binding
+/// anything: no --listen, a rule it cannot read, an unknown tamper mode.
+#[test]
+fn nva_checks_its_command_line() {
+    for (args, want) in [
+        (&[][..], "--listen"),
+        (
+            &["--listen", "127.0.0.1", "--drop", "tcp * to *:22"][..],
+            "->",
+        ),
+        (
+            &["--listen", "127.0.0.1", "--tamper", "cookies"][..],
+            "strip-options",
+        ),
+    ] {
+        let out = spillway(&[&["nva"][..], args].concat());
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(want), "nva {args:?} names {want}: {t}");
     }
 }
 
