@@ -1,11 +1,14 @@
-//! `spillway-nva` for real, in a network namespace of its own (unique per
-//! run, removed on drop, also when the test fails): a "balancer" socket sends
-//! GENEVE over IPv4 and IPv6 with IPv4 and IPv6 inner packets to three
-//! appliances — a plain one with a drop rule and a flow log, one tampering
-//! with the cookie, one stripping options and answering from another
-//! address — and checks each answer byte for byte, with the address and port
-//! it came from (the kernel only delivers it if the outer checksums are
-//! right). Needs root (namespaces).
+//! `spillway-nva` for real, in network namespaces of its own (unique per run,
+//! removed on drop, also when the test fails): a "balancer" socket in one
+//! sends GENEVE over IPv4 and IPv6 with IPv4 and IPv6 inner packets, through
+//! a veth pair, to three appliances in the other — a plain one with a drop
+//! rule and a flow log, one tampering with the cookie, one stripping options
+//! and answering from another address — and checks each answer byte for
+//! byte, with the address and port it came from. Checksum offload is off on
+//! the veth pair (transmit on the appliances' side, receive on the
+//! balancer's), so the appliances' kernel computes the outer checksums in
+//! software and the balancer's verifies them: an answer with a wrong one
+//! never reaches the socket. Needs root (namespaces, ethtool).
 
 #![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
@@ -33,7 +36,9 @@ const OURS: &[u8] = &[
     0x01, 0x39, 0x01, 0x02, 1, 2, 3, 4, 5, 6, 7, 8, 0x01, 0x39, 0x03, 0x01, 0xa1, 0xb2, 0xc3, 0xd4,
 ];
 
+/// The run's two namespaces (balancer, appliances) and the appliances.
 struct Netns {
+    bal: String,
     name: String,
     daemons: Vec<Child>,
 }
@@ -43,16 +48,33 @@ impl Netns {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let name = format!("spwnva{}x{:x}", std::process::id(), nanos & 0xffff);
-        run(Command::new("ip").args(["netns", "add", &name]));
-        Netns {
-            name,
+        let tag = format!("spwnva{}x{:x}", std::process::id(), nanos & 0xffff);
+        let ns = Netns {
+            bal: format!("{tag}b"),
+            name: format!("{tag}a"),
             daemons: Vec::new(),
-        }
+        };
+        // Made after `ns`, so that its Drop removes whichever exist.
+        run(Command::new("ip").args(["netns", "add", &ns.bal]));
+        run(Command::new("ip").args(["netns", "add", &ns.name]));
+        ns
     }
 
+    /// `ip ARGS` in the appliances' namespace.
     fn ip(&self, args: &[&str]) {
         run(Command::new("ip").args(["-n", &self.name]).args(args));
+    }
+
+    /// `ip ARGS` in the balancer's namespace.
+    fn ip_bal(&self, args: &[&str]) {
+        run(Command::new("ip").args(["-n", &self.bal]).args(args));
+    }
+
+    /// `ethtool -K ARGS` in namespace `ns`.
+    fn ethtool(&self, ns: &str, args: &[&str]) {
+        run(Command::new("ip")
+            .args(["netns", "exec", ns, "ethtool", "-K"])
+            .args(args));
     }
 
     /// Starts `spillway-nva ARGS` in the namespace, logging to `log`.
@@ -74,11 +96,12 @@ impl Netns {
         self.daemons.push(child);
     }
 
+    /// Runs `f` on a thread inside the balancer's namespace.
     fn enter<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::thread::JoinHandle<T> {
-        let path = format!("/var/run/netns/{}", self.name);
+        let path = format!("/var/run/netns/{}", self.bal);
         std::thread::spawn(move || {
             let fd = std::fs::File::open(&path).expect("open netns");
             nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
@@ -93,9 +116,9 @@ impl Drop for Netns {
             let _ = d.kill();
             let _ = d.wait();
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        for n in [&self.name, &self.bal] {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
     }
 }
 
@@ -149,15 +172,14 @@ fn inner_tcp(v6_inner: bool, dport: u16) -> Vec<u8> {
     }
 }
 
-/// Sends `payload` from the balancer socket of `to`'s family to `to`:6081
-/// and returns the answer and where it came from, if any within a second.
-fn exchange(
-    socks: &(UdpSocket, UdpSocket),
-    to: &str,
-    payload: &[u8],
-) -> Option<(Vec<u8>, SocketAddr)> {
+/// Sends `payload` from a new balancer socket (so that a late answer to an
+/// earlier packet cannot pass for this one's) to `to`:6081 and returns the
+/// answer and where it came from, if any within two seconds.
+fn exchange(to: &str, payload: &[u8]) -> Option<(Vec<u8>, SocketAddr)> {
     let to = SocketAddr::new(ip(to), 6081);
-    let s = if to.is_ipv4() { &socks.0 } else { &socks.1 };
+    let s = UdpSocket::bind((ip(if to.is_ipv4() { BAL4 } else { BAL6 }), 0)).expect("bind");
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
     s.send_to(payload, to).expect("send");
     let mut buf = [0u8; 2048];
     let (n, from) = s.recv_from(&mut buf).ok()?;
@@ -167,21 +189,54 @@ fn exchange(
 #[test]
 fn answers_are_the_contract_byte_for_byte() {
     let mut ns = Netns::new();
-    ns.ip(&["link", "set", "lo", "up"]);
-    for a in [BAL4, A4, B4, C4, C24] {
-        ns.ip(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    // No duplicate address detection: addresses (link-local ones included,
+    // which neighbour discovery uses) are usable at once.
+    for n in [&ns.bal, &ns.name] {
+        run(Command::new("ip").args([
+            "netns",
+            "exec",
+            n,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.accept_dad=0",
+            "net.ipv6.conf.default.accept_dad=0",
+        ]));
     }
-    for a in [BAL6, A6, B6, C6, C26] {
+    ns.ip_bal(&[
+        "link", "add", "name", "vb", "type", "veth", "peer", "name", "va", "netns", &ns.name,
+    ]);
+    ns.ip_bal(&["addr", "add", &format!("{BAL4}/24"), "dev", "vb"]);
+    ns.ip_bal(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{BAL6}/64"),
+        "dev",
+        "vb",
+        "nodad",
+    ]);
+    for a in [A4, B4, C4, C24] {
+        ns.ip(&["addr", "add", &format!("{a}/24"), "dev", "va"]);
+    }
+    for a in [A6, B6, C6, C26] {
         ns.ip(&[
             "-6",
             "addr",
             "add",
-            &format!("{a}/128"),
+            &format!("{a}/64"),
             "dev",
-            "lo",
+            "va",
             "nodad",
         ]);
     }
+    for (n, dev) in [(&ns.bal, "vb"), (&ns.name, "va")] {
+        for d in ["lo", dev] {
+            run(Command::new("ip").args(["-n", n, "link", "set", d, "up"]));
+        }
+    }
+    // Software checksums on the way back, verified on arrival.
+    ns.ethtool(&ns.name, &["va", "tx", "off"]);
+    ns.ethtool(&ns.bal, &["vb", "rx", "off"]);
     let dir = std::env::temp_dir();
     let log = |x: &str| dir.join(format!("{}-{x}.log", ns.name));
     let (la, lb, lc, flows) = (log("a"), log("b"), log("c"), log("flows"));
@@ -235,27 +290,20 @@ fn answers_are_the_contract_byte_for_byte() {
 
     let results = ns
         .enter(|| {
-            let s4 = UdpSocket::bind((ip(BAL4), 0)).expect("bind v4");
-            let s6 = UdpSocket::bind((ip(BAL6), 0)).expect("bind v6");
-            for s in [&s4, &s6] {
-                s.set_read_timeout(Some(Duration::from_secs(1)))
-                    .expect("timeout");
-            }
-            let socks = (s4, s6);
             let mut out = Vec::new();
             for (outer, inner6) in [(A4, false), (A4, true), (A6, false), (A6, true)] {
                 let g = geneve(&inner_tcp(inner6, 443));
-                out.push(("plain", outer, g.clone(), exchange(&socks, outer, &g)));
+                out.push(("plain", outer, g.clone(), exchange(outer, &g)));
             }
             for (outer, inner6) in [(A4, false), (A6, true)] {
                 let g = geneve(&inner_tcp(inner6, 23));
-                out.push(("rule", outer, g.clone(), exchange(&socks, outer, &g)));
+                out.push(("rule", outer, g.clone(), exchange(outer, &g)));
             }
             let junk = vec![0x40, 0, 0, 0];
-            out.push(("junk", A4, junk.clone(), exchange(&socks, A4, &junk)));
+            out.push(("junk", A4, junk.clone(), exchange(A4, &junk)));
             for outer in [B4, B6, C4, C6] {
                 let g = geneve(&inner_tcp(outer.contains(':'), 443));
-                out.push(("tamper", outer, g.clone(), exchange(&socks, outer, &g)));
+                out.push(("tamper", outer, g.clone(), exchange(outer, &g)));
             }
             out
         })
