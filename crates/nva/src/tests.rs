@@ -209,6 +209,22 @@ fn flow_direction_is_symmetric() {
 }
 
 #[test]
+fn flow_line_marks_absent_options() {
+    let inner = Packet::udp(v4("198.51.100.7"), v4("192.0.2.10"), 5, 6).ip();
+    let a = answer(&Config::default(), &geneve_raw(&[], 0x0800, false, &inner)).expect("ok");
+    assert_eq!(
+        a.flow.to_string(),
+        "17 192.0.2.10:6 198.51.100.7:5 b->a endpoint_id=- cookie=-"
+    );
+    let echo = Packet::echo(v6("2001:db8:c::7"), v6("2001:db8::10"), 1, 1).ip();
+    let a = answer(&Config::default(), &geneve(&echo)).expect("ok");
+    assert_eq!(
+        a.flow.to_string(),
+        "58 [2001:db8::10]:0 [2001:db8:c::7]:0 b->a endpoint_id=0102030405060708 cookie=deadbeef"
+    );
+}
+
+#[test]
 fn what_is_not_a_gateway_packet_is_dropped() {
     let cfg = Config::default();
     let inner = tcp4();

@@ -347,6 +347,25 @@ fn answers_are_the_contract_byte_for_byte() {
         }
     }
 
+    // SIGUSR1 prints the counters and the appliance keeps running.
+    let pid_b = ns.daemons[1].id();
+    run(Command::new("kill").args(["-USR1", &pid_b.to_string()]));
+    let want_b = "spillway-nva: received 2, returned 2, malformed 0, dropped 0";
+    let asked = Instant::now();
+    while !text(&lb).contains(want_b) {
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "no counters on SIGUSR1:\n{}",
+            text(&lb)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        ns.daemons[1].try_wait().expect("wait").is_none(),
+        "{}",
+        text(&lb)
+    );
+
     // Appliance A's exit line and flow log.
     let pid = ns.daemons[0].id();
     run(Command::new("kill").args(["-TERM", &pid.to_string()]));
