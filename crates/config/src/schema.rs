@@ -287,6 +287,13 @@ pub struct Port {
     pub for_port: Option<String>,
 }
 
+/// The port packets to backends leave by: the `backend` port, else the
+/// uplink (its index in `ports`).
+pub fn egress_port(ports: &[Port]) -> Option<(usize, &Port)> {
+    let first = |role: PortRole| ports.iter().enumerate().find(|(_, p)| p.role == role);
+    first(PortRole::Backend).or_else(|| first(PortRole::Uplink))
+}
+
 fn d_mtu() -> u16 {
     1500
 }

@@ -37,17 +37,7 @@ pub enum Hop {
 /// The port packets to backends leave by: the `backend` port, else the
 /// uplink.
 pub fn egress_port(compiled: &Compiled) -> Option<(usize, &Port)> {
-    let ports = &compiled.settings.ports;
-    ports
-        .iter()
-        .enumerate()
-        .find(|(_, p)| p.role == PortRole::Backend)
-        .or_else(|| {
-            ports
-                .iter()
-                .enumerate()
-                .find(|(_, p)| p.role == PortRole::Uplink)
-        })
+    config::schema::egress_port(&compiled.settings.ports)
 }
 
 /// The next hop of `ep`: its static `mac`; for `l2dsr` (validated to be on

@@ -319,12 +319,8 @@ impl Local {
     /// its gateway MAC as next hop, and its first address of each family as
     /// tunnel source. Every configured address is the balancer's own.
     pub fn from_config(compiled: &Compiled, device_mac: impl Fn(&str) -> Option<MacAddr>) -> Local {
-        use config::schema::PortRole;
         let ports = &compiled.settings.ports;
-        let out = ports
-            .iter()
-            .find(|p| p.role == PortRole::Backend)
-            .or_else(|| ports.iter().find(|p| p.role == PortRole::Uplink));
+        let out = config::schema::egress_port(ports).map(|(_, p)| p);
         let mut local = Local {
             mac: DEFAULT_MAC,
             own_addrs: ports

@@ -4,7 +4,7 @@
 //! lose the packets between the two sizes.
 
 use super::Checker;
-use crate::schema::{DeliveryMode, PortRole};
+use crate::schema::DeliveryMode;
 
 /// The smallest MTU IPv6 allows a path.
 const IPV6_MIN_MTU: u16 = 1280;
@@ -14,18 +14,7 @@ impl Checker<'_> {
     /// inner packets of 1280 bytes room on the egress port.
     pub(super) fn mtu(&mut self) {
         let cfg = self.cfg;
-        let ports = &cfg.ports;
-        let Some((i, port)) = ports
-            .iter()
-            .enumerate()
-            .find(|(_, p)| p.role == PortRole::Backend)
-            .or_else(|| {
-                ports
-                    .iter()
-                    .enumerate()
-                    .find(|(_, p)| p.role == PortRole::Uplink)
-            })
-        else {
+        let Some((i, port)) = crate::schema::egress_port(&cfg.ports) else {
             return;
         };
         for svc in &cfg.backend_services {

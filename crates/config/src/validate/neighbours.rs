@@ -3,7 +3,7 @@
 //! backends leave by, so it must be on one of that port's subnets.
 
 use super::{Checker, join};
-use crate::schema::{DeliveryMode, PortRole};
+use crate::schema::DeliveryMode;
 
 /// Most requests before a next hop is failed: more only delays the verdict.
 const MAX_PROBES: u32 = 20;
@@ -44,18 +44,7 @@ impl Checker<'_> {
         }
         // Packets to backends leave by the backend port, else the uplink;
         // without either there is nothing to resolve on.
-        let Some((pi, port)) = cfg
-            .ports
-            .iter()
-            .enumerate()
-            .find(|(_, p)| p.role == PortRole::Backend)
-            .or_else(|| {
-                cfg.ports
-                    .iter()
-                    .enumerate()
-                    .find(|(_, p)| p.role == PortRole::Uplink)
-            })
-        else {
+        let Some((pi, port)) = crate::schema::egress_port(&cfg.ports) else {
             return;
         };
         for (i, s) in cfg.backend_services.iter().enumerate() {
