@@ -610,9 +610,11 @@ pub struct BackendService {
     /// Health aggregation policy.
     #[serde(default)]
     pub aggregation: Aggregation,
-    /// Use every endpoint when all are unhealthy (M23); default false.
+    /// Use every endpoint when all are unhealthy (M23); default false, but
+    /// true for a service of gateway-mode rules (M31: traffic through
+    /// appliances keeps flowing when every appliance fails its checks).
     #[serde(default)]
-    pub fail_open: bool,
+    pub fail_open: Option<bool>,
     /// `drop` (default) or `reset`.
     #[serde(default)]
     pub no_backend_action: NoBackendAction,

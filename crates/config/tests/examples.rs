@@ -81,10 +81,19 @@ fn examples_show_what_they_say() {
     assert_eq!(v6.children[m.child.index()].name, "quic6-ag0");
 
     let gw = c("geneve-gateway.toml");
+    let ep = gw.gateway_endpoint("10.50.0.22".parse().unwrap()).unwrap();
     assert_eq!(
-        gw.gateway_endpoint("10.50.0.22".parse().unwrap()),
-        Some((config::compiled::RuleId(0), 0x1_0000_0002))
+        (ep.rule, ep.id),
+        (config::compiled::RuleId(0), 0x1_0000_0002)
     );
+    // Each endpoint's flows are its own: tags distinct from each other and
+    // from every service's (M31).
+    let mut tags: Vec<u16> = gw.gateways.iter().map(|g| g.flow_tag).collect();
+    tags.extend(gw.services.iter().map(|s| s.flow_tag));
+    let n = tags.len();
+    tags.sort_unstable();
+    tags.dedup();
+    assert_eq!(tags.len(), n);
     assert!(matches!(
         gw.services[0].delivery,
         config::compiled::Delivery::Geneve {

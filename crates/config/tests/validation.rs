@@ -207,6 +207,9 @@ fn cases() -> Vec<Case> {
         case("gateway rule without gateway endpoints", with(&nva(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"").replacen("[[forwarding_rules]]", "[[forwarding_rules]] #!", 1))), "forwarding_rules[1].gateway_endpoints", "at least one gateway endpoint"),
         case("gateway endpoint ID twice", with(&nva(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [\n  { address = \"10.5.0.1\", id = 0x10 },\n  { address = \"10.5.0.2\", id = 0x10 }, #!\n]"))), "forwarding_rules[1].gateway_endpoints[1].id", "endpoint ID 0x10 is used twice"),
         case("gateway endpoint in two rules", with(&nva(&(rule("gw1", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }]") + &rule("gw2", "\"10.0.0.21\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 2 }] #!")))), "forwarding_rules[2].gateway_endpoints[0].address", "gateway endpoint 10.5.0.1 is already listed at t.toml:"),
+        case("gateway rule with a port filter", with(&nva(&rule("gw", "\"10.0.0.20\"", "TCP", "\"80\" #!", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }]"))), "forwarding_rules[1].ports", "ports must be \"all\""),
+        case("appliances shared with a passthrough rule", with(&nva(&(rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }]").replacen("backend_service = \"web\"", "backend_service = \"nva\" #!", 1) + &rule("plain", "\"10.0.0.21\"", "TCP", "80", "")))), "forwarding_rules[1].backend_service", "cannot also serve passthrough rule \"plain\""),
+        case("gateway endpoint off every port's subnet", with(&format!("[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n{}", nva(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }] #!")))), "forwarding_rules[1].gateway_endpoints[0].address", "gateway endpoint 10.5.0.1 is on no subnet of a data port"),
         case("gateway endpoints on a passthrough rule", with(&rule("x", "\"10.0.0.20\"", "TCP", "80", "\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }] #!")), "forwarding_rules[1].gateway_endpoints", "only apply to rules with mode = \"gateway\""),
         // ---- node, locality (M5, M24) ----
         case("availability group 2", node_then_svc(&format!("{}availability_group = 2 #!\n", node_table())), "node.availability_group", "availability group 2 does not exist"),
@@ -597,7 +600,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 6] = [
+    let cases: [(&str, String); 4] = [
         (
             "node.shutdown_drain",
             node_then_svc(
@@ -607,24 +610,6 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
         (
             "dataplane.burst_size",
             with("[dataplane]\nburst_size = 64\n"),
-        ),
-        (
-            "forwarding_rules[1].mode",
-            with(concat!(
-                "[[forwarding_rules]]\nname = \"gw\"\nvips = [\"10.0.0.20\"]\nprotocol = \"L3_DEFAULT\"\n",
-                "backend_service = \"appliances\"\nmode = \"gateway\"\n",
-                "gateway_endpoints = [{ address = \"10.9.0.1\", id = 1 }]\n",
-                "[[backend_services]]\nname = \"appliances\"\ndelivery = \"geneve\"\n",
-                "[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"r1-a\"\n",
-                "endpoints = [{ address = \"10.2.0.1\" }]\n",
-            )),
-        ),
-        (
-            "backend_services[0].geneve.endpoint_id_type",
-            with("").replace(
-                "delivery = \"ipip\"",
-                "delivery = \"geneve\"\ngeneve = { endpoint_id_type = 5 }",
-            ),
         ),
         (
             "bgp",

@@ -6,11 +6,11 @@ use std::net::IpAddr;
 use super::rules::build_index;
 use super::{
     Balancing, ChildRule, ChildRuleId, Compiled, Composite, CompositeId, DEFAULT_MAX_UTILIZATION,
-    Delivery, Endpoint, GUE_PORT, Group, GroupId, HealthCheckId, NodeInfo, RegionId, Rule, RuleId,
-    Service, ServiceId, Settings, ZoneId, assign_flow_tags, dense,
+    Delivery, Endpoint, GUE_PORT, GatewayEndpoint, Group, GroupId, HealthCheckId, NodeInfo,
+    RegionId, Rule, RuleId, Service, ServiceId, Settings, ZoneId, dense, flow_tags,
 };
 use super::{IngressPolicy, url_host};
-use crate::schema::{Config, DeliveryMode, GeneveOptions};
+use crate::schema::{Config, DeliveryMode, GeneveOptions, RuleMode};
 use crate::values::Prefix;
 
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
@@ -141,7 +141,11 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             hash: s.hash,
             health_check: check,
             aggregation: s.aggregation,
-            fail_open: s.fail_open,
+            fail_open: s.fail_open.unwrap_or_else(|| {
+                cfg.forwarding_rules
+                    .iter()
+                    .any(|r| r.mode == RuleMode::Gateway && r.backend_service == s.name)
+            }),
             no_backend_action: s.no_backend_action,
             balancing: Balancing {
                 mode: s.balancing_mode,
@@ -156,7 +160,6 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             flow_tag: 0,
         });
     }
-    assign_flow_tags(&mut services);
 
     let composite_of = |rule: &str| {
         cfg.composite_health_checks
@@ -202,16 +205,49 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
     }
 
     let rule_index = build_index(&rules, &children);
-    let mut gateway_sources: Vec<(IpAddr, RuleId, u64)> = rules
+    // Gateway endpoints (M31), each with a flow tag of its own: tenants
+    // behind different endpoints never share a flow entry. Tags are drawn
+    // with the services' from one set of names, so none collides with a
+    // service's; an endpoint's name is its rule's and its ID, so it keeps
+    // its tag (and its flows) across reloads that reorder the file.
+    let mut gateways: Vec<GatewayEndpoint> = rules
         .iter()
         .enumerate()
         .flat_map(|(i, r)| {
             r.gateway_endpoints
                 .iter()
-                .map(move |&(a, id)| (a, RuleId(dense(i)), id))
+                .map(move |&(address, id)| GatewayEndpoint {
+                    address,
+                    id,
+                    rule: RuleId(dense(i)),
+                    service: r.service,
+                    flow_tag: 0,
+                })
         })
         .collect();
-    gateway_sources.sort_by_key(|&(a, _, _)| a);
+    {
+        let gateway_names: Vec<String> = gateways
+            .iter()
+            .map(|g| {
+                let rule = rules.get(g.rule.index()).map_or("", |r| r.name.as_str());
+                format!("{rule}\0gateway\0{:#x}", g.id)
+            })
+            .collect();
+        let names: Vec<&str> = services
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain(gateway_names.iter().map(String::as_str))
+            .collect();
+        let tags = flow_tags(&names);
+        let (svc_tags, gw_tags) = tags.split_at(services.len().min(tags.len()));
+        for (s, &t) in services.iter_mut().zip(svc_tags) {
+            s.flow_tag = t;
+        }
+        for (g, &t) in gateways.iter_mut().zip(gw_tags) {
+            g.flow_tag = t;
+        }
+    }
+    gateways.sort_by_key(|g| g.address);
 
     let composites = cfg
         .composite_health_checks
@@ -266,7 +302,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         regions,
         zones,
         client_zones,
-        gateway_sources,
+        gateways,
         settings: Settings {
             dataplane: cfg.dataplane.clone(),
             ports: cfg.ports.clone(),

@@ -32,8 +32,8 @@ fn dense(i: usize) -> u32 {
 }
 pub use rules::{ChildRule, L3_DEFAULT_PROTOCOLS, Rule, RuleIndex, RuleMatch};
 pub use services::{
-    Balancing, Composite, DEFAULT_MAX_UTILIZATION, Delivery, Endpoint, GUE_PORT, Group, Service,
-    assign_flow_tags,
+    Balancing, Composite, DEFAULT_MAX_UTILIZATION, Delivery, Endpoint, GUE_PORT, GatewayEndpoint,
+    Group, Service, assign_flow_tags, flow_tags,
 };
 pub use summary::summary;
 
@@ -132,9 +132,9 @@ pub struct Compiled {
     pub zones: Vec<String>,
     /// Client prefixes → zone, longest prefix first (M27).
     pub client_zones: Vec<(Prefix, ZoneId)>,
-    /// Gateway endpoint address → (gateway rule, endpoint ID), sorted by
-    /// address (each address belongs to one rule: validation).
-    pub gateway_sources: Vec<(IpAddr, RuleId, u64)>,
+    /// Gateway endpoints of gateway-mode rules (M31), sorted by address
+    /// (each address belongs to one rule: validation).
+    pub gateways: Vec<GatewayEndpoint>,
     /// `[dataplane]`, `[[ports]]`, `[bgp]`, `[flow_sync]`, `[metrics]`,
     /// `[control]` as written: settings, not per-packet state.
     pub settings: Settings,
@@ -225,13 +225,12 @@ impl Compiled {
 
     /// The gateway-mode rule and endpoint ID for traffic from `src` (M31).
     /// Binary search, no allocation.
-    pub fn gateway_endpoint(&self, src: IpAddr) -> Option<(RuleId, u64)> {
+    pub fn gateway_endpoint(&self, src: IpAddr) -> Option<&GatewayEndpoint> {
         let i = self
-            .gateway_sources
-            .binary_search_by(|(a, _, _)| a.cmp(&src))
+            .gateways
+            .binary_search_by(|g| g.address.cmp(&src))
             .ok()?;
-        let (_, rule, id) = self.gateway_sources[i];
-        Some((rule, id))
+        self.gateways.get(i)
     }
 
     /// Endpoints of a service.

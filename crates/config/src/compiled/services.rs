@@ -193,17 +193,47 @@ pub struct Composite {
     pub destination: RuleId,
 }
 
-/// Gives every service its [`Service::flow_tag`]: 16 bits of a fixed hash
-/// (FNV-1a) of its name, so a service keeps its tag whatever the order of the
-/// file. Two names that collide are told apart in name order (the later one
-/// takes the next free tag), which depends only on the set of names, never on
-/// their order; tags are distinct while there are at most 65,536 services.
+/// A gateway endpoint of a gateway-mode rule (M31): a router that sends the
+/// rule traffic to any destination, identified by its address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayEndpoint {
+    /// Its address (resolved to a MAC on the port whose subnet holds it).
+    pub address: IpAddr,
+    /// The 64-bit endpoint ID sent in the Geneve option (M30).
+    pub id: u64,
+    /// Its gateway rule.
+    pub rule: RuleId,
+    /// That rule's service (the appliances).
+    pub service: ServiceId,
+    /// Its part of its flows' identity in the flow table, in place of the
+    /// service's [`Service::flow_tag`]: distinct from every service's and
+    /// every other gateway endpoint's ([`flow_tags`]).
+    pub flow_tag: u16,
+}
+
+/// Gives every service its [`Service::flow_tag`] ([`flow_tags`] of their
+/// names).
 pub fn assign_flow_tags(services: &mut [Service]) {
-    let mut order: Vec<usize> = (0..services.len()).collect();
-    order.sort_by(|&a, &b| services[a].name.cmp(&services[b].name));
+    let names: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
+    let tags = flow_tags(&names);
+    for (s, t) in services.iter_mut().zip(tags) {
+        s.flow_tag = t;
+    }
+}
+
+/// The flow tag of each name: 16 bits of a fixed hash (FNV-1a) of the
+/// name, so that a service (or a gateway endpoint, M31) keeps its tag
+/// whatever the order of the file. Two names that collide are told apart
+/// in name order (the later one takes the next free tag), which depends
+/// only on the set of names, never on their order; tags are distinct while
+/// there are at most 65,536 names.
+pub fn flow_tags(names: &[&str]) -> Vec<u16> {
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by(|&a, &b| names[a].cmp(names[b]));
     let mut used = vec![false; 1 << 16];
+    let mut tags = vec![0u16; names.len()];
     for i in order {
-        let mut tag = name_tag(&services[i].name);
+        let mut tag = name_tag(names[i]);
         for _ in 0..u16::MAX {
             if !used[usize::from(tag)] {
                 break;
@@ -211,8 +241,9 @@ pub fn assign_flow_tags(services: &mut [Service]) {
             tag = tag.wrapping_add(1);
         }
         used[usize::from(tag)] = true;
-        services[i].flow_tag = tag;
+        tags[i] = tag;
     }
+    tags
 }
 
 /// FNV-1a (32 bits) of `name`, folded to 16 bits. Part of the flow-table

@@ -2,7 +2,6 @@
 //! silently does nothing.
 
 use super::{Checker, FIXED_BURST};
-use crate::schema::RuleMode;
 
 impl Checker<'_> {
     /// Fields this version parses and checks but does not act on yet: each
@@ -22,23 +21,6 @@ impl Checker<'_> {
                 "dataplane.burst_size",
                 format!("{NOT_USED}: workers receive and send bursts of {FIXED_BURST} packets"),
             );
-        }
-        for (i, r) in cfg.forwarding_rules.iter().enumerate() {
-            if r.mode == RuleMode::Gateway {
-                self.warn(
-                    &format!("forwarding_rules[{i}].mode"),
-                    format!("gateway mode is {NOT_USED}: the rule's packets are dropped and counted (drop gateway_unsupported), its gateway_endpoints are ignored"),
-                );
-            }
-        }
-        for (i, _) in cfg.backend_services.iter().enumerate() {
-            let p = format!("backend_services[{i}].geneve.endpoint_id_type");
-            if self.map.contains(&p) {
-                self.warn(
-                    &p,
-                    format!("{NOT_USED}: only gateway mode, which is not built, sends the gateway endpoint ID option"),
-                );
-            }
         }
         if cfg.bgp.is_some() {
             self.warn(

@@ -110,8 +110,44 @@ impl Checker<'_> {
                             "a gateway rule needs at least one gateway endpoint",
                         );
                     }
+                    // The rule takes what its endpoints route to it, in both
+                    // directions: a port filter would split connections.
+                    if !r.ports.is_all() {
+                        self.err(
+                            &format!("{p}.ports"),
+                            "a gateway rule takes every port of its protocol in both directions: ports must be \"all\"",
+                        );
+                    }
+                    if let Some(s) = svc
+                        && cfg.backend_services[s].delivery == DeliveryMode::Geneve
+                        && let Some(other) = rules.iter().find(|o| {
+                            o.mode == RuleMode::Passthrough
+                                && o.backend_service == cfg.backend_services[s].name
+                        })
+                    {
+                        self.err(
+                            &format!("{p}.backend_service"),
+                            format!("service {:?} holds appliances, which return what they get; it cannot also serve passthrough rule {:?}", r.backend_service, other.name),
+                        );
+                    }
                     let mut ids = HashSet::new();
                     for (k, g) in r.gateway_endpoints.iter().enumerate() {
+                        // Identified by the MAC its address resolves to, on
+                        // the port of its subnet (M31, M47).
+                        let data_ports = || {
+                            cfg.ports
+                                .iter()
+                                .filter(|pt| pt.role != crate::schema::PortRole::Exception)
+                        };
+                        if data_ports().next().is_some()
+                            && !data_ports()
+                                .any(|pt| pt.addresses.iter().any(|a| a.contains(g.address)))
+                        {
+                            self.err(
+                                &format!("{p}.gateway_endpoints[{k}].address"),
+                                format!("gateway endpoint {} is on no subnet of a data port: it must be a neighbour, whose MAC identifies its traffic", g.address),
+                            );
+                        }
                         if !ids.insert(g.id) {
                             self.err(
                                 &format!("{p}.gateway_endpoints[{k}].id"),
