@@ -206,6 +206,16 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// Eight bytes from the OS's random source.
+fn os_random() -> Option<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .ok()?;
+    Some(u64::from_ne_bytes(b))
+}
+
 /// One worker thread: its engine over its queues, run by the data plane's
 /// loop, its counters published every ~100 ms of the CPU's cycle counter.
 fn worker(
@@ -216,7 +226,11 @@ fn worker(
     routes: Routes,
     mut io: DpdkIo<'_, BURST>,
 ) {
-    let pipeline = Worker::new(0x5350_494c_0000_0000 ^ (index as u64) << 8 ^ dpdk::tsc(), 0);
+    // Flow cookies (M32) must not be guessable: the generator is seeded
+    // from the OS, once, before the loop (the cycle counter only if the OS
+    // has no random source to give).
+    let seed = os_random().unwrap_or_else(|| dpdk::tsc() ^ (index as u64) << 8);
+    let pipeline = Worker::new(seed, 0);
     let mut engine = Engine::with_routes(pipeline, roles, routes, BURST, MbufBurst::<BURST>::new);
     WorkerLoop {
         index,
