@@ -249,6 +249,9 @@ spillway_icmp_too_big_total 0
 # HELP spillway_mtu_exceeded_forwarded_total IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.
 # TYPE spillway_mtu_exceeded_forwarded_total counter
 spillway_mtu_exceeded_forwarded_total 0
+# HELP spillway_gateway_returned_packets_total Packets returned by appliances, checked and sent back to their gateway endpoint (M32).
+# TYPE spillway_gateway_returned_packets_total counter
+spillway_gateway_returned_packets_total 0
 # HELP spillway_flows_new_total Flow entries created.
 # TYPE spillway_flows_new_total counter
 spillway_flows_new_total 9
@@ -277,7 +280,7 @@ spillway_dropped_packets_total{reason="no_rule"} 18
 spillway_dropped_packets_total{reason="not_ours"} 19
 spillway_dropped_packets_total{reason="no_backend"} 20
 spillway_dropped_packets_total{reason="icmp_mismatch"} 21
-spillway_dropped_packets_total{reason="gateway_unsupported"} 22
+spillway_dropped_packets_total{reason="gateway_vip"} 22
 spillway_dropped_packets_total{reason="encap_failed"} 23
 spillway_dropped_packets_total{reason="no_tunnel_source"} 24
 spillway_dropped_packets_total{reason="fragment_no_rule"} 25
@@ -292,18 +295,27 @@ spillway_dropped_packets_total{reason="too_big"} 33
 spillway_dropped_packets_total{reason="too_big_rate_limited"} 34
 spillway_dropped_packets_total{reason="no_neighbour"} 35
 spillway_dropped_packets_total{reason="tunnel_loop"} 36
+spillway_dropped_packets_total{reason="gateway_no_rule"} 37
+spillway_dropped_packets_total{reason="gateway_unknown_source"} 38
+spillway_dropped_packets_total{reason="gateway_malformed"} 39
+spillway_dropped_packets_total{reason="gateway_options_missing"} 40
+spillway_dropped_packets_total{reason="gateway_endpoint_unknown"} 41
+spillway_dropped_packets_total{reason="gateway_no_flow"} 42
+spillway_dropped_packets_total{reason="gateway_cookie_mismatch"} 43
+spillway_dropped_packets_total{reason="gateway_wrong_appliance"} 44
+spillway_dropped_packets_total{reason="gateway_endpoint_unresolved"} 45
 # HELP spillway_rule_packets_total Packets per child rule (M5).
 # TYPE spillway_rule_packets_total counter
-spillway_rule_packets_total{rule="web-ag0"} 37
+spillway_rule_packets_total{rule="web-ag0"} 46
 # HELP spillway_rule_bytes_total Bytes per child rule.
 # TYPE spillway_rule_bytes_total counter
-spillway_rule_bytes_total{rule="web-ag0"} 38
+spillway_rule_bytes_total{rule="web-ag0"} 47
 # HELP spillway_rule_new_flows_total New flows per child rule.
 # TYPE spillway_rule_new_flows_total counter
-spillway_rule_new_flows_total{rule="web-ag0"} 39
+spillway_rule_new_flows_total{rule="web-ag0"} 48
 # HELP spillway_rule_dropped_packets_total Packets dropped after matching, per child rule.
 # TYPE spillway_rule_dropped_packets_total counter
-spillway_rule_dropped_packets_total{rule="web-ag0"} 40
+spillway_rule_dropped_packets_total{rule="web-ag0"} 49
 "#;
 
     #[test]

@@ -161,8 +161,9 @@ drop_reasons! {
     NoBackend => "no_backend",
     /// An ICMP error addressed to a VIP quotes a packet that did not come from that VIP.
     IcmpMismatch => "icmp_mismatch",
-    /// The rule is a gateway rule, which this pipeline does not serve yet.
-    GatewayUnsupported => "gateway_unsupported",
+    /// To a gateway rule's VIP itself (the address its gateway endpoints
+    /// route through, M31): that address takes no traffic of its own.
+    GatewayVip => "gateway_vip",
     /// Encapsulation failed (no headroom, or the inner frame was unusable), or a
     /// reply built in place found no headroom to grow into.
     EncapFailed => "encap_failed",
@@ -209,6 +210,32 @@ drop_reasons! {
     /// `remote_rule` group: sending it on to another node could bounce it
     /// between two nodes spilling over to each other.
     TunnelLoop => "tunnel_loop",
+    /// From a gateway endpoint (M31), of a protocol its gateway rule does
+    /// not take.
+    GatewayNoRule => "gateway_no_rule",
+    /// Geneve to the node's appliance port from an address that is no
+    /// appliance of a gateway rule (M32).
+    GatewayUnknownSource => "gateway_unknown_source",
+    /// Returned by an appliance, but its Geneve or inner packet is malformed,
+    /// an OAM packet, a fragment, or has an unknown critical option (M32).
+    GatewayMalformed => "gateway_malformed",
+    /// Returned by an appliance without the endpoint-ID or the cookie
+    /// option (M32).
+    GatewayOptionsMissing => "gateway_options_missing",
+    /// Returned by an appliance with an endpoint ID that is no gateway
+    /// endpoint of its rule (an altered option, M32).
+    GatewayEndpointUnknown => "gateway_endpoint_unknown",
+    /// Returned by an appliance for a flow this node has no entry for and
+    /// whose cookie is not the one a flow without entry carries (M32).
+    GatewayNoFlow => "gateway_no_flow",
+    /// Returned by an appliance with a cookie that is not its flow's (M32).
+    GatewayCookieMismatch => "gateway_cookie_mismatch",
+    /// Returned by an appliance that does not hold the flow: another one
+    /// does, or it no longer takes the flow's packets (M32).
+    GatewayWrongAppliance => "gateway_wrong_appliance",
+    /// Returned and accepted, but the gateway endpoint it goes back to has
+    /// no resolved MAC (M47).
+    GatewayEndpointUnresolved => "gateway_endpoint_unresolved",
 }
 
 counters! {
@@ -297,6 +324,11 @@ counters! {
             /// packets received.
             mtu_exceeded_forwarded: stats "; mtu exceeded forwarded {}",
                 metric "mtu_exceeded_forwarded_total" "IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.";
+            /// Packets an appliance returned (M32) that passed every check,
+            /// decapsulated and sent back to their gateway endpoint. Counted
+            /// here, not as forwarded.
+            gateway_returned: stats "; gateway returned {}", replay ", gateway returned {}",
+                metric "gateway_returned_packets_total" "Packets returned by appliances, checked and sent back to their gateway endpoint (M32).";
         ];
         /// The flow table's work: the `flows:` line of `stats` and of the
         /// replay summary.
@@ -485,6 +517,7 @@ mod tests {
             over_budget: 16,
             icmp_too_big: 41,
             mtu_exceeded_forwarded: 42,
+            gateway_returned: 47,
             nbr_sightings: 43,
             nbr_sightings_lost: 44,
             nbr_sent: 45,
@@ -514,7 +547,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; mtu exceeded forwarded {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; mtu exceeded forwarded {}; gateway returned {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -530,7 +563,8 @@ mod tests {
             c.decap_gue,
             c.decap_geneve,
             c.icmp_too_big,
-            c.mtu_exceeded_forwarded
+            c.mtu_exceeded_forwarded,
+            c.gateway_returned
         );
         want += &format!(
             "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
@@ -564,13 +598,14 @@ mod tests {
         assert_eq!(
             line(&c, WorkerCounters::TRAFFIC, Text::Replay),
             format!(
-                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, ICMP too big {}",
+                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, ICMP too big {}, gateway returned {}",
                 c.forwarded,
                 c.arp_replies,
                 c.nd_replies,
                 c.no_backend_resets,
                 c.to_host,
                 c.icmp_too_big,
+                c.gateway_returned,
             )
         );
         assert_eq!(
@@ -609,6 +644,7 @@ mod tests {
                 ("decap_geneve_packets_total", c.decap_geneve),
                 ("icmp_too_big_total", c.icmp_too_big),
                 ("mtu_exceeded_forwarded_total", c.mtu_exceeded_forwarded),
+                ("gateway_returned_packets_total", c.gateway_returned),
                 ("flows_new_total", c.new_flows),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
@@ -673,6 +709,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 20);
+        assert_eq!(DropReason::ALL.len(), 29);
     }
 }

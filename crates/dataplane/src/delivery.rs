@@ -13,8 +13,9 @@ use crate::counters::DropReason;
 use crate::snapshot::{Backend, Local, ServicePlan, Snapshot};
 
 /// The tunnel of a delivery mode (`None` for `l2dsr`), carrying `cookie`
-/// where the mode has one.
-fn tunnel(delivery: Delivery, cookie: u32) -> Option<Tunnel> {
+/// where the mode has one, and for gateway rules (M30) the gateway
+/// endpoint's ID.
+fn tunnel(delivery: Delivery, cookie: u32, endpoint_id: Option<u64>) -> Option<Tunnel> {
     Some(match delivery {
         Delivery::L2dsr => return None,
         Delivery::Ipip => Tunnel::IpIp,
@@ -34,7 +35,7 @@ fn tunnel(delivery: Delivery, cookie: u32) -> Option<Tunnel> {
                 cookie_type: flow_cookie_type,
             },
             options: GatewayOptions {
-                endpoint_id: None,
+                endpoint_id,
                 cookie: Some(cookie),
             },
         },
@@ -64,21 +65,33 @@ fn outer(local: &Local, be: &Backend, hash: u64) -> Result<Outer, DropReason> {
 }
 
 /// The precomputed outer headers for packets of `delivery` to `be` (`None`
-/// for `l2dsr`, or without a tunnel source of the backend's family).
-pub(crate) fn template(local: &Local, be: &Backend, delivery: Delivery) -> Option<Template> {
-    let t = tunnel(delivery, 0)?;
+/// for `l2dsr`, or without a tunnel source of the backend's family); with
+/// room for the endpoint-ID option for an appliance of a gateway rule.
+pub(crate) fn template(
+    local: &Local,
+    be: &Backend,
+    delivery: Delivery,
+    gateway: bool,
+) -> Option<Template> {
+    let t = tunnel(delivery, 0, gateway.then_some(0))?;
     Template::new(&outer(local, be, 0).ok()?, &t).ok()
 }
 
 /// Sends the packet on its way to backend `slot` per the delivery mode of
 /// service `svc` (`plan`), with the flow's `cookie` where the mode carries
-/// one. `inner` describes the packet as parsed.
+/// one and the gateway endpoint's ID for a gateway rule's packet (M30).
+/// `inner` describes the packet as parsed.
 #[inline]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the pipeline's facts, passed as they are"
+)]
 pub(crate) fn deliver<B: PacketBuf>(
     snap: &Snapshot,
     plan: &ServicePlan,
     svc: usize,
     (slot, cookie): (u32, u32),
+    endpoint_id: Option<u64>,
     hash: u64,
     inner: &InnerIp,
     pkt: &mut B,
@@ -97,7 +110,9 @@ pub(crate) fn deliver<B: PacketBuf>(
             .map(|_| ())
             .map_err(|_| DropReason::EncapFailed);
     }
-    let Some(tunnel) = tunnel(plan.delivery, cookie) else {
+    // A gateway rule's packet carries its endpoint's ID: built here, since
+    // appliances have no template (`Backend::encap`).
+    let Some(tunnel) = tunnel(plan.delivery, cookie, endpoint_id) else {
         return encap::l2dsr_rewrite(pkt.data_mut(), be.mac, local.mac)
             .map_err(|_| DropReason::Malformed);
     };

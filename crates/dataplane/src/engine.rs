@@ -223,6 +223,9 @@ impl<B: PacketBurst> Engine<B> {
                         None => counters.tx_dropped += 1,
                     },
                     Some(Verdict::Reply) => push(tx, p, m, &mut counters.tx_dropped),
+                    Some(Verdict::ForwardTo(out)) => {
+                        push(tx, usize::from(*out), m, &mut counters.tx_dropped)
+                    }
                     Some(Verdict::ToHost) => match host {
                         HostPath::ToHost { port, .. } => {
                             if let Some((from, to)) = readdress

@@ -76,8 +76,8 @@ fn gateway_hop(port: usize, p: &Port) -> Option<Hop> {
 
 /// Every next hop to resolve, each once, in a stable order: the gateway of
 /// the egress port and of the uplink (without `gateway_mac`), then every
-/// endpoint whose [`endpoint_hop`] is resolved. A plain list: gateway-mode
-/// endpoints (M31) join it with one more `extend`.
+/// endpoint whose [`endpoint_hop`] is resolved, then every gateway endpoint
+/// (M31).
 pub fn next_hops(compiled: &Compiled) -> Vec<NextHop> {
     let mut out: Vec<NextHop> = Vec::new();
     let ports = &compiled.settings.ports;
@@ -97,9 +97,31 @@ pub fn next_hops(compiled: &Compiled) -> Vec<NextHop> {
                 _ => None,
             }),
     );
+    out.extend(
+        compiled
+            .gateways
+            .iter()
+            .filter_map(|g| gateway_endpoint_hop(compiled, g.address)),
+    );
     let mut seen = std::collections::HashSet::new();
     out.retain(|h| seen.insert(*h));
     out
+}
+
+/// The next hop of a gateway endpoint (M31): itself, on the first data port
+/// whose subnet holds it (validation requires one when ports exist). Its
+/// resolved MAC, on that port, is how its traffic is recognised, and where
+/// returned packets go.
+pub fn gateway_endpoint_hop(compiled: &Compiled, addr: IpAddr) -> Option<NextHop> {
+    compiled
+        .settings
+        .ports
+        .iter()
+        .enumerate()
+        .find(|(_, p)| {
+            p.role != PortRole::Exception && p.addresses.iter().any(|a| a.contains(addr))
+        })
+        .map(|(port, _)| NextHop { port, addr })
 }
 
 #[cfg(test)]

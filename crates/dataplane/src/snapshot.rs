@@ -22,7 +22,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId, IngressPolicy, ZoneId};
-use config::schema::{ConnectionPersistence, LoadBalancing, NoBackendAction, SessionAffinity};
+use config::schema::{
+    ConnectionPersistence, LoadBalancing, NoBackendAction, Protocol, SessionAffinity,
+};
 use config::values::Prefix;
 use config::{RuleIndex, RuleMatch};
 use flowtable::Tick;
@@ -251,6 +253,115 @@ pub struct Snapshot {
     /// Which tunnels to the own addresses are decapsulated, from where
     /// (M49): the compiled configuration's, copied like [`Snapshot::rules`].
     pub tunnel_ingress: IngressPolicy,
+    /// The gateway endpoints of the gateway rules this node serves (M31).
+    pub gateways: Vec<GatewayHop>,
+    /// Appliances (backends of gateway services) by address, sorted: the
+    /// only sources a returned Geneve packet is taken from (M32).
+    pub appliances: Vec<(IpAddr, u32)>,
+}
+
+/// A gateway endpoint as the pipeline recognises it (M31): frames from its
+/// MAC on its port take its gateway rule; returned packets go back to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayHop {
+    /// The port it is on (index in `[[ports]]`).
+    pub port: usize,
+    /// Its resolved MAC; all zero while unresolved (nothing is recognised
+    /// as its traffic, nothing returned to it).
+    pub mac: MacAddr,
+    /// The 64-bit endpoint ID of the Geneve option (M30).
+    pub id: u64,
+    /// The child rule its packets are counted under (the rule's first
+    /// served one).
+    pub child: usize,
+    /// Index of the rule's service (the appliances).
+    pub svc: usize,
+    /// Its flows' tag in the flow table (`config::compiled::GatewayEndpoint::flow_tag`).
+    pub flow_tag: u16,
+    /// The rule's protocol.
+    pub protocol: Protocol,
+}
+
+impl GatewayHop {
+    /// Whether its rule takes IP protocol `proto`.
+    #[inline]
+    pub fn takes(&self, proto: u8) -> bool {
+        match self.protocol {
+            Protocol::Tcp => proto == wire::ip::proto::TCP,
+            Protocol::Udp => proto == wire::ip::proto::UDP,
+            Protocol::L3Default => config::compiled::L3_DEFAULT_PROTOCOLS.contains(&proto),
+        }
+    }
+}
+
+impl Snapshot {
+    /// The gateway endpoint a frame from `mac` on port `port` came from.
+    #[inline]
+    pub fn gateway_from(&self, port: usize, mac: &[u8]) -> Option<(usize, &GatewayHop)> {
+        self.gateways
+            .iter()
+            .enumerate()
+            .find(|(_, g)| g.port == port && g.mac != [0; 6] && g.mac[..] == *mac)
+    }
+
+    /// The Geneve port of appliance `slot`'s service.
+    #[inline]
+    pub fn gateway_geneve_port(&self, slot: u32) -> Option<u16> {
+        let be = self.backends.get(slot as usize)?;
+        match self.services.get(be.service as usize)?.delivery {
+            Delivery::Geneve { port, .. } => Some(port),
+            _ => None,
+        }
+    }
+
+    /// Whether `port` is the Geneve port of a gateway rule's service: the
+    /// port appliances return to (M32).
+    pub fn is_gateway_geneve_port(&self, port: u16) -> bool {
+        self.gateways.iter().any(|g| {
+            matches!(
+                self.services.get(g.svc).map(|s| s.delivery),
+                Some(Delivery::Geneve { port: p, .. }) if p == port
+            )
+        })
+    }
+
+    /// The backend slot of the appliance at `addr`, if it is one.
+    #[inline]
+    pub fn appliance(&self, addr: IpAddr) -> Option<u32> {
+        let i = self
+            .appliances
+            .binary_search_by(|(a, _)| a.cmp(&addr))
+            .ok()?;
+        self.appliances.get(i).map(|&(_, slot)| slot)
+    }
+}
+
+/// The gateway endpoints of `compiled` whose rule this node serves, with
+/// the MACs resolved so far.
+fn gateway_hops(compiled: &Compiled, local: &Local) -> Vec<GatewayHop> {
+    compiled
+        .gateways
+        .iter()
+        .filter_map(|g| {
+            let rule = compiled.rules.get(g.rule.index())?;
+            let child = rule
+                .children
+                .iter()
+                .find(|c| compiled.children.get(c.index()).is_some_and(|c| c.served))?;
+            let hop = crate::nexthop::gateway_endpoint_hop(compiled, g.address);
+            Some(GatewayHop {
+                port: hop.map_or(0, |h| h.port),
+                mac: hop
+                    .and_then(|h| local.mac_of(Hop::Resolved(h)))
+                    .unwrap_or_default(),
+                id: g.id,
+                child: child.index(),
+                svc: g.service.index(),
+                flow_tag: g.flow_tag,
+                protocol: rule.protocol,
+            })
+        })
+        .collect()
 }
 
 /// What the pipeline selects rules with (M3) and finds a client's zone
@@ -666,6 +777,11 @@ impl SnapshotBuilder {
         let generation = self.generation.wrapping_add(1);
         let mut used: HashMap<TableKey, Arc<MaglevTable>> = HashMap::new();
         let mut services = Vec::with_capacity(compiled.services.len());
+        // Services of gateway rules (M31): their backends are appliances.
+        let gateway_svc: Vec<bool> = (0..compiled.services.len())
+            .map(|i| compiled.gateways.iter().any(|g| g.service.index() == i))
+            .collect();
+        let mut appliances: Vec<(IpAddr, u32)> = Vec::new();
         for (svc_index, svc) in compiled.services.iter().enumerate() {
             let svc_id = u32::try_from(svc_index).unwrap_or(u32::MAX);
             let drain_ticks = ticks(svc.connection_draining_timeout, ticks_per_second);
@@ -706,7 +822,11 @@ impl SnapshotBuilder {
                         .get(ep.group.0 as usize)
                         .is_some_and(|g| g.remote.is_some()),
                 };
-                slot_of.push(self.slot_for(&svc.name, &ep.identity, backend, drain_ticks));
+                let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
+                if gateway_svc.get(svc_index).copied().unwrap_or(false) {
+                    appliances.push((ep.address, slot));
+                }
+                slot_of.push(slot);
             }
             let mut regions = Vec::with_capacity(sel.regions.len());
             for (sets, zones) in sel.regions {
@@ -767,10 +887,14 @@ impl SnapshotBuilder {
             // No template while the next hop is unresolved: such packets
             // leave the established fast path for `delivery::deliver`, which
             // drops them (`no_neighbour`), so the fast path tests nothing.
+            let gateway = gateway_svc
+                .get(be.service as usize)
+                .copied()
+                .unwrap_or(false);
             let template = services
                 .get(be.service as usize)
                 .filter(|_| be.mac != [0; 6])
-                .and_then(|p| crate::delivery::template(&local, be, p.delivery));
+                .and_then(|p| crate::delivery::template(&local, be, p.delivery, gateway));
             let overhead = template.as_ref().map_or(0, Template::overhead);
             be.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
                 u32::from(m).saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX))
@@ -778,8 +902,12 @@ impl SnapshotBuilder {
             // A remote rule's packets take the long way, where a packet that
             // arrived tunnelled is held back from it (M49): the fast path
             // tests nothing for it.
-            be.encap = template.filter(|_| !be.remote);
+            be.encap = template.filter(|_| !be.remote && !gateway);
         }
+        // An address listed twice (two gateway services) answers for its
+        // first slot.
+        appliances.sort_by_key(|&(a, _)| a);
+        appliances.dedup_by_key(|&mut (a, _)| a);
         let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
         let too_big = compiled.settings.dataplane.icmp_too_big_rate;
         Ok(Snapshot {
@@ -794,6 +922,8 @@ impl SnapshotBuilder {
             cookie_key: self.cookie_key,
             rules: Rules::from_config(&compiled),
             tunnel_ingress: compiled.tunnel_ingress.clone(),
+            gateways: gateway_hops(&compiled, &local),
+            appliances,
             compiled,
             services,
             backends,

@@ -19,7 +19,7 @@ use wire::packet::{
     parse_v6_flow,
 };
 
-use super::{Inner, Outcome, Pending, RuleRun, Stage, TCP, UDP, Worker};
+use super::{Ctx, Inner, Outcome, Pending, RuleRun, Stage, TCP, UDP, Worker};
 use crate::counters::DropReason;
 use crate::snapshot::{ServicePlan, Snapshot};
 
@@ -32,14 +32,14 @@ impl Worker {
     /// place, select the rule, compute the flow key.
     pub(super) fn classify<B: PacketBuf>(
         &mut self,
-        snap: &Snapshot,
+        cx: Ctx<'_>,
         pkt: &mut B,
         key: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
-        self.classify_frame(snap, pkt, key, pend)
+        self.classify_frame(cx, pkt, key, pend)
     }
 
     /// [`Worker::classify`] after the counting: also what a decapsulated
@@ -47,16 +47,17 @@ impl Worker {
     #[inline(always)]
     fn classify_frame<B: PacketBuf>(
         &mut self,
-        snap: &Snapshot,
+        cx: Ctx<'_>,
         pkt: &mut B,
         key: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
+        let snap = cx.snap;
         if let Some(f) = parse_v4_flow(pkt.data()) {
-            return self.v4_flow(snap, pkt, &f, key, pend);
+            return self.v4_flow(cx, pkt, &f, key, pend);
         }
         if let Some(f) = parse_v6_flow(pkt.data()) {
-            return self.v6_flow(snap, pkt, &f, key, pend);
+            return self.v6_flow(cx, pkt, &f, key, pend);
         }
         Stage::Done(match parse_frame(pkt.data()) {
             Err(_) => Outcome::Drop(DropReason::Malformed),
@@ -70,7 +71,7 @@ impl Worker {
                 {
                     self.link_control(snap, pkt, &info, icmp.msg_type)
                 }
-                _ => return self.ip(snap, pkt, &info, key, pend),
+                _ => return self.ip(cx, pkt, &info, key, pend),
             },
         })
     }
@@ -78,12 +79,13 @@ impl Worker {
     /// Rule selection and flow key of an IP packet (not link control).
     fn ip<B: PacketBuf>(
         &mut self,
-        snap: &Snapshot,
+        cx: Ctx<'_>,
         pkt: &mut B,
         info: &PacketInfo,
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
+        let snap = cx.snap;
         let dst = match info.version {
             IpVersion::V4 => unmap(&info.dst),
             IpVersion::V6 => {
@@ -138,7 +140,10 @@ impl Worker {
                     dst_port: info.ports.map(|(_, d)| d),
                     fragment: info.fragment.is_fragment(),
                 };
-                return self.own(snap, pkt, outer, key_out, pend);
+                return self.own(cx, pkt, outer, key_out, pend);
+            }
+            Err(Outcome::Drop(DropReason::NotOurs)) if !snap.gateways.is_empty() => {
+                return self.gateway(cx, pkt, info, key_out, pend);
             }
             Err(o) => return Stage::Done(o),
         };
@@ -156,6 +161,7 @@ impl Worker {
             client_zone: client_zone(snap, plan, key.src_addr()),
             inner: Inner::of(info, pkt.data()),
             tunnelled: false,
+            gateway: 0,
         };
         Stage::Lookup
     }
@@ -165,12 +171,13 @@ impl Worker {
     #[inline(always)]
     fn v4_flow<B: PacketBuf>(
         &mut self,
-        snap: &Snapshot,
+        cx: Ctx<'_>,
         pkt: &mut B,
         f: &V4Flow,
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
+        let snap = cx.snap;
         // Packets of a burst mostly go to the same service: the previous
         // fast-path packet's rule is reused when its destination, protocol
         // and port are this one's (the snapshot is the same within a group).
@@ -201,7 +208,10 @@ impl Worker {
                                 dst_port: Some(f.dst_port),
                                 fragment: false,
                             };
-                            return self.own(snap, pkt, outer, key_out, pend);
+                            return self.own(cx, pkt, outer, key_out, pend);
+                        }
+                        Err(Outcome::Drop(DropReason::NotOurs)) if !snap.gateways.is_empty() => {
+                            return self.gateway_frame(cx, pkt, key_out, pend);
                         }
                         Err(o) => return Stage::Done(o),
                     };
@@ -257,12 +267,13 @@ impl Worker {
     #[inline(always)]
     fn v6_flow<B: PacketBuf>(
         &mut self,
-        snap: &Snapshot,
+        cx: Ctx<'_>,
         pkt: &mut B,
         f: &V6Flow,
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
+        let snap = cx.snap;
         let dst = IpAddr::V6(Ipv6Addr::from(f.dst));
         let len = pkt.len();
         let (child, svc, plan) = match self.select(snap, dst, f.proto, Some(f.dst_port), false, len)
@@ -275,7 +286,10 @@ impl Worker {
                     dst_port: Some(f.dst_port),
                     fragment: false,
                 };
-                return self.own(snap, pkt, outer, key_out, pend);
+                return self.own(cx, pkt, outer, key_out, pend);
+            }
+            Err(Outcome::Drop(DropReason::NotOurs)) if !snap.gateways.is_empty() => {
+                return self.gateway_frame(cx, pkt, key_out, pend);
             }
             Err(o) => return Stage::Done(o),
         };
@@ -335,7 +349,7 @@ impl Worker {
             });
         };
         if m.gateway {
-            return Err(Outcome::Drop(DropReason::GatewayUnsupported));
+            return Err(Outcome::Drop(DropReason::GatewayVip));
         }
         let svc = m.service.index();
         let Some(plan) = snap.services.get(svc) else {
@@ -348,7 +362,7 @@ impl Worker {
 
 /// What the own-address branch needs of a packet's outer headers.
 #[derive(Clone, Copy)]
-struct OuterFacts {
+pub(super) struct OuterFacts {
     src: IpAddr,
     proto: u8,
     dst_port: Option<u16>,
@@ -365,12 +379,22 @@ impl Worker {
     #[inline(never)]
     fn own<B: PacketBuf>(
         &mut self,
-        snap: &Snapshot,
+        cx: Ctx<'_>,
         pkt: &mut B,
         outer: OuterFacts,
         key: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
+        let snap = cx.snap;
+        // Returned by an appliance (M32): checked and sent back, never
+        // classified again.
+        if outer.proto == UDP
+            && let Some(slot) = snap.appliance(outer.src)
+            && let Some(port) = snap.gateway_geneve_port(slot)
+            && (outer.dst_port == Some(port) || outer.fragment)
+        {
+            return Stage::Done(self.gateway_return(cx, pkt, slot, outer.fragment));
+        }
         let policy = &snap.tunnel_ingress;
         let tunnel = match outer.proto {
             ipproto::IPIP | ipproto::IPV6 => policy.ipip,
@@ -382,12 +406,22 @@ impl Worker {
                 .is_some_and(|p| Some(p) == policy.gue_port || Some(p) == policy.geneve_port),
             _ => false,
         };
+        // The appliances' port takes appliances only (M32), and peers
+        // that tunnelled ingress allows.
+        if outer.proto == UDP
+            && outer
+                .dst_port
+                .is_some_and(|p| snap.is_gateway_geneve_port(p))
+            && !(tunnel && policy.allows(outer.src))
+        {
+            return Stage::Done(Outcome::Drop(DropReason::GatewayUnknownSource));
+        }
         if !tunnel {
             return Stage::Done(Outcome::ToHost);
         }
         match self.decapsulate(snap, pkt, outer) {
             Ok(()) => {
-                let stage = self.classify_frame(snap, pkt, key, pend);
+                let stage = self.classify_frame(cx, pkt, key, pend);
                 if matches!(stage, Stage::Lookup) {
                     pend.tunnelled = true;
                 }
@@ -471,7 +505,7 @@ impl Worker {
 /// the hash (that of the key without the service, as
 /// `wire::flow::FlowKey::hash64` gives it).
 #[inline(always)]
-fn store_key(words: [u64; 5], flow_tag: u16, key_out: &mut flowtable::FlowKey) -> u64 {
+pub(super) fn store_key(words: [u64; 5], flow_tag: u16, key_out: &mut flowtable::FlowKey) -> u64 {
     let hash = wire::flow::hash_words(&words, 0);
     // The service's stable tag, not its position in the file: reordering
     // services keeps flows.
@@ -494,12 +528,12 @@ fn client_zone(snap: &Snapshot, plan: &ServicePlan, client: IpAddr) -> Option<Zo
 /// discovery). They go to the host unless the data plane answers them itself
 /// (a neighbor solicitation for a VIP or an own address), never to the
 /// "not ours" drop.
-const fn is_link_control(msg_type: u8) -> bool {
+pub(super) const fn is_link_control(msg_type: u8) -> bool {
     matches!(msg_type, 130..=137 | 143)
 }
 
 /// Flow-table class of an IP protocol.
-fn class_of(proto: u8) -> ProtoClass {
+pub(super) fn class_of(proto: u8) -> ProtoClass {
     match proto {
         TCP => ProtoClass::Tcp,
         UDP => ProtoClass::Udp,

@@ -151,11 +151,17 @@ impl Worker {
         {
             return (o, wrote);
         }
+        // A gateway rule's packet carries its endpoint's ID (M30).
+        let endpoint_id = match p.gateway {
+            0 => None,
+            g => snap.gateways.get(usize::from(g) - 1).map(|h| h.id),
+        };
         let sent = delivery::deliver(
             snap,
             plan,
             p.svc,
             (slot, cookie),
+            endpoint_id,
             p.hash,
             &p.inner.ip(),
             pkt,
@@ -166,7 +172,7 @@ impl Worker {
 
     /// Whether a flow entry's backend still takes that flow (M11).
     #[inline(always)]
-    fn keeps(
+    pub(super) fn keeps(
         &self,
         snap: &Snapshot,
         plan: &ServicePlan,
@@ -206,7 +212,14 @@ impl Worker {
         let Ctx { snap, flows, now } = cx;
         let slot = plan.pick(p.hash, p.client_zone)?;
         if p.is_icmp_error {
-            return Some((slot, 0));
+            // Through an appliance, the cookie its return is checked
+            // against (M32); elsewhere nothing reads it.
+            let cookie = if p.gateway != 0 {
+                stateless_cookie(p.hash, snap.cookie_key)
+            } else {
+                0
+            };
+            return Some((slot, cookie));
         }
         // Every new entry is unconfirmed (displaceable, and short-lived unless
         // opened by a SYN) until the flow shows up again in a later tick
@@ -278,7 +291,7 @@ impl Worker {
 /// The cookie of a flow forwarded without an entry: the same for every
 /// packet of the flow (it is derived from the flow's hash), unpredictable
 /// without the snapshot's secret.
-fn stateless_cookie(hash: u64, key: u64) -> u32 {
+pub(super) fn stateless_cookie(hash: u64, key: u64) -> u32 {
     (maglev::mix64(hash ^ key) >> 32) as u32
 }
 

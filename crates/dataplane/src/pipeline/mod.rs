@@ -58,6 +58,7 @@ mod answer;
 mod classify;
 mod count;
 mod flow;
+mod gateway;
 
 use wire::ip::proto::{TCP, UDP};
 
@@ -66,6 +67,9 @@ use wire::ip::proto::{TCP, UDP};
 pub enum Verdict {
     /// Rewritten or encapsulated for a backend: transmit it.
     Forward,
+    /// Returned by an appliance and decapsulated (M32): transmit it on this
+    /// port, to the gateway endpoint it came from.
+    ForwardTo(u16),
     /// Turned into a reply to its sender (ARP reply, neighbor advertisement,
     /// TCP reset): transmit it.
     Reply,
@@ -87,6 +91,8 @@ enum Outcome {
     Reset,
     /// Answered with ICMP too-big (M48).
     TooBig,
+    /// Returned by an appliance, sent back out this port (M32).
+    Returned(u16),
 }
 
 /// Packets classified together before their flow-table lookups (the
@@ -121,6 +127,9 @@ struct Pending {
     /// It arrived in a tunnel to an own address (M49): never sent on to a
     /// remote rule ([`crate::snapshot::Backend::remote`]).
     tunnelled: bool,
+    /// From gateway endpoint `gateway - 1` of [`Snapshot::gateways`] (M31);
+    /// 0: not a gateway rule's packet.
+    gateway: u16,
 }
 
 impl Pending {
@@ -147,6 +156,7 @@ impl Pending {
             client_zone,
             inner,
             tunnelled: false,
+            gateway: 0,
         }
     }
 
@@ -167,6 +177,7 @@ impl Pending {
             ip_len: 0,
         },
         tunnelled: false,
+        gateway: 0,
     };
 }
 
@@ -350,11 +361,12 @@ impl Worker {
         self.end_rule_run();
         let mut key = flowtable::FlowKey([0; 5]);
         let mut p = Pending::BLANK;
-        let outcome = match self.classify(snap, pkt, &mut key, &mut p) {
+        let cx = Ctx { snap, flows, now };
+        let outcome = match self.classify(cx, pkt, &mut key, &mut p) {
             Stage::Done(o) => o,
             Stage::Lookup => {
                 let hit = flows.lookup(&key, p.hash);
-                self.finish(Ctx { snap, flows, now }, pkt, &p, &key, hit).0
+                self.finish(cx, pkt, &p, &key, hit).0
             }
         };
         self.count(outcome)
@@ -426,7 +438,7 @@ impl Worker {
             else {
                 break;
             };
-            *stage = self.classify(snap, pkt, key, pend);
+            *stage = self.classify(cx, pkt, key, pend);
             if let Stage::Lookup = stage {
                 *lk = flows.begin(pend.hash);
                 n += 1;

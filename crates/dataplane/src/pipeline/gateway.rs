@@ -1,0 +1,237 @@
+//! Gateway mode (M30–M32): traffic that a gateway endpoint (a router)
+//! routes through the balancer, to any destination, goes to an appliance
+//! in Geneve; what the appliance returns is checked and sent back to that
+//! endpoint.
+//!
+//! - **Ingress**: a frame whose destination is not the node's (`not_ours`)
+//!   takes a gateway rule when its source MAC is one of that rule's gateway
+//!   endpoints' resolved MACs, on the endpoint's port (M47 resolves them).
+//!   Its flow key is symmetric (both directions of a connection share one
+//!   entry, one appliance, one cookie) and carries the endpoint's flow tag,
+//!   so tenants behind different endpoints never share an entry (M31).
+//! - **Return**: Geneve to an own address from an appliance is taken only
+//!   with both options, an endpoint ID of that appliance's rule, and the
+//!   cookie of the flow's entry held by that appliance (or, for a flow
+//!   forwarded without an entry, the keyed cookie such a flow carries).
+//!   The inner packet then leaves, unchanged, to the endpoint's MAC. No
+//!   other packet is ever relayed: an appliance cannot reach an arbitrary
+//!   destination through the balancer (M6).
+//!
+//! Both branches are out of line: the passthrough fast path never comes
+//! here.
+
+use config::compiled::Delivery;
+use wire::buf::PacketBuf;
+use wire::encap::{DecapConfig, TunnelKind, parse_tunnel, strip_outer};
+use wire::flow::{FlowKey, hash_words, with_service_tag};
+use wire::geneve::OptionIds;
+use wire::ip::is_mapped_v4;
+use wire::packet::{Frame, IcmpInfo, IpVersion, PacketInfo, parse_frame, parse_ip};
+
+use super::classify::{class_of, store_key};
+use super::flow::stateless_cookie;
+use super::{Ctx, Inner, Outcome, Pending, Stage, Worker};
+use crate::counters::DropReason;
+
+impl Worker {
+    /// [`Worker::gateway`] for a frame of the fast path, parsed again in
+    /// full.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn gateway_frame<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        key: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        match parse_frame(pkt.data()) {
+            Ok(Frame::Ip(_, info)) => self.gateway(cx, pkt, &info, key, pend),
+            Ok(_) => Stage::Done(Outcome::Drop(DropReason::NotOurs)),
+            Err(_) => Stage::Done(Outcome::Drop(DropReason::Malformed)),
+        }
+    }
+
+    /// An IP packet not addressed to the node: a gateway rule's if it came
+    /// from one of the rule's gateway endpoints, else `not_ours` (M6).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn gateway<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        info: &PacketInfo,
+        key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        let snap = cx.snap;
+        let from = pkt
+            .data()
+            .get(6..12)
+            .and_then(|mac| snap.gateway_from(self.rx_port, mac));
+        let Some((index, hop)) = from else {
+            return Stage::Done(Outcome::Drop(DropReason::NotOurs));
+        };
+        if info.version == IpVersion::V6 && (is_mapped_v4(&info.dst) || is_mapped_v4(&info.src)) {
+            return Stage::Done(Outcome::Drop(DropReason::BadAddress));
+        }
+        // An ICMP error belongs to the flow it quotes (as for a VIP, M13).
+        let (proto, fragment, is_icmp_error) = match &info.icmp {
+            Some(IcmpInfo {
+                quoted: Some(q), ..
+            }) => (q.proto, q.fragment && q.ports.is_none(), true),
+            _ => (info.proto, info.fragment.is_fragment(), false),
+        };
+        if !hop.takes(proto) {
+            return Stage::Done(Outcome::Drop(DropReason::GatewayNoRule));
+        }
+        let (Some(plan), Ok(gateway)) = (snap.services.get(hop.svc), u16::try_from(index + 1))
+        else {
+            return Stage::Done(Outcome::Drop(DropReason::NoRule));
+        };
+        self.count_child(hop.child, pkt.len());
+        let key = FlowKey::from_packet(info, plan.affinity).symmetric();
+        let hash = store_key(key.pack(), hop.flow_tag, key_out);
+        *pend = Pending {
+            tcp_flags: info.tcp_flags,
+            child: hop.child,
+            svc: hop.svc,
+            proto,
+            fragment,
+            is_icmp_error,
+            hash,
+            class: class_of(proto),
+            client_zone: None,
+            inner: Inner::of(info, pkt.data()),
+            tunnelled: false,
+            gateway,
+        };
+        Stage::Lookup
+    }
+
+    /// Geneve to an own address from appliance `slot` (M32): sent back to
+    /// its gateway endpoint if every check passes, else dropped by reason.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn gateway_return<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        slot: u32,
+        fragment: bool,
+    ) -> Outcome {
+        match self.returned(cx, pkt, slot, fragment) {
+            Ok(port) => Outcome::Returned(port),
+            Err(r) => Outcome::Drop(r),
+        }
+    }
+
+    fn returned<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        slot: u32,
+        fragment: bool,
+    ) -> Result<u16, DropReason> {
+        let Ctx { snap, flows, now } = cx;
+        // Tunnels are not reassembled.
+        if fragment {
+            return Err(DropReason::GatewayMalformed);
+        }
+        let be = snap
+            .backends
+            .get(slot as usize)
+            .ok_or(DropReason::GatewayUnknownSource)?;
+        let svc = be.service as usize;
+        let plan = snap
+            .services
+            .get(svc)
+            .ok_or(DropReason::GatewayUnknownSource)?;
+        let Delivery::Geneve {
+            port,
+            option_class,
+            endpoint_id_type,
+            flow_cookie_type,
+        } = plan.delivery
+        else {
+            return Err(DropReason::GatewayUnknownSource);
+        };
+        let cfg = DecapConfig {
+            gue_port: None,
+            geneve_port: Some(port),
+            allow_zero_udp_checksum_v6: false,
+            geneve_ids: OptionIds {
+                class: option_class,
+                endpoint_type: endpoint_id_type,
+                cookie_type: flow_cookie_type,
+            },
+        };
+        let t = parse_tunnel(pkt.data(), &cfg).map_err(|_| DropReason::GatewayMalformed)?;
+        if t.kind != TunnelKind::Geneve || t.geneve_oam || t.geneve_unknown_critical {
+            return Err(DropReason::GatewayMalformed);
+        }
+        let (Some(endpoint_id), Some(cookie)) = (t.gateway.endpoint_id, t.gateway.cookie) else {
+            return Err(DropReason::GatewayOptionsMissing);
+        };
+        let hop = snap
+            .gateways
+            .iter()
+            .find(|g| g.svc == svc && g.id == endpoint_id)
+            .ok_or(DropReason::GatewayEndpointUnknown)?;
+        let inner = pkt
+            .data()
+            .get(t.inner_offset..t.inner_offset + t.inner_len)
+            .ok_or(DropReason::GatewayMalformed)?;
+        let info = parse_ip(inner).map_err(|_| DropReason::GatewayMalformed)?;
+        if info.version == IpVersion::V6 && (is_mapped_v4(&info.dst) || is_mapped_v4(&info.src)) {
+            return Err(DropReason::BadAddress);
+        }
+        // The flow's key as its forward packets made it (symmetric, the
+        // endpoint's tag): the one entry of both directions.
+        let words = FlowKey::from_packet(&info, plan.affinity)
+            .symmetric()
+            .pack();
+        let hash = hash_words(&words, 0);
+        let key = flowtable::FlowKey(with_service_tag(words, hop.flow_tag));
+        let proto = match &info.icmp {
+            Some(IcmpInfo {
+                quoted: Some(q), ..
+            }) => q.proto,
+            _ => info.proto,
+        };
+        match flows.lookup(&key, hash) {
+            Some(hit) => {
+                if hit.entry.backend != slot || !self.keeps(snap, plan, &hit, class_of(proto), now)
+                {
+                    return Err(DropReason::GatewayWrongAppliance);
+                }
+                if hit.entry.cookie != cookie {
+                    return Err(DropReason::GatewayCookieMismatch);
+                }
+            }
+            // Forwarded without an entry (table full, over the new-entry
+            // budget): its cookie is keyed by the flow's hash.
+            None if cookie == stateless_cookie(hash, snap.cookie_key) => {}
+            None => return Err(DropReason::GatewayNoFlow),
+        }
+        if hop.mac == [0; 6] {
+            return Err(DropReason::GatewayEndpointUnresolved);
+        }
+        let out = u16::try_from(hop.port).map_err(|_| DropReason::GatewayEndpointUnresolved)?;
+        let src_mac = snap
+            .local
+            .port_macs
+            .get(hop.port)
+            .copied()
+            .unwrap_or(snap.local.mac);
+        let dst_mac = hop.mac;
+        strip_outer(pkt, &t).map_err(|_| DropReason::GatewayMalformed)?;
+        let eth = pkt
+            .data_mut()
+            .get_mut(..12)
+            .ok_or(DropReason::GatewayMalformed)?;
+        eth[..6].copy_from_slice(&dst_mac);
+        eth[6..].copy_from_slice(&src_mac);
+        Ok(out)
+    }
+}

@@ -1,0 +1,606 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+//! Gateway mode (M30–M32) on in-memory buffers: traffic from a gateway
+//! endpoint (by its resolved MAC) to any destination goes to an appliance
+//! in Geneve, both directions of a connection to the same one with the same
+//! cookie; what an appliance returns is taken only with the flow's cookie
+//! and options, and goes back to the endpoint it came from. Everything else
+//! is dropped by reason.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use dataplane::nexthop::NextHop;
+use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use flowtable::FlowTable;
+use testkit::config::{Config, endpoint_list, group, port, rule, service};
+use testkit::packet::{ACK, Packet, SYN, encap, outer, v4, v6};
+use wire::buf::{MemBuf, PacketBuf};
+use wire::encap::{DecapConfig, Tunnel, TunnelInfo, TunnelKind, parse_tunnel};
+use wire::geneve::{GatewayOptions, OptionIds};
+
+const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+/// Gateway endpoints (routers) 1 and 2, and a stranger on the segment.
+const R1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xf1];
+const R2_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xf2];
+const STRANGER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x55];
+/// Appliances.
+const NVA_MACS: [[u8; 6]; 3] = [
+    [0x02, 0, 0, 0, 0, 0xa1],
+    [0x02, 0, 0, 0, 0, 0xa2],
+    [0x02, 0, 0, 0, 0, 0xa3],
+];
+
+const OWN4: &str = "10.0.0.2";
+const OWN6: &str = "fd00::2";
+const R1: &str = "10.0.0.1";
+const R2: &str = "10.0.0.3";
+const ID1: u64 = 0x0000_0001_0000_0001;
+const ID2: u64 = 0x0000_0001_0000_0002;
+const NVAS4: [&str; 3] = ["10.0.0.11", "10.0.0.12", "10.0.0.13"];
+const NVAS6: [&str; 3] = ["fd00::11", "fd00::12", "fd00::13"];
+
+/// Client and server, of both families: any addresses, not the node's.
+const CLIENT4: &str = "172.16.1.7";
+const SERVER4: &str = "172.16.2.9";
+const CLIENT6: &str = "2001:db8:1::7";
+const SERVER6: &str = "2001:db8:2::9";
+
+/// One port with both own addresses; a gateway rule for endpoints R1 and R2
+/// to a Geneve service of `nvas` appliances with `affinity`.
+fn config(nvas: &[&str], affinity: &str) -> Config {
+    let eps = endpoint_list(nvas);
+    Config::new()
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24", "fd00::2/64"]))
+        .rule(
+            rule("gw", &["10.0.0.10"], "L3_DEFAULT", "all", "nva")
+                .str("mode", "gateway")
+                .set(
+                    "gateway_endpoints",
+                    format!("[{{ address = \"{R1}\", id = {ID1:#x} }}, {{ address = \"{R2}\", id = {ID2:#x} }}]"),
+                ),
+        )
+        .service(
+            service("nva", "geneve")
+                .str("session_affinity", affinity)
+                .child(group("a", "r", "z").set("endpoints", eps)),
+        )
+}
+
+struct Lab {
+    snap: Snapshot,
+    builder: SnapshotBuilder,
+    flows: FlowTable,
+    worker: Worker,
+    now: u32,
+}
+
+fn neighbours(nvas: &[&str], r1: bool) -> Vec<(NextHop, [u8; 6])> {
+    let hop = |a: &str| NextHop {
+        port: 0,
+        addr: a.parse().unwrap(),
+    };
+    let mut n: Vec<(NextHop, [u8; 6])> = nvas
+        .iter()
+        .zip(NVA_MACS.iter().cycle())
+        .map(|(a, m)| (hop(a), *m))
+        .collect();
+    if r1 {
+        n.push((hop(R1), R1_MAC));
+    }
+    n.push((hop(R2), R2_MAC));
+    n
+}
+
+fn local(nvas: &[&str], r1_resolved: bool) -> Local {
+    Local {
+        mac: LB_MAC,
+        port_macs: vec![LB_MAC],
+        tunnel_src_v4: Some(OWN4.parse().unwrap()),
+        tunnel_src_v6: Some(OWN6.parse().unwrap()),
+        own_addrs: vec![v4(OWN4), v6(OWN6), v4("10.0.0.10")],
+        neighbours: neighbours(nvas, r1_resolved),
+        ..Local::default()
+    }
+}
+
+fn compile(cfg: &Config) -> Arc<config::Compiled> {
+    match config::load_str("test.toml", &cfg.build(), &config::Env::default()) {
+        Ok(l) => Arc::new(l.compiled),
+        Err(e) => panic!("test config rejected:\n{e}"),
+    }
+}
+
+impl Lab {
+    fn new(nvas: &[&str], affinity: &str) -> Lab {
+        let mut builder = SnapshotBuilder::new();
+        let snap = builder
+            .build(
+                compile(&config(nvas, affinity)),
+                local(nvas, true),
+                |_| EndpointHealth::HEALTHY,
+                0,
+                1,
+            )
+            .expect("snapshot");
+        let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
+        let worker = Worker::new(7, snap.compiled.children.len());
+        Lab {
+            snap,
+            builder,
+            flows,
+            worker,
+            now: 1,
+        }
+    }
+
+    /// Rebuilds the snapshot from `nvas` (the appliance set changes).
+    fn reconfigure(&mut self, nvas: &[&str], affinity: &str, r1_resolved: bool) {
+        self.snap = self
+            .builder
+            .build(
+                compile(&config(nvas, affinity)),
+                local(nvas, r1_resolved),
+                |_| EndpointHealth::HEALTHY,
+                self.now,
+                1,
+            )
+            .expect("snapshot");
+    }
+
+    fn run(&mut self, frame: &[u8]) -> (Verdict, Vec<u8>) {
+        let mut buf = MemBuf::new(vec![0u8; 2048 + frame.len()], 128, frame).expect("fits");
+        self.worker.set_rx_port(0);
+        let v = self
+            .worker
+            .process(&self.snap, &self.flows, self.now, &mut buf);
+        (v, buf.data().to_vec())
+    }
+
+    fn dropped(&self, r: DropReason) -> u64 {
+        self.worker.counters.dropped(r)
+    }
+}
+
+const SICK: EndpointHealth = EndpointHealth {
+    healthy: false,
+    weight: None,
+};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A TCP segment `src:sport → dst:dport` as the router with `mac` sends it
+/// to the balancer.
+fn tcp(mac: [u8; 6], src: &str, dst: &str, ports: (u16, u16), flags: u8) -> Packet {
+    Packet::tcp(ip(src), ip(dst), ports.0, ports.1, flags).macs(mac, LB_MAC)
+}
+
+/// What the balancer sent an appliance: its Geneve facts, which must wrap
+/// `inner`'s IP packet unchanged.
+fn geneve_of(out: &[u8], inner: &[u8]) -> TunnelInfo {
+    let cfg = DecapConfig {
+        geneve_port: Some(6081),
+        ..DecapConfig::default()
+    };
+    let t = parse_tunnel(out, &cfg).expect("Geneve to an appliance");
+    assert_eq!(t.kind, TunnelKind::Geneve);
+    assert_eq!(
+        &out[t.inner_offset..t.inner_offset + t.inner_len],
+        &inner[14..],
+        "inner packet unchanged"
+    );
+    t
+}
+
+/// Which appliance (index) got it.
+fn nva_of(t: &TunnelInfo) -> usize {
+    NVAS4
+        .iter()
+        .chain(NVAS6.iter())
+        .position(|a| ip(a) == t.dst_ip)
+        .expect("an appliance")
+        % 3
+}
+
+/// The appliance's answer per the contract: outer addresses (and MACs)
+/// swapped, ports and every Geneve byte kept: a copy of the forwarded frame.
+fn echo(out: &[u8]) -> Vec<u8> {
+    let mut f = out.to_vec();
+    let (dst, src) = (f[..6].to_vec(), f[6..12].to_vec());
+    f[..6].copy_from_slice(&src);
+    f[6..12].copy_from_slice(&dst);
+    match f[14] >> 4 {
+        4 => {
+            let (s, d) = (f[26..30].to_vec(), f[30..34].to_vec());
+            f[26..30].copy_from_slice(&d);
+            f[30..34].copy_from_slice(&s);
+        }
+        _ => {
+            let (s, d) = (f[22..38].to_vec(), f[38..54].to_vec());
+            f[22..38].copy_from_slice(&d);
+            f[38..54].copy_from_slice(&s);
+        }
+    }
+    f
+}
+
+/// A Geneve packet from `src` to `dst` (checksums right) carrying `inner`
+/// (an Ethernet frame) with `options`.
+fn returned(inner: &[u8], src: &str, dst: &str, options: GatewayOptions) -> Vec<u8> {
+    let mut o = outer(ip(src), ip(dst));
+    o.src_mac = NVA_MACS[0];
+    o.dst_mac = LB_MAC;
+    encap(
+        inner,
+        &o,
+        &Tunnel::Geneve {
+            port: 6081,
+            vni: 0,
+            ids: OptionIds::DEFAULT,
+            options,
+        },
+    )
+}
+
+fn opts(endpoint_id: Option<u64>, cookie: Option<u32>) -> GatewayOptions {
+    GatewayOptions {
+        endpoint_id,
+        cookie,
+    }
+}
+
+#[test]
+fn both_directions_reach_one_appliance_with_one_cookie_under_every_affinity() {
+    for affinity in ["NONE", "CLIENT_IP_PROTO", "CLIENT_IP"] {
+        let mut lab = Lab::new(&NVAS4, affinity);
+        let mut used = [0usize; 3];
+        for i in 0..64u16 {
+            let client = format!("172.16.1.{}", 1 + i % 200);
+            // Whichever direction arrives first.
+            let (a, b) = (
+                tcp(R1_MAC, &client, SERVER4, (40000 + i, 443), SYN).frame(),
+                tcp(R1_MAC, SERVER4, &client, (443, 40000 + i), SYN | ACK).frame(),
+            );
+            let (first, second) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            let (v1, o1) = lab.run(first);
+            let (v2, o2) = lab.run(second);
+            assert_eq!((v1, v2), (Verdict::Forward, Verdict::Forward), "{affinity}");
+            let (t1, t2) = (geneve_of(&o1, first), geneve_of(&o2, second));
+            assert_eq!(
+                nva_of(&t1),
+                nva_of(&t2),
+                "{affinity}: one appliance per connection"
+            );
+            assert_eq!(
+                t1.gateway.cookie, t2.gateway.cookie,
+                "{affinity}: one cookie"
+            );
+            assert_eq!(t1.gateway.endpoint_id, Some(ID1));
+            assert_eq!((t1.vni, t1.src_ip), (Some(0), ip(OWN4)));
+            assert_eq!(&o1[..6], &NVA_MACS[nva_of(&t1)]);
+            used[nva_of(&t1)] += 1;
+        }
+        assert!(
+            used.iter().all(|&n| n > 0),
+            "{affinity}: every appliance used: {used:?}"
+        );
+        // One entry per connection, not one per direction.
+        assert_eq!(lab.worker.counters.new_flows, 64, "{affinity}");
+    }
+}
+
+#[test]
+fn geneve_header_and_options_are_the_contracts() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (v, out) = lab.run(&f);
+    assert_eq!(v, Verdict::Forward);
+    let t = geneve_of(&out, &f);
+    let g = &out[14 + 20 + 8..];
+    // Version 0, Opt Len 5 (endpoint ID 4 + 8 bytes, cookie 4 + 4), O and C
+    // clear, protocol 0x0800, VNI 0.
+    assert_eq!(&g[..8], &[5, 0, 0x08, 0x00, 0, 0, 0, 0]);
+    // Endpoint ID first: class 0x0139, type 1, length 2 words.
+    assert_eq!(&g[8..12], &[0x01, 0x39, 0x01, 0x02]);
+    assert_eq!(&g[12..20], &ID1.to_be_bytes());
+    assert_eq!(&g[20..24], &[0x01, 0x39, 0x03, 0x01]);
+    assert_eq!(&g[24..28], &t.gateway.cookie.unwrap().to_be_bytes());
+    assert_eq!(t.udp_ports.unwrap().1, 6081);
+    // IPv6 inner: protocol 0x86DD.
+    let f6 = tcp(R1_MAC, CLIENT6, SERVER6, (40000, 80), SYN).frame();
+    let (v, out) = lab.run(&f6);
+    assert_eq!(v, Verdict::Forward);
+    geneve_of(&out, &f6);
+    assert_eq!(&out[14 + 20 + 8 + 2..14 + 20 + 8 + 4], &[0x86, 0xdd]);
+}
+
+#[test]
+fn ipv6_appliances_get_ipv6_outer_headers_for_both_inner_families() {
+    let mut lab = Lab::new(&NVAS6, "NONE");
+    for (c, s) in [(CLIENT4, SERVER4), (CLIENT6, SERVER6)] {
+        let f = tcp(R1_MAC, c, s, (40001, 80), SYN).frame();
+        let (v, out) = lab.run(&f);
+        assert_eq!(v, Verdict::Forward, "{c}");
+        let t = geneve_of(&out, &f);
+        assert_eq!(t.src_ip, ip(OWN6));
+        // And the appliance's answer comes back, byte for byte the inner.
+        let (v, back) = lab.run(&echo(&out));
+        assert_eq!(v, Verdict::ForwardTo(0), "{c}");
+        assert_eq!(&back[14..], &f[14..], "{c}: inner packet unchanged");
+        assert_eq!(&back[..6], &R1_MAC);
+        assert_eq!(&back[6..12], &LB_MAC);
+    }
+    assert_eq!(lab.worker.counters.gateway_returned, 2);
+}
+
+#[test]
+fn flows_stay_on_their_appliance_while_the_set_changes() {
+    let mut lab = Lab::new(&NVAS4[..2], "NONE");
+    let mut first = Vec::new();
+    for i in 0..32u16 {
+        let f = tcp(R1_MAC, CLIENT4, SERVER4, (41000 + i, 80), SYN).frame();
+        let (_, out) = lab.run(&f);
+        first.push(nva_of(&geneve_of(&out, &f)));
+    }
+    lab.now += 1;
+    lab.reconfigure(&NVAS4, "NONE", true);
+    for (port, nva) in (41000u16..).zip(&first) {
+        let i = port - 41000;
+        let back = tcp(R1_MAC, SERVER4, CLIENT4, (80, port), SYN | ACK).frame();
+        let (v, out) = lab.run(&back);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(
+            nva_of(&geneve_of(&out, &back)),
+            *nva,
+            "flow {i} kept its appliance"
+        );
+    }
+}
+
+#[test]
+fn tenants_behind_different_endpoints_never_share_an_entry() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f1 = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let f2 = tcp(R2_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (_, o1) = lab.run(&f1);
+    let (_, o2) = lab.run(&f2);
+    let (t1, t2) = (geneve_of(&o1, &f1), geneve_of(&o2, &f2));
+    assert_eq!(lab.worker.counters.new_flows, 2);
+    assert_eq!(
+        (t1.gateway.endpoint_id, t2.gateway.endpoint_id),
+        (Some(ID1), Some(ID2))
+    );
+    assert_ne!(t1.gateway.cookie, t2.gateway.cookie);
+    // Each returns to its own router.
+    let (v, b1) = lab.run(&echo(&o1));
+    assert_eq!(v, Verdict::ForwardTo(0));
+    assert_eq!(&b1[..6], &R1_MAC);
+    let (v, b2) = lab.run(&echo(&o2));
+    assert_eq!(v, Verdict::ForwardTo(0));
+    assert_eq!(&b2[..6], &R2_MAC);
+    // Router 1's cookie with router 2's ID: that is tenant 2's flow.
+    let forged = returned(
+        &f1,
+        NVAS4[nva_of(&t2)],
+        OWN4,
+        opts(Some(ID2), t1.gateway.cookie),
+    );
+    let (v, _) = lab.run(&forged);
+    assert!(
+        matches!(v, Verdict::Drop(DropReason::GatewayCookieMismatch)),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn only_gateway_endpoints_are_taken_and_only_what_their_rule_takes() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(STRANGER_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    assert_eq!(lab.run(&f).0, Verdict::Drop(DropReason::NotOurs));
+    // The gateway rule's own address takes nothing.
+    let f = tcp(R1_MAC, CLIENT4, "10.0.0.10", (40000, 80), SYN).frame();
+    assert_eq!(lab.run(&f).0, Verdict::Drop(DropReason::GatewayVip));
+    // L3_DEFAULT takes ICMP, not an unknown protocol.
+    let f = Packet::echo(ip(CLIENT4), ip(SERVER4), 1, 1)
+        .macs(R1_MAC, LB_MAC)
+        .frame();
+    assert_eq!(lab.run(&f).0, Verdict::Forward);
+    let f = Packet::raw(ip(CLIENT4), ip(SERVER4), 200)
+        .macs(R1_MAC, LB_MAC)
+        .frame();
+    assert_eq!(lab.run(&f).0, Verdict::Drop(DropReason::GatewayNoRule));
+    // An endpoint whose MAC is not resolved is not recognised.
+    lab.reconfigure(&NVAS4, "NONE", false);
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    assert_eq!(lab.run(&f).0, Verdict::Drop(DropReason::NotOurs));
+}
+
+#[test]
+fn a_returned_packet_goes_back_to_its_endpoint_unchanged() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN)
+        .payload(b"hello")
+        .frame();
+    let (_, out) = lab.run(&f);
+    let (v, back) = lab.run(&echo(&out));
+    assert_eq!(v, Verdict::ForwardTo(0));
+    assert_eq!(&back[..6], &R1_MAC);
+    assert_eq!(&back[6..12], &LB_MAC);
+    assert_eq!(
+        &back[12..],
+        &f[12..],
+        "the router gets its packet back as it sent it"
+    );
+    assert_eq!(lab.worker.counters.gateway_returned, 1);
+    assert_eq!(lab.worker.counters.forwarded, 1);
+}
+
+#[test]
+fn everything_else_an_appliance_might_send_is_dropped_by_reason() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (_, out) = lab.run(&f);
+    let t = geneve_of(&out, &f);
+    let (nva, other) = (NVAS4[nva_of(&t)], NVAS4[(nva_of(&t) + 1) % 3]);
+    let cookie = t.gateway.cookie.unwrap();
+    let cases: Vec<(&str, Vec<u8>, DropReason)> = vec![
+        (
+            "tampered cookie",
+            returned(&f, nva, OWN4, opts(Some(ID1), Some(cookie ^ 1))),
+            DropReason::GatewayCookieMismatch,
+        ),
+        (
+            "options stripped",
+            returned(&f, nva, OWN4, opts(None, None)),
+            DropReason::GatewayOptionsMissing,
+        ),
+        (
+            "no cookie",
+            returned(&f, nva, OWN4, opts(Some(ID1), None)),
+            DropReason::GatewayOptionsMissing,
+        ),
+        (
+            "no endpoint ID",
+            returned(&f, nva, OWN4, opts(None, Some(cookie))),
+            DropReason::GatewayOptionsMissing,
+        ),
+        (
+            "endpoint ID altered",
+            returned(&f, nva, OWN4, opts(Some(0xdead), Some(cookie))),
+            DropReason::GatewayEndpointUnknown,
+        ),
+        (
+            "from an unknown source",
+            returned(&f, "10.0.0.99", OWN4, opts(Some(ID1), Some(cookie))),
+            DropReason::GatewayUnknownSource,
+        ),
+        (
+            "from another appliance",
+            returned(&f, other, OWN4, opts(Some(ID1), Some(cookie))),
+            DropReason::GatewayWrongAppliance,
+        ),
+        (
+            "a flow that does not exist",
+            returned(
+                &tcp(R1_MAC, CLIENT4, SERVER4, (40001, 80), SYN).frame(),
+                nva,
+                OWN4,
+                opts(Some(ID1), Some(cookie)),
+            ),
+            DropReason::GatewayNoFlow,
+        ),
+    ];
+    for (what, frame, reason) in cases {
+        let before = lab.dropped(reason);
+        let (v, _) = lab.run(&frame);
+        assert_eq!(v, Verdict::Drop(reason), "{what}");
+        assert_eq!(lab.dropped(reason), before + 1, "{what}: counted");
+    }
+    // Malformed: truncated inside the options.
+    let good = returned(&f, nva, OWN4, opts(Some(ID1), Some(cookie)));
+    let mut bad = good.clone();
+    bad[14 + 20 + 8] = 0x3f; // Opt Len far beyond the packet
+    assert_eq!(lab.run(&bad).0, Verdict::Drop(DropReason::GatewayMalformed));
+    // An OAM packet.
+    let mut oam = good.clone();
+    oam[14 + 20 + 8 + 1] |= 0x80;
+    assert_eq!(lab.run(&oam).0, Verdict::Drop(DropReason::GatewayMalformed));
+    // Nothing was sent back; the good one still is.
+    assert_eq!(lab.worker.counters.gateway_returned, 0);
+    assert_eq!(lab.run(&good).0, Verdict::ForwardTo(0));
+}
+
+#[test]
+fn an_appliance_is_never_a_relay() {
+    // Its own inner packet to anywhere, with made-up options: no entry, so
+    // no cookie it could know.
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let inner = tcp(NVA_MACS[0], "10.0.0.11", "192.0.2.80", (5555, 25), SYN).frame();
+    for cookie in [0u32, 1, 0xffff_ffff, 0x1234_5678] {
+        let f = returned(&inner, NVAS4[0], OWN4, opts(Some(ID1), Some(cookie)));
+        assert_eq!(lab.run(&f).0, Verdict::Drop(DropReason::GatewayNoFlow));
+    }
+    // Plain traffic from an appliance to anywhere is not ours either.
+    assert_eq!(lab.run(&inner).0, Verdict::Drop(DropReason::NotOurs));
+}
+
+#[test]
+fn the_return_to_an_unresolved_endpoint_is_held_back() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (_, out) = lab.run(&f);
+    lab.reconfigure(&NVAS4, "NONE", false);
+    assert_eq!(
+        lab.run(&echo(&out)).0,
+        Verdict::Drop(DropReason::GatewayEndpointUnresolved)
+    );
+}
+
+#[test]
+fn an_unhealthy_appliance_keeps_its_flows_by_persistence_and_fails_open() {
+    let mut lab = Lab::new(&NVAS4[..2], "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (_, out) = lab.run(&f);
+    let t = geneve_of(&out, &f);
+    let sick = ip(NVAS4[nva_of(&t)]);
+    let compiled = compile(&config(&NVAS4[..2], "NONE"));
+    // Its appliance fails its checks: a TCP flow persists (M11), in both
+    // directions, and its returns are still taken.
+    let health = |id: config::compiled::EndpointId| {
+        if compiled.endpoints[id.0 as usize].address == sick {
+            SICK
+        } else {
+            EndpointHealth::HEALTHY
+        }
+    };
+    lab.now += 1;
+    lab.snap = lab
+        .builder
+        .build(
+            compiled.clone(),
+            local(&NVAS4[..2], true),
+            health,
+            lab.now,
+            1,
+        )
+        .expect("snapshot");
+    let ack = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), ACK).frame();
+    let (v, out2) = lab.run(&ack);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(geneve_of(&out2, &ack).dst_ip, sick);
+    assert_eq!(lab.run(&echo(&out2)).0, Verdict::ForwardTo(0));
+    // A new connection goes to the healthy one.
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40001, 80), SYN).frame();
+    let (_, out3) = lab.run(&f);
+    assert_ne!(geneve_of(&out3, &f).dst_ip, sick);
+    // Every appliance unhealthy: a gateway service fails open by default.
+    let all_sick = |_| SICK;
+    lab.snap = lab
+        .builder
+        .build(compiled, local(&NVAS4[..2], true), all_sick, lab.now, 1)
+        .expect("snapshot");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40002, 80), SYN).frame();
+    assert_eq!(lab.run(&f).0, Verdict::Forward);
+}
+
+#[test]
+fn an_icmp_error_about_a_flow_follows_it_and_comes_back() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (_, out) = lab.run(&f);
+    let nva = nva_of(&geneve_of(&out, &f));
+    // A router on the way to the server says the client's packet was too
+    // big: it quotes the client → server packet and goes to the client.
+    let quoted = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), ACK).ip();
+    let err = Packet::icmp(ip("172.16.9.1"), ip(CLIENT4), 3, 4, 1400)
+        .payload(&quoted[..28])
+        .macs(R1_MAC, LB_MAC)
+        .frame();
+    let (v, out) = lab.run(&err);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(nva_of(&geneve_of(&out, &err)), nva);
+    let (v, back) = lab.run(&echo(&out));
+    assert_eq!(v, Verdict::ForwardTo(0));
+    assert_eq!(&back[14..], &err[14..]);
+}
