@@ -239,8 +239,6 @@ fn reference_is_warned_of_each_field_not_used_by_this_version() {
     for field in [
         "shutdown_drain =",
         "burst_size =",
-        "mode =",
-        "# geneve =",
         "[bgp]",
         "[flow_sync]",
     ] {
