@@ -922,6 +922,24 @@ impl Core {
             };
             out += &format!("  backend {i}: {} {:?}{unresolved}\n", b.addr, b.state);
         }
+        for g in &snap.gateways {
+            // M31: an unresolved endpoint's traffic is not recognised.
+            let state = if g.mac == [0; 6] {
+                "unresolved, its traffic is not taken".to_owned()
+            } else {
+                format!("from {}", mac_text(g.mac))
+            };
+            out += &format!(
+                "gateway endpoint {} (id {:#x}, rule {}) on port {}: {state}\n",
+                g.address,
+                g.id,
+                snap.compiled
+                    .children
+                    .get(g.child)
+                    .map_or("?", |c| c.name.as_str()),
+                g.port
+            );
+        }
         for e in self.neighbours.entries() {
             out += &format!(
                 "neighbour {} on port {}: {}{}\n",

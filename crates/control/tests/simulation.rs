@@ -795,3 +795,42 @@ fn vips_are_announced_at_start_and_when_a_reload_adds_them() {
     assert_eq!(after.len(), 3, "{after:?}");
     assert!(after.iter().all(|g| g.1 == ip("10.0.0.11")), "{after:?}");
 }
+
+/// M31, M47: a gateway endpoint is resolved like any next hop; until it
+/// answers, status says its traffic is not taken; then it names its MAC.
+#[test]
+fn gateway_endpoints_are_resolved_and_shown() {
+    let text = node_r1("n")
+        .rule(
+            rule("gw", &["10.0.0.10"], "L3_DEFAULT", "all", "nva")
+                .str("mode", "gateway")
+                .set(
+                    "gateway_endpoints",
+                    "[{ address = \"10.0.0.1\", id = 0x42 }]",
+                ),
+        )
+        .service(
+            service("nva", "geneve")
+                .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.0.0.21"]))),
+        )
+        .build();
+    let mut w = World::with_segment(&text, 1, 5, false);
+    w.advance(SEC);
+    assert!(
+        w.status()
+            .contains("gateway endpoint 10.0.0.1 (id 0x42, rule gw-ag0) on port 0: unresolved"),
+        "{}",
+        w.status()
+    );
+    let gw = ip("10.0.0.1");
+    w.segment.push((0, gw, sim::peer_mac(gw)));
+    w.advance(2 * SEC);
+    assert!(
+        w.status().contains(
+            "gateway endpoint 10.0.0.1 (id 0x42, rule gw-ag0) on port 0: from 02:ee:0a:00:00:01"
+        ),
+        "{}",
+        w.status()
+    );
+    assert_eq!(w.live.gateways[0].mac, sim::peer_mac(gw));
+}

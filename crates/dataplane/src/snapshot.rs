@@ -264,6 +264,8 @@ pub struct Snapshot {
 /// MAC on its port take its gateway rule; returned packets go back to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayHop {
+    /// Its configured address.
+    pub address: IpAddr,
     /// The port it is on (index in `[[ports]]`).
     pub port: usize,
     /// Its resolved MAC; all zero while unresolved (nothing is recognised
@@ -350,6 +352,7 @@ fn gateway_hops(compiled: &Compiled, local: &Local) -> Vec<GatewayHop> {
                 .find(|c| compiled.children.get(c.index()).is_some_and(|c| c.served))?;
             let hop = crate::nexthop::gateway_endpoint_hop(compiled, g.address);
             Some(GatewayHop {
+                address: g.address,
                 port: hop.map_or(0, |h| h.port),
                 mac: hop
                     .and_then(|h| local.mac_of(Hop::Resolved(h)))
