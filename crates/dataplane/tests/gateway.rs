@@ -604,3 +604,31 @@ fn an_icmp_error_about_a_flow_follows_it_and_comes_back() {
     assert_eq!(v, Verdict::ForwardTo(0));
     assert_eq!(&back[14..], &err[14..]);
 }
+
+#[test]
+fn a_flow_without_entry_is_returned_by_its_keyed_cookie_to_its_own_endpoint_only() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    // One new entry per tick: the second flow is forwarded without one.
+    lab.snap.new_flow_budget = 1;
+    let f1 = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let f2 = tcp(R1_MAC, CLIENT4, SERVER4, (40001, 80), SYN).frame();
+    lab.run(&f1);
+    let (v, out) = lab.run(&f2);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(lab.worker.counters.over_budget, 1);
+    let t = geneve_of(&out, &f2);
+    assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
+    // The answer makes the flow's entry (the other budget): same appliance;
+    // a packet sent before it, still at the appliance, is still taken.
+    let back = tcp(R1_MAC, SERVER4, CLIENT4, (80, 40001), SYN | ACK).frame();
+    let (_, out_b) = lab.run(&back);
+    assert_eq!(geneve_of(&out_b, &back).dst_ip, t.dst_ip);
+    assert_eq!(lab.worker.counters.new_flows, 2);
+    assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
+    assert_eq!(lab.run(&echo(&out_b)).0, Verdict::ForwardTo(0));
+    // The same tuple under the other endpoint's ID: another tenant's flow,
+    // whose keyed cookie differs.
+    let nva = NVAS4[nva_of(&t)];
+    let forged = returned(&f2, nva, OWN4, opts(Some(ID2), t.gateway.cookie));
+    assert_eq!(lab.run(&forged).0, Verdict::Drop(DropReason::GatewayNoFlow));
+}

@@ -215,7 +215,7 @@ impl Worker {
             // Through an appliance, the cookie its return is checked
             // against (M32); elsewhere nothing reads it.
             let cookie = if p.gateway != 0 {
-                stateless_cookie(p.hash, snap.cookie_key)
+                stateless(snap, p)
             } else {
                 0
             };
@@ -238,7 +238,7 @@ impl Worker {
         let budget = &mut self.budget_left[usize::from(syn)];
         if *budget == 0 {
             self.counters.over_budget += 1;
-            return Some((slot, stateless_cookie(p.hash, snap.cookie_key)));
+            return Some((slot, stateless(snap, p)));
         }
         let cookie = self.next_cookie();
         let mut flags = EntryFlags::new(p.class).with(EntryFlags::UNCONFIRMED);
@@ -272,7 +272,7 @@ impl Worker {
             }
             InsertOutcome::Full | InsertOutcome::Contended => {
                 self.counters.stateless += 1;
-                Some((slot, stateless_cookie(p.hash, snap.cookie_key)))
+                Some((slot, stateless(snap, p)))
             }
         }
     }
@@ -288,10 +288,27 @@ impl Worker {
     }
 }
 
-/// The cookie of a flow forwarded without an entry: the same for every
-/// packet of the flow (it is derived from the flow's hash), unpredictable
-/// without the snapshot's secret.
-pub(super) fn stateless_cookie(hash: u64, key: u64) -> u32 {
+/// The cookie of packet `p`'s flow forwarded without an entry: the same for
+/// every packet of the flow (it is derived from the flow's hash),
+/// unpredictable without the snapshot's secret; for a
+/// gateway rule's flow, keyed by its endpoint's tag too (M31: tenants
+/// behind different endpoints never share a cookie, so an appliance cannot
+/// return one tenant's flow to another's endpoint).
+fn stateless(snap: &Snapshot, p: &Pending) -> u32 {
+    let tag = match p.gateway {
+        0 => None,
+        g => snap.gateways.get(usize::from(g) - 1).map(|h| h.flow_tag),
+    };
+    stateless_cookie(p.hash, snap.cookie_key, tag)
+}
+
+/// [`stateless`] from its parts: the flow's hash, the snapshot's secret and,
+/// for a gateway rule's flow, its endpoint's flow tag.
+pub(super) fn stateless_cookie(hash: u64, key: u64, gateway_tag: Option<u16>) -> u32 {
+    let hash = match gateway_tag {
+        None => hash,
+        Some(t) => hash ^ u64::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    };
     (maglev::mix64(hash ^ key) >> 32) as u32
 }
 

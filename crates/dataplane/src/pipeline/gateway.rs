@@ -199,19 +199,22 @@ impl Worker {
             }) => q.proto,
             _ => info.proto,
         };
+        // A flow forwarded without an entry (table full, over the new-entry
+        // budget, an ICMP error) carries a cookie keyed by its hash and
+        // endpoint; its entry may have been made since (by the other
+        // direction), with packets of before still at the appliance.
+        let keyed = cookie == stateless_cookie(hash, snap.cookie_key, Some(hop.flow_tag));
         match flows.lookup(&key, hash) {
             Some(hit) => {
                 if hit.entry.backend != slot || !self.keeps(snap, plan, &hit, class_of(proto), now)
                 {
                     return Err(DropReason::GatewayWrongAppliance);
                 }
-                if hit.entry.cookie != cookie {
+                if hit.entry.cookie != cookie && !keyed {
                     return Err(DropReason::GatewayCookieMismatch);
                 }
             }
-            // Forwarded without an entry (table full, over the new-entry
-            // budget): its cookie is keyed by the flow's hash.
-            None if cookie == stateless_cookie(hash, snap.cookie_key) => {}
+            None if keyed => {}
             None => return Err(DropReason::GatewayNoFlow),
         }
         if hop.mac == [0; 6] {
