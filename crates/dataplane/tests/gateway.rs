@@ -632,3 +632,24 @@ fn a_flow_without_entry_is_returned_by_its_keyed_cookie_to_its_own_endpoint_only
     let forged = returned(&f2, nva, OWN4, opts(Some(ID2), t.gateway.cookie));
     assert_eq!(lab.run(&forged).0, Verdict::Drop(DropReason::GatewayNoFlow));
 }
+
+#[test]
+fn an_answer_from_a_udp_socket_with_the_ports_swapped_is_taken_too() {
+    for nvas in [NVAS4, NVAS6] {
+        let mut lab = Lab::new(&nvas, "NONE");
+        let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+        let (_, out) = lab.run(&f);
+        let mut answer = echo(&out);
+        let udp = if answer[14] >> 4 == 4 { 34 } else { 54 };
+        let (s, d) = (
+            answer[udp..udp + 2].to_vec(),
+            answer[udp + 2..udp + 4].to_vec(),
+        );
+        answer[udp..udp + 2].copy_from_slice(&d);
+        answer[udp + 2..udp + 4].copy_from_slice(&s);
+        assert_eq!(u16::from_be_bytes([answer[udp], answer[udp + 1]]), 6081);
+        let (v, back) = lab.run(&answer);
+        assert_eq!(v, Verdict::ForwardTo(0));
+        assert_eq!(&back[14..], &f[14..]);
+    }
+}

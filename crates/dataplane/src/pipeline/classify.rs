@@ -137,6 +137,7 @@ impl Worker {
                         IpVersion::V6 => IpAddr::V6(Ipv6Addr::from(info.src)),
                     },
                     proto: info.proto,
+                    src_port: info.ports.map(|(s, _)| s),
                     dst_port: info.ports.map(|(_, d)| d),
                     fragment: info.fragment.is_fragment(),
                 };
@@ -205,6 +206,7 @@ impl Worker {
                             let outer = OuterFacts {
                                 src: IpAddr::V4(Ipv4Addr::from(f.src)),
                                 proto: f.proto,
+                                src_port: Some(f.src_port),
                                 dst_port: Some(f.dst_port),
                                 fragment: false,
                             };
@@ -283,6 +285,7 @@ impl Worker {
                 let outer = OuterFacts {
                     src: IpAddr::V6(Ipv6Addr::from(f.src)),
                     proto: f.proto,
+                    src_port: Some(f.src_port),
                     dst_port: Some(f.dst_port),
                     fragment: false,
                 };
@@ -365,6 +368,7 @@ impl Worker {
 pub(super) struct OuterFacts {
     src: IpAddr,
     proto: u8,
+    src_port: Option<u16>,
     dst_port: Option<u16>,
     fragment: bool,
 }
@@ -388,12 +392,14 @@ impl Worker {
         let snap = cx.snap;
         // Returned by an appliance (M32): checked and sent back, never
         // classified again.
+        // The contract keeps the ports (to the Geneve port); an appliance
+        // that answers from a UDP socket sends from it instead: both taken.
         if outer.proto == UDP
             && let Some(slot) = snap.appliance(outer.src)
             && let Some(port) = snap.gateway_geneve_port(slot)
-            && (outer.dst_port == Some(port) || outer.fragment)
+            && (outer.dst_port == Some(port) || outer.src_port == Some(port) || outer.fragment)
         {
-            return Stage::Done(self.gateway_return(cx, pkt, slot, outer.fragment));
+            return Stage::Done(self.gateway_return(cx, pkt, slot, outer.dst_port));
         }
         let policy = &snap.tunnel_ingress;
         let tunnel = match outer.proto {

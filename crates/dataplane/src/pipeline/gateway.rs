@@ -109,8 +109,9 @@ impl Worker {
         Stage::Lookup
     }
 
-    /// Geneve to an own address from appliance `slot` (M32): sent back to
-    /// its gateway endpoint if every check passes, else dropped by reason.
+    /// Geneve to an own address from appliance `slot` (M32), to UDP port
+    /// `udp_port` (`None`: a fragment): sent back to its gateway endpoint
+    /// if every check passes, else dropped by reason.
     #[cold]
     #[inline(never)]
     pub(super) fn gateway_return<B: PacketBuf>(
@@ -118,9 +119,9 @@ impl Worker {
         cx: Ctx<'_>,
         pkt: &mut B,
         slot: u32,
-        fragment: bool,
+        udp_port: Option<u16>,
     ) -> Outcome {
-        match self.returned(cx, pkt, slot, fragment) {
+        match self.returned(cx, pkt, slot, udp_port) {
             Ok(port) => Outcome::Returned(port),
             Err(r) => Outcome::Drop(r),
         }
@@ -131,13 +132,13 @@ impl Worker {
         cx: Ctx<'_>,
         pkt: &mut B,
         slot: u32,
-        fragment: bool,
+        udp_port: Option<u16>,
     ) -> Result<u16, DropReason> {
         let Ctx { snap, flows, now } = cx;
-        // Tunnels are not reassembled.
-        if fragment {
+        // A fragment (no port): tunnels are not reassembled.
+        let Some(udp_port) = udp_port else {
             return Err(DropReason::GatewayMalformed);
-        }
+        };
         let be = snap
             .backends
             .get(slot as usize)
@@ -148,17 +149,19 @@ impl Worker {
             .get(svc)
             .ok_or(DropReason::GatewayUnknownSource)?;
         let Delivery::Geneve {
-            port,
             option_class,
             endpoint_id_type,
             flow_cookie_type,
+            ..
         } = plan.delivery
         else {
             return Err(DropReason::GatewayUnknownSource);
         };
+        // Parsed as Geneve to the port it came to (the Geneve port, or the
+        // balancer's source port of a socket's answer).
         let cfg = DecapConfig {
             gue_port: None,
-            geneve_port: Some(port),
+            geneve_port: Some(udp_port),
             allow_zero_udp_checksum_v6: false,
             geneve_ids: OptionIds {
                 class: option_class,
