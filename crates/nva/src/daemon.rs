@@ -1,13 +1,14 @@
 //! `spillway nva` / `spillway-nva`: the reference appliance's sockets.
 //!
-//! One UDP socket per `--listen` address, one thread each. A packet's answer
-//! goes back through the socket it came in on, to the address and port it
-//! came from: the kernel then writes the outer headers with the addresses
-//! swapped and the ports kept (from the GENEVE port to the balancer's source
-//! port, which carries its flow hash), checksums included. That is why a
-//! listen address should be the appliance's own address, not a wildcard: with
-//! a wildcard the kernel picks the source address by route, which need not be
-//! the address the balancer sent to.
+//! One UDP socket per `--listen` address, one thread each, receives. By
+//! default (`--answer kept-ports`) an answer is written whole — UDP header
+//! from the balancer's source port (its flow hash) to the Geneve port,
+//! checksum over the swapped addresses — and sent through a raw socket
+//! bound to the listen address: the contract's answer (M32), outer
+//! addresses swapped, ports kept. `--answer socket` sends it back through
+//! the socket it came in on instead, as an appliance built on UDP sockets
+//! does (ports swapped too). Either way a listen address should be the
+//! appliance's own address, not a wildcard: it is the answer's source.
 
 use std::fs::{File, OpenOptions};
 use std::io::{LineWriter, Write};
@@ -21,11 +22,11 @@ use anyhow::{Context, Result, bail};
 use socket2::{Domain, Protocol, Socket, Type};
 use wire::geneve::OptionIds;
 
-use crate::{Config, DropReason, Flow, Rule, Tamper, answer};
+use crate::{Config, DropReason, Flow, Rule, Tamper, answer, kept_ports_datagram};
 
 const AFTER_HELP: &str = "\
-Each GENEVE packet received is sent back as it came (outer addresses swapped, ports kept, \
-every option unchanged), unless a --drop rule matches its inner packet. A rule is \
+Each GENEVE packet received is sent back as it came (outer addresses swapped, ports kept \
+unless --answer socket, every option unchanged), unless a --drop rule matches its inner packet. A rule is \
 PROTO SRC -> DST (or <-> for either direction): PROTO tcp, udp, icmp, any or a number; \
 SRC and DST ADDR[/LEN][:PORT], *[:PORT] or [IPV6[/LEN]][:PORT], a port a number or *. \
 The flow log has one line per packet: what was done (returned, dropped:REASON), the \
@@ -59,6 +60,12 @@ pub struct Args {
     /// instead of the one the packet came to; repeat for the other family.
     #[arg(long = "reply-from", value_name = "ADDR")]
     reply_from: Vec<IpAddr>,
+    /// How answers are sent: `kept-ports` (the contract: from the
+    /// balancer's source port to the Geneve port, through a raw socket:
+    /// needs CAP_NET_RAW) or `socket` (a UDP socket's reply: from the
+    /// Geneve port to the balancer's source port, no privileges).
+    #[arg(long, default_value = "kept-ports", value_name = "HOW")]
+    answer: AnswerMode,
     /// Option class of Spillway's GENEVE options (the balancer's `geneve.option_class`).
     #[arg(long, default_value = "0x0139", value_name = "CLASS", value_parser = parse_u16)]
     geneve_option_class: u16,
@@ -68,6 +75,15 @@ pub struct Args {
     /// Type of the GENEVE flow cookie option.
     #[arg(long, default_value_t = OptionIds::DEFAULT.cookie_type, value_name = "TYPE")]
     geneve_flow_cookie_type: u8,
+}
+
+/// How answers leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AnswerMode {
+    /// Outer addresses swapped, ports kept (M32), written by the appliance.
+    KeptPorts,
+    /// The UDP socket's reply: addresses and ports swapped.
+    Socket,
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -166,6 +182,31 @@ fn bind(addr: SocketAddr, reuse: bool) -> Result<UdpSocket> {
     Ok(s)
 }
 
+/// A raw UDP socket sending from `from` (kernel-written IP header, our UDP
+/// header), for answers with the ports kept.
+fn raw_sender(from: IpAddr) -> Result<Socket> {
+    let s = Socket::new(
+        Domain::for_address(SocketAddr::new(from, 0)),
+        Type::RAW,
+        Some(Protocol::UDP),
+    )
+    .context("creating a raw UDP socket to answer with the ports kept (needs CAP_NET_RAW; or --answer socket)")?;
+    s.bind(&SocketAddr::new(from, 0).into())
+        .with_context(|| format!("binding a raw UDP socket to {from}"))?;
+    // It also receives a copy of every UDP datagram, which nothing reads:
+    // the smallest buffer the kernel allows.
+    let _ = s.set_recv_buffer_size(0);
+    Ok(s)
+}
+
+/// Where one listener's answers go out.
+enum Sender {
+    /// Through the UDP socket (the listener's, or a --reply-from one).
+    Udp(Option<UdpSocket>),
+    /// Written whole, ports kept, from this address.
+    Raw(Socket, IpAddr),
+}
+
 type Log = Option<Arc<Mutex<LineWriter<File>>>>;
 
 /// Runs until SIGINT or SIGTERM.
@@ -186,13 +227,25 @@ pub fn run(args: &Args) -> Result<()> {
     let mut pairs = Vec::new();
     for &addr in &args.listen {
         let rx = bind(addr, reuse)?;
-        let tx = match args
+        let reply_from = args
             .reply_from
             .iter()
             .find(|a| a.is_ipv6() == addr.is_ipv6())
-        {
-            Some(&from) => Some(bind(SocketAddr::new(from, addr.port()), true)?),
-            None => None,
+            .copied();
+        let tx = match (args.answer, reply_from) {
+            (AnswerMode::Socket, Some(from)) => {
+                Sender::Udp(Some(bind(SocketAddr::new(from, addr.port()), true)?))
+            }
+            (AnswerMode::Socket, None) => Sender::Udp(None),
+            (AnswerMode::KeptPorts, from) => {
+                let from = from.unwrap_or(addr.ip());
+                if from.is_unspecified() {
+                    bail!(
+                        "--listen {addr}: answering with the ports kept needs the appliance's own address (the answer's source), not a wildcard; or --answer socket"
+                    );
+                }
+                Sender::Raw(raw_sender(from)?, from)
+            }
         };
         pairs.push((addr, rx, tx));
     }
@@ -223,7 +276,19 @@ pub fn run(args: &Args) -> Result<()> {
                 let Some(bytes) = buf.get(..n) else { continue };
                 let (verdict, flow) = match answer(&cfg, bytes) {
                     Ok(a) => {
-                        let sent = tx.as_ref().unwrap_or(&rx).send_to(&a.payload, from);
+                        let sent = match &tx {
+                            Sender::Udp(s) => s.as_ref().unwrap_or(&rx).send_to(&a.payload, from),
+                            Sender::Raw(s, src) => {
+                                match kept_ports_datagram(
+                                    SocketAddr::new(*src, addr.port()),
+                                    from,
+                                    &a.payload,
+                                ) {
+                                    Some(d) => s.send_to(&d, &SocketAddr::new(from.ip(), 0).into()),
+                                    None => Err(std::io::ErrorKind::InvalidInput.into()),
+                                }
+                            }
+                        };
                         if sent.is_ok() {
                             counters.returned.fetch_add(1, Ordering::Relaxed);
                             ("returned".to_owned(), Some(a.flow))

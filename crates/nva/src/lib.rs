@@ -17,7 +17,7 @@
 pub mod daemon;
 
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 pub use config::values::Prefix;
@@ -310,6 +310,30 @@ impl fmt::Display for Flow {
     }
 }
 
+/// The UDP datagram (header and `payload`) answering a packet that came from
+/// `balancer` to `appliance` with the ports kept (M32): from the balancer's
+/// source port to the appliance's Geneve port, sent from the appliance's
+/// address to the balancer's, checksum over that pseudo header. `None` when
+/// the families differ or the payload does not fit a datagram.
+pub fn kept_ports_datagram(
+    appliance: SocketAddr,
+    balancer: SocketAddr,
+    payload: &[u8],
+) -> Option<Vec<u8>> {
+    if appliance.is_ipv4() != balancer.is_ipv4() {
+        return None;
+    }
+    let len = u16::try_from(wire::udp::HEADER_LEN + payload.len()).ok()?;
+    let mut d = vec![0u8; usize::from(len)];
+    d.get_mut(wire::udp::HEADER_LEN..)?.copy_from_slice(payload);
+    let mut u = wire::udp::Packet::new_unchecked(&mut d[..]);
+    u.set_src_port(balancer.port());
+    u.set_dst_port(appliance.port());
+    u.set_len(len);
+    u.fill_checksum(&appliance.ip(), &balancer.ip()).ok()?;
+    Some(d)
+}
+
 /// The answer to one received GENEVE packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -321,9 +345,8 @@ pub struct Answer {
 }
 
 /// Decides about one received UDP payload: returns what to send back, or
-/// why nothing. The outer IP and UDP headers are the socket's: the reply goes
-/// from the address and port the packet came to, to the ones it came from
-/// (swapped addresses, ports kept), with checksums the kernel computes.
+/// why nothing. The outer headers are written apart: [`kept_ports_datagram`]
+/// (the contract's answer) or the socket's own reply.
 pub fn answer(cfg: &Config, payload: &[u8]) -> Result<Answer, (DropReason, Option<Flow>)> {
     let malformed = (DropReason::Malformed, None);
     let p = geneve::Packet::new_checked(payload).map_err(|_| malformed)?;

@@ -360,3 +360,45 @@ proptest! {
 fn v6_(s: &str) -> IpAddr {
     v6(s)
 }
+
+proptest! {
+    /// The contract's answer (M32): from the balancer's source port to the
+    /// appliance's Geneve port, the payload whole, a checksum the balancer
+    /// verifies over the swapped addresses.
+    #[test]
+    fn kept_ports_datagrams_verify_and_keep_the_ports(
+        v6_outer in any::<bool>(),
+        a in any::<[u8; 16]>(),
+        b in any::<[u8; 16]>(),
+        sport in 1u16..,
+        payload in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let (appliance, balancer): (IpAddr, IpAddr) = if v6_outer {
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into())
+        } else {
+            (
+                std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(),
+                std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]).into(),
+            )
+        };
+        let d = kept_ports_datagram(
+            SocketAddr::new(appliance, 6081),
+            SocketAddr::new(balancer, sport),
+            &payload,
+        )
+        .expect("a datagram");
+        let u = wire::udp::Packet::new_checked(&d[..]).expect("UDP");
+        prop_assert_eq!((u.src_port(), u.dst_port()), (sport, 6081));
+        prop_assert_eq!(usize::from(u.len()), d.len());
+        prop_assert_eq!(u.payload(), &payload[..]);
+        prop_assert!(u.verify_checksum(&appliance, &balancer));
+        prop_assert!(u.checksum() != 0);
+    }
+}
+
+#[test]
+fn kept_ports_datagrams_need_one_family() {
+    let a = SocketAddr::new(v4("192.0.2.3"), 6081);
+    let b = SocketAddr::new(v6("2001:db8::1"), 40000);
+    assert_eq!(kept_ports_datagram(a, b, b"x"), None);
+}

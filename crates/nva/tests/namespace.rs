@@ -175,15 +175,44 @@ fn inner_tcp(v6_inner: bool, dport: u16) -> Vec<u8> {
 /// Sends `payload` from a new balancer socket (so that a late answer to an
 /// earlier packet cannot pass for this one's) to `to`:6081 and returns the
 /// answer and where it came from, if any within two seconds.
-fn exchange(to: &str, payload: &[u8]) -> Option<(Vec<u8>, SocketAddr)> {
+/// What came back for one packet: its bytes, where from, the balancer
+/// socket's port, and whether it came to the balancer's Geneve port (the
+/// ports kept) rather than to the sending socket (a socket's reply).
+struct Got {
+    bytes: Vec<u8>,
+    from: SocketAddr,
+    sent_from: u16,
+    kept: bool,
+}
+
+/// Sends `payload` to appliance `to`:6081 from an ephemeral port and waits
+/// for the answer on that socket and on the balancer's Geneve port.
+fn exchange(to: &str, payload: &[u8]) -> Option<Got> {
     let to = SocketAddr::new(ip(to), 6081);
-    let s = UdpSocket::bind((ip(if to.is_ipv4() { BAL4 } else { BAL6 }), 0)).expect("bind");
-    s.set_read_timeout(Some(Duration::from_secs(2)))
-        .expect("timeout");
+    let bal = ip(if to.is_ipv4() { BAL4 } else { BAL6 });
+    let s = UdpSocket::bind((bal, 0)).expect("bind");
+    let g = UdpSocket::bind((bal, 6081)).expect("bind the Geneve port");
+    for x in [&s, &g] {
+        x.set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
+    }
+    let sent_from = s.local_addr().expect("address").port();
     s.send_to(payload, to).expect("send");
     let mut buf = [0u8; 2048];
-    let (n, from) = s.recv_from(&mut buf).ok()?;
-    Some((buf[..n].to_vec(), from))
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        for (x, kept) in [(&g, true), (&s, false)] {
+            if let Ok((n, from)) = x.recv_from(&mut buf) {
+                return Some(Got {
+                    bytes: buf[..n].to_vec(),
+                    from,
+                    sent_from,
+                    kept,
+                });
+            }
+        }
+    }
+    None
 }
 
 #[test]
@@ -264,6 +293,8 @@ fn answers_are_the_contract_byte_for_byte() {
             C6,
             "--tamper",
             "strip-options",
+            "--answer",
+            "socket",
             "--reply-from",
             C24,
             "--reply-from",
@@ -314,32 +345,36 @@ fn answers_are_the_contract_byte_for_byte() {
         let ctx = format!("{what} to {to}");
         match (what, to) {
             ("plain", _) => {
-                let (bytes, from) = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
+                let g = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
+                assert!(g.kept, "{ctx}: to the balancer's Geneve port");
                 assert_eq!(
-                    from,
-                    SocketAddr::new(ip(to), 6081),
-                    "{ctx}: swapped, port kept"
+                    g.from,
+                    SocketAddr::new(ip(to), g.sent_from),
+                    "{ctx}: addresses swapped, ports kept"
                 );
-                assert_eq!(bytes, sent, "{ctx}: byte for byte");
+                assert_eq!(g.bytes, sent, "{ctx}: byte for byte");
             }
             ("rule" | "junk", _) => assert!(got.is_none(), "{ctx}: answered"),
             (_, B4 | B6) => {
-                let (bytes, from) = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
-                assert_eq!(from, SocketAddr::new(ip(to), 6081), "{ctx}");
+                let g = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
+                assert!(g.kept, "{ctx}");
+                assert_eq!(g.from, SocketAddr::new(ip(to), g.sent_from), "{ctx}");
                 let mut want = sent.clone();
                 for b in &mut want[24..28] {
                     *b = !*b;
                 }
-                assert_eq!(bytes, want, "{ctx}: cookie inverted, nothing else");
+                assert_eq!(g.bytes, want, "{ctx}: cookie inverted, nothing else");
             }
             _ => {
-                let (bytes, from) = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
+                let g = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
                 let other = if to == C4 { C24 } else { C26 };
+                assert!(!g.kept, "{ctx}: --answer socket replies from its socket");
                 assert_eq!(
-                    from,
+                    g.from,
                     SocketAddr::new(ip(other), 6081),
                     "{ctx}: other address"
                 );
+                let bytes = g.bytes;
                 let mut want = vec![0, 0, sent[2], sent[3], 0, 0, 0, 0];
                 want.extend_from_slice(&sent[8 + OURS.len()..]);
                 assert_eq!(bytes, want, "{ctx}: options stripped");
