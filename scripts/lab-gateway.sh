@@ -57,12 +57,16 @@ nva_start() {
     local T bin
     T=$(cat "$dir/tag")
     bin=$(cat "$dir/bin")
+    # Its log is appended to across restarts: only this run's lines count.
+    local seen=0
+    [ -f "$dir/nva$n.log" ] && seen=$(wc -l <"$dir/nva$n.log")
     ip netns exec "spg${T}a$n" "$bin/spillway" nva --listen "198.18.1.2$n" \
         --health "198.18.1.2$n:8080" --flow-log "$dir/nva$n.flows" "$@" \
         >>"$dir/nva$n.log" 2>&1 &
     echo $! >"$dir/nva$n.pid"
     for _ in $(seq 50); do
-        grep -q "health listener" "$dir/nva$n.log" && return 0
+        # Logged once every socket is bound.
+        tail -n +"$((seen + 1))" "$dir/nva$n.log" | grep -q "health listener" && return 0
         kill -0 "$(cat "$dir/nva$n.pid")" 2>/dev/null || break
         sleep 0.1
     done
