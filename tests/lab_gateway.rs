@@ -304,8 +304,12 @@ fn lab_gateway_tcp_goes_through_one_appliance_both_ways() {
                 || c.client.starts_with(&format!("[{CLIENT_V6}]"))),
         "{of:?}"
     );
+    // Every packet of them (at least SYN, SYN-ACK, request and answer)
+    // came back from an appliance and was sent on.
     let s = lab.stats();
     eprintln!("{}", s.lines().take(2).collect::<Vec<_>>().join("\n"));
+    let returned = lab::counter(&s, "gateway returned ");
+    assert!(returned >= 4 * 80, "{s}");
 
     // Long-lived connections on both appliances.
     let mut echoes: Vec<Echo> = Vec::new();
@@ -388,7 +392,8 @@ fn lab_gateway_tcp_goes_through_one_appliance_both_ways() {
 
 /// A GENEVE packet as an appliance returns one (endpoint ID and a cookie,
 /// options as Spillway sends them), around a TCP SYN of a flow Spillway
-/// never saw, sent from appliance 1's address and GENEVE port.
+/// never saw, sent from appliance 1's address to ARGV[2]:ARGV[3] (with the
+/// ports kept, as an appliance returns: to the GENEVE port).
 const FORGED_RETURN: &str = r#"
 import socket, struct, sys
 def csum(b):
@@ -406,7 +411,7 @@ ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
 opts = struct.pack("!HBBQ", 0x0139, 1, 2, 0x100) + struct.pack("!HBBI", 0x0139, 3, 1, 0x5eed5eed)
 geneve = struct.pack("!BBHI", len(opts) // 4, 0, 0x0800, 0) + opts
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("198.18.1.21", 6081))
+s.bind(("198.18.1.21", 50000))
 for _ in range(int(sys.argv[1])):
     s.sendto(geneve + ip + tcp, (sys.argv[2], int(sys.argv[3])))
 "#;
@@ -471,7 +476,9 @@ fn lab_gateway_return_path_drops_what_no_flow_sent() {
             lab.wait_health(n as usize, "HEALTHY", Duration::from_secs(20));
         }
         let label = format!("drop {reason}: ");
-        let dropped = lab::counter(&lab.stats(), &label);
+        let s = lab.stats();
+        let dropped = lab::counter(&s, &label);
+        let sent_on = lab::counter(&s, "gateway returned ");
         let returned: usize = (1..=2).map(|n| lab.flows(n).len()).sum();
         let segments = lab.server_segments();
         let tries = 3;
@@ -499,6 +506,11 @@ fn lab_gateway_return_path_drops_what_no_flow_sent() {
         );
         assert!(now - dropped >= 2 * tries as u64, "{what}:\n{s}");
         assert_eq!(delivered, 0, "{what}: delivered to the server");
+        assert_eq!(
+            lab::counter(&s, "gateway returned "),
+            sent_on,
+            "{what}: accepted returns:\n{s}"
+        );
     }
 
     // A well-formed return for a flow Spillway never saw, from an appliance.
@@ -517,7 +529,7 @@ fn lab_gateway_return_path_drops_what_no_flow_sent() {
         FORGED_RETURN,
         "5",
         "198.18.1.2",
-        "40000",
+        "6081",
     ]);
     common::run_ok(&mut py);
     std::thread::sleep(Duration::from_millis(300));
