@@ -1,4 +1,4 @@
-//! The namespace labs of scripts/lab.sh and scripts/lab-tunnels.sh, as the
+//! The namespace labs of scripts/lab.sh, lab-tunnels.sh and lab-gateway.sh, as the
 //! lab tests drive them: a [`Lab`] is built by `bash SCRIPT up ARGS… DIR BIN`
 //! and taken down when dropped (also when the test fails), and the helpers
 //! here run clients, the balancer's CLI and commands inside its namespaces.
@@ -31,6 +31,13 @@ pub const LAB_SH: Script = Script {
 pub const LAB_TUNNELS_SH: Script = Script {
     path: "scripts/lab-tunnels.sh",
     ns_prefix: "spt",
+};
+
+/// `scripts/lab-gateway.sh up DIR BIN`: client, router, server, a gateway-mode
+/// balancer and two appliances (`spillway nva`).
+pub const LAB_GATEWAY_SH: Script = Script {
+    path: "scripts/lab-gateway.sh",
+    ns_prefix: "spg",
 };
 
 /// The VIP's HTTP service in both labs.

@@ -335,13 +335,29 @@ pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
 
 /// Sends `command` to the daemon at `path` and returns (ok, text).
 pub fn request(path: &Path, command: &str) -> std::io::Result<(bool, String)> {
-    let mut s = UnixStream::connect(path)?;
+    let mut s = connect(path)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.write_all(format!("{command}\n").as_bytes())?;
     let mut out = String::new();
     std::io::Read::read_to_string(&mut s, &mut out)?;
     let (status, rest) = out.split_once('\n').unwrap_or((out.as_str(), ""));
     Ok((status == "ok", rest.to_owned()))
+}
+
+/// Connects to the control socket. A full accept queue (the daemon busy
+/// for a moment: `EAGAIN` on a Unix socket) is retried for up to two
+/// seconds; any other error is returned at once.
+fn connect(path: &Path) -> std::io::Result<UnixStream> {
+    let mut tries = 0;
+    loop {
+        match UnixStream::connect(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
 }
 
 #[cfg(test)]

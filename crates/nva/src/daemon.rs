@@ -32,10 +32,11 @@ SRC and DST ADDR[/LEN][:PORT], *[:PORT] or [IPV6[/LEN]][:PORT], a port a number 
 The flow log has one line per packet: what was done (returned, dropped:REASON), the \
 balancer's address, the protocol, the connection's two sides in canonical order, the \
 direction (a->b or b->a), the endpoint ID and the cookie (hex, - if absent). Counters are \
-printed on SIGUSR1 and at exit (SIGINT, SIGTERM).
+printed on SIGUSR1 and at exit (SIGINT, SIGTERM). With --health, a TCP listener answers any \
+HTTP request 200 OK (a plain connect succeeds too), for Spillway's health checks.
 
 Example: spillway nva --listen 10.0.0.3 --listen 2001:db8::3 --flow-log /var/log/nva.log \
---drop \"tcp * -> *:23\"";
+--drop \"tcp * -> *:23\" --health 10.0.0.3:8080";
 
 /// Command-line arguments.
 #[derive(clap::Args, Debug)]
@@ -66,6 +67,10 @@ pub struct Args {
     /// Geneve port to the balancer's source port, no privileges).
     #[arg(long, default_value = "kept-ports", value_name = "HOW")]
     answer: AnswerMode,
+    /// Also accept TCP on ADDR:PORT and answer any HTTP request `200 OK`,
+    /// for Spillway's TCP/HTTP health checks; repeat for more.
+    #[arg(long = "health", value_name = "ADDR:PORT")]
+    health: Vec<SocketAddr>,
     /// Option class of Spillway's GENEVE options (the balancer's `geneve.option_class`).
     #[arg(long, default_value = "0x0139", value_name = "CLASS", value_parser = parse_u16)]
     geneve_option_class: u16,
@@ -249,6 +254,10 @@ pub fn run(args: &Args) -> Result<()> {
         };
         pairs.push((addr, rx, tx));
     }
+    let mut health = Vec::new();
+    for &addr in &args.health {
+        health.push((addr, crate::health::bind(addr)?));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let show = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -263,6 +272,10 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     let mut threads = Vec::new();
+    for (addr, listener) in health {
+        log::info!("spillway-nva: health listener on TCP {addr}");
+        threads.push(crate::health::spawn(listener, stop.clone()));
+    }
     for (addr, rx, tx) in pairs {
         let (cfg, log, stop, counters) = (cfg.clone(), log.clone(), stop.clone(), counters.clone());
         log::info!("spillway-nva: listening on {addr}");
@@ -386,6 +399,21 @@ mod tests {
             .config()
             .expect_err("same types");
         assert!(format!("{e:#}").contains("must differ"));
+    }
+
+    #[test]
+    fn health_listeners_parse() {
+        let a = args(&[
+            "--listen",
+            "10.0.0.3",
+            "--health",
+            "10.0.0.3:8080",
+            "--health",
+            "[2001:db8::3]:8080",
+        ])
+        .expect("parses");
+        assert_eq!(a.health.len(), 2);
+        assert!(args(&["--listen", "10.0.0.3", "--health", "10.0.0.3"]).is_err());
     }
 
     #[test]

@@ -15,6 +15,8 @@
 
 #[cfg(feature = "daemon")]
 pub mod daemon;
+#[cfg(feature = "daemon")]
+pub mod health;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
