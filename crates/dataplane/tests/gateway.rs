@@ -653,3 +653,99 @@ fn an_answer_from_a_udp_socket_with_the_ports_swapped_is_taken_too() {
         assert_eq!(&back[14..], &f[14..]);
     }
 }
+
+/// Random connections for the property below: (IPv6?, address A, address
+/// B, port A, port B, UDP?, through endpoint 2?). Addresses are outside the
+/// node's subnets (any unicast IPv4 but 10/8 and 127/8; IPv6 in
+/// 2001:db8::/32).
+fn connection()
+-> impl proptest::strategy::Strategy<Value = (bool, IpAddr, IpAddr, u16, u16, bool, bool)> {
+    use proptest::prelude::*;
+    let v4 = (1u8..=223, any::<[u8; 3]>())
+        .prop_filter("not ours", |(o, _)| *o != 10 && *o != 127)
+        .prop_map(|(o, r)| IpAddr::from([o, r[0], r[1], r[2]]));
+    let v6 = any::<[u8; 12]>().prop_map(|r| {
+        let mut a = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        a[4..].copy_from_slice(&r);
+        IpAddr::from(a)
+    });
+    any::<bool>()
+        .prop_flat_map(move |is6| {
+            let addr = if is6 {
+                v6.clone().boxed()
+            } else {
+                v4.clone().boxed()
+            };
+            (
+                Just(is6),
+                addr.clone(),
+                addr,
+                1u16..,
+                1u16..,
+                any::<bool>(),
+                any::<bool>(),
+            )
+        })
+        .prop_filter("two ends", |c| c.1 != c.2)
+}
+
+#[test]
+fn property_both_directions_share_appliance_and_cookie_and_echoes_return_unchanged() {
+    use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
+    for affinity in [
+        "NONE",
+        "CLIENT_IP_PORT_PROTO",
+        "CLIENT_IP_PROTO",
+        "CLIENT_IP",
+    ] {
+        for nvas in [&NVAS4, &NVAS6] {
+            let lab = std::cell::RefCell::new(Lab::new(nvas, affinity));
+            let mut runner = TestRunner::new(RunnerConfig {
+                cases: 64,
+                failure_persistence: None,
+                ..RunnerConfig::default()
+            });
+            let result = runner.run(&connection(), |(_, a, b, pa, pb, udp, via_r2)| {
+                let mut lab = lab.borrow_mut();
+                let (mac, id) = if via_r2 { (R2_MAC, ID2) } else { (R1_MAC, ID1) };
+                let frame = |src: IpAddr, dst: IpAddr, sp: u16, dp: u16, flags: u8| {
+                    let p = if udp {
+                        Packet::udp(src, dst, sp, dp).payload(b"datagram")
+                    } else {
+                        Packet::tcp(src, dst, sp, dp, flags)
+                    };
+                    p.macs(mac, LB_MAC).frame()
+                };
+                let there = frame(a, b, pa, pb, SYN);
+                let back = frame(b, a, pb, pa, SYN | ACK);
+                let mut seen = Vec::new();
+                for f in [&there, &back] {
+                    let (v, out) = lab.run(f);
+                    if v != Verdict::Forward {
+                        return Err(TestCaseError::fail(format!("{affinity}: {v:?}")));
+                    }
+                    let t = geneve_of(&out, f);
+                    proptest::prop_assert_eq!(t.gateway.endpoint_id, Some(id));
+                    seen.push((nva_of(&t), t.gateway.cookie));
+                    // The appliance's echo comes back as the endpoint sent
+                    // it, MACs swapped.
+                    let (v, ret) = lab.run(&echo(&out));
+                    proptest::prop_assert_eq!(v, Verdict::ForwardTo(0), "{}", affinity);
+                    proptest::prop_assert_eq!(&ret[..6], &mac[..]);
+                    proptest::prop_assert_eq!(&ret[6..12], &LB_MAC[..]);
+                    proptest::prop_assert_eq!(&ret[12..], &f[12..]);
+                }
+                proptest::prop_assert_eq!(
+                    seen[0],
+                    seen[1],
+                    "{}: one appliance, one cookie for both directions",
+                    affinity
+                );
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("{affinity}, {} appliances: {e}", nvas[0]);
+            }
+        }
+    }
+}
