@@ -71,4 +71,9 @@ for name, b in vectors.items():
     if IP in p or IPv6 in p:
         seed("too_big", bytes([1, 0x05, 0xc4]) + b)
         seed("too_big", bytes([0, 0x00, 0x40]) + b)
+    # gateway: sel (endpoint, appliance, options), the first frame's length, an endpoint ID (8
+    # bytes) and a cookie (4), then a frame from a gateway endpoint and one an appliance returns.
+    if name.startswith(("inner", "flow", "tcp_", "ipv", "eth_")) and len(b) < 256:
+        for sel in (0x01, 0x02, 0xc1, 0xc6, 0xa9, 0x91, 0x8f):
+            seed("gateway", bytes([sel, len(b)]) + (1).to_bytes(8, "big") + bytes(4) + b + b)
 print("corpus written")

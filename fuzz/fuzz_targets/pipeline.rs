@@ -22,6 +22,7 @@ fn world() -> &'static World {
             // Small enough that fuzzed packets reach the too-big path (M48).
             egress_mtu: Some(576),
             down_unhealthy: true,
+            neighbours: &[],
         })
     })
 }

@@ -29,6 +29,7 @@ fn world() -> &'static World {
             extra: "\n[tunnel_ingress]\nallow = [\"0.0.0.0/0\", \"::/0\"]\n",
             egress_mtu: None,
             down_unhealthy: false,
+            neighbours: &[],
         })
     })
 }

@@ -86,6 +86,7 @@ endpoints = [{ address = "10.0.2.11" }, { address = "10.0.2.12" }]
 /// A snapshot and a flow table to run the pipeline on.
 pub struct World {
     pub snap: Snapshot,
+    #[allow(dead_code)] // the gateway target makes a fresh one per input
     pub flows: FlowTable,
 }
 
@@ -97,6 +98,9 @@ pub struct Options {
     pub egress_mtu: Option<u16>,
     /// The "down" service's only endpoint is unhealthy: no eligible backend.
     pub down_unhealthy: bool,
+    /// Next hops resolved on port 0 (address, MAC): for a target whose
+    /// `extra` configures a port (gateway endpoints, appliances).
+    pub neighbours: &'static [(&'static str, [u8; 6])],
 }
 
 /// Builds the world (call once, from a `OnceLock`).
@@ -108,11 +112,23 @@ pub fn build(o: &Options) -> World {
         next_hop_mac: [2, 0, 0, 0, 0, 2],
         tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
         tunnel_src_v6: Some("fd00:1::2".parse().expect("v6")),
+        // The tunnel sources too, as a port's first addresses are: what
+        // appliances return to (M32).
         own_addrs: vec![
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
             "fd00::2".parse().expect("v6"),
+            IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2)),
+            "fd00:1::2".parse().expect("v6"),
         ],
         egress_mtu: o.egress_mtu,
+        neighbours: o
+            .neighbours
+            .iter()
+            .map(|(a, m)| {
+                let addr = a.parse().expect("neighbour address");
+                (dataplane::nexthop::NextHop { port: 0, addr }, *m)
+            })
+            .collect(),
         ..Local::default()
     };
     let compiled = Arc::new(loaded.compiled);
