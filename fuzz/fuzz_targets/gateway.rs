@@ -294,11 +294,12 @@ fuzz_target!(|data: &[u8]| {
         let of_step_1 = sent
             .as_ref()
             .is_some_and(|s| src == s.nva && id == Some(s.id) && cookie == Some(s.cookie));
-        // Else only a flow without an entry (none here but step 1's), by
-        // the keyed cookie such a flow carries: libFuzzer may learn it from
+        // Else only by the keyed cookie a flow forwarded without an entry
+        // carries (keyed by its endpoint too): libFuzzer may learn it from
         // the comparison, a network attacker cannot (the key is secret).
+        let tag = w.snap.gateways.iter().find(|g| Some(g.id) == id);
         assert!(
-            of_step_1 || cookie == Some(stateless_cookie(inner)),
+            of_step_1 || tag.is_some_and(|g| cookie == Some(stateless_cookie(inner, g.flow_tag))),
             "returned without the flow's appliance, endpoint ID and cookie: \
              from {src}, options {id:?} {cookie:?}"
         );
@@ -314,15 +315,18 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// The cookie of a flow forwarded without an entry (the snapshot's key is
-/// 0: `SnapshotBuilder::new`), computed apart from the pipeline from the
-/// flow's symmetric 5-tuple (the service's affinity is NONE).
-fn stateless_cookie(inner: &[u8]) -> u32 {
+/// The cookie of a gateway flow forwarded without an entry (the snapshot's
+/// key is 0: `SnapshotBuilder::new`), computed apart from the pipeline from
+/// the flow's symmetric 5-tuple (the service's affinity is NONE) and its
+/// endpoint's flow tag.
+fn stateless_cookie(inner: &[u8], tag: u16) -> u32 {
     let Ok(info) = wire::packet::parse_ip(inner) else {
         return 0;
     };
     let words = wire::flow::FlowKey::from_packet(&info, wire::flow::Affinity::None)
         .symmetric()
         .pack();
-    (maglev::mix64(wire::flow::hash_words(&words, 0)) >> 32) as u32
+    let hash =
+        wire::flow::hash_words(&words, 0) ^ u64::from(tag).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (maglev::mix64(hash) >> 32) as u32
 }
