@@ -749,3 +749,22 @@ fn property_both_directions_share_appliance_and_cookie_and_echoes_return_unchang
         }
     }
 }
+
+#[test]
+fn a_flow_without_entry_is_returned_only_by_the_appliance_it_went_to() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    lab.snap.new_flow_budget = 1;
+    lab.run(&tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame());
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40001, 80), SYN).frame();
+    let (_, out) = lab.run(&f);
+    assert_eq!(lab.worker.counters.over_budget, 1);
+    let t = geneve_of(&out, &f);
+    let other = NVAS4[(nva_of(&t) + 1) % 3];
+    // Another appliance that learnt the cookie.
+    let leaked = returned(&f, other, OWN4, opts(Some(ID1), t.gateway.cookie));
+    assert_eq!(
+        lab.run(&leaked).0,
+        Verdict::Drop(DropReason::GatewayWrongAppliance)
+    );
+    assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
+}

@@ -217,7 +217,11 @@ impl Worker {
                     return Err(DropReason::GatewayCookieMismatch);
                 }
             }
-            None if keyed => {}
+            // Without an entry, the appliance Maglev picks for the flow is
+            // the one it was sent to: another, even with the cookie, did not
+            // get it from this node.
+            None if keyed && plan.pick(hash, None) == Some(slot) => {}
+            None if keyed => return Err(DropReason::GatewayWrongAppliance),
             None => return Err(DropReason::GatewayNoFlow),
         }
         if hop.mac == [0; 6] {
