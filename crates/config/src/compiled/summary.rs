@@ -43,9 +43,14 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
                     format!(" {}", rule.ports)
                 };
                 let gw = if rule.mode == RuleMode::Gateway {
-                    " (gateway)"
+                    let eps: Vec<String> = rule
+                        .gateway_endpoints
+                        .iter()
+                        .map(|(a, id)| format!("{a} id {id:#x}"))
+                        .collect();
+                    format!(" (gateway, from {})", eps.join(", "))
                 } else {
-                    ""
+                    String::new()
                 };
                 format!(
                     "{} {}{ports} -> {}{gw}",
