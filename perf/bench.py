@@ -757,7 +757,10 @@ new_flow_budget = 4294967295
 name = "uplink"
 device = "net_pcap0"
 role = "uplink"
-addresses = ["10.0.0.2/16", "fd00::2/32"]
+# Endpoints are off these subnets: reached through gateway_mac. Nothing on
+# a net_pcap port answers ARP/NDP, so an on-link endpoint, left to
+# neighbour resolution (M47), would get nothing.
+addresses = ["10.0.0.2/24", "fd00::2/64"]
 gateway = "10.0.0.1"
 gateway_mac = "02:00:00:00:00:fe"
 
