@@ -22,6 +22,16 @@ CPU-second), which equals the Mpps ratio when both own their cores and
 stays meaningful when something else shares them. Standard library only;
 the plot is perf/plot.py.
 No figure is ever asserted: the harness fails only when a run fails.
+
+Gateway mode (M30-M32) has two cases of its own: `gateway forward` (frames
+from the gateway endpoint's MAC to any destination, both directions of each
+flow, to appliances in Geneve) and `gateway return` (the appliances' Geneve
+answers, checked and sent back to the endpoint). The return set is what
+`spillway replay --seed` sent for the forward set, echoed (outer addresses
+swapped); the daemon runs with that seed (`--fixed-cookie-seed`) and is
+warmed up through a second port, a FIFO the harness feeds: the endpoint's
+gratuitous ARP, then once the forward set in order, so that its flow
+entries, and their cookies, are the ones replay made.
 """
 
 from __future__ import annotations
@@ -32,9 +42,11 @@ import datetime
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -42,6 +54,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ["l2dsr", "ipip", "gue", "gre", "geneve"]
+# Gateway cases (M30-M32): appliances behind one gateway rule, and the seed
+# of the flow cookies shared by `spillway replay` and the daemon.
+GATEWAY_APPLIANCES = 4
+GATEWAY_ENDPOINT = "10.0.0.1"
+GATEWAY_ENDPOINT_MAC = "02:00:00:00:00:fe"  # packetset's frames' source
+GATEWAY_ENDPOINT_ID = 0x1
+GATEWAY_COOKIE_SEED = 0x6761_7465_7761_7921
+GENEVE_PORT = 6081
 FLOW_COUNTS = [1, 4096, 65536, 1048576]
 VIP4 = "198.18.10.10"
 VIP6 = "2001:db8:18::10"
@@ -72,8 +92,8 @@ def human_flows(n: int) -> str:
 class Case:
     """One Spillway measurement."""
 
-    mode: str
-    kind: str = "ack"  # ack | syn | udp | v6 | churn
+    mode: str  # a delivery mode, or "gateway"
+    kind: str = "ack"  # ack | syn | udp | v6 | churn; gateway: forward | return
     flows: int = 4096
     endpoints: int = 8
     workers: int = 1
@@ -89,6 +109,8 @@ def matrix(name: str) -> list[Case]:
     """The cases of a named matrix, in run order (grouped by packet set)."""
     if name == "quick":
         return [Case("gue")]
+    # Gateway mode's two directions, 4,096 flows to 4 appliances.
+    gateway = [Case("gateway", k, 4096, GATEWAY_APPLIANCES) for k in ("forward", "return")]
     cases: list[Case] = []
     if name == "default":
         # Every mode over every flow count (established flows, 8 endpoints,
@@ -110,6 +132,7 @@ def matrix(name: str) -> list[Case]:
             Case("gue", "ack", 1048576, endpoints=1000),
             Case("gue", "ack", 4096, workers=2),
             Case("gue", "ack", 1048576, workers=2),
+            *gateway,
         ]
     elif name == "full":
         for workers in (1, 2):
@@ -118,6 +141,7 @@ def matrix(name: str) -> list[Case]:
                     for endpoints in (8, 1000):
                         for mode in MODES:
                             cases.append(Case(mode, kind, flows, endpoints, workers))
+        cases += gateway
     else:
         raise SystemExit(f"unknown matrix {name!r}")
     # Group by packet set so each set's testpmd ceiling runs next to its cases.
@@ -132,7 +156,9 @@ def matrix(name: str) -> list[Case]:
 
 
 def packets_in_set(kind: str, flows: int) -> int:
-    return 2 * flows if kind == "churn" else flows
+    if kind == "forward":
+        return 2 * flows + 1  # the endpoint's gratuitous ARP, both directions
+    return 2 * flows if kind in ("churn", "return") else flows
 
 
 def mbufs_for(packets: int, workers: int) -> int:
@@ -387,10 +413,17 @@ def parse_spillway_stats(text: str) -> dict[str, int]:
     m = re.search(r"forwarded (\d+)", text)
     if m:
         out["forwarded"] = int(m.group(1))
+    # Sent back to a gateway endpoint (M32): that case's forwarding.
+    m = re.search(r"gateway returned (\d+)", text)
+    if m:
+        out["forwarded"] = out.get("forwarded", 0) + int(m.group(1))
     m = re.search(r"^flows: (\d+) new, (\d+) hits, \d+ races, \d+ rescheduled, (\d+) stateless", text, re.M)
     if m:
         out["new"], out["hits"], out["stateless"] = (int(x) for x in m.groups())
-    out["drops"] = sum(int(x) for x in re.findall(r"^drop [^:]+: (\d+)$", text, re.M))
+    drops = re.findall(r"^drop ([^:]+): (\d+)$", text, re.M)
+    out["drops"] = sum(int(n) for _, n in drops)
+    for reason, n in drops:
+        out[f"drop {reason}"] = int(n)
     return out
 
 
@@ -479,12 +512,18 @@ class Runner:
         logfile: Path,
         stats_socket: Path | None = None,
         pin: dict[str, int] | None = None,
+        port: int = 0,
+        prepare=None,
+        tx_ports: tuple[int, ...] = (0,),
     ) -> tuple[Sample, Sample, int]:
-        """Runs `cmd`, waits until its port receives, warms up, samples a
-        window, stops it. Returns (start, end, exit status)."""
+        """Runs `cmd`, waits until its port (DPDK port `port`) receives,
+        warms up, samples a window, stops it. `prepare(process)`, if given,
+        runs once the forwarding threads exist, before that wait; what is
+        sent is counted on `tx_ports`. Returns (start, end, exit status)."""
         rdir = runtime_dir(prefix)
         p = self.start(cmd, logfile)
         tel = None
+        prepared = prepare is None
         try:
             deadline = time.monotonic() + self.args.start_timeout
             sock = rdir / "dpdk_telemetry.v2"
@@ -503,11 +542,14 @@ class Runner:
                     except OSError:
                         tel = None
                 if tel is not None:
+                    workers = [c for c in threads(p.pid).values() if re.fullmatch(worker_re, c)]
+                    if workers and not prepared:
+                        prepare(p)
+                        prepared = True
                     try:
-                        rx = int(tel.port_stats().get("ipackets", 0))
+                        rx = int(tel.port_stats(port).get("ipackets", 0))
                     except (OSError, ValueError):
                         rx = -1
-                    workers = [c for c in threads(p.pid).values() if re.fullmatch(worker_re, c)]
                     if workers and last_rx >= 0 and rx > last_rx:
                         break
                     last_rx = rx
@@ -529,11 +571,12 @@ class Runner:
                 busy = cpu_busy_ns(cores)
                 steal = steal_ns(cores)
                 cpu = sum(thread_cpu_ns(p.pid, t) for t in tids)
-                s = tel.port_stats()
+                s = tel.port_stats(port)
+                tx = sum(int((s if t == port else tel.port_stats(t)).get("opackets", 0)) for t in tx_ports)
                 return Sample(
                     time.monotonic(),
                     int(s.get("ipackets", 0)),
-                    int(s.get("opackets", 0)),
+                    tx,
                     cpu,
                     busy,
                     steal,
@@ -566,10 +609,16 @@ class Runner:
             files = [base]
         else:
             files = [d / f"{kind}-{flows}-{shards}.{i}.pcap" for i in range(shards)]
+        if kind == "return":
+            if shards != 1:
+                raise RunFailed("the gateway return set has one shard")
+            if not base.exists():
+                self.gateway_return_set(flows, base)
+            return files
         if not all(f.exists() for f in files):
             cmd = [
                 str(self.paths["packetset"]),
-                "--kind", kind,
+                "--kind", "gateway" if kind == "forward" else kind,
                 "--flows", str(flows),
                 "--vip", VIP6 if kind == "v6" else VIP4,
                 "--dport", str(DPORT),
@@ -580,6 +629,36 @@ class Runner:
             if r.returncode != 0:
                 raise RunFailed(f"packetset failed: {r.stderr.strip()}")
         return files
+
+    def gateway_return_set(self, flows: int, out: Path) -> None:
+        """The appliances' answers to the gateway forward set: what `spillway
+        replay` sends them for it (the return case's configuration, the
+        daemon's cookie seed), each echoed back, outer MACs and addresses
+        swapped. Replay resolves the endpoint from its first tick, as the
+        daemon has once the harness's warm-up announced it."""
+        fwd = self.packet_set("forward", flows, 1)[0]
+        d = self.workdir / "sets"
+        conf = d / f"return-{flows}.toml"
+        case = Case("gateway", "return", flows, GATEWAY_APPLIANCES)
+        conf.write_text(spillway_config(case, [], 65536, [cpus_online()[-1]], d / "unused.sock", 9))
+        sent = d / f"return-{flows}.sent.pcap"
+        cmd = [
+            str(self.paths["spillway"]), "replay",
+            "--config", str(conf),
+            "--input", str(fwd),
+            "--output", str(sent),
+            "--seed", str(GATEWAY_COOKIE_SEED),
+            "--neighbour", f"{GATEWAY_ENDPOINT}={GATEWAY_ENDPOINT_MAC}",
+        ]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RunFailed(f"spillway replay failed: {(r.stdout + r.stderr).strip()[-400:]}")
+        n = echo_geneve(sent, out)
+        if n != 2 * flows:
+            raise RunFailed(
+                f"spillway replay sent {n} Geneve packets for the {2 * flows} of the gateway "
+                f"forward set ({sent}): {r.stdout.strip()[-300:]}"
+            )
 
     def vdev(self, files: list[Path]) -> str:
         rx = ",".join(f"rx_pcap={f}" for f in files)
@@ -642,24 +721,48 @@ class Runner:
         d.mkdir()
         ctl = d / "control.sock"
         conf = d / "bench.toml"
-        eal = [*mem, "--no-pci", "--file-prefix", prefix, "--log-level=lib.eal:warning", self.vdev(files)]
+        eal = [*mem, "--no-pci", "--file-prefix", prefix, "--log-level=lib.eal:warning"]
+        run = [str(self.paths[binary_key]), "run", "--config", str(conf)]
+        warmup = None
+        port = 0
+        if c.mode == "gateway" and c.kind == "return":
+            # Port 0 (the endpoint's) reads the warm-up FIFO, port 1 (the
+            # appliances') replays the answers; the daemon makes replay's
+            # cookies.
+            fifo = d / "warmup.pcap"
+            warmup = GatewayWarmup(fifo, self.packet_set("forward", c.flows, 1)[0], self.paths[binary_key], ctl)
+            eal += [f"--vdev=net_pcap0,rx_pcap={fifo}", f"--vdev=net_pcap1,rx_pcap={files[0]},infinite_rx=1"]
+            run += ["--fixed-cookie-seed", str(GATEWAY_COOKIE_SEED)]
+            port = 1
+        else:
+            eal.append(self.vdev(files))
         conf.write_text(spillway_config(c, eal, mbufs, cores, ctl, self.free_tcp_port()))
         check = subprocess.run(
             [str(self.paths[binary_key]), "check-config", str(conf)], capture_output=True, text=True
         )
         if check.returncode != 0:
+            if warmup:
+                warmup.close()
             raise RunFailed(f"spillway check-config {conf}: {check.stdout}{check.stderr}")
         logfile = d / "run.log"
         pin = {f"spillway-w{i}": core for i, core in enumerate(cores)}
-        a, b, rc = self.measure(
-            [str(self.paths[binary_key]), "run", "--config", str(conf)],
-            prefix,
-            r"spillway-w\d+",
-            cores,
-            logfile,
-            stats_socket=ctl,
-            pin=pin,
-        )
+        try:
+            a, b, rc = self.measure(
+                run,
+                prefix,
+                r"spillway-w\d+",
+                cores,
+                logfile,
+                stats_socket=ctl,
+                pin=pin,
+                port=port,
+                prepare=warmup,
+                # Returned packets leave by the endpoint's port.
+                tx_ports=(0,),
+            )
+        finally:
+            if warmup:
+                warmup.close()
         if rc != 0:
             tail = logfile.read_text(errors="replace").strip().splitlines()[-5:]
             raise RunFailed(f"spillway run exited with status {rc}: " + " | ".join(tail))
@@ -673,6 +776,16 @@ class Runner:
             if stateless:
                 full = f"{stateless / rx:.0%} stateless (flow table full)"
                 r.note = f"{r.note}; {full}" if r.note else full
+            # What a row that forwards less than it receives drops.
+            drops = {
+                k[5:]: b.stats[k] - a.stats.get(k, 0)
+                for k in b.stats
+                if k.startswith("drop ") and b.stats[k] > a.stats.get(k, 0)
+            }
+            if drops and r.fwd_share < 0.99:
+                top = max(drops, key=lambda k: drops[k])
+                dropped = f"dropped: {top} {drops[top] / rx:.0%}"
+                r.note = f"{r.note}; {dropped}" if r.note else dropped
         return r
 
     def free_tcp_port(self) -> int:
@@ -712,6 +825,8 @@ class Runner:
 
 
 def spillway_config(c: Case, eal: list[str], mbufs: int, cores: list[int], ctl: Path, metrics_port: int) -> str:
+    if c.mode == "gateway":
+        return gateway_config(c, eal, mbufs, cores, ctl, metrics_port)
     v6 = c.kind == "v6"
     vip = VIP6 if v6 else VIP4
     proto = "UDP" if c.kind == "udp" else "TCP"
@@ -757,7 +872,10 @@ new_flow_budget = 4294967295
 name = "uplink"
 device = "net_pcap0"
 role = "uplink"
-addresses = ["10.0.0.2/16", "fd00::2/32"]
+# Endpoints are off these subnets: reached through gateway_mac. Nothing on
+# a net_pcap port answers ARP/NDP, so an on-link endpoint, left to
+# neighbour resolution (M47), would get nothing.
+addresses = ["10.0.0.2/24", "fd00::2/64"]
 gateway = "10.0.0.1"
 gateway_mac = "02:00:00:00:00:fe"
 
@@ -788,6 +906,185 @@ listen = "127.0.0.1:{metrics_port}"
 socket = {q(str(ctl))}
 watch_config = false
 """
+
+
+def gateway_config(c: Case, eal: list[str], mbufs: int, cores: list[int], ctl: Path, metrics_port: int) -> str:
+    """A gateway rule (M31) for packetset's gateway endpoint, to
+    `c.endpoints` appliances in Geneve (off the ports' subnets, reached
+    through gateway_mac: nothing answers ARP on net_pcap; the endpoint itself
+    is resolved from its gratuitous ARP). The return case has a second port
+    for the appliances, whose answers arrive there."""
+    q = json.dumps
+    two_ports = c.kind == "return"
+    net = "10.1.1" if two_ports else "10.0.1"
+    eps = ",\n  ".join(f'{{ address = "{net}.{11 + i}" }}' for i in range(c.endpoints))
+    backend_port = (
+        """
+[[ports]]
+name = "appliances"
+device = "net_pcap1"
+role = "backend"
+addresses = ["10.1.0.2/24"]
+gateway = "10.1.0.1"
+gateway_mac = "02:00:00:00:00:fd"
+"""
+        if two_ports
+        else ""
+    )
+    return f"""# Written by perf/bench.py for: {c.label()}
+[node]
+name = "bench"
+region = "bench"
+zone = "bench-a"
+
+[dataplane]
+management_core = {cpus_online()[0]}
+worker_cores = {json.dumps(cores)}
+eal_args = [{", ".join(q(a) for a in eal)}]
+mbufs = {mbufs}
+burst_size = 32
+queue_descriptors = 1024
+flow_table_capacity = 65536
+new_flow_budget = 4294967295
+
+[[ports]]
+name = "uplink"
+device = "net_pcap0"
+role = "uplink"
+addresses = ["10.0.0.2/24"]
+gateway = "{GATEWAY_ENDPOINT}"
+gateway_mac = "{GATEWAY_ENDPOINT_MAC}"
+{backend_port}
+[[forwarding_rules]]
+name = "bench"
+vips = [{q(VIP4)}]
+protocol = "L3_DEFAULT"
+mode = "gateway"
+gateway_endpoints = [{{ address = "{GATEWAY_ENDPOINT}", id = {GATEWAY_ENDPOINT_ID:#x} }}]
+backend_service = "bench"
+
+[[backend_services]]
+name = "bench"
+delivery = "geneve"
+maglev_table_size = 65537
+
+[[backend_services.groups]]
+name = "bench-a"
+region = "bench"
+zone = "bench-a"
+endpoints = [
+  {eps},
+]
+
+[metrics]
+listen = "127.0.0.1:{metrics_port}"
+
+[control]
+socket = {q(str(ctl))}
+watch_config = false
+"""
+
+
+class GatewayWarmup:
+    """Feeds the gateway return case's warm-up port, a FIFO net_pcap reads
+    as a pcap file: the endpoint's gratuitous ARP (its MAC resolves), then,
+    once the worker has the snapshot with it, the forward set in order, so
+    that every flow's entry is made in replay's order with replay's seed,
+    i.e. with the cookies the answers carry; a second time a second later,
+    which confirms the entries (M15). Then end of file. net_pcap reads a
+    burst of 32 frames in one blocking call: frames go in by 32."""
+
+    def __init__(self, fifo: Path, forward_set: Path, spillway: Path, ctl: Path):
+        self.header, records = read_pcap(forward_set)
+        self.garp = records[0]
+        self.forward = b"".join(records)
+        self.spillway = spillway
+        self.ctl = ctl
+        self.flows = (len(records) - 1) // 2
+        os.mkfifo(fifo)
+        # Read-write: neither this open nor DPDK's blocks on the other.
+        self.fd: int | None = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        self.write(self.header + self.garp * 32)
+
+    def write(self, data: bytes, timeout: float = 30.0) -> None:
+        view = memoryview(data)
+        deadline = time.monotonic() + timeout
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.fd is None:
+                raise RunFailed("the gateway warm-up FIFO is not being read")
+            select.select([], [self.fd], [], left)
+            try:
+                n = os.write(self.fd, view)
+            except BlockingIOError:
+                continue
+            view = view[n:]
+
+    def stats(self) -> dict[str, int]:
+        return parse_spillway_stats(sh([str(self.spillway), "stats", "--socket", str(self.ctl)]))
+
+    def __call__(self, _p: subprocess.Popen) -> None:
+        # The worker has the first ARP; the management core resolves the
+        # endpoint at its next tick. Each round lets the blocked worker
+        # loop once and take the newest snapshot.
+        time.sleep(1.0)
+        for _ in range(4):
+            self.write(self.garp * 32)
+            time.sleep(0.25)
+        self.write(self.forward)
+        time.sleep(1.1)
+        self.write(self.forward)
+        self.close()
+        time.sleep(0.2)
+        st = self.stats()
+        if st.get("drop not_ours") or st.get("new", 0) != self.flows:
+            raise RunFailed(
+                f"gateway warm-up: {st.get('new', 0)} flow entries for {self.flows} flows, "
+                f"{st.get('drop not_ours', 0)} dropped as not_ours (was the endpoint resolved?)"
+            )
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def read_pcap(path: Path) -> tuple[bytes, list[bytes]]:
+    """A pcap's file header and its records (each with its record header)."""
+    data = path.read_bytes()
+    if len(data) < 24:
+        raise RunFailed(f"{path}: not a pcap")
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    records = []
+    off = 24
+    while off + 16 <= len(data):
+        incl = struct.unpack_from(order + "I", data, off + 8)[0]
+        records.append(data[off : off + 16 + incl])
+        off += 16 + incl
+    return data[:24], records
+
+
+def echo_geneve(sent: Path, out: Path) -> int:
+    """Writes each IPv4 Geneve frame of `sent` back as its appliance would
+    answer it (Ethernet and IP source and destination swapped; the IPv4 and
+    UDP checksums do not change), the rest left out; returns how many."""
+    header, records = read_pcap(sent)
+    n = 0
+    with open(out, "wb") as f:
+        f.write(header)
+        for rec in records:
+            fr = rec[16:]
+            if len(fr) < 42 or fr[12:14] != b"\x08\x00" or fr[23] != 17:
+                continue
+            udp = 14 + (fr[14] & 0x0F) * 4
+            if len(fr) < udp + 8 or struct.unpack_from("!H", fr, udp + 2)[0] != GENEVE_PORT:
+                continue
+            e = bytearray(fr)
+            e[0:6], e[6:12] = fr[6:12], fr[0:6]
+            e[26:30], e[30:34] = fr[30:34], fr[26:30]
+            f.write(rec[:16] + bytes(e))
+            n += 1
+    return n
 
 
 # ---------------------------------------------------------------------------

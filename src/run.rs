@@ -19,6 +19,12 @@ pub struct Args {
     /// The configuration file.
     #[arg(long, short)]
     config: PathBuf,
+    /// Seed worker 0's flow-cookie generator with this, as `spillway replay
+    /// --seed` does (worker i: SEED + i), instead of the OS's random source.
+    /// Makes every cookie predictable (M32): for perf/bench.sh's gateway
+    /// return case, whose appliance answers are computed in advance. Hidden.
+    #[arg(long, value_name = "SEED", hide = true)]
+    fixed_cookie_seed: Option<u64>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -27,6 +33,12 @@ pub fn run(args: &Args) -> Result<()> {
         log::warn!("{}: {w}", args.config.display());
     }
     let compiled = loaded.compiled;
+    if let Some(seed) = args.fixed_cookie_seed {
+        log::warn!(
+            "--fixed-cookie-seed {seed}: flow cookies are predictable; for benchmarks only, never in service"
+        );
+    }
+    let cookie_seed = args.fixed_cookie_seed;
     let dp = compiled.settings.dataplane.clone();
     let workers = dp.worker_cores.len();
     if compiled.settings.ports.is_empty() {
@@ -177,7 +189,8 @@ pub fn run(args: &Args) -> Result<()> {
                     if !core_affinity::set_for_current(pin) {
                         log::warn!("worker {i}: cannot pin to core {core}; not pinned");
                     }
-                    worker(i, &shared, eal, &roles, routes, DpdkIo::new(queues));
+                    let seed = cookie_seed.map(|s| s.wrapping_add(i as u64));
+                    worker(i, seed, &shared, eal, &roles, routes, DpdkIo::new(queues));
                 })?;
         }
         log::info!(
@@ -220,6 +233,7 @@ fn os_random() -> Option<u64> {
 /// loop, its counters published every ~100 ms of the CPU's cycle counter.
 fn worker(
     index: usize,
+    fixed_seed: Option<u64>,
     shared: &Shared,
     eal: &Eal,
     roles: &[PortRole],
@@ -229,7 +243,9 @@ fn worker(
     // Flow cookies (M32) must not be guessable: the generator is seeded
     // from the OS, once, before the loop (the cycle counter only if the OS
     // has no random source to give).
-    let seed = os_random().unwrap_or_else(|| dpdk::tsc() ^ (index as u64) << 8);
+    let seed = fixed_seed
+        .or_else(os_random)
+        .unwrap_or_else(|| dpdk::tsc() ^ (index as u64) << 8);
     let pipeline = Worker::new(seed, 0);
     let mut engine = Engine::with_routes(pipeline, roles, routes, BURST, MbufBurst::<BURST>::new);
     WorkerLoop {

@@ -10,7 +10,12 @@
 //! `syn` to send SYNs instead of ACKs (with more flows than the table holds,
 //! every SYN is a new flow: the flow-creation path). Same
 //! packets and set-up as benches/pipeline.rs (re-loading each frame is
-//! included).
+//! included). The mode may also be `gateway` (gateway mode, M31: both
+//! directions of every flow from the gateway endpoint to 8 appliances in
+//! Geneve) or `gateway-return` (M32: the appliances' answers to those, with
+//! the cookies this worker gave them, sent back to the endpoint):
+//!
+//!   valgrind --tool=callgrind target/release/examples/pipeline_cycles gateway-return 4096 1000 65536
 
 #[path = "../benches/common/mod.rs"]
 mod common;
@@ -28,7 +33,8 @@ fn main() {
     let capacity: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
     let syn = args.get(5).is_some_and(|a| a == "syn");
     let mut b = Bench::new(mode, 8, flows, syn, capacity);
-    for _ in 0..(flows as usize / BURST + 1) {
+    // One pass over the set (gateway sets hold two packets per flow).
+    for _ in 0..(b.packets() / BURST + 1) {
         b.burst();
     }
     let (t, cpu) = (std::time::Instant::now(), cpu_ns());
@@ -42,6 +48,12 @@ fn main() {
     println!(
         "{mode} {kind} {flows} flows: {n} packets, {cpu:.1} ns/packet of CPU time ({wall:.1} wall clock)"
     );
+    // Every packet must have been forwarded (sent back, for the return):
+    // a mode that drops measures the drop path.
+    if let Some(dropped) = b.not_forwarded() {
+        eprintln!("pipeline_cycles: the last burst was not all forwarded: {dropped:?}");
+        std::process::exit(1);
+    }
 }
 
 /// This thread's CPU time (ns): /proc/thread-self/schedstat's first field

@@ -8,6 +8,11 @@
 //! TCP/UDP checksums (the pipeline checks the IPv4 one). IPv4 frames are
 //! exactly 60 bytes (Ethernet minimum without FCS, zero padded); IPv6 TCP
 //! frames are 74 bytes (their headers alone exceed 60).
+//!
+//! [`Kind::Gateway`] sets are gateway-mode traffic (M31): not to a VIP but
+//! between clients and servers anywhere, routed through the balancer by a
+//! gateway endpoint, whose gratuitous ARP opens the set (the balancer
+//! recognises the endpoint's frames by the MAC it resolved).
 
 pub mod flood;
 
@@ -41,6 +46,11 @@ pub enum Kind {
     /// opens a new one: two packets per flow, one flow entry created per
     /// SYN.
     Churn,
+    /// Gateway mode: the gateway endpoint's gratuitous ARP, then per flow
+    /// an IPv4 TCP ACK from a client to a server (any address, not the
+    /// balancer's), and later in the set the server's ACK back: two packets
+    /// per flow, every frame from the endpoint's MAC.
+    Gateway,
 }
 
 impl Kind {
@@ -51,7 +61,10 @@ impl Kind {
 
     /// Packets per flow in a set of this kind.
     pub fn packets_per_flow(self) -> u32 {
-        if self == Kind::Churn { 2 } else { 1 }
+        match self {
+            Kind::Churn | Kind::Gateway => 2,
+            _ => 1,
+        }
     }
 
     /// Frame length of every packet of this kind.
@@ -93,6 +106,13 @@ pub struct Spec {
 pub const DEFAULT_SRC_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0xfe];
 /// Balancer MAC used as the frames' destination by default.
 pub const DEFAULT_DST_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
+/// The gateway endpoint of [`Kind::Gateway`] sets: the router in front of
+/// the balancer (its MAC is [`DEFAULT_SRC_MAC`]), announced by the set's
+/// first frame.
+pub const GATEWAY_ENDPOINT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+/// Servers of [`Kind::Gateway`] flows: `198.19.0.0 + (i mod 2^16)`, in the
+/// benchmarking range and never the balancer's.
+const GATEWAY_SERVERS: u32 = 0xc613_0000;
 
 const ADDR_BITS: u32 = 22;
 const ADDR_MASK: u32 = (1 << ADDR_BITS) - 1;
@@ -123,6 +143,12 @@ pub fn client(kind: Kind, i: u32) -> (IpAddr, u16) {
         IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 0, 0)) + a))
     };
     (addr, port as u16)
+}
+
+/// Server address of [`Kind::Gateway`] flow `i` (its port is the set's
+/// `dport`).
+pub fn server(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(GATEWAY_SERVERS + (i & 0xffff))
 }
 
 fn add(mut acc: u32, data: &[u8]) -> u32 {
@@ -201,14 +227,22 @@ impl Spec {
         self.frame_with(i, false, out);
     }
 
-    /// Writes flow `i`'s frame into `out`; `close`: the RST+ACK that ends
-    /// a churn flow.
+    /// Writes flow `i`'s frame into `out`; `second`: its second packet,
+    /// the RST+ACK that ends a churn flow or a gateway flow's answer from
+    /// the server.
     #[allow(
         clippy::cast_possible_truncation,
         reason = "flow bits, checksum folds and small frame lengths"
     )]
-    pub fn frame_with(&self, i: u32, close: bool, out: &mut Vec<u8>) {
-        let (src, sport) = client(self.kind, i);
+    pub fn frame_with(&self, i: u32, second: bool, out: &mut Vec<u8>) {
+        let (client, cport) = client(self.kind, i);
+        // A gateway flow's second packet goes the other way.
+        let (src, sport, dst, dport) = match (self.kind, second) {
+            (Kind::Gateway, false) => (client, cport, IpAddr::V4(server(i)), self.dport),
+            (Kind::Gateway, true) => (IpAddr::V4(server(i)), self.dport, client, cport),
+            _ => (client, cport, self.vip, self.dport),
+        };
+        let close = second && self.kind == Kind::Churn;
         out.clear();
         out.extend_from_slice(&self.dst_mac);
         out.extend_from_slice(&self.src_mac);
@@ -216,7 +250,7 @@ impl Spec {
             Kind::Udp => (17u8, 8 + 18),
             _ => (6u8, 20),
         };
-        match (src, self.vip) {
+        match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 out.extend_from_slice(&[0x08, 0x00]);
                 let ip_start = out.len();
@@ -244,7 +278,7 @@ impl Spec {
         }
         let l4_start = out.len();
         out.extend_from_slice(&sport.to_be_bytes());
-        out.extend_from_slice(&self.dport.to_be_bytes());
+        out.extend_from_slice(&dport.to_be_bytes());
         let csum_at = if proto == 17 {
             out.extend_from_slice(&(l4_len as u16).to_be_bytes());
             out.extend_from_slice(&[0, 0]);
@@ -259,6 +293,13 @@ impl Spec {
                 (false, false) => (seq, 0x10),
             };
             let ack = if syn { 0 } else { seq ^ 0x5a5a_5a5a };
+            // The server's answer: its sequence is what the client
+            // acknowledged, and it acknowledges the client's.
+            let (seq, ack) = if second && self.kind == Kind::Gateway {
+                (ack, seq)
+            } else {
+                (seq, ack)
+            };
             out.extend_from_slice(&seq.to_be_bytes());
             out.extend_from_slice(&ack.to_be_bytes());
             out.extend_from_slice(&[0x50, flags]);
@@ -266,7 +307,7 @@ impl Spec {
             out.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
             l4_start + 16
         };
-        let sum = add(pseudo_sum(&src, &self.vip, proto, l4_len), &out[l4_start..]);
+        let sum = add(pseudo_sum(&src, &dst, proto, l4_len), &out[l4_start..]);
         let mut c = fold(sum);
         if proto == 17 && c == 0 {
             c = 0xffff;
@@ -275,6 +316,16 @@ impl Spec {
         if out.len() < MIN_FRAME {
             out.resize(MIN_FRAME, 0);
         }
+    }
+
+    /// Writes the gateway endpoint's gratuitous ARP (from the frames'
+    /// source MAC) into `out`, padded to the Ethernet minimum.
+    pub fn gratuitous_arp(&self, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        out.resize(MIN_FRAME, 0);
+        wire::neighbour::gratuitous_arp(out, self.src_mac, GATEWAY_ENDPOINT)
+            .map_err(|e| anyhow::anyhow!("gratuitous ARP: {e:?}"))?;
+        Ok(())
     }
 
     /// Writes the flows `i` with `i % shards == shard` as a pcap to `w`;
@@ -286,12 +337,26 @@ impl Spec {
         let mut writer = PcapWriter::new(w).context("cannot write the pcap header")?;
         let mut buf = Vec::with_capacity(128);
         let mut n = 0u64;
-        // Churn sets: every flow's SYN, then every flow's RST.
-        let passes: &[bool] = if self.kind == Kind::Churn {
+        // Churn sets: every flow's SYN, then every flow's RST; gateway sets
+        // every flow's first packet, then every answer.
+        let passes: &[bool] = if self.kind.packets_per_flow() == 2 {
             &[false, true]
         } else {
             &[false]
         };
+        if self.kind == Kind::Gateway {
+            // The endpoint announces itself first (every shard: each is a
+            // port's whole input).
+            self.gratuitous_arp(&mut buf)?;
+            writer
+                .write_packet(&PcapPacket::new(
+                    Duration::ZERO,
+                    u32::try_from(buf.len())?,
+                    &buf,
+                ))
+                .context("cannot write a packet")?;
+            n += 1;
+        }
         for &close in passes {
             for i in (shard..self.flows).step_by(shards as usize) {
                 self.frame_with(i, close, &mut buf);
@@ -430,6 +495,69 @@ mod tests {
             assert_eq!(info.tcp_flags.contains(Flags::ACK), close);
             assert_eq!(info.ports.map(|p| p.0), Some(client(Kind::Churn, 7).1));
         }
+    }
+
+    /// A gateway set: the endpoint's gratuitous ARP, then both directions
+    /// of every flow, from the endpoint's MAC, to addresses that are not
+    /// the VIP, with valid checksums; the answer is the first packet's
+    /// flow reversed (the balancer's symmetric key maps both to one entry).
+    #[test]
+    fn gateway_sets_announce_the_endpoint_then_both_directions() {
+        use wire::packet::{Frame, parse_frame};
+        let s = spec(Kind::Gateway, 300);
+        let mut out = Vec::new();
+        assert_eq!(s.write_pcap(&mut out, 0, 1).unwrap(), 601);
+        let mut f = Vec::new();
+        s.gratuitous_arp(&mut f).unwrap();
+        assert_eq!(f.len(), 60);
+        assert_eq!(&f[6..12], &DEFAULT_SRC_MAC);
+        assert!(
+            matches!(parse_frame(&f), Ok(Frame::Arp(..))),
+            "an ARP frame"
+        );
+        // The ARP's sender and target are the endpoint.
+        assert_eq!(&f[28..32], &GATEWAY_ENDPOINT.octets());
+        assert_eq!(&f[38..42], &GATEWAY_ENDPOINT.octets());
+        let mut servers = HashSet::new();
+        for i in [0, 1, 7, 299] {
+            let mut back = Vec::new();
+            s.frame_with(i, false, &mut f);
+            s.frame_with(i, true, &mut back);
+            for frame in [&f, &back] {
+                assert_eq!(frame.len(), 60);
+                assert_eq!(&frame[6..12], &DEFAULT_SRC_MAC);
+                assert_eq!(checksum(&frame[14..34]), 0, "IPv4 header checksum");
+                let (src, dst): ([u8; 4], [u8; 4]) = (
+                    frame[26..30].try_into().unwrap(),
+                    frame[30..34].try_into().unwrap(),
+                );
+                let sum = add(
+                    pseudo_sum(
+                        &Ipv4Addr::from(src).into(),
+                        &Ipv4Addr::from(dst).into(),
+                        6,
+                        20,
+                    ),
+                    &frame[34..54],
+                );
+                assert_eq!(fold(sum), 0, "TCP checksum");
+            }
+            let (Ok(Frame::Ip(_, a)), Ok(Frame::Ip(_, b))) = (parse_frame(&f), parse_frame(&back))
+            else {
+                panic!("flow {i} does not parse");
+            };
+            assert_eq!((a.src, a.dst), (b.dst, b.src));
+            assert_eq!(a.ports.map(|(s, d)| (d, s)), b.ports);
+            // Addresses as the parser keeps them: IPv4-mapped IPv6.
+            let IpAddr::V4(vip) = s.vip else { panic!() };
+            assert_ne!(a.dst, vip.to_ipv6_mapped().octets());
+            assert_eq!(a.dst, server(i).to_ipv6_mapped().octets());
+            // The answer acknowledges the client's sequence number.
+            assert_eq!(&f[38..42], &back[42..46]);
+            assert_eq!(&f[42..46], &back[38..42]);
+            servers.insert(a.dst);
+        }
+        assert_eq!(servers.len(), 4);
     }
 
     #[test]

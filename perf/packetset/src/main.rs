@@ -3,6 +3,7 @@
 //! ```text
 //! packetset --kind ack --flows 4096 --vip 198.18.10.10 --dport 80 --out ack-4096.pcap
 //! packetset --kind syn --flows 65536 --shards 2 --out syn.pcap   # syn.0.pcap, syn.1.pcap
+//! packetset --kind gateway --flows 4096 --out gateway-4096.pcap  # 1 + 2 x 4096 frames
 //! ```
 
 use std::fs::File;
@@ -19,7 +20,10 @@ use packetset::{Kind, Spec};
 #[command(version)]
 struct Args {
     /// Packet kind: ack (established TCP), syn (TCP SYN), udp, v6 (IPv6 TCP
-    /// ACK), churn (per flow a SYN, then later a RST: two packets per flow).
+    /// ACK), churn (per flow a SYN, then later a RST: two packets per flow),
+    /// gateway (the gateway endpoint's gratuitous ARP, then per flow a TCP
+    /// ACK from a client to a server and later the server's ACK back, not
+    /// to the VIP: gateway mode).
     #[arg(long, value_enum)]
     kind: Kind,
     /// Distinct flows (one packet each; two for churn).

@@ -2,6 +2,13 @@
 //! The pipeline benchmark's set-up, shared by benches/pipeline.rs and
 //! examples/pipeline_cycles.rs: a one-rule configuration, 60-byte TCP
 //! frames of N flows, and a burst driver over in-memory buffers.
+//!
+//! Two modes are gateway mode's (M30-M32) rather than a delivery mode:
+//! `gateway` (frames from the gateway endpoint's MAC to servers anywhere,
+//! both directions of each flow, to appliances in Geneve) and
+//! `gateway-return` (the appliances' answers to what `gateway` sent them,
+//! made by running its frames through the same worker first: the cookies
+//! are the worker's own).
 
 #![allow(dead_code)]
 
@@ -9,11 +16,12 @@ use std::hint::black_box;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use dataplane::nexthop::NextHop;
 use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, node, port, rule, service};
 use testkit::packet::{ACK, DST_MAC, Packet, SRC_MAC, SYN, v4};
-use wire::buf::MemBuf;
+use wire::buf::{MemBuf, PacketBuf};
 
 pub const BURST: usize = 32;
 
@@ -38,6 +46,71 @@ pub fn config(delivery: &str, endpoints: usize) -> String {
                 .child(group("a", "r", "z").set("endpoints", endpoint_list(&eps))),
         )
         .build()
+}
+
+/// The gateway endpoint of the gateway modes: the router in front of the
+/// balancer, on the port's subnet, and the MAC it resolved to.
+pub const GATEWAY_ENDPOINT: &str = "198.18.1.1";
+pub const GATEWAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+
+/// A gateway rule for [`GATEWAY_ENDPOINT`] to `appliances` Geneve
+/// appliances (10.1.0.0, 10.1.0.1, …, off the port's subnet: reached by
+/// the gateway MAC, nothing to resolve).
+pub fn gateway_config(appliances: usize) -> String {
+    let eps: Vec<String> = (0..appliances)
+        .map(|i| format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256))
+        .collect();
+    Config::new()
+        .node(node("bench", "r", "z"))
+        .dataplane("new_flow_budget", u32::MAX)
+        .port(
+            port("up", "net_null0", "uplink")
+                .strs("addresses", &["198.18.1.2/24"])
+                .str("gateway_mac", "02:00:00:00:00:fd"),
+        )
+        .rule(
+            rule("gw", &["198.18.10.10"], "L3_DEFAULT", "all", "nva")
+                .str("mode", "gateway")
+                .set(
+                    "gateway_endpoints",
+                    format!("[{{ address = \"{GATEWAY_ENDPOINT}\", id = 0x1 }}]"),
+                ),
+        )
+        .service(
+            service("nva", "geneve")
+                .child(group("a", "r", "z").set("endpoints", endpoint_list(&eps))),
+        )
+        .build()
+}
+
+/// Gateway flow `i`'s packet (`back`: the server's answer) as the endpoint
+/// routes it through the balancer: client 10.100.0.0 + `i` / 256, port 1024 +
+/// `i` % 256, to server 198.19.0.0 + `i` % 65536, port 80; 60-byte ACKs.
+pub fn gateway_frame(i: u32, back: bool) -> Vec<u8> {
+    let client = Ipv4Addr::from(0x0a64_0000 + (i >> 8));
+    let server = Ipv4Addr::from(0xc613_0000 + (i & 0xffff));
+    let sport = 1024 + u16::from(i.to_le_bytes()[0]);
+    let p = if back {
+        Packet::tcp(server.into(), client.into(), 80, sport, ACK)
+    } else {
+        Packet::tcp(client.into(), server.into(), sport, 80, ACK)
+    };
+    p.ack(1)
+        .tcp_checksum(false)
+        .macs(GATEWAY_MAC, SRC_MAC)
+        .min_frame(60)
+        .frame()
+}
+
+/// An appliance's answer to `sent` (Geneve over IPv4): Ethernet and IP
+/// source and destination swapped, every other byte kept.
+pub fn echo(sent: &[u8]) -> Vec<u8> {
+    let mut f = sent.to_vec();
+    f[..6].copy_from_slice(&sent[6..12]);
+    f[6..12].copy_from_slice(&sent[..6]);
+    f[26..30].copy_from_slice(&sent[30..34]);
+    f[30..34].copy_from_slice(&sent[26..30]);
+    f
 }
 
 /// A 60-byte TCP segment (ACK, or SYN) of flow `i` to the VIP: from
@@ -71,31 +144,93 @@ pub struct Bench {
 }
 
 impl Bench {
+    /// `delivery`: a delivery mode, or `gateway` / `gateway-return` (then
+    /// `endpoints` appliances, and `flows` flows of two packets each).
     pub fn new(delivery: &str, endpoints: usize, flows: u32, syn: bool, capacity: usize) -> Bench {
-        let loaded = config::load_str(
-            "bench.toml",
-            &config(delivery, endpoints),
-            &config::Env::default(),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let gateway = delivery.starts_with("gateway");
+        let text = if gateway {
+            gateway_config(endpoints)
+        } else {
+            config(delivery, endpoints)
+        };
+        let loaded = config::load_str("bench.toml", &text, &config::Env::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         let compiled = Arc::new(loaded.compiled);
-        let local = Local::from_config(&compiled, |_| Some([2, 0, 0, 0, 0, 1]));
+        let mut local = Local::from_config(&compiled, |_| Some([2, 0, 0, 0, 0, 1]));
+        if gateway {
+            // The endpoint's ARP answered: its frames are recognised by it.
+            let hop = NextHop {
+                port: 0,
+                addr: GATEWAY_ENDPOINT.parse().expect("address"),
+            };
+            local.neighbours.push((hop, GATEWAY_MAC));
+        }
         let snap = SnapshotBuilder::new()
             .build(compiled.clone(), local, |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let table = FlowTable::new(flowtable::Config::with_capacity(capacity)).expect("table");
-        Bench {
+        let frames = if gateway {
+            // Every flow one way, then every answer.
+            (0..2 * flows)
+                .map(|i| gateway_frame(i % flows, i >= flows))
+                .collect()
+        } else {
+            (0..flows).map(|i| frame(i, syn)).collect()
+        };
+        let mut worker = Worker::new(1, compiled.children.len());
+        if gateway {
+            // The port the endpoint's frames arrive on, as the engine sets
+            // it (the other modes keep the set-up they were measured with).
+            worker.set_rx_port(0);
+        }
+        let mut b = Bench {
             snap,
             flows: table,
-            worker: Worker::new(1, compiled.children.len()),
-            frames: (0..flows).map(|i| frame(i, syn)).collect(),
+            worker,
+            frames,
             bufs: (0..BURST)
                 .map(|_| MemBuf::new([0u8; 256], 128, &[]).expect("buf"))
                 .collect(),
             verdicts: [Verdict::ToHost; BURST],
             next: 0,
             now: 1,
+        };
+        if delivery == "gateway-return" {
+            b.frames = b.answers();
         }
+        b
+    }
+
+    /// The appliances' answers to one pass over the frames (which makes
+    /// the flows' entries, and their cookies, in this worker's table).
+    fn answers(&mut self) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.frames.len());
+        for chunk in self.frames.chunks(BURST) {
+            let bufs = &mut self.bufs[..chunk.len()];
+            for (b, f) in bufs.iter_mut().zip(chunk) {
+                b.reset(128, f).expect("fits");
+            }
+            let verdicts = &mut self.verdicts[..chunk.len()];
+            self.worker
+                .process_burst(&self.snap, &self.flows, 1, bufs, verdicts);
+            for (b, v) in bufs.iter().zip(verdicts.iter()) {
+                assert_eq!(*v, Verdict::Forward, "a gateway frame not forwarded");
+                out.push(echo(b.data()));
+            }
+        }
+        out
+    }
+
+    /// Packets in one pass over the set.
+    pub fn packets(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The last burst's verdicts if any was not a forward (or, for
+    /// returned packets, a forward to the endpoint's port).
+    pub fn not_forwarded(&self) -> Option<Vec<Verdict>> {
+        let ok = |v: &Verdict| matches!(v, Verdict::Forward | Verdict::ForwardTo(_));
+        (!self.verdicts.iter().all(ok)).then(|| self.verdicts.to_vec())
     }
 
     pub fn burst(&mut self) {
