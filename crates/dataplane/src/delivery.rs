@@ -105,13 +105,20 @@ pub(crate) fn deliver<B: PacketBuf>(
         return Err(DropReason::NoNeighbour);
     }
     // The backend's template was made for its own service's delivery mode.
+    if be.service as usize == svc
+        && let (Some(id), Some(t)) = (endpoint_id, &be.gateway_encap)
+    {
+        return encap::encapsulate_with_endpoint(pkt, t, inner, hash, cookie, id)
+            .map(|_| ())
+            .map_err(|_| DropReason::EncapFailed);
+    }
     if let (Some(t), true) = (&be.encap, be.service as usize == svc) {
         return encap::encapsulate_with(pkt, t, inner, hash, cookie)
             .map(|_| ())
             .map_err(|_| DropReason::EncapFailed);
     }
-    // A gateway rule's packet carries its endpoint's ID: built here, since
-    // appliances have no template (`Backend::encap`).
+    // No template (a remote rule's backend, an appliance of a service that
+    // changed delivery): built here.
     let Some(tunnel) = tunnel(plan.delivery, cookie, endpoint_id) else {
         return encap::l2dsr_rewrite(pkt.data_mut(), be.mac, local.mac)
             .map_err(|_| DropReason::Malformed);

@@ -100,6 +100,11 @@ pub struct Backend {
     /// Outer headers for packets to it, precomputed for its service's
     /// delivery mode (`None` for `l2dsr` and without a tunnel source).
     pub encap: Option<Template>,
+    /// For an appliance of a gateway rule (M31), whose packets carry their
+    /// gateway endpoint's ID: its outer headers with room for that option,
+    /// filled in per packet (its `encap` is `None`: the established fast
+    /// path, which has no endpoint, never takes its packets).
+    pub gateway_encap: Option<Template>,
     /// The largest inner IP packet (bytes) that still fits the egress
     /// port's MTU once encapsulated for it: [`Local::egress_mtu`] minus the
     /// template's overhead. Larger ones are answered with ICMP too-big or,
@@ -819,6 +824,7 @@ impl SnapshotBuilder {
                     },
                     assigned: generation,
                     encap: None,
+                    gateway_encap: None,
                     max_ip_len: u32::MAX,
                     remote: compiled
                         .groups
@@ -905,7 +911,12 @@ impl SnapshotBuilder {
             // A remote rule's packets take the long way, where a packet that
             // arrived tunnelled is held back from it (M49): the fast path
             // tests nothing for it.
-            be.encap = template.filter(|_| !be.remote && !gateway);
+            let usable = template.filter(|_| !be.remote);
+            (be.encap, be.gateway_encap) = if gateway {
+                (None, usable)
+            } else {
+                (usable, None)
+            };
         }
         // An address listed twice (two gateway services) answers for its
         // first slot.

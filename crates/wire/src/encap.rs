@@ -228,6 +228,9 @@ enum TemplateTunnel {
         options: [u8; TEMPLATE_OPTIONS],
         options_len: u8,
         cookie: bool,
+        /// The options start with the gateway endpoint ID (M30), whose value
+        /// [`encapsulate_with_endpoint`] overwrites per packet.
+        endpoint: bool,
     },
 }
 
@@ -348,6 +351,7 @@ impl Template {
                     options: o,
                     options_len: u8::try_from(n).map_err(|_| ParseError::BadOption)?,
                     cookie: options.cookie.is_some(),
+                    endpoint: options.endpoint_id.is_some(),
                 }
             }
         };
@@ -407,6 +411,33 @@ pub fn encapsulate_with<B: PacketBuf>(
     inner: &InnerIp,
     flow_hash: u64,
     cookie: u32,
+) -> Result<usize, EncapError> {
+    encapsulate_template(buf, t, inner, flow_hash, cookie, None)
+}
+
+/// [`encapsulate_with`] for a template whose GENEVE options carry a gateway endpoint ID
+/// (M30): `endpoint_id` is written in its place (a template without one is used as it
+/// is). The bytes [`encapsulate`] gives with that endpoint ID.
+#[inline]
+pub fn encapsulate_with_endpoint<B: PacketBuf>(
+    buf: &mut B,
+    t: &Template,
+    inner: &InnerIp,
+    flow_hash: u64,
+    cookie: u32,
+    endpoint_id: u64,
+) -> Result<usize, EncapError> {
+    encapsulate_template(buf, t, inner, flow_hash, cookie, Some(endpoint_id))
+}
+
+#[inline(always)]
+fn encapsulate_template<B: PacketBuf>(
+    buf: &mut B,
+    t: &Template,
+    inner: &InnerIp,
+    flow_hash: u64,
+    cookie: u32,
+    endpoint_id: Option<u64>,
 ) -> Result<usize, EncapError> {
     const L3: usize = ethernet::HEADER_LEN;
     // Everything that depends only on the destination was worked out in `Template::new`.
@@ -495,6 +526,7 @@ pub fn encapsulate_with<B: PacketBuf>(
             options,
             options_len,
             cookie: has_cookie,
+            endpoint: has_endpoint,
         } => {
             let (port, vni, options_len, has_cookie) = (*port, *vni, *options_len, *has_cookie);
             if !t.udp4 {
@@ -513,6 +545,11 @@ pub fn encapsulate_with<B: PacketBuf>(
                 match dst.last_chunk_mut::<4>() {
                     Some(c) if has_cookie => *c = cookie.to_be_bytes(),
                     _ => {}
+                }
+                // The endpoint ID option comes first: its data at bytes 4..12.
+                if let (Some(id), true, Some(d)) = (endpoint_id, *has_endpoint, dst.get_mut(4..12))
+                {
+                    d.copy_from_slice(&id.to_be_bytes());
                 }
             }
         }

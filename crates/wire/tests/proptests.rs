@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{
     DecapConfig, InnerIp, Outer, Template, Tunnel, UdpChecksum, decapsulate, encapsulate,
-    encapsulate_with, parse_tunnel, strip_outer,
+    encapsulate_with, encapsulate_with_endpoint, parse_tunnel, strip_outer,
 };
 use wire::ethernet::{EthernetRepr, VlanTag, ethertype};
 use wire::flow::{Affinity, FlowKey};
@@ -713,6 +713,43 @@ proptest! {
         prop_assert_eq!(w.is_ok(), g.is_ok(), "{:?} vs {:?}", w, g);
         if w.is_ok() {
             prop_assert_eq!(w.unwrap(), g.unwrap());
+            prop_assert_eq!(want.data(), got.data());
+        }
+    }
+
+    /// A gateway template (M30: an endpoint-ID placeholder) filled in per packet gives
+    /// the bytes `encapsulate` gives with that endpoint ID and cookie.
+    #[test]
+    fn gateway_template_matches_encapsulate_with_the_endpoint(
+        s in inner_spec(), smac in mac(), dmac in mac(), outer_v6 in any::<bool>(),
+        a in any::<[u8; 16]>(), b in any::<[u8; 16]>(), hash in any::<u64>(),
+        placeholder in any::<u64>(), id in any::<u64>(), cookie in any::<u32>(),
+        class in any::<u16>(), types in (any::<u8>(), any::<u8>()).prop_filter("distinct", |(e, c)| e != c),
+    ) {
+        let frame = build_inner(&s);
+        let (src_ip, dst_ip): (IpAddr, IpAddr) = if outer_v6 {
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into())
+        } else {
+            (Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(b[0], b[1], b[2], b[3]).into())
+        };
+        let outer = Outer {
+            src_mac: smac, dst_mac: dmac, src_ip, dst_ip, ttl: 64,
+            dont_fragment: true, flow_hash: hash, src_port_min: 49152,
+            src_port_max: 65535, udp_checksum: UdpChecksum::Auto,
+        };
+        let ids = OptionIds { class, endpoint_type: types.0, cookie_type: types.1 };
+        let geneve = |endpoint_id: u64, cookie: u32| Tunnel::Geneve {
+            port: 6081, vni: 0, ids,
+            options: GatewayOptions { endpoint_id: Some(endpoint_id), cookie: Some(cookie) },
+        };
+        let tmpl = Template::new(&outer, &geneve(placeholder, 0)).expect("a template");
+        let inner = InnerIp::of(&frame).unwrap();
+        let mut want = MemBuf::new([0u8; 700], 100, &frame).unwrap();
+        let mut got = MemBuf::new([0u8; 700], 100, &frame).unwrap();
+        let w = encapsulate(&mut want, &outer, &geneve(id, cookie));
+        let g = encapsulate_with_endpoint(&mut got, &tmpl, &inner, hash, cookie, id);
+        prop_assert_eq!(w.is_ok(), g.is_ok(), "{:?} vs {:?}", w, g);
+        if w.is_ok() {
             prop_assert_eq!(want.data(), got.data());
         }
     }
