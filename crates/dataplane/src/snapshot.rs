@@ -885,6 +885,17 @@ impl SnapshotBuilder {
                 }
                 s => s,
             };
+            // An appliance that left its gateway service still takes back
+            // what its draining flows send it (M32): its returns are
+            // checked against the service it belongs to, which it is
+            // pointed at again should the file have moved it.
+            if let BackendState::Draining { .. } = rec.backend.state
+                && let Some(svc) = compiled.services.iter().position(|s| s.name == rec.key.0)
+                && gateway_svc.get(svc).copied().unwrap_or(false)
+            {
+                rec.backend.service = u32::try_from(svc).unwrap_or(u32::MAX);
+                appliances.push((rec.backend.addr, u32::try_from(i).unwrap_or(u32::MAX)));
+            }
         }
         self.free.sort_unstable_by(|a, b| b.cmp(a));
         self.free.dedup();

@@ -768,3 +768,26 @@ fn a_flow_without_entry_is_returned_only_by_the_appliance_it_went_to() {
     );
     assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
 }
+
+#[test]
+fn an_appliance_removed_from_the_file_takes_back_its_draining_flows() {
+    let mut lab = Lab::new(&NVAS4[..2], "NONE");
+    // Flows on both appliances.
+    let mut on = [None, None];
+    for port in 40000..40064u16 {
+        let f = tcp(R1_MAC, CLIENT4, SERVER4, (port, 80), SYN).frame();
+        let (_, out) = lab.run(&f);
+        let n = nva_of(&geneve_of(&out, &f));
+        on[n].get_or_insert((port, out));
+    }
+    let (port, out) = on[1].clone().expect("a flow on the second appliance");
+    // The second appliance leaves the file: its flows drain (300 s default).
+    lab.now += 1;
+    lab.reconfigure(&NVAS4[..1], "NONE", true);
+    let ack = tcp(R1_MAC, CLIENT4, SERVER4, (port, 80), ACK).frame();
+    let (v, out2) = lab.run(&ack);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(geneve_of(&out2, &ack).dst_ip, ip(NVAS4[1]));
+    assert_eq!(lab.run(&echo(&out2)).0, Verdict::ForwardTo(0));
+    assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
+}

@@ -183,7 +183,7 @@ impl Worker {
             .ok_or(DropReason::GatewayEndpointUnknown)?;
         let inner = pkt
             .data()
-            .get(t.inner_offset..t.inner_offset + t.inner_len)
+            .get(t.inner_offset..t.inner_offset.saturating_add(t.inner_len))
             .ok_or(DropReason::GatewayMalformed)?;
         let info = parse_ip(inner).map_err(|_| DropReason::GatewayMalformed)?;
         if info.version == IpVersion::V6 && (is_mapped_v4(&info.dst) || is_mapped_v4(&info.src)) {
