@@ -127,6 +127,13 @@ const DYNAMIC: &[Dynamic] = &[
     },
     Dynamic {
         file: "perf/bench.py",
+        text: "str(self.spillway)",
+        runs: &[],
+        wraps: false,
+        why: "the spillway binary this workspace builds (the gateway return case's stats)",
+    },
+    Dynamic {
+        file: "perf/bench.py",
         text: "str(self.paths[binary_key])",
         runs: &[],
         wraps: false,
