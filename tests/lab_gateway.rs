@@ -133,12 +133,35 @@ impl Lab {
     }
 }
 
+/// A TCP connection to `addr` from a client port no earlier connection of
+/// this test used: the flow logs tell connections apart by their ports,
+/// and a reused port is a new connection (a new flow entry, a new cookie,
+/// maybe another appliance) under the same name.
+fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(20000);
+    let port = NEXT.fetch_add(1, Ordering::Relaxed);
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    let any: IpAddr = if addr.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    s.bind(&SocketAddr::new(any, port).into())?;
+    s.connect_timeout(&addr.into(), timeout)?;
+    Ok(s.into())
+}
+
 /// An HTTP GET to `server` port 80 from the client namespace: the
 /// connection and the answer's body, or what failed.
 fn get(lab: &Lab, server: &'static str, timeout: Duration) -> Result<(Conn, String), String> {
     lab.in_client(move || {
         let addr = SocketAddr::new(server.parse().expect("server"), 80);
-        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+        let mut s = connect(addr, timeout).map_err(|e| e.to_string())?;
         let conn = Conn::of(&s);
         s.set_read_timeout(Some(timeout))
             .map_err(|e| e.to_string())?;
@@ -251,7 +274,7 @@ struct Echo {
 fn echo_connect(lab: &Lab) -> Echo {
     lab.in_client(|| {
         let addr = SocketAddr::new(SERVER_V4.parse().expect("server"), 7);
-        let s = TcpStream::connect_timeout(&addr, lab::TIMEOUT).expect("echo connect");
+        let s = connect(addr, lab::TIMEOUT).expect("echo connect");
         let conn = Conn::of(&s);
         Echo { s, conn }
     })
