@@ -205,6 +205,29 @@ pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot)
     out
 }
 
+/// Drain (M37) and shutdown (M39): one sample per drained node, zone or
+/// region, and whether the node is shutting down.
+pub fn drain(drained: &crate::drain::Drained, shutting_down: bool) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "drained",
+        "gauge",
+        "A node, zone or region drained by the operator (M37): 1 while drained (no sample once undrained).",
+        drained
+            .iter()
+            .map(|(scope, name)| (format!("scope=\"{scope}\",name=\"{name}\""), 1)),
+    );
+    family(
+        &mut out,
+        "shutting_down",
+        "gauge",
+        "1 from the first SIGTERM or SIGINT until exit (M39): VIPs withdrawn, still forwarding.",
+        [(String::new(), u8::from(shutting_down))],
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
