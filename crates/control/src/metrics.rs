@@ -413,6 +413,52 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         (c, compiled)
     }
 
+    /// M5: a rule with two VIPs is counted as two child rules, both
+    /// exported.
+    #[test]
+    fn both_child_rules_of_a_two_vip_rule_are_exported() {
+        let text = "[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\navailability_group = 1\n\n\
+            [[backend_services]]\nname = \"s\"\ndelivery = \"ipip\"\n\
+            groups = [{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.1.0.1\" }] }]\n\n\
+            [[forwarding_rules]]\nname = \"web\"\nvips = [\"10.0.0.1\", \"10.0.0.2\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s\"\n";
+        let compiled = match config::load_str("t.toml", text, &config::Env::default()) {
+            Ok(l) => l.compiled,
+            Err(e) => panic!("{e}"),
+        };
+        let mut c = WorkerCounters::new(compiled.children.len());
+        for (i, cc) in c.children.iter_mut().enumerate() {
+            cc.packets = 10 + i as u64;
+        }
+        let out = render(&c, &compiled, &[], &[], &[]);
+        for line in [
+            "spillway_rule_packets_total{rule=\"web-ag0\"} 10\n",
+            "spillway_rule_packets_total{rule=\"web-ag1\"} 11\n",
+            "spillway_rule_new_flows_total{rule=\"web-ag1\"} 0\n",
+        ] {
+            assert!(out.contains(line), "{line}{out}");
+        }
+    }
+
+    #[test]
+    fn drain_and_shutdown_are_exported() {
+        use crate::drain::{Drained, Scope};
+        let mut d = Drained::new();
+        d.set(Scope::Zone, "eu1-a", true);
+        d.set(Scope::Node, "lb1", true);
+        let out = drain(&d, true);
+        assert!(
+            out.contains("spillway_drained{scope=\"node\",name=\"lb1\"} 1\n")
+                && out.contains("spillway_drained{scope=\"zone\",name=\"eu1-a\"} 1\n")
+                && out.contains("spillway_shutting_down 1\n"),
+            "{out}"
+        );
+        let out = drain(&Drained::new(), false);
+        assert!(
+            !out.contains("spillway_drained{") && out.contains("spillway_shutting_down 0\n"),
+            "{out}"
+        );
+    }
+
     #[test]
     fn counter_families_are_unchanged() {
         let (c, compiled) = sample();

@@ -1034,3 +1034,59 @@ fn a_restored_drain_state_applies_at_once() {
     // A name no longer configured can still be undrained.
     assert!(drain(&mut w, Scope::Region, "gone", false).ok());
 }
+
+/// M5: a node of availability group 1 serves (and announces on L2) only
+/// each rule's AG 1 VIP; a node of no group serves both.
+#[test]
+fn a_node_of_availability_group_1_serves_only_its_groups_vips() {
+    let cfg = |ag: Option<u8>| {
+        let mut n = node("n", "r1", "r1-a").strs("region_preference", &["r1"]);
+        if let Some(g) = ag {
+            n = n.set("availability_group", g);
+        }
+        Config::new()
+            .node(n)
+            .dataplane("flow_table_capacity", 8192)
+            .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+            .rule(rule("web", &["10.0.0.10", "10.0.0.11"], "TCP", "80", "web").set("ports", 80))
+            .service(
+                service("web", "ipip")
+                    .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.1.0.1"]))),
+            )
+            .build()
+    };
+    let garps = |w: &World| -> Vec<IpAddr> {
+        w.sent
+            .iter()
+            .filter_map(|(_, _, f)| {
+                let a = wire::arp::ArpRepr::parse(&wire::arp::Packet::new_checked(&f[14..]).ok()?)
+                    .ok()?;
+                (a.spa == a.tpa).then_some(IpAddr::V4(a.spa))
+            })
+            .collect()
+    };
+    let mut w = World::new(&cfg(Some(1)), 1, 5);
+    w.advance(3 * SEC);
+    let ag0 = w.open(20, "10.0.0.10", 80);
+    assert!(
+        ag0.iter().all(|(_, b)| b.is_none()),
+        "AG 0's VIP is not served"
+    );
+    let ag1 = w.open(20, "10.0.0.11", 80);
+    assert!(
+        ag1.iter().all(|(_, b)| *b == Some(ip("10.1.0.1"))),
+        "AG 1's VIP is"
+    );
+    let sent = garps(&w);
+    assert!(sent.contains(&ip("10.0.0.11")), "{sent:?}");
+    assert!(!sent.contains(&ip("10.0.0.10")), "{sent:?}");
+
+    let mut both = World::new(&cfg(None), 1, 5);
+    both.advance(3 * SEC);
+    for vip in ["10.0.0.10", "10.0.0.11"] {
+        assert!(
+            both.open(20, vip, 80).iter().all(|(_, b)| b.is_some()),
+            "{vip} served by a node of no group"
+        );
+    }
+}
