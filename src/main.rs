@@ -1,7 +1,7 @@
 //! `spillway`: the L4 passthrough / GENEVE gateway load balancer.
 //!
 //! This binary is thin: it parses the command line and wires the crates
-//! together. Subcommands that later issues fill in say so and exit non-zero.
+//! together.
 
 mod check_config;
 mod forward;
@@ -42,8 +42,11 @@ enum Command {
     Flows(run::FlowsArgs),
     /// Make a running daemon reload its configuration.
     Reload(run::ReloadArgs),
-    /// Drain a node, zone or region.
-    Drain(NotYet),
+    /// Drain this node (its VIPs withdrawn), or a zone or region (no new
+    /// connections to its backends; established ones stay) (M37).
+    Drain(run::DrainArgs),
+    /// Undo `spillway drain`.
+    Undrain(run::DrainArgs),
     /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels from the balancers
     /// (--allow-source) to the VIPs (--vip) through a TUN device.
     Decap(decap::daemon::Args),
@@ -55,13 +58,6 @@ enum Command {
     Forward(forward::Args),
 }
 
-/// Arguments of a subcommand that is not built yet (accepted and ignored).
-#[derive(clap::Args, Debug)]
-struct NotYet {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
-}
-
 fn long_version() -> String {
     format!(
         "{} (commit {}; linked against {})",
@@ -69,11 +65,6 @@ fn long_version() -> String {
         env!("SPILLWAY_COMMIT"),
         dpdk::version()
     )
-}
-
-fn not_built(name: &str) -> ExitCode {
-    eprintln!("spillway {name}: not built yet in this release of Spillway");
-    ExitCode::from(2)
 }
 
 fn exit(r: anyhow::Result<ExitCode>) -> ExitCode {
@@ -104,7 +95,8 @@ fn main() -> ExitCode {
             };
             return exit(run::client(command, &args.client));
         }
-        Command::Drain(_) => return not_built("drain"),
+        Command::Drain(args) => return exit(run::drain(true, &args)),
+        Command::Undrain(args) => return exit(run::drain(false, &args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,9 @@
 //! management core (EAL pins it to `management_core`); one poll-mode worker
 //! per `worker_cores` entry, pinned and registered with DPDK, owns queue `i`
 //! of every port. SIGHUP or `spillway reload` reloads the configuration
-//! without stopping the workers; SIGINT/SIGTERM stop it cleanly.
+//! without stopping the workers. The first SIGINT/SIGTERM withdraws the
+//! node's VIPs and keeps forwarding for `[node] shutdown_drain`, then stops
+//! it cleanly; a second one stops it at once (M39).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -152,6 +154,9 @@ pub fn run(args: &Args) -> Result<()> {
         control::listen::Listeners::start(&compiled.settings.metrics, &compiled.settings.control)?;
     let (mut mgr, shared) = Manager::start(&args.config, compiled, local, workers)?;
     mgr.watch_file(watch);
+    // Next to the control socket: one file per daemon, in a directory that
+    // is the daemon's (M37).
+    mgr.keep_drain_state(&control::drain::state_path(&socket_path));
     mgr.serve(listeners);
 
     let reload = Arc::new(AtomicBool::new(false));
@@ -346,4 +351,45 @@ pub fn flows(args: &FlowsArgs) -> Result<std::process::ExitCode> {
         limit: args.limit,
     };
     client(&q.to_command(), &args.daemon)
+}
+
+/// What `spillway drain` and `undrain` name.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum DrainScope {
+    /// This node: its VIPs are withdrawn, forwarding goes on.
+    Node,
+    /// A zone: no new connections to its backends.
+    Zone,
+    /// A region: no new connections to its backends.
+    Region,
+}
+
+/// `spillway drain|undrain` arguments.
+#[derive(clap::Args, Debug)]
+pub struct DrainArgs {
+    /// What to drain.
+    #[arg(value_enum)]
+    scope: DrainScope,
+    /// Its name, as the configuration writes it.
+    name: String,
+    #[command(flatten)]
+    daemon: ClientArgs,
+}
+
+/// `spillway drain|undrain`: asks the daemon.
+pub fn drain(on: bool, args: &DrainArgs) -> Result<std::process::ExitCode> {
+    if !control::drain::valid_name(&args.name) {
+        bail!(
+            "{:?}: not a name (printable, no spaces, quotes or backslashes, at most {} bytes)",
+            args.name,
+            control::drain::MAX_NAME
+        );
+    }
+    let scope = match args.scope {
+        DrainScope::Node => control::drain::Scope::Node,
+        DrainScope::Zone => control::drain::Scope::Zone,
+        DrainScope::Region => control::drain::Scope::Region,
+    };
+    let verb = if on { "drain" } else { "undrain" };
+    client(&format!("{verb} {scope} {}", args.name), &args.daemon)
 }

@@ -40,6 +40,7 @@ fn help_lists_every_subcommand() {
         "flows",
         "reload",
         "drain",
+        "undrain",
         "forward",
         "decap",
         "nva",
@@ -109,11 +110,32 @@ fn version_names_the_linked_dpdk() {
     assert!(v.contains("DPDK 2"), "names the DPDK release: {v}");
 }
 
+/// `spillway drain|undrain` (M37): without a daemon, a clear error; a bad
+/// scope or name is refused before any daemon is asked.
 #[test]
-fn unbuilt_subcommands_say_so_and_fail() {
+fn drain_without_a_daemon_or_with_bad_arguments_is_a_clear_error() {
+    let sock = std::env::temp_dir().join(format!("spw-cli-drain-{}.sock", std::process::id()));
+    for verb in ["drain", "undrain"] {
+        let out = spillway(&[verb, "zone", "eu1-a", "--socket", sock.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{verb}: {}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains("cannot reach spillway at") && t.contains("is it running?"),
+            "{verb}: {t}"
+        );
+    }
+    let out = spillway(&["drain", "rack", "r1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("possible values: node, zone, region"),
+        "{}",
+        text(&out)
+    );
     let out = spillway(&["drain"]);
-    assert_eq!(out.status.code(), Some(2), "drain exits 2: {}", text(&out));
-    assert!(text(&out).contains("not built yet"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = spillway(&["drain", "zone", "a b", "--socket", sock.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not a name"), "{}", text(&out));
 }
 
 #[test]

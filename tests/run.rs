@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{read_pcap, write_pcap};
 use std::net::Ipv4Addr;
 use testkit::config::{
-    Config, endpoint_list, group, port, rule, service as service_table, strings,
+    Config, endpoint_list, group, node, port, rule, service as service_table, strings,
 };
 use testkit::mutate::Mutator;
 use testkit::packet::{Packet, arp_request, v4};
@@ -64,6 +64,8 @@ fn config_watching(dir: &Path, service: &str, watch: bool) -> String {
         format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
     ];
     Config::new()
+        // Exit at the first SIGTERM (the shutdown test sets its own).
+        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
         .dataplane("management_core", 0)
         .dataplane("worker_cores", "[1]")
         .dataplane("mbufs", 4095)
@@ -313,6 +315,141 @@ fn the_daemon_forwards_reloads_and_stops_cleanly() {
     }
     assert_eq!(n, 500, "every datagram left the backend port encapsulated");
     assert!(announced > 0, "the backend port's address was announced");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`config`] with the uplink replaying `in.pcap` endlessly (M39's test
+/// needs traffic after the signal), nothing written (net_pcap drops what
+/// it sends without a tx file), and `[node] shutdown_drain = drain`.
+fn looping_config(dir: &Path, drain: &str) -> String {
+    let d = dir.display();
+    let text = config(dir, "dns")
+        .replace(
+            &format!("rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
+            &format!("rx_pcap={d}/in.pcap,infinite_rx=1"),
+        )
+        .replace(
+            &format!("rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+            &format!("rx_pcap={d}/empty.pcap"),
+        )
+        .replace(
+            "shutdown_drain = \"0s\"",
+            &format!("shutdown_drain = \"{drain}\""),
+        );
+    assert!(
+        text.contains("infinite_rx") && text.contains(&format!("\"{drain}\"")),
+        "{text}"
+    );
+    text
+}
+
+fn kill(daemon: &Daemon, signal: &str) {
+    let pid = daemon.0.id().to_string();
+    common::run_ok(Command::new("kill").args([signal, &pid]));
+}
+
+/// Waits (at most `within`) for the daemon to exit; its status.
+fn exited(daemon: &mut Daemon, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = daemon.0.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "spillway run did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// M37 and M39 on the daemon: `spillway drain` over the socket (unknown
+/// names refused, the state saved next to the socket and restored by the
+/// next run); the first SIGTERM keeps forwarding for `shutdown_drain`
+/// (status says so), then the daemon exits cleanly; a second SIGTERM exits
+/// at once.
+#[test]
+fn drain_survives_a_restart_and_sigterm_drains_before_exiting() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-shutdown-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let frames: Vec<Vec<u8>> = (0..64).map(frame).collect();
+    write_pcap(&dir.join("in.pcap"), &frames);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let cfg = dir.join("spillway.toml");
+    std::fs::write(&cfg, looping_config(&dir, "3s")).expect("config");
+    let socket = dir.join("ctl.sock");
+    let sock = socket.to_str().expect("utf-8").to_owned();
+
+    let mut daemon = Daemon::start(&cfg, false);
+    status_with(&mut daemon, &sock, "node t");
+    let forwarded = || stat(&sock, "forwarded").unwrap_or(0);
+
+    // Drain over the socket.
+    let bad = spillway(&["drain", "zone", "nope", "--socket", &sock]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("unknown zone \"nope\""),
+        "{}",
+        text(&bad)
+    );
+    for args in [
+        ["drain", "zone", "z"],
+        ["undrain", "zone", "z"],
+        ["drain", "node", "t"],
+    ] {
+        let out = spillway(&[args[0], args[1], args[2], "--socket", &sock]);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    }
+    let status = text(&spillway(&["status", "--socket", &sock]));
+    assert!(
+        status.contains("drained: node t\n") && !status.contains("drained: zone"),
+        "{status}"
+    );
+    let saved = std::fs::read_to_string(dir.join("ctl.sock.drain")).expect("state file");
+    assert!(saved.contains("\nnode t\n"), "{saved}");
+
+    // First SIGTERM: still forwarding, then a clean exit.
+    let t0 = Instant::now();
+    kill(&daemon, "-TERM");
+    let status = status_with(&mut daemon, &sock, "shutting down, ");
+    let left = status
+        .lines()
+        .find(|l| l.starts_with("shutting down"))
+        .unwrap_or_default()
+        .to_owned();
+    let before = forwarded();
+    std::thread::sleep(Duration::from_millis(500));
+    let after = forwarded();
+    println!(
+        "after SIGTERM: {left:?}; forwarded {before} then {after} 0.5 s later ({:.2} s since the signal)",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(after > before, "still forwarding after the first signal");
+    let code = exited(&mut daemon, Duration::from_secs(20));
+    println!(
+        "exited {:.2} s after SIGTERM (shutdown_drain 3 s)",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(code.success(), "clean exit: {code}");
+    let out = read_stdout(&mut daemon);
+    assert!(out.contains("mbufs in use at start, 0 at exit"), "{out}");
+
+    // The next run restores the drain; a second SIGTERM exits at once
+    // (shutdown_drain 60 s would outlast the wait below).
+    std::fs::write(&cfg, looping_config(&dir, "60s")).expect("config");
+    let mut daemon = Daemon::start(&cfg, false);
+    status_with(&mut daemon, &sock, "drained: node t\n");
+    kill(&daemon, "-TERM");
+    status_with(&mut daemon, &sock, "shutting down, ");
+    let t1 = Instant::now();
+    kill(&daemon, "-TERM");
+    let code = exited(&mut daemon, Duration::from_secs(20));
+    println!(
+        "exited {:.2} s after the second SIGTERM (shutdown_drain 60 s)",
+        t1.elapsed().as_secs_f64()
+    );
+    assert!(code.success(), "clean exit: {code}");
+    let out = read_stdout(&mut daemon);
+    assert!(out.contains("mbufs in use at start, 0 at exit"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

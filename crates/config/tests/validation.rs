@@ -600,13 +600,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 4] = [
-        (
-            "node.shutdown_drain",
-            node_then_svc(
-                "[node]\nname = \"n1\"\nregion = \"r1\"\nzone = \"r1-a\"\nshutdown_drain = \"5s\"\n",
-            ),
-        ),
+    let cases: [(&str, String); 3] = [
         (
             "dataplane.burst_size",
             with("[dataplane]\nburst_size = 64\n"),

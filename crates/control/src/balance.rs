@@ -50,6 +50,12 @@ pub struct Balance {
     /// Per endpoint: its next hop has no MAC (M47). Planned as unhealthy,
     /// so that locality spills its share over instead of dropping it.
     unresolved: Vec<bool>,
+    /// Drained zones and regions (M37), by name (kept across reloads):
+    /// their groups are planned with a `capacity_scaler` of 0.
+    drained: crate::drain::Drained,
+    /// Services every group of which is drained: drain is not applied to
+    /// them (draining must not black-hole a service; status says so).
+    drain_ignored: Vec<String>,
 }
 
 impl Balance {
@@ -76,6 +82,8 @@ impl Balance {
             plans: Vec::new(),
             last_plan: None,
             prev_packets: Vec::new(),
+            drained: crate::drain::Drained::new(),
+            drain_ignored: Vec::new(),
         };
         b.reload(compiled, now, probes, out)?;
         Ok(b)
@@ -116,9 +124,7 @@ impl Balance {
             probes.poll_remotes(keys);
         }
         self.node = NodeSpec::from_compiled(compiled);
-        self.specs = (0..u32::try_from(compiled.services.len()).unwrap_or(u32::MAX))
-            .map(|i| ServiceSpec::from_compiled(compiled, ServiceId(i)))
-            .collect();
+        self.specs_from(compiled);
         let names: Vec<&str> = compiled.services.iter().map(|s| s.name.as_str()).collect();
         self.planners
             .retain(|name, _| names.contains(&name.as_str()));
@@ -128,6 +134,44 @@ impl Balance {
         self.last_plan = Some(now);
         self.plan(compiled, None, &WorkerCounters::default(), PLAN_PERIOD, out);
         Ok(())
+    }
+
+    /// The services' static shapes, drained zones and regions applied.
+    fn specs_from(&mut self, compiled: &Compiled) {
+        self.drain_ignored.clear();
+        let (zones, regions) = self.drained.groups_of(compiled);
+        let drained = |g: &locality::GroupSpec| {
+            zones.get(g.zone.index()) == Some(&true) || regions.get(g.region.index()) == Some(&true)
+        };
+        self.specs = (0..u32::try_from(compiled.services.len()).unwrap_or(u32::MAX))
+            .map(|i| {
+                let mut spec = ServiceSpec::from_compiled(compiled, ServiceId(i))?;
+                let left = spec
+                    .groups
+                    .iter()
+                    .any(|g| g.capacity_scaler > 0.0 && !drained(g));
+                if left {
+                    for g in spec.groups.iter_mut().filter(|g| drained(g)) {
+                        g.capacity_scaler = 0.0;
+                    }
+                } else if spec.groups.iter().any(drained) {
+                    if let Some(s) = compiled.services.get(i as usize) {
+                        self.drain_ignored.push(s.name.clone());
+                    }
+                }
+                Some(spec)
+            })
+            .collect();
+    }
+
+    /// Drains these zones and regions, undrains the others; the plans
+    /// follow at the next tick.
+    pub fn set_drained(&mut self, compiled: &Compiled, drained: &crate::drain::Drained) {
+        if *drained != self.drained {
+            self.drained = drained.clone();
+            self.specs_from(compiled);
+            self.health_changed = true;
+        }
     }
 
     /// The verdict on endpoint `id`: its probe's, or for a `remote_rule`
@@ -395,6 +439,12 @@ impl Balance {
                     r.fraction * 100.0
                 );
             }
+        }
+        for name in &self.drain_ignored {
+            let _ = writeln!(
+                out,
+                "service {name}: every group is in a drained zone or region; the drain is not applied to it"
+            );
         }
         for (rule, state) in self.rule_states(compiled) {
             let _ = writeln!(out, "rule {rule}: {state}");

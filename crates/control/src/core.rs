@@ -125,6 +125,15 @@ pub enum Command {
         /// `spillway reload --force`.
         force: bool,
     },
+    /// `spillway drain|undrain node|zone|region NAME` (M37).
+    Drain {
+        /// What it names.
+        scope: crate::drain::Scope,
+        /// The node's, zone's or region's name.
+        name: String,
+        /// Drain (true) or undrain.
+        on: bool,
+    },
 }
 
 /// The core's answer to a [`Command`]: what it found or did, and
@@ -138,12 +147,15 @@ pub enum Answer {
     /// What became of a reload: live, or waiting for large Maglev tables;
     /// or every error (the running configuration stays).
     Reload(Result<Published, String>),
+    /// What a drain or undrain did, or why it was refused (an unknown
+    /// name).
+    Drain(Result<String, String>),
 }
 
 impl Answer {
     /// Whether the command succeeded (the control socket's `ok` / `error`).
     pub fn ok(&self) -> bool {
-        !matches!(self, Answer::Reload(Err(_)))
+        !matches!(self, Answer::Reload(Err(_)) | Answer::Drain(Err(_)))
     }
 
     /// The answer for people: what the control socket sends after its
@@ -160,6 +172,7 @@ impl Answer {
             Answer::Reload(Err(e)) => {
                 format!("reload rejected; the running configuration stays:\n{e}\n")
             }
+            Answer::Drain(Ok(t) | Err(t)) => format!("{t}\n"),
         }
     }
 }
@@ -277,6 +290,10 @@ pub struct Core {
     neighbours: Neighbours,
     /// Gratuitous ARP / unsolicited NA under way.
     announcer: Announcer,
+    /// Drained node, zones and regions (M37), by name.
+    drained: crate::drain::Drained,
+    /// Shutting down (M39): when forwarding stops.
+    shutdown_at: Option<Duration>,
     out: Vec<Output>,
 }
 
@@ -332,6 +349,8 @@ impl Core {
             inline_slots: INLINE_TABLE_SLOTS,
             neighbours,
             announcer,
+            drained: crate::drain::Drained::new(),
+            shutdown_at: None,
             out,
         };
         core.neighbours_changed();
@@ -446,7 +465,98 @@ impl Core {
             Command::Reload { loaded, force } => {
                 Answer::Reload(self.config_loaded(loaded, force, probes))
             }
+            Command::Drain { scope, name, on } => Answer::Drain(self.set_drain(scope, &name, on)),
         }
+    }
+
+    /// Whether this node is drained (M37): its VIPs are to be withdrawn
+    /// from its routers; it forwards as before.
+    pub fn node_drained(&self) -> bool {
+        self.drained
+            .contains(crate::drain::Scope::Node, &self.compiled.node.name)
+    }
+
+    /// Whether the daemon is shutting down (M39): its VIPs are to be
+    /// withdrawn; it forwards until [`Core::shutdown_due`].
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown_at.is_some()
+    }
+
+    /// What is drained, by name (the shell saves it).
+    pub fn drained(&self) -> &crate::drain::Drained {
+        &self.drained
+    }
+
+    /// Input: the drain state saved by a previous run (names this
+    /// configuration lacks are kept: they apply if they come back).
+    pub fn restore_drained(&mut self, now: Duration, drained: crate::drain::Drained) {
+        self.advance(now);
+        for (scope, name) in drained.iter() {
+            say!(self.out, Info, "{scope} {name} drained (saved state)");
+        }
+        self.drained = drained;
+        self.balance.set_drained(&self.compiled, &self.drained);
+    }
+
+    /// Input: a shutdown was asked for at `now` (the first SIGTERM): the
+    /// node forwards for `period` more, then [`Core::shutdown_due`].
+    pub fn shutdown(&mut self, now: Duration, period: Duration) {
+        self.advance(now);
+        if self.shutdown_at.is_none() {
+            self.shutdown_at = Some(self.now.saturating_add(period));
+            say!(
+                self.out,
+                Info,
+                "shutting down: VIPs withdrawn, forwarding for {:.1} s more",
+                period.as_secs_f64()
+            );
+        }
+    }
+
+    /// Whether the shutdown's drain period is over (as of the latest input).
+    pub fn shutdown_due(&self) -> bool {
+        self.shutdown_at.is_some_and(|t| self.now >= t)
+    }
+
+    /// `drain` / `undrain`: checks the name against the running
+    /// configuration; the plans follow at the next tick.
+    fn set_drain(
+        &mut self,
+        scope: crate::drain::Scope,
+        name: &str,
+        on: bool,
+    ) -> Result<String, String> {
+        use crate::drain::Scope;
+        let c = &self.compiled;
+        let known: Vec<&str> = match scope {
+            Scope::Node => vec![c.node.name.as_str()],
+            Scope::Zone => c.zones.iter().map(String::as_str).collect(),
+            Scope::Region => c.regions.iter().map(String::as_str).collect(),
+        };
+        // One that a reload removed may still be undrained.
+        let undrain_removed = !on && self.drained.contains(scope, name);
+        if !known.contains(&name) && !undrain_removed {
+            return Err(match scope {
+                Scope::Node => format!("this is node {:?}, not {name:?}", c.node.name),
+                _ => format!(
+                    "unknown {scope} {name:?} (the configuration's {scope}s: {})",
+                    known.join(", ")
+                ),
+            });
+        }
+        let verb = if on { "drained" } else { "undrained" };
+        if !self.drained.set(scope, name, on) {
+            return Ok(format!("{scope} {name} was already {verb}"));
+        }
+        self.balance.set_drained(&self.compiled, &self.drained);
+        let what = match (scope, on) {
+            (Scope::Node, true) => "its VIPs are withdrawn; forwarding goes on",
+            (Scope::Node, false) => "its VIPs are announced again",
+            (_, true) => "new connections go elsewhere; established ones stay",
+            (_, false) => "it takes new connections again",
+        };
+        say!(self.out, Info, "{scope} {name} {verb}: {what}");
+        Ok(format!("{scope} {name} {verb}: {what}"))
     }
 
     /// A configuration was read (or could not be). Validates it against
@@ -957,6 +1067,15 @@ impl Core {
                 "neighbours: {} resolved, {} failed, {} MAC changes, {} sightings of others ignored\n",
                 n.resolved_total, n.failed_total, n.mac_changes, n.ignored
             );
+        }
+        if let Some(t) = self.shutdown_at {
+            out += &format!(
+                "shutting down, {} s left\n",
+                t.saturating_sub(self.now).as_secs_f64().ceil()
+            );
+        }
+        for (scope, name) in self.drained.iter() {
+            out += &format!("drained: {scope} {name}\n");
         }
         out += &self.balance.status(&self.compiled);
         if let Some(e) = &self.last_error {

@@ -75,6 +75,8 @@ pub struct Manager {
     listeners: Option<listen::Listeners>,
     /// The thread building the tables of a pending [`Output::BuildTables`].
     build: Option<(u64, Receiver<Result<BuiltTables, String>>)>,
+    /// Where the drain state is saved (M37), if anywhere.
+    drain_file: Option<PathBuf>,
 }
 
 /// What identifies a version of the configuration file.
@@ -188,6 +190,7 @@ impl Manager {
             probes,
             listeners: None,
             build: None,
+            drain_file: None,
         };
         // What the core logged starting.
         mgr.pump();
@@ -205,6 +208,31 @@ impl Manager {
     /// `[control] watch_config`, re-read at every reload).
     pub fn watch_file(&mut self, on: bool) {
         self.watch.enabled = on;
+    }
+
+    /// Keeps the drain state (M37) in `path`: restores what it holds now
+    /// and saves every change. A file that cannot be read is reported and
+    /// nothing is restored (the daemon serves rather than refuse to start).
+    pub fn keep_drain_state(&mut self, path: &Path) {
+        match crate::drain::load(path) {
+            Ok(d) => {
+                let now = self.clock();
+                self.core.restore_drained(now, d);
+                self.pump();
+            }
+            Err(e) => log::error!("drain state not restored: {e}"),
+        }
+        self.drain_file = Some(path.to_owned());
+    }
+
+    /// Whether this node is drained (M37).
+    pub fn node_drained(&self) -> bool {
+        self.core.node_drained()
+    }
+
+    /// Whether the daemon is shutting down (M39).
+    pub fn shutting_down(&self) -> bool {
+        self.core.shutting_down()
     }
 
     /// The current tick.
@@ -412,6 +440,22 @@ impl Manager {
             }
             socket::Request::Stats => (true, self.stats()),
             socket::Request::Flows(q) => (true, self.flows(&q)),
+            socket::Request::Drain { scope, name, on } => {
+                let answer = self.command(Command::Drain { scope, name, on });
+                let mut text = answer.text();
+                if answer.ok()
+                    && let Some(path) = &self.drain_file
+                    && let Err(e) = crate::drain::save(path, self.core.drained())
+                {
+                    let e = format!(
+                        "the drain state could not be saved to {} ({e}): it holds until the daemon stops",
+                        path.display()
+                    );
+                    log::error!("{e}");
+                    text += &format!("warning: {e}\n");
+                }
+                (answer.ok(), text)
+            }
         }
     }
 
@@ -458,6 +502,7 @@ impl Manager {
             self.core.probed(),
             self.listener_info(),
         ) + &metrics::neighbours(self.core.neighbours(), &snap)
+            + &metrics::drain(self.core.drained(), self.core.shutting_down())
     }
 
     /// `spillway stats`.
@@ -499,14 +544,34 @@ impl Manager {
         flows::list(q, &self.shared.flows, &snap, &snap.compiled, self.now())
     }
 
-    /// Runs the management loop on the calling thread until `stop` is set:
+    /// Runs the management loop on the calling thread until it stops:
     /// ticks every `period`, reloads when `reload` is set (SIGHUP) or the
     /// file changed, and between ticks answers the listeners' requests as
     /// they come. The loop never reads from or writes to a client (M50):
     /// the listeners' thread does, and a tick waits for at most one answer
     /// being computed.
+    ///
+    /// `stop` set (SIGTERM, SIGINT) starts the shutdown (M39): the core
+    /// says it is shutting down (VIPs withdrawn) and the loop goes on for
+    /// `[node] shutdown_drain`; `stop` set again meanwhile (a second
+    /// signal) ends it at once. Two signals before the loop sees the first
+    /// count as one.
     pub fn run(&mut self, period: Duration, reload: &AtomicBool, stop: &AtomicBool) {
-        while !stop.load(Ordering::Relaxed) {
+        loop {
+            if stop.swap(false, Ordering::AcqRel) {
+                if self.core.shutting_down() {
+                    log::warn!("second stop signal: exiting at once");
+                    break;
+                }
+                let now = self.clock();
+                let drain = self.core.compiled().node.shutdown_drain;
+                self.core.shutdown(now, drain);
+                self.pump();
+            }
+            if self.core.shutdown_due() {
+                log::info!("shutdown drain period over: exiting");
+                break;
+            }
             let next_tick = Instant::now() + period;
             if reload.swap(false, Ordering::AcqRel) {
                 let _ = self.reload();

@@ -31,6 +31,7 @@
 pub mod balance;
 pub mod core;
 pub mod daemon;
+pub mod drain;
 pub mod flows;
 pub mod http;
 pub mod listen;

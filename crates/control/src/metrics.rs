@@ -205,6 +205,29 @@ pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot)
     out
 }
 
+/// Drain (M37) and shutdown (M39): one sample per drained node, zone or
+/// region, and whether the node is shutting down.
+pub fn drain(drained: &crate::drain::Drained, shutting_down: bool) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "drained",
+        "gauge",
+        "A node, zone or region drained by the operator (M37): 1 while drained (no sample once undrained).",
+        drained
+            .iter()
+            .map(|(scope, name)| (format!("scope=\"{scope}\",name=\"{name}\""), 1)),
+    );
+    family(
+        &mut out,
+        "shutting_down",
+        "gauge",
+        "1 from the first SIGTERM or SIGINT until exit (M39): VIPs withdrawn, still forwarding.",
+        [(String::new(), u8::from(shutting_down))],
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +411,52 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             cc.drops = next();
         }
         (c, compiled)
+    }
+
+    /// M5: a rule with two VIPs is counted as two child rules, both
+    /// exported.
+    #[test]
+    fn both_child_rules_of_a_two_vip_rule_are_exported() {
+        let text = "[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\navailability_group = 1\n\n\
+            [[backend_services]]\nname = \"s\"\ndelivery = \"ipip\"\n\
+            groups = [{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.1.0.1\" }] }]\n\n\
+            [[forwarding_rules]]\nname = \"web\"\nvips = [\"10.0.0.1\", \"10.0.0.2\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s\"\n";
+        let compiled = match config::load_str("t.toml", text, &config::Env::default()) {
+            Ok(l) => l.compiled,
+            Err(e) => panic!("{e}"),
+        };
+        let mut c = WorkerCounters::new(compiled.children.len());
+        for (i, cc) in c.children.iter_mut().enumerate() {
+            cc.packets = 10 + i as u64;
+        }
+        let out = render(&c, &compiled, &[], &[], &[]);
+        for line in [
+            "spillway_rule_packets_total{rule=\"web-ag0\"} 10\n",
+            "spillway_rule_packets_total{rule=\"web-ag1\"} 11\n",
+            "spillway_rule_new_flows_total{rule=\"web-ag1\"} 0\n",
+        ] {
+            assert!(out.contains(line), "{line}{out}");
+        }
+    }
+
+    #[test]
+    fn drain_and_shutdown_are_exported() {
+        use crate::drain::{Drained, Scope};
+        let mut d = Drained::new();
+        d.set(Scope::Zone, "eu1-a", true);
+        d.set(Scope::Node, "lb1", true);
+        let out = drain(&d, true);
+        assert!(
+            out.contains("spillway_drained{scope=\"node\",name=\"lb1\"} 1\n")
+                && out.contains("spillway_drained{scope=\"zone\",name=\"eu1-a\"} 1\n")
+                && out.contains("spillway_shutting_down 1\n"),
+            "{out}"
+        );
+        let out = drain(&Drained::new(), false);
+        assert!(
+            !out.contains("spillway_drained{") && out.contains("spillway_shutting_down 0\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The Unix control socket: one command per connection, a text answer.
 //!
-//! Commands: `status`, `stats`, `flows [filters]`, `reload`. The answer's
+//! Commands: `status`, `stats`, `flows [filters]`, `reload`, `drain` and
+//! `undrain` `node|zone|region NAME`. The answer's
 //! first line is `ok` or `error`; the rest is for people.
 //!
 //! The socket file is created mode 0660, in the configured group, and never
@@ -300,6 +301,40 @@ pub enum Request {
     },
     /// `flows [filters]`.
     Flows(crate::flows::FlowQuery),
+    /// `drain|undrain node|zone|region NAME` (M37).
+    Drain {
+        /// What it names.
+        scope: crate::drain::Scope,
+        /// Its name.
+        name: String,
+        /// `drain` (true) or `undrain`.
+        on: bool,
+    },
+}
+
+/// The commands, as an unknown one's error lists them.
+const COMMANDS: &str =
+    "status, stats, flows, reload [--force], drain|undrain node|zone|region NAME";
+
+/// `drain`'s and `undrain`'s arguments: `node|zone|region NAME`.
+fn drain(on: bool, args: &str) -> Result<Request, String> {
+    let verb = if on { "drain" } else { "undrain" };
+    let mut words = args.split_whitespace();
+    match (
+        words.next().map(|w| (w, crate::drain::Scope::parse(w))),
+        words.next(),
+        words.next(),
+    ) {
+        (Some((_, Some(scope))), Some(name), None) if crate::drain::valid_name(name) => {
+            Ok(Request::Drain {
+                scope,
+                name: name.to_owned(),
+                on,
+            })
+        }
+        (Some((w, None)), ..) => Err(format!("{verb} {w:?}: not node, zone or region\n")),
+        _ => Err(format!("usage: {verb} node|zone|region NAME\n")),
+    }
 }
 
 impl Request {
@@ -311,14 +346,14 @@ impl Request {
             "stats" => Ok(Request::Stats),
             "reload" => Ok(Request::Reload { force: false }),
             "reload --force" => Ok(Request::Reload { force: true }),
+            cmd if cmd == "drain" || cmd.starts_with("drain ") => drain(true, &cmd[5..]),
+            cmd if cmd == "undrain" || cmd.starts_with("undrain ") => drain(false, &cmd[7..]),
             cmd if cmd == "flows" || cmd.starts_with("flows ") => {
                 crate::flows::FlowQuery::parse(&cmd["flows".len()..])
                     .map(Request::Flows)
                     .map_err(|e| format!("{e}\n"))
             }
-            other => Err(format!(
-                "unknown command {other:?} (status, stats, flows, reload [--force])\n"
-            )),
+            other => Err(format!("unknown command {other:?} ({COMMANDS})\n")),
         }
     }
 }
@@ -492,11 +527,34 @@ pub(crate) mod tests {
         );
         assert_eq!(
             Request::parse("reload -f"),
-            Err(
-                "unknown command \"reload -f\" (status, stats, flows, reload [--force])\n"
-                    .to_owned()
-            )
+            Err(format!("unknown command \"reload -f\" ({COMMANDS})\n"))
         );
+        assert_eq!(
+            Request::parse("drain zone eu-1a"),
+            Ok(Request::Drain {
+                scope: crate::drain::Scope::Zone,
+                name: "eu-1a".into(),
+                on: true
+            })
+        );
+        assert_eq!(
+            Request::parse("undrain node lb1"),
+            Ok(Request::Drain {
+                scope: crate::drain::Scope::Node,
+                name: "lb1".into(),
+                on: false
+            })
+        );
+        assert_eq!(
+            Request::parse("drain rack r1"),
+            Err("drain \"rack\": not node, zone or region\n".to_owned())
+        );
+        for bad in ["drain", "drain zone", "drain zone a b", "undrain zone \"a"] {
+            assert!(
+                Request::parse(bad).unwrap_err().starts_with("usage: "),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

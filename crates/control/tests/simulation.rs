@@ -834,3 +834,259 @@ fn gateway_endpoints_are_resolved_and_shown() {
     );
     assert_eq!(w.live.gateways[0].mac, sim::peer_mac(gw));
 }
+
+/// `web` with r1's endpoints in two zones: 10.1.0.1-2 in r1-a, 10.1.0.3-4
+/// in r1-b (cross-zone, the default: every endpoint of r1 takes new flows).
+fn two_zones() -> String {
+    with_web(
+        web_service("DEFAULT_FOR_PROTOCOL", &["10.1.0.1", "10.1.0.2"]).child(
+            group("c", "r1", "r1-b").set("endpoints", endpoint_list(&["10.1.0.3", "10.1.0.4"])),
+        ),
+    )
+    .build()
+}
+
+fn zone_of(a: Option<IpAddr>) -> Option<char> {
+    match a {
+        Some(IpAddr::V4(v)) if v.octets()[1] == 1 => {
+            Some(if v.octets()[3] <= 2 { 'a' } else { 'b' })
+        }
+        _ => None,
+    }
+}
+
+fn drain(w: &mut World, scope: control::drain::Scope, name: &str, on: bool) -> Answer {
+    w.command(control::Command::Drain {
+        scope,
+        name: name.to_owned(),
+        on,
+    })
+}
+
+/// M37: a drained zone takes no new connections from the next tick on (they
+/// go to the other zone), its established flows stay; undrained, it takes
+/// new ones again. The drain survives a reload; unknown names are refused.
+#[test]
+fn a_drained_zone_takes_no_new_connections_and_keeps_its_flows() {
+    use control::drain::Scope;
+    let text = two_zones();
+    let mut w = healthy_world(&text, 37);
+    let before = w.open(200, "10.0.0.10", 80);
+    let in_b = before
+        .iter()
+        .filter(|(_, b)| zone_of(*b) == Some('b'))
+        .count();
+    assert!(in_b > 20, "both zones take flows: {in_b} of 200 in r1-b");
+
+    let a = drain(&mut w, Scope::Zone, "r1-b", true);
+    assert!(a.ok(), "{a:?}");
+    assert_eq!(
+        a.text(),
+        "zone r1-b drained: new connections go elsewhere; established ones stay\n"
+    );
+    assert!(w.logged(
+        Level::Info,
+        "zone r1-b drained: new connections go elsewhere; established ones stay"
+    ));
+    let p = w.period;
+    w.advance(p);
+    let after = w.open(200, "10.0.0.10", 80);
+    assert!(
+        after.iter().all(|(_, b)| zone_of(*b) == Some('a')),
+        "new flows only in r1-a after one tick"
+    );
+    assert_eq!(
+        w.where_now(&before),
+        before.iter().map(|(_, b)| *b).collect::<Vec<_>>(),
+        "established flows stay, r1-b's included"
+    );
+    let status = w.status();
+    assert!(status.contains("drained: zone r1-b\n"), "{status}");
+    // Already drained: said, not an error.
+    let again = drain(&mut w, Scope::Zone, "r1-b", true);
+    assert!(
+        again.ok() && again.text().contains("already drained"),
+        "{again:?}"
+    );
+
+    // A reload keeps it.
+    w.reload(&text.replace("10.1.0.4", "10.1.0.5"), false)
+        .expect("reloaded");
+    w.advance(p);
+    let reloaded = w.open(200, "10.0.0.10", 80);
+    assert!(
+        reloaded.iter().all(|(_, b)| zone_of(*b) == Some('a')),
+        "still drained after a reload"
+    );
+
+    // Unknown names are refused with the known ones.
+    let bad = drain(&mut w, Scope::Zone, "r9-z", true);
+    assert!(!bad.ok());
+    assert_eq!(
+        bad.text(),
+        "unknown zone \"r9-z\" (the configuration's zones: r1-a, r1-b)\n"
+    );
+    let bad = drain(&mut w, Scope::Node, "other", true);
+    assert_eq!(bad.text(), "this is node \"n\", not \"other\"\n");
+
+    let a = drain(&mut w, Scope::Zone, "r1-b", false);
+    assert!(a.ok(), "{a:?}");
+    w.advance(p);
+    let back = w.open(200, "10.0.0.10", 80);
+    let in_b = back
+        .iter()
+        .filter(|(_, b)| zone_of(*b) == Some('b'))
+        .count();
+    assert!(in_b > 20, "r1-b takes new flows again: {in_b} of 200");
+    assert!(!w.status().contains("drained:"));
+}
+
+/// M37: a drained region's new connections fail over to the next region;
+/// draining every region a service has is not applied (no black hole).
+#[test]
+fn a_drained_region_spills_to_the_next_and_all_drained_is_not_applied() {
+    use control::drain::Scope;
+    let mut w = healthy_world(&two_regions("DEFAULT_FOR_PROTOCOL", &[]), 38);
+    let first = w.open(100, "10.0.0.10", 80);
+    assert!(first.iter().all(|(_, b)| region_of(*b) == Some(1)));
+    assert!(drain(&mut w, Scope::Region, "r1", true).ok());
+    let p = w.period;
+    w.advance(p);
+    let moved = w.open(100, "10.0.0.10", 80);
+    assert!(
+        moved.iter().all(|(_, b)| region_of(*b) == Some(2)),
+        "new flows in r2"
+    );
+    assert_eq!(
+        w.where_now(&first),
+        first.iter().map(|(_, b)| *b).collect::<Vec<_>>(),
+        "r1's flows stay"
+    );
+    assert!(drain(&mut w, Scope::Region, "r2", true).ok());
+    w.advance(p);
+    let all = w.open(100, "10.0.0.10", 80);
+    assert!(
+        all.iter().all(|(_, b)| b.is_some()),
+        "everything drained: still served"
+    );
+    assert!(
+        w.status()
+            .contains("service web: every group is in a drained zone or region"),
+        "status says the drain is not applied"
+    );
+}
+
+/// M37, M39: a drained node and a shutdown only flip the accessors the
+/// announcements read; forwarding goes on; the shutdown is due after its
+/// period.
+#[test]
+fn node_drain_and_shutdown_flip_the_accessors_and_keep_forwarding() {
+    use control::drain::Scope;
+    let mut w = healthy_world(&two_zones(), 39);
+    assert!(!w.core.node_drained() && !w.core.shutting_down());
+    assert!(drain(&mut w, Scope::Node, "n", true).ok());
+    assert!(w.core.node_drained());
+    let p = w.period;
+    w.advance(p);
+    assert!(
+        w.open(50, "10.0.0.10", 80).iter().all(|(_, b)| b.is_some()),
+        "a drained node forwards"
+    );
+    assert!(drain(&mut w, Scope::Node, "n", false).ok());
+    assert!(!w.core.node_drained());
+
+    let now = w.now;
+    w.core.shutdown(now, 5 * SEC);
+    assert!(w.core.shutting_down() && !w.core.shutdown_due());
+    assert!(w.status().contains("shutting down, 5 s left"));
+    w.advance(2 * SEC);
+    assert!(w.status().contains("shutting down, 3 s left"));
+    assert!(
+        w.open(50, "10.0.0.10", 80).iter().all(|(_, b)| b.is_some()),
+        "forwarding during the shutdown drain"
+    );
+    // A second shutdown does not move the deadline.
+    let now = w.now;
+    w.core.shutdown(now, 60 * SEC);
+    w.advance(3 * SEC);
+    assert!(w.core.shutdown_due());
+}
+
+/// M37: the saved drain state restores (names the configuration lacks are
+/// kept, and apply if they come back).
+#[test]
+fn a_restored_drain_state_applies_at_once() {
+    use control::drain::{Drained, Scope};
+    let mut w = healthy_world(&two_zones(), 40);
+    let mut d = Drained::new();
+    d.set(Scope::Zone, "r1-b", true);
+    d.set(Scope::Region, "gone", true);
+    let now = w.now;
+    w.core.restore_drained(now, d.clone());
+    let p = w.period;
+    w.advance(p);
+    assert!(
+        w.open(100, "10.0.0.10", 80)
+            .iter()
+            .all(|(_, b)| zone_of(*b) == Some('a'))
+    );
+    assert_eq!(w.core.drained(), &d);
+    // A name no longer configured can still be undrained.
+    assert!(drain(&mut w, Scope::Region, "gone", false).ok());
+}
+
+/// M5: a node of availability group 1 serves (and announces on L2) only
+/// each rule's AG 1 VIP; a node of no group serves both.
+#[test]
+fn a_node_of_availability_group_1_serves_only_its_groups_vips() {
+    let cfg = |ag: Option<u8>| {
+        let mut n = node("n", "r1", "r1-a").strs("region_preference", &["r1"]);
+        if let Some(g) = ag {
+            n = n.set("availability_group", g);
+        }
+        Config::new()
+            .node(n)
+            .dataplane("flow_table_capacity", 8192)
+            .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+            .rule(rule("web", &["10.0.0.10", "10.0.0.11"], "TCP", "80", "web").set("ports", 80))
+            .service(
+                service("web", "ipip")
+                    .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.1.0.1"]))),
+            )
+            .build()
+    };
+    let garps = |w: &World| -> Vec<IpAddr> {
+        w.sent
+            .iter()
+            .filter_map(|(_, _, f)| {
+                let a = wire::arp::ArpRepr::parse(&wire::arp::Packet::new_checked(&f[14..]).ok()?)
+                    .ok()?;
+                (a.spa == a.tpa).then_some(IpAddr::V4(a.spa))
+            })
+            .collect()
+    };
+    let mut w = World::new(&cfg(Some(1)), 1, 5);
+    w.advance(3 * SEC);
+    let ag0 = w.open(20, "10.0.0.10", 80);
+    assert!(
+        ag0.iter().all(|(_, b)| b.is_none()),
+        "AG 0's VIP is not served"
+    );
+    let ag1 = w.open(20, "10.0.0.11", 80);
+    assert!(
+        ag1.iter().all(|(_, b)| *b == Some(ip("10.1.0.1"))),
+        "AG 1's VIP is"
+    );
+    let sent = garps(&w);
+    assert!(sent.contains(&ip("10.0.0.11")), "{sent:?}");
+    assert!(!sent.contains(&ip("10.0.0.10")), "{sent:?}");
+
+    let mut both = World::new(&cfg(None), 1, 5);
+    both.advance(3 * SEC);
+    for vip in ["10.0.0.10", "10.0.0.11"] {
+        assert!(
+            both.open(20, vip, 80).iter().all(|(_, b)| b.is_some()),
+            "{vip} served by a node of no group"
+        );
+    }
+}

@@ -10,12 +10,6 @@ impl Checker<'_> {
     pub(super) fn not_used(&mut self) {
         const NOT_USED: &str = "not used by this version";
         let cfg = self.cfg;
-        if self.map.contains("node.shutdown_drain") {
-            self.warn(
-                "node.shutdown_drain",
-                format!("{NOT_USED}: `spillway run` stops forwarding as soon as it gets SIGTERM or SIGINT (there is no drain on shutdown)"),
-            );
-        }
         if self.map.contains("dataplane.burst_size") {
             self.warn(
                 "dataplane.burst_size",
