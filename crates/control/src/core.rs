@@ -83,6 +83,10 @@ pub enum Output {
         /// The message.
         text: String,
     },
+    /// Make the BGP speaker announce exactly the VIPs this decision marks
+    /// announced (M34, M35): given once at start and whenever it changes,
+    /// only with `[bgp]`.
+    Announce(crate::announce::Desired),
 }
 
 /// Writes a log line into `$out` (a `Vec<Output>`) as [`Output::Log`], the
@@ -277,6 +281,8 @@ pub struct Core {
     neighbours: Neighbours,
     /// Gratuitous ARP / unsolicited NA under way.
     announcer: Announcer,
+    /// The VIPs' BGP announcement (M35).
+    announcements: crate::announce::Announcements,
     out: Vec<Output>,
 }
 
@@ -332,9 +338,11 @@ impl Core {
             inline_slots: INLINE_TABLE_SLOTS,
             neighbours,
             announcer,
+            announcements: crate::announce::Announcements::default(),
             out,
         };
         core.neighbours_changed();
+        core.announce();
         Ok(core)
     }
 
@@ -743,6 +751,48 @@ impl Core {
                 say!(self.out, Error, "rebuilding the snapshot: {e}");
             }
         }
+        self.announce();
+    }
+
+    /// Decides the VIPs' announcement (M35) from the rules' exported
+    /// states; a change is logged (once per VIP) and output as
+    /// [`Output::Announce`]. Without `[bgp]` nothing is announced (and
+    /// what was, after a reload dropped `[bgp]`, is withdrawn).
+    fn announce(&mut self) {
+        use crate::announce::{NodeState, Policy, desired};
+        let next = match Policy::of(&self.compiled) {
+            Some(policy) => {
+                let health: Vec<Aggregate> =
+                    self.rule_states().into_iter().map(|(_, a)| a).collect();
+                // wired to drain/shutdown when that lands
+                let node = NodeState {
+                    drained: false,
+                    shutting_down: false,
+                };
+                desired(&self.compiled, &health, node, policy)
+            }
+            None if self.announcements.current().is_none() => return,
+            None => Vec::new(),
+        };
+        if let Some(lines) = self.announcements.update(next.clone()) {
+            for l in lines {
+                say!(self.out, Info, "bgp: {l}");
+            }
+            self.out.push(Output::Announce(next));
+        }
+    }
+
+    /// VIPs announced and withdrawn since start (M35).
+    pub fn announcement_counts(&self) -> (u64, u64) {
+        (
+            self.announcements.announced_total,
+            self.announcements.withdrawn_total,
+        )
+    }
+
+    /// The announcement decision in force (`None`: no `[bgp]`).
+    pub fn announcement(&self) -> Option<&crate::announce::Desired> {
+        self.announcements.current()
     }
 
     /// Input: what the data plane saw of neighbours, as (port, address,
@@ -959,6 +1009,13 @@ impl Core {
             );
         }
         out += &self.balance.status(&self.compiled);
+        if let Some(d) = self.announcements.current() {
+            let (up, down) = self.announcement_counts();
+            out += &format!("bgp: {up} announcements, {down} withdrawals since start\n");
+            for (vip, why) in d {
+                out += &format!("  VIP {vip}: {why}\n");
+            }
+        }
         if let Some(e) = &self.last_error {
             out += &format!("last reload error:\n{e}\n");
         }

@@ -249,6 +249,8 @@ impl Manager {
                 target,
                 text,
             } => log::log!(target: target, level, "{text}"),
+            // Carried out by the speaker driver (M34).
+            Output::Announce(_) => {}
             Output::BuildTables { build, tables } => {
                 let (tx, done) = std::sync::mpsc::channel();
                 let spawned = std::thread::Builder::new()

@@ -28,6 +28,7 @@
 //! - [`scripted`]: verdicts set by hand instead of probed, for driving the
 //!   core without a network (`spillway replay`, simulations).
 
+pub mod announce;
 pub mod balance;
 pub mod core;
 pub mod daemon;
