@@ -75,6 +75,8 @@ pub struct Manager {
     listeners: Option<listen::Listeners>,
     /// The thread building the tables of a pending [`Output::BuildTables`].
     build: Option<(u64, Receiver<Result<BuiltTables, String>>)>,
+    /// The BIRD driver (`[bgp] speaker = "bird"`, M34).
+    speaker: Option<crate::bird::Speaker>,
 }
 
 /// What identifies a version of the configuration file.
@@ -165,6 +167,15 @@ impl Manager {
             remote: RemotePoller::start(Vec::new()),
         };
         let started = Instant::now();
+        // Before the core's first decision: empties the routes file, which
+        // a crashed predecessor may have left full.
+        let speaker = match &compiled.settings.bgp {
+            Some(b) if b.speaker == config::schema::BgpSpeaker::Bird => Some(
+                crate::bird::Speaker::start(b.control.clone().into(), b.routes_file.clone())
+                    .map_err(StartError::Speaker)?,
+            ),
+            _ => None,
+        };
         let core = Core::start(
             path,
             compiled,
@@ -188,6 +199,7 @@ impl Manager {
             probes,
             listeners: None,
             build: None,
+            speaker,
         };
         // What the core logged starting.
         mgr.pump();
@@ -226,6 +238,7 @@ impl Manager {
             watch,
             probes,
             build: pending,
+            speaker,
             ..
         } = self;
         core.drain(|core, out| match out {
@@ -249,8 +262,11 @@ impl Manager {
                 target,
                 text,
             } => log::log!(target: target, level, "{text}"),
-            // Carried out by the speaker driver (M34).
-            Output::Announce(_) => {}
+            Output::Announce(desired) => {
+                if let Some(sp) = speaker {
+                    sp.set(crate::announce::announced(&desired));
+                }
+            }
             Output::BuildTables { build, tables } => {
                 let (tx, done) = std::sync::mpsc::channel();
                 let spawned = std::thread::Builder::new()
@@ -399,7 +415,11 @@ impl Manager {
     /// `spillway status`.
     pub fn status(&mut self) -> String {
         let flows = FlowUse::of(&self.shared.flows);
-        self.command(Command::Status { flows }).text()
+        let mut out = self.command(Command::Status { flows }).text();
+        if let Some(sp) = &self.speaker {
+            out += &sp.status().line();
+        }
+        out
     }
 
     /// One control-socket request: `ok` (or not) and the text for people.
@@ -460,6 +480,14 @@ impl Manager {
             self.core.probed(),
             self.listener_info(),
         ) + &metrics::neighbours(self.core.neighbours(), &snap)
+            + &metrics::bgp(
+                self.core.announcement(),
+                self.core.announcement_counts(),
+                self.speaker
+                    .as_ref()
+                    .map(crate::bird::Speaker::status)
+                    .as_ref(),
+            )
     }
 
     /// `spillway stats`.
@@ -526,6 +554,10 @@ impl Manager {
         }
         self.shared.stop.store(true, Ordering::Release);
         self.probes.stop();
+        // Every VIP withdrawn before the process goes.
+        if let Some(sp) = &mut self.speaker {
+            sp.stop();
+        }
     }
 
     /// Answers requests until `deadline` (sleeps when there is no listener).

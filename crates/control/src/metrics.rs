@@ -205,6 +205,74 @@ pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot)
     out
 }
 
+/// BGP announcements (M34, M35): each VIP's state, the changes, and the
+/// speaker driver's view; nothing without `[bgp]`.
+pub fn bgp(
+    desired: Option<&crate::announce::Desired>,
+    (announced, withdrawn): (u64, u64),
+    speaker: Option<&crate::bird::SpeakerStatus>,
+) -> String {
+    let mut out = String::new();
+    let Some(desired) = desired else {
+        return out;
+    };
+    let o = &mut out;
+    family(
+        o,
+        "bgp_vip_announced",
+        "gauge",
+        "1 while this node decides to announce the VIP (M35), else 0.",
+        desired
+            .iter()
+            .map(|(vip, why)| (format!("vip=\"{vip}\""), u8::from(why.announced()))),
+    );
+    family(
+        o,
+        "bgp_announcements_total",
+        "counter",
+        "VIPs that went from withdrawn to announced.",
+        [(String::new(), announced)],
+    );
+    family(
+        o,
+        "bgp_withdrawals_total",
+        "counter",
+        "VIPs that went from announced to withdrawn.",
+        [(String::new(), withdrawn)],
+    );
+    if let Some(s) = speaker {
+        family(
+            o,
+            "bgp_speaker_up",
+            "gauge",
+            "1 when the BGP speaker answered last time, 0 when not, -1 before the first try.",
+            [(String::new(), s.reachable.map_or(-1, i8::from))],
+        );
+        family(
+            o,
+            "bgp_speaker_in_sync",
+            "gauge",
+            "1 when the speaker runs the latest decision.",
+            [(String::new(), u8::from(s.in_sync))],
+        );
+        family(
+            o,
+            "bgp_speaker_updates_total",
+            "counter",
+            "Updates the speaker accepted.",
+            [(String::new(), s.updates)],
+        );
+        family(
+            o,
+            "bgp_speaker_failures_total",
+            "counter",
+            "Failed updates or checks (speaker unreachable or refusing; retried).",
+            [(String::new(), s.failures)],
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
