@@ -3,6 +3,7 @@
 //! This binary is thin: it parses the command line and wires the crates
 //! together. Subcommands that later issues fill in say so and exit non-zero.
 
+mod bird_config;
 mod check_config;
 mod forward;
 mod replay;
@@ -42,6 +43,9 @@ enum Command {
     Flows(run::FlowsArgs),
     /// Make a running daemon reload its configuration.
     Reload(run::ReloadArgs),
+    /// Print a bird.conf for this node's `[bgp]`: the BIRD that announces
+    /// the VIPs (--config FILE).
+    BirdConfig(bird_config::Args),
     /// Drain a node, zone or region.
     Drain(NotYet),
     /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels from the balancers
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
             return exit(run::client(command, &args.client));
         }
         Command::Drain(_) => return not_built("drain"),
+        Command::BirdConfig(args) => bird_config::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
