@@ -468,4 +468,34 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             .unwrap_or("");
         assert_eq!(counters, GOLDEN);
     }
+
+    #[test]
+    fn bgp_families_show_each_vip_and_the_speaker() {
+        use crate::announce::Why;
+        assert_eq!(bgp(None, (0, 0), None), "", "nothing without [bgp]");
+        let d = vec![
+            ("198.51.100.1".parse().unwrap(), Why::Healthy),
+            (
+                "198.51.100.2".parse().unwrap(),
+                Why::NotHealthy(Aggregate::Unhealthy),
+            ),
+        ];
+        let sp = crate::bird::SpeakerStatus {
+            reachable: Some(false),
+            failures: 3,
+            ..Default::default()
+        };
+        let m = bgp(Some(&d), (4, 1), Some(&sp));
+        for line in [
+            "spillway_bgp_vip_announced{vip=\"198.51.100.1\"} 1",
+            "spillway_bgp_vip_announced{vip=\"198.51.100.2\"} 0",
+            "spillway_bgp_announcements_total 4",
+            "spillway_bgp_withdrawals_total 1",
+            "spillway_bgp_speaker_up 0",
+            "spillway_bgp_speaker_in_sync 0",
+            "spillway_bgp_speaker_failures_total 3",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+        }
+    }
 }
