@@ -3,6 +3,7 @@
 //! This binary is thin: it parses the command line and wires the crates
 //! together.
 
+mod bird_config;
 mod check_config;
 mod forward;
 mod replay;
@@ -47,6 +48,9 @@ enum Command {
     Drain(run::DrainArgs),
     /// Undo `spillway drain`.
     Undrain(run::DrainArgs),
+    /// Print a bird.conf for this node's `[bgp]`: the BIRD that announces
+    /// the VIPs (--config FILE).
+    BirdConfig(bird_config::Args),
     /// Backend side: deliver GUE/GENEVE/IPIP/GRE tunnels from the balancers
     /// (--allow-source) to the VIPs (--vip) through a TUN device.
     Decap(decap::daemon::Args),
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         }
         Command::Drain(args) => return exit(run::drain(true, &args)),
         Command::Undrain(args) => return exit(run::drain(false, &args)),
+        Command::BirdConfig(args) => bird_config::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -433,8 +433,9 @@ impl Mgmt {
         } = self;
         core.drain(|core, out| match out {
             Output::Publish(s) => *snap = s,
-            // No ports to send on: `--neighbour` stands for the answers.
-            Output::Watch(_) | Output::Transmit { .. } => {}
+            // No ports to send on (`--neighbour` stands for the answers), no
+            // BGP speaker to drive.
+            Output::Watch(_) | Output::Transmit { .. } | Output::Announce(_) => {}
             Output::Log { level, text, .. } => logs.push(format!(
                 "{:.3} s: {}: {text}",
                 core.now().as_secs_f64(),

@@ -1,4 +1,4 @@
-//! The namespace labs of scripts/lab.sh, lab-tunnels.sh and lab-gateway.sh, as the
+//! The namespace labs of scripts/lab.sh, lab-tunnels.sh, lab-gateway.sh and lab-bgp.sh, as the
 //! lab tests drive them: a [`Lab`] is built by `bash SCRIPT up ARGS… DIR BIN`
 //! and taken down when dropped (also when the test fails), and the helpers
 //! here run clients, the balancer's CLI and commands inside its namespaces.
@@ -31,6 +31,13 @@ pub const LAB_SH: Script = Script {
 pub const LAB_TUNNELS_SH: Script = Script {
     path: "scripts/lab-tunnels.sh",
     ns_prefix: "spt",
+};
+
+/// `scripts/lab-bgp.sh up DIR BIN`: client, a router with BIRD (ECMP), two
+/// balancers each with its own BIRD, 2 backends.
+pub const LAB_BGP_SH: Script = Script {
+    path: "scripts/lab-bgp.sh",
+    ns_prefix: "spb",
 };
 
 /// `scripts/lab-gateway.sh up DIR BIN`: client, router, server, a gateway-mode

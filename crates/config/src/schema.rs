@@ -854,6 +854,15 @@ pub struct Bgp {
     /// Keep announcing when every VIP would be withdrawn (M35); default true.
     #[serde(default = "d_true")]
     pub fail_open: bool,
+    /// The file of BIRD `protocol static` blocks holding the announced VIPs,
+    /// which the node's bird.conf includes (`speaker = "bird"`); default
+    /// `/run/spillway/bird-vips.conf`.
+    #[serde(default = "d_routes_file")]
+    pub routes_file: PathBuf,
+}
+
+fn d_routes_file() -> PathBuf {
+    PathBuf::from("/run/spillway/bird-vips.conf")
 }
 
 /// When VIPs are announced.

@@ -250,6 +250,8 @@ fn cases() -> Vec<Case> {
         case("failed retry shorter than retransmit", with("[neighbours]\nretransmit = \"2s\"\nfailed_retry = \"1s\" #!\n"), "neighbours.failed_retry", "at least neighbours.retransmit"),
         // ---- BGP, flow sync, control ----
         case("reserved local ASN", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 0 #!\n"), "bgp.local_asn", "AS 0 is reserved"),
+        case("BIRD socket not a path", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"127.0.0.1:179\" #!\nlocal_asn = 65001\n"), "bgp.control", "absolute path"),
+        case("relative routes file", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\nroutes_file = \"vips.conf\" #!\n"), "bgp.routes_file", "absolute file path"),
         case("BGP peer twice", with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 65001\npeers = [\n  { address = \"10.0.0.1\", asn = 65000 },\n  { address = \"10.0.0.1\", asn = 65000 }, #!\n]\n"), "bgp.peers[1].address", "listed twice"),
         case("flow-sync peer is itself", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.2:7700\"] #!\n"), "flow_sync.peers[0]", "own listen address"),
         case("flow-sync batch of zero", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nbatch_size = 0 #!\n"), "flow_sync.batch_size", "expected 1-1024"),
@@ -606,10 +608,8 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
             with("[dataplane]\nburst_size = 64\n"),
         ),
         (
-            "bgp",
-            with(
-                "[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 64512\n",
-            ),
+            "bgp.speaker",
+            with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 64512\n"),
         ),
         (
             "flow_sync",
@@ -630,11 +630,12 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
             "{path}: the summary (check-config) shows it"
         );
     }
-    // The same fields at their defaults, or a passthrough rule, are not
-    // warned of.
+    // The same fields at their defaults, a passthrough rule, or BGP through
+    // BIRD (driven, M34) are not warned of.
     let quiet = with(concat!(
         "[dataplane]\nworker_cores = [1]\n",
         "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\n",
+        "[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 64512\n",
     ))
     .replace(
         "backend_service = \"web\"\n",

@@ -83,6 +83,10 @@ pub enum Output {
         /// The message.
         text: String,
     },
+    /// Make the BGP speaker announce exactly the VIPs this decision marks
+    /// announced (M34, M35): given once at start and whenever it changes,
+    /// only with `[bgp]`.
+    Announce(crate::announce::Desired),
 }
 
 /// Writes a log line into `$out` (a `Vec<Output>`) as [`Output::Log`], the
@@ -294,6 +298,8 @@ pub struct Core {
     drained: crate::drain::Drained,
     /// Shutting down (M39): when forwarding stops.
     shutdown_at: Option<Duration>,
+    /// The VIPs' BGP announcement (M35).
+    announcements: crate::announce::Announcements,
     out: Vec<Output>,
 }
 
@@ -351,9 +357,11 @@ impl Core {
             announcer,
             drained: crate::drain::Drained::new(),
             shutdown_at: None,
+            announcements: crate::announce::Announcements::default(),
             out,
         };
         core.neighbours_changed();
+        core.announce();
         Ok(core)
     }
 
@@ -496,6 +504,7 @@ impl Core {
         }
         self.drained = drained;
         self.balance.set_drained(&self.compiled, &self.drained);
+        self.announce();
     }
 
     /// Input: a shutdown was asked for at `now` (the first SIGTERM): the
@@ -510,6 +519,7 @@ impl Core {
                 "shutting down: VIPs withdrawn, forwarding for {:.1} s more",
                 period.as_secs_f64()
             );
+            self.announce();
         }
     }
 
@@ -556,6 +566,8 @@ impl Core {
             (_, false) => "it takes new connections again",
         };
         say!(self.out, Info, "{scope} {name} {verb}: {what}");
+        // The announcement follows at once, not at the next tick.
+        self.announce();
         Ok(format!("{scope} {name} {verb}: {what}"))
     }
 
@@ -853,6 +865,47 @@ impl Core {
                 say!(self.out, Error, "rebuilding the snapshot: {e}");
             }
         }
+        self.announce();
+    }
+
+    /// Decides the VIPs' announcement (M35) from the rules' exported
+    /// states; a change is logged (once per VIP) and output as
+    /// [`Output::Announce`]. Without `[bgp]` nothing is announced (and
+    /// what was, after a reload dropped `[bgp]`, is withdrawn).
+    fn announce(&mut self) {
+        use crate::announce::{NodeState, Policy, desired};
+        let next = match Policy::of(&self.compiled) {
+            Some(policy) => {
+                let health: Vec<Aggregate> =
+                    self.rule_states().into_iter().map(|(_, a)| a).collect();
+                let node = NodeState {
+                    drained: self.node_drained(),
+                    shutting_down: self.shutting_down(),
+                };
+                desired(&self.compiled, &health, node, policy)
+            }
+            None if self.announcements.current().is_none() => return,
+            None => Vec::new(),
+        };
+        if let Some(lines) = self.announcements.update(next.clone()) {
+            for l in lines {
+                say!(self.out, Info, "bgp: {l}");
+            }
+            self.out.push(Output::Announce(next));
+        }
+    }
+
+    /// VIPs announced and withdrawn since start (M35).
+    pub fn announcement_counts(&self) -> (u64, u64) {
+        (
+            self.announcements.announced_total,
+            self.announcements.withdrawn_total,
+        )
+    }
+
+    /// The announcement decision in force (`None`: no `[bgp]`).
+    pub fn announcement(&self) -> Option<&crate::announce::Desired> {
+        self.announcements.current()
     }
 
     /// Input: what the data plane saw of neighbours, as (port, address,
@@ -1078,6 +1131,13 @@ impl Core {
             out += &format!("drained: {scope} {name}\n");
         }
         out += &self.balance.status(&self.compiled);
+        if let Some(d) = self.announcements.current() {
+            let (up, down) = self.announcement_counts();
+            out += &format!("bgp: {up} announcements, {down} withdrawals since start\n");
+            for (vip, why) in d {
+                out += &format!("  VIP {vip}: {why}\n");
+            }
+        }
         if let Some(e) = &self.last_error {
             out += &format!("last reload error:\n{e}\n");
         }

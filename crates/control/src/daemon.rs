@@ -77,6 +77,8 @@ pub struct Manager {
     build: Option<(u64, Receiver<Result<BuiltTables, String>>)>,
     /// Where the drain state is saved (M37), if anywhere.
     drain_file: Option<PathBuf>,
+    /// The BIRD driver (`[bgp] speaker = "bird"`, M34).
+    speaker: Option<crate::bird::Speaker>,
 }
 
 /// What identifies a version of the configuration file.
@@ -167,6 +169,15 @@ impl Manager {
             remote: RemotePoller::start(Vec::new()),
         };
         let started = Instant::now();
+        // Before the core's first decision: empties the routes file, which
+        // a crashed predecessor may have left full.
+        let speaker = match &compiled.settings.bgp {
+            Some(b) if b.speaker == config::schema::BgpSpeaker::Bird => Some(
+                crate::bird::Speaker::start(b.control.clone().into(), b.routes_file.clone())
+                    .map_err(StartError::Speaker)?,
+            ),
+            _ => None,
+        };
         let core = Core::start(
             path,
             compiled,
@@ -191,6 +202,7 @@ impl Manager {
             listeners: None,
             build: None,
             drain_file: None,
+            speaker,
         };
         // What the core logged starting.
         mgr.pump();
@@ -254,6 +266,7 @@ impl Manager {
             watch,
             probes,
             build: pending,
+            speaker,
             ..
         } = self;
         core.drain(|core, out| match out {
@@ -277,6 +290,11 @@ impl Manager {
                 target,
                 text,
             } => log::log!(target: target, level, "{text}"),
+            Output::Announce(desired) => {
+                if let Some(sp) = speaker {
+                    sp.set(crate::announce::announced(&desired));
+                }
+            }
             Output::BuildTables { build, tables } => {
                 let (tx, done) = std::sync::mpsc::channel();
                 let spawned = std::thread::Builder::new()
@@ -425,7 +443,11 @@ impl Manager {
     /// `spillway status`.
     pub fn status(&mut self) -> String {
         let flows = FlowUse::of(&self.shared.flows);
-        self.command(Command::Status { flows }).text()
+        let mut out = self.command(Command::Status { flows }).text();
+        if let Some(sp) = &self.speaker {
+            out += &sp.status().line();
+        }
+        out
     }
 
     /// One control-socket request: `ok` (or not) and the text for people.
@@ -503,6 +525,14 @@ impl Manager {
             self.listener_info(),
         ) + &metrics::neighbours(self.core.neighbours(), &snap)
             + &metrics::drain(self.core.drained(), self.core.shutting_down())
+            + &metrics::bgp(
+                self.core.announcement(),
+                self.core.announcement_counts(),
+                self.speaker
+                    .as_ref()
+                    .map(crate::bird::Speaker::status)
+                    .as_ref(),
+            )
     }
 
     /// `spillway stats`.
@@ -589,6 +619,10 @@ impl Manager {
         }
         self.shared.stop.store(true, Ordering::Release);
         self.probes.stop();
+        // Every VIP withdrawn before the process goes.
+        if let Some(sp) = &mut self.speaker {
+            sp.stop();
+        }
     }
 
     /// Answers requests until `deadline` (sleeps when there is no listener).

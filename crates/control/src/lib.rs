@@ -24,11 +24,15 @@
 //!   [`http`]); it answers from state it owns itself (the flow table for
 //!   `flows`, the workers' and listeners' counters for `stats` and
 //!   [`metrics`]) and hands the other commands to the core.
+//! - [`announce`]: which VIPs the node announces (M35), the core's
+//!   decision; [`bird`]: the shell's driver of BIRD, which announces them.
 //! - [`remote`]: the `remote_rule` poller (threads and HTTP), the shell's.
 //! - [`scripted`]: verdicts set by hand instead of probed, for driving the
 //!   core without a network (`spillway replay`, simulations).
 
+pub mod announce;
 pub mod balance;
+pub mod bird;
 pub mod core;
 pub mod daemon;
 pub mod drain;
@@ -66,4 +70,7 @@ pub enum StartError {
     /// health checking could not start
     #[error("health checks: {0}")]
     Health(#[from] health::HealthError),
+    /// the BGP speaker's driver could not start
+    #[error("bgp: {0}")]
+    Speaker(crate::bird::BirdError),
 }

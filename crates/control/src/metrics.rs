@@ -228,6 +228,74 @@ pub fn drain(drained: &crate::drain::Drained, shutting_down: bool) -> String {
     out
 }
 
+/// BGP announcements (M34, M35): each VIP's state, the changes, and the
+/// speaker driver's view; nothing without `[bgp]`.
+pub fn bgp(
+    desired: Option<&crate::announce::Desired>,
+    (announced, withdrawn): (u64, u64),
+    speaker: Option<&crate::bird::SpeakerStatus>,
+) -> String {
+    let mut out = String::new();
+    let Some(desired) = desired else {
+        return out;
+    };
+    let o = &mut out;
+    family(
+        o,
+        "bgp_vip_announced",
+        "gauge",
+        "1 while this node decides to announce the VIP (M35), else 0.",
+        desired
+            .iter()
+            .map(|(vip, why)| (format!("vip=\"{vip}\""), u8::from(why.announced()))),
+    );
+    family(
+        o,
+        "bgp_announcements_total",
+        "counter",
+        "VIPs that went from withdrawn to announced.",
+        [(String::new(), announced)],
+    );
+    family(
+        o,
+        "bgp_withdrawals_total",
+        "counter",
+        "VIPs that went from announced to withdrawn.",
+        [(String::new(), withdrawn)],
+    );
+    if let Some(s) = speaker {
+        family(
+            o,
+            "bgp_speaker_up",
+            "gauge",
+            "1 when the BGP speaker answered last time, 0 when not, -1 before the first try.",
+            [(String::new(), s.reachable.map_or(-1, i8::from))],
+        );
+        family(
+            o,
+            "bgp_speaker_in_sync",
+            "gauge",
+            "1 when the speaker runs the latest decision.",
+            [(String::new(), u8::from(s.in_sync))],
+        );
+        family(
+            o,
+            "bgp_speaker_updates_total",
+            "counter",
+            "Updates the speaker accepted.",
+            [(String::new(), s.updates)],
+        );
+        family(
+            o,
+            "bgp_speaker_failures_total",
+            "counter",
+            "Failed updates or checks (speaker unreachable or refusing; retried).",
+            [(String::new(), s.failures)],
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,5 +536,35 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             .next()
             .unwrap_or("");
         assert_eq!(counters, GOLDEN);
+    }
+
+    #[test]
+    fn bgp_families_show_each_vip_and_the_speaker() {
+        use crate::announce::Why;
+        assert_eq!(bgp(None, (0, 0), None), "", "nothing without [bgp]");
+        let d = vec![
+            ("198.51.100.1".parse().unwrap(), Why::Healthy),
+            (
+                "198.51.100.2".parse().unwrap(),
+                Why::NotHealthy(Aggregate::Unhealthy),
+            ),
+        ];
+        let sp = crate::bird::SpeakerStatus {
+            reachable: Some(false),
+            failures: 3,
+            ..Default::default()
+        };
+        let m = bgp(Some(&d), (4, 1), Some(&sp));
+        for line in [
+            "spillway_bgp_vip_announced{vip=\"198.51.100.1\"} 1",
+            "spillway_bgp_vip_announced{vip=\"198.51.100.2\"} 0",
+            "spillway_bgp_announcements_total 4",
+            "spillway_bgp_withdrawals_total 1",
+            "spillway_bgp_speaker_up 0",
+            "spillway_bgp_speaker_in_sync 0",
+            "spillway_bgp_speaker_failures_total 3",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+        }
     }
 }

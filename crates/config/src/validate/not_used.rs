@@ -16,10 +16,12 @@ impl Checker<'_> {
                 format!("{NOT_USED}: workers receive and send bursts of {FIXED_BURST} packets"),
             );
         }
-        if cfg.bgp.is_some() {
+        if let Some(b) = &cfg.bgp
+            && b.speaker != crate::schema::BgpSpeaker::Bird
+        {
             self.warn(
-                "bgp",
-                format!("{NOT_USED}: no VIP is announced or withdrawn; announce them from the BGP speaker's own configuration"),
+                "bgp.speaker",
+                format!("{NOT_USED}: only BIRD is driven; with GoBGP or ExaBGP no VIP is announced or withdrawn (docs/operating.md shows how to drive them from outside)"),
             );
         }
         if cfg.flow_sync.is_some() {

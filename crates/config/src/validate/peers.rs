@@ -18,6 +18,27 @@ impl Checker<'_> {
                 "how to reach the speaker is needed: a socket path or host:port",
             );
         }
+        if b.speaker == crate::schema::BgpSpeaker::Bird
+            && !b.control.trim().is_empty()
+            && !std::path::Path::new(&b.control).is_absolute()
+        {
+            self.err(
+                "bgp.control",
+                format!(
+                    "BIRD's control socket is an absolute path (birdc -s), not {:?}",
+                    b.control
+                ),
+            );
+        }
+        if !b.routes_file.is_absolute() || b.routes_file.file_name().is_none() {
+            self.err(
+                "bgp.routes_file",
+                format!(
+                    "an absolute file path is needed, not {:?}",
+                    b.routes_file.display().to_string()
+                ),
+            );
+        }
         let mut seen = HashSet::new();
         for (i, peer) in b.peers.iter().enumerate() {
             if !asn_ok(peer.asn) {

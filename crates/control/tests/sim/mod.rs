@@ -303,6 +303,7 @@ impl World {
                 published.push(s);
             }
             Output::Watch(on) => *watching = Some(on),
+            Output::Announce(_) => {}
             Output::Log { level, text, .. } => logs.push((level, text)),
             Output::BuildTables { build, tables } => match builds {
                 Builds::Held => held.push((build, tables)),

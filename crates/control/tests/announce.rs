@@ -1,0 +1,137 @@
+//! The management core's announcement output (M34, M35): one
+//! [`Output::Announce`] at start and one per change, none without `[bgp]`,
+//! driven by scripted health verdicts on a virtual clock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use control::announce::Why;
+use control::{Core, Output, ScriptedProbes};
+use dataplane::{Local, WorkerCounters};
+use health::State;
+
+const TEXT: &str = r#"
+[node]
+name = "n"
+region = "r"
+zone = "z"
+
+[[backend_services]]
+name = "s"
+delivery = "ipip"
+health_check = "tcp"
+groups = [{ name = "g", region = "r", zone = "z", endpoints = [{ address = "10.1.0.1" }, { address = "10.1.0.2" }] }]
+
+[[health_checks]]
+name = "tcp"
+type = "TCP"
+port = 80
+
+[[forwarding_rules]]
+name = "web"
+vips = ["198.51.100.1"]
+protocol = "TCP"
+ports = 80
+backend_service = "s"
+"#;
+
+const BGP: &str = r#"
+[bgp]
+speaker = "bird"
+control = "/run/bird/bird.ctl"
+local_asn = 65001
+"#;
+
+fn local() -> Local {
+    Local {
+        mac: [2, 0, 0, 0, 0, 1],
+        next_hop_mac: [2, 0, 0, 0, 0, 0xfe],
+        tunnel_src_v4: Some("10.0.1.2".parse().unwrap()),
+        tunnel_src_v6: None,
+        own_addrs: vec!["10.0.0.2".parse().unwrap()],
+        port_macs: Vec::new(),
+        egress_mtu: None,
+        neighbours: Vec::new(),
+    }
+}
+
+/// The announcements among the core's outputs since the last call.
+fn announced(core: &mut Core) -> Vec<Vec<(IpAddr, Why)>> {
+    core.outputs()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Announce(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+fn start(text: &str, probes: &mut ScriptedProbes) -> Core {
+    let loaded =
+        config::load_str("t.toml", text, &config::Env::default()).unwrap_or_else(|e| panic!("{e}"));
+    Core::start(
+        std::path::Path::new("t.toml"),
+        loaded.compiled,
+        local(),
+        1,
+        Duration::ZERO,
+        probes,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sets both endpoints to `s` and ticks at `secs`.
+fn verdict(core: &mut Core, probes: &mut ScriptedProbes, s: State, secs: u64) {
+    for a in ["10.1.0.1", "10.1.0.2"] {
+        probes.set_state(a.parse().unwrap(), s);
+    }
+    let now = Duration::from_secs(secs);
+    core.health(now, probes.snapshot());
+    core.tick(now, WorkerCounters::default);
+}
+
+#[test]
+fn the_decision_is_output_at_start_and_at_each_change_only() {
+    let vip: IpAddr = "198.51.100.1".parse().unwrap();
+    let mut probes = ScriptedProbes::new(State::Unknown);
+    let mut core = start(&format!("{TEXT}{BGP}"), &mut probes);
+    let a = announced(&mut core);
+    assert_eq!(
+        a,
+        [vec![(vip, Why::NotHealthy(health::Aggregate::Unknown))]],
+        "at start, before any verdict: withdrawn"
+    );
+    verdict(&mut core, &mut probes, State::Healthy, 1);
+    assert_eq!(announced(&mut core), [vec![(vip, Why::Healthy)]]);
+    verdict(&mut core, &mut probes, State::Healthy, 2);
+    assert!(announced(&mut core).is_empty(), "no change, no output");
+    // The node's only VIP unhealthy: fail-open keeps it.
+    verdict(&mut core, &mut probes, State::Unhealthy, 3);
+    assert_eq!(announced(&mut core), [vec![(vip, Why::FailOpen)]]);
+    assert_eq!(core.announcement_counts(), (1, 0));
+    let status = core.command(
+        Duration::from_secs(4),
+        control::Command::Status {
+            flows: control::FlowUse::default(),
+        },
+        &mut probes,
+    );
+    assert!(
+        status
+            .text()
+            .contains("VIP 198.51.100.1: announced (fail-open"),
+        "{}",
+        status.text()
+    );
+}
+
+#[test]
+fn without_bgp_nothing_is_output() {
+    let mut probes = ScriptedProbes::new(State::Unknown);
+    let mut core = start(TEXT, &mut probes);
+    verdict(&mut core, &mut probes, State::Healthy, 1);
+    assert!(announced(&mut core).is_empty());
+    assert!(core.announcement().is_none());
+}

@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# A two-node ECMP namespace lab for VIP announcement through BIRD (M34, M35):
+# a router namespace runs BIRD 2 and peers (eBGP) with a BIRD in each
+# Spillway node's namespace, which announces what that node decides (the
+# routes file Spillway writes, `spillway bird-config`'s bird.conf). The
+# router's BIRD merges the two nodes' routes into one ECMP kernel route,
+# hashed on L4 (fib_multipath_hash_policy=1), so new connections spread over
+# both nodes; both build the same Maglev tables, so both send a flow to the
+# same backend (l2dsr, the VIP on the backends' loopback, answers go back
+# directly). Each node is its own DPDK process (own --file-prefix, no
+# hugepages needed) on net_af_packet ports, with an exception TAP for its
+# host's stack, where its BIRD (TCP 179) and its health probes live.
+# Everything lives in namespaces this script creates, named by a per-run tag,
+# with addresses from 198.18.0.0/15 that never leave them.
+#
+#   scripts/lab-bgp.sh up DIR [BIN]   build the lab (used by tests/lab_bgp.rs)
+#   scripts/lab-bgp.sh down DIR       remove it
+#
+#   client 198.18.0.100 -- router 198.18.0.1, AS 65000, BIRD (ECMP into its kernel)
+#                            | 198.18.1.1 (bridge)
+#        +-------------------+--------------------+----------------+
+#   node 1 198.18.1.2    node 2 198.18.1.3    backend 198.18.1.11  backend 198.18.1.12
+#   AS 65001, BIRD       AS 65001, BIRD       (VIPs on lo)         (VIPs on lo)
+#
+# VIP 198.18.10.10 (rule web) is checked on port 80 (healthy), VIP
+# 198.18.10.11 (rule spare) on the port after `port = ` on its line marked
+# `# spare` (80 at first); tests/lab_bgp.rs edits and reloads.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+source "$here/lib.sh"
+
+VIP=198.18.10.10
+VIP2=198.18.10.11
+ROUTER_MAC=02:53:51:00:00:fe
+
+nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# node N's configuration; ENDPOINTS: the backends' TOML lines.
+node_toml() {
+    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5
+    cat <<TOML
+[node]
+name = "node$n"
+region = "lab"
+zone = "lab-a"
+
+[dataplane]
+management_core = 0
+worker_cores = [1]
+mbufs = 4095
+queue_descriptors = 512
+flow_table_capacity = 65536
+eal_args = ["$(eal_memory_args | sed 's/-m 512/-m 256/; s/ /", "/g')", "--file-prefix=spb${T}n$n", "--no-pci", "--no-telemetry",
+  "--log-level=lib.eal:warning",
+  "--vdev=net_af_packet${n}0,iface=t${T}n$n", "--vdev=net_tap${n}0,iface=t${T}k$n"]
+
+[[ports]]
+name = "uplink"
+device = "net_af_packet${n}0"
+role = "uplink"
+addresses = ["$addr/24"]
+gateway_mac = "$ROUTER_MAC"
+
+[[ports]]
+name = "kernel"
+device = "net_tap${n}0"
+role = "exception"
+
+[[forwarding_rules]]
+name = "web"
+vips = ["$VIP"]
+protocol = "TCP"
+ports = 80
+backend_service = "web"
+
+[[forwarding_rules]]
+name = "spare"
+vips = ["$VIP2"]
+protocol = "TCP"
+ports = 80
+backend_service = "spare"
+
+[[backend_services]]
+name = "web"
+delivery = "l2dsr"
+health_check = "web-check"
+[[backend_services.groups]]
+name = "lab-a"
+region = "lab"
+zone = "lab-a"
+endpoints = [
+$endpoints]
+
+[[backend_services]]
+name = "spare"
+delivery = "l2dsr"
+health_check = "spare-check"
+[[backend_services.groups]]
+name = "lab-a"
+region = "lab"
+zone = "lab-a"
+endpoints = [
+$endpoints]
+
+[[health_checks]]
+name = "web-check"
+type = "TCP"
+port = 80 # web
+interval = "500ms"
+timeout = "400ms"
+healthy_threshold = 1
+unhealthy_threshold = 1
+
+[[health_checks]]
+name = "spare-check"
+type = "TCP"
+port = 80 # spare
+interval = "500ms"
+timeout = "400ms"
+healthy_threshold = 1
+unhealthy_threshold = 1
+
+[bgp]
+speaker = "bird"
+control = "$dir/n$n/bird.ctl"
+local_asn = 65001
+router_id = "$addr"
+peers = [{ address = "198.18.1.1", asn = 65000 }]
+routes_file = "$dir/n$n/bird-vips.conf"
+
+[metrics]
+listen = "0.0.0.0:9469"
+
+[control]
+socket = "$dir/n$n/control.sock"
+TOML
+}
+
+# The host's stack behind node N's exception TAP (as in lab-tunnels.sh).
+node_host() {
+    local ns=$1 T=$2 n=$3 addr=$4
+    for _ in $(seq 50); do
+        nsx "$ns" ip link show "t${T}k$n" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    nsx "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
+    nsx "$ns" ip addr add "$addr/24" dev "t${T}k$n"
+    nsx "$ns" ip link set "t${T}k$n" up
+    nsx "$ns" ip route add default via 198.18.1.1
+}
+
+start_node() {
+    local ns=$1 n=$2 dir=$3 bin=$4
+    ip netns exec "$ns" "$bin/spillway" run --config "$dir/node$n.toml" >"$dir/node$n.log" 2>&1 &
+    echo $! >"$dir/node$n.pid"
+    for _ in $(seq 150); do
+        [ -S "$dir/n$n/control.sock" ] && return 0
+        if ! kill -0 "$(cat "$dir/node$n.pid")" 2>/dev/null; then
+            cat "$dir/node$n.log" >&2
+            die "node $n exited"
+        fi
+        sleep 0.1
+    done
+    cat "$dir/node$n.log" >&2
+    die "node $n did not open its control socket"
+}
+
+# BIRD in namespace NS with config CONF, control socket SOCK; pid in PIDFILE.
+start_bird() {
+    local ns=$1 conf=$2 sock=$3 pidfile=$4 log=$5
+    bird -p -c "$conf" || die "$conf: BIRD rejects it"
+    ip netns exec "$ns" bird -f -c "$conf" -s "$sock" >"$log" 2>&1 &
+    echo $! >"$pidfile"
+    for _ in $(seq 50); do
+        [ -S "$sock" ] && return 0
+        sleep 0.1
+    done
+    cat "$log" >&2
+    die "BIRD in $ns did not open $sock"
+}
+
+lab_up() {
+    local dir=$1 bin=$2
+    command -v bird >/dev/null || die "bird not found: scripts/setup.sh installs bird2"
+    mkdir -p "$dir/n1" "$dir/n2" "$dir/r"
+    local T
+    T=$(printf '%04x' $(( ($$ + RANDOM) % 65536 )))
+    echo "$T" >"$dir/tag"
+    local C="spb${T}c" R="spb${T}r"
+    for ns in "$C" "$R" "spb${T}n1" "spb${T}n2"; do
+        ip netns add "$ns"
+        nsx "$ns" ip link set lo up
+        nsx "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    done
+    # ECMP hashed on the 5-tuple: one client's connections spread.
+    nsx "$R" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.send_redirects=0 \
+        net.ipv4.conf.default.send_redirects=0 net.ipv4.fib_multipath_hash_policy=1
+
+    ip link add "t${T}c" netns "$C" type veth peer name "t${T}rc" netns "$R"
+    nsx "$C" ip addr add 198.18.0.100/24 dev "t${T}c"
+    nsx "$C" ip link set "t${T}c" up
+    nsx "$C" ip route add default via 198.18.0.1
+    # Full checksums: the balancers pass frames on as they get them.
+    nsx "$C" ethtool -K "t${T}c" tx off >/dev/null
+    nsx "$R" ip addr add 198.18.0.1/24 dev "t${T}rc"
+    nsx "$R" ip link set "t${T}rc" up
+
+    nsx "$R" ip link add "t${T}br" address "$ROUTER_MAC" type bridge
+    nsx "$R" ip addr add 198.18.1.1/24 dev "t${T}br"
+    nsx "$R" ip link set "t${T}br" up
+    # Full checksums on what the router itself sends (its BGP sessions):
+    # the nodes hand those frames to their kernels as they get them.
+    nsx "$R" ethtool -K "t${T}br" tx off >/dev/null
+    for n in 1 2; do
+        local ns="spb${T}n$n"
+        ip link add "t${T}n$n" netns "$ns" type veth peer name "t${T}r$n" netns "$R"
+        nsx "$ns" ip link set "t${T}n$n" up
+        nsx "$R" ip link set "t${T}r$n" master "t${T}br" up
+    done
+
+    local endpoints=""
+    for i in 1 2; do
+        local B="spb${T}b$i" addr="198.18.1.1$i" mac="02:53:51:00:00:1$i"
+        ip netns add "$B"
+        nsx "$B" ip link set lo up
+        nsx "$B" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+            net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
+        ip link add "t${T}b$i" netns "$B" address "$mac" type veth peer name "t${T}rb$i" netns "$R"
+        nsx "$B" ip addr add "$addr/24" dev "t${T}b$i"
+        nsx "$B" ip link set "t${T}b$i" up
+        nsx "$B" ethtool -K "t${T}b$i" tx off >/dev/null
+        nsx "$B" ip route add default via 198.18.1.1
+        nsx "$B" ip addr add "$VIP/32" dev lo
+        nsx "$B" ip addr add "$VIP2/32" dev lo
+        nsx "$R" ip link set "t${T}rb$i" master "t${T}br" up
+        mkdir -p "$dir/www$i"
+        echo "backend$i" >"$dir/www$i/index.html"
+        ip netns exec "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" \
+            >"$dir/http$i.log" 2>&1 &
+        echo $! >"$dir/http$i.pid"
+        endpoints+="  { address = \"$addr\", mac = \"$mac\" },"$'\n'
+    done
+
+    # The router's BIRD: a session per node, their routes merged into one
+    # multipath kernel route.
+    cat >"$dir/r/bird.conf" <<BIRD
+router id 198.18.1.1;
+protocol device {
+}
+protocol kernel {
+  ipv4 { import none; export all; };
+  merge paths on;
+}
+BIRD
+    for n in 1 2; do
+        cat >>"$dir/r/bird.conf" <<BIRD
+protocol bgp node$n {
+  local 198.18.1.1 as 65000;
+  neighbor 198.18.1.$((n + 1)) as 65001;
+  ipv4 { import all; export none; };
+}
+BIRD
+    done
+    start_bird "$R" "$dir/r/bird.conf" "$dir/r/bird.ctl" "$dir/birdr.pid" "$dir/birdr.log"
+
+    for n in 1 2; do
+        local ns="spb${T}n$n" addr="198.18.1.$((n + 1))"
+        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" >"$dir/node$n.toml"
+        "$bin/spillway" bird-config --config "$dir/node$n.toml" >"$dir/n$n/bird.conf"
+        start_node "$ns" "$n" "$dir" "$bin"
+        node_host "$ns" "$T" "$n" "$addr"
+        start_bird "$ns" "$dir/n$n/bird.conf" "$dir/n$n/bird.ctl" "$dir/bird$n.pid" "$dir/bird$n.log"
+    done
+}
+
+lab_down() { lab_teardown "$1" spb c r n1 n2 b1 b2; }
+
+case "${1:-}" in
+up)
+    dir="$2"
+    # A failed start leaves nothing behind.
+    trap 'lab_down "$dir"' EXIT
+    lab_up "$dir" "${3:-$root/target/release}"
+    trap "" EXIT
+    ;;
+down) lab_down "$2" ;;
+*) die "usage: $0 up DIR [BIN] | down DIR" ;;
+esac
