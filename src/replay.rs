@@ -434,7 +434,7 @@ impl Mgmt {
         core.drain(|core, out| match out {
             Output::Publish(s) => *snap = s,
             // No ports to send on: `--neighbour` stands for the answers.
-            Output::Watch(_) | Output::Transmit { .. } => {}
+            Output::Watch(_) | Output::Transmit { .. } | Output::SyncSend { .. } => {}
             Output::Log { level, text, .. } => logs.push(format!(
                 "{:.3} s: {}: {text}",
                 core.now().as_secs_f64(),

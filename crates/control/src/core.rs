@@ -73,6 +73,14 @@ pub enum Output {
         /// bytes).
         frame: Vec<u8>,
     },
+    /// Send this flow-sync datagram (M36) to peer `to` from the
+    /// `[flow_sync] listen` socket.
+    SyncSend {
+        /// The peer.
+        to: std::net::SocketAddr,
+        /// The datagram.
+        datagram: Vec<u8>,
+    },
     /// Write this log line (`log::log!` with this level and target: the
     /// core's module, as if it had logged it itself).
     Log {
@@ -277,6 +285,8 @@ pub struct Core {
     neighbours: Neighbours,
     /// Gratuitous ARP / unsolicited NA under way.
     announcer: Announcer,
+    /// Flow-state sync with the peers (M36); `None` without `[flow_sync]`.
+    sync: Option<crate::sync::Sync>,
     out: Vec<Output>,
 }
 
@@ -315,6 +325,7 @@ impl Core {
             tick(now),
             1,
         )?;
+        let sync = crate::sync::Sync::new(&compiled, &compiled.node.name);
         let mut core = Core {
             path: path.to_owned(),
             builder,
@@ -332,9 +343,16 @@ impl Core {
             inline_slots: INLINE_TABLE_SLOTS,
             neighbours,
             announcer,
+            sync,
             out,
         };
         core.neighbours_changed();
+        if let Some(s) = &mut core.sync {
+            s.learn(&core.compiled, &core.builder);
+            let mut sends = Vec::new();
+            s.request_dumps(&mut sends);
+            core.send(sends);
+        }
         Ok(core)
     }
 
@@ -633,7 +651,49 @@ impl Core {
         let snap = Arc::new(snap);
         self.live = snap.clone();
         self.out.push(Output::Publish(snap));
+        if let Some(s) = &mut self.sync {
+            s.learn(&self.compiled, &self.builder);
+        }
         Ok(generation)
+    }
+
+    fn send(&mut self, datagrams: Vec<crate::sync::Datagram>) {
+        for (to, datagram) in datagrams {
+            self.out.push(Output::SyncSend { to, datagram });
+        }
+    }
+
+    /// Input: periodic flow-sync work at `now` (M36): the workers' new
+    /// entries from `queue` are batched into [`Output::SyncSend`]s, and
+    /// dumps asked for continue. Nothing without `[flow_sync]`.
+    pub fn flow_sync(&mut self, now: Duration, queue: &dataplane::sync::SyncQueue) {
+        self.advance(now);
+        let tick = self.tick_now();
+        let Some(s) = &mut self.sync else { return };
+        let mut sends = Vec::new();
+        s.poll(self.now, tick, queue, &mut sends);
+        self.send(sends);
+    }
+
+    /// Input: a flow-sync datagram received from `from` (M36). Only a
+    /// configured peer's, with a valid HMAC, is taken: its entries go into
+    /// `flows` where their key is absent, a dump request starts a paced dump.
+    pub fn sync_received(
+        &mut self,
+        now: Duration,
+        from: std::net::SocketAddr,
+        datagram: &[u8],
+        flows: &FlowTable,
+    ) {
+        self.advance(now);
+        let tick = self.tick_now();
+        let Some(s) = &mut self.sync else { return };
+        s.received(from, datagram, &self.live, &self.builder, flows, tick);
+    }
+
+    /// The flow-sync counters, with `[flow_sync]`.
+    pub fn sync_counters(&self) -> Option<crate::sync::SyncCounters> {
+        self.sync.as_ref().map(crate::sync::Sync::counters)
     }
 
     /// Input: the tables of [`Output::BuildTables`] `build` are built (or
@@ -957,6 +1017,9 @@ impl Core {
                 "neighbours: {} resolved, {} failed, {} MAC changes, {} sightings of others ignored\n",
                 n.resolved_total, n.failed_total, n.mac_changes, n.ignored
             );
+        }
+        if let Some(s) = &self.sync {
+            out += &s.status_line();
         }
         out += &self.balance.status(&self.compiled);
         if let Some(e) = &self.last_error {

@@ -39,6 +39,7 @@ pub mod neighbours;
 pub mod remote;
 pub mod scripted;
 pub mod socket;
+pub mod sync;
 
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
@@ -65,4 +66,7 @@ pub enum StartError {
     /// health checking could not start
     #[error("health checks: {0}")]
     Health(#[from] health::HealthError),
+    /// the flow-sync socket could not be opened (M36)
+    #[error("flow sync: cannot listen on {0}: {1}")]
+    FlowSync(std::net::SocketAddr, std::io::Error),
 }
