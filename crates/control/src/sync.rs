@@ -304,7 +304,7 @@ impl Sync {
             self.counters.drop_source += 1;
             return;
         }
-        let d = match flowsync::decode(bytes, &self.key) {
+        let d = match flowsync::decode(bytes, &self.key, valid_key) {
             Ok(d) => d,
             Err(DecodeError::Mac) => {
                 self.counters.drop_mac += 1;
@@ -368,7 +368,7 @@ impl Sync {
         self.dumps.retain(|d| d.to != to);
         let mut entries = Vec::new();
         flows.scan(|k, e| {
-            let hash = flowsync::key_hash(&k.0);
+            let hash = key_hash(&k.0);
             if let Some(s) = self.entry(
                 k,
                 hash,
@@ -411,4 +411,18 @@ impl Sync {
             c.drop_own
         )
     }
+}
+
+/// The table hash of a flow-table key: that of the packed flow without its
+/// tag, as the data plane computes it.
+fn key_hash(key: &[u64; 5]) -> u64 {
+    wire::flow::hash_words(&wire::flow::without_service_tag(*key), 0)
+}
+
+/// Whether a received entry's key is one the data plane makes (a packed
+/// flow with a tag) and `hash` is its hash: else it would sit where no
+/// lookup finds it.
+fn valid_key(key: &[u64; 5], hash: u64) -> bool {
+    wire::flow::FlowKey::unpack(&wire::flow::without_service_tag(*key)).is_some()
+        && key_hash(key) == hash
 }

@@ -17,9 +17,9 @@
 //!   its current entries and carries none.
 //! * `key` is the flow-table key as the data plane stores it: the packed
 //!   5-tuple with the service's (or gateway endpoint's) flow tag in its low
-//!   bits, and `hash` the hash the table placed it by. Both are checked
-//!   against each other, so a forged hash cannot plant an entry where no
-//!   lookup finds it.
+//!   bits, and `hash` the hash the table placed it by. [`decode`] has the
+//!   caller check both against each other (this crate knows no flow keys),
+//!   so a forged hash cannot plant an entry where no lookup finds it.
 //! * The backend travels by identity (its endpoint identity, e.g.
 //!   `10.0.0.1:80`), never by slot: slots differ between nodes. The receiver
 //!   resolves it within the service its flow tag names.
@@ -114,13 +114,6 @@ impl SyncEntry {
     pub fn wire_len(&self) -> usize {
         ENTRY_FIXED_LEN + self.identity.len()
     }
-}
-
-/// The table hash of a flow-table key: the hash of the packed flow without
-/// its tag, as the data plane computes it.
-#[must_use]
-pub fn key_hash(key: &[u64; 5]) -> u64 {
-    wire::flow::hash_words(&wire::flow::without_service_tag(*key), 0)
 }
 
 /// A stable 64-bit ID of a node name (FNV-1a), for [`Header::sender`]:
@@ -389,11 +382,16 @@ pub struct Datagram {
     pub entries: Vec<SyncEntry>,
 }
 
-/// Authenticates and parses a datagram.
+/// Authenticates and parses a datagram; `valid_key(key, hash)` says whether
+/// an entry's key is a flow-table key and `hash` its hash.
 ///
 /// # Errors
 /// Any [`DecodeError`]; nothing of a rejected datagram is returned.
-pub fn decode(bytes: &[u8], key: &SyncKey) -> Result<Datagram, DecodeError> {
+pub fn decode(
+    bytes: &[u8],
+    key: &SyncKey,
+    valid_key: impl Fn(&[u64; 5], u64) -> bool,
+) -> Result<Datagram, DecodeError> {
     if bytes.len() < HEADER_LEN + MAC_LEN || bytes.len() > MAX_DATAGRAM {
         return Err(DecodeError::Length);
     }
@@ -440,9 +438,7 @@ pub fn decode(bytes: &[u8], key: &SyncKey) -> Result<Datagram, DecodeError> {
         let identity = core::str::from_utf8(id)
             .map_err(|_| DecodeError::Malformed)?
             .to_owned();
-        if wire::flow::FlowKey::unpack(&wire::flow::without_service_tag(key)).is_none()
-            || key_hash(&key) != hash
-        {
+        if !valid_key(&key, hash) {
             return Err(DecodeError::Key);
         }
         entries.push(SyncEntry {

@@ -4,12 +4,23 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
 use flowsync::{
-    DecodeError, Header, Kind, MAX_DATAGRAM, PushError, SyncEntry, SyncKey, Writer, decode,
-    key_hash,
+    Datagram, DecodeError, Header, Kind, MAX_DATAGRAM, PushError, SyncEntry, SyncKey, Writer,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
-use wire::flow::{FlowKey, with_service_tag};
+use wire::flow::{FlowKey, with_service_tag, without_service_tag};
+
+/// The table hash of a flow-table key (the data plane's).
+fn key_hash(key: &[u64; 5]) -> u64 {
+    wire::flow::hash_words(&without_service_tag(*key), 0)
+}
+
+/// [`flowsync::decode`] with the data plane's key check.
+fn decode(bytes: &[u8], key: &SyncKey) -> Result<Datagram, DecodeError> {
+    flowsync::decode(bytes, key, |k, h| {
+        FlowKey::unpack(&without_service_tag(*k)).is_some() && key_hash(k) == h
+    })
+}
 
 fn flow_key() -> impl Strategy<Value = FlowKey> {
     let v4 =
