@@ -225,18 +225,13 @@ fn reference_is_warned_of_each_field_not_used_by_this_version() {
     let paths: Vec<&str> = l.warnings.iter().map(|w| warned_path(w)).collect();
     assert_eq!(
         paths,
-        [
-            "node.shutdown_drain",
-            "dataplane.burst_size",
-            "bgp",
-            "flow_sync",
-        ],
+        ["node.shutdown_drain", "dataplane.burst_size", "bgp",],
         "{:?}",
         l.warnings
     );
     let reference = std::fs::read_to_string(config_dir().join("reference.toml")).unwrap();
     let lines: Vec<&str> = reference.lines().collect();
-    for field in ["shutdown_drain =", "burst_size =", "[bgp]", "[flow_sync]"] {
+    for field in ["shutdown_drain =", "burst_size =", "[bgp]"] {
         let at = lines
             .iter()
             .position(|l| l.starts_with(field))

@@ -606,7 +606,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 4] = [
+    let cases: [(&str, String); 3] = [
         (
             "node.shutdown_drain",
             node_then_svc(
@@ -621,12 +621,6 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
             "bgp",
             with(
                 "[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 64512\n",
-            ),
-        ),
-        (
-            "flow_sync",
-            with(
-                "[flow_sync]\nlisten = \"192.0.2.2:7700\"\npeers = [\"192.0.2.3:7700\"]\nkey = \"hex:00112233445566778899aabbccddeeff\"\n",
             ),
         ),
     ];

@@ -28,11 +28,5 @@ impl Checker<'_> {
                 format!("{NOT_USED}: no VIP is announced or withdrawn; announce them from the BGP speaker's own configuration"),
             );
         }
-        if cfg.flow_sync.is_some() {
-            self.warn(
-                "flow_sync",
-                format!("{NOT_USED}: flow state is not shared; a flow that moves to another node is scheduled there anew"),
-            );
-        }
     }
 }
