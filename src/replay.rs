@@ -434,8 +434,11 @@ impl Mgmt {
         core.drain(|core, out| match out {
             Output::Publish(s) => *snap = s,
             // No ports to send on (`--neighbour` stands for the answers), no
-            // BGP speaker to drive.
-            Output::Watch(_) | Output::Transmit { .. } | Output::Announce(_) => {}
+            // BGP speaker to drive, no sync peers.
+            Output::Watch(_)
+            | Output::Transmit { .. }
+            | Output::Announce(_)
+            | Output::SyncSend { .. } => {}
             Output::Log { level, text, .. } => logs.push(format!(
                 "{:.3} s: {}: {text}",
                 core.now().as_secs_f64(),

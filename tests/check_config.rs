@@ -195,7 +195,8 @@ fn fields_not_used_by_this_version_are_printed_as_warnings() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/lab.toml"))
             .expect("lab.toml");
     let text = lab.replacen("[dataplane]\n", "[dataplane]\nburst_size = 64\n", 1)
-        + "\n[flow_sync]\nlisten = \"192.0.2.2:7700\"\npeers = [\"192.0.2.3:7700\"]\n";
+        + "\n[flow_sync]\nlisten = \"192.0.2.2:7700\"\npeers = [\"192.0.2.3:7700\"]\n"
+        + "key = \"hex:00112233445566778899aabbccddeeff\"\n";
     assert_ne!(text, lab);
     let p = tmp("unused.toml", &text);
     let out = check(&p);
@@ -207,11 +208,9 @@ fn fields_not_used_by_this_version_are_printed_as_warnings() {
         dataplane::BURST
     );
     assert!(s.contains(&burst), "{s}");
-    assert!(
-        s.contains("flow_sync: not used by this version: flow state is not shared"),
-        "{s}"
-    );
-    assert!(s.contains("warnings: 2"), "{s}");
+    // [flow_sync] is acted on (M36): no warning.
+    assert!(!s.contains("flow_sync:"), "{s}");
+    assert!(s.contains("warnings: 1"), "{s}");
 }
 
 /// The summary estimates the memory the configuration needs; a flow table

@@ -901,6 +901,50 @@ pub struct FlowSync {
     /// Longest wait before a partial batch is sent; default `"10ms"`.
     #[serde(default = "d_batch_interval")]
     pub batch_interval: Duration,
+    /// The cluster's shared HMAC key, `"hex:…"` or `"base64:…"`; this or
+    /// `key_file` is required.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// A file holding the key in the same form (a trailing newline is fine).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+impl FlowSync {
+    /// The shared key, from `key` or read from `key_file`.
+    ///
+    /// # Errors
+    /// The field to blame and why: neither or both given, an unreadable
+    /// file, or a key [`flowsync::SyncKey::parse`] refuses.
+    pub fn resolve_key(&self) -> Result<flowsync::SyncKey, (&'static str, String)> {
+        let text = match (&self.key, &self.key_file) {
+            (Some(k), None) => k.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                (
+                    "flow_sync.key_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?,
+            (None, None) => {
+                return Err((
+                    "flow_sync",
+                    "flow sync needs a shared key: set key or key_file".to_owned(),
+                ));
+            }
+            (Some(_), Some(_)) => {
+                return Err((
+                    "flow_sync.key_file",
+                    "give the key once: key or key_file, not both".to_owned(),
+                ));
+            }
+        };
+        let field = if self.key.is_some() {
+            "flow_sync.key"
+        } else {
+            "flow_sync.key_file"
+        };
+        flowsync::SyncKey::parse(&text).map_err(|e| (field, e.to_string()))
+    }
 }
 
 fn d_batch() -> u16 {

@@ -253,8 +253,14 @@ fn cases() -> Vec<Case> {
         case("BIRD socket not a path", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"127.0.0.1:179\" #!\nlocal_asn = 65001\n"), "bgp.control", "absolute path"),
         case("relative routes file", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\nroutes_file = \"vips.conf\" #!\n"), "bgp.routes_file", "absolute file path"),
         case("BGP peer twice", with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 65001\npeers = [\n  { address = \"10.0.0.1\", asn = 65000 },\n  { address = \"10.0.0.1\", asn = 65000 }, #!\n]\n"), "bgp.peers[1].address", "listed twice"),
-        case("flow-sync peer is itself", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.2:7700\"] #!\n"), "flow_sync.peers[0]", "own listen address"),
-        case("flow-sync batch of zero", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nbatch_size = 0 #!\n"), "flow_sync.batch_size", "expected 1-1024"),
+        case("flow-sync peer is itself", with("[flow_sync]\nkey = \"hex:00112233445566778899aabbccddeeff\"\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.2:7700\"] #!\n"), "flow_sync.peers[0]", "own listen address"),
+        case("flow-sync batch of zero", with("[flow_sync]\nkey = \"hex:00112233445566778899aabbccddeeff\"\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nbatch_size = 0 #!\n"), "flow_sync.batch_size", "expected 1-1024"),
+        case("flow-sync without a key", with("[flow_sync] #!\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\n"), "flow_sync", "needs a shared key"),
+        case("flow-sync key and key file", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nkey = \"hex:00112233445566778899aabbccddeeff\"\nkey_file = \"/etc/spillway/sync.key\" #!\n"), "flow_sync.key_file", "not both"),
+        case("flow-sync key without encoding", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nkey = \"00112233445566778899aabbccddeeff\" #!\n"), "flow_sync.key", "expected \"hex:\" or \"base64:\""),
+        case("flow-sync key not hex", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nkey = \"hex:0011223344556677889xaabbccddeeff\" #!\n"), "flow_sync.key", "not hex"),
+        case("flow-sync key too short", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nkey = \"base64:AAECAwQFBgcICQ==\" #!\n"), "flow_sync.key", "a key of 10 bytes: expected 16-64"),
+        case("flow-sync key file missing", with("[flow_sync]\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nkey_file = \"/nonexistent/spillway-sync.key\" #!\n"), "flow_sync.key_file", "cannot read /nonexistent/spillway-sync.key"),
         case("relative control socket", with("[control]\nsocket = \"spillway.sock\" #!\n"), "control.socket", "not an absolute path"),
         case("blank socket group", with("[control]\nsocket_group = \"\" #!\n"), "control.socket_group", "not a group name"),
         case("no control connections", with("[control]\nmax_connections = 0 #!\n"), "control.max_connections", "expected 1-4096"),
@@ -602,7 +608,7 @@ fn a_removed_element_does_not_renumber_later_paths() {
 /// warned of. No field silently does nothing.
 #[test]
 fn fields_not_used_by_this_version_are_warnings_naming_them() {
-    let cases: [(&str, String); 3] = [
+    let cases: [(&str, String); 2] = [
         (
             "dataplane.burst_size",
             with("[dataplane]\nburst_size = 64\n"),
@@ -610,10 +616,6 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
         (
             "bgp.speaker",
             with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 64512\n"),
-        ),
-        (
-            "flow_sync",
-            with("[flow_sync]\nlisten = \"192.0.2.2:7700\"\npeers = [\"192.0.2.3:7700\"]\n"),
         ),
     ];
     for (path, text) in cases {

@@ -73,6 +73,14 @@ pub enum Output {
         /// bytes).
         frame: Vec<u8>,
     },
+    /// Send this flow-sync datagram (M36) to peer `to` from the
+    /// `[flow_sync] listen` socket.
+    SyncSend {
+        /// The peer.
+        to: std::net::SocketAddr,
+        /// The datagram.
+        datagram: Vec<u8>,
+    },
     /// Write this log line (`log::log!` with this level and target: the
     /// core's module, as if it had logged it itself).
     Log {
@@ -300,6 +308,8 @@ pub struct Core {
     shutdown_at: Option<Duration>,
     /// The VIPs' BGP announcement (M35).
     announcements: crate::announce::Announcements,
+    /// Flow-state sync with the peers (M36); `None` without `[flow_sync]`.
+    sync: Option<crate::sync::Sync>,
     out: Vec<Output>,
 }
 
@@ -338,6 +348,7 @@ impl Core {
             tick(now),
             1,
         )?;
+        let sync = crate::sync::Sync::new(&compiled, &compiled.node.name);
         let mut core = Core {
             path: path.to_owned(),
             builder,
@@ -358,9 +369,16 @@ impl Core {
             drained: crate::drain::Drained::new(),
             shutdown_at: None,
             announcements: crate::announce::Announcements::default(),
+            sync,
             out,
         };
         core.neighbours_changed();
+        if let Some(s) = &mut core.sync {
+            s.learn(&core.compiled, &core.builder);
+            let mut sends = Vec::new();
+            s.request_dumps(&mut sends);
+            core.send(sends);
+        }
         core.announce();
         Ok(core)
     }
@@ -755,7 +773,49 @@ impl Core {
         let snap = Arc::new(snap);
         self.live = snap.clone();
         self.out.push(Output::Publish(snap));
+        if let Some(s) = &mut self.sync {
+            s.learn(&self.compiled, &self.builder);
+        }
         Ok(generation)
+    }
+
+    fn send(&mut self, datagrams: Vec<crate::sync::Datagram>) {
+        for (to, datagram) in datagrams {
+            self.out.push(Output::SyncSend { to, datagram });
+        }
+    }
+
+    /// Input: periodic flow-sync work at `now` (M36): the workers' new
+    /// entries from `queue` are batched into [`Output::SyncSend`]s, and
+    /// dumps asked for continue. Nothing without `[flow_sync]`.
+    pub fn flow_sync(&mut self, now: Duration, queue: &dataplane::sync::SyncQueue) {
+        self.advance(now);
+        let tick = self.tick_now();
+        let Some(s) = &mut self.sync else { return };
+        let mut sends = Vec::new();
+        s.poll(self.now, tick, queue, &mut sends);
+        self.send(sends);
+    }
+
+    /// Input: a flow-sync datagram received from `from` (M36). Only a
+    /// configured peer's, with a valid HMAC, is taken: its entries go into
+    /// `flows` where their key is absent, a dump request starts a paced dump.
+    pub fn sync_received(
+        &mut self,
+        now: Duration,
+        from: std::net::SocketAddr,
+        datagram: &[u8],
+        flows: &FlowTable,
+    ) {
+        self.advance(now);
+        let tick = self.tick_now();
+        let Some(s) = &mut self.sync else { return };
+        s.received(from, datagram, &self.live, &self.builder, flows, tick);
+    }
+
+    /// The flow-sync counters, with `[flow_sync]`.
+    pub fn sync_counters(&self) -> Option<crate::sync::SyncCounters> {
+        self.sync.as_ref().map(crate::sync::Sync::counters)
     }
 
     /// Input: the tables of [`Output::BuildTables`] `build` are built (or
@@ -1129,6 +1189,9 @@ impl Core {
         }
         for (scope, name) in self.drained.iter() {
             out += &format!("drained: {scope} {name}\n");
+        }
+        if let Some(s) = &self.sync {
+            out += &s.status_line();
         }
         out += &self.balance.status(&self.compiled);
         if let Some(d) = self.announcements.current() {

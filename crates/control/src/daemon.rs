@@ -79,6 +79,8 @@ pub struct Manager {
     drain_file: Option<PathBuf>,
     /// The BIRD driver (`[bgp] speaker = "bird"`, M34).
     speaker: Option<crate::bird::Speaker>,
+    /// The flow-sync socket (`[flow_sync] listen`, non-blocking; M36).
+    sync_socket: Option<std::net::UdpSocket>,
 }
 
 /// What identifies a version of the configuration file.
@@ -149,6 +151,10 @@ pub const SWEEP_BUDGET: usize = 1 << 14;
 /// snapshot ([`Manager::reload_with`]).
 const WORKER_PICKUP: Duration = Duration::from_millis(200);
 
+/// Flow-sync datagrams read per tick at most (M36): a flood of them cannot
+/// hold the management loop.
+const SYNC_RECV_PER_TICK: usize = 1024;
+
 impl Manager {
     /// Starts from a loaded configuration (`path` is re-read on reload).
     pub fn start(
@@ -186,7 +192,16 @@ impl Manager {
             Duration::ZERO,
             &mut probes,
         )?;
-        let shared = Arc::new(Shared::new(core.live().clone(), flows, workers));
+        let mut shared = Shared::new(core.live().clone(), flows, workers);
+        let mut sync_socket = None;
+        if let Some(f) = &core.compiled().settings.flow_sync {
+            shared = shared.with_flow_sync();
+            let s = std::net::UdpSocket::bind(f.listen)
+                .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                .map_err(|e| StartError::FlowSync(f.listen, e))?;
+            sync_socket = Some(s);
+        }
+        let shared = Arc::new(shared);
         let mut mgr = Manager {
             path: path.to_owned(),
             core,
@@ -203,6 +218,7 @@ impl Manager {
             build: None,
             drain_file: None,
             speaker,
+            sync_socket,
         };
         // What the core logged starting.
         mgr.pump();
@@ -267,6 +283,7 @@ impl Manager {
             probes,
             build: pending,
             speaker,
+            sync_socket,
             ..
         } = self;
         core.drain(|core, out| match out {
@@ -293,6 +310,15 @@ impl Manager {
             Output::Announce(desired) => {
                 if let Some(sp) = speaker {
                     sp.set(crate::announce::announced(&desired));
+                }
+            }
+            Output::SyncSend { to, datagram } => {
+                // Never waits: a datagram the socket does not take is lost
+                // (the flow's entry is re-created from its packets there).
+                if let Some(s) = sync_socket
+                    && let Err(e) = s.send_to(&datagram, to)
+                {
+                    log::debug!("flow sync to {to}: {e}");
                 }
             }
             Output::BuildTables { build, tables } => {
@@ -420,7 +446,33 @@ impl Manager {
         let shared = &self.shared;
         let children = shared.snapshot.load().compiled.children.len();
         self.core.tick(now, || sum_published(shared, children));
+        self.flow_sync(now);
         self.pump();
+    }
+
+    /// Flow-state sync (M36): datagrams received since the last tick (a
+    /// bounded number), then the workers' new entries batched out.
+    fn flow_sync(&mut self, now: Duration) {
+        let Some(queue) = self.shared.flow_sync.clone() else {
+            return;
+        };
+        if let Some(s) = &self.sync_socket {
+            let mut buf = [0u8; 2048];
+            for _ in 0..SYNC_RECV_PER_TICK {
+                match s.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        let d = buf.get(..n).unwrap_or(&[]);
+                        self.core.sync_received(now, from, d, &self.shared.flows);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        log::debug!("flow sync: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        self.core.flow_sync(now, &queue);
     }
 
     /// Sum of every worker's last published counters (indexed like the live

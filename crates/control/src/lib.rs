@@ -44,6 +44,7 @@ pub mod neighbours;
 pub mod remote;
 pub mod scripted;
 pub mod socket;
+pub mod sync;
 
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
@@ -73,4 +74,7 @@ pub enum StartError {
     /// the BGP speaker's driver could not start
     #[error("bgp: {0}")]
     Speaker(crate::bird::BirdError),
+    /// the flow-sync socket could not be opened (M36)
+    #[error("flow sync: cannot listen on {0}: {1}")]
+    FlowSync(std::net::SocketAddr, std::io::Error),
 }

@@ -352,6 +352,12 @@ spillway_flows_stateless_total 12
 # HELP spillway_flows_over_budget_total Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.
 # TYPE spillway_flows_over_budget_total counter
 spillway_flows_over_budget_total 13
+# HELP spillway_flow_sync_queued_total New flow entries queued for flow-state sync to the peers (M36).
+# TYPE spillway_flow_sync_queued_total counter
+spillway_flow_sync_queued_total 0
+# HELP spillway_flow_sync_queue_overflow_total New flow entries not synced because the queue to the management core was full.
+# TYPE spillway_flow_sync_queue_overflow_total counter
+spillway_flow_sync_queue_overflow_total 0
 # HELP spillway_neighbour_sightings_total ARP/NDP sightings passed to neighbour resolution.
 # TYPE spillway_neighbour_sightings_total counter
 spillway_neighbour_sightings_total 0

@@ -1090,3 +1090,131 @@ fn a_node_of_availability_group_1_serves_only_its_groups_vips() {
         );
     }
 }
+
+// ---- flow-state sync between two nodes (M36) ----
+
+const SYNC_KEY: &str = "hex:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+#[allow(clippy::expect_used)] // test code: the scenarios' own addresses
+fn addr(s: &str) -> std::net::SocketAddr {
+    s.parse().expect("socket address")
+}
+
+/// Node `name` (see [`with_web`], [`FOUR`], persistence `DEFAULT_FOR_PROTOCOL`) syncing
+/// flows from `listen` with `peer` under `key`.
+fn synced(name: &str, listen: &str, peer: &str, key: &str) -> String {
+    let c = node_r1(name)
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
+        .service(web_service("DEFAULT_FOR_PROTOCOL", &FOUR))
+        .health_check(health_check("tcp", "TCP").set("port", 80));
+    format!(
+        "{}\n[flow_sync]\nlisten = \"{listen}\"\npeers = [\"{peer}\"]\nkey = \"{key}\"\n",
+        c.build()
+    )
+}
+
+const N1: &str = "192.0.2.1:7700";
+const N2: &str = "192.0.2.2:7700";
+
+/// Carries every datagram `from` (at `from_addr`) sent to `to_addr` into `to`.
+fn deliver(from: &mut World, from_addr: &str, to: &mut World, to_addr: &str) -> usize {
+    let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut from.sync_out)
+        .into_iter()
+        .partition(|(t, _)| *t == addr(to_addr));
+    from.sync_out = rest;
+    for (_, d) in &mine {
+        to.sync_receive(addr(from_addr), d);
+    }
+    mine.len()
+}
+
+fn sync_world(name: &str, listen: &str, peer: &str, key: &str) -> World {
+    healthy_world(&synced(name, listen, peer, key), 11)
+}
+
+/// Node 1 sees endpoint 10.1.0.4 fail, so its new flows avoid it; node 2
+/// still has all four, so Maglev alone would send some of those flows to
+/// .4 there. Synced, each of them goes to node 1's backend on node 2 when
+/// node 1 dies (ECMP moves its flows); a node that restarts asks node 1 for
+/// its entries and gets them too.
+#[test]
+fn flows_survive_their_nodes_death_on_a_synced_peer() {
+    let mut n1 = sync_world("n1", N1, N2, SYNC_KEY);
+    let mut n2 = sync_world("n2", N2, N1, SYNC_KEY);
+    // Start-up dump requests: nothing to dump yet.
+    assert_eq!(deliver(&mut n1, N1, &mut n2, N2), 1);
+    assert_eq!(deliver(&mut n2, N2, &mut n1, N1), 1);
+    n1.set_health("10.1.0.4", State::Unhealthy);
+    n1.advance(SEC);
+    let flows = n1.open(300, "10.0.0.10", 80);
+    assert_eq!(on(&flows, ip("10.1.0.4")), 0);
+    n1.advance(SEC);
+    let sent = deliver(&mut n1, N1, &mut n2, N2);
+    assert!(sent >= 300 / 64, "{sent} datagrams");
+    let c = n2.core.sync_counters().expect("sync on");
+    assert_eq!((c.applied, c.drop_mac, c.drop_source), (300, 0, 0), "{c:?}");
+
+    // Maglev alone (a node without the entries) would move some.
+    let mut alone = healthy_world(&synced("n3", "192.0.2.3:7700", N1, SYNC_KEY), 11);
+    let moved = flows
+        .iter()
+        .filter(|(f, a)| alone.send(f, false).addr() != *a)
+        .count();
+    println!("without sync {moved} of {} flows move", flows.len());
+    assert!(moved > 0, "the scenario must have flows Maglev moves");
+
+    // Node 1 is gone: every flow continues on node 2, to its backend.
+    for (f, a) in &flows {
+        assert_eq!(n2.send(f, false).addr(), *a, "{f:?}");
+    }
+    assert!(
+        n2.status().contains("flow sync: 1 peers;"),
+        "{}",
+        n2.status()
+    );
+
+    // Node 2 restarts empty and asks node 1 for its entries: paced over
+    // ticks, they all arrive.
+    let mut n2 = sync_world("n2", N2, N1, SYNC_KEY);
+    assert_eq!(deliver(&mut n2, N2, &mut n1, N1), 1);
+    let mut datagrams = 0;
+    for _ in 0..10 {
+        n1.advance(n1.period);
+        datagrams += deliver(&mut n1, N1, &mut n2, N2);
+    }
+    let c = n2.core.sync_counters().expect("sync on");
+    println!("dump of {} entries in {datagrams} datagrams", c.applied);
+    assert_eq!(c.applied, 300, "{c:?}");
+    assert_eq!(n1.core.sync_counters().expect("sync on").dumps, 2);
+    for (f, a) in &flows {
+        assert_eq!(n2.send(f, false).addr(), *a, "{f:?}");
+    }
+}
+
+/// Datagrams under another key, and from a source that is no configured
+/// peer, are dropped and counted; nothing of them is applied.
+#[test]
+fn foreign_sync_datagrams_are_dropped_and_counted() {
+    let other_key = "hex:ffffffffffffffffffffffffffffffff";
+    let mut n1 = sync_world("n1", N1, N2, other_key);
+    let mut n2 = sync_world("n2", N2, N1, SYNC_KEY);
+    let _ = deliver(&mut n2, N2, &mut n1, N1);
+    let flows = n1.open(20, "10.0.0.10", 80);
+    n1.advance(SEC);
+    let all: Vec<_> = n1.sync_out.clone();
+    assert!(deliver(&mut n1, N1, &mut n2, N2) >= 1);
+    // The same datagrams from an address that is no peer.
+    for (_, d) in &all {
+        n2.sync_receive(addr("192.0.2.9:7700"), d);
+    }
+    let c = n2.core.sync_counters().expect("sync on");
+    assert_eq!(c.applied, 0, "{c:?}");
+    assert!(c.drop_mac >= 2 && c.drop_source >= 2, "{c:?}");
+    assert_eq!(c.drop_mac, c.drop_source, "{c:?}");
+    let s = n2.status();
+    assert!(
+        s.contains(&format!("source {}, hmac {}", c.drop_source, c.drop_mac)),
+        "{s}"
+    );
+    assert_eq!(flows.len(), 20);
+}

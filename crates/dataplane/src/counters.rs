@@ -353,6 +353,14 @@ counters! {
             /// `stateless`.
             over_budget: stats ", {} over budget", replay ", {} over budget",
                 metric "flows_over_budget_total" "Packets of new flows forwarded without an entry because their worker had spent its new-entry budget for the second.";
+            /// New flow entries queued for flow-state sync to the peers (M36;
+            /// 0 without `[flow_sync]`).
+            sync_queued: stats ", {} queued for sync",
+                metric "flow_sync_queued_total" "New flow entries queued for flow-state sync to the peers (M36).";
+            /// New flow entries not synced because the queue to the management
+            /// core was full.
+            sync_lost: stats " (lost {})",
+                metric "flow_sync_queue_overflow_total" "New flow entries not synced because the queue to the management core was full.";
         ];
         /// Neighbour resolution's traffic (M47): the `neighbours:` line of
         /// `stats`, after the rules.
@@ -515,6 +523,8 @@ mod tests {
             flows_rescheduled: 14,
             stateless: 15,
             over_budget: 16,
+            sync_queued: 48,
+            sync_lost: 49,
             icmp_too_big: 41,
             mtu_exceeded_forwarded: 42,
             gateway_returned: 47,
@@ -567,13 +577,15 @@ mod tests {
             c.gateway_returned
         );
         want += &format!(
-            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget; {} expired by ageing\n",
+            "flows: {} new, {} hits, {} races, {} rescheduled, {} stateless, {} over budget, {} queued for sync (lost {}); {} expired by ageing\n",
             c.new_flows,
             c.flow_hits,
             c.flow_races,
             c.flows_rescheduled,
             c.stateless,
             c.over_budget,
+            c.sync_queued,
+            c.sync_lost,
             99
         );
         for r in DropReason::ALL {
@@ -648,6 +660,8 @@ mod tests {
                 ("flows_new_total", c.new_flows),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
+                ("flow_sync_queued_total", c.sync_queued),
+                ("flow_sync_queue_overflow_total", c.sync_lost),
                 ("neighbour_sightings_total", c.nbr_sightings),
                 ("neighbour_sightings_lost_total", c.nbr_sightings_lost),
                 ("neighbour_frames_sent_total", c.nbr_sent),

@@ -21,6 +21,7 @@ pub mod neighbour;
 pub mod nexthop;
 pub mod pipeline;
 pub mod snapshot;
+pub mod sync;
 pub mod worker;
 
 pub use counters::{ChildCounters, DropReason, WorkerCounters};

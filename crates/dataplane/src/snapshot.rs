@@ -956,6 +956,13 @@ impl SnapshotBuilder {
         })
     }
 
+    /// Every endpoint with a backend slot: (service, identity, slot).
+    pub fn identities(&self) -> impl Iterator<Item = (&str, &str, u32)> {
+        self.by_identity
+            .iter()
+            .map(|((s, i), slot)| (s.as_str(), i.as_str(), *slot))
+    }
+
     /// The backend slot of endpoint `identity` of `service`, if it has one.
     pub fn slot_of(&self, service: &str, identity: &str) -> Option<u32> {
         self.by_identity

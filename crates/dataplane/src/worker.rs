@@ -24,6 +24,7 @@ use crate::counters::WorkerCounters;
 use crate::engine::{Engine, PacketIo};
 use crate::neighbour::NeighbourQueues;
 use crate::snapshot::Snapshot;
+use crate::sync::SyncQueue;
 
 /// What workers and the management core share.
 pub struct Shared {
@@ -45,6 +46,9 @@ pub struct Shared {
     pub using: Vec<Using>,
     /// Neighbour sightings from workers, frames for workers to send (M47).
     pub neighbours: Arc<NeighbourQueues>,
+    /// New flow entries from workers for flow-state sync (M36); `None`
+    /// (no queue, nothing pushed) without `[flow_sync]`.
+    pub flow_sync: Option<Arc<SyncQueue>>,
 }
 
 /// A worker's [`Shared::using`] slot, on a cache line of its own so that its
@@ -85,7 +89,15 @@ impl Shared {
                 .collect(),
             using: (0..workers).map(|_| Using::new()).collect(),
             neighbours: Arc::new(NeighbourQueues::default()),
+            flow_sync: None,
         }
+    }
+
+    /// With a queue of new flow entries for flow-state sync (M36).
+    #[must_use]
+    pub fn with_flow_sync(mut self) -> Shared {
+        self.flow_sync = Some(Arc::new(SyncQueue::default()));
+        self
     }
 
     /// Whether every running worker's pass uses snapshot `generation` or a
@@ -153,6 +165,9 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
         engine
             .worker
             .set_neighbour_queues(shared.neighbours.clone());
+        if let Some(q) = &shared.flow_sync {
+            engine.worker.set_sync_queue(q.clone());
+        }
         while !shared.stop.load(Ordering::Relaxed) {
             let received = {
                 let snap = shared.snapshot.load();

@@ -457,3 +457,53 @@ fn an_exception_port_without_a_data_port_drops_and_counts() {
     let c = &s.engine.worker.counters;
     assert_eq!((c.from_host, c.to_host, c.host_dropped), (1, 1, 2));
 }
+
+/// M36: with a sync queue, every flow entry a worker creates is queued as
+/// the table holds it (a flow's later packets queue nothing); a full queue
+/// is a counted loss, never a wait; without a queue nothing is counted.
+#[test]
+fn new_flow_entries_are_queued_for_sync() {
+    use dataplane::sync::SyncQueue;
+    let mut plain = setup(false);
+    plain.io.rx[0].push_back(udp([10, 0, 0, 10], 999, 53));
+    plain.poll();
+    assert_eq!(plain.engine.worker.counters.new_flows, 1);
+    assert_eq!(plain.engine.worker.counters.sync_queued, 0);
+
+    let mut s = setup(false);
+    let q = Arc::new(SyncQueue::with_capacity(3));
+    s.engine.worker.set_sync_queue(q.clone());
+    for sport in [1000, 1001, 1000] {
+        s.io.rx[0].push_back(udp([10, 0, 0, 10], sport, 53));
+    }
+    s.poll();
+    let mut got = Vec::new();
+    q.drain_into(&mut got, 10);
+    assert_eq!(got.len(), 2, "one per new flow: {got:?}");
+    for f in &got {
+        let hit = s
+            .flows
+            .lookup(&f.key, f.hash)
+            .expect("the entry is in the table");
+        assert_eq!(
+            (hit.entry.backend, hit.entry.cookie, hit.entry.generation),
+            (f.backend, f.cookie, f.generation)
+        );
+        assert_eq!(hit.entry.flags.bits(), f.flags);
+        assert_ne!(
+            wire::flow::service_tag(&f.key.0),
+            0,
+            "the key carries its tag"
+        );
+    }
+    assert_eq!(s.engine.worker.counters.sync_queued, 2);
+
+    // Five more new flows into the (drained) queue of three: two are lost.
+    for sport in 2000..2005 {
+        s.io.rx[0].push_back(udp([10, 0, 0, 10], sport, 53));
+    }
+    s.poll();
+    assert_eq!(s.engine.worker.counters.sync_queued, 5);
+    assert_eq!(s.engine.worker.counters.sync_lost, 2);
+    assert_eq!(q.entries.len(), 3);
+}

@@ -309,6 +309,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             exception_for: exception_for(&cfg.ports),
             bgp: cfg.bgp.clone(),
             flow_sync: cfg.flow_sync.clone(),
+            flow_sync_key: cfg.flow_sync.as_ref().and_then(|f| f.resolve_key().ok()),
             metrics: cfg.metrics.clone(),
             control: cfg.control.clone(),
             neighbours: cfg.neighbours.clone(),

@@ -206,6 +206,8 @@ pub struct Settings {
     pub bgp: Option<crate::schema::Bgp>,
     /// `[flow_sync]`.
     pub flow_sync: Option<crate::schema::FlowSync>,
+    /// `[flow_sync]`'s shared key, resolved (validation checked it).
+    pub flow_sync_key: Option<flowsync::SyncKey>,
     /// `[metrics]`.
     pub metrics: crate::schema::Metrics,
     /// `[control]`.

@@ -24,11 +24,5 @@ impl Checker<'_> {
                 format!("{NOT_USED}: only BIRD is driven; with GoBGP or ExaBGP no VIP is announced or withdrawn (docs/operating.md shows how to drive them from outside)"),
             );
         }
-        if cfg.flow_sync.is_some() {
-            self.warn(
-                "flow_sync",
-                format!("{NOT_USED}: flow state is not shared; a flow that moves to another node is scheduled there anew"),
-            );
-        }
     }
 }

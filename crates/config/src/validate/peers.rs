@@ -82,6 +82,9 @@ impl Checker<'_> {
                 format!("{} entries per batch: expected 1-1024", f.batch_size),
             );
         }
+        if let Err((field, why)) = f.resolve_key() {
+            self.err(field, why);
+        }
         if f.batch_interval.is_zero() {
             self.err(
                 "flow_sync.batch_interval",

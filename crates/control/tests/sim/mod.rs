@@ -156,6 +156,11 @@ pub struct World {
     answers: Vec<(usize, IpAddr, [u8; 6])>,
     /// The last frame a pipeline sent, if [`World::send`] sent one.
     pub last_frame: Option<Vec<u8>>,
+    /// With `[flow_sync]` (M36): the queue the pipelines push new entries
+    /// to, and every datagram the core asked to send, (peer, bytes), until
+    /// a scenario delivers it.
+    pub sync_queue: Option<Arc<dataplane::sync::SyncQueue>>,
+    pub sync_out: Vec<(std::net::SocketAddr, Vec<u8>)>,
 }
 
 /// The MAC a neighbour on the simulated segment answers with at first.
@@ -234,14 +239,24 @@ impl World {
         };
         let live = core.live().clone();
         let children = live.compiled.children.len();
+        let sync_queue = core
+            .compiled()
+            .settings
+            .flow_sync
+            .is_some()
+            .then(|| Arc::new(dataplane::sync::SyncQueue::default()));
         let engines = (0..pipelines)
             .map(|i| {
-                Engine::new(
+                let mut e = Engine::new(
                     Worker::new(seed ^ (i as u64) << 8, children),
                     &[PortRole::Uplink],
                     dataplane::BURST,
                     || VecBurst::with_capacity(dataplane::BURST),
-                )
+                );
+                if let Some(q) = &sync_queue {
+                    e.worker.set_sync_queue(q.clone());
+                }
+                e
             })
             .collect();
         let mut w = World {
@@ -263,6 +278,8 @@ impl World {
             segment,
             answers: Vec::new(),
             last_frame: None,
+            sync_queue,
+            sync_out: Vec::new(),
         };
         w.pump();
         w
@@ -288,9 +305,11 @@ impl World {
             sent,
             segment,
             answers,
+            sync_out,
             ..
         } = self;
         core.drain(|core, out| match out {
+            Output::SyncSend { to, datagram } => sync_out.push((to, datagram)),
             Output::Transmit { port, frame } => {
                 // A neighbour on the segment answers a request for it.
                 if let Some(arp) = arp_request_target(&frame) {
@@ -362,8 +381,18 @@ impl World {
         let engines = &self.engines;
         let children = self.live.compiled.children.len();
         self.core.tick(now, || Self::counters(engines, children));
+        if let Some(q) = &self.sync_queue {
+            self.core.flow_sync(now, q);
+        }
         self.pump();
         self.flows.sweep(self.tick(), 1 << 14);
+    }
+
+    /// Hands the core a flow-sync datagram from `from` (M36).
+    pub fn sync_receive(&mut self, from: std::net::SocketAddr, datagram: &[u8]) {
+        self.core
+            .sync_received(self.now, from, datagram, &self.flows);
+        self.pump();
     }
 
     /// Lets `d` of virtual time pass, a management tick every `period`.

@@ -11,6 +11,7 @@ use super::{Ctx, Outcome, Pending, TCP, Worker};
 use crate::counters::DropReason;
 use crate::delivery;
 use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
+use crate::sync::NewFlow;
 
 impl Worker {
     /// [`Worker::finish`] for the usual packet, kept apart so that the
@@ -258,6 +259,18 @@ impl Worker {
         };
         match flows.insert(fkey, p.hash, new, now) {
             InsertOutcome::Inserted { .. } => {
+                if let Some(q) = &self.sync {
+                    let flow = NewFlow {
+                        key: *fkey,
+                        hash: p.hash,
+                        backend: slot,
+                        generation: snap.generation,
+                        cookie,
+                        flags: flags.bits(),
+                        created: now,
+                    };
+                    q.push(flow, &mut self.counters);
+                }
                 let left = &mut self.budget_left[usize::from(syn)];
                 *left = left.saturating_sub(1);
                 self.counters.new_flows += 1;

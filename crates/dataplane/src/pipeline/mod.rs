@@ -53,6 +53,7 @@ use wire::tcp::Flags;
 use crate::counters::{DropReason, WorkerCounters};
 use crate::neighbour::NeighbourQueues;
 use crate::snapshot::Snapshot;
+use crate::sync::SyncQueue;
 
 mod answer;
 mod classify;
@@ -251,6 +252,9 @@ pub struct Worker {
     /// Where ARP/NDP sightings go (M47); none in replays and tests that
     /// do not resolve.
     neighbours: Option<Arc<NeighbourQueues>>,
+    /// Where new flow entries go for flow-state sync (M36); none without
+    /// `[flow_sync]`.
+    sync: Option<Arc<SyncQueue>>,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -316,7 +320,14 @@ impl Worker {
             too_big_tick: None,
             too_big_left: 0,
             neighbours: None,
+            sync: None,
         }
+    }
+
+    /// New flow entries this worker creates are queued to `q` for
+    /// flow-state sync (M36).
+    pub fn set_sync_queue(&mut self, q: Arc<SyncQueue>) {
+        self.sync = Some(q);
     }
 
     /// ARP/NDP frames this worker receives are reported to `q` (M47).

@@ -1,0 +1,428 @@
+//! Flow-state sync between the nodes of a cluster (M36), the management
+//! core's part, without I/O: the shell owns the UDP socket; this batches the
+//! workers' new entries into datagrams for the peers, checks and applies
+//! what peers send, and paces dumps for a peer that (re)started.
+//!
+//! A backend travels by endpoint identity within its flow tag's service, so
+//! a node resolves it to its own slot; an entry is inserted only where the
+//! key is absent, never over a local one, and only for a backend that takes
+//! flows here (an unknown or removed endpoint is counted, not applied).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use config::Compiled;
+use dataplane::sync::{NewFlow, SyncQueue};
+use dataplane::{BackendState, Snapshot, SnapshotBuilder};
+use flowsync::{DecodeError, Header, Kind, PushError, SyncEntry, SyncKey, Writer};
+use flowtable::{EntryFlags, FlowKey, FlowTable, InsertOutcome, NewEntry, Tick, tick_age};
+
+/// New entries taken from the workers' queue per call (bounds one pass of
+/// the management loop).
+pub const DRAIN_PER_CALL: usize = 8192;
+/// Dump datagrams sent per call and peer: a restarted node's requests do not
+/// flood the link or stall the loop.
+pub const DUMP_DATAGRAMS_PER_CALL: usize = 16;
+/// Entries one dump carries at most (collected when asked; the rest are
+/// learned again as their packets arrive).
+pub const DUMP_MAX: usize = 262_144;
+
+/// Sync counters, for `status` and the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncCounters {
+    /// Datagrams sent (entries and requests, dumps included).
+    pub sent: u64,
+    /// Entries sent.
+    pub entries_sent: u64,
+    /// Datagrams received and accepted.
+    pub received: u64,
+    /// Entries inserted into the flow table.
+    pub applied: u64,
+    /// Entries whose flow already had a local entry (kept).
+    pub existing: u64,
+    /// Entries not inserted: no local slot for their endpoint, a backend
+    /// that takes no flows here, or a full / contended table.
+    pub unresolved: u64,
+    /// Dump requests answered.
+    pub dumps: u64,
+    /// Dropped: from a source that is no configured peer.
+    pub drop_source: u64,
+    /// Dropped: a bad HMAC (another key, or altered).
+    pub drop_mac: u64,
+    /// Dropped: authenticated but malformed (length, magic, version, kind,
+    /// entries, key or hash).
+    pub drop_malformed: u64,
+    /// Dropped: this node's own datagram (a peer list naming itself).
+    pub drop_own: u64,
+}
+
+/// A dump under way to one peer.
+#[derive(Debug)]
+struct Dump {
+    to: SocketAddr,
+    entries: Vec<SyncEntry>,
+}
+
+/// The sync state of the management core.
+#[derive(Debug)]
+pub struct Sync {
+    key: SyncKey,
+    node: u64,
+    peers: Vec<SocketAddr>,
+    batch_size: usize,
+    batch_interval: Duration,
+    sequence: u64,
+    batch: Vec<SyncEntry>,
+    /// When the oldest entry of `batch` was taken.
+    batch_since: Option<Duration>,
+    dumps: Vec<Dump>,
+    /// Slot → (service, identity), from the builder at the last publish.
+    identity: Vec<Option<(String, String)>>,
+    /// Flow tag → service name (services' and gateway endpoints' tags).
+    service_of_tag: HashMap<u16, String>,
+    scratch: Vec<NewFlow>,
+    counters: SyncCounters,
+}
+
+/// What the core sends: a datagram to a peer.
+pub type Datagram = (SocketAddr, Vec<u8>);
+
+impl Sync {
+    /// Sync for node `node_name` with `compiled`'s `[flow_sync]`; `None`
+    /// without it (or without a usable key, which validation refused).
+    pub fn new(compiled: &Compiled, node_name: &str) -> Option<Sync> {
+        let f = compiled.settings.flow_sync.as_ref()?;
+        let key = compiled.settings.flow_sync_key.clone()?;
+        Some(Sync {
+            key,
+            node: flowsync::node_id(node_name),
+            peers: f.peers.clone(),
+            batch_size: usize::from(f.batch_size.max(1)),
+            batch_interval: f.batch_interval.0,
+            sequence: 0,
+            batch: Vec::new(),
+            batch_since: None,
+            dumps: Vec::new(),
+            identity: Vec::new(),
+            service_of_tag: HashMap::new(),
+            scratch: Vec::new(),
+            counters: SyncCounters::default(),
+        })
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> SyncCounters {
+        self.counters
+    }
+
+    /// The peers datagrams go to.
+    pub fn peers(&self) -> &[SocketAddr] {
+        &self.peers
+    }
+
+    /// After a publish: the slots' identities and the flow tags' services.
+    pub fn learn(&mut self, compiled: &Compiled, builder: &SnapshotBuilder) {
+        self.identity.clear();
+        for (svc, id, slot) in builder.identities() {
+            let i = slot as usize;
+            if self.identity.len() <= i {
+                self.identity.resize(i + 1, None);
+            }
+            if let Some(s) = self.identity.get_mut(i) {
+                *s = Some((svc.to_owned(), id.to_owned()));
+            }
+        }
+        self.service_of_tag.clear();
+        for s in &compiled.services {
+            self.service_of_tag.insert(s.flow_tag, s.name.clone());
+        }
+        for g in &compiled.gateways {
+            if let Some(s) = compiled.services.get(g.service.0 as usize) {
+                self.service_of_tag.insert(g.flow_tag, s.name.clone());
+            }
+        }
+    }
+
+    /// At start: ask every peer for its current entries.
+    pub fn request_dumps(&mut self, out: &mut Vec<Datagram>) {
+        for i in 0..self.peers.len() {
+            let w = Writer::new(self.header(Kind::RequestDump));
+            let d = w.finish(&self.key);
+            if let Some(&to) = self.peers.get(i) {
+                self.counters.sent += 1;
+                out.push((to, d));
+            }
+        }
+    }
+
+    fn header(&mut self, kind: Kind) -> Header {
+        self.sequence = self.sequence.wrapping_add(1);
+        Header {
+            kind,
+            sender: self.node,
+            sequence: self.sequence,
+        }
+    }
+
+    /// Periodic work at `now` (tick `tick`): takes the workers' new entries,
+    /// sends full batches and a partial one older than the batch interval,
+    /// and the next datagrams of every dump under way.
+    pub fn poll(&mut self, now: Duration, tick: Tick, queue: &SyncQueue, out: &mut Vec<Datagram>) {
+        let mut taken = std::mem::take(&mut self.scratch);
+        taken.clear();
+        queue.drain_into(&mut taken, DRAIN_PER_CALL);
+        for f in &taken {
+            if let Some(e) = self.entry(
+                &f.key, f.hash, f.backend, f.cookie, f.flags, tick, f.created,
+            ) {
+                if self.batch.is_empty() {
+                    self.batch_since = Some(now);
+                }
+                self.batch.push(e);
+                if self.batch.len() >= self.batch_size {
+                    self.flush(out);
+                }
+            }
+        }
+        self.scratch = taken;
+        if self
+            .batch_since
+            .is_some_and(|t| now.saturating_sub(t) >= self.batch_interval)
+        {
+            self.flush(out);
+        }
+        self.pace_dumps(out);
+    }
+
+    /// An entry for the wire; `None` for a slot without an identity (a
+    /// backend removed since).
+    #[allow(clippy::too_many_arguments)]
+    fn entry(
+        &self,
+        key: &FlowKey,
+        hash: u64,
+        slot: u32,
+        cookie: u32,
+        flags: u8,
+        now: Tick,
+        last_seen: Tick,
+    ) -> Option<SyncEntry> {
+        let (_, identity) = self.identity.get(slot as usize)?.as_ref()?;
+        let age = u32::try_from(tick_age(now, last_seen).max(0)).unwrap_or(0);
+        Some(SyncEntry {
+            key: key.0,
+            hash,
+            identity: identity.clone(),
+            cookie,
+            flags,
+            age_ms: age.saturating_mul(1000),
+        })
+    }
+
+    /// Sends the batch to every peer (as many datagrams as it takes).
+    fn flush(&mut self, out: &mut Vec<Datagram>) {
+        self.batch_since = None;
+        let batch = std::mem::take(&mut self.batch);
+        for d in self.datagrams(&batch) {
+            for &to in &self.peers {
+                self.counters.sent += 1;
+                out.push((to, d.clone()));
+            }
+        }
+        self.counters.entries_sent += batch.len() as u64;
+        self.batch = batch;
+        self.batch.clear();
+    }
+
+    /// `entries` as datagrams, each as full as it can be.
+    fn datagrams(&mut self, entries: &[SyncEntry]) -> Vec<Vec<u8>> {
+        let mut all = Vec::new();
+        let mut w = Writer::new(self.header(Kind::Entries));
+        for e in entries {
+            match w.push(e) {
+                Ok(()) => {}
+                Err(PushError::Full) => {
+                    let full = std::mem::replace(&mut w, Writer::new(self.header(Kind::Entries)));
+                    all.push(full.finish(&self.key));
+                    // An entry fits an empty datagram (identities are bounded).
+                    let _ = w.push(e);
+                }
+                // An identity the format cannot carry: that flow is not synced.
+                Err(PushError::Identity | PushError::NotEntries) => {}
+            }
+        }
+        if w.count() > 0 {
+            all.push(w.finish(&self.key));
+        }
+        all
+    }
+
+    fn pace_dumps(&mut self, out: &mut Vec<Datagram>) {
+        let mut dumps = std::mem::take(&mut self.dumps);
+        for dump in &mut dumps {
+            for _ in 0..DUMP_DATAGRAMS_PER_CALL {
+                if dump.entries.is_empty() {
+                    break;
+                }
+                let mut w = Writer::new(self.header(Kind::Entries));
+                let mut n = 0;
+                while let Some(e) = dump.entries.last() {
+                    match w.push(e) {
+                        Ok(()) => {
+                            n += 1;
+                            dump.entries.pop();
+                        }
+                        Err(PushError::Full) => break,
+                        Err(_) => {
+                            dump.entries.pop();
+                        }
+                    }
+                }
+                self.counters.sent += 1;
+                self.counters.entries_sent += n;
+                out.push((dump.to, w.finish(&self.key)));
+            }
+        }
+        dumps.retain(|d| !d.entries.is_empty());
+        self.dumps = dumps;
+    }
+
+    /// Input: a datagram from `from`. Applies its entries to `flows` (in
+    /// snapshot `snap`, at tick `tick`), or starts a dump for a request.
+    pub fn received(
+        &mut self,
+        from: SocketAddr,
+        bytes: &[u8],
+        snap: &Snapshot,
+        builder: &SnapshotBuilder,
+        flows: &FlowTable,
+        tick: Tick,
+    ) {
+        if !self.peers.contains(&from) {
+            self.counters.drop_source += 1;
+            return;
+        }
+        let d = match flowsync::decode(bytes, &self.key, valid_key) {
+            Ok(d) => d,
+            Err(DecodeError::Mac) => {
+                self.counters.drop_mac += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.drop_malformed += 1;
+                return;
+            }
+        };
+        if d.header.sender == self.node {
+            self.counters.drop_own += 1;
+            return;
+        }
+        self.counters.received += 1;
+        match d.header.kind {
+            Kind::RequestDump => self.start_dump(from, flows, tick),
+            Kind::Entries => {
+                for e in &d.entries {
+                    self.apply(e, snap, builder, flows, tick);
+                }
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        e: &SyncEntry,
+        snap: &Snapshot,
+        builder: &SnapshotBuilder,
+        flows: &FlowTable,
+        tick: Tick,
+    ) {
+        let tag = wire::flow::service_tag(&e.key);
+        let slot = self
+            .service_of_tag
+            .get(&tag)
+            .and_then(|svc| builder.slot_of(svc, &e.identity));
+        let usable = slot
+            .and_then(|s| snap.backends.get(s as usize))
+            .is_some_and(|b| matches!(b.state, BackendState::Active));
+        let (Some(slot), true) = (slot, usable) else {
+            self.counters.unresolved += 1;
+            return;
+        };
+        let new = NewEntry {
+            backend: slot,
+            generation: snap.generation,
+            cookie: e.cookie,
+            flags: EntryFlags::from_bits(e.flags),
+        };
+        match flows.insert(&FlowKey(e.key), e.hash, new, tick) {
+            InsertOutcome::Inserted { .. } => self.counters.applied += 1,
+            InsertOutcome::Existing(_) => self.counters.existing += 1,
+            InsertOutcome::Full | InsertOutcome::Contended => self.counters.unresolved += 1,
+        }
+    }
+
+    fn start_dump(&mut self, to: SocketAddr, flows: &FlowTable, tick: Tick) {
+        // A repeated request restarts that peer's dump.
+        self.dumps.retain(|d| d.to != to);
+        let mut entries = Vec::new();
+        flows.scan(|k, e| {
+            let hash = key_hash(&k.0);
+            if let Some(s) = self.entry(
+                k,
+                hash,
+                e.backend,
+                e.cookie,
+                e.flags.bits(),
+                tick,
+                e.last_seen,
+            ) {
+                entries.push(s);
+            }
+            if entries.len() >= DUMP_MAX {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        self.counters.dumps += 1;
+        if !entries.is_empty() {
+            self.dumps.push(Dump { to, entries });
+        }
+    }
+
+    /// The `flow sync:` line of `status`.
+    pub fn status_line(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "flow sync: {} peers; sent {} datagrams ({} entries); received {}, applied {}, existing {}, unresolved {}; dumps {}; dropped: source {}, hmac {}, malformed {}, own {}\n",
+            self.peers.len(),
+            c.sent,
+            c.entries_sent,
+            c.received,
+            c.applied,
+            c.existing,
+            c.unresolved,
+            c.dumps,
+            c.drop_source,
+            c.drop_mac,
+            c.drop_malformed,
+            c.drop_own
+        )
+    }
+}
+
+/// The table hash of a flow-table key: that of the packed flow without its
+/// tag, as the data plane computes it.
+fn key_hash(key: &[u64; 5]) -> u64 {
+    wire::flow::hash_words(&wire::flow::without_service_tag(*key), 0)
+}
+
+/// Whether a received entry's key is one the data plane makes (a packed
+/// flow with a tag) and `hash` is its hash: else it would sit where no
+/// lookup finds it.
+fn valid_key(key: &[u64; 5], hash: u64) -> bool {
+    wire::flow::FlowKey::unpack(&wire::flow::without_service_tag(*key)).is_some()
+        && key_hash(key) == hash
+}
