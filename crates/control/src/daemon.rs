@@ -577,6 +577,7 @@ impl Manager {
             self.listener_info(),
         ) + &metrics::neighbours(self.core.neighbours(), &snap)
             + &metrics::drain(self.core.drained(), self.core.shutting_down())
+            + &metrics::sync(self.core.sync_counters())
             + &metrics::bgp(
                 self.core.announcement(),
                 self.core.announcement_counts(),

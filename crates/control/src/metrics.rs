@@ -228,6 +228,68 @@ pub fn drain(drained: &crate::drain::Drained, shutting_down: bool) -> String {
     out
 }
 
+/// Flow-state sync (M36), one counter family per [`crate::sync::SyncCounters`]
+/// field; nothing without `[flow_sync]`.
+pub fn sync(counters: Option<crate::sync::SyncCounters>) -> String {
+    let mut out = String::new();
+    let Some(c) = counters else {
+        return out;
+    };
+    let drops = [
+        ("source", c.drop_source),
+        ("hmac", c.drop_mac),
+        ("malformed", c.drop_malformed),
+        ("own", c.drop_own),
+    ];
+    for (name, help, v) in [
+        (
+            "flow_sync_datagrams_sent_total",
+            "Flow-sync datagrams sent (entries, requests and dumps).",
+            c.sent,
+        ),
+        (
+            "flow_sync_entries_sent_total",
+            "Flow entries sent to peers.",
+            c.entries_sent,
+        ),
+        (
+            "flow_sync_datagrams_received_total",
+            "Flow-sync datagrams accepted from peers.",
+            c.received,
+        ),
+        (
+            "flow_sync_entries_applied_total",
+            "Peers' flow entries inserted into the flow table.",
+            c.applied,
+        ),
+        (
+            "flow_sync_entries_existing_total",
+            "Peers' flow entries not inserted: the flow had a local entry.",
+            c.existing,
+        ),
+        (
+            "flow_sync_entries_unresolved_total",
+            "Peers' flow entries not inserted: no local backend for them, or the table was full.",
+            c.unresolved,
+        ),
+        (
+            "flow_sync_dumps_total",
+            "Dump requests of restarted peers answered.",
+            c.dumps,
+        ),
+    ] {
+        family(&mut out, name, "counter", help, [(String::new(), v)]);
+    }
+    family(
+        &mut out,
+        "flow_sync_dropped_total",
+        "counter",
+        "Flow-sync datagrams dropped, by reason: source (no configured peer), hmac (another key or altered), malformed, own.",
+        drops.iter().map(|(r, v)| (format!("reason=\"{r}\""), *v)),
+    );
+    out
+}
+
 /// BGP announcements (M34, M35): each VIP's state, the changes, and the
 /// speaker driver's view; nothing without `[bgp]`.
 pub fn bgp(
@@ -531,6 +593,26 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             !out.contains("spillway_drained{") && out.contains("spillway_shutting_down 0\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn sync_families_count_each_drop_reason() {
+        assert_eq!(sync(None), "", "nothing without [flow_sync]");
+        let c = crate::sync::SyncCounters {
+            applied: 7,
+            drop_source: 2,
+            drop_mac: 3,
+            ..Default::default()
+        };
+        let m = sync(Some(c));
+        for line in [
+            "spillway_flow_sync_entries_applied_total 7",
+            "spillway_flow_sync_dropped_total{reason=\"source\"} 2",
+            "spillway_flow_sync_dropped_total{reason=\"hmac\"} 3",
+            "spillway_flow_sync_dropped_total{reason=\"malformed\"} 0",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+        }
     }
 
     #[test]
