@@ -888,7 +888,7 @@ pub struct BgpPeer {
 }
 
 /// `[flow_sync]` (M36).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSync {
     /// UDP address to receive on.

@@ -1367,6 +1367,11 @@ fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static s
         Some("[[ports]]")
     } else if listeners_differ(old, new) {
         Some("[metrics] or [control] listener settings")
+    } else if old.settings.flow_sync != new.settings.flow_sync
+        || old.settings.flow_sync_key != new.settings.flow_sync_key
+    {
+        // The sync socket, peers and key are set up once, at start.
+        Some("[flow_sync]")
     } else {
         None
     }

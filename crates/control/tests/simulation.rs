@@ -1218,3 +1218,17 @@ fn foreign_sync_datagrams_are_dropped_and_counted() {
     );
     assert_eq!(flows.len(), 20);
 }
+
+/// A reload that changes `[flow_sync]` goes live for everything else and
+/// says the sync settings wait for a restart (the socket is set up once).
+#[test]
+fn a_reload_changing_flow_sync_says_it_needs_a_restart() {
+    let mut n1 = sync_world("n1", N1, N2, SYNC_KEY);
+    let other = "hex:0f0e0d0c0b0a09080706050403020100";
+    n1.reload(&synced("n1", N1, N2, other), false)
+        .expect("reloaded");
+    assert!(n1.logged(
+        Level::Warn,
+        "reload: [flow_sync] changed; that takes effect at the next restart"
+    ));
+}
