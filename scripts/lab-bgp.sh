@@ -13,18 +13,23 @@
 # Everything lives in namespaces this script creates, named by a per-run tag,
 # with addresses from 198.18.0.0/15 that never leave them.
 #
-#   scripts/lab-bgp.sh up DIR [BIN]   build the lab (used by tests/lab_bgp.rs)
-#   scripts/lab-bgp.sh down DIR       remove it
+#   scripts/lab-bgp.sh up [sync] DIR [BIN]   build the lab (used by tests/lab_bgp.rs)
+#   scripts/lab-bgp.sh down DIR              remove it
 #
 #   client 198.18.0.100 -- router 198.18.0.1, AS 65000, BIRD (ECMP into its kernel)
 #                            | 198.18.1.1 (bridge)
-#        +-------------------+--------------------+----------------+
-#   node 1 198.18.1.2    node 2 198.18.1.3    backend 198.18.1.11  backend 198.18.1.12
-#   AS 65001, BIRD       AS 65001, BIRD       (VIPs on lo)         (VIPs on lo)
+#        +-------------------+------------------+-----------------+-----------------+
+#   node 1 198.18.1.2   node 2 198.18.1.3   backend 198.18.1.11  198.18.1.12   198.18.1.13
+#   AS 65001, BIRD      AS 65001, BIRD      (VIPs on lo)         (VIPs on lo)  (VIPs on lo)
 #
 # VIP 198.18.10.10 (rule web) is checked on port 80 (healthy), VIP
 # 198.18.10.11 (rule spare) on the port after `port = ` on its line marked
-# `# spare` (80 at first); tests/lab_bgp.rs edits and reloads.
+# `# spare` (80 at first); tests/lab_bgp.rs edits and reloads. Backend 3
+# runs but is in no service: its endpoint line in web's group is commented
+# out and marked `# b3`, for a test that changes the backend set. With
+# `sync`, the nodes sync flow state ([flow_sync], UDP 7700 between their
+# uplink addresses). `[node] shutdown_drain` is 5 s, short enough for a test
+# to watch a whole graceful shutdown.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,14 +42,16 @@ ROUTER_MAC=02:53:51:00:00:fe
 
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
-# node N's configuration; ENDPOINTS: the backends' TOML lines.
+# node N's configuration; ENDPOINTS: the backends' TOML lines, EXTRA web's
+# further ones, SYNC 1 for [flow_sync].
 node_toml() {
-    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5
+    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7
     cat <<TOML
 [node]
 name = "node$n"
 region = "lab"
 zone = "lab-a"
+shutdown_drain = "5s"
 
 [dataplane]
 management_core = 0
@@ -91,7 +98,7 @@ name = "lab-a"
 region = "lab"
 zone = "lab-a"
 endpoints = [
-$endpoints]
+$endpoints$extra]
 
 [[backend_services]]
 name = "spare"
@@ -136,6 +143,17 @@ listen = "0.0.0.0:9469"
 [control]
 socket = "$dir/n$n/control.sock"
 TOML
+    if [ "$sync" = 1 ]; then
+        # The peer is the other node's uplink address, whose host stack
+        # (behind its exception TAP) holds the sync socket.
+        cat <<TOML
+
+[flow_sync]
+listen = "$addr:7700"
+peers = ["198.18.1.$((4 - n)):7700"]
+key = "hex:5370696c6c776179206c61622073796e63206b6579"
+TOML
+    fi
 }
 
 # The host's stack behind node N's exception TAP (as in lab-tunnels.sh).
@@ -148,7 +166,13 @@ node_host() {
     nsx "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
     nsx "$ns" ip addr add "$addr/24" dev "t${T}k$n"
     nsx "$ns" ip link set "t${T}k$n" up
-    nsx "$ns" ip route add default via 198.18.1.1
+    # The data plane may still be bringing the TAP's link up (its connected
+    # route comes and goes with it): "Nexthop has invalid gateway" meanwhile.
+    for _ in $(seq 50); do
+        nsx "$ns" ip route replace default via 198.18.1.1 2>/dev/null && return 0
+        sleep 0.1
+    done
+    nsx "$ns" ip route replace default via 198.18.1.1
 }
 
 start_node() {
@@ -182,7 +206,7 @@ start_bird() {
 }
 
 lab_up() {
-    local dir=$1 bin=$2
+    local dir=$1 bin=$2 sync=$3
     command -v bird >/dev/null || die "bird not found: scripts/setup.sh installs bird2"
     mkdir -p "$dir/n1" "$dir/n2" "$dir/r"
     local T
@@ -220,8 +244,8 @@ lab_up() {
         nsx "$R" ip link set "t${T}r$n" master "t${T}br" up
     done
 
-    local endpoints=""
-    for i in 1 2; do
+    local endpoints="" extra=""
+    for i in 1 2 3; do
         local B="spb${T}b$i" addr="198.18.1.1$i" mac="02:53:51:00:00:1$i"
         ip netns add "$B"
         nsx "$B" ip link set lo up
@@ -240,7 +264,11 @@ lab_up() {
         ip netns exec "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" \
             >"$dir/http$i.log" 2>&1 &
         echo $! >"$dir/http$i.pid"
-        endpoints+="  { address = \"$addr\", mac = \"$mac\" },"$'\n'
+        if [ "$i" = 3 ]; then
+            extra+="  #{ address = \"$addr\", mac = \"$mac\" }, # b3"$'\n'
+        else
+            endpoints+="  { address = \"$addr\", mac = \"$mac\" },"$'\n'
+        fi
     done
 
     # The router's BIRD: a session per node, their routes merged into one
@@ -267,7 +295,7 @@ BIRD
 
     for n in 1 2; do
         local ns="spb${T}n$n" addr="198.18.1.$((n + 1))"
-        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" >"$dir/node$n.toml"
+        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" >"$dir/node$n.toml"
         "$bin/spillway" bird-config --config "$dir/node$n.toml" >"$dir/n$n/bird.conf"
         start_node "$ns" "$n" "$dir" "$bin"
         node_host "$ns" "$T" "$n" "$addr"
@@ -275,16 +303,21 @@ BIRD
     done
 }
 
-lab_down() { lab_teardown "$1" spb c r n1 n2 b1 b2; }
+lab_down() { lab_teardown "$1" spb c r n1 n2 b1 b2 b3; }
 
 case "${1:-}" in
 up)
+    sync=0
+    if [ "${2:-}" = sync ]; then
+        sync=1
+        shift
+    fi
     dir="$2"
     # A failed start leaves nothing behind.
     trap 'lab_down "$dir"' EXIT
-    lab_up "$dir" "${3:-$root/target/release}"
+    lab_up "$dir" "${3:-$root/target/release}" "$sync"
     trap "" EXIT
     ;;
 down) lab_down "$2" ;;
-*) die "usage: $0 up DIR [BIN] | down DIR" ;;
+*) die "usage: $0 up [sync] DIR [BIN] | down DIR" ;;
 esac

@@ -177,6 +177,7 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
 name = "gw"
 region = "lab"
 zone = "lab-a"
+shutdown_drain = "0s" # the lab is torn down at once: no drain period
 
 [dataplane]
 management_core = 0

@@ -40,6 +40,7 @@ name = "node$n"
 region = "$region"
 zone = "$region-a"
 region_preference = ["near", "far"]
+shutdown_drain = "0s" # the lab is torn down at once: no drain period
 
 [dataplane]
 management_core = 0

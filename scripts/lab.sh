@@ -160,6 +160,7 @@ name = "lab"
 region = "lab"
 zone = "lab-a"
 region_preference = ["lab", "far"]
+shutdown_drain = "0s" # the lab is torn down at once: no drain period
 
 [dataplane]
 management_core = 0

@@ -32,25 +32,49 @@ eal_memory_args() {
     fi
 }
 
+# Whether any of PIDS still runs (a zombie does not: the lab's processes
+# outlive the script that started them, and nobody may reap them).
+any_running() {
+    local p
+    for p in "$@"; do
+        case "$(ps -o stat= -p "$p" 2>/dev/null)" in
+        "" | Z*) ;;
+        *) return 0 ;;
+        esac
+    done
+    return 1
+}
+
 # Takes down a namespace lab that a lab script's `up` built in DIR (which
-# holds its tag): the processes of its pid files (TERM, then KILL), then
-# whatever still runs in its namespaces PREFIX<tag>NAME for each NAME, and
-# the namespaces. Without DIR/tag there is nothing to do.
+# holds its tag): the processes of its pid files (TERM twice, then KILL what
+# is left), then whatever still runs in its namespaces PREFIX<tag>NAME for
+# each NAME, and the namespaces. Without DIR/tag there is nothing to do.
 lab_teardown() {
     local dir=$1 prefix=$2
     shift 2
     [ -f "$dir/tag" ] || return 0
     local T
     T=$(cat "$dir/tag")
-    local f ns
+    local f ns pids=()
     for f in "$dir"/*.pid; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+        [ -f "$f" ] && pids+=("$(cat "$f")")
     done
-    sleep 0.3
-    for f in "$dir"/*.pid; do
-        [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-        rm -f "$f"
-    done
+    # A daemon's first TERM starts its shutdown drain ([node]
+    # shutdown_drain); the second, once its loop took the first (it checks
+    # every 50 ms), exits at once, cleanly: a DPDK process killed with KILL
+    # leaves its hugepage files behind.
+    if ((${#pids[@]})); then
+        kill "${pids[@]}" 2>/dev/null || true
+        sleep 0.3
+        kill "${pids[@]}" 2>/dev/null || true
+        local _
+        for _ in $(seq 50); do
+            any_running "${pids[@]}" || break
+            sleep 0.1
+        done
+        kill -9 "${pids[@]}" 2>/dev/null || true
+    fi
+    rm -f "$dir"/*.pid
     for ns in "$@"; do
         ip netns pids "$prefix$T$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
         ip netns del "$prefix$T$ns" 2>/dev/null || true

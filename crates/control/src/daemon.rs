@@ -196,9 +196,7 @@ impl Manager {
         let mut sync_socket = None;
         if let Some(f) = &core.compiled().settings.flow_sync {
             shared = shared.with_flow_sync();
-            let s = std::net::UdpSocket::bind(f.listen)
-                .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                .map_err(|e| StartError::FlowSync(f.listen, e))?;
+            let s = bind_sync_socket(f.listen).map_err(|e| StartError::FlowSync(f.listen, e))?;
             sync_socket = Some(s);
         }
         let shared = Arc::new(shared);
@@ -704,6 +702,27 @@ impl Manager {
             let _ = call.reply.send(answer);
         }
     }
+}
+
+/// The flow-sync socket (non-blocking), bound to `listen` also while that
+/// address is not (yet) the host's: it usually lives on the exception TAP,
+/// which this very process creates, so it is configured only after the
+/// daemon started (IP_FREEBIND; until then sends fail and are lost).
+fn bind_sync_socket(listen: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(
+        Domain::for_address(listen),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    if listen.is_ipv4() {
+        s.set_freebind_v4(true)?;
+    } else {
+        s.set_freebind_v6(true)?;
+    }
+    s.bind(&listen.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
