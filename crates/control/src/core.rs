@@ -376,7 +376,7 @@ impl Core {
         if let Some(s) = &mut core.sync {
             s.learn(&core.compiled, &core.builder);
             let mut sends = Vec::new();
-            s.request_dumps(&mut sends);
+            s.request_dumps(core.now, &mut sends);
             core.send(sends);
         }
         core.announce();
@@ -788,12 +788,17 @@ impl Core {
     /// Input: periodic flow-sync work at `now` (M36): the workers' new
     /// entries from `queue` are batched into [`Output::SyncSend`]s, and
     /// dumps asked for continue. Nothing without `[flow_sync]`.
-    pub fn flow_sync(&mut self, now: Duration, queue: &dataplane::sync::SyncQueue) {
+    pub fn flow_sync(
+        &mut self,
+        now: Duration,
+        queue: &dataplane::sync::SyncQueue,
+        flows: &FlowTable,
+    ) {
         self.advance(now);
         let tick = self.tick_now();
         let Some(s) = &mut self.sync else { return };
         let mut sends = Vec::new();
-        s.poll(self.now, tick, queue, &mut sends);
+        s.poll(self.now, tick, queue, flows, &mut sends);
         self.send(sends);
     }
 

@@ -470,7 +470,7 @@ impl Manager {
                 }
             }
         }
-        self.core.flow_sync(now, &queue);
+        self.core.flow_sync(now, &queue, &self.shared.flows);
     }
 
     /// Sum of every worker's last published counters (indexed like the live

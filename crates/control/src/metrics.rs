@@ -263,6 +263,16 @@ pub fn sync(counters: Option<crate::sync::SyncCounters>) -> String {
             c.applied,
         ),
         (
+            "flow_sync_entries_refreshed_total",
+            "Peers' flow entries that refreshed one learned before (idle timer, state).",
+            c.refreshed,
+        ),
+        (
+            "flow_sync_refreshes_total",
+            "Refreshes sent: the entries this node carried since the last one, again.",
+            c.refreshes,
+        ),
+        (
             "flow_sync_entries_existing_total",
             "Peers' flow entries not inserted: the flow had a local entry.",
             c.existing,

@@ -14,10 +14,12 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use config::Compiled;
-use dataplane::sync::{NewFlow, SyncQueue};
+use dataplane::sync::{LEARNED, NewFlow, SyncQueue};
 use dataplane::{BackendState, Snapshot, SnapshotBuilder};
 use flowsync::{DecodeError, Header, Kind, PushError, SyncEntry, SyncKey, Writer};
-use flowtable::{EntryFlags, FlowKey, FlowTable, InsertOutcome, NewEntry, Tick, tick_age};
+use flowtable::{
+    EntryFlags, FlowKey, FlowTable, InsertOutcome, NewEntry, Tick, Timeouts, tick_age, tick_reached,
+};
 
 /// New entries taken from the workers' queue per call (bounds one pass of
 /// the management loop).
@@ -28,6 +30,15 @@ pub const DUMP_DATAGRAMS_PER_CALL: usize = 16;
 /// Entries one dump carries at most (collected when asked; the rest are
 /// learned again as their packets arrive).
 pub const DUMP_MAX: usize = 262_144;
+/// Refresh datagrams sent per call (each to every peer).
+pub const REFRESH_DATAGRAMS_PER_CALL: usize = 64;
+/// How often a starting node repeats its dump request to a peer that has
+/// not said its dump is complete (its first request is usually lost: the
+/// node's own address comes up with its exception port, after it starts).
+pub const DUMP_RETRY: Duration = Duration::from_secs(1);
+/// How long a starting node keeps asking (a peer that is down too is not
+/// asked for ever).
+pub const DUMP_ASK_FOR: Duration = Duration::from_secs(60);
 
 /// Sync counters, for `status` and the metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,6 +53,10 @@ pub struct SyncCounters {
     pub applied: u64,
     /// Entries whose flow already had a local entry (kept).
     pub existing: u64,
+    /// Entries that refreshed one learned before (its idle timer and state).
+    pub refreshed: u64,
+    /// Refreshes sent (each: the entries this node carried since the last).
+    pub refreshes: u64,
     /// Entries not inserted: no local slot for their endpoint, a backend
     /// that takes no flows here, or a full / contended table.
     pub unresolved: u64,
@@ -58,11 +73,21 @@ pub struct SyncCounters {
     pub drop_own: u64,
 }
 
-/// A dump under way to one peer.
+/// A dump under way to one peer; [`Kind::DumpDone`] follows its last
+/// entries.
 #[derive(Debug)]
 struct Dump {
     to: SocketAddr,
     entries: Vec<SyncEntry>,
+}
+
+/// The dump requests of a starting node: the peers that have not answered
+/// [`Kind::DumpDone`] yet.
+#[derive(Debug, Default)]
+struct Asking {
+    peers: Vec<SocketAddr>,
+    next: Duration,
+    until: Duration,
 }
 
 /// The sync state of the management core.
@@ -78,6 +103,10 @@ pub struct Sync {
     /// When the oldest entry of `batch` was taken.
     batch_since: Option<Duration>,
     dumps: Vec<Dump>,
+    asking: Asking,
+    /// The refresh under way (to every peer) and when the next is due.
+    refresh: Vec<SyncEntry>,
+    next_refresh: Option<Tick>,
     /// Slot → (service, identity), from the builder at the last publish.
     identity: Vec<Option<(String, String)>>,
     /// Flow tag → service name (services' and gateway endpoints' tags).
@@ -105,6 +134,9 @@ impl Sync {
             batch: Vec::new(),
             batch_since: None,
             dumps: Vec::new(),
+            asking: Asking::default(),
+            refresh: Vec::new(),
+            next_refresh: None,
             identity: Vec::new(),
             service_of_tag: HashMap::new(),
             scratch: Vec::new(),
@@ -145,16 +177,33 @@ impl Sync {
         }
     }
 
-    /// At start: ask every peer for its current entries.
-    pub fn request_dumps(&mut self, out: &mut Vec<Datagram>) {
-        for i in 0..self.peers.len() {
-            let w = Writer::new(self.header(Kind::RequestDump));
-            let d = w.finish(&self.key);
-            if let Some(&to) = self.peers.get(i) {
-                self.counters.sent += 1;
-                out.push((to, d));
-            }
+    /// At start (`now`): ask every peer for its current entries; asked
+    /// again every [`DUMP_RETRY`] until it answers that its dump is done,
+    /// for at most [`DUMP_ASK_FOR`].
+    pub fn request_dumps(&mut self, now: Duration, out: &mut Vec<Datagram>) {
+        self.asking = Asking {
+            peers: self.peers.clone(),
+            next: now,
+            until: now.saturating_add(DUMP_ASK_FOR),
+        };
+        self.ask(now, out);
+    }
+
+    fn ask(&mut self, now: Duration, out: &mut Vec<Datagram>) {
+        if self.asking.peers.is_empty() || now < self.asking.next || now >= self.asking.until {
+            return;
         }
+        self.asking.next = now.saturating_add(DUMP_RETRY);
+        for to in self.asking.peers.clone() {
+            let d = Writer::new(self.header(Kind::RequestDump)).finish(&self.key);
+            self.counters.sent += 1;
+            out.push((to, d));
+        }
+    }
+
+    /// Peers asked for a dump that have not finished it.
+    pub fn dumps_awaited(&self) -> usize {
+        self.asking.peers.len()
     }
 
     fn header(&mut self, kind: Kind) -> Header {
@@ -169,7 +218,14 @@ impl Sync {
     /// Periodic work at `now` (tick `tick`): takes the workers' new entries,
     /// sends full batches and a partial one older than the batch interval,
     /// and the next datagrams of every dump under way.
-    pub fn poll(&mut self, now: Duration, tick: Tick, queue: &SyncQueue, out: &mut Vec<Datagram>) {
+    pub fn poll(
+        &mut self,
+        now: Duration,
+        tick: Tick,
+        queue: &SyncQueue,
+        flows: &FlowTable,
+        out: &mut Vec<Datagram>,
+    ) {
         let mut taken = std::mem::take(&mut self.scratch);
         taken.clear();
         queue.drain_into(&mut taken, DRAIN_PER_CALL);
@@ -194,6 +250,87 @@ impl Sync {
             self.flush(out);
         }
         self.pace_dumps(out);
+        self.ask(now, out);
+        self.refresh_due(tick, flows);
+        self.pace_refresh(out);
+    }
+
+    /// Every [`refresh_period`]: the entries this node carried since the
+    /// last refresh (seen since, not learned from a peer) go to the peers
+    /// again, with their state now. Peers hold an entry they learned only
+    /// as long as its idle timeout from the last refresh, and take its
+    /// state (established, closing) from it: without refreshes a learned
+    /// entry would expire as the half-open or first-packet entry it was
+    /// sent as, long before the connection ends.
+    fn refresh_due(&mut self, tick: Tick, flows: &FlowTable) {
+        let period = refresh_period(&flows.timeouts());
+        match self.next_refresh {
+            Some(t) if !tick_reached(tick, t) => return,
+            None => {
+                self.next_refresh = Some(tick.wrapping_add(period));
+                return;
+            }
+            Some(_) => self.next_refresh = Some(tick.wrapping_add(period)),
+        }
+        if !self.refresh.is_empty() {
+            // The previous one is still being sent: it carries them.
+            return;
+        }
+        let window = i32::try_from(period).unwrap_or(i32::MAX);
+        let mut entries = std::mem::take(&mut self.refresh);
+        flows.scan(|k, e| {
+            if !e.flags.contains(LEARNED)
+                && tick_age(tick, e.last_seen) <= window
+                && let Some(s) = self.entry(
+                    k,
+                    key_hash(&k.0),
+                    e.backend,
+                    e.cookie,
+                    e.flags.bits(),
+                    tick,
+                    e.last_seen,
+                )
+            {
+                entries.push(s);
+            }
+            if entries.len() >= DUMP_MAX {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        if !entries.is_empty() {
+            self.counters.refreshes += 1;
+        }
+        self.refresh = entries;
+    }
+
+    fn pace_refresh(&mut self, out: &mut Vec<Datagram>) {
+        for _ in 0..REFRESH_DATAGRAMS_PER_CALL {
+            if self.refresh.is_empty() {
+                return;
+            }
+            let mut w = Writer::new(self.header(Kind::Entries));
+            let mut n = 0;
+            while let Some(e) = self.refresh.last() {
+                match w.push(e) {
+                    Ok(()) => {
+                        n += 1;
+                        self.refresh.pop();
+                    }
+                    Err(PushError::Full) => break,
+                    Err(_) => {
+                        self.refresh.pop();
+                    }
+                }
+            }
+            let d = w.finish(&self.key);
+            for &to in &self.peers {
+                self.counters.sent += 1;
+                self.counters.entries_sent += n;
+                out.push((to, d.clone()));
+            }
+        }
     }
 
     /// An entry for the wire; `None` for a slot without an identity (a
@@ -285,6 +422,11 @@ impl Sync {
                 out.push((dump.to, w.finish(&self.key)));
             }
         }
+        for dump in dumps.iter().filter(|d| d.entries.is_empty()) {
+            let done = Writer::new(self.header(Kind::DumpDone)).finish(&self.key);
+            self.counters.sent += 1;
+            out.push((dump.to, done));
+        }
         dumps.retain(|d| !d.entries.is_empty());
         self.dumps = dumps;
     }
@@ -322,6 +464,7 @@ impl Sync {
         self.counters.received += 1;
         match d.header.kind {
             Kind::RequestDump => self.start_dump(from, flows, tick),
+            Kind::DumpDone => self.asking.peers.retain(|p| *p != from),
             Kind::Entries => {
                 for e in &d.entries {
                     self.apply(e, snap, builder, flows, tick);
@@ -354,18 +497,37 @@ impl Sync {
             backend: slot,
             generation: snap.generation,
             cookie: e.cookie,
-            flags: EntryFlags::from_bits(e.flags),
+            flags: EntryFlags::from_bits(e.flags | LEARNED),
         };
         match flows.insert(&FlowKey(e.key), e.hash, new, tick) {
             InsertOutcome::Inserted { .. } => self.counters.applied += 1,
+            // A refresh of what this node learned before: its idle timer
+            // restarts, its state follows the carrier's. (A local entry is
+            // left alone: this node's packets keep it.)
+            InsertOutcome::Existing(hit)
+                if hit.entry.flags.contains(LEARNED) && hit.entry.backend == slot =>
+            {
+                flows.touch(hit.slot, tick);
+                let set = e.flags & (EntryFlags::ESTABLISHED | EntryFlags::FIN | EntryFlags::RST);
+                let clear = if e.flags & EntryFlags::UNCONFIRMED == 0 {
+                    EntryFlags::UNCONFIRMED
+                } else {
+                    0
+                };
+                let _ = flows.update_flags(hit.slot, set, clear);
+                self.counters.refreshed += 1;
+            }
             InsertOutcome::Existing(_) => self.counters.existing += 1,
             InsertOutcome::Full | InsertOutcome::Contended => self.counters.unresolved += 1,
         }
     }
 
     fn start_dump(&mut self, to: SocketAddr, flows: &FlowTable, tick: Tick) {
-        // A repeated request restarts that peer's dump.
-        self.dumps.retain(|d| d.to != to);
+        // A request repeated while that peer's dump is under way is the
+        // same request again (see `ask`): the dump goes on.
+        if self.dumps.iter().any(|d| d.to == to) {
+            return;
+        }
         let mut entries = Vec::new();
         flows.scan(|k, e| {
             let hash = key_hash(&k.0);
@@ -387,21 +549,22 @@ impl Sync {
             }
         });
         self.counters.dumps += 1;
-        if !entries.is_empty() {
-            self.dumps.push(Dump { to, entries });
-        }
+        // Even an empty one: its end says "done".
+        self.dumps.push(Dump { to, entries });
     }
 
     /// The `flow sync:` line of `status`.
     pub fn status_line(&self) -> String {
         let c = &self.counters;
         format!(
-            "flow sync: {} peers; sent {} datagrams ({} entries); received {}, applied {}, existing {}, unresolved {}; dumps {}; dropped: source {}, hmac {}, malformed {}, own {}\n",
+            "flow sync: {} peers; sent {} datagrams ({} entries, {} refreshes); received {}, applied {}, refreshed {}, existing {}, unresolved {}; dumps {}; dropped: source {}, hmac {}, malformed {}, own {}\n",
             self.peers.len(),
             c.sent,
             c.entries_sent,
+            c.refreshes,
             c.received,
             c.applied,
+            c.refreshed,
             c.existing,
             c.unresolved,
             c.dumps,
@@ -409,8 +572,27 @@ impl Sync {
             c.drop_mac,
             c.drop_malformed,
             c.drop_own
-        )
+        ) + &if self.asking.peers.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "flow sync: waiting for the entries of {} peers\n",
+                self.asking.peers.len()
+            )
+        }
     }
+}
+
+/// How often entries are refreshed, in flow-table ticks: a third of the
+/// shortest idle timeout a carried connection can have (half-open,
+/// established, UDP, other), so a peer's copy is refreshed at least twice
+/// before it would expire.
+pub fn refresh_period(t: &Timeouts) -> Tick {
+    let shortest = [t.tcp_half_open, t.tcp_established, t.udp, t.other]
+        .into_iter()
+        .min()
+        .unwrap_or(1);
+    (shortest / 3).max(1)
 }
 
 /// The table hash of a flow-table key: that of the packed flow without its

@@ -15,6 +15,13 @@ use crate::counters::WorkerCounters;
 /// between two drains of the management core (64 B each: 4 MiB).
 pub const SYNC_QUEUE: usize = 65_536;
 
+/// The entry flag of an entry learned from a peer, not created here: the
+/// management core refreshes peers only with entries it does not carry this
+/// on (so two nodes never keep an idle flow alive for each other). A worker
+/// that forwards a packet of the flow clears it: this node carries the flow
+/// now.
+pub const LEARNED: u8 = flowtable::EntryFlags::APP_MASK;
+
 /// A flow entry a worker created, as the table holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewFlow {

@@ -458,6 +458,33 @@ fn an_exception_port_without_a_data_port_drops_and_counts() {
     assert_eq!((c.from_host, c.to_host, c.host_dropped), (1, 1, 2));
 }
 
+/// M36: an entry learned from a peer is marked; the first packet of its flow
+/// this node forwards makes it this node's (the mark goes; the management
+/// core then refreshes peers with it), and the packet follows the entry.
+#[test]
+fn a_forwarded_packet_takes_over_a_learned_entry() {
+    use dataplane::sync::{LEARNED, SyncQueue};
+    let mut s = setup(false);
+    let q = Arc::new(SyncQueue::with_capacity(8));
+    s.engine.worker.set_sync_queue(q.clone());
+    s.io.rx[0].push_back(udp([10, 0, 0, 10], 1000, 53));
+    s.poll();
+    let mut got = Vec::new();
+    q.drain_into(&mut got, 10);
+    let f = got.first().expect("queued");
+    let hit = s.flows.lookup(&f.key, f.hash).expect("entry");
+    s.flows.update_flags(hit.slot, LEARNED, 0).expect("live");
+    let sent = s.engine.worker.counters.forwarded;
+    s.io.rx[0].push_back(udp([10, 0, 0, 10], 1000, 53));
+    s.poll();
+    let after = s.flows.lookup(&f.key, f.hash).expect("entry");
+    assert_eq!(after.entry.flags.bits() & LEARNED, 0, "no longer learned");
+    assert_eq!(after.entry.backend, hit.entry.backend);
+    assert_eq!(s.engine.worker.counters.forwarded, sent + 1);
+    q.drain_into(&mut got, 10);
+    assert_eq!(got.len(), 1, "not a new flow");
+}
+
 /// M36: with a sync queue, every flow entry a worker creates is queued as
 /// the table holds it (a flow's later packets queue nothing); a full queue
 /// is a counted loss, never a wait; without a queue nothing is counted.

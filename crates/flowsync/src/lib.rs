@@ -14,7 +14,8 @@
 //! ```
 //!
 //! * `kind` 1 carries `count` entries; kind 2 asks the receiver for a dump of
-//!   its current entries and carries none.
+//!   its current entries, kind 3 says that dump is complete; 2 and 3 carry
+//!   none.
 //! * `key` is the flow-table key as the data plane stores it: the packed
 //!   5-tuple with the service's (or gateway endpoint's) flow tag in its low
 //!   bits, and `hash` the hash the table placed it by. [`decode`] has the
@@ -61,6 +62,9 @@ pub enum Kind {
     Entries,
     /// "Send me your current entries" (a node that just started).
     RequestDump,
+    /// "My dump to you is complete" (possibly empty): the requester stops
+    /// asking.
+    DumpDone,
 }
 
 impl Kind {
@@ -68,6 +72,7 @@ impl Kind {
         match self {
             Kind::Entries => 1,
             Kind::RequestDump => 2,
+            Kind::DumpDone => 3,
         }
     }
 
@@ -75,6 +80,7 @@ impl Kind {
         match c {
             1 => Some(Kind::Entries),
             2 => Some(Kind::RequestDump),
+            3 => Some(Kind::DumpDone),
             _ => None,
         }
     }
@@ -378,7 +384,7 @@ pub enum DecodeError {
 pub struct Datagram {
     /// Its header.
     pub header: Header,
-    /// Its entries (none for [`Kind::RequestDump`]).
+    /// Its entries (none but for [`Kind::Entries`]).
     pub entries: Vec<SyncEntry>,
 }
 
@@ -412,7 +418,7 @@ pub fn decode(
     let count = u16::from_be_bytes(r.take()?);
     let sender = r.u64()?;
     let sequence = r.u64()?;
-    if kind == Kind::RequestDump && count != 0 {
+    if kind != Kind::Entries && count != 0 {
         return Err(DecodeError::Kind);
     }
     // `count` is bounded by what the length allows, so a hostile count

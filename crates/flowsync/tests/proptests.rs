@@ -104,7 +104,12 @@ proptest! {
     }
 
     #[test]
-    fn dump_request_round_trip(h in header(Kind::RequestDump), key in sync_key()) {
+    fn dump_request_and_done_round_trip(
+        kind in prop_oneof![Just(Kind::RequestDump), Just(Kind::DumpDone)],
+        seq in any::<u64>(),
+        key in sync_key(),
+    ) {
+        let h = Header { kind, sender: 7, sequence: seq };
         let d = Writer::new(h).finish(&key);
         let got = decode(&d, &key).unwrap();
         prop_assert_eq!(got.header, h);
@@ -189,6 +194,8 @@ fn signed_but_malformed_is_rejected() {
     };
     check(body.to_vec(), &|b| b[0] = b'X', DecodeError::Magic);
     check(body.to_vec(), &|b| b[4] = 2, DecodeError::Version);
+    check(body.to_vec(), &|b| b[5] = 4, DecodeError::Kind);
+    // A dump request or its end carries no entries.
     check(body.to_vec(), &|b| b[5] = 3, DecodeError::Kind);
     check(body.to_vec(), &|b| b[5] = 2, DecodeError::Kind);
     check(body.to_vec(), &|b| b[7] = 2, DecodeError::Malformed);

@@ -382,7 +382,7 @@ impl World {
         let children = self.live.compiled.children.len();
         self.core.tick(now, || Self::counters(engines, children));
         if let Some(q) = &self.sync_queue {
-            self.core.flow_sync(now, q);
+            self.core.flow_sync(now, q, &self.flows);
         }
         self.pump();
         self.flows.sweep(self.tick(), 1 << 14);

@@ -38,7 +38,8 @@ impl Worker {
         if !matches!(be.state, BackendState::Active)
             || be.service as usize != p.svc
             || p.svc >= snap.services.len()
-            || hit.entry.flags.contains(EntryFlags::UNCONFIRMED)
+            // Unconfirmed or learned from a peer: the long way updates it.
+            || hit.entry.flags.bits() & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED) != 0
             || !be.holds_entry_of(hit.entry.generation)
             // Too big once encapsulated (M48): answered on the long way.
             || p.inner.ip_len > be.max_ip_len
@@ -100,15 +101,19 @@ impl Worker {
                     0
                 };
                 let bits = hit.entry.flags.bits();
-                // One test for the usual packet: no new flag, confirmed.
-                if (set & !bits) | (bits & EntryFlags::UNCONFIRMED) != 0 {
+                // One test for the usual packet: no new flag, confirmed,
+                // not learned from a peer.
+                if (set & !bits) | (bits & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED)) != 0 {
                     // A packet of the flow in a later tick than its entry's
                     // creation confirms the entry (M15): spoofed packets
                     // sent together prove nothing, nor does an ICMP error.
-                    let clear = if p.is_icmp_error || hit.entry.created == now {
+                    // A packet of a learned flow makes it this node's (M36).
+                    let clear = if p.is_icmp_error {
                         0
+                    } else if hit.entry.created == now {
+                        bits & crate::sync::LEARNED
                     } else {
-                        bits & EntryFlags::UNCONFIRMED
+                        bits & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED)
                     };
                     if set & !bits != 0 || clear != 0 {
                         let _ = flows.update_flags(hit.slot, set, clear);
