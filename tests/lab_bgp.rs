@@ -464,6 +464,13 @@ fn node_dies_after_backend_change(lab: &Lab, sync: bool) -> usize {
     );
     if sync {
         eprintln!("node 1 {}\nnode 2 {}", lab.sync_line(1), lab.sync_line(2));
+        // Idle connections past the half-open timeout (10 s) their copies
+        // were first sent with: the refreshes after their handshakes keep
+        // the copies (as established entries).
+        std::thread::sleep(Duration::from_secs(12));
+        let l = lab.sync_line(2);
+        eprintln!("after 12 s: node 2 {l}");
+        assert!(lab::counter(&l, "refreshed ") > 0, "{l}");
     }
 
     lab.add_backend3();
