@@ -34,6 +34,8 @@ PACKAGES=(
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
     lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts
     shellcheck            # tests/shellcheck.rs checks every shell script
+    systemd               # systemd-analyze: tests/deploy.rs verifies scripts/deploy's units
+    kmod                  # modprobe: scripts/deploy/bind-nics.sh loads vfio-pci
     python3-scapy         # crates/wire/testdata/gen_vectors.py builds the test vectors
 )
 

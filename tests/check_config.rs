@@ -74,9 +74,13 @@ fn every_file_in_config_passes() {
             .skip(1)
             .collect();
         assert!(
-            warnings.iter().all(|w| w.trim_start().starts_with("warning: ")
-                && (w.contains("not used by this version")
-                    || expected.iter().any(|path| w.contains(&format!(": {path}: "))))),
+            warnings
+                .iter()
+                .all(|w| w.trim_start().starts_with("warning: ")
+                    && (w.contains("not used by this version")
+                        || expected
+                            .iter()
+                            .any(|path| w.contains(&format!(": {path}: "))))),
             "{}: {s}",
             p.display()
         );
