@@ -4,6 +4,7 @@
 #   bind-nics.sh [OPTIONS] PCI...              the devices, e.g. 0000:3b:00.0 3b:00.1
 #   bind-nics.sh [OPTIONS] --config FILE       the [[ports]] devices of a Spillway
 #                                              configuration that are PCI addresses
+#                                              (none: nothing to do)
 #
 #   --dry-run     check everything, print what would be done, change nothing
 #   --force       bind a device even though its kernel interface is up
@@ -93,7 +94,10 @@ config_devices() {
 if [ -n "$config" ]; then
     [ -r "$config" ] || die "cannot read $config"
     while IFS= read -r d; do devices+=("$d"); done < <(config_devices "$config")
-    ((${#devices[@]})) || die "$config has no [[ports]] device that is a PCI address (nothing to bind)"
+    if ((${#devices[@]} == 0)); then
+        say "nothing to do: $config has no [[ports]] device that is a PCI address"
+        exit 0
+    fi
 fi
 ((${#devices[@]})) || usage "no PCI address given"
 
