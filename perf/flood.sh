@@ -57,6 +57,7 @@ git diff --quiet HEAD 2>/dev/null || commit+=" (with uncommitted changes)"
 report="$workdir/report.md"
 {
     printf '# Flood figures\n\n'
+    # shellcheck disable=SC2016 # Markdown backticks, not a command substitution
     printf -- '- command: `%s`\n' "$command_line"
     printf -- '- commit: %s, %s build\n' "$commit" "$profile"
     printf -- '- date: %s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -1,4 +1,5 @@
 # Helpers shared by the scripts (sourced, not run).
+# shellcheck disable=SC2015 # "[ -f F ] && kill … || true": try, never fail
 
 say() { printf '[spillway] %s\n' "$*" >&2; }
 die() { printf '[spillway] error: %s\n' "$*" >&2; exit 1; }

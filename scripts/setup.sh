@@ -33,6 +33,9 @@ PACKAGES=(
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
     lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts
+    shellcheck            # tests/shellcheck.rs checks every shell script
+    systemd               # systemd-analyze: tests/deploy.rs verifies scripts/deploy's units
+    kmod                  # modprobe: scripts/deploy/bind-nics.sh loads vfio-pci
     python3-scapy         # crates/wire/testdata/gen_vectors.py builds the test vectors
 )
 
@@ -67,7 +70,7 @@ if (( $(hugepages_free) < 64 )) && [ -w /proc/sys/vm/nr_hugepages ]; then
     fi
 fi
 if ! grep -qs ' hugetlbfs ' /proc/mounts && [ "$(id -u)" = 0 ]; then
-    mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || true
+    if mkdir -p /dev/hugepages; then mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || true; fi
 fi
 free=$(hugepages_free)
 if (( free >= 64 )) && grep -qs ' hugetlbfs ' /proc/mounts; then

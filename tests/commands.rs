@@ -189,6 +189,21 @@ const DYNAMIC: &[Dynamic] = &[
         why: "the spillway binary this workspace builds (perf/flood.sh passes its path)",
     },
     Dynamic {
+        file: "scripts/deploy/bind-nics.sh",
+        text: "\"$@\"",
+        runs: &[],
+        wraps: false,
+        why: "dry_or_run CMD… runs its arguments (or prints them with --dry-run); its callers \
+              are scanned (dry_or_run is a wrapper)",
+    },
+    Dynamic {
+        file: "tests/deploy.rs",
+        text: "&path",
+        runs: &[],
+        wraps: false,
+        why: "bind-nics.sh and isolate-cpus.sh of scripts/deploy (scanned themselves)",
+    },
+    Dynamic {
         file: "crates/health/examples/probe_10k.rs",
         text: "exe",
         runs: &[],
@@ -220,6 +235,8 @@ const SHELL_WRAPPERS: &[(&str, bool, usize)] = &[
     ("setpriv", true, 0),
     // scripts/lib.sh: as_root CMD…
     ("as_root", false, 0),
+    // scripts/deploy/bind-nics.sh: dry_or_run CMD…
+    ("dry_or_run", true, 0),
     // scripts/lab.sh: nsx NS CMD… (ip netns exec)
     ("nsx", true, 1),
 ];
