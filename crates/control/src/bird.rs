@@ -244,9 +244,19 @@ pub fn write_routes(path: &Path, vips: &[IpAddr]) -> Result<(), BirdError> {
     std::fs::rename(&tmp, path).map_err(io(what()))
 }
 
+/// The BGP hold time `bird-config` asks for (BIRD's default is 240 s): when
+/// the data plane crashes it takes the exception port, and the BGP session
+/// that runs through it, down with it, and the routers drop the node's routes
+/// only when the hold time runs out. (BGP uses the smaller of the two sides'
+/// hold times.)
+pub const HOLD_TIME: u32 = 9;
+/// Keepalives every third of the hold time, as BGP suggests.
+pub const KEEPALIVE_TIME: u32 = 3;
+
 /// A bird.conf for this node (`spillway bird-config`): router ID, the
-/// routes file included, one BGP session per peer exporting only the
-/// routes of `spillway4` / `spillway6`, importing nothing.
+/// routes file included, one BGP session per peer (hold time
+/// [`HOLD_TIME`]) exporting only the routes of `spillway4` / `spillway6`,
+/// importing nothing.
 pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> String {
     let file = bgp.routes_file.display();
     let glob = exact_glob(&file.to_string());
@@ -283,7 +293,7 @@ pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> String {
         };
         let _ = write!(
             o,
-            "\nprotocol bgp peer{i} {{\n  local as {};\n  neighbor {} as {};\n  {family} {{\n    import none;\n    export filter spillway_vips;\n    {next_hop}\n  }};\n}}\n",
+            "\nprotocol bgp peer{i} {{\n  local as {};\n  neighbor {} as {};\n  hold time {HOLD_TIME};\n  keepalive time {KEEPALIVE_TIME};\n  {family} {{\n    import none;\n    export filter spillway_vips;\n    {next_hop}\n  }};\n}}\n",
             bgp.local_asn, p.address, p.asn
         );
     }
@@ -581,8 +591,8 @@ mod tests {
             c.contains("include \"/run/spillway/bird-vips.con[f]\";"),
             "{c}"
         );
-        assert!(c.contains("protocol bgp peer0 {\n  local as 65001;\n  neighbor 192.0.2.1 as 65000;\n  ipv4 {\n    import none;\n    export filter spillway_vips;\n    next hop address 192.0.2.9;"), "{c}");
-        assert!(c.contains("neighbor 2001:db8::1 as 65000;\n  ipv6 {\n    import none;\n    export filter spillway_vips;\n    next hop self;"), "{c}");
+        assert!(c.contains("protocol bgp peer0 {\n  local as 65001;\n  neighbor 192.0.2.1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  ipv4 {\n    import none;\n    export filter spillway_vips;\n    next hop address 192.0.2.9;"), "{c}");
+        assert!(c.contains("neighbor 2001:db8::1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  ipv6 {\n    import none;\n    export filter spillway_vips;\n    next hop self;"), "{c}");
     }
 
     #[test]
