@@ -41,6 +41,9 @@ enum Command {
     Stats(run::ClientArgs),
     /// List a running daemon's flow-table entries.
     Flows(run::FlowsArgs),
+    /// Ask a running daemon which rule, service and backend a flow would
+    /// take, and why (nothing is forwarded or recorded).
+    Simulate(run::SimulateArgs),
     /// Make a running daemon reload its configuration.
     Reload(run::ReloadArgs),
     /// Drain this node (its VIPs withdrawn), or a zone or region (no new
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Status(args) => return exit(run::client("status", &args)),
         Command::Stats(args) => return exit(run::client("stats", &args)),
         Command::Flows(args) => return exit(run::flows(&args)),
+        Command::Simulate(args) => return exit(run::simulate(&args)),
         Command::Reload(args) => {
             let command = if args.force {
                 "reload --force"

@@ -353,6 +353,55 @@ pub fn flows(args: &FlowsArgs) -> Result<std::process::ExitCode> {
     client(&q.to_command(), &args.daemon)
 }
 
+/// `spillway simulate` arguments: where the daemon is, and the flow.
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    daemon: ClientArgs,
+    /// The client's address.
+    #[arg(long)]
+    src: std::net::IpAddr,
+    /// The destination: a VIP (any address through a gateway rule).
+    #[arg(long)]
+    dst: std::net::IpAddr,
+    /// tcp, udp, icmp, icmpv6 or a protocol number.
+    #[arg(long, default_value = "tcp", value_parser = control::simulate::parse_proto)]
+    proto: u8,
+    /// The client's port (tcp, udp).
+    #[arg(long)]
+    sport: Option<u16>,
+    /// The destination port (required for tcp and udp).
+    #[arg(long)]
+    dport: Option<u16>,
+    /// TCP: an ACK of an established connection instead of a new
+    /// connection's SYN.
+    #[arg(long)]
+    established: bool,
+    /// Answer in JSON (field names: docs/operating.md, "Simulating a flow").
+    #[arg(long)]
+    json: bool,
+}
+
+/// `spillway simulate`: asks the daemon how it would take a flow.
+pub fn simulate(args: &SimulateArgs) -> Result<std::process::ExitCode> {
+    let mut words = format!("src={} dst={} proto={}", args.src, args.dst, args.proto);
+    if let Some(p) = args.sport {
+        words += &format!(" sport={p}");
+    }
+    if let Some(p) = args.dport {
+        words += &format!(" dport={p}");
+    }
+    if args.established {
+        words += " established";
+    }
+    if args.json {
+        words += " json";
+    }
+    // Checked here too, so that a mistake is told before the daemon is asked.
+    let q = control::simulate::SimQuery::parse(&words).map_err(|e| anyhow::anyhow!(e))?;
+    client(&q.to_command(), &args.daemon)
+}
+
 /// What `spillway drain` and `undrain` name.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum DrainScope {

@@ -1366,3 +1366,236 @@ fn the_daemon_refuses_a_socket_path_that_is_not_a_socket_or_an_unknown_group() {
     assert!(!socket.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A daemon serving TCP 80 on 10.0.0.10 from two regions (the node's own,
+/// "r", with two endpoints; "far" with one), GUE; no traffic of its own.
+fn simulate_config(dir: &Path) -> String {
+    let d = dir.display();
+    let eal_args = [
+        "--no-huge".to_string(),
+        "--no-shconf".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-pci".into(),
+        "--no-telemetry".into(),
+        "--log-level=lib.eal:warning".into(),
+        format!("--vdev=net_pcap0,rx_pcap={d}/empty.pcap,tx_pcap={d}/up-out.pcap"),
+        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+    ];
+    Config::new()
+        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
+        .dataplane("management_core", 0)
+        .dataplane("worker_cores", "[1]")
+        .dataplane("mbufs", 4095)
+        .dataplane("queue_descriptors", 256)
+        .dataplane("flow_table_capacity", 4096)
+        .dataplane("new_flow_budget", 100000)
+        .dataplane("eal_args", strings(&eal_args))
+        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(
+            port("be", "net_pcap1", "backend")
+                .strs("addresses", &["10.0.1.2/30"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(
+            service_table("web", "gue")
+                .child(
+                    group("a", "r", "z")
+                        .set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+                )
+                .child(group("b", "far", "z2").set("endpoints", endpoint_list(&["10.0.1.13"]))),
+        )
+        .raw(&format!(
+            "[control]\nsocket = \"{d}/ctl.sock\"\nwatch_config = false\n"
+        ))
+        .build()
+}
+
+/// The value of `"key":"…"` in a JSON answer (the tests' reading of it).
+fn json_field<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let at = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    json[at..].split('"').next()
+}
+
+/// `spillway simulate` against a running daemon agrees with `spillway
+/// replay` of the same configuration for 1,000 random new TCP flows: the
+/// backend it names is the one the replayed SYN went to. Human and JSON
+/// answers, and bad input answered with an error, never a crash.
+#[test]
+fn simulate_names_the_backend_replay_sends_each_flow_to() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("spillway-simulate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    let cfg = dir.join("spillway.toml");
+    std::fs::write(&cfg, simulate_config(&dir)).expect("config");
+
+    // 1,000 random SYNs to the VIP (a fixed seed: xorshift).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let flows: Vec<(Ipv4Addr, u16)> = (0..1000)
+        .map(|_| {
+            let r = next();
+            (
+                Ipv4Addr::from(0xc612_0000 | (r as u32 & 0xffff)),
+                1024 + (r >> 32) as u16 % 60000,
+            )
+        })
+        .collect();
+    let frames: Vec<Vec<u8>> = flows
+        .iter()
+        .map(|&(c, p)| {
+            Packet::tcp(c.into(), v4("10.0.0.10"), p, 80, testkit::packet::SYN)
+                .macs(common::ROUTER_MAC, common::LB_MAC)
+                .frame()
+        })
+        .collect();
+    write_pcap(&dir.join("syn.pcap"), &frames);
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["replay", "--config"])
+        .arg(&cfg)
+        .arg("--input")
+        .arg(dir.join("syn.pcap"))
+        .arg("--output")
+        .arg(dir.join("replayed.pcap"))
+        .output()
+        .expect("run spillway replay");
+    assert!(out.status.success(), "{}", text(&out));
+    let mut replayed = std::collections::BTreeMap::new();
+    for f in read_pcap(&dir.join("replayed.pcap")) {
+        let t = parse_tunnel(&f, &DecapConfig::default()).expect("GUE");
+        let inner = &f[t.inner_offset..t.inner_offset + t.inner_len];
+        let src = Ipv4Addr::new(inner[12], inner[13], inner[14], inner[15]);
+        let sport = u16::from_be_bytes([inner[20], inner[21]]);
+        replayed.insert((src, sport), t.dst_ip.to_string());
+    }
+    assert_eq!(
+        replayed.len(),
+        flows.len(),
+        "every SYN forwarded: {}",
+        text(&out)
+    );
+
+    let mut daemon = Daemon::start(&cfg, false);
+    let socket = dir.join("ctl.sock");
+    let socket_s = socket.to_str().expect("utf-8").to_owned();
+    wait_until_up(&mut daemon, &socket_s);
+
+    // Every flow through the daemon's socket (in process: 1,000 requests).
+    for &(c, p) in &flows {
+        let cmd = format!("simulate src={c} dst=10.0.0.10 proto=tcp sport={p} dport=80 json");
+        let (ok, json) = control::socket::request(&socket, &cmd).expect("ask");
+        assert!(ok, "{json}");
+        assert_eq!(json_field(&json, "outcome"), Some("forward"), "{json}");
+        assert_eq!(json_field(&json, "flow_entry"), Some("new"), "{json}");
+        assert_eq!(
+            json_field(&json, "region"),
+            Some("r"),
+            "nearest region: {json}"
+        );
+        assert_eq!(
+            json_field(&json, "address"),
+            replayed.get(&(c, p)).map(String::as_str),
+            "flow {c}:{p}: {json}"
+        );
+    }
+
+    // A few through the command line, for people and as JSON.
+    for &(c, p) in flows.iter().take(3) {
+        let (c, p) = (c.to_string(), p.to_string());
+        let args = [
+            "simulate",
+            "--socket",
+            &socket_s,
+            "--src",
+            &c,
+            "--dst",
+            "10.0.0.10",
+            "--sport",
+            &p,
+            "--dport",
+            "80",
+        ];
+        let human = spillway(&args);
+        let h = text(&human);
+        assert!(human.status.success(), "{h}");
+        let want = &replayed[&(c.parse().unwrap(), p.parse().unwrap())];
+        assert!(h.starts_with("outcome: forward\n"), "{h}");
+        assert!(h.contains("rule: web (web-ag0), service web"), "{h}");
+        assert!(h.contains(&format!("backend: {want} (active, new)")), "{h}");
+        assert!(h.contains("region r (1 of 1 regions"), "{h}");
+        let mut json_args = args.to_vec();
+        json_args.push("--json");
+        let j = spillway(&json_args);
+        let js = String::from_utf8_lossy(&j.stdout).into_owned();
+        assert!(j.status.success(), "{}", text(&j));
+        assert!(js.starts_with('{') && js.trim_end().ends_with('}'), "{js}");
+        assert_eq!(json_field(&js, "address"), Some(want.as_str()), "{js}");
+        assert_eq!(json_field(&js, "service"), Some("web"), "{js}");
+        assert_eq!(json_field(&js, "affinity"), Some("5-tuple"), "{js}");
+    }
+    // No rule, not ours.
+    let h = text(&spillway(&[
+        "simulate",
+        "--socket",
+        &socket_s,
+        "--src",
+        "192.0.2.1",
+        "--dst",
+        "10.0.0.10",
+        "--dport",
+        "81",
+    ]));
+    assert!(h.starts_with("outcome: drop (no_rule)"), "{h}");
+    let h = text(&spillway(&[
+        "simulate",
+        "--socket",
+        &socket_s,
+        "--src",
+        "192.0.2.1",
+        "--dst",
+        "10.9.9.9",
+        "--dport",
+        "80",
+    ]));
+    assert!(h.starts_with("outcome: drop (not_ours)"), "{h}");
+
+    // Bad input: an error answer, and the daemon answers on.
+    for (line, says) in [
+        (
+            "simulate src=1.2.3.4 dst=nonsense dport=80",
+            "not an IP address",
+        ),
+        ("simulate src=1.2.3.4 dst=10.0.0.10", "dport=N is required"),
+        (
+            "simulate src=1.2.3.4 dst=10.0.0.10 dport=99999",
+            "not a port",
+        ),
+        (
+            "simulate src=1.2.3.4 dst=10.0.0.10 dport=80 proto=xyz",
+            "protocol number",
+        ),
+        ("simulate src=::1 dst=10.0.0.10 dport=80", "address family"),
+        ("simulate", "usage"),
+    ] {
+        let (ok, e) = control::socket::request(&socket, line).expect("ask");
+        assert!(!ok, "{line}: {e}");
+        assert!(e.contains(says), "{line}: {e}");
+    }
+    let long = format!("simulate src={} dst=10.0.0.10 dport=80", "9".repeat(3000));
+    let (ok, e) = control::socket::request(&socket, &long).expect("ask");
+    assert!(!ok && e.contains("too long"), "{e}");
+    let bad = spillway(&[
+        "simulate", "--socket", &socket_s, "--src", "1.2.3.4", "--dst", "x",
+    ]);
+    assert!(!bad.status.success());
+    wait_until_up(&mut daemon, &socket_s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -512,6 +512,7 @@ impl Manager {
             }
             socket::Request::Stats => (true, self.stats()),
             socket::Request::Flows(q) => (true, self.flows(&q)),
+            socket::Request::Simulate(q) => (true, self.simulate(&q)),
             socket::Request::Drain { scope, name, on } => {
                 let answer = self.command(Command::Drain { scope, name, on });
                 let mut text = answer.text();
@@ -623,6 +624,19 @@ impl Manager {
     pub fn flows(&self, q: &flows::FlowQuery) -> String {
         let snap = self.shared.snapshot.load();
         flows::list(q, &self.shared.flows, &snap, &snap.compiled, self.now())
+    }
+
+    /// `spillway simulate`: flow `q`'s decision from the live snapshot and
+    /// the flow table, read only.
+    pub fn simulate(&self, q: &crate::simulate::SimQuery) -> String {
+        let snap = self.shared.snapshot.load();
+        crate::simulate::answer(
+            q,
+            &snap,
+            &self.shared.flows,
+            self.now(),
+            self.core.drained(),
+        )
     }
 
     /// Runs the management loop on the calling thread until it stops:

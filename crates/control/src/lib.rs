@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod neighbours;
 pub mod remote;
 pub mod scripted;
+pub mod simulate;
 pub mod socket;
 pub mod sync;
 

@@ -1,7 +1,7 @@
 //! The Unix control socket: one command per connection, a text answer.
 //!
-//! Commands: `status`, `stats`, `flows [filters]`, `reload`, `drain` and
-//! `undrain` `node|zone|region NAME`. The answer's
+//! Commands: `status`, `stats`, `flows [filters]`, `simulate FLOW`,
+//! `reload`, `drain` and `undrain` `node|zone|region NAME`. The answer's
 //! first line is `ok` or `error`; the rest is for people.
 //!
 //! The socket file is created mode 0660, in the configured group, and never
@@ -301,6 +301,8 @@ pub enum Request {
     },
     /// `flows [filters]`.
     Flows(crate::flows::FlowQuery),
+    /// `simulate src=ADDR dst=ADDR …`: a flow's decision, explained.
+    Simulate(crate::simulate::SimQuery),
     /// `drain|undrain node|zone|region NAME` (M37).
     Drain {
         /// What it names.
@@ -314,7 +316,7 @@ pub enum Request {
 
 /// The commands, as an unknown one's error lists them.
 const COMMANDS: &str =
-    "status, stats, flows, reload [--force], drain|undrain node|zone|region NAME";
+    "status, stats, flows, simulate, reload [--force], drain|undrain node|zone|region NAME";
 
 /// `drain`'s and `undrain`'s arguments: `node|zone|region NAME`.
 fn drain(on: bool, args: &str) -> Result<Request, String> {
@@ -351,6 +353,11 @@ impl Request {
             cmd if cmd == "flows" || cmd.starts_with("flows ") => {
                 crate::flows::FlowQuery::parse(&cmd["flows".len()..])
                     .map(Request::Flows)
+                    .map_err(|e| format!("{e}\n"))
+            }
+            cmd if cmd == "simulate" || cmd.starts_with("simulate ") => {
+                crate::simulate::SimQuery::parse(&cmd["simulate".len()..])
+                    .map(Request::Simulate)
                     .map_err(|e| format!("{e}\n"))
             }
             other => Err(format!("unknown command {other:?} ({COMMANDS})\n")),
@@ -516,6 +523,14 @@ pub(crate) mod tests {
         assert_eq!(
             Request::parse("reload --force"),
             Ok(Request::Reload { force: true })
+        );
+        assert!(matches!(
+            Request::parse("simulate src=192.0.2.1 dst=10.0.0.10 dport=80 json"),
+            Ok(Request::Simulate(q)) if q.json && q.probe.dport == 80
+        ));
+        assert_eq!(
+            Request::parse("simulate src=192.0.2.1"),
+            Err("usage: simulate src=ADDR dst=ADDR [proto=tcp|udp|icmp|N] [sport=N] [dport=N] [established] [json]\n".to_owned())
         );
         assert!(matches!(
             Request::parse("flows limit=3"),

@@ -26,9 +26,10 @@ pub mod worker;
 
 pub use counters::{ChildCounters, DropReason, WorkerCounters};
 pub use engine::{BURST, Engine, HostPath, PacketIo, Routes, VecBurst};
+pub use pipeline::explain::{EntryUse, Explanation, Probe};
 pub use pipeline::{Verdict, Worker};
 pub use snapshot::{
-    Backend, BackendState, EndpointHealth, Local, Rules, ServicePlan, Snapshot, SnapshotBuilder,
-    SnapshotError, flow_table_config,
+    Backend, BackendState, EndpointHealth, Local, Pick, Rules, ServicePlan, Snapshot,
+    SnapshotBuilder, SnapshotError, flow_table_config,
 };
 pub use worker::{BusyPoll, Clock, Idle, Shared, WorkerLoop};

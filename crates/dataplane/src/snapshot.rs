@@ -149,6 +149,12 @@ pub struct ServicePlan {
     /// The service's part of its flow keys (`config::compiled::Service::
     /// flow_tag`): stable across reloads that reorder services.
     pub flow_tag: u16,
+    /// Every endpoint is unhealthy and the service fails open (M23).
+    pub fail_open: bool,
+    /// The locality plan `regions` and `thresholds` were built from (its
+    /// regions in the same order), for explanations
+    /// ([`crate::pipeline::explain`]); the packet path never reads it.
+    pub locality: Option<Arc<locality::Plan>>,
 }
 
 /// One region's selection tables: the default set first, then one per
@@ -177,6 +183,14 @@ impl ServicePlan {
     /// client in a zone with its own table) the zone's table, then Maglev.
     #[inline]
     pub fn pick(&self, hash: u64, client_zone: Option<ZoneId>) -> Option<u32> {
+        self.pick_detail(hash, client_zone).map(|p| p.slot)
+    }
+
+    /// [`ServicePlan::pick`] with the way it went: which region and which
+    /// of its tables. The one definition of the choice; `pick` is this
+    /// with the slot alone (the same code once inlined).
+    #[inline(always)]
+    pub fn pick_detail(&self, hash: u64, client_zone: Option<ZoneId>) -> Option<Pick> {
         let r = locality::pick_index(&self.thresholds, hash)?;
         let region = self.regions.get(r)?;
         let t = match client_zone {
@@ -188,7 +202,13 @@ impl ServicePlan {
             _ => 0,
         };
         let st = region.tables.get(t).or_else(|| region.tables.first())?;
-        st.slots.get(st.table.lookup(hash) as usize).copied()
+        let slot = st.slots.get(st.table.lookup(hash) as usize).copied()?;
+        Some(Pick {
+            region: r,
+            // Unused by `pick`: optimised away there.
+            table: if t < region.tables.len() { t } else { 0 },
+            slot,
+        })
     }
 
     /// Distinct backend slots that can get new connections.
@@ -202,6 +222,19 @@ impl ServicePlan {
         v.dedup();
         v
     }
+}
+
+/// How [`ServicePlan::pick_detail`] chose a new flow's backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    /// Index into [`ServicePlan::regions`] (and the locality plan's
+    /// regions): the region by its share of new connections.
+    pub region: usize,
+    /// Index into that region's tables: 0 the default set, `1 + i` the
+    /// table of client zone `zones[i]` (zonal affinity, M27).
+    pub table: usize,
+    /// The backend slot.
+    pub slot: u32,
 }
 
 /// The balancer's own addresses.
@@ -870,6 +903,11 @@ impl SnapshotBuilder {
                 thresholds: sel.thresholds,
                 zonal,
                 flow_tag: svc.flow_tag,
+                fail_open: sel.fail_open,
+                locality: plans
+                    .get(svc_index)
+                    .and_then(Option::as_ref)
+                    .map(|p| Arc::new(p.clone())),
             });
         }
         // Backends that left the configuration drain, then go; a removed

@@ -84,13 +84,8 @@ impl Worker {
         // 5-tuple (a reused client port, a closed predecessor, a retried
         // handshake): it may only follow the entry to a backend that still
         // takes new connections, and never revives a closed one.
-        let syn_only = p.class == ProtoClass::Tcp && !p.is_icmp_error && bare_syn(p.tcp_flags);
         let chosen = match hit {
-            Some(hit)
-                if self.keeps(snap, plan, &hit, p.class, now)
-                    && (!syn_only
-                        || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags)) =>
-            {
+            Some(hit) if self.follows(snap, plan, &hit, p, now) => {
                 self.counters.flow_hits += 1;
                 if hit.entry.last_seen != now {
                     flows.touch(hit.slot, now);
@@ -136,12 +131,8 @@ impl Worker {
             // The client's packet reaches no backend either way: its child
             // rule counts a drop, whether or not it is answered.
             self.child_drop(p.child);
-            let answerable = p.proto == TCP
-                && !p.is_icmp_error
-                && !p.fragment
-                && !p.tcp_flags.contains(Flags::RST);
             return (
-                no_backend(self.reply_mac(snap), plan, pkt, answerable),
+                no_backend(self.reply_mac(snap), plan, pkt, answerable(p)),
                 wrote,
             );
         };
@@ -174,6 +165,23 @@ impl Worker {
         );
         let outcome = self.delivered(sent, slot as usize, p.child);
         (outcome, wrote)
+    }
+
+    /// Whether packet `p` follows its flow's entry `hit` (else the entry is
+    /// stale: removed, and a backend picked anew). Shared by
+    /// [`Worker::finish`] and the explanation ([`super::explain`]).
+    #[inline(always)]
+    pub(super) fn follows(
+        &self,
+        snap: &Snapshot,
+        plan: &ServicePlan,
+        hit: &Hit,
+        p: &Pending,
+        now: Tick,
+    ) -> bool {
+        self.keeps(snap, plan, hit, p.class, now)
+            && (!opens_connection(p)
+                || self.takes_new_connection(snap, hit.entry.backend, hit.entry.flags))
     }
 
     /// Whether a flow entry's backend still takes that flow (M11).
@@ -328,6 +336,21 @@ pub(super) fn stateless_cookie(hash: u64, key: u64, gateway_tag: Option<u16>) ->
         Some(t) => hash ^ u64::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15),
     };
     (maglev::mix64(hash ^ key) >> 32) as u32
+}
+
+/// Whether `p` is a bare SYN opening a new connection (never an ICMP
+/// error): it may only follow an entry to a backend that still takes new
+/// connections, and never revives a closed one.
+#[inline(always)]
+pub(super) fn opens_connection(p: &Pending) -> bool {
+    p.class == ProtoClass::Tcp && !p.is_icmp_error && bare_syn(p.tcp_flags)
+}
+
+/// Whether a packet of `p`'s flow that reaches no backend may be answered
+/// (with a TCP reset, where the service says so, M14).
+#[inline(always)]
+pub(super) fn answerable(p: &Pending) -> bool {
+    p.proto == TCP && !p.is_icmp_error && !p.fragment && !p.tcp_flags.contains(Flags::RST)
 }
 
 /// A SYN without ACK: the first segment of a new connection.

@@ -29,6 +29,10 @@
 //! 4. `count`: every packet's one outcome under its counter, and the
 //!    per-rule and per-backend counts.
 //!
+//! [`explain`] runs these same passes on a synthetic packet with a
+//! throwaway worker and a read-only flow-table lookup (`spillway
+//! simulate`): the decisions are the ones above, shared, not copies.
+//!
 //! What exists only for speed, and can be skipped on a first reading:
 //! [`Worker::process_burst`] runs the passes over groups of [`GROUP`]
 //! packets so that the flow table's cache misses overlap (staged lookups;
@@ -58,6 +62,7 @@ use crate::sync::SyncQueue;
 mod answer;
 mod classify;
 mod count;
+pub mod explain;
 mod flow;
 mod gateway;
 

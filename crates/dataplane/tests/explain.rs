@@ -1,0 +1,341 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+#![allow(clippy::cast_possible_truncation)] // test values are small
+//! `Worker::explain` (`spillway simulate`): the pipeline's decision for a
+//! flow, without forwarding it — checked against what the pipeline then
+//! does with that flow's real first packet.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use dataplane::{
+    DropReason, EndpointHealth, EntryUse, Explanation, Local, Probe, Snapshot, SnapshotBuilder,
+    Verdict, Worker,
+};
+use flowtable::FlowTable;
+use testkit::config::{Config, Table, endpoint_list, group, port, rule, service};
+use testkit::packet::{ACK, Packet, SYN};
+use wire::buf::{MemBuf, PacketBuf};
+use wire::encap::{DecapConfig, parse_tunnel};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
+const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const ROUTER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x77];
+const EPS: [&str; 3] = ["10.0.1.11", "10.0.1.12", "10.0.1.13"];
+
+fn web(delivery: &str) -> Table {
+    service("web", delivery)
+        .str("connection_persistence", "DEFAULT_FOR_PROTOCOL")
+        .str("connection_draining_timeout", "10s")
+        .child(group("a", "r", "z").set("endpoints", endpoint_list(&EPS)))
+}
+
+fn config(web: Table) -> Config {
+    let l2dsr = web.to_string().contains("l2dsr");
+    let addrs: &[&str] = if l2dsr {
+        &["10.0.0.2/24", "10.0.1.2/24"]
+    } else {
+        &["10.0.0.2/24"]
+    };
+    Config::new()
+        .port(port("up", "net_ring0", "uplink").strs("addresses", addrs))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "web"))
+        .service(web)
+}
+
+fn compiled(cfg: &Config) -> Arc<config::Compiled> {
+    match config::load_str("test.toml", &cfg.build(), &config::Env::default()) {
+        Ok(l) => Arc::new(l.compiled),
+        Err(e) => panic!("test config rejected:\n{e}"),
+    }
+}
+
+fn local(c: &config::Compiled) -> Local {
+    Local {
+        mac: LB_MAC,
+        next_hop_mac: ROUTER_MAC,
+        tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
+        tunnel_src_v6: None,
+        own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
+        port_macs: Vec::new(),
+        egress_mtu: None,
+        neighbours: dataplane::nexthop::next_hops(c)
+            .into_iter()
+            .map(|h| (h, ROUTER_MAC))
+            .collect(),
+    }
+}
+
+struct Lab {
+    builder: SnapshotBuilder,
+    snap: Snapshot,
+    flows: FlowTable,
+    worker: Worker,
+}
+
+impl Lab {
+    fn new(cfg: &Config) -> Lab {
+        let mut builder = SnapshotBuilder::new();
+        let c = compiled(cfg);
+        let snap = builder
+            .build(c.clone(), local(&c), |_| EndpointHealth::HEALTHY, 0, 1)
+            .expect("snapshot");
+        let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
+        let worker = Worker::new(7, snap.compiled.children.len());
+        Lab {
+            builder,
+            snap,
+            flows,
+            worker,
+        }
+    }
+
+    fn rebuild(&mut self, cfg: &Config, health: impl Fn(&str) -> bool, now: u32) {
+        let c = compiled(cfg);
+        let c2 = c.clone();
+        self.snap = self
+            .builder
+            .build(
+                c.clone(),
+                local(&c),
+                move |id| EndpointHealth {
+                    healthy: health(&c2.endpoints[id.index()].address.to_string()),
+                    weight: None,
+                },
+                now,
+                1,
+            )
+            .expect("snapshot");
+    }
+
+    fn explain(&self, p: &Probe, now: u32) -> Explanation {
+        Worker::explain(&self.snap, &self.flows, now, p)
+    }
+
+    fn run(&mut self, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
+        let mut buf = MemBuf::new([0u8; 2048], 128, frame).expect("fits");
+        let v = self.worker.process(&self.snap, &self.flows, now, &mut buf);
+        (v, buf.data().to_vec())
+    }
+
+    fn live(&self) -> usize {
+        let mut n = 0;
+        self.flows.scan(|_, _| {
+            n += 1;
+            std::ops::ControlFlow::Continue(())
+        });
+        n
+    }
+
+    fn addr(&self, slot: u32) -> IpAddr {
+        self.snap.backends[slot as usize].addr
+    }
+}
+
+fn probe(src: Ipv4Addr, sport: u16, proto: u8, dport: u16) -> Probe {
+    Probe {
+        src: src.into(),
+        dst: VIP.into(),
+        proto,
+        sport,
+        dport,
+        established: false,
+    }
+}
+
+fn syn(src: Ipv4Addr, sport: u16, flags: u8) -> Vec<u8> {
+    Packet::tcp(src.into(), VIP.into(), sport, 80, flags)
+        .seq(1000)
+        .window(8192)
+        .macs(CLIENT_MAC, LB_MAC)
+        .frame()
+}
+
+fn backend_of(out: &[u8]) -> IpAddr {
+    parse_tunnel(out, &DecapConfig::default())
+        .expect("a tunnel frame")
+        .dst_ip
+}
+
+fn client(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0xc633_0000 | i)
+}
+
+#[test]
+fn no_rule_not_ours_and_own_addresses_end_before_the_flow_table() {
+    let lab = Lab::new(&config(web("gue")));
+    let e = lab.explain(&probe(client(1), 1000, 6, 81), 1);
+    assert_eq!(e.verdict, Verdict::Drop(DropReason::NoRule));
+    assert_eq!((e.child, e.backend), (None, None));
+    let mut p = probe(client(1), 1000, 6, 80);
+    p.dst = IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9));
+    assert_eq!(
+        lab.explain(&p, 1).verdict,
+        Verdict::Drop(DropReason::NotOurs)
+    );
+    p.dst = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    assert_eq!(lab.explain(&p, 1).verdict, Verdict::ToHost);
+    // ICMP to the VIP: no all-port rule takes it.
+    let e = lab.explain(&probe(client(1), 0, 1, 0), 1);
+    assert_eq!(e.verdict, Verdict::Drop(DropReason::NoRule));
+}
+
+/// Every delivery mode: explain names the backend the real first packet
+/// then goes to, and changes nothing (no entry, no counter).
+#[test]
+fn each_delivery_explains_the_backend_the_packet_then_takes() {
+    for delivery in ["gue", "ipip", "gre", "geneve"] {
+        let mut lab = Lab::new(&config(web(delivery)));
+        for i in 0..40 {
+            let p = probe(client(i), 2000 + i as u16, 6, 80);
+            let e = lab.explain(&p, 1);
+            assert_eq!(e.verdict, Verdict::Forward, "{delivery}");
+            assert_eq!(e.entry, EntryUse::None);
+            let pick = e.pick.expect("a new flow's pick");
+            assert_eq!(Some(pick.slot), e.backend);
+            assert_eq!((pick.region, pick.table), (0, 0));
+            assert_eq!(lab.live(), i as usize, "explain inserts nothing");
+            let (v, out) = lab.run(&syn(client(i), 2000 + i as u16, SYN), 1);
+            assert_eq!(v, Verdict::Forward);
+            assert_eq!(backend_of(&out), lab.addr(pick.slot), "{delivery} flow {i}");
+        }
+        assert_eq!(lab.worker.counters.new_flows, 40);
+    }
+    // l2dsr: rewritten to the backend's MAC (all one router here): forwarded.
+    let lab = Lab::new(&config(web("l2dsr")));
+    let e = lab.explain(&probe(client(1), 1, 17, 53), 1);
+    assert_eq!(e.verdict, Verdict::Forward);
+}
+
+/// A flow with an entry is pinned to its backend; after a rebuild where
+/// its backend is unhealthy, TCP stays (persistence) while a new SYN on
+/// the tuple, and UDP, are picked anew.
+#[test]
+fn a_pinned_flow_keeps_its_backend_and_a_stale_one_is_picked_anew() {
+    let cfg = config(web("gue"));
+    let mut lab = Lab::new(&cfg);
+    let c = client(7);
+    let (_, out) = lab.run(&syn(c, 3333, SYN), 1);
+    let first = backend_of(&out);
+    lab.run(&syn(c, 3333, ACK), 2);
+    let mut est = probe(c, 3333, 6, 80);
+    est.established = true;
+    let e = lab.explain(&est, 2);
+    let EntryUse::Pinned { slot, .. } = e.entry else {
+        panic!("pinned: {e:?}")
+    };
+    assert_eq!(lab.addr(slot), first);
+    assert_eq!(e.pick, None);
+    // Its backend fails: the established connection stays (TCP persists
+    // by default), a new SYN on its tuple does not follow it.
+    let failed = first.to_string();
+    lab.rebuild(&cfg, |a| a != failed, 3);
+    let e = lab.explain(&est, 3);
+    assert!(matches!(e.entry, EntryUse::Pinned { .. }), "{e:?}");
+    assert_eq!(e.backend.map(|s| lab.addr(s)), Some(first));
+    let e = lab.explain(&probe(c, 3333, 6, 80), 3);
+    assert!(matches!(e.entry, EntryUse::Stale { .. }), "{e:?}");
+    let chosen = lab.addr(e.backend.expect("picked"));
+    assert_ne!(chosen, first);
+    let (_, out) = lab.run(&syn(c, 3333, SYN), 3);
+    assert_eq!(backend_of(&out), chosen);
+}
+
+#[test]
+fn without_an_eligible_backend_it_is_dropped_or_reset() {
+    let cfg = config(web("gue"));
+    let mut lab = Lab::new(&cfg);
+    lab.rebuild(&cfg, |_| false, 1);
+    let e = lab.explain(&probe(client(1), 1, 6, 80), 2);
+    assert_eq!(e.verdict, Verdict::Drop(DropReason::NoBackend));
+    assert_eq!((e.pick, e.backend), (None, None));
+    let cfg = config(web("gue").str("no_backend_action", "reset"));
+    let mut lab = Lab::new(&cfg);
+    lab.rebuild(&cfg, |_| false, 1);
+    assert_eq!(
+        lab.explain(&probe(client(1), 1, 6, 80), 2).verdict,
+        Verdict::Reply
+    );
+    // UDP is never answered.
+    let e = lab.explain(&probe(client(1), 1, 17, 53), 2);
+    assert_eq!(e.verdict, Verdict::Drop(DropReason::NoBackend));
+    // Fail-open: every endpoint unhealthy, all used.
+    let cfg = config(web("gue").set("fail_open", true));
+    let mut lab = Lab::new(&cfg);
+    lab.rebuild(&cfg, |_| false, 1);
+    let e = lab.explain(&probe(client(1), 1, 6, 80), 2);
+    assert_eq!(e.verdict, Verdict::Forward);
+    assert!(lab.snap.services[0].fail_open);
+}
+
+/// Two regions sharing new connections half and half (a spillover plan):
+/// explain says which region each flow goes to, and the packet goes there.
+#[test]
+fn a_spilling_plan_sends_each_flow_to_the_region_explain_names() {
+    let cfg = Config::new()
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .service(
+            service("web", "gue")
+                .child(group("a", "r", "z").set("endpoints", endpoint_list(&EPS[..2])))
+                .child(group("b", "far", "z2").set("endpoints", endpoint_list(&EPS[2..]))),
+        );
+    let c = compiled(&cfg);
+    let region =
+        |n: &str| locality::RegionId(c.regions.iter().position(|r| r == n).expect("region") as u32);
+    let share = |r, eps: &[u32]| locality::RegionShare {
+        region: r,
+        fraction: 0.5,
+        endpoints: eps
+            .iter()
+            .map(|&endpoint| locality::Weighted {
+                endpoint,
+                weight: 1,
+            })
+            .collect(),
+        node_zone_share: None,
+        zone_variants: Vec::new(),
+    };
+    let plan = locality::Plan {
+        regions: vec![share(region("r"), &[0, 1]), share(region("far"), &[2])],
+        thresholds: locality::thresholds(&[0.5, 0.5]),
+        status: Vec::new(),
+        demand: 0.0,
+        eligibility: locality::Eligibility::Healthy,
+        degraded: false,
+        overloaded: true,
+        health: locality::AggregateHealth::Healthy,
+    };
+    let mut builder = SnapshotBuilder::new();
+    let snap = builder
+        .build_with_plans(
+            c.clone(),
+            local(&c),
+            |_| EndpointHealth::HEALTHY,
+            &[Some(plan)],
+            0,
+            1,
+        )
+        .expect("snapshot");
+    let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flows");
+    let mut w = Worker::new(3, snap.compiled.children.len());
+    let mut per_region = [0; 2];
+    for i in 0..200 {
+        let p = probe(client(i), 1000 + i as u16, 6, 80);
+        let e = Worker::explain(&snap, &flows, 1, &p);
+        let pick = e.pick.expect("pick");
+        per_region[pick.region] += 1;
+        let far = snap.backends[pick.slot as usize].addr == IpAddr::from([10, 0, 1, 13]);
+        assert_eq!(far, pick.region == 1, "flow {i}: the region's backend");
+        let f = syn(client(i), 1000 + i as u16, SYN);
+        let mut buf = MemBuf::new([0u8; 2048], 128, &f).expect("fits");
+        assert_eq!(w.process(&snap, &flows, 1, &mut buf), Verdict::Forward);
+        assert_eq!(
+            backend_of(buf.data()),
+            snap.backends[pick.slot as usize].addr
+        );
+    }
+    assert!(per_region.iter().all(|&n| n > 60), "{per_region:?}");
+    assert!(snap.services[0].locality.is_some());
+}
