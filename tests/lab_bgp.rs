@@ -299,21 +299,6 @@ fn get_from_port(port: u16, timeout: Duration) -> String {
     get().unwrap_or_else(|e| format!("FAILED: {e}"))
 }
 
-/// `GET /metrics` of the node whose namespace the calling thread is in.
-fn metrics_here() -> String {
-    let mut s = TcpStream::connect_timeout(
-        &"127.0.0.1:9469".parse().expect("metrics address"),
-        lab::TIMEOUT,
-    )
-    .expect("connect to the metrics endpoint");
-    s.set_read_timeout(Some(lab::TIMEOUT)).expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        .expect("metrics request");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("metrics answer");
-    out
-}
-
 #[test]
 fn lab_vips_are_announced_through_bird_and_spread_by_ecmp() {
     let lab = Lab::up(&LAB_BGP_SH, &[], &[]);
@@ -635,7 +620,7 @@ fn lab_node_drain_withdraws_within_10s_and_keeps_connections() {
             .collect::<Vec<_>>()
             .join(" | ")
     );
-    let metrics = lab.in_ns("n1", metrics_here).join().expect("n1");
+    let metrics = lab.in_ns("n1", lab::metrics_here).join().expect("n1");
     assert!(
         metrics.contains("spillway_drained{scope=\"node\",name=\"node1\"} 1"),
         "{metrics}"

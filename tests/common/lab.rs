@@ -317,6 +317,20 @@ pub fn http_get(timeout: Duration) -> String {
     get().unwrap_or_else(|e| format!("FAILED: {e}"))
 }
 
+/// `GET /metrics` (on `[metrics].listen`'s default 127.0.0.1:9469) of the
+/// balancer whose namespace the calling thread is in: the whole answer.
+pub fn metrics_here() -> String {
+    let mut s =
+        TcpStream::connect_timeout(&"127.0.0.1:9469".parse().expect("metrics address"), TIMEOUT)
+            .expect("connect to the metrics endpoint");
+    s.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("metrics request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("metrics answer");
+    out
+}
+
 /// The answers of [`Lab::requests`] that are failures.
 pub fn failed(answers: &[String]) -> Vec<&String> {
     answers.iter().filter(|a| a.starts_with("FAILED")).collect()

@@ -290,6 +290,8 @@ pub struct Core {
     reloads_ok: u64,
     reloads_failed: u64,
     last_error: Option<String>,
+    /// When the last reload was accepted or refused (metrics).
+    last_reload: Option<Duration>,
     balance: Balance,
     /// Maglev tables being built off the loop, and what the snapshot
     /// waiting for them is made of.
@@ -359,6 +361,7 @@ impl Core {
             reloads_ok: 0,
             reloads_failed: 0,
             last_error: None,
+            last_reload: None,
             balance,
             pending: None,
             builds: 0,
@@ -655,6 +658,7 @@ impl Core {
                     .push(Output::Watch(compiled.settings.control.watch_config));
                 self.reloads_ok += 1;
                 self.last_error = None;
+                self.last_reload = Some(self.now);
                 for w in &loaded.warnings {
                     say!(self.out, Warn, "{}: {w}", self.path.display());
                 }
@@ -690,6 +694,7 @@ impl Core {
 
     fn reload_failed(&mut self, e: String) -> String {
         self.reloads_failed += 1;
+        self.last_reload = Some(self.now);
         say!(
             self.out,
             Error,
@@ -901,6 +906,7 @@ impl Core {
                 say!(self.out, Error, "health checks: {h}");
             }
             self.reloads_failed += 1;
+            self.last_reload = Some(self.now);
             self.last_error = Some(format!("the reloaded configuration could not go live: {e}"));
         }
     }
@@ -1210,6 +1216,22 @@ impl Core {
             out += &format!("last reload error:\n{e}\n");
         }
         out
+    }
+
+    /// When (core time) the last reload was accepted or refused.
+    pub fn last_reload(&self) -> Option<Duration> {
+        self.last_reload
+    }
+
+    /// Each service's latest locality plan (indexed like
+    /// [`Core::compiled`]'s services; `None` before the first).
+    pub fn plans(&self) -> &[Option<locality::Plan>] {
+        self.balance.plans()
+    }
+
+    /// The backend slot of `service`'s endpoint `identity`, if it has one.
+    pub fn slot_of(&self, service: &str, identity: &str) -> Option<u32> {
+        self.builder.slot_of(service, identity)
     }
 
     /// Reloads accepted and refused, and the last refusal's reason.

@@ -70,6 +70,8 @@ pub struct Manager {
     shared: Arc<Shared>,
     started: Instant,
     sweep_stats: flowtable::SweepStats,
+    /// Live entries counted by the ageing's passes (metrics).
+    sweep_pass: SweepPass,
     watch: FileWatch,
     probes: LiveProbes,
     listeners: Option<listen::Listeners>,
@@ -206,6 +208,7 @@ impl Manager {
             shared: shared.clone(),
             started,
             sweep_stats: flowtable::SweepStats::default(),
+            sweep_pass: SweepPass::default(),
             watch: FileWatch {
                 enabled: false,
                 seen: stamp(path),
@@ -425,6 +428,7 @@ impl Manager {
         self.shared.now.store(tick, Ordering::Relaxed);
         let s = self.shared.flows.sweep(tick, SWEEP_BUDGET);
         self.sweep_stats.expired += s.expired;
+        self.sweep_pass.add(&s);
         if let Some(c) = &self.probes.checker
             && let Some(h) = c.changed_since(self.core.health_generation())
         {
@@ -565,26 +569,62 @@ impl Manager {
         self.command(Command::RuleStates).text()
     }
 
-    /// Counters in Prometheus text format (M42).
+    /// Counters as OpenMetrics text (M42).
     pub fn metrics(&self) -> String {
         let snap = self.shared.snapshot.load();
-        metrics::render(
-            &self.counters(),
-            &snap.compiled,
-            &self.core.rule_states(),
-            self.core.probed(),
-            self.listener_info(),
-        ) + &metrics::neighbours(self.core.neighbours(), &snap)
-            + &metrics::drain(self.core.drained(), self.core.shutting_down())
-            + &metrics::sync(self.core.sync_counters())
-            + &metrics::bgp(
-                self.core.announcement(),
-                self.core.announcement_counts(),
-                self.speaker
-                    .as_ref()
-                    .map(crate::bird::Speaker::status)
-                    .as_ref(),
-            )
+        let workers = published(&self.shared);
+        let total = self.counters();
+        let core = &self.core;
+        let mut x = metrics::Exposition::new();
+        metrics::counters(&mut x, &total, &snap.compiled);
+        metrics::workers(&mut x, &workers);
+        metrics::rules(&mut x, &core.rule_states());
+        metrics::listeners(&mut x, self.listener_info());
+        metrics::health(&mut x, core.probed());
+        metrics::services(
+            &mut x,
+            &metrics::Services {
+                compiled: core.compiled(),
+                plans: core.plans(),
+                snap: &snap,
+                counters: &total,
+                probed: core.probed(),
+                slot_of: &|svc, id| core.slot_of(svc, id),
+            },
+        );
+        metrics::flow_table(
+            &mut x,
+            self.shared.flows.capacity(),
+            self.sweep_pass.last,
+            self.sweep_stats.expired as u64,
+        );
+        let (ok, rejected, last_error) = core.reloads();
+        // The core's clock counts from start; the wall clock dates it.
+        let last_reload = core
+            .last_reload()
+            .and_then(|at| std::time::SystemTime::now().checked_sub(core.now().saturating_sub(at)));
+        metrics::config(
+            &mut x,
+            &metrics::ConfigState {
+                generation: snap.generation,
+                reloads: (ok, rejected),
+                last_error,
+                last_reload,
+            },
+        );
+        metrics::neighbours(&mut x, core.neighbours(), &snap);
+        metrics::drain(&mut x, core.drained(), core.shutting_down());
+        metrics::sync(&mut x, core.sync_counters());
+        metrics::bgp(
+            &mut x,
+            core.announcement(),
+            core.announcement_counts(),
+            self.speaker
+                .as_ref()
+                .map(crate::bird::Speaker::status)
+                .as_ref(),
+        );
+        x.text()
     }
 
     /// `spillway stats`.
@@ -739,13 +779,43 @@ fn bind_sync_socket(listen: std::net::SocketAddr) -> std::io::Result<std::net::U
     Ok(s.into())
 }
 
-fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
-    let mut total = WorkerCounters::new(children);
-    for slot in &shared.published {
-        let c = match slot.lock() {
+/// Live and half-open entries of the flow table counted by the ageing as it
+/// sweeps (a slice a tick), so that `/metrics` need not scan the table.
+#[derive(Debug, Default)]
+struct SweepPass {
+    /// The pass in progress so far.
+    live: usize,
+    half_open: usize,
+    /// The last full pass's counts.
+    last: Option<(usize, usize)>,
+}
+
+impl SweepPass {
+    fn add(&mut self, s: &flowtable::SweepStats) {
+        self.live += s.live;
+        self.half_open += s.half_open;
+        if s.wrapped {
+            self.last = Some((self.live, self.half_open));
+            (self.live, self.half_open) = (0, 0);
+        }
+    }
+}
+
+/// Every worker's last published counters, in worker order.
+fn published(shared: &Shared) -> Vec<WorkerCounters> {
+    shared
+        .published
+        .iter()
+        .map(|slot| match slot.lock() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
-        };
+        })
+        .collect()
+}
+
+fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
+    let mut total = WorkerCounters::new(children);
+    for c in published(shared) {
         total.add(&c);
     }
     // The management core's own failed sends: frames a full outbox lost.

@@ -66,10 +66,24 @@ pub(crate) fn parse(head: &[u8]) -> Parsed {
 
 /// A whole response.
 pub(crate) fn response(code: &str, body: &str) -> Vec<u8> {
+    with_type(code, "text/plain; version=0.0.4", body)
+}
+
+/// The answer to `GET /metrics`: OpenMetrics text (M42), which Prometheus
+/// asks for and parses by this content type.
+pub(crate) fn metrics_response(body: &str) -> Vec<u8> {
+    with_type(
+        "200 OK",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        body,
+    )
+}
+
+fn with_type(code: &str, content_type: &str, body: &str) -> Vec<u8> {
     let mut out = String::with_capacity(body.len() + 128);
     let _ = write!(
         out,
-        "HTTP/1.0 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.0 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     out.into_bytes()

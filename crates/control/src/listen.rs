@@ -607,9 +607,11 @@ impl Front {
         }
     }
 
-    /// The bytes that carry the management loop's answer.
-    fn wrap(self, answer: String) -> Vec<u8> {
+    /// The bytes that carry the management loop's answer (`/metrics` is
+    /// OpenMetrics text, which has a content type of its own).
+    fn wrap(self, answer: String, openmetrics: bool) -> Vec<u8> {
         match self {
+            Front::Http if openmetrics => http::metrics_response(&answer),
             Front::Http => http::response("200 OK", &answer),
             Front::Control => answer.into_bytes(),
         }
@@ -710,6 +712,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let bytes = match front.parse(&request) {
         Parsed::Job(job) => {
+            let openmetrics = job == Job::Metrics;
             let (reply, answer) = oneshot::channel();
             match ctx.calls.try_send(Call { job, reply }) {
                 Ok(()) => {}
@@ -720,7 +723,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
             match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
-                Ok(Ok(a)) => front.wrap(a),
+                Ok(Ok(a)) => front.wrap(a, openmetrics),
                 Ok(Err(_)) | Err(_) => {
                     Counters::inc(&counters.busy);
                     try_write(&mut stream, front.unavailable()).await;

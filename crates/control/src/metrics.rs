@@ -1,32 +1,220 @@
-//! `GET /metrics`: the management core's view of the counters in the
-//! Prometheus text exposition format (M42). Every metric family is
-//! written whole — HELP, TYPE, then all its samples — as the format wants.
+//! `GET /metrics`: the management core's view of the counters as
+//! OpenMetrics text (M42). Each scrape gathers its families into an
+//! [`Exposition`] from state the shell and the core hold (nothing here is
+//! updated per packet), and `prometheus-client` writes them: its encoder
+//! keeps the format's rules (family headers, `_total` counters, `# EOF`).
 
-use std::fmt::Write as _;
+use std::time::SystemTime;
 
 use config::Compiled;
-use dataplane::{ChildCounters, DropReason, WorkerCounters};
+use dataplane::{BURST, ChildCounters, DropReason, WorkerCounters};
 use health::{Aggregate, EndpointStatus, State};
+use locality::{AggregateHealth, Eligibility, Plan};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
-/// One metric family: its header, then each (labels, value) sample.
-fn family<V: std::fmt::Display>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (String, V)>,
-) {
-    let _ = writeln!(
-        out,
-        "# HELP spillway_{name} {help}\n# TYPE spillway_{name} {kind}"
-    );
-    for (labels, v) in samples {
-        if labels.is_empty() {
-            let _ = writeln!(out, "spillway_{name} {v}");
-        } else {
-            let _ = writeln!(out, "spillway_{name}{{{labels}}} {v}");
+/// A sample's labels: names and (unescaped) values.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// A sample's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// A count.
+    Count(u64),
+    /// A signed integer (states, flags).
+    Int(i64),
+    /// A measurement (rates, ratios); not written unless finite.
+    Real(f64),
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Self {
+        Value::Count(v)
+    }
+}
+impl From<u32> for Value {
+    fn from(v: u32) -> Self {
+        Value::Count(v.into())
+    }
+}
+impl From<u8> for Value {
+    fn from(v: u8) -> Self {
+        Value::Count(v.into())
+    }
+}
+impl From<i8> for Value {
+    fn from(v: i8) -> Self {
+        Value::Int(v.into())
+    }
+}
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int(v)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Real(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Count(v.into())
+    }
+}
+
+#[derive(Debug)]
+struct Family {
+    /// After `spillway_`; a counter's ends with `_total`.
+    name: String,
+    help: String,
+    counter: bool,
+    samples: Vec<(Labels, Value)>,
+}
+
+/// One scrape's metric families, in the order they are added.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    families: Vec<Family>,
+}
+
+impl Exposition {
+    /// An empty exposition.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A counter family `spillway_<name>` (`name` ends with `_total`).
+    pub fn counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
+        self.push(
+            name,
+            help,
+            true,
+            samples.into_iter().map(|(l, v)| (l, v.into())),
+        );
+    }
+
+    /// A gauge family `spillway_<name>`.
+    pub fn gauge<V: Into<Value>>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, V)>,
+    ) {
+        self.push(
+            name,
+            help,
+            false,
+            samples.into_iter().map(|(l, v)| (l, v.into())),
+        );
+    }
+
+    /// A counter without labels.
+    pub fn one_counter(&mut self, name: &str, help: &str, v: u64) {
+        self.counter(name, help, [(Labels::new(), v)]);
+    }
+
+    /// A gauge without labels.
+    pub fn one_gauge(&mut self, name: &str, help: &str, v: impl Into<Value>) {
+        self.gauge(name, help, [(Labels::new(), v)]);
+    }
+
+    fn push(
+        &mut self,
+        name: &str,
+        help: &str,
+        counter: bool,
+        samples: impl Iterator<Item = (Labels, Value)>,
+    ) {
+        self.families.push(Family {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            counter,
+            samples: samples.collect(),
+        });
+    }
+
+    /// The families' names (after `spillway_`), in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.families.iter().map(|f| f.name.as_str())
+    }
+
+    /// The OpenMetrics text, ending with `# EOF`.
+    pub fn text(self) -> String {
+        let mut registry = Registry::with_prefix("spillway");
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        // Writing to a String cannot fail; an encoder error would be a bug
+        // in a family here, and the scrape then shows what came before it.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// A label value as the text format quotes it.
+fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for ch in v.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
         }
     }
+    out
+}
+
+fn write_value(m: &mut MetricEncoder<'_>, counter: bool, v: Value) -> std::fmt::Result {
+    match (counter, v) {
+        (true, Value::Count(n)) => m.encode_counter::<NoLabelSet, u64, u64>(&n, None),
+        (true, Value::Int(n)) => {
+            m.encode_counter::<NoLabelSet, u64, u64>(&u64::try_from(n).unwrap_or(0), None)
+        }
+        (true, Value::Real(x)) => m.encode_counter::<NoLabelSet, f64, f64>(&x, None),
+        (false, Value::Count(n)) => m.encode_gauge(&i64::try_from(n).unwrap_or(i64::MAX)),
+        (false, Value::Int(n)) => m.encode_gauge(&n),
+        (false, Value::Real(x)) => m.encode_gauge(&x),
+    }
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.families {
+            let (name, kind) = if f.counter {
+                let base = f.name.strip_suffix("_total").unwrap_or(&f.name);
+                (base, MetricType::Counter)
+            } else {
+                (f.name.as_str(), MetricType::Gauge)
+            };
+            let mut m = encoder.encode_descriptor(name, &f.help, None, kind)?;
+            for (labels, v) in &f.samples {
+                if matches!(v, Value::Real(x) if !x.is_finite()) {
+                    continue;
+                }
+                if labels.is_empty() {
+                    write_value(&mut m, f.counter, *v)?;
+                } else {
+                    let labels: Vec<(&str, String)> =
+                        labels.iter().map(|(k, v)| (*k, escape(v))).collect();
+                    let mut s = m.encode_family(&labels)?;
+                    write_value(&mut s, f.counter, *v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn label(k: &'static str, v: impl ToString) -> Labels {
+    vec![(k, v.to_string())]
 }
 
 /// 1 healthy, 0 unhealthy, -1 unknown.
@@ -46,114 +234,524 @@ fn aggregate_gauge(a: Aggregate) -> i8 {
     })
 }
 
-/// The whole exposition.
-pub fn render(
-    c: &WorkerCounters,
-    compiled: &Compiled,
-    rules: &[(String, Aggregate)],
-    probed: &[EndpointStatus],
-    listeners: &[crate::listen::ListenerInfo],
-) -> String {
-    let mut out = String::new();
-    let o = &mut out;
+fn plan_health(a: AggregateHealth) -> i8 {
+    gauge(match a {
+        AggregateHealth::Healthy => State::Healthy,
+        AggregateHealth::Unhealthy => State::Unhealthy,
+        AggregateHealth::Unknown => State::Unknown,
+    })
+}
+
+/// The data plane's counters summed over workers: every scalar counter,
+/// drops by reason, and per child rule (M5).
+pub fn counters(x: &mut Exposition, c: &WorkerCounters, compiled: &Compiled) {
     for (name, help, v) in c.metrics() {
-        family(o, name, "counter", help, [(String::new(), v)]);
+        x.one_counter(name, help, v);
     }
-    family(
-        o,
+    x.counter(
         "dropped_packets_total",
-        "counter",
         "Packets dropped, by reason.",
-        DropReason::ALL.map(|r| (format!("reason=\"{}\"", r.name()), c.dropped(r))),
+        DropReason::ALL.map(|r| (label("reason", r.name()), c.dropped(r))),
     );
-    // Per child rule (M5), one family per counter.
     for k in ChildCounters::ALL {
         if let Some((name, help)) = k.metric {
             let samples = compiled.children.iter().zip(&c.children);
-            let samples =
-                samples.map(|(child, cc)| (format!("rule=\"{}\"", child.name), (k.get)(cc)));
-            family(o, name, "counter", help, samples);
+            x.counter(
+                name,
+                help,
+                samples.map(|(child, cc)| (label("rule", &child.name), (k.get)(cc))),
+            );
         }
     }
-    family(
-        o,
+}
+
+/// Per worker (label `worker`, its index): each counter of the traffic,
+/// flow and loop tables, drops by reason, and two ratios of the loop's
+/// counters since start (use `rate()` of the counters for recent ones).
+pub fn workers(x: &mut Exposition, workers: &[WorkerCounters]) {
+    let w = |i: usize| label("worker", i);
+    for k in WorkerCounters::TRAFFIC
+        .iter()
+        .chain(WorkerCounters::FLOWS)
+        .chain(WorkerCounters::LOOP)
+    {
+        if let Some((name, help)) = k.metric {
+            x.counter(
+                &format!("worker_{name}"),
+                help,
+                workers.iter().enumerate().map(|(i, c)| (w(i), (k.get)(c))),
+            );
+        }
+    }
+    x.counter(
+        "worker_dropped_packets_total",
+        "Packets dropped, by worker and reason.",
+        workers.iter().enumerate().flat_map(|(i, c)| {
+            DropReason::ALL.map(|r| {
+                let mut l = w(i);
+                l.push(("reason", r.name().to_owned()));
+                (l, c.dropped(r))
+            })
+        }),
+    );
+    x.gauge(
+        "worker_busy_cycles_per_packet",
+        "TSC cycles per packet received, over the passes that received (since start).",
+        workers.iter().enumerate().map(|(i, c)| {
+            let packets = c.rx_packets + c.from_host;
+            (w(i), c.busy_cycles as f64 / packets as f64)
+        }),
+    );
+    x.gauge(
+        "worker_burst_fill_ratio",
+        "Packets per receive burst that returned any, as a fraction of the burst size (since start).",
+        workers.iter().enumerate().map(|(i, c)| {
+            let packets = c.rx_packets + c.from_host;
+            (w(i), packets as f64 / (c.rx_bursts as f64 * BURST as f64))
+        }),
+    );
+}
+
+/// Exported rule states (M21).
+pub fn rules(x: &mut Exposition, rules: &[(String, Aggregate)]) {
+    x.gauge(
         "rule_healthy",
-        "gauge",
         "Exported rule state (M21): 1 healthy, 0 unhealthy, -1 unknown.",
         rules
             .iter()
-            .map(|(rule, a)| (format!("rule=\"{rule}\""), aggregate_gauge(*a))),
+            .map(|(rule, a)| (label("rule", rule), aggregate_gauge(*a))),
     );
-    // The management listeners (M50): how their connections ended.
-    family(
-        o,
+}
+
+/// The management listeners (M50): how their connections ended.
+pub fn listeners(x: &mut Exposition, listeners: &[crate::listen::ListenerInfo]) {
+    x.counter(
         "listener_connections_total",
-        "counter",
         "Management listener connections by outcome (answered, refused over max_connections, per_client_limit over max_connections_per_client from one client, denied by allow-list or peer credentials, timed_out, oversized, bad, busy).",
         listeners.iter().flat_map(|l| {
-            l.counters
-                .values()
-                .pairs()
-                .map(|(what, v)| (format!("listener=\"{}\",outcome=\"{what}\"", l.name), v))
+            l.counters.values().pairs().map(|(what, v)| {
+                let mut labels = label("listener", l.name);
+                labels.push(("outcome", what.to_owned()));
+                (labels, v)
+            })
         }),
     );
-    // Health checks (M18): state, transitions and probes per endpoint.
-    if !probed.is_empty() {
-        let ep = |s: &EndpointStatus| format!("service=\"{}\",endpoint=\"{}\"", s.service, s.addr);
-        family(
-            o,
-            "endpoint_healthy",
-            "gauge",
-            "Health-check state: 1 healthy, 0 unhealthy, -1 unknown.",
-            probed.iter().map(|s| (ep(s), gauge(s.state))),
+}
+
+/// Health checks (M18): state, transitions and probes per endpoint.
+pub fn health(x: &mut Exposition, probed: &[EndpointStatus]) {
+    if probed.is_empty() {
+        return;
+    }
+    let ep = |s: &EndpointStatus, more: Option<(&'static str, &str)>| {
+        let mut l = vec![
+            ("service", s.service.to_string()),
+            ("endpoint", s.addr.to_string()),
+        ];
+        if let Some((k, v)) = more {
+            l.push((k, v.to_owned()));
+        }
+        l
+    };
+    x.gauge(
+        "endpoint_healthy",
+        "Health-check state: 1 healthy, 0 unhealthy, -1 unknown.",
+        probed.iter().map(|s| (ep(s, None), gauge(s.state))),
+    );
+    x.counter(
+        "health_transitions_total",
+        "Health-state transitions (M18).",
+        probed.iter().flat_map(|s| {
+            [
+                (ep(s, Some(("to", "healthy"))), s.counters.to_healthy),
+                (ep(s, Some(("to", "unhealthy"))), s.counters.to_unhealthy),
+            ]
+        }),
+    );
+    x.counter(
+        "health_probes_total",
+        "Health-check probes by result.",
+        probed.iter().flat_map(|s| {
+            [
+                (ep(s, Some(("result", "ok"))), s.counters.probes_ok),
+                (ep(s, Some(("result", "failed"))), s.counters.probes_failed),
+            ]
+        }),
+    );
+}
+
+/// What the services section reads.
+pub struct Services<'a> {
+    /// The management core's configuration (its plans are indexed by its
+    /// services).
+    pub compiled: &'a Compiled,
+    /// Each service's latest locality plan.
+    pub plans: &'a [Option<Plan>],
+    /// The live snapshot (backend slots, eligible slots, child rules).
+    pub snap: &'a dataplane::Snapshot,
+    /// The counters summed over workers (indexed like the snapshot).
+    pub counters: &'a WorkerCounters,
+    /// Health-check statuses (reported weights).
+    pub probed: &'a [EndpointStatus],
+    /// An endpoint's backend slot: (service, identity) to slot.
+    pub slot_of: &'a dyn Fn(&str, &str) -> Option<u32>,
+}
+
+/// A backend slot's state as a gauge: 0 active, 1 unhealthy, 2 draining,
+/// 3 removed.
+fn slot_state(s: dataplane::BackendState) -> i8 {
+    match s {
+        dataplane::BackendState::Active => 0,
+        dataplane::BackendState::Unhealthy { .. } => 1,
+        dataplane::BackendState::Draining { .. } => 2,
+        dataplane::BackendState::Removed => 3,
+    }
+}
+
+/// Per service, region, group and endpoint (M42): traffic, health,
+/// eligibility, weights, measured rate against capacity, and where new
+/// connections go (spillover).
+pub fn services(x: &mut Exposition, s: &Services<'_>) {
+    let c = &s.compiled;
+    let snap = s.snap;
+    let name_of = |v: &[String], i: usize| v.get(i).cloned().unwrap_or_else(|| "?".into());
+    // Traffic per service: the sum of its child rules' counters (the live
+    // snapshot's children, which the counters are indexed by).
+    let per_service = |get: fn(&ChildCounters) -> u64| {
+        c.services.iter().map(move |svc| {
+            let n: u64 = snap
+                .compiled
+                .children
+                .iter()
+                .zip(&s.counters.children)
+                .filter(|(child, _)| {
+                    snap.compiled
+                        .rules
+                        .get(child.rule.index())
+                        .and_then(|r| snap.compiled.services.get(r.service.index()))
+                        .is_some_and(|rs| rs.name == svc.name)
+                })
+                .map(|(_, cc)| get(cc))
+                .sum();
+            (label("service", &svc.name), n)
+        })
+    };
+    x.counter(
+        "service_packets_total",
+        "Packets to the service's rules (its child rules' sum).",
+        per_service(|cc| cc.packets),
+    );
+    x.counter(
+        "service_bytes_total",
+        "Bytes to the service's rules.",
+        per_service(|cc| cc.bytes),
+    );
+    x.counter(
+        "service_new_flows_total",
+        "New flows to the service's rules.",
+        per_service(|cc| cc.new_flows),
+    );
+    let planned = || {
+        c.services
+            .iter()
+            .zip(s.plans)
+            .filter_map(|(svc, p)| p.as_ref().map(|p| (svc, p)))
+    };
+    x.gauge(
+        "service_healthy",
+        "The service's aggregated health over all its endpoints (M19): 1 healthy, 0 unhealthy, -1 unknown.",
+        planned().map(|(svc, p)| (label("service", &svc.name), plan_health(p.health))),
+    );
+    x.gauge(
+        "service_eligibility",
+        "Which endpoints take new connections: 1 for the current one of healthy, unknown (no verdict yet), fail_open (all unhealthy, all used), nothing.",
+        planned().flat_map(|(svc, p)| {
+            [
+                (Eligibility::Healthy, "healthy"),
+                (Eligibility::Unknown, "unknown"),
+                (Eligibility::FailOpen, "fail_open"),
+                (Eligibility::Nothing, "nothing"),
+            ]
+            .map(|(e, name)| {
+                let mut l = label("service", &svc.name);
+                l.push(("eligibility", name.to_owned()));
+                (l, p.eligibility == e)
+            })
+        }),
+    );
+    x.gauge(
+        "service_degraded",
+        "1 when every region is unhealthy and the healthy endpoints left are used anyway.",
+        planned().map(|(svc, p)| (label("service", &svc.name), p.degraded)),
+    );
+    x.gauge(
+        "service_overloaded",
+        "1 when every candidate region is at capacity (new connections shared by capacity).",
+        planned().map(|(svc, p)| (label("service", &svc.name), p.overloaded)),
+    );
+    x.gauge(
+        "service_spillover_ratio",
+        "Fraction of new connections sent past the service's nearest region (spillover and failover, M24-M26).",
+        planned().filter(|(_, p)| p.is_serving()).map(|(svc, p)| {
+            let nearest = p.status.first().map_or(0.0, |r| r.fraction);
+            (label("service", &svc.name), (1.0 - nearest).max(0.0))
+        }),
+    );
+    let region = |svc: &config::compiled::Service, r: &locality::RegionStatus| {
+        vec![
+            ("service", svc.name.clone()),
+            ("region", name_of(&c.regions, r.region.index())),
+        ]
+    };
+    let regions = || planned().flat_map(move |(svc, p)| p.status.iter().map(move |r| (svc, r)));
+    x.gauge(
+        "service_region_healthy",
+        "The service's aggregated health in the region: 1 healthy, 0 unhealthy, -1 unknown.",
+        regions().map(|(svc, r)| (region(svc, r), plan_health(r.health))),
+    );
+    x.gauge(
+        "service_region_endpoints",
+        "The service's endpoints in the region: total, healthy, unknown (no verdict), eligible (for new connections).",
+        regions().flat_map(|(svc, r)| {
+            [
+                ("total", r.endpoints),
+                ("healthy", r.healthy),
+                ("unknown", r.unknown),
+                ("eligible", r.eligible),
+            ]
+            .map(|(k, v)| {
+                let mut l = region(svc, r);
+                l.push(("state", k.to_owned()));
+                (l, v)
+            })
+        }),
+    );
+    x.gauge(
+        "service_region_rate_pps",
+        "Measured (smoothed) packets per second to the service's endpoints in the region.",
+        regions().map(|(svc, r)| (region(svc, r), r.load)),
+    );
+    x.gauge(
+        "service_region_capacity_pps",
+        "Capacity in packets per second available to this node in the region (no sample while unlimited).",
+        regions().map(|(svc, r)| (region(svc, r), r.capacity)),
+    );
+    x.gauge(
+        "service_region_utilization_ratio",
+        "RATE: measured rate / capacity; UTILIZATION: the mean utilization its endpoints report.",
+        regions().filter_map(|(svc, r)| r.utilization.map(|u| (region(svc, r), u))),
+    );
+    x.gauge(
+        "service_region_new_flows_ratio",
+        "The region's share of the service's new connections.",
+        regions().map(|(svc, r)| (region(svc, r), r.fraction)),
+    );
+    // Groups and endpoints.
+    let weights: std::collections::HashMap<usize, u16> = s
+        .probed
+        .iter()
+        .filter_map(|p| p.weight.map(|w| (p.endpoint.index(), w)))
+        .collect();
+    let eligible: std::collections::HashSet<(String, u32)> = snap
+        .compiled
+        .services
+        .iter()
+        .zip(&snap.services)
+        .flat_map(|(svc, plan)| {
+            plan.eligible_slots()
+                .into_iter()
+                .map(|slot| (svc.name.clone(), slot))
+        })
+        .collect();
+    let packets = &s.counters.backend_packets;
+    let group_labels = |g: &config::compiled::Group| {
+        let svc = c
+            .services
+            .get(g.service.index())
+            .map_or("?", |s| s.name.as_str());
+        vec![
+            ("service", svc.to_owned()),
+            ("group", g.name.clone()),
+            ("region", name_of(&c.regions, g.region.index())),
+            ("zone", name_of(&c.zones, g.zone.index())),
+        ]
+    };
+    let endpoints = || {
+        c.endpoints.iter().enumerate().filter_map(|(i, e)| {
+            let g = c.groups.get(e.group.index())?;
+            let svc = c.services.get(e.service.index())?;
+            let mut l = group_labels(g);
+            l.push(("endpoint", e.identity.clone()));
+            Some((i, e, svc, l))
+        })
+    };
+    let slot = |svc: &config::compiled::Service, e: &config::compiled::Endpoint| {
+        (s.slot_of)(&svc.name, &e.identity)
+    };
+    x.counter(
+        "endpoint_packets_total",
+        "Packets forwarded to the endpoint (its backend slot).",
+        endpoints().map(|(_, e, svc, l)| {
+            let n = slot(svc, e).and_then(|i| packets.get(i as usize)).copied();
+            (l, n.unwrap_or(0))
+        }),
+    );
+    x.gauge(
+        "endpoint_weight",
+        "The endpoint's weight: the one its health check reports, else the configured one.",
+        endpoints()
+            .map(|(i, e, _, l)| (l, u32::from(weights.get(&i).copied().unwrap_or(e.weight)))),
+    );
+    x.gauge(
+        "endpoint_eligible",
+        "1 when the endpoint is in its service's Maglev tables (takes new connections).",
+        endpoints().map(|(_, e, svc, l)| {
+            let on = slot(svc, e).is_some_and(|i| eligible.contains(&(svc.name.clone(), i)));
+            (l, on)
+        }),
+    );
+    x.gauge(
+        "endpoint_state",
+        "The endpoint's backend slot: 0 active, 1 unhealthy, 2 draining (removed, keeping its flows), 3 removed.",
+        endpoints().filter_map(|(_, e, svc, l)| {
+            let b = snap.backends.get(slot(svc, e)? as usize)?;
+            Some((l, slot_state(b.state)))
+        }),
+    );
+    x.counter(
+        "group_packets_total",
+        "Packets forwarded to the group's endpoints.",
+        c.groups.iter().map(|g| {
+            let svc = c.services.get(g.service.index());
+            let n: u64 = c
+                .endpoints
+                .get(g.endpoints.start as usize..g.endpoints.end as usize)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|e| svc.and_then(|svc| slot(svc, e)))
+                .filter_map(|i| packets.get(i as usize))
+                .sum();
+            (group_labels(g), n)
+        }),
+    );
+    x.gauge(
+        "group_capacity_scaler",
+        "The group's capacity_scaler (0 while its zone or region is drained).",
+        c.groups
+            .iter()
+            .map(|g| (group_labels(g), g.capacity_scaler)),
+    );
+    x.gauge(
+        "group_max_rate_pps",
+        "RATE: the group's configured max_rate (no sample without one).",
+        c.groups
+            .iter()
+            .filter_map(|g| g.max_rate.map(|r| (group_labels(g), r))),
+    );
+}
+
+/// The flow table's use (M15): live entries counted by the last full
+/// ageing pass, capacity, and entries aged out.
+pub fn flow_table(x: &mut Exposition, capacity: usize, pass: Option<(usize, usize)>, expired: u64) {
+    x.one_gauge(
+        "flow_table_capacity",
+        "Entries the flow table holds at most.",
+        capacity as u64,
+    );
+    if let Some((live, half_open)) = pass {
+        x.one_gauge(
+            "flow_table_entries",
+            "Live flow entries, as counted by the last full ageing pass.",
+            live as u64,
         );
-        family(
-            o,
-            "health_transitions_total",
-            "counter",
-            "Health-state transitions (M18).",
-            probed.iter().flat_map(|s| {
-                [
-                    (format!("{},to=\"healthy\"", ep(s)), s.counters.to_healthy),
-                    (
-                        format!("{},to=\"unhealthy\"", ep(s)),
-                        s.counters.to_unhealthy,
-                    ),
-                ]
-            }),
+        x.one_gauge(
+            "flow_table_half_open_entries",
+            "Half-open TCP entries among them.",
+            half_open as u64,
         );
-        family(
-            o,
-            "health_probes_total",
-            "counter",
-            "Health-check probes by result.",
-            probed.iter().flat_map(|s| {
-                [
-                    (format!("{},result=\"ok\"", ep(s)), s.counters.probes_ok),
-                    (
-                        format!("{},result=\"failed\"", ep(s)),
-                        s.counters.probes_failed,
-                    ),
-                ]
-            }),
+        x.one_gauge(
+            "flow_table_occupancy_ratio",
+            "Live entries / capacity, at the last full ageing pass.",
+            live as f64 / capacity.max(1) as f64,
         );
     }
-    out
+    x.one_counter(
+        "flows_expired_total",
+        "Flow entries the ageing removed (idle past their timeout).",
+        expired,
+    );
+}
+
+/// The configuration: the live generation, reloads by result, and the
+/// last one's outcome and time.
+pub struct ConfigState<'a> {
+    /// The live snapshot's generation.
+    pub generation: u32,
+    /// Reloads accepted and refused.
+    pub reloads: (u64, u64),
+    /// The last refusal's reason, while the last reload was refused.
+    pub last_error: Option<&'a str>,
+    /// When the last reload was decided.
+    pub last_reload: Option<SystemTime>,
+}
+
+/// [`ConfigState`]'s families.
+pub fn config(x: &mut Exposition, s: &ConfigState<'_>) {
+    x.one_gauge(
+        "config_generation",
+        "Generation of the live snapshot (each published configuration or state change adds one).",
+        s.generation,
+    );
+    x.counter(
+        "config_reloads_total",
+        "Configuration reloads by result: ok (live, or waiting for its tables), rejected (the running configuration stays).",
+        [
+            (label("result", "ok"), s.reloads.0),
+            (label("result", "rejected"), s.reloads.1),
+        ],
+    );
+    x.one_gauge(
+        "config_last_reload_success",
+        "1 when the last reload was accepted (or none was tried), 0 when it was rejected.",
+        s.last_error.is_none(),
+    );
+    if let Some(e) = s.last_error {
+        // The first line only, bounded: a label, not a log.
+        let first: String = e.lines().next().unwrap_or("").chars().take(200).collect();
+        x.gauge(
+            "config_last_reload_error",
+            "The last rejected reload's first error line (while the last reload was rejected).",
+            [(label("error", first), 1u8)],
+        );
+    }
+    if let Some(t) = s.last_reload {
+        let secs = t
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        x.one_gauge(
+            "config_last_reload_timestamp_seconds",
+            "When the last reload was accepted or rejected (Unix time).",
+            secs,
+        );
+    }
 }
 
 /// Neighbour resolution (M47): each next hop's state, what the table did,
 /// and which backends are ineligible for want of a MAC.
-pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot) -> String {
-    let mut out = String::new();
-    let o = &mut out;
-    family(
-        o,
+pub fn neighbours(
+    x: &mut Exposition,
+    n: &crate::neighbours::Neighbours,
+    snap: &dataplane::Snapshot,
+) {
+    x.gauge(
         "neighbour_state",
-        "gauge",
         "Next-hop state (M47): 0 incomplete, 1 reachable, 2 stale, 3 failed.",
         n.entries().iter().map(|e| {
             (
-                format!("port=\"{}\",address=\"{}\"", e.hop.port, e.hop.addr),
+                vec![
+                    ("port", e.hop.port.to_string()),
+                    ("address", e.hop.addr.to_string()),
+                ],
                 e.state.gauge(),
             )
         }),
@@ -180,12 +778,10 @@ pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot)
             n.ignored,
         ),
     ] {
-        family(o, name, "counter", help, [(String::new(), v)]);
+        x.one_counter(name, help, v);
     }
-    family(
-        o,
+    x.gauge(
         "backend_neighbour_resolved",
-        "gauge",
         "Whether a backend's next hop has a MAC (M47): 0 means no new flows and its packets dropped.",
         snap.backends
             .iter()
@@ -197,50 +793,39 @@ pub fn neighbours(n: &crate::neighbours::Neighbours, snap: &dataplane::Snapshot)
                     .get(b.service as usize)
                     .map_or("?", |s| s.name.as_str());
                 (
-                    format!("service=\"{svc}\",backend=\"{}\"", b.addr),
-                    u8::from(b.mac != [0; 6]),
+                    vec![("service", svc.to_owned()), ("backend", b.addr.to_string())],
+                    b.mac != [0; 6],
                 )
             }),
     );
-    out
 }
 
 /// Drain (M37) and shutdown (M39): one sample per drained node, zone or
 /// region, and whether the node is shutting down.
-pub fn drain(drained: &crate::drain::Drained, shutting_down: bool) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+pub fn drain(x: &mut Exposition, drained: &crate::drain::Drained, shutting_down: bool) {
+    x.gauge(
         "drained",
-        "gauge",
         "A node, zone or region drained by the operator (M37): 1 while drained (no sample once undrained).",
-        drained
-            .iter()
-            .map(|(scope, name)| (format!("scope=\"{scope}\",name=\"{name}\""), 1)),
+        drained.iter().map(|(scope, name)| {
+            (
+                vec![("scope", scope.to_string()), ("name", name.to_string())],
+                1u8,
+            )
+        }),
     );
-    family(
-        &mut out,
+    x.one_gauge(
         "shutting_down",
-        "gauge",
         "1 from the first SIGTERM or SIGINT until exit (M39): VIPs withdrawn, still forwarding.",
-        [(String::new(), u8::from(shutting_down))],
+        shutting_down,
     );
-    out
 }
 
 /// Flow-state sync (M36), one counter family per [`crate::sync::SyncCounters`]
 /// field; nothing without `[flow_sync]`.
-pub fn sync(counters: Option<crate::sync::SyncCounters>) -> String {
-    let mut out = String::new();
+pub fn sync(x: &mut Exposition, counters: Option<crate::sync::SyncCounters>) {
     let Some(c) = counters else {
-        return out;
+        return;
     };
-    let drops = [
-        ("source", c.drop_source),
-        ("hmac", c.drop_mac),
-        ("malformed", c.drop_malformed),
-        ("own", c.drop_own),
-    ];
     for (name, help, v) in [
         (
             "flow_sync_datagrams_sent_total",
@@ -288,84 +873,71 @@ pub fn sync(counters: Option<crate::sync::SyncCounters>) -> String {
             c.dumps,
         ),
     ] {
-        family(&mut out, name, "counter", help, [(String::new(), v)]);
+        x.one_counter(name, help, v);
     }
-    family(
-        &mut out,
+    x.counter(
         "flow_sync_dropped_total",
-        "counter",
         "Flow-sync datagrams dropped, by reason: source (no configured peer), hmac (another key or altered), malformed, own.",
-        drops.iter().map(|(r, v)| (format!("reason=\"{r}\""), *v)),
+        [
+            ("source", c.drop_source),
+            ("hmac", c.drop_mac),
+            ("malformed", c.drop_malformed),
+            ("own", c.drop_own),
+        ]
+        .map(|(r, v)| (label("reason", r), v)),
     );
-    out
 }
 
 /// BGP announcements (M34, M35): each VIP's state, the changes, and the
 /// speaker driver's view; nothing without `[bgp]`.
 pub fn bgp(
+    x: &mut Exposition,
     desired: Option<&crate::announce::Desired>,
     (announced, withdrawn): (u64, u64),
     speaker: Option<&crate::bird::SpeakerStatus>,
-) -> String {
-    let mut out = String::new();
+) {
     let Some(desired) = desired else {
-        return out;
+        return;
     };
-    let o = &mut out;
-    family(
-        o,
+    x.gauge(
         "bgp_vip_announced",
-        "gauge",
         "1 while this node decides to announce the VIP (M35), else 0.",
         desired
             .iter()
-            .map(|(vip, why)| (format!("vip=\"{vip}\""), u8::from(why.announced()))),
+            .map(|(vip, why)| (label("vip", vip), why.announced())),
     );
-    family(
-        o,
+    x.one_counter(
         "bgp_announcements_total",
-        "counter",
         "VIPs that went from withdrawn to announced.",
-        [(String::new(), announced)],
+        announced,
     );
-    family(
-        o,
+    x.one_counter(
         "bgp_withdrawals_total",
-        "counter",
         "VIPs that went from announced to withdrawn.",
-        [(String::new(), withdrawn)],
+        withdrawn,
     );
     if let Some(s) = speaker {
-        family(
-            o,
+        x.one_gauge(
             "bgp_speaker_up",
-            "gauge",
             "1 when the BGP speaker answered last time, 0 when not, -1 before the first try.",
-            [(String::new(), s.reachable.map_or(-1, i8::from))],
+            s.reachable.map_or(-1, i8::from),
         );
-        family(
-            o,
+        x.one_gauge(
             "bgp_speaker_in_sync",
-            "gauge",
             "1 when the speaker runs the latest decision.",
-            [(String::new(), u8::from(s.in_sync))],
+            s.in_sync,
         );
-        family(
-            o,
+        x.one_counter(
             "bgp_speaker_updates_total",
-            "counter",
             "Updates the speaker accepted.",
-            [(String::new(), s.updates)],
+            s.updates,
         );
-        family(
-            o,
+        x.one_counter(
             "bgp_speaker_failures_total",
-            "counter",
             "Failed updates or checks (speaker unreachable or refusing; retried).",
-            [(String::new(), s.failures)],
+            s.failures,
         );
     }
-    out
 }
 
 #[cfg(test)]
@@ -488,29 +1060,43 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
 "#;
 
     #[test]
-    fn each_family_is_written_whole_before_the_next() {
-        let mut out = String::new();
-        family(
-            &mut out,
-            "a_total",
-            "counter",
-            "A.",
-            [(String::new(), 1u64)],
-        );
-        family(
-            &mut out,
+    fn families_are_written_whole_as_openmetrics() {
+        let mut x = Exposition::new();
+        x.one_counter("a_total", "A.", 1);
+        x.counter(
             "b_total",
-            "counter",
             "B.",
-            [("x=\"1\"".to_owned(), 2u64), ("x=\"2\"".to_owned(), 3)],
+            [(label("x", "1"), 2), (label("x", "say \"hi\"\\\n"), 3)],
+        );
+        x.gauge(
+            "c",
+            "C.",
+            [(label("y", "z"), f64::INFINITY), (label("y", "w"), 0.5)],
         );
         assert_eq!(
-            out,
-            "# HELP spillway_a_total A.\n# TYPE spillway_a_total counter\nspillway_a_total 1\n\
-             # HELP spillway_b_total B.\n# TYPE spillway_b_total counter\n\
-             spillway_b_total{x=\"1\"} 2\nspillway_b_total{x=\"2\"} 3\n"
+            x.text(),
+            "# HELP spillway_a A.\n# TYPE spillway_a counter\nspillway_a_total 1\n\
+             # HELP spillway_b B.\n# TYPE spillway_b counter\n\
+             spillway_b_total{x=\"1\"} 2\nspillway_b_total{x=\"say \\\"hi\\\"\\\\\\n\"} 3\n\
+             # HELP spillway_c C.\n# TYPE spillway_c gauge\nspillway_c{y=\"w\"} 0.5\n# EOF\n"
         );
     }
+
+    /// Every counter family's name ends with `_total` (the encoder would
+    /// add it to the sample name otherwise) and no family comes twice.
+    #[test]
+    fn counter_names_end_with_total_and_families_are_distinct() {
+        let (c, compiled) = sample();
+        let mut x = Exposition::new();
+        counters(&mut x, &c, &compiled);
+        workers(&mut x, &[c.clone(), c]);
+        let mut seen = std::collections::HashSet::new();
+        for f in &x.families {
+            assert!(!f.counter || f.name.ends_with("_total"), "{}", f.name);
+            assert!(seen.insert(f.name.clone()), "{} twice", f.name);
+        }
+    }
+
     /// Counters with every value different, for a one-rule configuration.
     fn sample() -> (WorkerCounters, Compiled) {
         let text = "[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n\n\
@@ -575,7 +1161,9 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         for (i, cc) in c.children.iter_mut().enumerate() {
             cc.packets = 10 + i as u64;
         }
-        let out = render(&c, &compiled, &[], &[], &[]);
+        let mut x = Exposition::new();
+        counters(&mut x, &c, &compiled);
+        let out = x.text();
         for line in [
             "spillway_rule_packets_total{rule=\"web-ag0\"} 10\n",
             "spillway_rule_packets_total{rule=\"web-ag1\"} 11\n",
@@ -591,14 +1179,18 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         let mut d = Drained::new();
         d.set(Scope::Zone, "eu1-a", true);
         d.set(Scope::Node, "lb1", true);
-        let out = drain(&d, true);
+        let mut x = Exposition::new();
+        drain(&mut x, &d, true);
+        let out = x.text();
         assert!(
             out.contains("spillway_drained{scope=\"node\",name=\"lb1\"} 1\n")
                 && out.contains("spillway_drained{scope=\"zone\",name=\"eu1-a\"} 1\n")
                 && out.contains("spillway_shutting_down 1\n"),
             "{out}"
         );
-        let out = drain(&Drained::new(), false);
+        let mut x = Exposition::new();
+        drain(&mut x, &Drained::new(), false);
+        let out = x.text();
         assert!(
             !out.contains("spillway_drained{") && out.contains("spillway_shutting_down 0\n"),
             "{out}"
@@ -607,14 +1199,17 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
 
     #[test]
     fn sync_families_count_each_drop_reason() {
-        assert_eq!(sync(None), "", "nothing without [flow_sync]");
+        let mut x = Exposition::new();
+        sync(&mut x, None);
+        assert_eq!(x.names().count(), 0, "nothing without [flow_sync]");
         let c = crate::sync::SyncCounters {
             applied: 7,
             drop_source: 2,
             drop_mac: 3,
             ..Default::default()
         };
-        let m = sync(Some(c));
+        sync(&mut x, Some(c));
+        let m = x.text();
         for line in [
             "spillway_flow_sync_entries_applied_total 7",
             "spillway_flow_sync_dropped_total{reason=\"source\"} 2",
@@ -625,21 +1220,26 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         }
     }
 
+    /// The samples `/metrics` had before OpenMetrics, by name and value:
+    /// dashboards and alerts keep working.
     #[test]
-    fn counter_families_are_unchanged() {
+    fn counter_samples_are_unchanged() {
         let (c, compiled) = sample();
-        let out = render(&c, &compiled, &[], &[], &[]);
-        let counters = out
-            .split("# HELP spillway_rule_healthy")
-            .next()
-            .unwrap_or("");
-        assert_eq!(counters, GOLDEN);
+        let mut x = Exposition::new();
+        counters(&mut x, &c, &compiled);
+        let out = x.text();
+        let samples: std::collections::HashSet<&str> = out.lines().collect();
+        for line in GOLDEN.lines().filter(|l| !l.starts_with('#')) {
+            assert!(samples.contains(line), "{line} missing from\n{out}");
+        }
     }
 
     #[test]
     fn bgp_families_show_each_vip_and_the_speaker() {
         use crate::announce::Why;
-        assert_eq!(bgp(None, (0, 0), None), "", "nothing without [bgp]");
+        let mut x = Exposition::new();
+        bgp(&mut x, None, (0, 0), None);
+        assert_eq!(x.names().count(), 0, "nothing without [bgp]");
         let d = vec![
             ("198.51.100.1".parse().unwrap(), Why::Healthy),
             (
@@ -652,7 +1252,8 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             failures: 3,
             ..Default::default()
         };
-        let m = bgp(Some(&d), (4, 1), Some(&sp));
+        bgp(&mut x, Some(&d), (4, 1), Some(&sp));
+        let m = x.text();
         for line in [
             "spillway_bgp_vip_announced{vip=\"198.51.100.1\"} 1",
             "spillway_bgp_vip_announced{vip=\"198.51.100.2\"} 0",

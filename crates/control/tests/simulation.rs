@@ -727,7 +727,9 @@ fn next_hops_resolve_late_change_mac_and_fail_and_flows_follow() {
         "{}",
         w.status()
     );
-    let m = control::metrics::neighbours(w.core.neighbours(), &w.live);
+    let mut x = control::metrics::Exposition::new();
+    control::metrics::neighbours(&mut x, w.core.neighbours(), &w.live);
+    let m = x.text();
     for line in [
         "spillway_neighbour_state{port=\"0\",address=\"10.0.0.23\"} 3",
         "spillway_neighbour_state{port=\"0\",address=\"10.0.0.1\"} 1",

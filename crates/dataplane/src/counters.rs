@@ -279,23 +279,35 @@ counters! {
             forwarded: stats "; forwarded {}", replay "forwarded {}",
                 metric "forwarded_packets_total" "Packets sent towards backends.";
             /// ARP replies sent for the balancer's addresses.
-            arp_replies: stats "; arp replies {}", replay ", ARP replies {}";
+            arp_replies: stats "; arp replies {}", replay ", ARP replies {}",
+                metric "arp_replies_total" "ARP replies sent for the balancer's addresses.";
             /// Neighbor advertisements sent for the balancer's IPv6 addresses.
-            nd_replies: stats "; nd replies {}", replay ", ND replies {}";
+            nd_replies: stats "; nd replies {}", replay ", ND replies {}",
+                metric "nd_replies_total" "IPv6 neighbor advertisements sent for the balancer's addresses.";
             /// TCP resets sent because a rule matched but its service had no eligible
             /// backend and answers with a reset (M14). Such a packet is counted
             /// here, not under `drops[NoBackend]`: every received packet has exactly one
             /// outcome counter. Its child rule counts it among its drops either way.
-            no_backend_resets: stats "; no-backend resets {}", replay ", no-backend resets {}";
+            no_backend_resets: stats "; no-backend resets {}", replay ", no-backend resets {}",
+                metric "no_backend_resets_total" "TCP resets sent because the rule's service had no eligible backend (M14).";
             /// Packets handed to the host (exception path).
             to_host: stats "; to host {}", replay ", to host {}",
                 metric "to_host_packets_total" "Packets handed to the exception port.";
             /// Packets for the host dropped because no exception port takes them
-            /// (or, from the host, because its exception port stands for no data port).
-            host_dropped: stats " (dropped without exception port {})";
+            /// (counted among `to_host` too).
+            host_dropped: stats " (dropped without exception port {})",
+                metric "to_host_dropped_packets_total" "Packets for the host dropped because no exception port takes them (also counted as to_host).";
             /// Packets the host's stack sent through an exception port (out its data port).
             from_host: stats "; from host {}",
                 metric "from_host_packets_total" "Packets from the exception port.";
+            /// Packets from an exception port that stands for no data port,
+            /// dropped (counted among `from_host` too).
+            from_host_dropped: stats " (dropped without data port {})",
+                metric "from_host_dropped_packets_total" "Packets from an exception port that stands for no data port, dropped (also counted as from_host).";
+            /// Packets the ports took for sending (forwarded, replies, to and
+            /// from the host; not neighbour frames, counted apart).
+            tx_packets: stats "; tx {}",
+                metric "tx_packets_total" "Packets the data and exception ports took for sending.";
             /// Packets the device did not take at TX (freed).
             tx_dropped: stats "; tx dropped {}",
                 metric "tx_dropped_packets_total" "Packets a port did not take.";
@@ -337,11 +349,14 @@ counters! {
             new_flows: stats "{} new", replay "{} new",
                 metric "flows_new_total" "Flow entries created.";
             /// Packets that followed an existing flow entry.
-            flow_hits: stats ", {} hits", replay ", {} hits";
+            flow_hits: stats ", {} hits", replay ", {} hits",
+                metric "flow_hits_total" "Packets that followed an existing flow entry.";
             /// Another worker created the flow first; its entry was used.
-            flow_races: stats ", {} races";
+            flow_races: stats ", {} races",
+                metric "flow_races_total" "New flows another worker had created first (its entry was used).";
             /// Flows moved off a backend that no longer takes them (M11).
-            flows_rescheduled: stats ", {} rescheduled", replay ", {} rescheduled";
+            flows_rescheduled: stats ", {} rescheduled", replay ", {} rescheduled",
+                metric "flows_rescheduled_total" "Flows moved off a backend that no longer takes them (M11).";
             /// Packets of new flows forwarded without an entry because the table was
             /// full or contended (stateless Maglev fallback, M15): every packet
             /// of such a flow tries again, and counts again.
@@ -379,6 +394,22 @@ counters! {
             /// them, or the outbox to the workers was full).
             nbr_send_failed: stats " (failed {})",
                 metric "neighbour_frames_failed_total" "ARP/NDP requests and announcements that could not be sent.";
+        ];
+        /// The worker loop's own work (per-worker metrics; not in `stats`).
+        const LOOP = [
+            /// Passes over the worker's ports.
+            polls: stats "{} polls",
+                metric "polls_total" "Passes over the worker's receive queues.";
+            /// Passes that received nothing.
+            idle_polls: stats " ({} idle)",
+                metric "idle_polls_total" "Passes over the worker's receive queues that received nothing.";
+            /// Receive bursts that returned packets.
+            rx_bursts: stats ", {} bursts",
+                metric "rx_bursts_total" "Receive bursts that returned at least one packet (burst fill = rx packets / (bursts x burst size)).";
+            /// Clock ticks (TSC cycles in the daemon) spent in passes that
+            /// received packets.
+            busy_cycles: stats ", {} busy cycles",
+                metric "busy_cycles_total" "TSC cycles spent in passes that received packets (per packet: divide by rx packets).";
         ];
         fields {
             /// Drops by reason, indexed by `DropReason as usize`.
@@ -532,6 +563,12 @@ mod tests {
             nbr_sightings_lost: 44,
             nbr_sent: 45,
             nbr_send_failed: 46,
+            from_host_dropped: 50,
+            tx_packets: 51,
+            polls: 52,
+            idle_polls: 53,
+            rx_bursts: 54,
+            busy_cycles: 55,
             drops: std::array::from_fn(|i| 100 + i as u64),
             children: vec![
                 ChildCounters {
@@ -557,7 +594,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; mtu exceeded forwarded {}; gateway returned {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {} (dropped without data port {}); tx {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; mtu exceeded forwarded {}; gateway returned {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -567,6 +604,8 @@ mod tests {
             c.to_host,
             c.host_dropped,
             c.from_host,
+            c.from_host_dropped,
+            c.tx_packets,
             c.tx_dropped,
             c.decap_ipip,
             c.decap_gre,
@@ -647,8 +686,14 @@ mod tests {
                 ("rx_packets_total", c.rx_packets),
                 ("rx_bytes_total", c.rx_bytes),
                 ("forwarded_packets_total", c.forwarded),
+                ("arp_replies_total", c.arp_replies),
+                ("nd_replies_total", c.nd_replies),
+                ("no_backend_resets_total", c.no_backend_resets),
                 ("to_host_packets_total", c.to_host),
+                ("to_host_dropped_packets_total", c.host_dropped),
                 ("from_host_packets_total", c.from_host),
+                ("from_host_dropped_packets_total", c.from_host_dropped),
+                ("tx_packets_total", c.tx_packets),
                 ("tx_dropped_packets_total", c.tx_dropped),
                 ("decap_ipip_packets_total", c.decap_ipip),
                 ("decap_gre_packets_total", c.decap_gre),
@@ -658,6 +703,9 @@ mod tests {
                 ("mtu_exceeded_forwarded_total", c.mtu_exceeded_forwarded),
                 ("gateway_returned_packets_total", c.gateway_returned),
                 ("flows_new_total", c.new_flows),
+                ("flow_hits_total", c.flow_hits),
+                ("flow_races_total", c.flow_races),
+                ("flows_rescheduled_total", c.flows_rescheduled),
                 ("flows_stateless_total", c.stateless),
                 ("flows_over_budget_total", c.over_budget),
                 ("flow_sync_queued_total", c.sync_queued),

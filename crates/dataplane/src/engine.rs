@@ -184,6 +184,7 @@ impl<B: PacketBurst> Engine<B> {
                 continue;
             }
             received += n;
+            self.worker.counters.rx_bursts += 1;
             let (tx, counters) = (&mut self.tx, &mut self.worker.counters);
             let (host, backend) = (self.routes.host(p), self.routes.backend);
             if let HostPath::FromHost(data_port) = host {
@@ -194,7 +195,7 @@ impl<B: PacketBurst> Engine<B> {
                     Some(out) => self
                         .rx
                         .drain_each(|_, m| push(tx, out, m, &mut counters.tx_dropped)),
-                    None => self.rx.drain_each(|_, _| counters.host_dropped += 1),
+                    None => self.rx.drain_each(|_, _| counters.from_host_dropped += 1),
                 }
             } else {
                 let Some(verdicts) = self.verdicts.get_mut(..n) else {
@@ -213,7 +214,9 @@ impl<B: PacketBurst> Engine<B> {
                 if let Some(b) = backend
                     && verdicts.iter().all(|v| *v == Verdict::Forward)
                 {
-                    counters.tx_dropped += io.tx_burst(b, &mut self.rx) as u64;
+                    let (n, dropped) = (self.rx.len(), io.tx_burst(b, &mut self.rx));
+                    counters.tx_dropped += dropped as u64;
+                    counters.tx_packets += n.saturating_sub(dropped) as u64;
                     continue;
                 }
                 let readdress = readdress(host, p, &snap.local);
@@ -245,7 +248,10 @@ impl<B: PacketBurst> Engine<B> {
             // holds more than one RX burst's worth.
             for (q, burst) in self.tx.iter_mut().enumerate() {
                 if !burst.is_empty() {
-                    self.worker.counters.tx_dropped += io.tx_burst(q, burst) as u64;
+                    let (n, dropped) = (burst.len(), io.tx_burst(q, burst));
+                    let counters = &mut self.worker.counters;
+                    counters.tx_dropped += dropped as u64;
+                    counters.tx_packets += n.saturating_sub(dropped) as u64;
                 }
             }
         }

@@ -161,6 +161,9 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
         let shared = self.shared;
         let using = shared.using.get(self.index);
         let mut last_publish = self.clock.ticks();
+        // The end of the previous pass: one clock read a pass paces the
+        // publishing and measures how long passes that received took.
+        let mut pass_start = last_publish;
         let mut generation = NOT_RUNNING;
         engine
             .worker
@@ -183,6 +186,14 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
             };
             engine.send_queued(io, &shared.neighbours);
             let t = self.clock.ticks();
+            let c = &mut engine.worker.counters;
+            c.polls += 1;
+            if received == 0 {
+                c.idle_polls += 1;
+            } else {
+                c.busy_cycles += t.wrapping_sub(pass_start);
+            }
+            pass_start = t;
             if t.wrapping_sub(last_publish) >= self.publish_every {
                 last_publish = t;
                 // Never waits: the management core reading the slot just
