@@ -263,6 +263,26 @@ pub fn counters(x: &mut Exposition, c: &WorkerCounters, compiled: &Compiled) {
             );
         }
     }
+    // Only the reasons a child rule has seen: a sample per rule and reason
+    // would be thousands of zeros on a large configuration.
+    x.counter(
+        "rule_drops_by_reason_total",
+        "A child rule's drops by reason (no_backend also when answered with a reset, too_big also when answered with ICMP); reasons not seen have no sample.",
+        compiled
+            .children
+            .iter()
+            .zip(&c.children)
+            .flat_map(|(child, cc)| {
+                DropReason::ALL.into_iter().filter_map(|r| {
+                    let n = cc.drop_reasons[r as usize];
+                    (n > 0).then(|| {
+                        let mut l = label("rule", &child.name);
+                        l.push(("reason", r.name().to_owned()));
+                        (l, n)
+                    })
+                })
+            }),
+    );
 }
 
 /// Per worker (label `worker`, its index): each counter of the traffic,
@@ -1161,6 +1181,7 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         for (i, cc) in c.children.iter_mut().enumerate() {
             cc.packets = 10 + i as u64;
         }
+        c.children[1].drop_reasons[DropReason::NoBackend as usize] = 4;
         let mut x = Exposition::new();
         counters(&mut x, &c, &compiled);
         let out = x.text();
@@ -1168,9 +1189,14 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             "spillway_rule_packets_total{rule=\"web-ag0\"} 10\n",
             "spillway_rule_packets_total{rule=\"web-ag1\"} 11\n",
             "spillway_rule_new_flows_total{rule=\"web-ag1\"} 0\n",
+            "spillway_rule_drops_by_reason_total{rule=\"web-ag1\",reason=\"no_backend\"} 4\n",
         ] {
             assert!(out.contains(line), "{line}{out}");
         }
+        assert!(
+            !out.contains("spillway_rule_drops_by_reason_total{rule=\"web-ag0\""),
+            "no zero samples: {out}"
+        );
     }
 
     #[test]

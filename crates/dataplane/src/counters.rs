@@ -257,7 +257,12 @@ counters! {
             drops: stats " {} drops", replay ", {} drops",
                 metric "rule_dropped_packets_total" "Packets dropped after matching, per child rule.";
         ];
-        fields {}
+        fields {
+            /// Its drops by reason, indexed by `DropReason as usize`
+            /// (`no_backend` also when answered with a reset, `too_big`
+            /// also when answered with ICMP).
+            pub drop_reasons: [u64; DropReason::ALL.len()],
+        }
     }
 }
 
@@ -427,6 +432,9 @@ impl ChildCounters {
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &ChildCounters) {
         self.add_counters(other);
+        for (t, d) in self.drop_reasons.iter_mut().zip(&other.drop_reasons) {
+            *t += d;
+        }
     }
 }
 
@@ -576,12 +584,14 @@ mod tests {
                     bytes: 22,
                     new_flows: 23,
                     drops: 24,
+                    drop_reasons: [0; DropReason::ALL.len()],
                 },
                 ChildCounters {
                     packets: 31,
                     bytes: 32,
                     new_flows: 33,
                     drops: 34,
+                    drop_reasons: [0; DropReason::ALL.len()],
                 },
             ],
             backend_packets: vec![41, 42, 43],

@@ -796,7 +796,10 @@ fn without_eligible_backends_new_flows_are_dropped_and_counted() {
         .iter()
         .position(|ch| ch.name == "web-ag0")
         .expect("child");
-    assert_eq!(lab.worker.counters.children[web].drops, 1);
+    let cc = &lab.worker.counters.children[web];
+    assert_eq!(cc.drops, 1);
+    assert_eq!(cc.drop_reasons[DropReason::NoBackend as usize], 1);
+    assert_eq!(cc.drop_reasons.iter().sum::<u64>(), 1, "one reason");
 }
 
 #[test]
@@ -1607,6 +1610,11 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
     // Child rules count every one of their packets that reached no backend,
     // answered or not.
     assert_eq!(c.children[child(&lab, "web-ag0")].drops, 6);
+    assert_eq!(
+        c.children[child(&lab, "web-ag0")].drop_reasons[DropReason::NoBackend as usize],
+        6,
+        "a reset answer counts under no_backend"
+    );
     assert_eq!(c.children[child(&lab, "web6-ag0")].drops, 2);
     assert_eq!(c.children[child(&lab, "dns-ag0")].drops, 1);
 }

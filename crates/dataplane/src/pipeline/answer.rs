@@ -118,7 +118,7 @@ impl Worker {
                 return None;
             }
         }
-        self.child_drop(p.child);
+        self.child_drop(p.child, DropReason::TooBig);
         if self.too_big_tick != Some(now) {
             self.too_big_tick = Some(now);
             self.too_big_left = snap.too_big_budget;

@@ -83,15 +83,18 @@ impl Worker {
                 Outcome::Forward
             }
             Err(reason) => {
-                self.child_drop(child);
+                self.child_drop(child, reason);
                 Outcome::Drop(reason)
             }
         }
     }
 
-    pub(super) fn child_drop(&mut self, child: usize) {
+    /// Counts a drop (or an answer instead of a delivery) for child rule
+    /// `child`, by reason.
+    pub(super) fn child_drop(&mut self, child: usize, reason: DropReason) {
         if let Some(c) = self.counters.children.get_mut(child) {
             c.drops += 1;
+            c.drop_reasons[reason as usize] += 1;
         }
     }
 

@@ -130,7 +130,7 @@ impl Worker {
         let Some((slot, cookie)) = chosen else {
             // The client's packet reaches no backend either way: its child
             // rule counts a drop, whether or not it is answered.
-            self.child_drop(p.child);
+            self.child_drop(p.child, DropReason::NoBackend);
             return (
                 no_backend(self.reply_mac(snap), plan, pkt, answerable(p)),
                 wrote,
@@ -139,7 +139,7 @@ impl Worker {
         if p.tunnelled && snap.backends.get(slot as usize).is_some_and(|be| be.remote) {
             // Tunnelled to us by a peer and bound for another node again:
             // a loop between nodes spilling over to each other (M49).
-            self.child_drop(p.child);
+            self.child_drop(p.child, DropReason::TunnelLoop);
             return (Outcome::Drop(DropReason::TunnelLoop), wrote);
         }
         if let Some(be) = snap.backends.get(slot as usize)
