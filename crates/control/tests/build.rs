@@ -92,7 +92,9 @@ fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
         "the running snapshot stays"
     );
     assert!(
-        mgr.status().to_string().contains("building 1 Maglev table(s)"),
+        mgr.status()
+            .to_string()
+            .contains("building 1 Maglev table(s)"),
         "{}",
         mgr.status()
     );
