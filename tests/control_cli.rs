@@ -439,6 +439,16 @@ fn every_control_command_answers_for_people_and_in_json() {
         "{}",
         show(&o)
     );
+    // A zone named `json` is a name, not the flag.
+    let (ok, v) = json(s, &["drain", "zone", "json"]);
+    assert!(!ok);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown zone \"json\""),
+        "{v}"
+    );
     // Refused by the client already: the same JSON error.
     let (ok, v) = json(s, &["drain", "zone", "a\"b"]);
     assert!(

@@ -320,12 +320,19 @@ pub enum Request {
 /// The commands, as an unknown one's error lists them.
 const COMMANDS: &str = "status, stats, flows, simulate, reload [--force], drain|undrain node|zone|region NAME; any followed by json";
 
-/// `line` without a last word `json`, and whether it had one.
+/// `line` without a last word `json`, and whether it had one. In `drain
+/// zone json` the word is the zone's name: a drain's third word is never
+/// the flag.
 pub fn strip_json(line: &str) -> (&str, bool) {
     let line = line.trim();
     match line.rsplit_once(char::is_whitespace) {
-        Some((rest, "json")) => (rest.trim_end(), true),
-        _ => (line, line == "json"),
+        Some((rest, "json"))
+            if !(matches!(rest.split_whitespace().next(), Some("drain" | "undrain"))
+                && rest.split_whitespace().count() < 3) =>
+        {
+            (rest.trim_end(), true)
+        }
+        _ => (line, false),
     }
 }
 
@@ -547,7 +554,12 @@ pub(crate) mod tests {
         assert_eq!(strip_json(" status json "), ("status", true));
         assert_eq!(strip_json("flows limit=3  json"), ("flows limit=3", true));
         assert_eq!(strip_json("status"), ("status", false));
-        assert_eq!(strip_json("drain node json"), ("drain node", true));
+        assert_eq!(strip_json("drain node json"), ("drain node json", false));
+        assert_eq!(
+            strip_json("drain node json json"),
+            ("drain node json", true)
+        );
+        assert_eq!(strip_json("json"), ("json", false));
         assert_eq!(strip_json("drain node jsonx"), ("drain node jsonx", false));
         assert_eq!(
             Request::parse("simulate src=192.0.2.1"),
