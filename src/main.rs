@@ -37,8 +37,8 @@ enum Command {
     Replay(replay::Args),
     /// Show a running daemon's state (over its control socket).
     Status(run::ClientArgs),
-    /// Show a running daemon's counters.
-    Stats(run::ClientArgs),
+    /// Show a running daemon's counters, with rates.
+    Stats(run::StatsArgs),
     /// List a running daemon's flow-table entries.
     Flows(run::FlowsArgs),
     /// Ask a running daemon which rule, service and backend a flow would
@@ -74,13 +74,6 @@ fn long_version() -> String {
     )
 }
 
-fn exit(r: anyhow::Result<ExitCode>) -> ExitCode {
-    r.unwrap_or_else(|e| {
-        eprintln!("spillway: error: {e:#}");
-        ExitCode::FAILURE
-    })
-}
-
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
@@ -91,20 +84,26 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::CheckConfig(args) => return check_config::run(&args),
         Command::Replay(args) => replay::run(&args),
-        Command::Status(args) => return exit(run::client("status", &args)),
-        Command::Stats(args) => return exit(run::client("stats", &args)),
-        Command::Flows(args) => return exit(run::flows(&args)),
-        Command::Simulate(args) => return exit(run::simulate(&args)),
+        Command::Status(args) => {
+            return run::client_exit(args.json, run::client("status", &args));
+        }
+        Command::Stats(args) => return run::client_exit(args.daemon.json, run::stats(&args)),
+        Command::Flows(args) => return run::client_exit(args.daemon.json, run::flows(&args)),
+        Command::Simulate(args) => {
+            return run::client_exit(args.daemon.json, run::simulate(&args));
+        }
         Command::Reload(args) => {
             let command = if args.force {
                 "reload --force"
             } else {
                 "reload"
             };
-            return exit(run::client(command, &args.client));
+            return run::client_exit(args.client.json, run::client(command, &args.client));
         }
-        Command::Drain(args) => return exit(run::drain(true, &args)),
-        Command::Undrain(args) => return exit(run::drain(false, &args)),
+        Command::Drain(args) => return run::client_exit(args.daemon.json, run::drain(true, &args)),
+        Command::Undrain(args) => {
+            return run::client_exit(args.daemon.json, run::drain(false, &args));
+        }
         Command::BirdConfig(args) => bird_config::run(&args),
     };
     match result {

@@ -263,9 +263,9 @@ fn worker(
     .run(&mut engine, &mut io);
 }
 
-/// `spillway status|stats|reload`: ask the running daemon.
-pub fn client(command: &str, args: &ClientArgs) -> Result<std::process::ExitCode> {
-    let socket = match (&args.socket, &args.config) {
+/// The control socket `args` name.
+fn socket_of(args: &ClientArgs) -> Result<PathBuf> {
+    Ok(match (&args.socket, &args.config) {
         (Some(s), _) => s.clone(),
         (None, Some(c)) => {
             config::load(c)
@@ -276,19 +276,58 @@ pub fn client(command: &str, args: &ClientArgs) -> Result<std::process::ExitCode
                 .socket
         }
         (None, None) => PathBuf::from("/run/spillway/control.sock"),
+    })
+}
+
+/// Sends `command` (with the word `json` after it under `--json`); whether
+/// the daemon said ok, and its answer.
+fn ask(command: &str, args: &ClientArgs) -> Result<(bool, String)> {
+    let socket = socket_of(args)?;
+    let command = if args.json {
+        format!("{command} json")
+    } else {
+        command.to_owned()
     };
-    let (ok, text) = control::socket::request(&socket, command).with_context(|| {
+    control::socket::request(&socket, &command).with_context(|| {
         format!(
             "cannot reach spillway at {} (is it running?)",
             socket.display()
         )
-    })?;
+    })
+}
+
+/// `spillway status|stats|reload|…`: asks the running daemon and prints its
+/// answer (an error on stderr, or under `--json` on stdout as the JSON
+/// object it is).
+pub fn client(command: &str, args: &ClientArgs) -> Result<std::process::ExitCode> {
+    let (ok, text) = ask(command, args)?;
     if ok {
         print!("{text}");
         Ok(std::process::ExitCode::SUCCESS)
     } else {
-        eprint!("{text}");
+        if args.json {
+            print!("{text}");
+        } else {
+            eprint!("{text}");
+        }
         Ok(std::process::ExitCode::FAILURE)
+    }
+}
+
+/// A client command's error before or instead of an answer (bad
+/// arguments, no daemon): under `--json`, `{"ok": false, "error": …}` on
+/// stdout; else on stderr.
+pub fn client_exit(json: bool, r: Result<std::process::ExitCode>) -> std::process::ExitCode {
+    match r {
+        Ok(code) => code,
+        Err(e) if json => {
+            print!("{}", control::report::json_error(&format!("{e:#}")));
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("spillway: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 
@@ -300,6 +339,57 @@ pub struct ClientArgs {
     /// Read the control socket path from this configuration file.
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Answer with one JSON object, `"ok": true` or `"ok": false` with an
+    /// `"error"` (field names: docs/operating.md, "Inspecting").
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `spillway stats` arguments.
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub daemon: ClientArgs,
+    /// Ask again every SECS seconds (default 2) until interrupted: on a
+    /// terminal the screen is redrawn, otherwise each answer follows the
+    /// last (under --json: one JSON object a line).
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+    watch: Option<f64>,
+}
+
+/// `spillway stats [--watch [SECS]]`.
+pub fn stats(args: &StatsArgs) -> Result<std::process::ExitCode> {
+    use std::io::{IsTerminal, Write};
+    let Some(every) = args.watch else {
+        return client("stats", &args.daemon);
+    };
+    if !(0.1..=86400.0).contains(&every) {
+        bail!("--watch {every}: between 0.1 and 86400 seconds");
+    }
+    let redraw = std::io::stdout().is_terminal() && !args.daemon.json;
+    loop {
+        let (ok, text) = ask("stats", &args.daemon)?;
+        let mut out = std::io::stdout().lock();
+        if redraw {
+            // Cursor home, clear the screen: the next answer replaces it.
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        if !ok {
+            if args.daemon.json {
+                write!(out, "{text}")?;
+            } else {
+                eprint!("{text}");
+            }
+            return Ok(std::process::ExitCode::FAILURE);
+        }
+        write!(out, "{text}")?;
+        if !redraw && !args.daemon.json {
+            writeln!(out)?;
+        }
+        out.flush()?;
+        drop(out);
+        std::thread::sleep(std::time::Duration::from_secs_f64(every));
+    }
 }
 
 /// `spillway reload` arguments.
@@ -318,7 +408,7 @@ pub struct ReloadArgs {
 #[derive(clap::Args, Debug)]
 pub struct FlowsArgs {
     #[command(flatten)]
-    daemon: ClientArgs,
+    pub daemon: ClientArgs,
     /// Only flows to this VIP.
     #[arg(long)]
     vip: Option<std::net::IpAddr>,
@@ -331,6 +421,12 @@ pub struct FlowsArgs {
     /// Only flows of this backend service.
     #[arg(long)]
     service: Option<String>,
+    /// Only flows of this protocol: tcp, udp, icmp, icmpv6 or a number.
+    #[arg(long, value_parser = control::simulate::parse_proto)]
+    proto: Option<u8>,
+    /// Only entries in this state.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(control::flows::STATES))]
+    state: Option<String>,
     /// List at most this many entries (all matches are counted).
     #[arg(long, default_value_t = control::flows::DEFAULT_LIMIT)]
     limit: usize,
@@ -348,6 +444,11 @@ pub fn flows(args: &FlowsArgs) -> Result<std::process::ExitCode> {
         client: args.client,
         backend: args.backend,
         service: args.service.clone(),
+        proto: args.proto,
+        state: args
+            .state
+            .as_deref()
+            .and_then(|s| control::flows::STATES.into_iter().find(|x| *x == s)),
         limit: args.limit,
     };
     client(&q.to_command(), &args.daemon)
@@ -357,7 +458,7 @@ pub fn flows(args: &FlowsArgs) -> Result<std::process::ExitCode> {
 #[derive(clap::Args, Debug)]
 pub struct SimulateArgs {
     #[command(flatten)]
-    daemon: ClientArgs,
+    pub daemon: ClientArgs,
     /// The client's address.
     #[arg(long)]
     src: std::net::IpAddr,
@@ -377,9 +478,6 @@ pub struct SimulateArgs {
     /// connection's SYN.
     #[arg(long)]
     established: bool,
-    /// Answer in JSON (field names: docs/operating.md, "Simulating a flow").
-    #[arg(long)]
-    json: bool,
 }
 
 /// `spillway simulate`: asks the daemon how it would take a flow.
@@ -393,9 +491,6 @@ pub fn simulate(args: &SimulateArgs) -> Result<std::process::ExitCode> {
     }
     if args.established {
         words += " established";
-    }
-    if args.json {
-        words += " json";
     }
     // Checked here too, so that a mistake is told before the daemon is asked.
     let q = control::simulate::SimQuery::parse(&words).map_err(|e| anyhow::anyhow!(e))?;
@@ -422,7 +517,7 @@ pub struct DrainArgs {
     /// Its name, as the configuration writes it.
     name: String,
     #[command(flatten)]
-    daemon: ClientArgs,
+    pub daemon: ClientArgs,
 }
 
 /// `spillway drain|undrain`: asks the daemon.

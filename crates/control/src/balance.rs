@@ -7,7 +7,6 @@
 //! log lines are [`Output::Log`]s.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use config::Compiled;
@@ -402,86 +401,112 @@ impl Balance {
         health::aggregate(&states, policy)
     }
 
-    /// Status lines: per service and region, health, shares, capacity; per
-    /// rule, its exported state.
-    pub fn status(&self, compiled: &Compiled) -> String {
-        let mut out = String::new();
+    /// Its part of `status`: per service and region, health, shares,
+    /// capacity (merged into `services` by name, a service the live
+    /// snapshot lacks added); per rule, its exported state; the remote
+    /// rules and the probed endpoints.
+    pub fn status(&self, compiled: &Compiled, st: &mut crate::report::Status) {
+        use crate::report;
         for (svc, plan) in compiled.services.iter().zip(&self.plans) {
             let Some(plan) = plan else { continue };
-            let _ = writeln!(
-                out,
-                "service {}: health {:?}, eligibility {:?}{}{}",
-                svc.name,
-                plan.health,
-                plan.eligibility,
-                if plan.degraded { ", degraded" } else { "" },
-                if plan.overloaded { ", overloaded" } else { "" }
-            );
-            for r in &plan.status {
-                let _ = writeln!(
-                    out,
-                    "  region {}: {:?}, {} endpoints ({} healthy, {} unknown, {} eligible), load {:.0} pps of capacity {}, new flows {:.1} %",
-                    compiled
+            let regions = plan
+                .status
+                .iter()
+                .map(|r| report::Region {
+                    name: compiled
                         .regions
                         .get(r.region.index())
-                        .map_or("?", String::as_str),
-                    r.health,
-                    r.endpoints,
-                    r.healthy,
-                    r.unknown,
-                    r.eligible,
-                    r.load,
-                    if r.capacity.is_finite() {
-                        format!("{:.0} pps", r.capacity)
-                    } else {
-                        "unlimited".into()
-                    },
-                    r.fraction * 100.0
-                );
+                        .map_or("?", String::as_str)
+                        .to_owned(),
+                    health: format!("{:?}", r.health),
+                    endpoints: r.endpoints,
+                    healthy: r.healthy,
+                    unknown: r.unknown,
+                    eligible: r.eligible,
+                    load_pps: r.load,
+                    capacity_pps: r.capacity.is_finite().then_some(r.capacity),
+                    new_flows_fraction: r.fraction,
+                })
+                .collect();
+            let i = match st.services.iter().position(|s| s.name == svc.name) {
+                Some(i) => i,
+                None => {
+                    st.services.push(report::Service {
+                        name: svc.name.clone(),
+                        delivery: svc.delivery.to_string(),
+                        eligible_backends: None,
+                        health: None,
+                        eligibility: None,
+                        degraded: false,
+                        overloaded: false,
+                        regions: Vec::new(),
+                    });
+                    st.services.len() - 1
+                }
+            };
+            if let Some(s) = st.services.get_mut(i) {
+                s.health = Some(format!("{:?}", plan.health));
+                s.eligibility = Some(format!("{:?}", plan.eligibility));
+                s.degraded = plan.degraded;
+                s.overloaded = plan.overloaded;
+                s.regions = regions;
             }
         }
-        for name in &self.drain_ignored {
-            let _ = writeln!(
-                out,
-                "service {name}: every group is in a drained zone or region; the drain is not applied to it"
-            );
-        }
-        for (rule, state) in self.rule_states(compiled) {
-            let _ = writeln!(out, "rule {rule}: {state}");
-        }
+        st.drain_ignored = self.drain_ignored.clone();
+        st.rules = self
+            .rule_states(compiled)
+            .into_iter()
+            .zip(&compiled.rules)
+            .map(|((name, state), r)| report::Rule {
+                name,
+                state: state.to_string(),
+                service: compiled
+                    .services
+                    .get(r.service.index())
+                    .map_or("?", |s| s.name.as_str())
+                    .to_owned(),
+                vips: r
+                    .children
+                    .iter()
+                    .filter_map(|c| compiled.children.get(c.index()))
+                    .map(|c| report::RuleVip {
+                        vip: c.vip,
+                        child_rule: c.name.clone(),
+                        availability_group: c.availability_group,
+                        served: c.served,
+                        bgp: None,
+                    })
+                    .collect(),
+            })
+            .collect();
         for (ep, key) in compiled.endpoints.iter().zip(&self.remote_of) {
             if let Some(k) = key {
                 let state = self.remote_seen.get(k).copied().unwrap_or(State::Unknown);
-                let why = self.remote_why.get(k).map_or("", String::as_str);
-                let _ = writeln!(
-                    out,
-                    "  remote rule {} at {} (VIP {}): {state} ({})",
-                    k.rule,
-                    k.url,
-                    ep.address,
-                    if why.is_empty() { "no answer yet" } else { why }
-                );
+                let why = self.remote_why.get(k).filter(|w| !w.is_empty());
+                st.remote_rules.push(report::RemoteRule {
+                    rule: k.rule.clone(),
+                    url: k.url.clone(),
+                    vip: ep.address,
+                    state: state.to_string(),
+                    why: why.cloned(),
+                });
             }
         }
-        for s in &self.health.endpoints {
-            let _ = writeln!(
-                out,
-                "  health {}/{}: {} ({}){}; {} ok / {} failed probes, {} transitions",
-                s.service,
-                s.addr,
-                s.state,
-                if s.last_reason.is_empty() {
-                    "no probe yet"
-                } else {
-                    &s.last_reason
-                },
-                s.weight.map_or(String::new(), |w| format!(", weight {w}")),
-                s.counters.probes_ok,
-                s.counters.probes_failed,
-                s.counters.transitions()
-            );
-        }
-        out
+        st.health = self
+            .health
+            .endpoints
+            .iter()
+            .map(|s| report::Health {
+                service: s.service.to_string(),
+                address: s.addr.to_string(),
+                state: s.state.to_string(),
+                reason: (!s.last_reason.is_empty()).then(|| s.last_reason.clone()),
+                weight: s.weight,
+                probes_ok: s.counters.probes_ok,
+                probes_failed: s.counters.probes_failed,
+                transitions: s.counters.transitions(),
+            })
+            .collect();
     }
 
     /// Every probed endpoint's latest status (metrics).

@@ -332,8 +332,8 @@ pub struct SpeakerStatus {
 }
 
 impl SpeakerStatus {
-    /// The `status` line.
-    pub fn line(&self) -> String {
+    /// Its part of `status` (the `bgp speaker bird at …` line).
+    pub fn report(&self) -> crate::report::Speaker {
         let state = match self.reachable {
             None => "not tried yet".to_owned(),
             Some(true) if self.in_sync => "reachable, up to date".to_owned(),
@@ -344,13 +344,16 @@ impl SpeakerStatus {
                 RETRY.as_secs()
             ),
         };
-        format!(
-            "bgp speaker bird at {}: {state}; {} updates, {} failures; {} VIPs in the routes file\n",
-            self.socket.display(),
-            self.updates,
-            self.failures,
-            self.announced.len()
-        )
+        crate::report::Speaker {
+            kind: "bird",
+            socket: self.socket.display().to_string(),
+            state,
+            reachable: self.reachable,
+            in_sync: self.in_sync,
+            updates: self.updates,
+            failures: self.failures,
+            routes_file_vips: self.announced.len(),
+        }
     }
 }
 
@@ -668,9 +671,9 @@ mod tests {
         wait_for(|| sp.status().failures > 0);
         assert_eq!(sp.status().reachable, Some(false));
         assert!(
-            sp.status().line().contains("UNREACHABLE"),
+            sp.status().report().state.contains("UNREACHABLE"),
             "{}",
-            sp.status().line()
+            sp.status().report().state
         );
         let configures = fake_bird(&sock, "0002-Reading configuration\n0003 Reconfigured\n");
         wait_for(|| sp.status().in_sync);

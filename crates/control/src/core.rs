@@ -150,10 +150,10 @@ pub enum Command {
 
 /// The core's answer to a [`Command`]: what it found or did, and
 /// ([`Answer::text`]) how the daemon words it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// The `status` report.
-    Status(String),
+    Status(Box<crate::report::Status>),
     /// Every forwarding rule's exported state, in configuration order.
     RuleStates(Vec<(String, Aggregate)>),
     /// What became of a reload: live, or waiting for large Maglev tables;
@@ -175,7 +175,7 @@ impl Answer {
     /// <STATE>` lines, what `remote_rule` groups read).
     pub fn text(&self) -> String {
         match self {
-            Answer::Status(s) => s.clone(),
+            Answer::Status(s) => s.to_string(),
             Answer::RuleStates(states) => states
                 .iter()
                 .map(|(rule, state)| format!("rule {rule} {state}\n"))
@@ -489,7 +489,7 @@ impl Core {
     pub fn command(&mut self, now: Duration, cmd: Command, probes: &mut dyn Probes) -> Answer {
         self.advance(now);
         match cmd {
-            Command::Status { flows } => Answer::Status(self.status(flows)),
+            Command::Status { flows } => Answer::Status(Box::new(self.status(flows))),
             Command::RuleStates => Answer::RuleStates(self.rule_states()),
             Command::Reload { loaded, force } => {
                 Answer::Reload(self.config_loaded(loaded, force, probes))
@@ -1107,115 +1107,152 @@ impl Core {
     }
 
     /// `spillway status`.
-    fn status(&self, flows: FlowUse) -> String {
+    fn status(&self, flows: FlowUse) -> crate::report::Status {
+        use crate::report;
         let snap = &self.live;
-        let mut out = format!(
-            "node {} (region {}, zone {})\nuptime {} s, snapshot generation {}, reloads {} ok / {} rejected\n",
-            self.compiled.node.name,
-            self.compiled
-                .regions
-                .get(self.compiled.node.region.index())
-                .map_or("?", String::as_str),
-            self.compiled
-                .zones
-                .get(self.compiled.node.zone.index())
-                .map_or("?", String::as_str),
-            self.tick_now(),
-            snap.generation,
-            self.reloads_ok,
-            self.reloads_failed
-        );
-        out += &format!(
-            "flow table: {} live of {} ({} half-open)\n",
-            flows.live, flows.capacity, flows.half_open
-        );
-        if let Some(p) = &self.pending {
-            out += &format!(
-                "building {} Maglev table(s), {} slots, for the next generation: {:.1} s so far (generation {} stays live meanwhile)\n",
-                p.tables,
-                p.slots,
-                self.now.saturating_sub(p.started).as_secs_f64(),
-                snap.generation
-            );
-        }
-        // The live snapshot's own configuration names its services (a
-        // reloaded one may still be waiting for its tables).
-        for (svc, plan) in snap.compiled.services.iter().zip(&snap.services) {
-            let eligible = plan.eligible_slots().len();
-            out += &format!(
-                "service {}: {} ({eligible} eligible backends)\n",
-                svc.name, svc.delivery
-            );
-        }
-        for (i, b) in snap.backends.iter().enumerate() {
-            // M47: its next hop has no MAC: no new flows, its packets dropped.
-            let unresolved = if b.mac == [0; 6] && b.state != BackendState::Removed {
-                ", ineligible (neighbour unresolved)"
-            } else {
-                ""
-            };
-            out += &format!("  backend {i}: {} {:?}{unresolved}\n", b.addr, b.state);
-        }
-        for g in &snap.gateways {
+        let name = |v: &[String], i: usize| v.get(i).map_or("?", String::as_str).to_owned();
+        let mut st = report::Status {
+            node: self.compiled.node.name.clone(),
+            region: name(&self.compiled.regions, self.compiled.node.region.index()),
+            zone: name(&self.compiled.zones, self.compiled.node.zone.index()),
+            availability_group: self.compiled.node.availability_group,
+            uptime_s: self.tick_now(),
+            generation: snap.generation,
+            reloads_ok: self.reloads_ok,
+            reloads_rejected: self.reloads_failed,
+            flow_table: report::FlowTable {
+                live: flows.live,
+                capacity: flows.capacity,
+                half_open: flows.half_open,
+            },
+            building: self.pending.as_ref().map(|p| report::Building {
+                tables: p.tables,
+                slots: p.slots,
+                seconds: self.now.saturating_sub(p.started).as_secs_f64(),
+            }),
+            rules: Vec::new(),
+            // The live snapshot's own configuration names its services (a
+            // reloaded one may still be waiting for its tables).
+            services: snap
+                .compiled
+                .services
+                .iter()
+                .zip(&snap.services)
+                .map(|(svc, plan)| report::Service {
+                    name: svc.name.clone(),
+                    delivery: svc.delivery.to_string(),
+                    eligible_backends: Some(plan.eligible_slots().len()),
+                    health: None,
+                    eligibility: None,
+                    degraded: false,
+                    overloaded: false,
+                    regions: Vec::new(),
+                })
+                .collect(),
+            drain_ignored: Vec::new(),
+            backends: snap
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let (state, until) = match b.state {
+                        BackendState::Active => ("active", None),
+                        BackendState::Unhealthy { until } => ("unhealthy", Some(until)),
+                        BackendState::Draining { until } => ("draining", Some(until)),
+                        BackendState::Removed => ("removed", None),
+                    };
+                    report::Backend {
+                        index: i,
+                        address: b.addr,
+                        state,
+                        until,
+                        // M47: its next hop has no MAC: no new flows, its
+                        // packets dropped.
+                        neighbour_resolved: b.mac != [0; 6] || b.state == BackendState::Removed,
+                    }
+                })
+                .collect(),
             // M31: an unresolved endpoint's traffic is not recognised.
-            let state = if g.mac == [0; 6] {
-                "unresolved, its traffic is not taken".to_owned()
-            } else {
-                format!("from {}", mac_text(g.mac))
-            };
-            out += &format!(
-                "gateway endpoint {} (id {:#x}, rule {}) on port {}: {state}\n",
-                g.address,
-                g.id,
-                snap.compiled
-                    .children
-                    .get(g.child)
-                    .map_or("?", |c| c.name.as_str()),
-                g.port
-            );
-        }
-        for e in self.neighbours.entries() {
-            out += &format!(
-                "neighbour {} on port {}: {}{}\n",
-                e.hop.addr,
-                e.hop.port,
-                e.state.name(),
-                e.mac
-                    .map(|m| format!(" {}", mac_text(m)))
-                    .unwrap_or_default()
-            );
-        }
+            gateways: snap
+                .gateways
+                .iter()
+                .map(|g| report::Gateway {
+                    address: g.address,
+                    id: g.id,
+                    rule: snap
+                        .compiled
+                        .children
+                        .get(g.child)
+                        .map_or("?", |c| c.name.as_str())
+                        .to_owned(),
+                    port: g.port,
+                    mac: (g.mac != [0; 6]).then(|| mac_text(g.mac)),
+                })
+                .collect(),
+            neighbours: self
+                .neighbours
+                .entries()
+                .iter()
+                .map(|e| report::Neighbour {
+                    address: e.hop.addr,
+                    port: e.hop.port,
+                    state: e.state.name(),
+                    mac: e.mac.map(mac_text),
+                })
+                .collect(),
+            neighbour_totals: None,
+            remote_rules: Vec::new(),
+            health: Vec::new(),
+            shutting_down_s: self
+                .shutdown_at
+                .map(|t| t.saturating_sub(self.now).as_secs_f64().ceil()),
+            drained: self
+                .drained
+                .iter()
+                .map(|(scope, name)| report::Drained {
+                    scope: scope.to_string(),
+                    name: name.to_string(),
+                })
+                .collect(),
+            flow_sync: self.sync.as_ref().map(crate::sync::Sync::status),
+            bgp: None,
+            speaker: None,
+            last_reload_error: self.last_error.clone(),
+        };
         let n = &self.neighbours;
         if !n.entries().is_empty() || n.ignored > 0 {
-            out += &format!(
-                "neighbours: {} resolved, {} failed, {} MAC changes, {} sightings of others ignored\n",
-                n.resolved_total, n.failed_total, n.mac_changes, n.ignored
-            );
+            st.neighbour_totals = Some(report::NeighbourTotals {
+                resolved: n.resolved_total,
+                failed: n.failed_total,
+                mac_changes: n.mac_changes,
+                ignored: n.ignored,
+            });
         }
-        if let Some(t) = self.shutdown_at {
-            out += &format!(
-                "shutting down, {} s left\n",
-                t.saturating_sub(self.now).as_secs_f64().ceil()
-            );
-        }
-        for (scope, name) in self.drained.iter() {
-            out += &format!("drained: {scope} {name}\n");
-        }
-        if let Some(s) = &self.sync {
-            out += &s.status_line();
-        }
-        out += &self.balance.status(&self.compiled);
+        self.balance.status(&self.compiled, &mut st);
         if let Some(d) = self.announcements.current() {
             let (up, down) = self.announcement_counts();
-            out += &format!("bgp: {up} announcements, {down} withdrawals since start\n");
-            for (vip, why) in d {
-                out += &format!("  VIP {vip}: {why}\n");
+            st.bgp = Some(report::Bgp {
+                announcements: up,
+                withdrawals: down,
+                vips: d
+                    .iter()
+                    .map(|(vip, why)| report::BgpVip {
+                        vip: *vip,
+                        announced: why.announced(),
+                        why: why.to_string(),
+                    })
+                    .collect(),
+            });
+            for v in st.rules.iter_mut().flat_map(|r| r.vips.iter_mut()) {
+                if v.served {
+                    v.bgp = d
+                        .iter()
+                        .find(|(a, _)| *a == v.vip)
+                        .map(|(_, w)| w.to_string());
+                }
             }
         }
-        if let Some(e) = &self.last_error {
-            out += &format!("last reload error:\n{e}\n");
-        }
-        out
+        st
     }
 
     /// When (core time) the last reload was accepted or refused.

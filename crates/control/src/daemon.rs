@@ -18,7 +18,7 @@ use health::{HealthChecker, HealthSnapshot};
 
 use crate::core::{Answer, BuiltTables, Command, Core, FlowUse, Output, Probes, Published};
 use crate::remote::{RemoteKey, RemotePoller};
-use crate::{Shared, StartError, flows, listen, metrics, socket};
+use crate::{Shared, StartError, flows, listen, metrics, report, socket};
 
 /// The probers of a running daemon: the health checker (no thread when no
 /// service has a health check) and the remote rule poller.
@@ -83,6 +83,8 @@ pub struct Manager {
     speaker: Option<crate::bird::Speaker>,
     /// The flow-sync socket (`[flow_sync] listen`, non-blocking; M36).
     sync_socket: Option<std::net::UdpSocket>,
+    /// The summed counters once a second, for the rates of `stats`.
+    rates: report::RateSampler,
 }
 
 /// What identifies a version of the configuration file.
@@ -220,6 +222,7 @@ impl Manager {
             drain_file: None,
             speaker,
             sync_socket,
+            rates: report::RateSampler::default(),
         };
         // What the core logged starting.
         mgr.pump();
@@ -448,6 +451,10 @@ impl Manager {
         let shared = &self.shared;
         let children = shared.snapshot.load().compiled.children.len();
         self.core.tick(now, || sum_published(shared, children));
+        let at = Instant::now();
+        if self.rates.due(at) {
+            self.rates.push(at, sum_published(shared, children));
+        }
         self.flow_sync(now);
         self.pump();
     }
@@ -495,33 +502,66 @@ impl Manager {
     }
 
     /// `spillway status`.
-    pub fn status(&mut self) -> String {
+    pub fn status(&mut self) -> report::Status {
         let flows = FlowUse::of(&self.shared.flows);
-        let mut out = self.command(Command::Status { flows }).text();
-        if let Some(sp) = &self.speaker {
-            out += &sp.status().line();
-        }
-        out
+        let mut st = match self.command(Command::Status { flows }) {
+            Answer::Status(st) => *st,
+            // The core answers `Status` with a status; never reached.
+            other => {
+                log::error!("status: the core answered {other:?}");
+                return report::Status::default();
+            }
+        };
+        st.speaker = self.speaker.as_ref().map(|sp| sp.status().report());
+        st
     }
 
-    /// One control-socket request: `ok` (or not) and the text for people.
-    /// `status` and `reload` are the core's to answer; `stats` and `flows`
-    /// are made of state the shell owns (counters, the flow table).
-    pub fn request(&mut self, r: socket::Request) -> (bool, String) {
+    /// One control-socket request: `ok` (or not) and the answer, for
+    /// people or (`json`) as one JSON object. `status` and `reload` are
+    /// the core's to answer; `stats` and `flows` are made of state the
+    /// shell owns (counters, the flow table).
+    pub fn request(&mut self, r: socket::Request, json: bool) -> (bool, String) {
+        fn ok<T: serde::Serialize + std::fmt::Display>(json: bool, a: &T) -> (bool, String) {
+            (
+                true,
+                if json {
+                    report::json_ok(a)
+                } else {
+                    a.to_string()
+                },
+            )
+        }
+        let err = |text: String| {
+            (
+                false,
+                if json {
+                    report::json_error(&text)
+                } else {
+                    text
+                },
+            )
+        };
         match r {
-            socket::Request::Status => (true, self.status()),
-            socket::Request::Reload { force } => {
-                let answer = Answer::Reload(self.reload_with(force));
-                (answer.ok(), answer.text())
-            }
-            socket::Request::Stats => (true, self.stats()),
-            socket::Request::Flows(q) => (true, self.flows(&q)),
-            socket::Request::Simulate(q) => (true, self.simulate(&q)),
+            socket::Request::Status => ok(json, &self.status()),
+            socket::Request::Reload { force } => match self.reload_with(force) {
+                Ok(p) => ok(json, &report::Reload::of(p)),
+                Err(e) => err(Answer::Reload(Err(e)).text()),
+            },
+            socket::Request::Stats => ok(json, &self.stats()),
+            socket::Request::Flows(q) => ok(json, &self.flows(&q)),
+            socket::Request::Simulate(q) => ok(json, &self.simulate(&q)),
             socket::Request::Drain { scope, name, on } => {
-                let answer = self.command(Command::Drain { scope, name, on });
-                let mut text = answer.text();
-                if answer.ok()
-                    && let Some(path) = &self.drain_file
+                let answer = self.command(Command::Drain {
+                    scope,
+                    name: name.clone(),
+                    on,
+                });
+                let message = match answer {
+                    Answer::Drain(Ok(t)) => t,
+                    other => return err(other.text()),
+                };
+                let mut warning = None;
+                if let Some(path) = &self.drain_file
                     && let Err(e) = crate::drain::save(path, self.core.drained())
                 {
                     let e = format!(
@@ -529,9 +569,18 @@ impl Manager {
                         path.display()
                     );
                     log::error!("{e}");
-                    text += &format!("warning: {e}\n");
+                    warning = Some(e);
                 }
-                (answer.ok(), text)
+                ok(
+                    json,
+                    &report::Drain {
+                        scope: scope.to_string(),
+                        drained: self.core.drained().contains(scope, &name),
+                        name,
+                        message,
+                        warning,
+                    },
+                )
             }
         }
     }
@@ -628,47 +677,47 @@ impl Manager {
     }
 
     /// `spillway stats`.
-    pub fn stats(&self) -> String {
+    pub fn stats(&self) -> report::Stats {
         let c = self.counters();
         let live = self.shared.snapshot.load().compiled.clone();
-        let mut out = c.stats(
-            self.sweep_stats.expired,
-            live.children.iter().map(|ch| ch.name.as_str()),
-        );
-        for l in self.listener_info() {
-            let c = l.counters.values();
-            let per_client = match l.limits.per_client {
-                Some(n) => format!(
-                    "{} refused per client (over {n} from one client); ",
-                    c.per_client_limit
-                ),
-                None => String::new(),
-            };
-            out += &format!(
-                "listener {}: {} answered; {} refused (over {} connections); {per_client}{} denied; {} timed out; {} oversized; {} bad; {} busy\n",
-                l.name,
-                c.answered,
-                c.refused,
-                l.limits.max_connections,
-                c.denied,
-                c.timed_out,
-                c.oversized,
-                c.bad,
-                c.busy
-            );
+        let listeners = self
+            .listener_info()
+            .iter()
+            .map(|l| {
+                let c = l.counters.values();
+                report::Listener {
+                    name: l.name.to_owned(),
+                    answered: c.answered,
+                    refused: c.refused,
+                    max_connections: l.limits.max_connections,
+                    per_client_refused: c.per_client_limit,
+                    per_client_limit: l.limits.per_client,
+                    denied: c.denied,
+                    timed_out: c.timed_out,
+                    oversized: c.oversized,
+                    bad: c.bad,
+                    busy: c.busy,
+                }
+            })
+            .collect();
+        report::Stats {
+            rates: self.rates.rates(Instant::now(), &c),
+            counters: c,
+            expired: self.sweep_stats.expired,
+            rules: live.children.iter().map(|ch| ch.name.clone()).collect(),
+            listeners,
         }
-        out
     }
 
     /// `spillway flows`: the connection table filtered by `q`.
-    pub fn flows(&self, q: &flows::FlowQuery) -> String {
+    pub fn flows(&self, q: &flows::FlowQuery) -> flows::FlowList {
         let snap = self.shared.snapshot.load();
         flows::list(q, &self.shared.flows, &snap, &snap.compiled, self.now())
     }
 
     /// `spillway simulate`: flow `q`'s decision from the live snapshot and
     /// the flow table, read only.
-    pub fn simulate(&self, q: &crate::simulate::SimQuery) -> String {
+    pub fn simulate(&self, q: &crate::simulate::SimQuery) -> crate::simulate::Report {
         let snap = self.shared.snapshot.load();
         crate::simulate::answer(
             q,

@@ -1,8 +1,9 @@
 //! `spillway flows`: the connection table, filtered, one line per entry.
 //!
 //! Query syntax (the control-socket command line): `flows` followed by any of
-//! `vip=ADDR`, `client=ADDR`, `backend=ADDR`, `service=NAME`, `limit=N`.
-//! Every filter must match. All matching entries are counted; at most
+//! `vip=ADDR`, `client=ADDR`, `backend=ADDR`, `service=NAME`,
+//! `proto=tcp|udp|icmp|icmpv6|N`, `state=STATE` (`half-open`,
+//! `established`, `fin`, `rst`, `open`), `limit=N`. Every filter must match. All matching entries are counted; at most
 //! `limit` (default 1000, at most [`MAX_LIMIT`]) are listed, so an answer
 //! stays bounded however large the table.
 
@@ -33,9 +34,19 @@ pub struct FlowQuery {
     pub backend: Option<IpAddr>,
     /// Only flows of this backend service.
     pub service: Option<String>,
+    /// Only flows of this IP protocol.
+    pub proto: Option<u8>,
+    /// Only entries in this state (one of [`STATES`]).
+    pub state: Option<&'static str>,
     /// At most this many lines.
     pub limit: usize,
 }
+
+/// The entry states `state=` takes, as listed.
+pub const STATES: [&str; 5] = ["half-open", "established", "fin", "rst", "open"];
+
+/// The filters, as an error lists them.
+const FILTERS: &str = "vip, client, backend, service, proto, state, limit";
 
 impl Default for FlowQuery {
     fn default() -> Self {
@@ -44,6 +55,8 @@ impl Default for FlowQuery {
             client: None,
             backend: None,
             service: None,
+            proto: None,
+            state: None,
             limit: DEFAULT_LIMIT,
         }
     }
@@ -54,9 +67,9 @@ impl FlowQuery {
     pub fn parse(words: &str) -> Result<FlowQuery, String> {
         let mut q = FlowQuery::default();
         for w in words.split_whitespace() {
-            let (k, v) = w.split_once('=').ok_or_else(|| {
-                format!("{w:?}: expected key=value (vip, client, backend, service, limit)")
-            })?;
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| format!("{w:?}: expected key=value ({FILTERS})"))?;
             let addr = || {
                 v.parse::<IpAddr>()
                     .map_err(|_| format!("{k}={v:?}: not an IP address"))
@@ -66,6 +79,13 @@ impl FlowQuery {
                 "client" => q.client = Some(addr()?),
                 "backend" => q.backend = Some(addr()?),
                 "service" => q.service = Some(v.to_owned()),
+                "proto" => q.proto = Some(crate::simulate::parse_proto(v)?),
+                "state" => {
+                    q.state =
+                        Some(STATES.into_iter().find(|s| *s == v).ok_or_else(|| {
+                            format!("state={v:?}: not one of {}", STATES.join(", "))
+                        })?);
+                }
                 "limit" => {
                     q.limit = v.parse().map_err(|_| format!("limit={v:?}: not a count"))?;
                     if q.limit > MAX_LIMIT {
@@ -75,9 +95,7 @@ impl FlowQuery {
                     }
                 }
                 _ => {
-                    return Err(format!(
-                        "unknown filter {k:?} (vip, client, backend, service, limit)"
-                    ));
+                    return Err(format!("unknown filter {k:?} ({FILTERS})"));
                 }
             }
         }
@@ -99,22 +117,72 @@ impl FlowQuery {
         if let Some(s) = &self.service {
             let _ = write!(c, " service={s}");
         }
+        if let Some(p) = self.proto {
+            let _ = write!(c, " proto={p}");
+        }
+        if let Some(s) = self.state {
+            let _ = write!(c, " state={s}");
+        }
         let _ = write!(c, " limit={}", self.limit);
         c
     }
 }
 
-/// Lists the entries of `flows` matching `q`, newest state first per slot
-/// order, with a summary line.
+/// `spillway flows`' answer: the entries listed and how many matched.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FlowList {
+    /// Entries matching the filters.
+    pub matched: usize,
+    /// Live entries scanned.
+    pub live: usize,
+    /// The entries listed (at most the limit).
+    pub flows: Vec<Flow>,
+}
+
+/// One flow-table entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Flow {
+    /// `tcp`, `udp`, `icmp`, `icmpv6`, `gre`, `esp`, `ip` (another
+    /// protocol) or `any` (a 2-tuple entry).
+    pub proto: &'static str,
+    /// The client's address.
+    pub client: IpAddr,
+    /// Its port (`null` unless a 5-tuple entry).
+    pub client_port: Option<u16>,
+    /// The VIP.
+    pub vip: IpAddr,
+    /// The VIP's port (`null` unless a 5-tuple entry).
+    pub vip_port: Option<u16>,
+    /// The backend service (`?`: its backend is gone).
+    pub service: String,
+    /// The backend's address (`null`: gone).
+    pub backend: Option<IpAddr>,
+    /// `active`, `unhealthy`, `draining`, `removed` or `gone`.
+    pub backend_state: String,
+    /// One of [`STATES`].
+    pub state: &'static str,
+    /// Not confirmed by a second packet yet.
+    pub unconfirmed: bool,
+    /// Seconds since it was created.
+    pub age_s: i32,
+    /// Seconds since its last packet.
+    pub idle_s: i32,
+    /// The backend slot's generation it was made with.
+    pub generation: u32,
+    /// Its flow cookie (M32), 8 hex digits.
+    pub cookie: String,
+}
+
+/// Lists the entries of `flows` matching `q`, in slot order.
 pub fn list(
     q: &FlowQuery,
     flows: &FlowTable,
     snap: &Snapshot,
     compiled: &Compiled,
     now: Tick,
-) -> String {
-    let mut out = String::new();
-    let (mut matched, mut listed) = (0usize, 0usize);
+) -> FlowList {
+    let mut out = Vec::new();
+    let mut matched = 0usize;
     let scanned = flows.scan(|k, e| {
         let Some(key) = FlowKey::unpack(&wire::flow::without_service_tag(k.0)) else {
             return ControlFlow::Continue(());
@@ -128,56 +196,86 @@ pub fn list(
             .and_then(|b| compiled.services.get(b.service as usize))
             .map_or("?", |s| s.name.as_str());
         let (client, vip) = (key.src_addr(), key.dst_addr());
+        let state = flag_names(e.flags);
         let ok = q.vip.is_none_or(|a| a.to_canonical() == vip)
             && q.client.is_none_or(|a| a.to_canonical() == client)
             && q.backend.is_none_or(|a| backend.is_some_and(|b| b.addr.to_canonical() == a.to_canonical()))
-            && q.service.as_deref().is_none_or(|s| s == service);
+            && q.service.as_deref().is_none_or(|s| s == service)
+            // A 2-tuple entry carries no protocol: it matches none.
+            && q.proto.is_none_or(|p| key.tuple != Tuple::Two && key.proto == p)
+            && q.state.is_none_or(|s| s == state);
         if !ok {
             return ControlFlow::Continue(());
         }
         matched += 1;
-        if listed < q.limit {
-            listed += 1;
-            let (cp, vp) = match key.tuple {
-                Tuple::Five => (format!(":{}", key.src_port), format!(":{}", key.dst_port)),
-                _ => (String::new(), String::new()),
-            };
-            let proto = match key.tuple {
-                Tuple::Two => "any",
-                _ => proto_name(key.proto),
-            };
-            let (baddr, bstate) = backend.map_or(("?".to_owned(), "gone".to_owned()), |b| {
-                (b.addr.to_string(), format!("{:?}", b.state).to_lowercase())
-            });
-            let _ = writeln!(
-                out,
-                "{proto} {}{cp} -> {}{vp} service {service} backend {baddr} ({bstate}) state {}{} age {} s idle {} s gen {} cookie {:08x}",
-                bracket(client),
-                bracket(vip),
-                flag_names(e.flags),
-                if e.flags.contains(EntryFlags::UNCONFIRMED) {
-                    " unconfirmed"
-                } else {
-                    ""
+        if out.len() < q.limit {
+            let five = key.tuple == Tuple::Five;
+            out.push(Flow {
+                proto: match key.tuple {
+                    Tuple::Two => "any",
+                    _ => proto_name(key.proto),
                 },
-                flowtable::tick_age(now, e.created),
-                flowtable::tick_age(now, e.last_seen),
-                e.generation,
-                e.cookie,
-            );
+                client,
+                client_port: five.then_some(key.src_port),
+                vip,
+                vip_port: five.then_some(key.dst_port),
+                service: service.to_owned(),
+                backend: backend.map(|b| b.addr),
+                backend_state: backend
+                    .map_or("gone".to_owned(), |b| format!("{:?}", b.state).to_lowercase()),
+                state,
+                unconfirmed: e.flags.contains(EntryFlags::UNCONFIRMED),
+                age_s: flowtable::tick_age(now, e.created),
+                idle_s: flowtable::tick_age(now, e.last_seen),
+                generation: e.generation,
+                cookie: format!("{:08x}", e.cookie),
+            });
         }
         ControlFlow::Continue(())
     });
-    let _ = writeln!(
-        out,
-        "{matched} matching flows of {scanned} live entries{}",
-        if matched > listed {
-            format!(" ({listed} listed; raise the limit or narrow the filter)")
-        } else {
-            String::new()
+    FlowList {
+        matched,
+        live: scanned,
+        flows: out,
+    }
+}
+
+impl std::fmt::Display for FlowList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for e in &self.flows {
+            let port = |p: Option<u16>| p.map(|p| format!(":{p}")).unwrap_or_default();
+            writeln!(
+                f,
+                "{} {}{} -> {}{} service {} backend {} ({}) state {}{} age {} s idle {} s gen {} cookie {}",
+                e.proto,
+                bracket(e.client),
+                port(e.client_port),
+                bracket(e.vip),
+                port(e.vip_port),
+                e.service,
+                e.backend.map_or("?".to_owned(), |a| a.to_string()),
+                e.backend_state,
+                e.state,
+                if e.unconfirmed { " unconfirmed" } else { "" },
+                e.age_s,
+                e.idle_s,
+                e.generation,
+                e.cookie,
+            )?;
         }
-    );
-    out
+        let listed = self.flows.len();
+        writeln!(
+            f,
+            "{} matching flows of {} live entries{}",
+            self.matched,
+            self.live,
+            if self.matched > listed {
+                format!(" ({listed} listed; raise the limit or narrow the filter)")
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 fn bracket(a: IpAddr) -> String {
@@ -220,9 +318,11 @@ mod tests {
     #[test]
     fn queries_parse_and_round_trip() {
         let q = FlowQuery::parse(
-            "vip=198.18.10.10 client=2001:db8::1 backend=10.0.0.1 service=web limit=5",
+            "vip=198.18.10.10 client=2001:db8::1 backend=10.0.0.1 service=web proto=udp state=established limit=5",
         )
         .unwrap();
+        assert_eq!(q.proto, Some(17));
+        assert_eq!(q.state, Some("established"));
         assert_eq!(q.vip, Some("198.18.10.10".parse().unwrap()));
         assert_eq!(q.client, Some("2001:db8::1".parse().unwrap()));
         assert_eq!(q.backend, Some("10.0.0.1".parse().unwrap()));
@@ -260,6 +360,12 @@ mod tests {
                 .limit,
             MAX_LIMIT
         );
+        assert!(
+            FlowQuery::parse("state=closed")
+                .unwrap_err()
+                .contains("not one of")
+        );
+        assert!(FlowQuery::parse("proto=x").is_err());
         assert!(
             FlowQuery::parse("port=80")
                 .unwrap_err()

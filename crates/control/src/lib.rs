@@ -42,6 +42,7 @@ pub mod listen;
 pub mod metrics;
 pub mod neighbours;
 pub mod remote;
+pub mod report;
 pub mod scripted;
 pub mod simulate;
 pub mod socket;

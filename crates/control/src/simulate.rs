@@ -171,14 +171,13 @@ pub fn answer(
     flows: &FlowTable,
     now: Tick,
     drained: &Drained,
-) -> String {
+) -> Report {
     let e = Worker::explain(snap, flows, now, &q.probe);
-    let r = Report::of(&q.probe, &e, snap, drained);
-    if q.json { r.json() } else { r.human() }
+    Report::of(&q.probe, &e, snap, drained)
 }
 
 /// The backend a flow goes to, named.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct BackendInfo {
     /// Its address.
     pub address: IpAddr,
@@ -194,8 +193,8 @@ pub struct BackendInfo {
 }
 
 /// Everything an answer says, named (what both the human and the JSON
-/// answer print).
-#[derive(Debug, Clone, PartialEq)]
+/// answer print; field names: docs/operating.md, "Simulating a flow").
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Report {
     /// `forward`, `reset`, `reply`, `to_host` or `drop`.
     pub outcome: &'static str,
@@ -213,7 +212,8 @@ pub struct Report {
     pub affinity: Option<&'static str>,
     /// The gateway endpoint the packet was taken to come from.
     pub gateway_endpoint: Option<IpAddr>,
-    /// The flow hash.
+    /// The flow hash (JSON: 16 hex digits).
+    #[serde(serialize_with = "hex16")]
     pub flow_hash: u64,
     /// The client's zone (zonal affinity).
     pub client_zone: Option<String>,
@@ -498,9 +498,16 @@ impl Report {
         r.why = why;
         r
     }
+}
 
-    /// A few lines for people.
-    pub fn human(&self) -> String {
+/// The flow hash as 16 hex digits.
+fn hex16<S: serde::Serializer>(h: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{h:016x}"))
+}
+
+/// A few lines for people.
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -528,48 +535,7 @@ impl Report {
         for w in &self.why {
             let _ = writeln!(out, "  - {w}");
         }
-        out
-    }
-
-    /// The answer as one JSON object (fields: docs/operating.md,
-    /// "Simulating a flow").
-    pub fn json(&self) -> String {
-        let s = |v: Option<&str>| v.map_or("null".into(), json_str);
-        let a = |v: Option<IpAddr>| v.map_or("null".into(), |a| json_str(&a.to_string()));
-        let backend = self.backend.as_ref().map_or("null".into(), |b| {
-            format!(
-                "{{\"address\":{},\"state\":{},\"group\":{},\"zone\":{},\"region\":{}}}",
-                json_str(&b.address.to_string()),
-                json_str(b.state),
-                s(b.group.as_deref()),
-                s(b.zone.as_deref()),
-                s(b.region.as_deref()),
-            )
-        });
-        let why: Vec<String> = self.why.iter().map(|w| json_str(w)).collect();
-        format!(
-            "{{\"outcome\":{},\"drop_reason\":{},\"rule\":{},\"child_rule\":{},\"service\":{},\"delivery\":{},\"affinity\":{},\"gateway_endpoint\":{},\"flow_hash\":\"{:016x}\",\"client_zone\":{},\"flow_entry\":{},\"entry_backend\":{},\"entry_state\":{},\"backend\":{backend},\"region\":{},\"region_fraction\":{},\"table\":{},\"fail_open\":{},\"why\":[{}]}}\n",
-            json_str(self.outcome),
-            s(self.drop_reason),
-            s(self.rule.as_deref()),
-            s(self.child_rule.as_deref()),
-            s(self.service.as_deref()),
-            s(self.delivery.as_deref()),
-            s(self.affinity),
-            a(self.gateway_endpoint),
-            self.flow_hash,
-            s(self.client_zone.as_deref()),
-            json_str(self.flow_entry),
-            a(self.entry_backend),
-            s(self.entry_state),
-            s(self.region.as_deref()),
-            self.region_fraction
-                .filter(|f| f.is_finite())
-                .map_or("null".into(), |f| format!("{f}")),
-            s(self.table),
-            self.fail_open,
-            why.join(","),
-        )
+        f.write_str(&out)
     }
 }
 
@@ -697,27 +663,6 @@ fn dest(p: &Probe) -> String {
     }
 }
 
-/// `s` as a JSON string.
-pub fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            '\t' => o.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,10 +716,5 @@ mod tests {
         }
         let long = format!("src={} dst=1.2.3.4 dport=1", "1".repeat(5000));
         assert!(SimQuery::parse(&long).unwrap_err().contains("too long"));
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
     }
 }

@@ -2,7 +2,10 @@
 //!
 //! Commands: `status`, `stats`, `flows [filters]`, `simulate FLOW`,
 //! `reload`, `drain` and `undrain` `node|zone|region NAME`. The answer's
-//! first line is `ok` or `error`; the rest is for people.
+//! first line is `ok` or `error`; the rest is for people, or, when the
+//! command line ends with the word `json`, one JSON object on one line
+//! (`{"ok": true, …}`, or `{"ok": false, "error": …}`; see
+//! [`crate::report`]).
 //!
 //! The socket file is created mode 0660, in the configured group, and never
 //! reachable with any other mode; peers are checked again by their
@@ -315,8 +318,23 @@ pub enum Request {
 }
 
 /// The commands, as an unknown one's error lists them.
-const COMMANDS: &str =
-    "status, stats, flows, simulate, reload [--force], drain|undrain node|zone|region NAME";
+const COMMANDS: &str = "status, stats, flows, simulate, reload [--force], drain|undrain node|zone|region NAME; any followed by json";
+
+/// `line` without a last word `json`, and whether it had one. In `drain
+/// zone json` the word is the zone's name: a drain's third word is never
+/// the flag.
+pub fn strip_json(line: &str) -> (&str, bool) {
+    let line = line.trim();
+    match line.rsplit_once(char::is_whitespace) {
+        Some((rest, "json"))
+            if !(matches!(rest.split_whitespace().next(), Some("drain" | "undrain"))
+                && rest.split_whitespace().count() < 3) =>
+        {
+            (rest.trim_end(), true)
+        }
+        _ => (line, false),
+    }
+}
 
 /// `drain`'s and `undrain`'s arguments: `node|zone|region NAME`.
 fn drain(on: bool, args: &str) -> Result<Request, String> {
@@ -340,7 +358,8 @@ fn drain(on: bool, args: &str) -> Result<Request, String> {
 }
 
 impl Request {
-    /// Parses a command line; `Err` is the error's text for people. Every
+    /// Parses a command line (without its `json` word, see
+    /// [`strip_json`]); `Err` is the error's text for people. Every
     /// command is one arm here.
     pub fn parse(line: &str) -> Result<Request, String> {
         match line.trim() {
@@ -368,8 +387,12 @@ impl Request {
 /// Runs one command line on the management core: the whole answer, `ok`
 /// or `error` first.
 pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
+    let (line, json) = strip_json(line);
     let (ok, text) = match Request::parse(line) {
-        Ok(r) => mgr.request(r),
+        // `simulate`'s own `json` word may stand anywhere among its words.
+        Ok(Request::Simulate(q)) if q.json => mgr.request(Request::Simulate(q), true),
+        Ok(r) => mgr.request(r, json),
+        Err(e) if json => (false, crate::report::json_error(&e)),
         Err(e) => (false, e),
     };
     format!("{}\n{text}", if ok { "ok" } else { "error" })
@@ -528,6 +551,16 @@ pub(crate) mod tests {
             Request::parse("simulate src=192.0.2.1 dst=10.0.0.10 dport=80 json"),
             Ok(Request::Simulate(q)) if q.json && q.probe.dport == 80
         ));
+        assert_eq!(strip_json(" status json "), ("status", true));
+        assert_eq!(strip_json("flows limit=3  json"), ("flows limit=3", true));
+        assert_eq!(strip_json("status"), ("status", false));
+        assert_eq!(strip_json("drain node json"), ("drain node json", false));
+        assert_eq!(
+            strip_json("drain node json json"),
+            ("drain node json", true)
+        );
+        assert_eq!(strip_json("json"), ("json", false));
+        assert_eq!(strip_json("drain node jsonx"), ("drain node jsonx", false));
         assert_eq!(
             Request::parse("simulate src=192.0.2.1"),
             Err("usage: simulate src=ADDR dst=ADDR [proto=tcp|udp|icmp|N] [sport=N] [dport=N] [established] [json]\n".to_owned())

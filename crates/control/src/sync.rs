@@ -41,7 +41,7 @@ pub const DUMP_RETRY: Duration = Duration::from_secs(1);
 pub const DUMP_ASK_FOR: Duration = Duration::from_secs(60);
 
 /// Sync counters, for `status` and the metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SyncCounters {
     /// Datagrams sent (entries and requests, dumps included).
     pub sent: u64,
@@ -553,32 +553,12 @@ impl Sync {
         self.dumps.push(Dump { to, entries });
     }
 
-    /// The `flow sync:` line of `status`.
-    pub fn status_line(&self) -> String {
-        let c = &self.counters;
-        format!(
-            "flow sync: {} peers; sent {} datagrams ({} entries, {} refreshes); received {}, applied {}, refreshed {}, existing {}, unresolved {}; dumps {}; dropped: source {}, hmac {}, malformed {}, own {}\n",
-            self.peers.len(),
-            c.sent,
-            c.entries_sent,
-            c.refreshes,
-            c.received,
-            c.applied,
-            c.refreshed,
-            c.existing,
-            c.unresolved,
-            c.dumps,
-            c.drop_source,
-            c.drop_mac,
-            c.drop_malformed,
-            c.drop_own
-        ) + &if self.asking.peers.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "flow sync: waiting for the entries of {} peers\n",
-                self.asking.peers.len()
-            )
+    /// Its part of `status` (the `flow sync:` lines).
+    pub fn status(&self) -> crate::report::FlowSync {
+        crate::report::FlowSync {
+            peers: self.peers.len(),
+            counters: self.counters,
+            waiting_for: self.asking.peers.len(),
         }
     }
 }

@@ -92,7 +92,9 @@ fn a_reload_with_large_tables_is_built_off_the_loop_and_goes_live_after() {
         "the running snapshot stays"
     );
     assert!(
-        mgr.status().contains("building 1 Maglev table(s)"),
+        mgr.status()
+            .to_string()
+            .contains("building 1 Maglev table(s)"),
         "{}",
         mgr.status()
     );
@@ -163,7 +165,7 @@ fn a_configuration_reverted_while_its_tables_are_built_never_goes_live() {
     );
     assert_eq!(live_endpoints(&shared).len(), 3);
     assert!(
-        !mgr.status().contains("last reload error"),
+        !mgr.status().to_string().contains("last reload error"),
         "{}",
         mgr.status()
     );
