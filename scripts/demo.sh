@@ -14,8 +14,8 @@
 #   - shows two nodes behind BIRD (ECMP, scripts/lab-bgp.sh), one drained
 #     with `spillway drain node`, its traffic moving to the other;
 # and removes everything it made at the end, also on Ctrl-C or an error.
-# About a minute (plus the first build); --quick: the first lab only, about
-# 20 seconds.
+# About 40 seconds on 2 cores (plus the first build); --quick: the first
+# lab only, about 20 seconds. Needs root (network namespaces).
 #
 #   scripts/demo.sh [--quick] [gue|ipip]   delivery mode to the backends (default gue)
 #
@@ -47,7 +47,7 @@ for arg in "$@"; do
 done
 out="${DEMO_OUT:-$root/target/demo}"
 bin="${DEMO_BIN:-}"
-# Relative to here, whatever directory the labs' scripts run in.
+# Absolute: it is handed on to the labs' scripts.
 [ -z "$bin" ] || bin="$(cd "$bin" && pwd)"
 if [ "$(id -u)" != 0 ]; then
     die "the demo needs root (network namespaces): build as yourself with
@@ -201,6 +201,8 @@ work="$(mktemp -d /tmp/spillway-demo.XXXXXX)"
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# What failed when a command of the script itself ends it (set -e).
+trap 'printf "   error: line %d: %s failed\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
 
 title="Spillway demo"
 [ "$quick" = 1 ] && title+=" (quick)"
@@ -352,7 +354,7 @@ ip netns exec "$C" python3 "$here/demo-client.py" hold "$VIP" 30 "$stop_hold" >"
 hold_pid=$!
 bg+=("$hold_pid")
 note "30 long-lived connections to the VIP's echo service (port 7) send a line every 100 ms"
-sleep 1
+progress "long-lived connections talking for 1s" sleep 1
 # Written beside and renamed over: the daemon never reads half a file.
 sed 's/{ address = "198.18.2.11" }/{ address = "198.18.2.11", weight = 500 }/' "$main/lab.toml" >"$main/.lab.toml.new"
 grep -q 'weight = 500' "$main/.lab.toml.new" || die "cannot find backend1 in $main/lab.toml"
