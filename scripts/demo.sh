@@ -262,9 +262,11 @@ if ((tty)); then
     # Redrawn in place once a second, each line cut to the terminal's width
     # (a wrapped line would throw off the count of lines to go back up).
     cols=$(stty size </dev/tty 2>/dev/null | awk '{print $2}') || true
+    # Unknown (0 on a terminal without a size): a usual width.
+    ((${cols:-0} >= 40)) || cols=100
     lines=0
     for _ in $(seq "$look"); do
-        st="$(status | indent | cut -c "1-$((${cols:-100} - 1))")"
+        st="$(status | indent | cut -c "1-$((cols - 1))")"
         ((lines)) && printf '\033[%dA\033[J' "$lines"
         printf '%s\n' "$st"
         lines=$(printf '%s\n' "$st" | wc -l)

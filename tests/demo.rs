@@ -3,13 +3,14 @@
 //! and back, a reload under load losing no connection, both appliances on
 //! the gateway path, a drained node taking no new connection), draws its
 //! PNG, and leaves nothing behind: no namespace of its labs, no process, no
-//! work directory, also when interrupted with Ctrl-C half-way. The quick run
-//! and the whole one. Needs root, and BIRD for the whole one
-//! (scripts/setup.sh installs bird2).
+//! work directory. The quick run and the whole one with plain progress lines
+//! (output not a terminal); a quick one on a terminal (spinners, the status
+//! table redrawn in place) interrupted with Ctrl-C half-way. Needs root, and
+//! BIRD for the whole one (scripts/setup.sh installs bird2).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -31,23 +32,41 @@ struct Demo {
 }
 
 impl Demo {
-    fn start(name: &str, quick: bool) -> Demo {
+    /// `bash scripts/demo.sh [--quick]`; with `tty`, on a terminal of its
+    /// own: under `script`, which gives it a pseudo-terminal and passes
+    /// what the test writes (Ctrl-C) to it as typed.
+    fn start(name: &str, quick: bool, tty: bool) -> Demo {
         let out = std::env::temp_dir().join(format!("spillway-demo-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         let bin = Path::new(env!("CARGO_BIN_EXE_spillway"))
             .parent()
             .expect("bin dir")
             .to_owned();
-        let mut child = Command::new("bash")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo.sh"))
-            .args(quick.then_some("--quick"))
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo.sh");
+        let quick = if quick { " --quick" } else { "" };
+        let mut cmd = if tty {
+            let mut c = Command::new("script");
+            // -e: its exit status is the demo's; -f: output as it comes.
+            c.args([
+                "-qfec",
+                &format!("bash '{}'{quick}", script.display()),
+                "/dev/null",
+            ]);
+            c
+        } else {
+            let mut c = Command::new("bash");
+            c.arg(&script).args(quick.split_whitespace());
+            c
+        };
+        let mut child = cmd
             .env("DEMO_BIN", &bin)
             .env("DEMO_OUT", &out)
+            .stdin(if tty { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0)
             .spawn()
-            .expect("run bash scripts/demo.sh");
+            .expect("run scripts/demo.sh");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -96,7 +115,7 @@ impl Demo {
                 return st;
             }
             if Instant::now() > until {
-                self.interrupt();
+                let _ = self.interrupt();
                 let _ = self.child.wait();
                 panic!("the demo did not end in {LIMIT:?}:\n{}", self.text());
             }
@@ -104,13 +123,18 @@ impl Demo {
         }
     }
 
-    /// Ctrl-C: SIGINT to the demo's whole process group.
-    fn interrupt(&self) {
-        let st = Command::new("kill")
+    /// Ctrl-C: typed on its terminal, or SIGINT to its whole process
+    /// group (what a terminal does); whether that went through.
+    fn interrupt(&mut self) -> bool {
+        if let Some(tty) = self.child.stdin.as_mut() {
+            if tty.write_all(b"\x03").and_then(|()| tty.flush()).is_ok() {
+                return true;
+            }
+        }
+        Command::new("kill")
             .args(["-INT", "--", &format!("-{}", self.child.id())])
             .status()
-            .expect("kill");
-        assert!(st.success(), "kill -INT the demo's process group");
+            .is_ok_and(|st| st.success())
     }
 
     /// The namespace prefix (`spw`, `spg` or `spb` and a tag) of each lab
@@ -176,7 +200,7 @@ impl Drop for Demo {
     fn drop(&mut self) {
         // A test that failed half-way: the demo cleans up on SIGINT.
         if matches!(self.child.try_wait(), Ok(None)) {
-            self.interrupt();
+            let _ = self.interrupt();
             let _ = self.child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.out);
@@ -188,7 +212,7 @@ impl Drop for Demo {
 /// lines off a terminal, the outcomes it reports, its PNG; then that nothing
 /// is left. The narration and the labs' namespace prefixes, for more checks.
 fn run_and_check(name: &str, quick: bool, total: usize) -> (String, Vec<String>) {
-    let mut demo = Demo::start(name, quick);
+    let mut demo = Demo::start(name, quick, false);
     let st = demo.wait(Instant::now() + LIMIT);
     let text = demo.text();
     assert!(st.success(), "the demo failed ({st}):\n{text}");
@@ -304,8 +328,8 @@ fn demo_whole_shows_the_gateway_path_and_a_drained_node() {
 }
 
 #[test]
-fn demo_interrupted_with_ctrl_c_leaves_nothing() {
-    let mut demo = Demo::start("ctrl-c", true);
+fn demo_on_a_terminal_interrupted_with_ctrl_c_leaves_nothing() {
+    let mut demo = Demo::start("ctrl-c", true, true);
     let until = Instant::now() + LIMIT;
     // Half-way: the lab up, traffic running, a backend being killed.
     assert!(
@@ -313,10 +337,24 @@ fn demo_interrupted_with_ctrl_c_leaves_nothing() {
         "the demo did not get to step 4:\n{}",
         demo.text()
     );
-    demo.interrupt();
+    assert!(demo.interrupt(), "Ctrl-C to the demo");
     let st = demo.wait(until);
     let text = demo.text();
     assert_eq!(st.code(), Some(130), "exit status after Ctrl-C:\n{text}");
+    // On a terminal: spinners (each redrawn after a carriage return) and
+    // the status table redrawn in place (cursor up, clear to the end).
+    assert!(
+        text.contains("\r   | waiting for the health checks"),
+        "no spinner:\n{text}"
+    );
+    assert!(
+        text.contains("\x1b[J     node lab"),
+        "no live status:\n{text}"
+    );
+    assert!(
+        !text.contains("   ... waiting"),
+        "plain progress lines:\n{text}"
+    );
     assert!(text.contains("== cleaning up =="), "{text}");
     assert!(
         text.contains("lab.sh: lab ") && text.contains(" removed (namespaces, processes)"),
