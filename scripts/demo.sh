@@ -167,10 +167,9 @@ cleanup() {
         [ -f "$dir/tag" ] || continue
         tag="$(cat "$dir/tag")"
         bash "$here/$script" down "$dir"
-        hugepage_leftovers "$tag"
         left=$(ip netns list | awk '{print $1}' | grep -c "^sp.${tag}" || true)
         if [ "$left" = 0 ]; then
-            note "$script: lab $tag removed (namespaces, processes)"
+            note "$script: lab $tag removed (namespaces, processes, DPDK files)"
         else
             note "$script: $left namespaces of lab $tag are left: ip netns list"
             rc=1
@@ -184,17 +183,6 @@ cleanup() {
     fi
     ((rc == 0)) && printf '\nDemo done in %ds.\n' $((SECONDS - demo_t0))
     exit "$rc"
-}
-
-# DPDK's files of a lab whose process did not end cleanly (the labs run
-# --in-memory or --no-huge, which leave none when all goes well): hugepage
-# files and runtime directories named by the lab's --file-prefix.
-hugepage_leftovers() {
-    local tag=$1 m
-    while read -r m; do
-        rm -f "$m"/spg"$tag"* "$m"/spb"$tag"*
-    done < <(awk '$3 == "hugetlbfs" {print $2}' /proc/mounts)
-    rm -rf /var/run/dpdk/spg"$tag"* /var/run/dpdk/spb"$tag"*
 }
 
 work="$(mktemp -d /tmp/spillway-demo.XXXXXX)"

@@ -169,7 +169,7 @@ impl Demo {
 
     /// Nothing of the demo is left: no namespace of its labs, no process
     /// whose command line names its work directory (every lab's processes
-    /// do), not the directory.
+    /// do), not the directory, no DPDK file of its labs.
     fn assert_nothing_left(&self) -> Vec<String> {
         let prefixes = self.lab_prefixes();
         let work = self.work_dir();
@@ -192,6 +192,18 @@ impl Demo {
             .filter(|c| c.contains(&work))
             .collect();
         assert!(procs.is_empty(), "processes left: {procs:?}");
+        // DPDK's runtime directories and hugepage files, named by the labs'
+        // --file-prefix (their namespace prefix).
+        for dir in ["/var/run/dpdk", "/dev/hugepages"] {
+            let left: Vec<String> = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| prefixes.iter().any(|p| n.starts_with(p)))
+                .collect();
+            assert!(left.is_empty(), "left in {dir}: {left:?}");
+        }
         prefixes
     }
 }
@@ -357,7 +369,8 @@ fn demo_on_a_terminal_interrupted_with_ctrl_c_leaves_nothing() {
     );
     assert!(text.contains("== cleaning up =="), "{text}");
     assert!(
-        text.contains("lab.sh: lab ") && text.contains(" removed (namespaces, processes)"),
+        text.contains("lab.sh: lab ")
+            && text.contains(" removed (namespaces, processes, DPDK files)"),
         "{text}"
     );
     let labs = demo.assert_nothing_left();
