@@ -11,8 +11,8 @@ namespace by scripts/demo.sh.
                                          one line each every 100 ms until STOP
                                          exists; prints what broke
 
-Every request is appended to LOG as "unix-time backend" ("FAILED" when it got
-no answer), the data of the demo's picture.
+Every request is appended to LOG as "unix-time backend", the time it started
+and who answered ("FAILED" when none did): the data of the demo's picture.
 """
 import os
 import socket
@@ -48,22 +48,22 @@ class Log:
         self.f = open(path, "a", encoding="ascii")
         self.lock = threading.Lock()
 
-    def add(self, backend):
+    def request(self, vip):
+        """One request, logged at the time it started (when its connection's
+        first packet left, whenever the answer came)."""
+        start = time.time()
+        backend = get(vip)
         with self.lock:
-            self.f.write(f"{time.time():.3f} {backend}\n")
+            self.f.write(f"{start:.3f} {backend}\n")
             self.f.flush()
+        return backend
 
 
 def fetch(vip, n, log_path):
     log = Log(log_path)
 
-    def one(_):
-        b = get(vip)
-        log.add(b)
-        return b
-
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(one, range(n)))
+        answers = list(pool.map(lambda _: log.request(vip), range(n)))
     for b in sorted(set(answers)):
         print(b, answers.count(b))
 
@@ -71,15 +71,11 @@ def fetch(vip, n, log_path):
 def load(vip, rate, log_path, stop):
     log = Log(log_path)
     gap = 1.0 / rate
-
-    def one():
-        log.add(get(vip))
-
     # Started on a fixed clock so a slow answer does not slow the rate.
     with ThreadPoolExecutor(16) as pool:
         t = time.monotonic()
         while not os.path.exists(stop):
-            pool.submit(one)
+            pool.submit(log.request, vip)
             t += gap
             time.sleep(max(0.0, t - time.monotonic()))
 
