@@ -21,7 +21,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-TIMEOUT = 2.0
+# Per step (connect, read): a SYN lost on a busy machine is sent again after
+# 1 s and 3 s.
+TIMEOUT = 5.0
+# Why requests failed, for the summary: error name -> count.
+ERRORS = {}
 
 
 def get(vip):
@@ -36,9 +40,13 @@ def get(vip):
                     break
                 data += chunk
         body = data.split(b"\r\n\r\n", 1)[1].decode().strip()
-        return body or "FAILED"
-    except (OSError, IndexError, UnicodeDecodeError):
-        return "FAILED"
+        if body:
+            return body
+        why = "empty answer"
+    except (OSError, IndexError, UnicodeDecodeError) as e:
+        why = type(e).__name__
+    ERRORS[why] = ERRORS.get(why, 0) + 1
+    return "FAILED"
 
 
 class Log:
@@ -66,6 +74,8 @@ def fetch(vip, n, log_path):
         answers = list(pool.map(lambda _: log.request(vip), range(n)))
     for b in sorted(set(answers)):
         print(b, answers.count(b))
+    if ERRORS:
+        print("(" + ", ".join(f"{k} {n}" for k, n in sorted(ERRORS.items())) + ")")
 
 
 def load(vip, rate, log_path, stop):
