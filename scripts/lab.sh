@@ -8,6 +8,7 @@
 #
 #   scripts/lab.sh demo [gue|ipip|l2dsr]   build, start, drive traffic, show the spread, clean up
 #   scripts/lab.sh up MODE DIR / down DIR  (used by the tests)
+#   scripts/lab.sh backend DIR N stop|start  stop / (re)start backend N's HTTP server
 #   LAB_JUMBO=1: MTU 9000 on the client side too (default: 1500 there, 9000
 #   on the backend side)
 #
@@ -115,8 +116,7 @@ lab_up() {
         nsx "$R" ip link set "s${T}r$i" master "s${T}br" up
         mkdir -p "$dir/www$i"
         echo "backend$i" >"$dir/www$i/index.html"
-        ip netns exec "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" >"$dir/http$i.log" 2>&1 &
-        echo $! >"$dir/http$i.pid"
+        http_start "$dir" "$i"
         # A line echo server on port 7 that names its backend: long-lived
         # connections for the reload tests.
         ip netns exec "$B" python3 -c '
@@ -244,6 +244,40 @@ TOML
     die "spillway run did not open its control socket"
 }
 
+# Backend N's HTTP server (its pid in DIR/httpN.pid, its log appended to).
+http_start() {
+    local dir=$1 i=$2 T
+    T=$(cat "$dir/tag")
+    ip netns exec "spw${T}b$i" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" \
+        >>"$dir/http$i.log" 2>&1 &
+    echo $! >"$dir/http$i.pid"
+}
+
+http_stop() {
+    local dir=$1 i=$2 pid
+    [ -f "$dir/http$i.pid" ] || return 0
+    pid=$(cat "$dir/http$i.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do
+        any_running "$pid" || break
+        sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$dir/http$i.pid"
+}
+
+# Backend N's server answers again once it accepts connections.
+http_wait() {
+    local dir=$1 i=$2 T
+    T=$(cat "$dir/tag")
+    for _ in $(seq 50); do
+        nsx "spw${T}b$i" python3 -c 'import socket; socket.create_connection(("127.0.0.1", 80), 1).close()' \
+            2>/dev/null && return 0
+        sleep 0.1
+    done
+    die "backend $i's HTTP server did not start: $(cat "$dir/http$i.log")"
+}
+
 # The router's MAC, given or (LAB_RESOLVE=1) resolved.
 lab_gateway() {
     if [ "${LAB_RESOLVE:-0}" = 1 ]; then
@@ -287,9 +321,12 @@ af_packet_frames() {
 # With LAB_REGIONS=2 the service is health-checked over HTTP (probes leave
 # through the exception TAP) and backend3 forms region "far", which takes new
 # connections only when region "lab" cannot (M24, M26). LAB_EXCEPTION=per-port
-# checks the backends too (their probes leave by the backend port).
+# checks the backends too (their probes leave by the backend port), and so
+# does LAB_HEALTH=1 (the demo) alone.
+health_checked() { [ "${LAB_REGIONS:-1}" = 2 ] || per_port || [ "${LAB_HEALTH:-0}" = 1 ]; }
+
 lab_health() {
-    [ "${LAB_REGIONS:-1}" = 2 ] || per_port || return 0
+    health_checked || return 0
     echo 'health_check = "web-http"'
 }
 
@@ -321,7 +358,7 @@ TOML
 }
 
 lab_checks() {
-    [ "${LAB_REGIONS:-1}" = 2 ] || per_port || return 0
+    health_checked || return 0
     cat <<TOML
 [[health_checks]]
 name = "web-http"
@@ -391,6 +428,18 @@ case "${1:-demo}" in
 up) lab_up "$2" "$3" "${4:-$root/target/release}" ;;
 down) lab_down "$2" ;;
 requests) lab_requests "$2" "$3" ;;
+backend)
+    [ -f "$2/tag" ] || die "no lab in $2"
+    case "${4:-}" in
+    stop) http_stop "$2" "$3" ;;
+    start)
+        http_stop "$2" "$3"
+        http_start "$2" "$3"
+        http_wait "$2" "$3"
+        ;;
+    *) die "usage: $0 backend DIR N stop|start" ;;
+    esac
+    ;;
 demo)
     mode="${2:-gue}"
     "$here/setup.sh"
@@ -405,5 +454,5 @@ demo)
     say "spillway's counters:"
     "$root/target/release/spillway" stats --socket "$dir/control.sock" | head -4
     ;;
-*) die "usage: $0 demo [gue|ipip|l2dsr] | up MODE DIR [BIN] | down DIR | requests DIR N" ;;
+*) die "usage: $0 demo [gue|ipip|l2dsr] | up MODE DIR [BIN] | down DIR | requests DIR N | backend DIR N stop|start" ;;
 esac

@@ -49,7 +49,8 @@ any_running() {
 # Takes down a namespace lab that a lab script's `up` built in DIR (which
 # holds its tag): the processes of its pid files (TERM twice, then KILL what
 # is left), then whatever still runs in its namespaces PREFIX<tag>NAME for
-# each NAME, and the namespaces. Without DIR/tag there is nothing to do.
+# each NAME, the namespaces, and the DPDK files of its --file-prefix
+# PREFIX<tag>…. Without DIR/tag there is nothing to do.
 lab_teardown() {
     local dir=$1 prefix=$2
     shift 2
@@ -80,5 +81,12 @@ lab_teardown() {
         ip netns pids "$prefix$T$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
         ip netns del "$prefix$T$ns" 2>/dev/null || true
     done
+    # DPDK leaves its runtime directory behind even with --in-memory, and
+    # hugepage files when a process without it was killed.
+    rm -rf "/var/run/dpdk/$prefix$T"*
+    local m
+    while read -r m; do
+        rm -f "$m/$prefix$T"*
+    done < <(awk '$3 == "hugetlbfs" {print $2}' /proc/mounts)
     rm -f "$dir/tag"
 }

@@ -37,6 +37,7 @@ PACKAGES=(
     systemd               # systemd-analyze: tests/deploy.rs verifies scripts/deploy's units
     kmod                  # modprobe: scripts/deploy/bind-nics.sh loads vfio-pci
     python3-scapy         # crates/wire/testdata/gen_vectors.py builds the test vectors
+    python3-matplotlib    # scripts/demo-plot.py draws the demo's picture; perf/bench.py's plot
 )
 
 missing=()

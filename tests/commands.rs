@@ -90,6 +90,14 @@ const DYNAMIC: &[Dynamic] = &[
         why: "nsx NS CMD… runs `ip netns exec NS CMD…`; its callers are scanned (nsx is a wrapper)",
     },
     Dynamic {
+        file: "scripts/demo.sh",
+        text: "\"$@\"",
+        runs: &[],
+        wraps: false,
+        why: "progress LABEL CMD… runs CMD in the background; its callers are scanned (progress \
+              is a wrapper)",
+    },
+    Dynamic {
         file: "perf/pktgen/check.sh",
         text: "\"$luac\"",
         runs: &["luac5.4"],
@@ -239,6 +247,8 @@ const SHELL_WRAPPERS: &[(&str, bool, usize)] = &[
     ("dry_or_run", true, 0),
     // scripts/lab.sh: nsx NS CMD… (ip netns exec)
     ("nsx", true, 1),
+    // scripts/demo.sh: progress LABEL CMD…
+    ("progress", true, 1),
 ];
 
 /// Python calls whose first argument is a command (list): bench.py's `sh`
