@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::write_pcap;
 use serde_json::Value;
-use testkit::config::{Config, endpoint_list, group, node, port, rule, service, strings};
 use testkit::packet::{Packet, v4};
 
 /// Datagrams replayed: 192.0.2.1:(1000+i) -> 10.0.0.10:53.
@@ -50,39 +49,7 @@ fn frame(i: u16) -> Vec<u8> {
 }
 
 fn config(dir: &Path) -> String {
-    let d = dir.display();
-    let eal_args = [
-        "--no-huge".to_string(),
-        "--no-shconf".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=lib.eal:warning".into(),
-        format!("--vdev=net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
-        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-    ];
-    Config::new()
-        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
-        .dataplane("management_core", 0)
-        .dataplane("worker_cores", "[1]")
-        .dataplane("mbufs", 4095)
-        .dataplane("queue_descriptors", 256)
-        .dataplane("flow_table_capacity", 4096)
-        .dataplane("new_flow_budget", 100000)
-        .dataplane("eal_args", strings(&eal_args))
-        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
-        .port(
-            port("be", "net_pcap1", "backend")
-                .strs("addresses", &["10.0.1.2/30"])
-                .str("gateway_mac", "02:00:00:00:00:fe"),
-        )
-        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "dns").set("ports", 53))
-        .service(service("dns", "gue").child(
-            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
-        ))
-        .raw(&format!("[control]\nsocket = \"{d}/ctl.sock\"\n"))
-        .build()
+    common::pcap_daemon_config(dir, "dns", false)
 }
 
 /// The daemon, killed when the test ends however it ends; its directory

@@ -47,48 +47,7 @@ fn frame(i: u16) -> Vec<u8> {
 }
 
 fn config(dir: &Path, service: &str) -> String {
-    config_watching(dir, service, false)
-}
-
-fn config_watching(dir: &Path, service: &str, watch: bool) -> String {
-    let d = dir.display();
-    let eal_args = [
-        "--no-huge".to_string(),
-        "--no-shconf".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=lib.eal:warning".into(),
-        format!("--vdev=net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
-        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-    ];
-    Config::new()
-        // Exit at the first SIGTERM (the shutdown test sets its own).
-        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
-        .dataplane("management_core", 0)
-        .dataplane("worker_cores", "[1]")
-        .dataplane("mbufs", 4095)
-        .dataplane("queue_descriptors", 256)
-        .dataplane("flow_table_capacity", 4096)
-        // The tests' bursts of new flows in one second all get entries,
-        // whatever the default budget for this small table.
-        .dataplane("new_flow_budget", 100000)
-        .dataplane("eal_args", strings(&eal_args))
-        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
-        .port(
-            port("be", "net_pcap1", "backend")
-                .strs("addresses", &["10.0.1.2/30"])
-                .str("gateway_mac", "02:00:00:00:00:fe"),
-        )
-        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", service).set("ports", 53))
-        .service(service_table(service, "gue").child(
-            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
-        ))
-        .raw(&format!(
-            "[control]\nsocket = \"{d}/ctl.sock\"\nwatch_config = {watch}\n"
-        ))
-        .build()
+    common::pcap_daemon_config(dir, service, false)
 }
 
 struct Daemon(Child);
@@ -531,13 +490,13 @@ fn the_daemon_reloads_when_its_file_changes() {
     write_pcap(&dir.join("in.pcap"), &[]);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
-    std::fs::write(&cfg, config_watching(&dir, "dns", true)).expect("config");
+    std::fs::write(&cfg, common::pcap_daemon_config(&dir, "dns", true)).expect("config");
     let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
     let wait_for = |what: &str, daemon: &mut Daemon| status_with(daemon, &socket_s, what);
     wait_for("snapshot generation 1", &mut daemon);
 
-    std::fs::write(&cfg, config_watching(&dir, "dns2", true)).expect("config");
+    std::fs::write(&cfg, common::pcap_daemon_config(&dir, "dns2", true)).expect("config");
     let s = wait_for("service dns2", &mut daemon);
     assert!(
         s.contains("snapshot generation 2, reloads 1 ok / 0 rejected"),
@@ -570,7 +529,7 @@ fn a_half_written_file_never_goes_live_unless_forced() {
     write_pcap(&dir.join("in.pcap"), &[]);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
-    let full = config_watching(&dir, "dns", true);
+    let full = common::pcap_daemon_config(&dir, "dns", true);
     std::fs::write(&cfg, &full).expect("config");
     let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
@@ -860,7 +819,7 @@ fn slow_clients_do_not_stall_the_management_core() {
     let hc_port = health_server(healthy.clone());
     let http_port = free_port();
     let with_extras = |service: &str| {
-        config_watching(&dir, service, true).replace(
+        common::pcap_daemon_config(&dir, service, true).replace(
             "[control]",
             &format!(
                 r#"[[forwarding_rules]]

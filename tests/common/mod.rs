@@ -186,3 +186,51 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     assert!(out.status.success(), "{}", report(cmd, &out));
     out
 }
+
+/// A daemon on two `net_pcap` ports in `dir` (`in.pcap` in on the uplink,
+/// `up-out.pcap` and `out.pcap` out), with `--no-huge`: UDP rule `dns` on
+/// 10.0.0.10:53 to a GUE service named `service` of two backends, and its
+/// control socket `ctl.sock` (`watch`: `watch_config`).
+pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> String {
+    use testkit::config::{
+        Config, endpoint_list, group, node, port, rule, service as service_table, strings,
+    };
+    let d = dir.display();
+    let eal_args = [
+        "--no-huge".to_string(),
+        "--no-shconf".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-pci".into(),
+        "--no-telemetry".into(),
+        "--log-level=lib.eal:warning".into(),
+        format!("--vdev=net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
+        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+    ];
+    Config::new()
+        // Exit at the first SIGTERM (the shutdown test sets its own).
+        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
+        .dataplane("management_core", 0)
+        .dataplane("worker_cores", "[1]")
+        .dataplane("mbufs", 4095)
+        .dataplane("queue_descriptors", 256)
+        .dataplane("flow_table_capacity", 4096)
+        // The tests' bursts of new flows in one second all get entries,
+        // whatever the default budget for this small table.
+        .dataplane("new_flow_budget", 100000)
+        .dataplane("eal_args", strings(&eal_args))
+        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(
+            port("be", "net_pcap1", "backend")
+                .strs("addresses", &["10.0.1.2/30"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", service).set("ports", 53))
+        .service(service_table(service, "gue").child(
+            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+        ))
+        .raw(&format!(
+            "[control]\nsocket = \"{d}/ctl.sock\"\nwatch_config = {watch}\n"
+        ))
+        .build()
+}
