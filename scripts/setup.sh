@@ -30,6 +30,7 @@ PACKAGES=(
     procps                # kill (tests/run.rs, scripts/lab.sh), sysctl (scripts/lab.sh), pgrep (perf/bench.sh)
     python3               # scripts/pcap.py, the lab's HTTP and echo servers, perf/bench.py and its checks
     python3-scapy         # ICMP too-big bytes compared with scapy's (dataplane/tests/too_big_scapy.rs), tests/lab_mtu.rs
+    python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
     lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts

@@ -47,6 +47,41 @@ fn scrape(lab: &Lab) -> (String, BTreeMap<String, f64>) {
     (text, m)
 }
 
+/// The reference parser (the Prometheus project's Python client, Debian's
+/// python3-prometheus-client) reads the whole exposition: strict
+/// OpenMetrics, or it raises. Returns its count of families and samples.
+fn reference_parse(text: &str) -> (usize, usize) {
+    use std::io::Write;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or(text);
+    let mut py = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sys\n\
+             from prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+             fs = list(p(sys.stdin.read()))\n\
+             print(len(fs), sum(len(f.samples) for f in fs))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run /usr/bin/python3");
+    py.stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("write the exposition");
+    let out = py.wait_with_output().expect("python3");
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused the exposition: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counts = String::from_utf8_lossy(&out.stdout);
+    let mut n = counts.split_whitespace().map(|w| w.parse().expect("count"));
+    (n.next().expect("families"), n.next().expect("samples"))
+}
+
 /// A sample that must be there.
 fn get(m: &BTreeMap<String, f64>, series: &str) -> f64 {
     *m.get(series)
@@ -164,9 +199,16 @@ fn lab_metrics_add_up_and_follow_health_drain_and_spillover() {
         }
         (answered, failed)
     });
-    for _ in 0..5 {
+    for round in 0..5 {
         std::thread::sleep(Duration::from_millis(700));
-        let (_, m) = scrape(&lab);
+        let (text, m) = scrape(&lab);
+        if round == 0 {
+            let (families, samples) = reference_parse(&text);
+            assert!(
+                families > 50 && samples == m.len(),
+                "{families} families, {samples} samples"
+            );
+        }
         check_identities(&m, "spillway_", "");
         check_identities(&m, "spillway_worker_", "{worker=\"0\"}");
         assert!(get(&m, "spillway_worker_polls_total{worker=\"0\"}") > 0.0);
