@@ -237,7 +237,7 @@ progress "waiting for the health checks: all three backends HEALTHY" timeout 30 
 
 # ---------------------------------------------------------------------------
 heading "Traffic, and the live status table"
-look "'load ... pps' and 'flow table: ... live' grow; every backend Active and HEALTHY"
+look "'load ... pps' and 'flow table: ... live' grow; every backend active and HEALTHY"
 note "the client opens $rate new HTTP connections a second to $VIP (scripts/demo-client.py)"
 stop_load="$work/load.stop"
 ip netns exec "$C" python3 "$here/demo-client.py" load "$VIP" "$rate" "$work/requests.log" "$stop_load" \
@@ -316,7 +316,7 @@ bash "$here/lab.sh" backend "$main" 2 stop
 killed=$EPOCHREALTIME
 note "killed backend2's HTTP server: connections to it are refused"
 progress "waiting for the health checks to notice (2 failed probes, 1 s apart)" \
-    timeout 30 bash -c "$probe_env; wait_state UNHEALTHY Unhealthy"
+    timeout 30 bash -c "$probe_env; wait_state UNHEALTHY unhealthy"
 unhealthy=$EPOCHREALTIME
 mark "backend2 unhealthy"
 status | grep -E "198\.18\.2\.12|eligible" | indent
@@ -334,7 +334,7 @@ mark "backend2 restarted"
 bash "$here/lab.sh" backend "$main" 2 start
 note "restarted backend2's HTTP server"
 progress "waiting for the health checks to see it (1 good probe)" \
-    timeout 30 bash -c "$probe_env; wait_state HEALTHY Active"
+    timeout 30 bash -c "$probe_env; wait_state HEALTHY active"
 healthy=$EPOCHREALTIME
 mark "backend2 healthy"
 status | grep -E "198\.18\.2\.12|eligible" | indent
