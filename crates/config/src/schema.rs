@@ -484,6 +484,10 @@ pub enum HashAlgorithm {
     #[default]
     #[serde(rename = "maglev-v1")]
     MaglevV1,
+    /// Exact quotas filled in lockstep: fewer slots move when an endpoint
+    /// comes or goes (the `maglev` crate documents both).
+    #[serde(rename = "maglev-v2")]
+    MaglevV2,
 }
 
 /// What to do when a rule matches but no endpoint is eligible (M14).

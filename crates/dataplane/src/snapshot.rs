@@ -554,6 +554,8 @@ pub enum SnapshotError {
 /// keeps tables by key and a rebuild builds only those whose inputs changed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TableKey {
+    /// The table-building algorithm (the service's `hash`).
+    pub algorithm: maglev::Algorithm,
     /// Table size (a prime).
     pub size: u32,
     /// Endpoints, in the order the table numbers them.
@@ -563,7 +565,11 @@ pub struct TableKey {
 impl TableKey {
     /// Builds the table. Pure: any thread may do it.
     pub fn build(&self) -> Result<MaglevTable, maglev::BuildError> {
-        MaglevTable::build_v1(self.size, &self.endpoints)
+        MaglevTable::build(
+            self.algorithm,
+            maglev::TableSize::new(self.size)?,
+            &self.endpoints,
+        )
     }
 }
 
@@ -718,9 +724,13 @@ fn select(
     }
 }
 
-fn table_key(size: u32, set: &[(usize, maglev::Endpoint)]) -> TableKey {
+fn table_key(svc: &config::compiled::Service, set: &[(usize, maglev::Endpoint)]) -> TableKey {
     TableKey {
-        size,
+        algorithm: match svc.hash {
+            config::schema::HashAlgorithm::MaglevV1 => maglev::Algorithm::V1,
+            config::schema::HashAlgorithm::MaglevV2 => maglev::Algorithm::V2,
+        },
+        size: svc.maglev_table_size,
         endpoints: set.iter().map(|(_, e)| *e).collect(),
     }
 }
@@ -777,7 +787,7 @@ impl SnapshotBuilder {
             );
             for (sets, _) in &sel.regions {
                 for set in sets {
-                    let key = table_key(svc.maglev_table_size, set);
+                    let key = table_key(svc, set);
                     if !self.tables.contains_key(&key) && !out.contains(&key) {
                         out.push(key);
                     }
@@ -874,7 +884,7 @@ impl SnapshotBuilder {
             for (sets, zones) in sel.regions {
                 let mut tables = Vec::with_capacity(sets.len());
                 for set in sets {
-                    let key = table_key(svc.maglev_table_size, &set);
+                    let key = table_key(svc, &set);
                     let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
                         Some(t) => t.clone(),
                         None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {

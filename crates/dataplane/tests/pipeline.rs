@@ -1746,3 +1746,30 @@ fn an_unresolved_next_hop_is_a_counted_drop_never_a_zero_mac() {
         assert_eq!(dst_mac(&out), new_mac, "{delivery}");
     }
 }
+
+/// `hash = "maglev-v2"` builds the service's tables with maglev-v2 (the
+/// default, v1, is what every other test here runs).
+#[test]
+fn a_service_may_choose_maglev_v2() {
+    let table = |hash: &str| {
+        let lab = Lab::with(&with_web(web("gue", &THREE).str("hash", hash), "53"), 64);
+        lab.snap.services[0].regions[0].tables[0].table.clone()
+    };
+    let (v1, v2) = (table("maglev-v1"), table("maglev-v2"));
+    assert_eq!(v1.algorithm(), maglev::Algorithm::V1);
+    assert_eq!(v2.algorithm(), maglev::Algorithm::V2);
+    let eps: Vec<maglev::Endpoint> = v2
+        .endpoint_ids()
+        .iter()
+        .map(|&id| maglev::Endpoint { id, weight: 1 })
+        .collect();
+    let expected = maglev::MaglevTable::build_v2(v2.size() as u32, &eps).expect("v2 table");
+    assert_eq!(v2.slots(), expected.slots());
+    assert_ne!(v1.slots(), v2.slots());
+    let bad = with_web(web("gue", &THREE).str("hash", "maglev-v3"), "53").build();
+    let err = config::load_str("t.toml", &bad, &config::Env::default())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("maglev-v3"), "{err}");
+}

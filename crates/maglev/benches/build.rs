@@ -32,9 +32,11 @@ fn build(c: &mut Criterion) {
         let eps = endpoints(n, weighted);
         let size = TableSize::new(m).unwrap_or_default();
         let label = format!("M={m}/N={n}/{}", if weighted { "w1-4" } else { "equal" });
-        g.bench_function(BenchmarkId::from_parameter(label), |b| {
-            b.iter(|| MaglevTable::build(Algorithm::V1, size, black_box(&eps)))
-        });
+        for alg in [Algorithm::V1, Algorithm::V2] {
+            g.bench_function(BenchmarkId::new(alg.name(), &label), |b| {
+                b.iter(|| MaglevTable::build(alg, size, black_box(&eps)))
+            });
+        }
     }
     g.finish();
 }

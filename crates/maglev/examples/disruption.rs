@@ -1,10 +1,58 @@
 //! Measures Maglev disruption (fraction of slots that change owner when one endpoint is removed
-//! or added), in units of 1/N, over a grid of N and M.
+//! or added), in units of 1/N, balance (the largest share error) and build time, for `maglev-v1`
+//! and `maglev-v2` side by side, over a grid of N and M.
 //!
 //! `cargo run --release -p maglev --example disruption` for the default grid, or
 //! `… --example disruption -- M N [N …]` for one table size (rounded up to a prime).
 
-use maglev::{Endpoint, EndpointId, MaglevTable, is_prime, mix64};
+use maglev::{Algorithm, Endpoint, EndpointId, MaglevTable, TableSize, is_prime, mix64};
+
+/// One algorithm's figures for one (M, N).
+#[derive(Default)]
+struct Figures {
+    remove_mean: f64,
+    remove_worst: f64,
+    add_worst: f64,
+    balance_worst: f64,
+    build_ms: f64,
+}
+
+fn measure(alg: Algorithm, m: u32, n: usize, trials: u64) -> Result<Figures, maglev::BuildError> {
+    let size = TableSize::new(m)?;
+    let mut f = Figures::default();
+    for trial in 0..trials {
+        let all: Vec<Endpoint> = (0..=n as u64)
+            .map(|i| Endpoint {
+                id: EndpointId(mix64((trial << 32) | i)),
+                weight: 1,
+            })
+            .collect();
+        let base = &all[..n];
+        let t0 = std::time::Instant::now();
+        let t = MaglevTable::build(alg, size, base)?;
+        f.build_ms += t0.elapsed().as_secs_f64() * 1e3 / trials as f64;
+        let share = f64::from(m) / n as f64;
+        for c in t.slot_counts() {
+            f.balance_worst = f
+                .balance_worst
+                .max((f64::from(c) - share).abs() / share * 100.0);
+        }
+        let mut removed = base.to_vec();
+        removed.remove(usize::try_from(trial * 7919).unwrap_or(0) % n);
+        let rm = MaglevTable::build(alg, size, &removed)?
+            .diff(&t)
+            .fraction_moved()
+            * n as f64;
+        let add = MaglevTable::build(alg, size, &all)?
+            .diff(&t)
+            .fraction_moved()
+            * (n + 1) as f64;
+        f.remove_mean += rm / trials as f64;
+        f.remove_worst = f.remove_worst.max(rm);
+        f.add_worst = f.add_worst.max(add);
+    }
+    Ok(f)
+}
 
 fn main() -> Result<(), maglev::BuildError> {
     const TRIALS: u64 = 10;
@@ -25,38 +73,29 @@ fn main() -> Result<(), maglev::BuildError> {
         }
         _ => [65_537u32, 655_373]
             .into_iter()
-            .map(|m| (m, vec![5, 10, 20, 50, 100, 200, 500, 1000, 2000]))
+            .map(|m| (m, vec![10, 20, 50, 100, 200, 500, 1000, 2000]))
             .collect(),
     };
-    println!("| M | N | remove: mean × 1/N | remove: worst | add: worst |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| M | N | remove: mean × 1/N (v1 → v2) | remove: worst | add: worst | balance: worst % | build ms |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for (m, ns) in grid {
         for n in ns {
-            let (mut sum, mut worst_rm, mut worst_add) = (0.0, 0.0f64, 0.0f64);
-            for trial in 0..TRIALS {
-                let all: Vec<Endpoint> = (0..=n as u64)
-                    .map(|i| Endpoint {
-                        id: EndpointId(mix64((trial << 32) | i)),
-                        weight: 1,
-                    })
-                    .collect();
-                let base = &all[..n];
-                let t = MaglevTable::build_v1(m, base)?;
-                let mut removed = base.to_vec();
-                removed.remove(usize::try_from(trial * 7919).unwrap_or(0) % n);
-                let rm = MaglevTable::build_v1(m, &removed)?
-                    .diff(&t)
-                    .fraction_moved()
-                    * n as f64;
-                let add =
-                    MaglevTable::build_v1(m, &all)?.diff(&t).fraction_moved() * (n + 1) as f64;
-                sum += rm;
-                worst_rm = worst_rm.max(rm);
-                worst_add = worst_add.max(add);
-            }
+            let a = measure(Algorithm::V1, m, n, TRIALS)?;
+            let b = measure(Algorithm::V2, m, n, TRIALS)?;
             println!(
-                "| {m} | {n} | {:.3} | {worst_rm:.3} | {worst_add:.3} |",
-                sum / TRIALS as f64
+                "| {m} | {n} | {:.3} → **{:.3}** | {:.3} → {:.3} | {:.3} → {:.3} | {:.2} → {:.2} | {:.2} → {:.2} |",
+                a.remove_mean,
+                b.remove_mean,
+                a.remove_worst,
+                b.remove_worst,
+                a.add_worst,
+                b.add_worst,
+                a.balance_worst,
+                b.balance_worst,
+                a.build_ms,
+                b.build_ms
             );
         }
     }

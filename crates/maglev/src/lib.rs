@@ -11,8 +11,9 @@
 //! health (M34, ECMP scale-out), so the construction depends only on the **set** of
 //! `(endpoint id, weight)` pairs and on the table size, never on the order the caller gives, on a
 //! per-process random seed, or on the platform. The algorithm is versioned ([`Algorithm::V1`],
-//! config name `"maglev-v1"`): a future change of the fill or of the hashes gets a new variant, so
-//! it can be rolled out per VIP while nodes running the old one keep agreeing.
+//! config name `"maglev-v1"`; [`Algorithm::V2`], `"maglev-v2"`): a change of the fill or of the
+//! hashes gets a new variant, so it can be rolled out per service while nodes running the old one
+//! keep agreeing.
 //!
 //! # Algorithm `maglev-v1` (normative; changing anything below needs a new [`Algorithm`])
 //!
@@ -46,6 +47,33 @@
 //! 4.3 at N = 1,000 / M = 655373 and 6.8 at N = 1,000 / M = 65537 (the full grid comes from
 //! `cargo run --release -p maglev --example disruption`). Flows with a flow-table entry do not
 //! move either way (M10); the extra only affects stateless choices.
+//!
+//! # Algorithm `maglev-v2` (normative; selectable per service, v1 stays the default)
+//!
+//! The same endpoints, ids and preference lists as v1 (steps 1 and 2 above); the fill differs.
+//!
+//! 1. **Quotas.** Endpoint `i` gets `q_i = ⌊M·w_i / Σw⌋` slots; the `M − Σq_i` slots left go one
+//!    each to the endpoints with the largest remainders `M·w_i mod Σw`, equal remainders ordered
+//!    by `mix64(id ^ 0x72616e6b2d763200)` ascending. So every endpoint is within one slot of its
+//!    weighted share (v1 gets there by credits; here it is exact by construction), and with
+//!    equal weights the endpoints given one more slot form a nested set as N changes.
+//! 2. **Lockstep fill.** Position `p = 0, 1, 2, …`: every endpoint (in id order) that has not yet
+//!    filled its quota looks at entry `p` of its preference list, `offset + p·skip (mod M)`, and
+//!    claims that slot if it is empty; it misses otherwise (v1 instead walks on to its next empty
+//!    slot in the same turn). It ends when every quota is filled, which is when every slot is.
+//!
+//! The result is the assignment in which a slot belongs to the endpoint whose list reaches it
+//! first, among those with room (the one stable matching when both sides rank by list
+//! position), so it does not depend on turns. When one endpoint goes, its slots are claimed by
+//! the first endpoints with room to reach them, each of which then leaves its own last slot, and
+//! so on until an endpoint given one more slot takes one: short chains instead of v1's
+//! reshuffled tail. Measured (`cargo run --release -p maglev --example disruption`, mean of 10
+//! removals, units of 1/N), v1 → v2: N = 100, M = 65537: 1.56 → 1.29; N = 1,000, M = 65537:
+//! 6.79 → 4.36; N = 1,000, M = 655373: 4.27 → 2.75; N = 10: 1.02 → 1.01. The largest share
+//! error is the same (the rounding of one slot). Build time is about v1's (the `build` bench).
+//! It does not reach 2/N at N = 1,000, M = 65537: with every endpoint held to its share ±1
+//! slot (1 % balance there), a freed slot starts a chain; the variants tried and the frontier
+//! of disruption against balance are in perf/MAGLEV.md.
 //!
 //! [`EndpointId::from_bytes`] gives callers a documented stable id for an endpoint described by
 //! bytes (e.g. a 16-byte address and a port): FNV-1a 64 over the bytes, then [`mix64`].
@@ -109,6 +137,8 @@ pub enum Algorithm {
     /// `maglev-v1`, described in the crate documentation.
     #[default]
     V1,
+    /// `maglev-v2`: exact quotas, filled by preference position.
+    V2,
 }
 
 impl Algorithm {
@@ -117,6 +147,7 @@ impl Algorithm {
     pub const fn name(self) -> &'static str {
         match self {
             Self::V1 => "maglev-v1",
+            Self::V2 => "maglev-v2",
         }
     }
 }
@@ -129,8 +160,8 @@ impl fmt::Display for Algorithm {
 
 /// Parsing an unknown algorithm name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-/// unknown Maglev algorithm "{0}" (known: "maglev-v1")
-#[error("unknown Maglev algorithm \"{0}\" (known: \"maglev-v1\")")]
+/// unknown Maglev algorithm "{0}" (known: "maglev-v1", "maglev-v2")
+#[error("unknown Maglev algorithm \"{0}\" (known: \"maglev-v1\", \"maglev-v2\")")]
 pub struct UnknownAlgorithm(pub String);
 
 impl FromStr for Algorithm {
@@ -139,6 +170,7 @@ impl FromStr for Algorithm {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "maglev-v1" => Ok(Self::V1),
+            "maglev-v2" => Ok(Self::V2),
             other => Err(UnknownAlgorithm(other.to_owned())),
         }
     }
@@ -320,7 +352,13 @@ impl MaglevTable {
     ) -> Result<Self, BuildError> {
         match algorithm {
             Algorithm::V1 => build_v1(size, endpoints),
+            Algorithm::V2 => build_v2(size, endpoints),
         }
+    }
+
+    /// [`MaglevTable::build`] with [`Algorithm::V2`] and a size given as a number.
+    pub fn build_v2(m: u32, endpoints: &[Endpoint]) -> Result<Self, BuildError> {
+        Self::build(Algorithm::V2, TableSize::new(m)?, endpoints)
     }
 
     /// [`MaglevTable::build`] with [`Algorithm::V1`] and a size given as a number.
@@ -516,6 +554,106 @@ fn build_v1(size: TableSize, endpoints: &[Endpoint]) -> Result<MaglevTable, Buil
     }
     Ok(MaglevTable {
         algorithm: Algorithm::V1,
+        slots,
+        ids: endpoints.iter().map(|e| e.id).collect(),
+    })
+}
+
+/// Seed of the rank that orders equal remainders in `maglev-v2` ("rank-v2\0" in ASCII).
+const RANK_SEED: u64 = 0x7261_6e6b_2d76_3200;
+
+/// `maglev-v2`'s state of one endpoint.
+struct Claim {
+    /// Caller index of the endpoint.
+    index: u32,
+    /// Slots still to claim.
+    left: u32,
+    skip: u32,
+    /// Next position of the preference list.
+    next: u32,
+}
+
+fn build_v2(size: TableSize, endpoints: &[Endpoint]) -> Result<MaglevTable, BuildError> {
+    let m = size.get();
+    let too_many = |n: usize| BuildError::TooManyEndpoints {
+        endpoints: n,
+        size: m,
+    };
+    let mut eps: Vec<(EndpointId, u32, u64)> = Vec::with_capacity(endpoints.len());
+    for (index, ep) in endpoints.iter().enumerate() {
+        if ep.weight > 0 {
+            let index = u32::try_from(index).map_err(|_| too_many(endpoints.len()))?;
+            eps.push((ep.id, index, u64::from(ep.weight)));
+        }
+    }
+    if eps.is_empty() {
+        return Err(BuildError::NoEligibleEndpoints);
+    }
+    if eps.len() > m as usize {
+        return Err(too_many(eps.len()));
+    }
+    eps.sort_unstable_by_key(|e| e.0);
+    if let Some(w) = eps.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(BuildError::DuplicateEndpoint(w[0].0.0));
+    }
+    // Quotas: the floor of each weighted share, and one more slot to each of
+    // the largest remainders (equal remainders ordered by a rank hashed from
+    // the id, so that the endpoints given one more form a nested set as N
+    // changes).
+    let total: u128 = eps.iter().map(|e| u128::from(e.2)).sum();
+    let share = |w: u64| u128::from(m) * u128::from(w);
+    let mut claims: Vec<Claim> = eps
+        .iter()
+        .map(|&(id, index, w)| {
+            #[allow(clippy::cast_possible_truncation, reason = "at most m, a u32")]
+            Claim {
+                index,
+                left: (share(w) / total) as u32,
+                next: (mix64(id.0 ^ OFFSET_SEED) % u64::from(m)) as u32,
+                skip: (mix64(id.0 ^ SKIP_SEED) % u64::from(m - 1)) as u32 + 1,
+            }
+        })
+        .collect();
+    let given: u64 = claims.iter().map(|c| u64::from(c.left)).sum();
+    let mut order: Vec<usize> = (0..eps.len()).collect();
+    let remainder = |i: usize| share(eps[i].2) % total;
+    let rank = |i: usize| mix64(eps[i].0.0 ^ RANK_SEED);
+    order.sort_unstable_by(|&a, &b| {
+        remainder(b)
+            .cmp(&remainder(a))
+            .then_with(|| rank(a).cmp(&rank(b)))
+    });
+    let extra = usize::try_from(u64::from(m) - given).unwrap_or(0);
+    for &i in order.iter().take(extra) {
+        claims[i].left += 1;
+    }
+    claims.retain(|c| c.left > 0);
+    let mut slots = vec![0u32; m as usize].into_boxed_slice();
+    let mut filled = vec![0u64; (m as usize).div_ceil(64)];
+    // Position by position: each endpoint with slots still to claim looks at
+    // the next slot of its preference list and takes it if free (endpoints
+    // in id order within a position). Quotas sum to M, and every list visits
+    // every slot, so the loop ends with every slot taken.
+    while !claims.is_empty() {
+        let mut done = false;
+        for c in &mut claims {
+            let pos = c.next;
+            let step = pos + c.skip;
+            c.next = if step >= m { step - m } else { step };
+            let (word, bit) = ((pos >> 6) as usize, pos & 63);
+            if filled[word] & (1u64 << bit) == 0 {
+                filled[word] |= 1u64 << bit;
+                slots[pos as usize] = c.index;
+                c.left -= 1;
+                done |= c.left == 0;
+            }
+        }
+        if done {
+            claims.retain(|c| c.left > 0);
+        }
+    }
+    Ok(MaglevTable {
+        algorithm: Algorithm::V2,
         slots,
         ids: endpoints.iter().map(|e| e.id).collect(),
     })

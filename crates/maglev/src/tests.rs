@@ -498,3 +498,236 @@ fn a_table_holds_the_memory_that_memory_bytes_for_says() {
         65_537 * 4 + 8_000
     );
 }
+
+// ---- maglev-v2 ----
+
+/// `maglev-v2` written the obvious way: quotas by largest remainder (ties by
+/// the documented rank), then positions in lockstep, divisions and a
+/// `Vec<bool>`.
+fn reference_build_v2(m: u32, eps: &[Endpoint]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..eps.len()).filter(|&i| eps[i].weight > 0).collect();
+    order.sort_by_key(|&i| eps[i].id);
+    let m128 = u128::from(m);
+    let total: u128 = order.iter().map(|&i| u128::from(eps[i].weight)).sum();
+    let mut quota: Vec<u128> = order
+        .iter()
+        .map(|&i| m128 * u128::from(eps[i].weight) / total)
+        .collect();
+    let mut by_remainder: Vec<usize> = (0..order.len()).collect();
+    by_remainder.sort_by_key(|&k| {
+        let i = order[k];
+        (
+            std::cmp::Reverse(m128 * u128::from(eps[i].weight) % total),
+            mix64(eps[i].id.0 ^ 0x7261_6e6b_2d76_3200),
+        )
+    });
+    let left = m128 - quota.iter().sum::<u128>();
+    for &k in by_remainder.iter().take(left as usize) {
+        quota[k] += 1;
+    }
+    let m64 = u64::from(m);
+    let mut taken = vec![false; m as usize];
+    let mut slots = vec![u32::MAX; m as usize];
+    let mut got = vec![0u128; order.len()];
+    let mut position = 0u64;
+    while got.iter().zip(&quota).any(|(g, q)| g < q) {
+        for (k, &i) in order.iter().enumerate() {
+            if got[k] == quota[k] {
+                continue;
+            }
+            let x = eps[i].id.0;
+            let offset = mix64(x ^ OFFSET_SEED) % m64;
+            let skip = mix64(x ^ SKIP_SEED) % (m64 - 1) + 1;
+            let slot = ((offset + position * skip) % m64) as usize;
+            if !taken[slot] {
+                taken[slot] = true;
+                slots[slot] = i as u32;
+                got[k] += 1;
+            }
+        }
+        position += 1;
+    }
+    slots
+}
+
+fn v2(m: u32, eps: &[Endpoint]) -> MaglevTable {
+    MaglevTable::build_v2(m, eps).unwrap()
+}
+
+#[test]
+fn v2_matches_its_reference_and_fills_every_slot() {
+    for (n, m, weights) in [
+        (1, 7, &[1u32][..]),
+        (3, 3, &[1][..]),
+        (7, 101, &[1, 0, 2][..]),
+        (100, 65_537, &[1, 2, 3, 4][..]),
+        (1000, 65_537, &[1][..]),
+    ] {
+        let eps: Vec<Endpoint> = ids(n, 31)
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| Endpoint {
+                id,
+                weight: weights[i % weights.len()],
+            })
+            .collect();
+        let t = v2(m, &eps);
+        assert_eq!(t.algorithm(), Algorithm::V2);
+        assert_eq!(t.slots(), &reference_build_v2(m, &eps)[..], "n={n} m={m}");
+        for (e, c) in eps.iter().zip(t.slot_counts()) {
+            assert_eq!(e.weight == 0, c == 0, "n={n} m={m}");
+        }
+    }
+}
+
+/// Exact quotas: every endpoint within one slot of its weighted share.
+#[test]
+fn v2_gives_every_endpoint_its_share_to_one_slot() {
+    for (n, m, weights) in [
+        (10, 65_537, &[1u32][..]),
+        (1000, 65_537, &[1][..]),
+        (100, 65_537, &[1, 2, 3, 4][..]),
+        (20, 655_373, &[1, 10, 100][..]),
+        (200, 655_373, &[1, 2, 5, 7, 13][..]),
+        (5000, 655_373, &[1][..]),
+    ] {
+        let eps: Vec<Endpoint> = ids(n, 5)
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| Endpoint {
+                id,
+                weight: weights[i % weights.len()],
+            })
+            .collect();
+        let t = v2(m, &eps);
+        let total: f64 = eps.iter().map(|e| f64::from(e.weight)).sum();
+        for (e, c) in eps.iter().zip(t.slot_counts()) {
+            let share = f64::from(m) * f64::from(e.weight) / total;
+            assert!(
+                (f64::from(c) - share).abs() < 1.0,
+                "n={n} m={m} {weights:?}: {c} slots for a share of {share}"
+            );
+        }
+        assert!(max_share_error(&t, &eps) <= 0.01, "n={n} m={m}");
+    }
+}
+
+#[test]
+fn v2_does_not_depend_on_endpoint_order_and_weights_are_relative() {
+    let eps: Vec<Endpoint> = ids(300, 21)
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| Endpoint {
+            id,
+            weight: (i % 5) as u32,
+        })
+        .collect();
+    let reference = owners(&v2(65_537, &eps));
+    for seed in 0..3 {
+        let mut p = eps.clone();
+        shuffle(&mut p, seed);
+        assert_eq!(owners(&v2(65_537, &p)), reference, "seed={seed}");
+    }
+    let scaled: Vec<Endpoint> = eps
+        .iter()
+        .map(|e| Endpoint {
+            id: e.id,
+            weight: e.weight * 7,
+        })
+        .collect();
+    assert_eq!(owners(&v2(65_537, &scaled)), reference);
+    let positive: Vec<Endpoint> = eps.iter().copied().filter(|e| e.weight > 0).collect();
+    assert_eq!(owners(&v2(65_537, &positive)), reference);
+}
+
+/// Why v2 exists: removing or adding one of N endpoints moves fewer slots
+/// than v1 does where v1 moves most (large N for M), with the same balance.
+#[test]
+fn v2_moves_fewer_slots_than_v1_when_one_endpoint_goes_or_comes() {
+    let mut report = Vec::new();
+    for (n, m, bound) in [
+        (100, 65_537, 1.4),
+        (1000, 65_537, 5.0),
+        (1000, 655_373, 3.5),
+    ] {
+        let (mut v1_rm, mut v2_rm) = (0.0, 0.0);
+        for trial in 0..3u64 {
+            let all = equal(n + 1, 200 + trial);
+            let base = &all[..n];
+            let mut removed = base.to_vec();
+            removed.remove((trial as usize * 7919) % n);
+            let moved = |build: fn(u32, &[Endpoint]) -> MaglevTable| {
+                let t = build(m, base);
+                let rm = build(m, &removed).diff(&t).fraction_moved() * n as f64;
+                let add = build(m, &all).diff(&t).fraction_moved() * (n + 1) as f64;
+                (rm, add)
+            };
+            let (a_rm, a_add) = moved(|m, e| MaglevTable::build_v1(m, e).unwrap());
+            let (b_rm, b_add) = moved(v2);
+            assert!(
+                b_rm <= bound && b_add <= bound,
+                "n={n} m={m}: {b_rm}, {b_add}"
+            );
+            assert!(
+                b_rm < a_rm && b_add < a_add,
+                "n={n} m={m}: v2 {b_rm}/{b_add}, v1 {a_rm}/{a_add}"
+            );
+            v1_rm += a_rm / 3.0;
+            v2_rm += b_rm / 3.0;
+        }
+        report.push(format!(
+            "N={n} M={m}: remove v1 {v1_rm:.2}/N, v2 {v2_rm:.2}/N"
+        ));
+    }
+    println!("{}", report.join("\n"));
+}
+
+#[test]
+fn v2_table_contents_are_stable_across_releases() {
+    // Like v1's golden checksum: a change needs a new `Algorithm` variant.
+    let eps: Vec<Endpoint> = (0..100u16)
+        .map(|i| Endpoint {
+            id: EndpointId::from_addr_port(
+                [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, i as u8],
+                80,
+            ),
+            weight: 1 + u32::from(i % 4),
+        })
+        .collect();
+    let sum = v2(65_537, &eps).slots().iter().fold(FNV_OFFSET, |h, &s| {
+        (h ^ u64::from(s)).wrapping_mul(FNV_PRIME)
+    });
+    assert_eq!(sum, GOLDEN_V2, "got {sum:#018x}");
+}
+
+const GOLDEN_V2: u64 = 0x2ed5_c9d9_a682_332e;
+
+#[test]
+fn v2_rejects_what_v1_rejects() {
+    for bad in [
+        vec![],
+        vec![Endpoint {
+            id: EndpointId(1),
+            weight: 0,
+        }],
+        vec![
+            Endpoint {
+                id: EndpointId(5),
+                weight: 1,
+            },
+            Endpoint {
+                id: EndpointId(5),
+                weight: 2,
+            },
+        ],
+        equal(8, 1),
+    ] {
+        assert_eq!(
+            MaglevTable::build_v2(7, &bad).map(|_| ()),
+            MaglevTable::build_v1(7, &bad).map(|_| ()),
+            "{bad:?}"
+        );
+    }
+    assert_eq!("maglev-v2".parse::<Algorithm>(), Ok(Algorithm::V2));
+    assert_eq!(Algorithm::V2.to_string(), "maglev-v2");
+}
