@@ -621,8 +621,10 @@ impl Manager {
     /// Counters as OpenMetrics text (M42).
     pub fn metrics(&self) -> String {
         let snap = self.shared.snapshot.load();
+        // One read of the workers' slots: the total is their sum, so the
+        // two never disagree.
         let workers = published(&self.shared);
-        let total = self.counters();
+        let total = sum(&self.shared, &workers, snap.compiled.children.len());
         let core = &self.core;
         let mut x = metrics::Exposition::new();
         metrics::counters(&mut x, &total, &snap.compiled);
@@ -863,9 +865,14 @@ fn published(shared: &Shared) -> Vec<WorkerCounters> {
 }
 
 fn sum_published(shared: &Shared, children: usize) -> WorkerCounters {
+    sum(shared, &published(shared), children)
+}
+
+/// The workers' counters summed (`workers`, as [`published`] read them).
+fn sum(shared: &Shared, workers: &[WorkerCounters], children: usize) -> WorkerCounters {
     let mut total = WorkerCounters::new(children);
-    for c in published(shared) {
-        total.add(&c);
+    for c in workers {
+        total.add(c);
     }
     // The management core's own failed sends: frames a full outbox lost.
     total.nbr_send_failed += shared

@@ -596,23 +596,29 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
             ("zone", name_of(&c.zones, g.zone.index())),
         ]
     };
+    // Each endpoint's backend slot, looked up once for every family below.
+    let slots: Vec<Option<u32>> = c
+        .endpoints
+        .iter()
+        .map(|e| {
+            let svc = c.services.get(e.service.index())?;
+            (s.slot_of)(&svc.name, &e.identity)
+        })
+        .collect();
     let endpoints = || {
         c.endpoints.iter().enumerate().filter_map(|(i, e)| {
             let g = c.groups.get(e.group.index())?;
             let svc = c.services.get(e.service.index())?;
             let mut l = group_labels(g);
             l.push(("endpoint", e.identity.clone()));
-            Some((i, e, svc, l))
+            Some((i, e, svc, slots.get(i).copied().flatten(), l))
         })
-    };
-    let slot = |svc: &config::compiled::Service, e: &config::compiled::Endpoint| {
-        (s.slot_of)(&svc.name, &e.identity)
     };
     x.counter(
         "endpoint_packets_total",
         "Packets forwarded to the endpoint (its backend slot).",
-        endpoints().map(|(_, e, svc, l)| {
-            let n = slot(svc, e).and_then(|i| packets.get(i as usize)).copied();
+        endpoints().map(|(_, _, _, slot, l)| {
+            let n = slot.and_then(|i| packets.get(i as usize)).copied();
             (l, n.unwrap_or(0))
         }),
     );
@@ -620,21 +626,21 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
         "endpoint_weight",
         "The endpoint's weight: the one its health check reports, else the configured one.",
         endpoints()
-            .map(|(i, e, _, l)| (l, u32::from(weights.get(&i).copied().unwrap_or(e.weight)))),
+            .map(|(i, e, _, _, l)| (l, u32::from(weights.get(&i).copied().unwrap_or(e.weight)))),
     );
     x.gauge(
         "endpoint_eligible",
         "1 when the endpoint is in its service's Maglev tables (takes new connections).",
-        endpoints().map(|(_, e, svc, l)| {
-            let on = slot(svc, e).is_some_and(|i| eligible.contains(&(svc.name.clone(), i)));
+        endpoints().map(|(_, _, svc, slot, l)| {
+            let on = slot.is_some_and(|i| eligible.contains(&(svc.name.clone(), i)));
             (l, on)
         }),
     );
     x.gauge(
         "endpoint_state",
         "The endpoint's backend slot: 0 active, 1 unhealthy, 2 draining (removed, keeping its flows), 3 removed.",
-        endpoints().filter_map(|(_, e, svc, l)| {
-            let b = snap.backends.get(slot(svc, e)? as usize)?;
+        endpoints().filter_map(|(_, _, _, slot, l)| {
+            let b = snap.backends.get(slot? as usize)?;
             Some((l, slot_state(b.state)))
         }),
     );
@@ -642,21 +648,18 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
         "group_packets_total",
         "Packets forwarded to the group's endpoints.",
         c.groups.iter().map(|g| {
-            let svc = c.services.get(g.service.index());
-            let n: u64 = c
-                .endpoints
+            let n: u64 = slots
                 .get(g.endpoints.start as usize..g.endpoints.end as usize)
                 .unwrap_or_default()
                 .iter()
-                .filter_map(|e| svc.and_then(|svc| slot(svc, e)))
-                .filter_map(|i| packets.get(i as usize))
+                .filter_map(|slot| packets.get((*slot)? as usize))
                 .sum();
             (group_labels(g), n)
         }),
     );
     x.gauge(
         "group_capacity_scaler",
-        "The group's capacity_scaler (0 while its zone or region is drained).",
+        "The group's configured capacity_scaler (a drain does not change it: see spillway_drained).",
         c.groups
             .iter()
             .map(|g| (group_labels(g), g.capacity_scaler)),
