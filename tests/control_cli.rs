@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::write_pcap;
 use serde_json::Value;
-use testkit::packet::{Packet, v4};
 
 /// Datagrams replayed: 192.0.2.1:(1000+i) -> 10.0.0.10:53.
 const FLOWS: u16 = 200;
@@ -37,15 +36,6 @@ fn show(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn frame(i: u16) -> Vec<u8> {
-    Packet::udp(v4("192.0.2.1"), v4("10.0.0.10"), 1000 + i, 53)
-        .payload(b"quer")
-        .udp_checksum(false)
-        .dont_frag(false)
-        .macs(common::ROUTER_MAC, common::LB_MAC)
-        .frame()
 }
 
 fn config(dir: &Path) -> String {
@@ -111,7 +101,7 @@ fn every_control_command_answers_for_people_and_in_json() {
     let dir = std::env::temp_dir().join(format!("spillway-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let frames: Vec<Vec<u8>> = (0..FLOWS).map(frame).collect();
+    let frames: Vec<Vec<u8>> = (0..FLOWS).map(common::dns_query).collect();
     write_pcap(&dir.join("in.pcap"), &frames);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");

@@ -34,18 +34,6 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Ethernet/IPv4/UDP 192.0.2.1:(1000+i) -> 10.0.0.10:53 from the router,
-/// UDP checksum zero (the IPv4 header checksum is right: the pipeline
-/// relies on it).
-fn frame(i: u16) -> Vec<u8> {
-    Packet::udp(v4("192.0.2.1"), v4("10.0.0.10"), 1000 + i, 53)
-        .payload(b"quer")
-        .udp_checksum(false)
-        .dont_frag(false)
-        .macs(common::ROUTER_MAC, common::LB_MAC)
-        .frame()
-}
-
 fn config(dir: &Path, service: &str) -> String {
     common::pcap_daemon_config(dir, service, false)
 }
@@ -138,7 +126,7 @@ fn stat(socket: &str, key: &str) -> Option<u64> {
 fn the_daemon_forwards_reloads_and_stops_cleanly() {
     let dir: PathBuf = std::env::temp_dir().join(format!("spillway-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let frames: Vec<Vec<u8>> = (0..500).map(frame).collect();
+    let frames: Vec<Vec<u8>> = (0..500).map(common::dns_query).collect();
     write_pcap(&dir.join("in.pcap"), &frames);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
@@ -330,7 +318,7 @@ fn drain_survives_a_restart_and_sigterm_drains_before_exiting() {
         std::env::temp_dir().join(format!("spillway-shutdown-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let frames: Vec<Vec<u8>> = (0..64).map(frame).collect();
+    let frames: Vec<Vec<u8>> = (0..64).map(common::dns_query).collect();
     write_pcap(&dir.join("in.pcap"), &frames);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
@@ -427,7 +415,7 @@ fn fuzzed_frames(n: usize, seed: u64) -> Vec<Vec<u8>> {
         .map(|i| {
             let mut f = match m.below(4) {
                 0 => arp.clone(),
-                _ => frame(i as u16),
+                _ => common::dns_query(i as u16),
             };
             if i % 97 == 0 && m.below(8) == 0 {
                 m.grow(&mut f, 3000..9000, 0x5a);

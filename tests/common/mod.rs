@@ -187,6 +187,18 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// For [`pcap_daemon_config`]'s rule: Ethernet/IPv4/UDP 192.0.2.1:(1000+i)
+/// -> 10.0.0.10:53 from the router, UDP checksum zero (the IPv4 header
+/// checksum is right: the pipeline relies on it).
+pub fn dns_query(i: u16) -> Vec<u8> {
+    Packet::udp(v4("192.0.2.1"), v4("10.0.0.10"), 1000 + i, 53)
+        .payload(b"quer")
+        .udp_checksum(false)
+        .dont_frag(false)
+        .macs(ROUTER_MAC, LB_MAC)
+        .frame()
+}
+
 /// A daemon on two `net_pcap` ports in `dir` (`in.pcap` in on the uplink,
 /// `up-out.pcap` and `out.pcap` out), with `--no-huge`: UDP rule `dns` on
 /// 10.0.0.10:53 to a GUE service named `service` of two backends, and its
