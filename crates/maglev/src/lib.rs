@@ -447,12 +447,13 @@ impl MaglevTable {
 
     /// Heap bytes building a table of `m` slots over `endpoints` endpoints needs on top of
     /// [`MaglevTable::memory_bytes_for`], freed when the build returns: the bitmap of filled
-    /// slots (`m / 8` bytes) and the per-endpoint permutation state (offset, skip, next, credit,
-    /// sorted by id; counted as two copies, as the build re-collects it once).
+    /// slots (`m / 8` bytes) and the per-endpoint state: the eligible endpoints sorted by id,
+    /// then v1's permutation state (offset, skip, next, credit; v2's quota state and order are
+    /// no larger).
     #[must_use]
     pub const fn build_scratch_bytes(m: u32, endpoints: usize) -> u64 {
         let bitmap = (m as u64).div_ceil(64) * size_of::<u64>() as u64;
-        let per_endpoint = size_of::<(EndpointId, Perm)>() + size_of::<Perm>();
+        let per_endpoint = size_of::<Eligible>() + size_of::<Perm>();
         bitmap + endpoints as u64 * per_endpoint as u64
     }
 
@@ -473,49 +474,68 @@ impl MaglevTable {
     }
 }
 
+/// An endpoint with a positive weight, as both fills see it.
+struct Eligible {
+    id: EndpointId,
+    /// Caller index.
+    index: u32,
+    weight: u64,
+}
+
+/// Step 1 of both algorithms: the endpoints with a positive weight, sorted by id (order
+/// independence: the fills visit endpoints in id order), none twice, at most `m`.
+fn eligible(m: u32, endpoints: &[Endpoint]) -> Result<Vec<Eligible>, BuildError> {
+    let too_many = |n: usize| BuildError::TooManyEndpoints {
+        endpoints: n,
+        size: m,
+    };
+    let mut eps: Vec<Eligible> = Vec::with_capacity(endpoints.len());
+    for (index, ep) in endpoints.iter().enumerate() {
+        if ep.weight > 0 {
+            eps.push(Eligible {
+                id: ep.id,
+                index: u32::try_from(index).map_err(|_| too_many(endpoints.len()))?,
+                weight: u64::from(ep.weight),
+            });
+        }
+    }
+    if eps.is_empty() {
+        return Err(BuildError::NoEligibleEndpoints);
+    }
+    if eps.len() > m as usize {
+        return Err(too_many(eps.len()));
+    }
+    eps.sort_unstable_by_key(|e| e.id);
+    if let Some(w) = eps.windows(2).find(|w| w[0].id == w[1].id) {
+        return Err(BuildError::DuplicateEndpoint(w[0].id.0));
+    }
+    Ok(eps)
+}
+
+/// Step 2 of both algorithms: the start and stride of `id`'s preference list.
+fn preference(id: EndpointId, m: u32) -> (u32, u32) {
+    #[allow(clippy::cast_possible_truncation, reason = "below m, a u32")]
+    (
+        (mix64(id.0 ^ OFFSET_SEED) % u64::from(m)) as u32,
+        (mix64(id.0 ^ SKIP_SEED) % u64::from(m - 1)) as u32 + 1,
+    )
+}
+
 fn build_v1(size: TableSize, endpoints: &[Endpoint]) -> Result<MaglevTable, BuildError> {
     let m = size.get();
-    let mut perms: Vec<(EndpointId, Perm)> = Vec::with_capacity(endpoints.len());
-    for (index, ep) in endpoints.iter().enumerate() {
-        if ep.weight == 0 {
-            continue;
-        }
-        let x = ep.id.0;
-        #[allow(clippy::cast_possible_truncation, reason = "below m, a u32")]
-        let (offset, skip) = (
-            (mix64(x ^ OFFSET_SEED) % u64::from(m)) as u32,
-            (mix64(x ^ SKIP_SEED) % u64::from(m - 1)) as u32 + 1,
-        );
-        let too_many = || BuildError::TooManyEndpoints {
-            endpoints: endpoints.len(),
-            size: m,
-        };
-        perms.push((
-            ep.id,
+    let mut perms: Vec<Perm> = eligible(m, endpoints)?
+        .iter()
+        .map(|e| {
+            let (offset, skip) = preference(e.id, m);
             Perm {
-                index: u32::try_from(index).map_err(|_| too_many())?,
-                weight: u64::from(ep.weight),
+                index: e.index,
+                weight: e.weight,
                 credit: 0,
                 skip,
                 next: offset,
-            },
-        ));
-    }
-    if perms.is_empty() {
-        return Err(BuildError::NoEligibleEndpoints);
-    }
-    if perms.len() > m as usize {
-        return Err(BuildError::TooManyEndpoints {
-            endpoints: perms.len(),
-            size: m,
-        });
-    }
-    // Order independence: the fill visits endpoints in id order.
-    perms.sort_unstable_by_key(|(id, _)| *id);
-    if let Some(w) = perms.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(BuildError::DuplicateEndpoint(w[0].0.0));
-    }
-    let mut perms: Vec<Perm> = perms.into_iter().map(|(_, p)| p).collect();
+            }
+        })
+        .collect();
     let max_weight = perms.iter().map(|p| p.weight).max().unwrap_or(1);
 
     let mut slots = vec![0u32; m as usize].into_boxed_slice();
@@ -575,49 +595,30 @@ struct Claim {
 
 fn build_v2(size: TableSize, endpoints: &[Endpoint]) -> Result<MaglevTable, BuildError> {
     let m = size.get();
-    let too_many = |n: usize| BuildError::TooManyEndpoints {
-        endpoints: n,
-        size: m,
-    };
-    let mut eps: Vec<(EndpointId, u32, u64)> = Vec::with_capacity(endpoints.len());
-    for (index, ep) in endpoints.iter().enumerate() {
-        if ep.weight > 0 {
-            let index = u32::try_from(index).map_err(|_| too_many(endpoints.len()))?;
-            eps.push((ep.id, index, u64::from(ep.weight)));
-        }
-    }
-    if eps.is_empty() {
-        return Err(BuildError::NoEligibleEndpoints);
-    }
-    if eps.len() > m as usize {
-        return Err(too_many(eps.len()));
-    }
-    eps.sort_unstable_by_key(|e| e.0);
-    if let Some(w) = eps.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(BuildError::DuplicateEndpoint(w[0].0.0));
-    }
+    let eps = eligible(m, endpoints)?;
     // Quotas: the floor of each weighted share, and one more slot to each of
     // the largest remainders (equal remainders ordered by a rank hashed from
     // the id, so that the endpoints given one more form a nested set as N
     // changes).
-    let total: u128 = eps.iter().map(|e| u128::from(e.2)).sum();
+    let total: u128 = eps.iter().map(|e| u128::from(e.weight)).sum();
     let share = |w: u64| u128::from(m) * u128::from(w);
     let mut claims: Vec<Claim> = eps
         .iter()
-        .map(|&(id, index, w)| {
+        .map(|e| {
+            let (next, skip) = preference(e.id, m);
             #[allow(clippy::cast_possible_truncation, reason = "at most m, a u32")]
             Claim {
-                index,
-                left: (share(w) / total) as u32,
-                next: (mix64(id.0 ^ OFFSET_SEED) % u64::from(m)) as u32,
-                skip: (mix64(id.0 ^ SKIP_SEED) % u64::from(m - 1)) as u32 + 1,
+                index: e.index,
+                left: (share(e.weight) / total) as u32,
+                next,
+                skip,
             }
         })
         .collect();
     let given: u64 = claims.iter().map(|c| u64::from(c.left)).sum();
     let mut order: Vec<usize> = (0..eps.len()).collect();
-    let remainder = |i: usize| share(eps[i].2) % total;
-    let rank = |i: usize| mix64(eps[i].0.0 ^ RANK_SEED);
+    let remainder = |i: usize| share(eps[i].weight) % total;
+    let rank = |i: usize| mix64(eps[i].id.0 ^ RANK_SEED);
     order.sort_unstable_by(|&a, &b| {
         remainder(b)
             .cmp(&remainder(a))
