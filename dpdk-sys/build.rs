@@ -126,6 +126,10 @@ const FUNCTIONS: &[&str] = &[
     "rte_mempool_free",
     "rte_mempool_avail_count",
     "rte_mempool_in_use_count",
+    // hugepage heap (the flow table's memory)
+    "rte_eal_has_hugepages",
+    "rte_malloc_socket",
+    "rte_free",
     // mbuf (mostly static inline)
     "rte_pktmbuf_alloc",
     "rte_pktmbuf_alloc_bulk",

@@ -5,6 +5,7 @@
 #include <rte_lcore.h>
 #include <rte_cycles.h>
 #include <rte_mempool.h>
+#include <rte_malloc.h>
 #include <rte_mbuf.h>
 #include <rte_ethdev.h>
 #include <rte_bus_vdev.h>

@@ -176,6 +176,23 @@ def memory_mb(mbufs: int, mem: str) -> int:
     return (mbufs * per_mbuf) // (1 << 20) + 384
 
 
+def table_capacity(c: "Case") -> int:
+    """The flow table's capacity for a case: room for twice its flows (gateway: fixed)."""
+    if c.mode == "gateway":
+        return 65536
+    capacity = 65536
+    while capacity < 2 * c.flows:
+        capacity *= 2
+    return capacity
+
+
+def table_mb(c: "Case") -> int:
+    """MB of DPDK heap the daemon's flow table takes (crates/flowtable: 512-byte buckets
+    of 7 entries, 25 % headroom, padded to whole 2 MB pages), plus one page of slack."""
+    buckets = -(-table_capacity(c) * 5 // 4 // 7)
+    return -(-buckets * 512 // (2 << 20)) * 2 + 2
+
+
 def hugepages_fit(mb: int) -> bool:
     """Whether `mb` MB of 2 MB hugepages are free now (with a little slack)."""
     return hugetlbfs_mounted() and hugepages_free() >= mb // 2 + 32
@@ -477,11 +494,13 @@ class Runner:
 
     # -- pieces -------------------------------------------------------------
 
-    def eal_memory(self, mbufs: int) -> tuple[list[str], str]:
+    def eal_memory(self, mbufs: int, table: int = 0) -> tuple[list[str], str]:
+        """EAL arguments for a pool of `mbufs`, and `table` MB more for the flow table
+        (Spillway puts it in DPDK's hugepage heap when it fits)."""
         mode = self.mem
         if mode == "mixed":
-            mode = "huge" if hugepages_fit(memory_mb(mbufs, "huge")) else "4k"
-        mb = memory_mb(mbufs, mode)
+            mode = "huge" if hugepages_fit(memory_mb(mbufs, "huge") + table) else "4k"
+        mb = memory_mb(mbufs, mode) + (table if mode == "huge" else 0)
         if mode == "huge":
             return ["--in-memory", "-m", str(mb)], "huge"
         return ["--no-huge", "-m", str(mb)], "4k"
@@ -715,7 +734,7 @@ class Runner:
         prefix = f"spwbench-{os.getpid()}-{self.serial}"
         files = self.packet_set(c.kind, c.flows, c.workers)
         mbufs = mbufs_for(packets_in_set(c.kind, c.flows), c.workers)
-        mem, memmode = self.eal_memory(mbufs)
+        mem, memmode = self.eal_memory(mbufs, table_mb(c))
         cores = self.worker_cores(c.workers)
         d = self.workdir / prefix
         d.mkdir()
@@ -831,9 +850,7 @@ def spillway_config(c: Case, eal: list[str], mbufs: int, cores: list[int], ctl: 
     vip = VIP6 if v6 else VIP4
     proto = "UDP" if c.kind == "udp" else "TCP"
     table = 65537 if c.endpoints < 500 else 655373
-    capacity = 65536
-    while capacity < 2 * c.flows:
-        capacity *= 2
+    capacity = table_capacity(c)
     eps = []
     for i in range(c.endpoints):
         addr = f"fd00:0:1::{i + 1:x}" if v6 else f"10.0.{1 + i // 250}.{1 + i % 250}"
@@ -1302,7 +1319,10 @@ def main() -> int:
             "core (see the 'others' column)"
         )
     if cases and args.mem == "auto":
-        need = max(memory_mb(mbufs_for(packets_in_set(c.kind, c.flows), c.workers), "huge") for c in cases)
+        need = max(
+            memory_mb(mbufs_for(packets_in_set(c.kind, c.flows), c.workers), "huge") + table_mb(c)
+            for c in cases
+        )
         if args.reserve_hugepages and not hugepages_fit(need):
             reserve_hugepages(need // 2 + 32 - hugepages_free())
         if hugepages_fit(need):

@@ -152,7 +152,14 @@ pub fn run(args: &Args) -> Result<()> {
     // up (in use, something else at its path, unknown group) stops here.
     let listeners =
         control::listen::Listeners::start(&compiled.settings.metrics, &compiled.settings.control)?;
-    let (mut mgr, shared) = Manager::start(&args.config, compiled, local, workers)?;
+    // The flow table in the EAL's hugepages (DPDK's heap), so that it is on huge pages
+    // whether or not the kernel grants transparent ones; on the heap under `--no-huge` or
+    // when the hugepages left cannot hold it (`status` and the log say which).
+    let huge = |bytes: usize, align: usize| {
+        dpdk::HugeBlock::alloc(eal, bytes, align)
+            .map(|b| Box::new(b) as Box<dyn flowtable::TableMemory>)
+    };
+    let (mut mgr, shared) = Manager::start(&args.config, compiled, local, workers, Some(&huge))?;
     mgr.watch_file(watch);
     // Next to the control socket: one file per daemon, in a directory that
     // is the daemon's (M37).

@@ -198,6 +198,8 @@ pub struct FlowUse {
     pub half_open: usize,
     /// Entries it holds at most.
     pub capacity: usize,
+    /// Where its memory is ([`FlowTable::memory`]).
+    pub memory: &'static str,
 }
 
 impl FlowUse {
@@ -209,6 +211,7 @@ impl FlowUse {
             live: o.live,
             half_open: o.half_open,
             capacity: table.capacity(),
+            memory: table.memory(),
         }
     }
 }
@@ -1124,6 +1127,7 @@ impl Core {
                 live: flows.live,
                 capacity: flows.capacity,
                 half_open: flows.half_open,
+                memory: flows.memory,
             },
             building: self.pending.as_ref().map(|p| report::Building {
                 tables: p.tables,

@@ -161,13 +161,26 @@ const SYNC_RECV_PER_TICK: usize = 1024;
 
 impl Manager {
     /// Starts from a loaded configuration (`path` is re-read on reload).
+    /// The flow table's memory comes from `table_memory` when it gives a
+    /// block (the daemon: DPDK's hugepage heap), else from the heap.
     pub fn start(
         path: &Path,
         compiled: Compiled,
         local: Local,
         workers: usize,
+        table_memory: Option<&flowtable::MemoryProvider<'_>>,
     ) -> Result<(Manager, Arc<Shared>), StartError> {
-        let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))?;
+        let table_config = dataplane::flow_table_config(&compiled.settings.dataplane);
+        let flows = match table_memory {
+            Some(provider) => FlowTable::new_in(table_config, provider)?,
+            None => FlowTable::new(table_config)?,
+        };
+        log::info!(
+            "flow table: {} entries, {} MiB in {}",
+            flows.capacity(),
+            flows.allocated_bytes() >> 20,
+            flows.memory()
+        );
         // The secret behind the cookies of flows forwarded without an entry:
         // the standard library's per-process random hash keys.
         let cookie_key = {

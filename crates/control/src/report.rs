@@ -132,6 +132,8 @@ pub struct FlowTable {
     pub capacity: usize,
     /// Live entries of half-open TCP connections.
     pub half_open: usize,
+    /// Where its memory is: `DPDK hugepages`, or `heap` (transparent huge pages advised).
+    pub memory: &'static str,
 }
 
 /// Maglev tables being built off the management loop.
@@ -409,8 +411,8 @@ impl Display for Status {
         let t = &self.flow_table;
         let _ = writeln!(
             out,
-            "flow table: {} live of {} ({} half-open)",
-            t.live, t.capacity, t.half_open
+            "flow table: {} live of {} ({} half-open); memory: {}",
+            t.live, t.capacity, t.half_open, t.memory
         );
         if let Some(b) = &self.building {
             let _ = writeln!(

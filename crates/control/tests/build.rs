@@ -55,7 +55,7 @@ fn manager(dir: &Dir, endpoints: usize) -> (Manager, std::sync::Arc<control::Sha
         ..Local::default()
     };
     let (mut mgr, shared) =
-        Manager::start(&path, loaded.compiled, local, 1).unwrap_or_else(|e| panic!("{e}"));
+        Manager::start(&path, loaded.compiled, local, 1, None).unwrap_or_else(|e| panic!("{e}"));
     mgr.build_inline_up_to(0);
     assert_eq!(shared.snapshot.load().generation, 1);
     (mgr, shared, path)

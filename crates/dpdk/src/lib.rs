@@ -27,6 +27,7 @@ mod errno;
 mod io;
 mod lcore;
 mod mbuf;
+mod memory;
 mod mempool;
 mod port;
 
@@ -35,6 +36,7 @@ pub use errno::Errno;
 pub use io::DpdkIo;
 pub use lcore::{lcore_id, socket_id, thread_register, tsc, tsc_hz};
 pub use mbuf::{Mbuf, MbufBurst, MbufError};
+pub use memory::HugeBlock;
 pub use mempool::{Mempool, MempoolConfig, MempoolError};
 pub use port::{
     Link, Port, PortConfig, PortError, PortId, PortStats, RxQueue, TxQueue, create_vdev,

@@ -29,3 +29,8 @@ fn hugepages_tx_overflow_frees_untaken_mbufs() {
 fn hugepages_mbuf_length_operations() {
     loopback::mbuf_length_operations(eal());
 }
+
+#[test]
+fn hugepages_hold_the_flow_table() {
+    loopback::flow_table_memory(eal(), true);
+}

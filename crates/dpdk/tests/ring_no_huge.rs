@@ -120,3 +120,8 @@ fn a_port_takes_an_mtu_in_its_range_and_refuses_one_outside() {
     port.start().expect("start");
     println!("net_ring MTU after asking for 9000: {:?}", port.mtu());
 }
+
+#[test]
+fn no_huge_leaves_the_flow_table_on_the_heap() {
+    loopback::flow_table_memory(eal(), false);
+}

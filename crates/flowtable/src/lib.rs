@@ -107,6 +107,8 @@ mod sync {
         use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
         use std::ptr::NonNull;
 
+        use crate::memory::{MemoryProvider, TableMemory};
+
         /// Transparent huge pages are this size (x86-64, and arm64 with 4 KiB pages).
         const HUGE: usize = 2 << 20;
 
@@ -132,6 +134,9 @@ mod sync {
             ptr: NonNull<T>,
             len: usize,
             layout: Layout,
+            /// The block the elements live in when it came from a [`TableMemory`]
+            /// provider; `None`: from the global allocator (`layout`).
+            block: Option<Box<dyn TableMemory>>,
         }
 
         // SAFETY: `Array<T>` owns its elements like `Box<[T]>` does (no shared ownership, no
@@ -142,15 +147,30 @@ mod sync {
         unsafe impl<T: Sync> Sync for Array<T> {}
 
         impl<T> Array<T> {
-            /// `n` elements made by `init`, in order.
-            pub(crate) fn new(n: usize, mut init: impl FnMut() -> T) -> Array<T> {
+            /// `n` elements made by `init`, in order, in a block from `provider` when it
+            /// gives one (large arrays only), else on the heap.
+            pub(crate) fn new(
+                n: usize,
+                provider: Option<&MemoryProvider<'_>>,
+                mut init: impl FnMut() -> T,
+            ) -> Array<T> {
                 let bytes = n.saturating_mul(size_of::<T>());
                 let size = padded(bytes);
                 let align = if size == bytes { align_of::<T>() } else { HUGE };
                 let Ok(layout) = Layout::from_size_align(size, align.max(align_of::<T>())) else {
                     handle_alloc_error(Layout::new::<T>())
                 };
-                let ptr = if layout.size() == 0 {
+                // A provided block must hold the whole padded layout at its alignment; one
+                // that does not is returned (dropped) and the heap used instead.
+                let block = provider
+                    .filter(|_| size != bytes)
+                    .and_then(|p| p(layout.size(), layout.align()))
+                    .filter(|b| {
+                        b.len() >= layout.size() && b.ptr().as_ptr().addr() % layout.align() == 0
+                    });
+                let ptr = if let Some(b) = &block {
+                    b.ptr().cast::<T>()
+                } else if layout.size() == 0 {
                     NonNull::dangling()
                 } else {
                     // SAFETY: `layout` has a non-zero size.
@@ -167,6 +187,7 @@ mod sync {
                     ptr,
                     len: 0,
                     layout,
+                    block,
                 };
                 for i in 0..n {
                     // SAFETY: `i < n` and the allocation holds `n` elements of `T` (at least
@@ -189,6 +210,11 @@ mod sync {
             pub(crate) fn allocated_bytes(&self) -> usize {
                 self.layout.size()
             }
+
+            /// The provided block the elements live in, if any ([`TableMemory`]).
+            pub(crate) fn provided(&self) -> Option<&dyn TableMemory> {
+                self.block.as_deref()
+            }
         }
 
         impl<T> std::ops::Deref for Array<T> {
@@ -206,7 +232,8 @@ mod sync {
                 let elems = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
                 // SAFETY: the first `len` elements are initialised and dropped once, here.
                 unsafe { std::ptr::drop_in_place(elems) };
-                if self.layout.size() != 0 {
+                // A provided block frees itself when `self.block` drops, after this.
+                if self.block.is_none() && self.layout.size() != 0 {
                     // SAFETY: the memory was allocated with `layout` (a zero-sized array is
                     // dangling and was never allocated).
                     unsafe { dealloc(self.ptr.as_ptr().cast(), self.layout) };
@@ -234,18 +261,18 @@ mod sync {
 
             #[test]
             fn large_arrays_are_huge_page_aligned_small_ones_are_not_padded() {
-                let big = Array::new(HUGE / 64 + 1, || [0u64; 8]);
+                let big = Array::new(HUGE / 64 + 1, None, || [0u64; 8]);
                 assert_eq!(big.as_ptr().addr() % HUGE, 0);
                 assert_eq!(big.len(), HUGE / 64 + 1);
                 assert_eq!(big.layout.size(), 2 * HUGE);
-                let quarter = Array::new(HUGE_FROM / 64, || [0u64; 8]);
+                let quarter = Array::new(HUGE_FROM / 64, None, || [0u64; 8]);
                 assert_eq!(quarter.as_ptr().addr() % HUGE, 0);
                 assert_eq!(quarter.layout.size(), HUGE);
-                let small = Array::new(100, || [1u64; 8]);
+                let small = Array::new(100, None, || [1u64; 8]);
                 assert_eq!(small.len(), 100);
                 assert_eq!(small.layout.size(), 100 * 64);
                 assert!(small.iter().all(|w| *w == [1; 8]));
-                let none = Array::new(0, || 0u8);
+                let none = Array::new(0, None, || 0u8);
                 assert!(none.is_empty());
             }
 
@@ -259,7 +286,7 @@ mod sync {
                     }
                 }
                 let mut i = 0;
-                let a = Array::new(1000, || {
+                let a = Array::new(1000, None, || {
                     i += 1;
                     D(i)
                 });
@@ -273,8 +300,12 @@ mod sync {
     pub(crate) use array::{Array, padded};
 
     /// Allocates one of the table's arrays (see [`Array`]).
-    pub(crate) fn alloc_slice<T>(n: usize, init: impl FnMut() -> T) -> Array<T> {
-        Array::new(n, init)
+    pub(crate) fn alloc_slice<T>(
+        n: usize,
+        provider: Option<&crate::memory::MemoryProvider<'_>>,
+        init: impl FnMut() -> T,
+    ) -> Array<T> {
+        Array::new(n, provider, init)
     }
 
     /// Bytes allocated for `a`.
@@ -283,8 +314,10 @@ mod sync {
     }
 }
 
+mod memory;
 mod table;
 
+pub use memory::{MemoryProvider, TableMemory};
 pub use table::{
     BUCKET_SLOTS, Config, ConfigError, Entry, EntryFlags, Evicted, FlowKey, FlowTable, Hit,
     InsertOutcome, Lookup, MAX_CAPACITY, NewEntry, Occupancy, ProtoClass, SlotRef, SweepStats,

@@ -738,3 +738,140 @@ fn tick_comparisons_wrap() {
     assert!(tick_reached(i32::MAX as u32, 0));
     assert!(!tick_reached(0, i32::MAX as u32));
 }
+
+/// A block from the global allocator that counts its frees, standing in for DPDK's memory.
+mod provided {
+    #![allow(
+        unsafe_code,
+        reason = "a test implementation of the unsafe TableMemory contract"
+    )]
+    use super::*;
+    use std::alloc::{Layout, alloc, dealloc};
+    use std::ptr::NonNull;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    pub(super) struct Block {
+        ptr: NonNull<u8>,
+        layout: Layout,
+        /// Bytes the block claims (may differ from `layout` to test the checks).
+        claims: usize,
+        offset: usize,
+        freed: Arc<AtomicUsize>,
+    }
+
+    impl Block {
+        pub(super) fn new(bytes: usize, align: usize, freed: &Arc<AtomicUsize>) -> Block {
+            Block::skewed(bytes, align, 0, 0, freed)
+        }
+
+        /// `offset` bytes past an aligned start, claiming `short` bytes fewer than asked.
+        pub(super) fn skewed(
+            bytes: usize,
+            align: usize,
+            offset: usize,
+            short: usize,
+            freed: &Arc<AtomicUsize>,
+        ) -> Block {
+            let layout = Layout::from_size_align(bytes + offset, align).unwrap();
+            // SAFETY: non-zero size (tables ask for at least 512 KiB).
+            let raw = unsafe { alloc(layout) };
+            Block {
+                ptr: NonNull::new(raw).unwrap(),
+                layout,
+                claims: bytes - short,
+                offset,
+                freed: freed.clone(),
+            }
+        }
+    }
+
+    // SAFETY: the block is this value's own allocation, freed only in `drop`; `ptr()` is
+    // fixed and `len()` bytes from it lie inside the allocation.
+    unsafe impl TableMemory for Block {
+        fn ptr(&self) -> NonNull<u8> {
+            // SAFETY: `offset` lies inside the allocation (it was sized `bytes + offset`).
+            unsafe { self.ptr.add(self.offset) }
+        }
+        fn len(&self) -> usize {
+            self.claims
+        }
+        fn describe(&self) -> &'static str {
+            "test block"
+        }
+    }
+
+    // SAFETY: the block is plain memory owned by this value.
+    unsafe impl Send for Block {}
+    // SAFETY: as above; it is only written through the table, which synchronises itself.
+    unsafe impl Sync for Block {}
+
+    impl Drop for Block {
+        fn drop(&mut self) {
+            self.freed.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: allocated with `layout` in `skewed`, freed once, here.
+            unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        }
+    }
+}
+
+#[test]
+fn a_provided_block_holds_the_table_and_is_freed_with_it() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let freed = Arc::new(AtomicUsize::new(0));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let provider = |bytes: usize, align: usize| -> Option<Box<dyn TableMemory>> {
+        asked.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(align, 2 << 20);
+        assert_eq!(bytes % (2 << 20), 0);
+        Some(Box::new(provided::Block::new(bytes, align, &freed)))
+    };
+    let t = FlowTable::new_in(Config::with_capacity(100_000), &provider).unwrap();
+    assert_eq!(t.memory(), "test block");
+    assert_eq!(asked.load(Ordering::Relaxed), 1);
+    for i in 0..50_000 {
+        inserted(t.insert(&key(i), hash(i), entry(i as u32, tcp()), 1));
+    }
+    for i in 0..50_000 {
+        assert_eq!(
+            t.lookup(&key(i), hash(i)).map(|h| h.entry.backend),
+            Some(i as u32)
+        );
+    }
+    assert_eq!(freed.load(Ordering::Relaxed), 0);
+    drop(t);
+    assert_eq!(freed.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn small_tables_and_unfit_blocks_stay_on_the_heap() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let freed = Arc::new(AtomicUsize::new(0));
+    // Under 512 KiB the provider is not asked.
+    let never = |_: usize, _: usize| -> Option<Box<dyn TableMemory>> { panic!("asked") };
+    let t = FlowTable::new_in(Config::with_capacity(1000), &never).unwrap();
+    assert_eq!(t.memory(), "heap");
+    // No block, a misaligned one, a short one: the heap, and a refused block is freed.
+    let none = |_: usize, _: usize| -> Option<Box<dyn TableMemory>> { None };
+    assert_eq!(
+        FlowTable::new_in(Config::with_capacity(100_000), &none)
+            .unwrap()
+            .memory(),
+        "heap"
+    );
+    for (offset, short) in [(64, 0), (0, 4096)] {
+        let unfit = |bytes: usize, align: usize| -> Option<Box<dyn TableMemory>> {
+            Some(Box::new(provided::Block::skewed(
+                bytes, align, offset, short, &freed,
+            )))
+        };
+        let before = freed.load(Ordering::Relaxed);
+        let t = FlowTable::new_in(Config::with_capacity(100_000), &unfit).unwrap();
+        assert_eq!(t.memory(), "heap");
+        assert_eq!(freed.load(Ordering::Relaxed), before + 1);
+        inserted(t.insert(&key(1), hash(1), entry(1, tcp()), 1));
+        assert!(t.lookup(&key(1), hash(1)).is_some());
+    }
+}

@@ -172,3 +172,42 @@ pub fn mbuf_length_operations(eal: &Eal) {
     drop(m);
     assert_eq!(pool.in_use(), start);
 }
+
+/// A flow table built through [`dpdk::HugeBlock`]: in DPDK's heap when the EAL has
+/// hugepages (`huge`), else on the process heap; it works the same either way.
+pub fn flow_table_memory(eal: &'static dpdk::Eal, huge: bool) {
+    use flowtable::{Config, EntryFlags, FlowKey, FlowTable, InsertOutcome, NewEntry, ProtoClass};
+    let provider = |bytes: usize, align: usize| {
+        dpdk::HugeBlock::alloc(eal, bytes, align)
+            .map(|b| Box::new(b) as Box<dyn flowtable::TableMemory>)
+    };
+    assert_eq!(dpdk::HugeBlock::alloc(eal, 4096, 64).is_some(), huge);
+    // Refused, not rounded: an alignment that is not a power of two.
+    assert!(dpdk::HugeBlock::alloc(eal, 4096, 48).is_none());
+    let t = FlowTable::new_in(Config::with_capacity(100_000), &provider).unwrap();
+    assert_eq!(t.memory(), if huge { "DPDK hugepages" } else { "heap" });
+    let key = |i: u64| FlowKey([i, !i, 1, 2, 6]);
+    let hash = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for i in 0..20_000u64 {
+        let e = NewEntry {
+            backend: i as u32,
+            generation: 1,
+            cookie: 0,
+            flags: EntryFlags::new(ProtoClass::Tcp),
+        };
+        assert!(matches!(
+            t.insert(&key(i), hash(i), e, 1),
+            InsertOutcome::Inserted { .. }
+        ));
+    }
+    for i in 0..20_000u64 {
+        assert_eq!(
+            t.lookup(&key(i), hash(i)).map(|h| h.entry.backend),
+            Some(i as u32)
+        );
+    }
+    // Dropped and built again: the block went back to DPDK's heap and is given again.
+    drop(t);
+    let t = FlowTable::new_in(Config::with_capacity(100_000), &provider).unwrap();
+    assert_eq!(t.memory(), if huge { "DPDK hugepages" } else { "heap" });
+}

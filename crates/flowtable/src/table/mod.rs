@@ -4,6 +4,7 @@
 //! `shuttle` feature that the concurrency tests build it with).
 
 use super::sync::{Array, AtomicU64, AtomicUsize, alloc_slice, allocated_bytes, padded};
+use crate::memory::MemoryProvider;
 
 mod insert;
 mod lookup;
@@ -203,12 +204,23 @@ impl FlowTable {
     /// Allocates a table for `config.capacity` entries. All memory is allocated here; nothing
     /// allocates afterwards.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
+        Self::build(config, None)
+    }
+
+    /// [`FlowTable::new`], with the array in a block from `provider` when it gives one
+    /// (tables of 512 KiB or more; smaller ones, or when it gives none, on the heap):
+    /// [`FlowTable::memory`] says which.
+    pub fn new_in(config: Config, provider: &MemoryProvider<'_>) -> Result<Self, ConfigError> {
+        Self::build(config, Some(provider))
+    }
+
+    fn build(config: Config, provider: Option<&MemoryProvider<'_>>) -> Result<Self, ConfigError> {
         let nbuckets = Self::buckets_for(config.capacity)?;
         let t = config.timeouts.max();
         if t >= 1 << 31 {
             return Err(ConfigError::TimeoutTooLarge(t));
         }
-        let buckets: Array<Bucket> = alloc_slice(nbuckets, || Bucket {
+        let buckets: Array<Bucket> = alloc_slice(nbuckets, provider, || Bucket {
             header: Header {
                 ctrl: std::array::from_fn(|_| AtomicU64::new(0)),
                 meta: AtomicU64::new(0),
@@ -275,6 +287,14 @@ impl FlowTable {
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
         allocated_bytes(&self.buckets)
+    }
+
+    /// Where the table's memory came from: the provider's description
+    /// ([`TableMemory::describe`]) or `"heap"` (with transparent huge pages advised for
+    /// tables of 512 KiB or more).
+    #[must_use]
+    pub fn memory(&self) -> &'static str {
+        self.buckets.provided().map_or("heap", |b| b.describe())
     }
 
     /// Number of slots (capacity plus headroom, rounded to whole buckets).
