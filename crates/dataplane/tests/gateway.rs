@@ -156,6 +156,22 @@ impl Lab {
         (v, buf.data().to_vec())
     }
 
+    /// `frames` as one burst ([`Worker::process_burst`]).
+    fn run_burst(&mut self, frames: &[Vec<u8>]) -> Vec<(Verdict, Vec<u8>)> {
+        let mut bufs: Vec<_> = frames
+            .iter()
+            .map(|f| MemBuf::new(vec![0u8; 2048 + f.len()], 128, f).expect("fits"))
+            .collect();
+        let mut verdicts = vec![Verdict::ToHost; frames.len()];
+        self.worker.set_rx_port(0);
+        self.worker
+            .process_burst(&self.snap, &self.flows, self.now, &mut bufs, &mut verdicts);
+        verdicts
+            .into_iter()
+            .zip(bufs.iter().map(|b| b.data().to_vec()))
+            .collect()
+    }
+
     fn dropped(&self, r: DropReason) -> u64 {
         self.worker.counters.dropped(r)
     }
@@ -790,4 +806,62 @@ fn an_appliance_removed_from_the_file_takes_back_its_draining_flows() {
     assert_eq!(geneve_of(&out2, &ack).dst_ip, ip(NVAS4[1]));
     assert_eq!(lab.run(&echo(&out2)).0, Verdict::ForwardTo(0));
     assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
+}
+
+/// Bursts (the established flows' short path, the appliances' returns as
+/// they come back) decide what the same packets decide one at a time, byte
+/// for byte: forward and return, both families, both endpoints, SYNs, ACKs,
+/// FINs and UDP, over the ticks that create, confirm and then follow the
+/// flows' entries.
+#[test]
+fn bursts_of_gateway_flows_decide_what_packets_one_at_a_time_do() {
+    for affinity in ["NONE", "CLIENT_IP_PROTO", "CLIENT_IP"] {
+        let (mut one, mut burst) = (Lab::new(&NVAS4, affinity), Lab::new(&NVAS4, affinity));
+        let mut frames = Vec::new();
+        for i in 0..24u16 {
+            let (mac, flags) = match i % 4 {
+                0 => (R1_MAC, SYN),
+                1 => (R2_MAC, ACK),
+                2 => (R1_MAC, ACK | 0x01),
+                _ => (R2_MAC, ACK),
+            };
+            let (c4, c6) = (
+                format!("172.16.1.{}", 1 + i),
+                format!("2001:db8:1::{}", 1 + i),
+            );
+            frames.push(tcp(mac, &c4, SERVER4, (40000 + i, 443), flags).frame());
+            frames.push(tcp(mac, SERVER4, &c4, (443, 40000 + i), ACK).frame());
+            frames.push(tcp(mac, &c6, SERVER6, (40000 + i, 80), flags).frame());
+            frames.push(
+                Packet::udp(ip(&c4), ip(SERVER4), 5000 + i, 53)
+                    .macs(mac, LB_MAC)
+                    .frame(),
+            );
+        }
+        for tick in 1..=3 {
+            one.now = tick;
+            burst.now = tick;
+            let want: Vec<_> = frames.iter().map(|f| one.run(f)).collect();
+            let got = burst.run_burst(&frames);
+            assert_eq!(got, want, "{affinity}, tick {tick}: forward");
+            // What the appliances send back.
+            let answers: Vec<_> = want
+                .iter()
+                .filter(|(v, _)| *v == Verdict::Forward)
+                .map(|(_, out)| echo(out))
+                .collect();
+            assert_eq!(answers.len(), frames.len(), "{affinity}: all forwarded");
+            let want: Vec<_> = answers.iter().map(|f| one.run(f)).collect();
+            let got = burst.run_burst(&answers);
+            assert_eq!(got, want, "{affinity}, tick {tick}: return");
+            assert!(
+                want.iter().all(|(v, _)| matches!(v, Verdict::ForwardTo(_))),
+                "{affinity}, tick {tick}: all returned: {want:?}"
+            );
+        }
+        assert_eq!(
+            one.worker.counters.flow_hits,
+            burst.worker.counters.flow_hits
+        );
+    }
 }

@@ -246,6 +246,33 @@ impl FlowKey {
         }
     }
 
+    /// [`FlowKey::symmetric`] of a packed key ([`FlowKey::pack`]): `symmetric_packed(k.pack())
+    /// == k.symmetric().pack()`, without unpacking. The big-endian address words compare as
+    /// the address bytes do, so the order is the same.
+    #[inline(always)]
+    #[must_use]
+    pub const fn symmetric_packed(w: [u64; 5]) -> [u64; 5] {
+        let (sp, dp) = ((w[4] >> 48) & 0xffff, (w[4] >> 32) & 0xffff);
+        let ordered = if w[0] != w[2] {
+            w[0] < w[2]
+        } else if w[1] != w[3] {
+            w[1] < w[3]
+        } else {
+            sp <= dp
+        };
+        if ordered {
+            w
+        } else {
+            [
+                w[2],
+                w[3],
+                w[0],
+                w[1],
+                (w[4] & 0xffff_ffff) | (dp << 48) | (sp << 32),
+            ]
+        }
+    }
+
     /// The fixed 40-byte representation: source (2 words), destination (2 words) as
     /// big-endian, then `src_port << 48 | dst_port << 32 | proto << 24 | tuple << 16`.
     pub fn pack(&self) -> [u64; 5] {

@@ -33,7 +33,8 @@ impl Worker {
         let slot = hit.entry.backend as usize;
         let be = snap.backends.get(slot)?;
         let Some(t) = &be.encap else {
-            return None;
+            // An appliance of a gateway rule (its template has the endpoint).
+            return self.gateway_established(cx, pkt, p, hit);
         };
         if !matches!(be.state, BackendState::Active)
             || be.service as usize != p.svc
@@ -355,13 +356,13 @@ pub(super) fn answerable(p: &Pending) -> bool {
 
 /// A SYN without ACK: the first segment of a new connection.
 #[inline(always)]
-fn bare_syn(f: Flags) -> bool {
+pub(super) fn bare_syn(f: Flags) -> bool {
     f.contains(Flags::SYN) && !f.contains(Flags::ACK)
 }
 
 /// Whether an entry's connection was closed (a FIN or RST was seen).
 #[inline(always)]
-fn closed(flags: EntryFlags) -> bool {
+pub(super) fn closed(flags: EntryFlags) -> bool {
     flags.contains(EntryFlags::FIN) || flags.contains(EntryFlags::RST)
 }
 
@@ -387,7 +388,7 @@ fn keeps_inactive(state: BackendState, plan: &ServicePlan, class: ProtoClass, no
 
 /// Flow-entry flag bits implied by a TCP segment's flags.
 #[inline(always)]
-fn tcp_flag_bits(f: Flags) -> u8 {
+pub(super) fn tcp_flag_bits(f: Flags) -> u8 {
     // FIN, SYN, RST and ACK are the low five bits (with PSH): a table of 32
     // instead of three tests per packet.
     TCP_FLAG_BITS[usize::from(f.0 & 0x1f)]

@@ -21,21 +21,42 @@
 //! here.
 
 use config::compiled::Delivery;
+use flowtable::{EntryFlags, Hit, ProtoClass};
 use wire::buf::PacketBuf;
 use wire::encap::{DecapConfig, TunnelKind, parse_tunnel, strip_outer};
-use wire::flow::{FlowKey, hash_words, with_service_tag};
+use wire::flow::{Affinity, FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
 use wire::ip::is_mapped_v4;
-use wire::packet::{Frame, IcmpInfo, IpVersion, PacketInfo, parse_frame, parse_ip};
+use wire::packet::{
+    Frame, IcmpInfo, IpVersion, PacketInfo, parse_frame, parse_ip, parse_v4_flow, parse_v6_flow,
+};
+use wire::tcp::Flags;
 
 use super::classify::{class_of, store_key};
-use super::flow::stateless_cookie;
+use super::flow::{bare_syn, closed, stateless_cookie, tcp_flag_bits};
 use super::{Ctx, Inner, Outcome, Pending, Stage, Worker};
 use crate::counters::DropReason;
+use crate::snapshot::BackendState;
+
+/// An untagged Ethernet header's length, as [`Inner`] stores it.
+#[allow(clippy::cast_possible_truncation, reason = "14 bytes")]
+const ETH_LEN: u8 = wire::ethernet::HEADER_LEN as u8;
+
+/// What [`Worker::gateway_flow`] needs of a fast-path packet
+/// ([`parse_v4_flow`], [`parse_v6_flow`]: unfragmented TCP or UDP, never
+/// an ICMP error, never an IPv4-mapped address).
+struct FlowFacts<K: FnOnce(Affinity) -> [u64; 5]> {
+    proto: u8,
+    tcp_flags: Flags,
+    inner: Inner,
+    /// The packed key under the service's affinity (not yet symmetric).
+    words: K,
+}
 
 impl Worker {
-    /// [`Worker::gateway`] for a frame of the fast path, parsed again in
-    /// full.
+    /// [`Worker::gateway`] for a frame of the fast path, parsed again by
+    /// the fast path's parser (fixed offsets: cheaper than passing its
+    /// facts through the passthrough path's code, which stays as it was).
     #[cold]
     #[inline(never)]
     pub(super) fn gateway_frame<B: PacketBuf>(
@@ -45,11 +66,142 @@ impl Worker {
         key: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
+        if let Some(f) = parse_v4_flow(pkt.data()) {
+            let facts = FlowFacts {
+                proto: f.proto,
+                tcp_flags: f.tcp_flags,
+                inner: Inner {
+                    l2_len: ETH_LEN,
+                    v6: false,
+                    ds: f.ds,
+                    ip_len: u32::from(f.total_len),
+                },
+                words: |a| FlowKey::pack_v4(f.src, f.dst, f.proto, (f.src_port, f.dst_port), a),
+            };
+            return self.gateway_flow(cx, pkt, facts, key, pend);
+        }
+        if let Some(f) = parse_v6_flow(pkt.data()) {
+            let facts = FlowFacts {
+                proto: f.proto,
+                tcp_flags: f.tcp_flags,
+                inner: Inner {
+                    l2_len: ETH_LEN,
+                    v6: true,
+                    ds: f.traffic_class,
+                    ip_len: 40 + u32::from(f.payload_len),
+                },
+                words: |a| FlowKey::pack_v6(&f.src, &f.dst, f.proto, (f.src_port, f.dst_port), a),
+            };
+            return self.gateway_flow(cx, pkt, facts, key, pend);
+        }
+        // Not reached from the fast path's callers; kept so that any frame
+        // gets the general decisions.
         match parse_frame(pkt.data()) {
             Ok(Frame::Ip(_, info)) => self.gateway(cx, pkt, &info, key, pend),
             Ok(_) => Stage::Done(Outcome::Drop(DropReason::NotOurs)),
             Err(_) => Stage::Done(Outcome::Drop(DropReason::Malformed)),
         }
+    }
+
+    /// [`Worker::gateway`] for a packet of the fast path: the same decisions
+    /// and the same key and facts, from the fast parse (`tests/gateway.rs`
+    /// and the wire crate's fast-parse property tests hold them equal).
+    #[inline(always)]
+    fn gateway_flow<B: PacketBuf, K: FnOnce(Affinity) -> [u64; 5]>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        f: FlowFacts<K>,
+        key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        let snap = cx.snap;
+        let from = pkt
+            .data()
+            .get(6..12)
+            .and_then(|mac| snap.gateway_from(self.rx_port, mac));
+        let Some((index, hop)) = from else {
+            return Stage::Done(Outcome::Drop(DropReason::NotOurs));
+        };
+        if !hop.takes(f.proto) {
+            return Stage::Done(Outcome::Drop(DropReason::GatewayNoRule));
+        }
+        let (Some(plan), Ok(gateway)) = (snap.services.get(hop.svc), u16::try_from(index + 1))
+        else {
+            return Stage::Done(Outcome::Drop(DropReason::NoRule));
+        };
+        self.count_child(hop.child, pkt.len());
+        let words = FlowKey::symmetric_packed((f.words)(plan.affinity));
+        let hash = store_key(words, hop.flow_tag, key_out);
+        *pend = Pending {
+            tcp_flags: f.tcp_flags,
+            child: hop.child,
+            svc: hop.svc,
+            proto: f.proto,
+            fragment: false,
+            is_icmp_error: false,
+            hash,
+            class: class_of(f.proto),
+            client_zone: None,
+            inner: f.inner,
+            tunnelled: false,
+            gateway,
+        };
+        Stage::Lookup
+    }
+
+    /// [`Worker::finish_established`] for a gateway rule's packet (M30): the
+    /// same tests, then the appliance's template with the packet's endpoint
+    /// ID filled in. `None`, having done nothing, when the packet needs
+    /// [`Worker::finish`] (which decides exactly as this does where both
+    /// apply).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn gateway_established<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        p: &Pending,
+        hit: &Hit,
+    ) -> Option<Outcome> {
+        let Ctx { snap, flows, now } = cx;
+        let hop = snap.gateways.get(usize::from(p.gateway).checked_sub(1)?)?;
+        let slot = hit.entry.backend as usize;
+        let be = snap.backends.get(slot)?;
+        let t = be.gateway_encap.as_ref()?;
+        if !matches!(be.state, BackendState::Active)
+            || be.service as usize != p.svc
+            || p.svc >= snap.services.len()
+            // Unconfirmed or learned from a peer: the long way updates it.
+            || hit.entry.flags.bits() & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED) != 0
+            || !be.holds_entry_of(hit.entry.generation)
+            // Too big once encapsulated (M48): answered on the long way.
+            || p.inner.ip_len > be.max_ip_len
+        {
+            return None;
+        }
+        if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+            let set = tcp_flag_bits(p.tcp_flags);
+            let (syn_only, was_closed) = (bare_syn(p.tcp_flags), closed(hit.entry.flags));
+            if set & !hit.entry.flags.bits() != 0 || syn_only && was_closed {
+                return None;
+            }
+        }
+        self.counters.flow_hits += 1;
+        if hit.entry.last_seen != now {
+            flows.touch(hit.slot, now);
+        }
+        let sent = wire::encap::encapsulate_with_endpoint(
+            pkt,
+            t,
+            &p.inner.ip(),
+            p.hash,
+            hit.entry.cookie,
+            hop.id,
+        )
+        .map(|_| ())
+        .map_err(|_| DropReason::EncapFailed);
+        Some(self.delivered(sent, slot, p.child))
     }
 
     /// An IP packet not addressed to the node: a gateway rule's if it came
