@@ -25,7 +25,7 @@
 //! `decapsulate(encapsulate(frame))` returns the original frame byte for byte (minus any
 //! link padding). [`l2dsr_rewrite`] is the `l2dsr` mode: only MAC addresses change.
 
-use core::net::IpAddr;
+use core::net::{IpAddr, Ipv4Addr};
 
 use crate::buf::PacketBuf;
 use crate::error::{DecapError, EncapError, ParseError};
@@ -815,6 +815,107 @@ pub fn parse_tunnel(frame: &[u8], cfg: &DecapConfig) -> Result<TunnelInfo, Decap
     Ok(info)
 }
 
+/// A GENEVE packet returned by an appliance (M32) as [`parse_geneve_return_v4`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GeneveReturn {
+    /// The gateway endpoint ID option's value.
+    pub endpoint_id: u64,
+    /// The flow cookie option's value.
+    pub cookie: u32,
+    /// The inner packet's facts ([`crate::packet::parse_ip_v4_flow`]).
+    pub inner: crate::packet::V4Flow,
+    /// Offset of the inner IP packet in the frame.
+    pub inner_offset: usize,
+    /// Length of the inner IP packet.
+    pub inner_len: usize,
+}
+
+/// The fast path of [`parse_tunnel`] for gateway mode's returns (M32): the layout the
+/// balancer sends (untagged Ethernet, IPv4 without options, UDP, a GENEVE header whose
+/// only options are the endpoint ID then the cookie, neither OAM nor critical, an
+/// option-less unfragmented IPv4 TCP/UDP packet inside). `Some` only for frames that
+/// [`parse_tunnel`] accepts — with `geneve_port` the frame's UDP destination port and
+/// `ids` — as GENEVE with both options, not OAM, no unknown critical option, and whose
+/// inner packet [`crate::packet::parse_ip`] accepts, with the same facts; `None` for the
+/// rest, which the caller gives to [`parse_tunnel`]. Every check of the general path is
+/// made here too (outer IPv4 header checksum, the UDP checksum unless zero, every length),
+/// at fixed offsets.
+#[inline]
+pub fn parse_geneve_return_v4(frame: &[u8], ids: &OptionIds) -> Option<GeneveReturn> {
+    const IP: usize = ethernet::HEADER_LEN;
+    const UDP: usize = IP + ipv4::MIN_HEADER_LEN;
+    const INNER: usize = UDP + udp::HEADER_LEN + geneve::BASE_HEADER_LEN + 20;
+    let h: &[u8; INNER] = frame.first_chunk()?;
+    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    // Untagged IPv4 with a 20-byte header, not a fragment, carrying UDP, and long enough
+    // for the GENEVE header with both options.
+    if be16(12) != ethertype::IPV4
+        || h[IP] != 0x45
+        || be16(IP + 6) & 0x3fff != 0
+        || h[IP + 9] != proto::UDP
+    {
+        return None;
+    }
+    let tl = usize::from(be16(IP + 2));
+    if tl < INNER - IP || tl > frame.len() - IP {
+        return None;
+    }
+    let ip_header = h.get(IP..UDP)?;
+    if crate::checksum::fold(crate::checksum::add(0, ip_header)) != 0xffff {
+        return None;
+    }
+    // The UDP length is the rest of the IP packet; a zero checksum is "none" over IPv4
+    // (RFC 768), any other must verify, as `udp::Packet::verify_checksum` has it.
+    let ul = usize::from(be16(UDP + 4));
+    if ul != tl - ipv4::MIN_HEADER_LEN {
+        return None;
+    }
+    if be16(UDP + 6) != 0 {
+        let src = IpAddr::V4(Ipv4Addr::new(h[26], h[27], h[28], h[29]));
+        let dst = IpAddr::V4(Ipv4Addr::new(h[30], h[31], h[32], h[33]));
+        let ph = crate::ip::pseudo_header(&src, &dst, proto::UDP, crate::cast::len32(ul))?;
+        let seg = frame.get(UDP..UDP + ul)?;
+        if crate::checksum::fold(crate::checksum::add(ph, seg)) != 0xffff {
+            return None;
+        }
+    }
+    // GENEVE version 0 with 5 words of options, O and C clear, an IPv4 payload; the
+    // endpoint ID option (8 bytes) then the cookie option (4 bytes), of distinct types
+    // without the critical bit.
+    const G: usize = UDP + udp::HEADER_LEN;
+    const O: usize = G + geneve::BASE_HEADER_LEN;
+    if h[G] != 5 || h[G + 1] & 0xc0 != 0 || be16(G + 2) != ethertype::IPV4 {
+        return None;
+    }
+    if ids.endpoint_type == ids.cookie_type || (ids.endpoint_type | ids.cookie_type) & 0x80 != 0 {
+        return None;
+    }
+    if be16(O) != ids.class
+        || h[O + 2] != ids.endpoint_type
+        || h[O + 3] != 2
+        || be16(O + 12) != ids.class
+        || h[O + 14] != ids.cookie_type
+        || h[O + 15] != 1
+    {
+        return None;
+    }
+    let id: [u8; 8] = h.get(O + 4..O + 12)?.try_into().ok()?;
+    let cookie: [u8; 4] = h.get(O + 16..O + 20)?.try_into().ok()?;
+    // The inner packet fills the rest of the outer one exactly.
+    let inner_ip = frame.get(INNER..IP + tl)?;
+    let inner = crate::packet::parse_ip_v4_flow(inner_ip)?;
+    if usize::from(inner.total_len) != inner_ip.len() {
+        return None;
+    }
+    Some(GeneveReturn {
+        endpoint_id: u64::from_be_bytes(id),
+        cookie: u32::from_be_bytes(cookie),
+        inner,
+        inner_offset: INNER,
+        inner_len: inner_ip.len(),
+    })
+}
+
 /// Whether a GENEVE header carries a critical option that is not one of Spillway's own
 /// (`ids`), or announces critical options (`c_bit`) without carrying a known critical one.
 fn unknown_critical<T: AsRef<[u8]>>(ids: &OptionIds, p: &geneve::Packet<T>, c_bit: bool) -> bool {
@@ -839,27 +940,38 @@ fn unknown_critical<T: AsRef<[u8]>>(ids: &OptionIds, p: &geneve::Packet<T>, c_bi
 /// as if the inner packet had arrived directly (tunnelled ingress, M49). Link padding after
 /// the outer packet is dropped. On error the packet is unchanged.
 pub fn strip_outer<B: PacketBuf>(buf: &mut B, info: &TunnelInfo) -> Result<(), DecapError> {
-    let l2 = info.eth.header_len();
-    let end = info
-        .inner_offset
-        .checked_add(info.inner_len)
+    strip_outer_at(
+        buf,
+        info.eth.header_len(),
+        (info.inner_offset, info.inner_len),
+        info.inner_v6,
+    )
+}
+
+/// [`strip_outer`] from the facts it uses: the link-layer header's length `l2`, where the
+/// inner packet is (offset and length) and whether it is IPv6.
+pub fn strip_outer_at<B: PacketBuf>(
+    buf: &mut B,
+    l2: usize,
+    (inner_offset, inner_len): (usize, usize),
+    inner_v6: bool,
+) -> Result<(), DecapError> {
+    let end = inner_offset
+        .checked_add(inner_len)
         .ok_or(ParseError::BadLength)?;
     // The link-layer header moves to just before the inner packet.
-    let start = info
-        .inner_offset
-        .checked_sub(l2)
-        .ok_or(ParseError::BadLength)?;
+    let start = inner_offset.checked_sub(l2).ok_or(ParseError::BadLength)?;
     if end > buf.len() || l2 < 2 {
         return Err(ParseError::Truncated.into());
     }
-    let et = if info.inner_v6 {
+    let et = if inner_v6 {
         ethertype::IPV6
     } else {
         ethertype::IPV4
     };
     let data = buf.data_mut();
     data.copy_within(..l2, start);
-    data[info.inner_offset - 2..info.inner_offset].copy_from_slice(&et.to_be_bytes());
+    data[inner_offset - 2..inner_offset].copy_from_slice(&et.to_be_bytes());
     let excess = buf.len() - end;
     buf.trim(excess)?;
     buf.adj(start)?;

@@ -217,6 +217,53 @@ pub fn parse_v4_flow(frame: &[u8]) -> Option<V4Flow> {
     })
 }
 
+/// [`parse_v4_flow`] of a bare IPv4 packet (no link-layer header in front, such as a
+/// tunnel's inner packet): `Some` for exactly the option-less, unfragmented IPv4 TCP/UDP
+/// packets [`parse_ip`] accepts, with the same facts.
+#[inline(always)]
+pub fn parse_ip_v4_flow(ip: &[u8]) -> Option<V4Flow> {
+    let h: &[u8; 28] = ip.first_chunk()?;
+    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    // Version 4 with a 20-byte header, not a fragment.
+    if h[0] != 0x45 || be16(6) & 0x3fff != 0 {
+        return None;
+    }
+    let total_len = be16(2);
+    let tl = usize::from(total_len);
+    if tl > ip.len() {
+        return None;
+    }
+    // The L4 header fits in the IP payload (which implies the minimum total lengths).
+    let tcp_flags = match h[9] {
+        proto::TCP => {
+            let t: &[u8; 40] = ip.first_chunk()?;
+            let hl = usize::from(t[32] >> 4) * 4;
+            if hl < 20 || 20 + hl > tl {
+                return None;
+            }
+            Flags(u16::from_be_bytes([t[32], t[33]]) & 0x01ff)
+        }
+        proto::UDP => {
+            let ul = usize::from(be16(24));
+            if ul < 8 || 20 + ul > tl {
+                return None;
+            }
+            Flags::default()
+        }
+        _ => return None,
+    };
+    Some(V4Flow {
+        src: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        dst: u32::from_be_bytes([h[16], h[17], h[18], h[19]]),
+        src_port: be16(20),
+        dst_port: be16(22),
+        proto: h[9],
+        ds: h[1],
+        total_len,
+        tcp_flags,
+    })
+}
+
 /// The IPv6 counterpart of [`V4Flow`]: an untagged Ethernet frame carrying an IPv6 header
 /// followed directly (no extension headers) by a TCP segment or UDP datagram, between
 /// addresses that are not IPv4-mapped.

@@ -10,14 +10,18 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{
-    DecapConfig, InnerIp, Outer, Template, Tunnel, UdpChecksum, decapsulate, encapsulate,
-    encapsulate_with, encapsulate_with_endpoint, parse_tunnel, strip_outer,
+    DecapConfig, InnerIp, Outer, Template, Tunnel, TunnelKind, UdpChecksum, decapsulate,
+    encapsulate, encapsulate_with, encapsulate_with_endpoint, parse_geneve_return_v4, parse_tunnel,
+    strip_outer,
 };
 use wire::ethernet::{EthernetRepr, VlanTag, ethertype};
 use wire::flow::{Affinity, FlowKey};
 use wire::geneve::{GatewayOptions, GeneveOption, OptionIds};
 use wire::ip::proto;
-use wire::packet::{Fragment, Frame, IpVersion, parse_frame, parse_v4_flow, parse_v6_flow};
+use wire::packet::{
+    Fragment, Frame, IpVersion, parse_frame, parse_ip, parse_ip_v4_flow, parse_v4_flow,
+    parse_v6_flow,
+};
 use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, ndp, reply, tcp, udp, vxlan};
 
 fn mac() -> impl Strategy<Value = [u8; 6]> {
@@ -876,6 +880,44 @@ proptest! {
         }
     }
 
+    /// `parse_ip_v4_flow` says yes to exactly the option-less, unfragmented IPv4 TCP/UDP
+    /// packets `parse_ip` accepts, with the same facts.
+    #[test]
+    fn bare_v4_fast_parse_agrees_with_parse_ip(
+        s in inner_spec(), cut in 0usize..80, flips in vec((0usize..50, any::<u8>()), 0..4),
+        plain in any::<bool>(), tcp in any::<bool>(), mutate in any::<bool>(),
+    ) {
+        let mut s = s;
+        if plain {
+            s.v6 = false;
+            s.l4 = if tcp { proto::TCP } else { proto::UDP };
+        }
+        let f = build_inner(&s);
+        let l2 = s.eth.header_len();
+        let mut ip = f[l2..].to_vec();
+        if mutate {
+            damage(&mut ip, &flips, cut);
+        }
+        let fast = parse_ip_v4_flow(&ip);
+        let canonical = parse_ip(&ip).ok().filter(|info| {
+            info.version == IpVersion::V4
+                && info.l4_offset == 20
+                && info.fragment == Fragment::No
+                && matches!(info.proto, proto::TCP | proto::UDP)
+        });
+        prop_assert_eq!(fast.is_some(), canonical.is_some(), "{:?} vs {:?}", fast, canonical);
+        if let (Some(v), Some(info)) = (fast, canonical) {
+            let mapped = |x: u32| wire::ip::mapped_v4(x.to_be_bytes());
+            prop_assert_eq!(info.src, mapped(v.src));
+            prop_assert_eq!(info.dst, mapped(v.dst));
+            prop_assert_eq!(info.proto, v.proto);
+            prop_assert_eq!(info.ports, Some((v.src_port, v.dst_port)));
+            prop_assert_eq!(info.tcp_flags, v.tcp_flags);
+            prop_assert_eq!(info.l3_len, u32::from(v.total_len));
+            prop_assert_eq!(ip[1], v.ds);
+        }
+    }
+
     /// The fast path's flow key is the general one, packed.
     #[test]
     fn v4_key_packs_like_the_general_key(
@@ -886,6 +928,94 @@ proptest! {
         let mapped = |x: u32| wire::ip::mapped_v4(x.to_be_bytes());
         let k = FlowKey::with_affinity(mapped(src), mapped(dst), p, Some(ports), false, affinity);
         prop_assert_eq!(FlowKey::pack_v4(src, dst, p, ports, affinity), k.pack());
+    }
+}
+
+proptest! {
+    // Many cases: each of the few dozen header bytes the fast parse checks is damaged in
+    // some of them.
+    #![proptest_config(ProptestConfig { cases: 8192, ..ProptestConfig::default() })]
+
+    /// `parse_geneve_return_v4` (gateway mode's returns, M32) takes only frames that
+    /// `parse_tunnel` takes as Geneve with both options, neither OAM nor with an unknown
+    /// critical option, whose inner packet `parse_ip` takes, with the same facts; and it
+    /// takes every frame in the layout the balancer sends, unchanged.
+    #[test]
+    fn geneve_return_fast_parse_agrees_with_parse_tunnel(
+        s in inner_spec(), plain in 0u8..4, tcp in any::<bool>(),
+        outer_v6 in 0u8..4, a in any::<[u8; 16]>(), b in any::<[u8; 16]>(),
+        id in any::<u64>(), cookie in any::<u32>(), class in any::<u16>(),
+        types in (0u8..0x80, 0u8..0x80), critical in 0u8..4, hash in any::<u64>(),
+        csum in prop_oneof![Just(UdpChecksum::Auto), Just(UdpChecksum::Full), Just(UdpChecksum::Zero)],
+        mutate in any::<bool>(), cut in 0usize..80, flips in vec((0usize..90, any::<u8>()), 1..4),
+        pad in vec(any::<u8>(), 0..8),
+    ) {
+        // Mostly the layout the fast path takes (before any mutation), damaged in the
+        // headers it reads half the time.
+        let (plain, outer_v6) = (plain != 0, outer_v6 == 0);
+        let types = if critical == 0 { (types.0 | 0x80, types.1) } else { types };
+        let mut s = s;
+        if plain {
+            s.v6 = false;
+            s.l4 = if tcp { proto::TCP } else { proto::UDP };
+        }
+        let frame = build_inner(&s);
+        let (src_ip, dst_ip): (IpAddr, IpAddr) = if outer_v6 {
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into())
+        } else {
+            (Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(b[0], b[1], b[2], b[3]).into())
+        };
+        let outer = Outer {
+            src_mac: [2; 6], dst_mac: [4; 6], src_ip, dst_ip, ttl: 64,
+            dont_fragment: true, flow_hash: hash, src_port_min: 49152,
+            src_port_max: 65535, udp_checksum: csum,
+        };
+        let ids = OptionIds { class, endpoint_type: types.0, cookie_type: types.1 };
+        let t = Tunnel::Geneve {
+            port: 6081, vni: 0, ids,
+            options: GatewayOptions { endpoint_id: Some(id), cookie: Some(cookie) },
+        };
+        let mut buf = MemBuf::new([0u8; 700], 128, &frame).unwrap();
+        prop_assume!(encapsulate(&mut buf, &outer, &t).is_ok());
+        let mut f = buf.data().to_vec();
+        f.extend_from_slice(&pad);
+        if mutate {
+            damage(&mut f, &flips, cut);
+        }
+        let fast = parse_geneve_return_v4(&f, &ids);
+        let sent_layout = !mutate && plain && !outer_v6 && types.0 != types.1 && (types.0 | types.1) & 0x80 == 0;
+        if sent_layout {
+            prop_assert!(fast.is_some(), "the balancer's own layout is taken");
+        }
+        if let Some(r) = fast {
+            let cfg = DecapConfig {
+                gue_port: None,
+                geneve_port: Some(u16::from_be_bytes([f[36], f[37]])),
+                allow_zero_udp_checksum_v6: false,
+                geneve_ids: ids,
+            };
+            let t = parse_tunnel(&f, &cfg);
+            prop_assert!(t.is_ok(), "{:?}", t);
+            let t = t.unwrap();
+            prop_assert_eq!(t.kind, TunnelKind::Geneve);
+            prop_assert!(!t.geneve_oam && !t.geneve_unknown_critical);
+            prop_assert_eq!(t.gateway, GatewayOptions { endpoint_id: Some(r.endpoint_id), cookie: Some(r.cookie) });
+            prop_assert_eq!((t.inner_offset, t.inner_len, t.inner_v6), (r.inner_offset, r.inner_len, false));
+            let info = parse_ip(&f[t.inner_offset..t.inner_offset + t.inner_len]);
+            prop_assert!(info.is_ok());
+            let info = info.unwrap();
+            let mapped = |x: u32| wire::ip::mapped_v4(x.to_be_bytes());
+            let v = r.inner;
+            prop_assert_eq!(info.version, IpVersion::V4);
+            prop_assert_eq!(info.fragment, Fragment::No);
+            prop_assert!(info.icmp.is_none());
+            prop_assert_eq!(info.src, mapped(v.src));
+            prop_assert_eq!(info.dst, mapped(v.dst));
+            prop_assert_eq!(info.proto, v.proto);
+            prop_assert_eq!(info.ports, Some((v.src_port, v.dst_port)));
+            prop_assert_eq!(info.tcp_flags, v.tcp_flags);
+            prop_assert_eq!(info.l3_len, u32::from(v.total_len));
+        }
     }
 }
 

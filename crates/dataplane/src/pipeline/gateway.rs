@@ -23,7 +23,10 @@
 use config::compiled::Delivery;
 use flowtable::{EntryFlags, Hit, ProtoClass};
 use wire::buf::PacketBuf;
-use wire::encap::{DecapConfig, TunnelKind, parse_tunnel, strip_outer};
+use wire::encap::{
+    DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer, strip_outer_at,
+};
+use wire::ethernet::MacAddr;
 use wire::flow::{Affinity, FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
 use wire::ip::is_mapped_v4;
@@ -36,7 +39,10 @@ use super::classify::{class_of, store_key};
 use super::flow::{bare_syn, closed, stateless_cookie, tcp_flag_bits};
 use super::{Ctx, Inner, Outcome, Pending, Stage, Worker};
 use crate::counters::DropReason;
-use crate::snapshot::BackendState;
+use crate::snapshot::{BackendState, GatewayHop, ServicePlan, Snapshot};
+
+/// An untagged Ethernet header's length.
+const ETH_HEADER: usize = wire::ethernet::HEADER_LEN;
 
 /// An untagged Ethernet header's length, as [`Inner`] stores it.
 #[allow(clippy::cast_possible_truncation, reason = "14 bytes")]
@@ -286,7 +292,7 @@ impl Worker {
         slot: u32,
         udp_port: Option<u16>,
     ) -> Result<u16, DropReason> {
-        let Ctx { snap, flows, now } = cx;
+        let snap = cx.snap;
         // A fragment (no port): tunnels are not reassembled.
         let Some(udp_port) = udp_port else {
             return Err(DropReason::GatewayMalformed);
@@ -309,17 +315,37 @@ impl Worker {
         else {
             return Err(DropReason::GatewayUnknownSource);
         };
+        let ids = OptionIds {
+            class: option_class,
+            endpoint_type: endpoint_id_type,
+            cookie_type: flow_cookie_type,
+        };
+        // The layout the balancer sent, returned as the contract says: read
+        // at fixed offsets, with every check of the general parse (both
+        // checksums, every length) and the inner packet parsed once.
+        if let Some(r) = parse_geneve_return_v4(pkt.data(), &ids) {
+            let hop = endpoint_of(snap, svc, r.endpoint_id)?;
+            let f = r.inner;
+            let words = FlowKey::symmetric_packed(FlowKey::pack_v4(
+                f.src,
+                f.dst,
+                f.proto,
+                (f.src_port, f.dst_port),
+                plan.affinity,
+            ));
+            let (out, dst_mac, src_mac) =
+                self.accepted(cx, plan, slot, hop, (words, f.proto), r.cookie)?;
+            strip_outer_at(pkt, ETH_HEADER, (r.inner_offset, r.inner_len), false)
+                .map_err(|_| DropReason::GatewayMalformed)?;
+            return set_macs(pkt, dst_mac, src_mac).map(|()| out);
+        }
         // Parsed as Geneve to the port it came to (the Geneve port, or the
         // balancer's source port of a socket's answer).
         let cfg = DecapConfig {
             gue_port: None,
             geneve_port: Some(udp_port),
             allow_zero_udp_checksum_v6: false,
-            geneve_ids: OptionIds {
-                class: option_class,
-                endpoint_type: endpoint_id_type,
-                cookie_type: flow_cookie_type,
-            },
+            geneve_ids: ids,
         };
         let t = parse_tunnel(pkt.data(), &cfg).map_err(|_| DropReason::GatewayMalformed)?;
         if t.kind != TunnelKind::Geneve || t.geneve_oam || t.geneve_unknown_critical {
@@ -328,11 +354,7 @@ impl Worker {
         let (Some(endpoint_id), Some(cookie)) = (t.gateway.endpoint_id, t.gateway.cookie) else {
             return Err(DropReason::GatewayOptionsMissing);
         };
-        let hop = snap
-            .gateways
-            .iter()
-            .find(|g| g.svc == svc && g.id == endpoint_id)
-            .ok_or(DropReason::GatewayEndpointUnknown)?;
+        let hop = endpoint_of(snap, svc, endpoint_id)?;
         let inner = pkt
             .data()
             .get(t.inner_offset..t.inner_offset.saturating_add(t.inner_len))
@@ -346,14 +368,35 @@ impl Worker {
         let words = FlowKey::from_packet(&info, plan.affinity)
             .symmetric()
             .pack();
-        let hash = hash_words(&words, 0);
-        let key = flowtable::FlowKey(with_service_tag(words, hop.flow_tag));
         let proto = match &info.icmp {
             Some(IcmpInfo {
                 quoted: Some(q), ..
             }) => q.proto,
             _ => info.proto,
         };
+        let (out, dst_mac, src_mac) = self.accepted(cx, plan, slot, hop, (words, proto), cookie)?;
+        strip_outer(pkt, &t).map_err(|_| DropReason::GatewayMalformed)?;
+        set_macs(pkt, dst_mac, src_mac).map(|()| out)
+    }
+
+    /// The checks of a returned packet after its parse (M32): the flow
+    /// (packed symmetric key `words`, protocol `proto`) was sent to
+    /// appliance `slot` (of service `plan`) with `cookie`, and its endpoint
+    /// `hop` is resolved.
+    /// Returns the endpoint's port and the MACs (destination, source) the
+    /// inner packet leaves with.
+    fn accepted(
+        &mut self,
+        cx: Ctx<'_>,
+        plan: &ServicePlan,
+        slot: u32,
+        hop: &GatewayHop,
+        (words, proto): ([u64; 5], u8),
+        cookie: u32,
+    ) -> Result<(u16, MacAddr, MacAddr), DropReason> {
+        let Ctx { snap, flows, now } = cx;
+        let hash = hash_words(&words, 0);
+        let key = flowtable::FlowKey(with_service_tag(words, hop.flow_tag));
         // A flow forwarded without an entry (table full, over the new-entry
         // budget, an ICMP error) carries a cookie keyed by its hash and
         // endpoint; its entry may have been made since (by the other
@@ -386,14 +429,26 @@ impl Worker {
             .get(hop.port)
             .copied()
             .unwrap_or(snap.local.mac);
-        let dst_mac = hop.mac;
-        strip_outer(pkt, &t).map_err(|_| DropReason::GatewayMalformed)?;
-        let eth = pkt
-            .data_mut()
-            .get_mut(..12)
-            .ok_or(DropReason::GatewayMalformed)?;
-        eth[..6].copy_from_slice(&dst_mac);
-        eth[6..].copy_from_slice(&src_mac);
-        Ok(out)
+        Ok((out, hop.mac, src_mac))
     }
+}
+
+/// The gateway endpoint of service `svc` whose ID a returned packet
+/// carries.
+fn endpoint_of(snap: &Snapshot, svc: usize, id: u64) -> Result<&GatewayHop, DropReason> {
+    snap.gateways
+        .iter()
+        .find(|g| g.svc == svc && g.id == id)
+        .ok_or(DropReason::GatewayEndpointUnknown)
+}
+
+/// The MACs of a decapsulated packet on its way back to its endpoint.
+fn set_macs<B: PacketBuf>(pkt: &mut B, dst: MacAddr, src: MacAddr) -> Result<(), DropReason> {
+    let eth = pkt
+        .data_mut()
+        .get_mut(..12)
+        .ok_or(DropReason::GatewayMalformed)?;
+    eth[..6].copy_from_slice(&dst);
+    eth[6..].copy_from_slice(&src);
+    Ok(())
 }
