@@ -536,20 +536,37 @@ fn encapsulate_template<B: PacketBuf>(
             let ol = usize::from(options_len);
             let [e0, e1] = inner_et().to_be_bytes();
             let [_, v0, v1, v2] = vni.to_be_bytes();
-            if let Some(b) = d.get_mut(g..g + geneve::BASE_HEADER_LEN) {
-                b.copy_from_slice(&[crate::cast::len8(ol / 4), 0, e0, e1, v0, v1, v2, 0]);
-            }
-            let o = g + geneve::BASE_HEADER_LEN;
-            if let (Some(dst), Some(src)) = (d.get_mut(o..o + ol), options.get(..ol)) {
-                dst.copy_from_slice(src);
-                match dst.last_chunk_mut::<4>() {
-                    Some(c) if has_cookie => *c = cookie.to_be_bytes(),
-                    _ => {}
+            // A gateway rule's packet (M30: the endpoint ID, then the cookie): the base
+            // header and both options in one write of fixed size, the same bytes as below.
+            if let (Some(id), true, true, TEMPLATE_OPTIONS) =
+                (endpoint_id, *has_endpoint, has_cookie, ol)
+            {
+                const N: usize = geneve::BASE_HEADER_LEN + TEMPLATE_OPTIONS;
+                let mut h = [0u8; N];
+                h[..8].copy_from_slice(&[crate::cast::len8(ol / 4), 0, e0, e1, v0, v1, v2, 0]);
+                h[8..].copy_from_slice(options);
+                h[12..20].copy_from_slice(&id.to_be_bytes());
+                h[24..].copy_from_slice(&cookie.to_be_bytes());
+                if let Some(b) = d.get_mut(g..g + N) {
+                    b.copy_from_slice(&h);
                 }
-                // The endpoint ID option comes first: its data at bytes 4..12.
-                if let (Some(id), true, Some(d)) = (endpoint_id, *has_endpoint, dst.get_mut(4..12))
-                {
-                    d.copy_from_slice(&id.to_be_bytes());
+            } else {
+                if let Some(b) = d.get_mut(g..g + geneve::BASE_HEADER_LEN) {
+                    b.copy_from_slice(&[crate::cast::len8(ol / 4), 0, e0, e1, v0, v1, v2, 0]);
+                }
+                let o = g + geneve::BASE_HEADER_LEN;
+                if let (Some(dst), Some(src)) = (d.get_mut(o..o + ol), options.get(..ol)) {
+                    dst.copy_from_slice(src);
+                    match dst.last_chunk_mut::<4>() {
+                        Some(c) if has_cookie => *c = cookie.to_be_bytes(),
+                        _ => {}
+                    }
+                    // The endpoint ID option comes first: its data at bytes 4..12.
+                    if let (Some(id), true, Some(d)) =
+                        (endpoint_id, *has_endpoint, dst.get_mut(4..12))
+                    {
+                        d.copy_from_slice(&id.to_be_bytes());
+                    }
                 }
             }
         }
