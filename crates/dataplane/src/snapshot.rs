@@ -368,11 +368,24 @@ impl Snapshot {
     /// The backend slot of the appliance at `addr`, if it is one.
     #[inline]
     pub fn appliance(&self, addr: IpAddr) -> Option<u32> {
+        // Compared as integers: the same search in fewer instructions, on
+        // every packet to an own address.
+        let want = addr_order(&addr);
         let i = self
             .appliances
-            .binary_search_by(|(a, _)| a.cmp(&addr))
+            .binary_search_by(|(a, _)| addr_order(a).cmp(&want))
             .ok()?;
         self.appliances.get(i).map(|&(_, slot)| slot)
+    }
+}
+
+/// `IpAddr`'s order as integers: every IPv4 address before every IPv6 one
+/// (an IPv4-mapped IPv6 address included), each family by value.
+#[inline(always)]
+fn addr_order(a: &IpAddr) -> (bool, u128) {
+    match a {
+        IpAddr::V4(v) => (false, u128::from(u32::from(*v))),
+        IpAddr::V6(v) => (true, u128::from(*v)),
     }
 }
 
@@ -1104,6 +1117,28 @@ pub fn flow_table_config(dp: &config::schema::Dataplane) -> flowtable::Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn any_addr() -> impl proptest::strategy::Strategy<Value = IpAddr> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<u32>().prop_map(|v| IpAddr::from(std::net::Ipv4Addr::from(v))),
+            any::<u128>().prop_map(|v| IpAddr::from(std::net::Ipv6Addr::from(v))),
+            // IPv4-mapped, and small values (`::a.b.c.d`): equal as integers to
+            // an IPv4 address, never as addresses.
+            any::<u32>().prop_map(|v| IpAddr::from(std::net::Ipv4Addr::from(v).to_ipv6_mapped())),
+            any::<u32>().prop_map(|v| IpAddr::from(std::net::Ipv6Addr::from(u128::from(v)))),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The appliances' search key orders addresses as `IpAddr` does (the
+        /// order they are sorted in).
+        #[test]
+        fn appliance_search_orders_as_ip_addr(a in any_addr(), b in any_addr(), same in proptest::prelude::any::<bool>()) {
+            let b = if same { a } else { b };
+            proptest::prop_assert_eq!(addr_order(&a).cmp(&addr_order(&b)), a.cmp(&b));
+        }
+    }
 
     /// Services `a` and `b`, three endpoints each.
     fn two_services() -> Arc<Compiled> {
