@@ -957,38 +957,27 @@ fn unknown_critical<T: AsRef<[u8]>>(ids: &OptionIds, p: &geneve::Packet<T>, c_bi
 /// as if the inner packet had arrived directly (tunnelled ingress, M49). Link padding after
 /// the outer packet is dropped. On error the packet is unchanged.
 pub fn strip_outer<B: PacketBuf>(buf: &mut B, info: &TunnelInfo) -> Result<(), DecapError> {
-    strip_outer_at(
-        buf,
-        info.eth.header_len(),
-        (info.inner_offset, info.inner_len),
-        info.inner_v6,
-    )
-}
-
-/// [`strip_outer`] from the facts it uses: the link-layer header's length `l2`, where the
-/// inner packet is (offset and length) and whether it is IPv6.
-pub fn strip_outer_at<B: PacketBuf>(
-    buf: &mut B,
-    l2: usize,
-    (inner_offset, inner_len): (usize, usize),
-    inner_v6: bool,
-) -> Result<(), DecapError> {
-    let end = inner_offset
-        .checked_add(inner_len)
+    let l2 = info.eth.header_len();
+    let end = info
+        .inner_offset
+        .checked_add(info.inner_len)
         .ok_or(ParseError::BadLength)?;
     // The link-layer header moves to just before the inner packet.
-    let start = inner_offset.checked_sub(l2).ok_or(ParseError::BadLength)?;
+    let start = info
+        .inner_offset
+        .checked_sub(l2)
+        .ok_or(ParseError::BadLength)?;
     if end > buf.len() || l2 < 2 {
         return Err(ParseError::Truncated.into());
     }
-    let et = if inner_v6 {
+    let et = if info.inner_v6 {
         ethertype::IPV6
     } else {
         ethertype::IPV4
     };
     let data = buf.data_mut();
     data.copy_within(..l2, start);
-    data[inner_offset - 2..inner_offset].copy_from_slice(&et.to_be_bytes());
+    data[info.inner_offset - 2..info.inner_offset].copy_from_slice(&et.to_be_bytes());
     let excess = buf.len() - end;
     buf.trim(excess)?;
     buf.adj(start)?;

@@ -23,9 +23,7 @@
 use config::compiled::Delivery;
 use flowtable::{EntryFlags, Hit, ProtoClass};
 use wire::buf::PacketBuf;
-use wire::encap::{
-    DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer, strip_outer_at,
-};
+use wire::encap::{DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer};
 use wire::ethernet::MacAddr;
 use wire::flow::{Affinity, FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
@@ -335,9 +333,27 @@ impl Worker {
             ));
             let (out, dst_mac, src_mac) =
                 self.accepted(cx, plan, slot, hop, (words, f.proto), r.cookie)?;
-            strip_outer_at(pkt, ETH_HEADER, (r.inner_offset, r.inner_len), false)
+            // What `strip_outer` and `set_macs` make of it, in one write: the
+            // endpoint's Ethernet header right before the inner packet.
+            let start = r
+                .inner_offset
+                .checked_sub(ETH_HEADER)
+                .ok_or(DropReason::GatewayMalformed)?;
+            let excess = pkt
+                .len()
+                .checked_sub(r.inner_offset + r.inner_len)
+                .ok_or(DropReason::GatewayMalformed)?;
+            let eth = pkt
+                .data_mut()
+                .get_mut(start..r.inner_offset)
+                .ok_or(DropReason::GatewayMalformed)?;
+            eth[..6].copy_from_slice(&dst_mac);
+            eth[6..12].copy_from_slice(&src_mac);
+            eth[12..].copy_from_slice(&wire::ethernet::ethertype::IPV4.to_be_bytes());
+            pkt.trim(excess)
+                .and_then(|()| pkt.adj(start))
                 .map_err(|_| DropReason::GatewayMalformed)?;
-            return set_macs(pkt, dst_mac, src_mac).map(|()| out);
+            return Ok(out);
         }
         // Parsed as Geneve to the port it came to (the Geneve port, or the
         // balancer's source port of a socket's answer).
