@@ -25,7 +25,7 @@ use flowtable::{EntryFlags, Hit, ProtoClass};
 use wire::buf::PacketBuf;
 use wire::encap::{DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer};
 use wire::ethernet::MacAddr;
-use wire::flow::{Affinity, FlowKey, hash_words, with_service_tag};
+use wire::flow::{FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
 use wire::ip::is_mapped_v4;
 use wire::packet::{
@@ -49,12 +49,19 @@ const ETH_LEN: u8 = wire::ethernet::HEADER_LEN as u8;
 /// What [`Worker::gateway_flow`] needs of a fast-path packet
 /// ([`parse_v4_flow`], [`parse_v6_flow`]: unfragmented TCP or UDP, never
 /// an ICMP error, never an IPv4-mapped address).
-struct FlowFacts<K: FnOnce(Affinity) -> [u64; 5]> {
+struct FlowFacts<'a> {
+    /// Source and destination.
+    addrs: Addrs<'a>,
     proto: u8,
+    ports: (u16, u16),
     tcp_flags: Flags,
     inner: Inner,
-    /// The packed key under the service's affinity (not yet symmetric).
-    words: K,
+}
+
+/// A fast-path packet's addresses, as its parser gives them.
+enum Addrs<'a> {
+    V4(u32, u32),
+    V6(&'a [u8; 16], &'a [u8; 16]),
 }
 
 impl Worker {
@@ -80,7 +87,8 @@ impl Worker {
                     ds: f.ds,
                     ip_len: u32::from(f.total_len),
                 },
-                words: |a| FlowKey::pack_v4(f.src, f.dst, f.proto, (f.src_port, f.dst_port), a),
+                addrs: Addrs::V4(f.src, f.dst),
+                ports: (f.src_port, f.dst_port),
             };
             return self.gateway_flow(cx, pkt, facts, key, pend);
         }
@@ -94,7 +102,8 @@ impl Worker {
                     ds: f.traffic_class,
                     ip_len: 40 + u32::from(f.payload_len),
                 },
-                words: |a| FlowKey::pack_v6(&f.src, &f.dst, f.proto, (f.src_port, f.dst_port), a),
+                addrs: Addrs::V6(&f.src, &f.dst),
+                ports: (f.src_port, f.dst_port),
             };
             return self.gateway_flow(cx, pkt, facts, key, pend);
         }
@@ -111,11 +120,11 @@ impl Worker {
     /// and the same key and facts, from the fast parse (`tests/gateway.rs`
     /// and the wire crate's fast-parse property tests hold them equal).
     #[inline(always)]
-    fn gateway_flow<B: PacketBuf, K: FnOnce(Affinity) -> [u64; 5]>(
+    fn gateway_flow<B: PacketBuf>(
         &mut self,
         cx: Ctx<'_>,
         pkt: &mut B,
-        f: FlowFacts<K>,
+        f: FlowFacts<'_>,
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
@@ -135,7 +144,11 @@ impl Worker {
             return Stage::Done(Outcome::Drop(DropReason::NoRule));
         };
         self.count_child(hop.child, pkt.len());
-        let words = FlowKey::symmetric_packed((f.words)(plan.affinity));
+        let words = match f.addrs {
+            Addrs::V4(src, dst) => FlowKey::pack_v4(src, dst, f.proto, f.ports, plan.affinity),
+            Addrs::V6(src, dst) => FlowKey::pack_v6(src, dst, f.proto, f.ports, plan.affinity),
+        };
+        let words = FlowKey::symmetric_packed(words);
         let hash = store_key(words, hop.flow_tag, key_out);
         *pend = Pending {
             tcp_flags: f.tcp_flags,
@@ -417,23 +430,24 @@ impl Worker {
         // budget, an ICMP error) carries a cookie keyed by its hash and
         // endpoint; its entry may have been made since (by the other
         // direction), with packets of before still at the appliance.
-        let keyed = cookie == stateless_cookie(hash, snap.cookie_key, Some(hop.flow_tag));
+        // (Worked out only where the entry's cookie does not decide.)
+        let keyed = || cookie == stateless_cookie(hash, snap.cookie_key, Some(hop.flow_tag));
         match flows.lookup(&key, hash) {
             Some(hit) => {
                 if hit.entry.backend != slot || !self.keeps(snap, plan, &hit, class_of(proto), now)
                 {
                     return Err(DropReason::GatewayWrongAppliance);
                 }
-                if hit.entry.cookie != cookie && !keyed {
+                if hit.entry.cookie != cookie && !keyed() {
                     return Err(DropReason::GatewayCookieMismatch);
                 }
             }
             // Without an entry, the appliance Maglev picks for the flow is
             // the one it was sent to: another, even with the cookie, did not
             // get it from this node.
-            None if keyed && plan.pick(hash, None) == Some(slot) => {}
-            None if keyed => return Err(DropReason::GatewayWrongAppliance),
-            None => return Err(DropReason::GatewayNoFlow),
+            None if !keyed() => return Err(DropReason::GatewayNoFlow),
+            None if plan.pick(hash, None) == Some(slot) => {}
+            None => return Err(DropReason::GatewayWrongAppliance),
         }
         if hop.mac == [0; 6] {
             return Err(DropReason::GatewayEndpointUnresolved);
