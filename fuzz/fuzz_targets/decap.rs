@@ -1,9 +1,14 @@
-//! Tunnel parsing, decapsulation and the GENEVE return rewrite on arbitrary frames, and the
-//! backend-side decapsulator's verdict on the same bytes as socket payloads.
+//! Tunnel parsing, decapsulation and the GENEVE return rewrite on arbitrary frames, the
+//! gateway return's fast parse against the general one, and the backend-side decapsulator's
+//! verdict on the same bytes as socket payloads.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use wire::buf::{MemBuf, PacketBuf};
-use wire::encap::{DecapConfig, decapsulate, geneve_return_rewrite, parse_tunnel};
+use wire::encap::{
+    DecapConfig, TunnelKind, decapsulate, geneve_return_rewrite, parse_geneve_return_v4,
+    parse_tunnel,
+};
+use wire::geneve::{GatewayOptions, OptionIds};
 
 fuzz_target!(|data: &[u8]| {
     let cfg = DecapConfig {
@@ -12,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let parsed = parse_tunnel(data, &cfg);
     decap_policy(data);
+    gateway_return(data);
     let Ok(mut buf) = MemBuf::new([0u8; 4096], 128, data) else {
         return;
     };
@@ -32,6 +38,34 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(back.gateway, info.gateway);
     }
 });
+
+/// The fast parse of an appliance's return takes only what `parse_tunnel` takes (as GENEVE
+/// to the frame's UDP port, both options, not OAM, no unknown critical option), with the
+/// same facts, and an inner packet `parse_ip` takes.
+fn gateway_return(data: &[u8]) {
+    let ids = OptionIds::DEFAULT;
+    let Some(r) = parse_geneve_return_v4(data, &ids) else {
+        return;
+    };
+    let cfg = DecapConfig {
+        gue_port: None,
+        geneve_port: Some(u16::from_be_bytes([data[36], data[37]])),
+        allow_zero_udp_checksum_v6: false,
+        geneve_ids: ids,
+    };
+    let t = parse_tunnel(data, &cfg).unwrap();
+    assert!(t.kind == TunnelKind::Geneve && !t.geneve_oam && !t.geneve_unknown_critical);
+    let options = GatewayOptions {
+        endpoint_id: Some(r.endpoint_id),
+        cookie: Some(r.cookie),
+    };
+    assert_eq!(t.gateway, options);
+    assert_eq!((t.inner_offset, t.inner_len), (r.inner_offset, r.inner_len));
+    let info = wire::packet::parse_ip(&data[r.inner_offset..r.inner_offset + r.inner_len]).unwrap();
+    assert_eq!(info.proto, r.inner.proto);
+    assert_eq!(info.ports, Some((r.inner.src_port, r.inner.dst_port)));
+    assert_eq!(info.l3_len, u32::from(r.inner.total_len));
+}
 
 /// `decap::decide` on the frame's bytes as the payload every socket could deliver (the frame
 /// itself, after Ethernet, after Ethernet + IPv4/IPv6 + UDP), under every carrier, and

@@ -18,7 +18,12 @@
 //!   destination through the balancer (M6).
 //!
 //! Both branches are out of line: the passthrough fast path never comes
-//! here.
+//! here. Each has a short way for the usual packet, deciding exactly as the
+//! general one: a fast-path frame's facts come from the fast parsers, an
+//! established flow's packet takes `gateway_established` (from
+//! `finish_established`), and a return in the layout the balancer sent is
+//! read at fixed offsets (`wire::encap::parse_geneve_return_v4`), its inner
+//! packet parsed once.
 
 use config::compiled::Delivery;
 use flowtable::{EntryFlags, Hit, ProtoClass};
