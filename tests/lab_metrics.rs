@@ -281,4 +281,22 @@ fn lab_metrics_add_up_and_follow_health_drain_and_spillover() {
     check_identities(&m, "spillway_worker_", "{worker=\"0\"}");
     let far = "spillway_endpoint_packets_total{service=\"web\",group=\"far-a\",region=\"far\",zone=\"far-a\",endpoint=\"198.18.2.13\"}";
     assert!(get(&m, far) > 0.0, "region far took the traffic");
+    // Every flow entry was created for one endpoint, and what an endpoint
+    // was sent is at least its packets' inner minimum (a 20-byte header).
+    assert_eq!(
+        sum(&m, "spillway_endpoint_new_flows_total", ""),
+        get(&m, "spillway_flows_new_total"),
+        "endpoints' new flows add up to the flow table's"
+    );
+    for (k, packets) in m
+        .iter()
+        .filter(|(k, _)| k.starts_with("spillway_endpoint_packets_total{"))
+    {
+        let bytes = k.replace("endpoint_packets_total", "endpoint_bytes_total");
+        assert!(
+            get(&m, &bytes) >= 20.0 * packets,
+            "{bytes}: {} for {packets} packets",
+            get(&m, &bytes)
+        );
+    }
 }

@@ -583,7 +583,11 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
                 .map(|slot| (svc.name.clone(), slot))
         })
         .collect();
-    let packets = &s.counters.backend_packets;
+    let (packets, bytes, new_flows) = (
+        &s.counters.backend_packets,
+        &s.counters.backend_bytes,
+        &s.counters.backend_new_flows,
+    );
     let group_labels = |g: &config::compiled::Group| {
         let svc = c
             .services
@@ -614,14 +618,32 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
             Some((i, e, svc, slots.get(i).copied().flatten(), l))
         })
     };
-    x.counter(
-        "endpoint_packets_total",
-        "Packets forwarded to the endpoint (its backend slot).",
-        endpoints().map(|(_, _, _, slot, l)| {
-            let n = slot.and_then(|i| packets.get(i as usize)).copied();
-            (l, n.unwrap_or(0))
-        }),
-    );
+    for (name, help, per_slot) in [
+        (
+            "endpoint_packets_total",
+            "Packets forwarded to the endpoint (its backend slot).",
+            packets,
+        ),
+        (
+            "endpoint_bytes_total",
+            "Bytes forwarded to the endpoint, as sent (outer headers included).",
+            bytes,
+        ),
+        (
+            "endpoint_new_flows_total",
+            "Flow entries created for connections to the endpoint.",
+            new_flows,
+        ),
+    ] {
+        x.counter(
+            name,
+            help,
+            endpoints().map(|(_, _, _, slot, l)| {
+                let n = slot.and_then(|i| per_slot.get(i as usize)).copied();
+                (l, n.unwrap_or(0))
+            }),
+        );
+    }
     x.gauge(
         "endpoint_weight",
         "The endpoint's weight: the one its health check reports, else the configured one.",

@@ -424,6 +424,10 @@ counters! {
             /// Packets forwarded to each backend slot (the management core derives
             /// measured rates from them: RATE capacity, spillover, M25/M26).
             pub backend_packets: Vec<u64>,
+            /// Bytes forwarded to each backend slot, as sent (outer headers included).
+            pub backend_bytes: Vec<u64>,
+            /// Flow entries created for each backend slot.
+            pub backend_new_flows: Vec<u64>,
         }
     }
 }
@@ -456,8 +460,14 @@ impl WorkerCounters {
         }
         self.resize_children(other.children.len());
         self.resize_backends(other.backend_packets.len());
-        for (t, n) in self.backend_packets.iter_mut().zip(&other.backend_packets) {
-            *t += n;
+        for (mine, theirs) in [
+            (&mut self.backend_packets, &other.backend_packets),
+            (&mut self.backend_bytes, &other.backend_bytes),
+            (&mut self.backend_new_flows, &other.backend_new_flows),
+        ] {
+            for (t, n) in mine.iter_mut().zip(theirs) {
+                *t += n;
+            }
         }
         for (t, cc) in self.children.iter_mut().zip(&other.children) {
             t.add(cc);
@@ -529,8 +539,14 @@ impl WorkerCounters {
     /// Makes room for a snapshot with `backends` backend slots (off the
     /// packet path, like [`WorkerCounters::resize_children`]).
     pub fn resize_backends(&mut self, backends: usize) {
-        if self.backend_packets.len() < backends {
-            self.backend_packets.resize(backends, 0);
+        for v in [
+            &mut self.backend_packets,
+            &mut self.backend_bytes,
+            &mut self.backend_new_flows,
+        ] {
+            if v.len() < backends {
+                v.resize(backends, 0);
+            }
         }
     }
 }
@@ -595,6 +611,8 @@ mod tests {
                 },
             ],
             backend_packets: vec![41, 42, 43],
+            backend_bytes: vec![51, 52, 53],
+            backend_new_flows: vec![61, 62, 63],
         }
     }
 
@@ -749,6 +767,8 @@ mod tests {
         assert_eq!(sum.children.len(), 2);
         assert_eq!(sum.drops, one.drops.map(|d| 2 * d));
         assert_eq!(sum.backend_packets, [82, 84, 86]);
+        assert_eq!(sum.backend_bytes, [102, 104, 106]);
+        assert_eq!(sum.backend_new_flows, [122, 124, 126]);
     }
 
     #[test]

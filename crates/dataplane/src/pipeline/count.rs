@@ -66,19 +66,25 @@ impl Worker {
         }
     }
 
-    /// Counts a delivery to backend `slot` for child rule `child`: the
-    /// backend's packets, or the rule's drops.
+    /// Counts a delivery of `len` bytes to backend `slot` for child rule
+    /// `child`: the backend's packets and bytes, or the rule's drops.
     #[inline(always)]
     pub(super) fn delivered(
         &mut self,
         sent: Result<(), DropReason>,
         slot: usize,
         child: usize,
+        len: usize,
     ) -> Outcome {
         match sent {
             Ok(()) => {
-                if let Some(n) = self.counters.backend_packets.get_mut(slot) {
+                let c = &mut self.counters;
+                if let (Some(n), Some(b)) = (
+                    c.backend_packets.get_mut(slot),
+                    c.backend_bytes.get_mut(slot),
+                ) {
                     *n += 1;
+                    *b += len as u64;
                 }
                 Outcome::Forward
             }

@@ -192,7 +192,12 @@ impl Worker {
             &p.inner.ip(),
             &mut pkt,
         );
-        let o = w.delivered(sent, slot as usize, p.child);
+        let o = w.delivered(
+            sent,
+            slot as usize,
+            p.child,
+            wire::buf::PacketBuf::len(&pkt),
+        );
         out.verdict = w.count(o);
         out
     }

@@ -61,7 +61,7 @@ impl Worker {
         let sent = wire::encap::encapsulate_with(pkt, t, &p.inner.ip(), p.hash, hit.entry.cookie)
             .map(|_| ())
             .map_err(|_| DropReason::EncapFailed);
-        Some(self.delivered(sent, slot, p.child))
+        Some(self.delivered(sent, slot, p.child, pkt.len()))
     }
 
     /// The flow-table part of an IP packet: follow its entry (`hit`) or
@@ -164,7 +164,7 @@ impl Worker {
             &p.inner.ip(),
             pkt,
         );
-        let outcome = self.delivered(sent, slot as usize, p.child);
+        let outcome = self.delivered(sent, slot as usize, p.child, pkt.len());
         (outcome, wrote)
     }
 
@@ -290,6 +290,9 @@ impl Worker {
                 self.counters.new_flows += 1;
                 if let Some(c) = self.counters.children.get_mut(p.child) {
                     c.new_flows += 1;
+                }
+                if let Some(n) = self.counters.backend_new_flows.get_mut(slot as usize) {
+                    *n += 1;
                 }
                 Some((slot, cookie))
             }

@@ -223,7 +223,7 @@ impl Worker {
         )
         .map(|_| ())
         .map_err(|_| DropReason::EncapFailed);
-        Some(self.delivered(sent, slot, p.child))
+        Some(self.delivered(sent, slot, p.child, pkt.len()))
     }
 
     /// An IP packet not addressed to the node: a gateway rule's if it came
