@@ -13,7 +13,12 @@ local M = dofile(here .. "/spillway.lua")
 
 -- spillway.lua reports as it goes; keep the check's own output to its result.
 local real_print = print
-print = function() end
+local printed = {}
+print = function(...)
+  local parts = {}
+  for i = 1, select("#", ...) do parts[#parts + 1] = tostring(select(i, ...)) end
+  printed[#printed + 1] = table.concat(parts, " ")
+end
 
 local checks, failures = 0, {}
 local function check(cond, what)
@@ -21,26 +26,69 @@ local function check(cond, what)
   if not cond then failures[#failures + 1] = what end
 end
 
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, a % b end
+  return a
+end
+
+-- Hand-worked bytes a delivery mode adds to a frame (IPv4 outer / IPv6 outer): outer IP
+-- (20 / 40) + tunnel header (ipip 0, gre 4, gre-key 8, gue 8, geneve 8 + 8 + 8); l2dsr none.
+local OVERHEAD = {
+  l2dsr = { 0, 0 }, ipip = { 20, 40 }, gre = { 24, 44 }, ["gre-key"] = { 28, 48 },
+  gue = { 28, 48 }, geneve = { 44, 64 },
+}
+
 local function ip4(s)
   local a, b, c, d = s:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
   assert(a, "not an IPv4 address: " .. tostring(s))
   return ((tonumber(a) * 256 + tonumber(b)) * 256 + tonumber(c)) * 256 + tonumber(d)
 end
 
-local function gcd(a, b)
-  while b ~= 0 do a, b = b, a % b end
-  return a
+-- The low 32 bits of the IPv6 addresses the script writes (2001:db8:c::x[:y]).
+local function ip6_low(s)
+  local tail = s:match("::(.*)$")
+  if tail == nil or tail == "" then return 0 end
+  local v = 0
+  for g in tail:gmatch("[^:]+") do v = (v << 16) | tonumber(g, 16) end
+  return v & 0xffffffff
 end
 
--- A fake pktgen. opts.flat: the pre-3.x flat range API; opts.run: nil (no pktgen.run),
--- "ok" or "error"; opts.loss: packets lost per measurement; opts.egress: received frame size.
+-- Distinct values of the stepped fields over `steps` packets, as pktgen_range_ctor steps
+-- them: value += inc; below min -> max; above max -> min; inc 0 keeps the start value.
+local function step(fields, steps)
+  local cur, seen, count = {}, {}, 0
+  for i, f in ipairs(fields) do cur[i] = f.start end
+  for _ = 1, steps do
+    local key = table.concat(cur, "/")
+    if not seen[key] then seen[key] = true; count = count + 1 end
+    for i, f in ipairs(fields) do
+      if f.inc ~= 0 then
+        local v = cur[i] + f.inc
+        if v < f.min then v = f.max elseif v > f.max then v = f.min end
+        cur[i] = v
+      end
+    end
+  end
+  return count
+end
+
+-- A fake pktgen that models what the real one sends. opts.flat: the pre-3.x flat range API;
+-- opts.run: nil (no pktgen.run), "ok" or "error"; opts.loss: packets lost per ms;
+-- opts.version: pktgen.info.Pktgen_Version (default "Pktgen 24.03.1", false: no info);
+-- opts.zero: the Lua counters stay 0 (pktgen before 24.03.1); opts.mbufs: TX mbufs per port
+-- (default 24576): range packets are built once per mbuf, so at most that many distinct
+-- flows go out; opts.mode: the DUT's delivery mode for the received bytes.
+-- IPv6 frames are enlarged to 78 bytes with the FCS, as pktgen does.
 local function fake(opts)
   local calls, pg = {}, {}
   local function rec(name)
     return function(...) calls[#calls + 1] = { name = name, args = { ... } } end
   end
-  for _, n in ipairs({ "stop", "start", "set_type", "set_proto", "set", "clr", "set_mac" }) do
+  for _, n in ipairs({ "stop", "start", "set_type", "set_proto", "set", "clr", "set_mac", "pcap" }) do
     pg[n] = rec(n)
+  end
+  if opts.version ~= false then
+    pg.info = { Pktgen_Version = opts.version or "Pktgen 24.03.1", Lua_Version = _VERSION }
   end
   local slept = 0
   pg.delay = function(ms) slept = slept + ms end
@@ -66,22 +114,57 @@ local function fake(opts)
       end
     end
   end
+  local function last(name, key)
+    local v
+    for _, c in ipairs(calls) do
+      if c.name == name and (key == nil or c.args[2] == key) then v = c.args[key and 3 or 2] end
+    end
+    return v
+  end
+  local wire = {}
+  -- What goes out: frame size without FCS and distinct flows, from the recorded settings.
+  function wire.frame_size()
+    if last("pcap") == "on" then return opts.pcap_size, opts.pcap_v6 end
+    local v6 = last("set_type") == "ipv6"
+    for _, line in ipairs(ran) do if line:match("type ipv6$") then v6 = true end end
+    local size = (last("range_on") and last("range.pkt_size", "start")) or last("set", "size")
+    if v6 and size < 78 then size = 78 end
+    return size - 4, v6
+  end
+  function wire.flows()
+    if last("pcap") == "on" then return opts.pcap_flows end
+    local sp = { start = last("range.src_port", "start"), inc = last("range.src_port", "inc"),
+      min = last("range.src_port", "min"), max = last("range.src_port", "max") }
+    local ip = { start = 0, inc = 0, min = 0, max = 0 }
+    local _, v6 = wire.frame_size()
+    if v6 then
+      for _, line in ipairs(ran) do
+        local what, val = line:match("^range %d+ src ip (%a+) (%S+)$")
+        if what then ip[what] = ip6_low(val) end
+      end
+    elseif last("range.src_ip", "start") then
+      for _, k in ipairs({ "start", "inc", "min", "max" }) do ip[k] = ip4(last("range.src_ip", k)) end
+    end
+    return step({ ip, sp }, opts.mbufs or 24576)
+  end
   -- Counters follow the simulated clock: 1000 packets per ms sent on port 0, `loss` of them
-  -- per ms missing on port 1, every received frame `egress` bytes.
+  -- per ms missing on port 1, every received frame the egress of the frame actually sent.
   pg.portStats = function(port, _)
-    local sent = 1000 * slept
-    local got = sent - (opts.loss or 0) * slept
+    local sent = opts.zero and 0 or 1000 * slept
+    local got = opts.zero and 0 or sent - (opts.loss or 0) * slept
     local entry
     if tonumber(port) == 0 then
       entry = { opackets = sent, obytes = sent * 60, ipackets = 0, ibytes = 0 }
     else
-      entry = { opackets = 0, obytes = 0, ipackets = got, ibytes = got * (opts.egress or 60) }
+      local size, v6 = wire.frame_size()
+      local egress = size + OVERHEAD[opts.mode or "gue"][v6 and 2 or 1]
+      entry = { opackets = 0, obytes = 0, ipackets = got, ibytes = got * egress }
     end
     local t = { n = 1 }
     t[tonumber(port)] = opts.nested and { curr = entry } or entry
     return t
   end
-  return pg, calls, ran, function() return slept end
+  return pg, calls, ran, wire
 end
 
 local function env_of(t)
@@ -97,27 +180,9 @@ local function field(calls, name)
   return f
 end
 
--- Distinct values of the stepped fields over `steps` packets, as pktgen_range_ctor steps
--- them: value += inc; below min -> max; above max -> min; inc 0 keeps the start value.
-local function step(fields, steps)
-  local cur, seen, count = {}, {}, 0
-  for i, f in ipairs(fields) do cur[i] = f.start end
-  for _ = 1, steps do
-    local key = table.concat(cur, "/")
-    if not seen[key] then seen[key] = true; count = count + 1 end
-    for i, f in ipairs(fields) do
-      if f.inc ~= 0 then
-        local v = cur[i] + f.inc
-        if v < f.min then v = f.max elseif v > f.max then v = f.min end
-        cur[i] = v
-      end
-    end
-  end
-  return count
-end
-
 -- Hand-worked egress frame lengths (no FCS) for pktgen's default sizes. pktgen pads nothing:
--- a 60-byte TCP or UDP IPv4 frame holds a 46-byte IP packet, IPv6 TCP 74 -> 60, IPv6 UDP 62 -> 48.
+-- a 60-byte TCP or UDP IPv4 frame holds a 46-byte IP packet; IPv6 frames are at least 74
+-- bytes (pktgen enlarges shorter ones), so IPv6 TCP and UDP alike hold a 60-byte IP packet.
 -- egress = 14 + outer IP (20; 40 for the IPv6 service) + tunnel header + inner IP.
 local EGRESS = {
   ack = { l2dsr = 60, ipip = 80, gre = 84, ["gre-key"] = 88, gue = 88, geneve = 104 },
@@ -125,7 +190,7 @@ local EGRESS = {
   udp = { l2dsr = 60, ipip = 80, gre = 84, ["gre-key"] = 88, gue = 88, geneve = 104 },
   ipv6 = { l2dsr = 74, ipip = 114, gre = 118, ["gre-key"] = 122, gue = 122, geneve = 138 },
   ["ipv6-syn"] = { l2dsr = 74, ipip = 114, gre = 118, ["gre-key"] = 122, gue = 122, geneve = 138 },
-  ["ipv6-udp"] = { l2dsr = 62, ipip = 102, gre = 106, ["gre-key"] = 110, gue = 110, geneve = 126 },
+  ["ipv6-udp"] = { l2dsr = 74, ipip = 114, gre = 118, ["gre-key"] = 122, gue = 122, geneve = 138 },
 }
 
 local cmdfile = os.tmpname()
@@ -140,11 +205,29 @@ for _, kind in ipairs(M.KINDS) do
   for _, flows in ipairs(M.FLOW_COUNTS) do
     for _, flat in ipairs({ false, true }) do
       local case = string.format("SPW_KIND=%s SPW_FLOWS=%d%s", kind, flows, flat and " (flat API)" or "")
-      local pg, calls, ran = fake({ flat = flat, run = "ok", nested = not flat,
-        egress = M.expected_egress("gue", kind, M.min_size(kind)) })
-      local p, state, report = M.main(pg, env_of({ SPW_KIND = kind, SPW_FLOWS = tostring(flows),
-        SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile, SPW_DURATION = "10" }), pg.delay)
+      local pg, calls, ran, wire = fake({ flat = flat, run = "ok", nested = not flat })
+      local env = { SPW_KIND = kind, SPW_FLOWS = tostring(flows), SPW_DST_MAC = MAC,
+        SPW_CMDFILE = cmdfile, SPW_DURATION = "10" }
+      local p, state, report = M.main(pg, env_of(env), pg.delay)
+      if flows > M.RANGE_MBUFS then
+        -- More flows than pktgen has TX mbufs: range mode must refuse, not send fewer.
+        local started = false
+        for _, c in ipairs(calls) do if c.name == "start" then started = true end end
+        check(p == nil and not started and tostring(state):find("range mode sends at most 24576", 1, true),
+          case .. ": range mode must refuse more flows than mbufs: " .. tostring(state))
+        -- And a script that claimed them anyway (SPW_MBUFS raised without raising pktgen's
+        -- mbufs) would send only 24576 distinct flows: the model shows it.
+        env.SPW_MBUFS = tostring(flows)
+        local pg2, _, _, wire2 = fake({ flat = flat, run = "ok", nested = not flat })
+        local p2 = M.main(pg2, env_of(env), pg2.delay)
+        check(p2 ~= nil and wire2.flows() == M.RANGE_MBUFS,
+          case .. ": the fake must deliver only its 24576 mbufs' flows")
+        goto continue
+      end
       check(p ~= nil and state == "measured", case .. ": did not run to a measurement: " .. tostring(state))
+      check(wire.flows() == flows, case .. ": pktgen would send " .. wire.flows() .. " distinct flows")
+      check(wire.frame_size() == M.min_size(kind), case .. ": pktgen would send " .. wire.frame_size() ..
+        "-byte frames, the script says " .. M.min_size(kind))
       local v6, udp = M.is_ipv6(kind), M.is_udp(kind)
       local size = M.min_size(kind) + 4
       local proto = udp and "udp" or "tcp"
@@ -209,9 +292,12 @@ for _, kind in ipairs(M.KINDS) do
         end
       end
       check(report ~= nil and report[1]:find("lost 0 ", 1, true) ~= nil, case .. ": report " .. tostring(report and report[1]))
+      -- The received average comes from the frames the fake sent, the expectation from the
+      -- script: they agree only if the script knows what pktgen sends.
       check(report ~= nil and report[2]:find(string.format("average %.1f bytes; expected %d",
-        M.expected_egress("gue", kind, M.min_size(kind)), M.expected_egress("gue", kind, M.min_size(kind))),
-        1, true) ~= nil, case .. ": size report " .. tostring(report and report[2]))
+        EGRESS[kind].gue, EGRESS[kind].gue), 1, true) ~= nil,
+        case .. ": size report " .. tostring(report and report[2]))
+      ::continue::
     end
   end
 end
@@ -235,12 +321,12 @@ do
   local started3 = false
   for _, c in ipairs(calls3) do if c.name == "start" then started3 = true end end
   check(state3 == "configured" and not started3, "SPW_DURATION=-1 only configures")
-  local pg4 = fake({ run = "ok", loss = 1, egress = 82 })
+  local pg4 = fake({ run = "ok", loss = 1, mode = "ipip" })
   local _, _, report = M.main(pg4, env_of({ SPW_KIND = "ack", SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile,
     SPW_DURATION = "2", SPW_MODE = "ipip" }))
   check(report and report[1]:find("sent 2000000 packets (1.000 Mpps), received 1998000 (0.999 Mpps) in 2 s; lost 2000 (0.1000%)", 1, true) ~= nil,
     "loss report: " .. tostring(report and report[1]))
-  check(report and report[2]:find("average 82.0 bytes; expected 80 (ipip)", 1, true) ~= nil,
+  check(report and report[2]:find("average 80.0 bytes; expected 80 (ipip)", 1, true) ~= nil,
     "size report: " .. tostring(report and report[2]))
   local pg5, calls5 = fake({})
   local _, state5 = M.main(pg5, env_of({ SPW_KIND = "ack", SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile,
@@ -251,12 +337,102 @@ do
   check(started5, "ack without pktgen.run starts traffic")
 end
 
+-- pktgen's version: refused before 24.03.1 (its Lua counters read 0) or when unknown.
+for _, v in ipairs({ { "Pktgen 23.10.2", false }, { "Pktgen 24.03.0", false }, { false, false },
+  { "Pktgen", false }, { "Pktgen 24.03.1", true }, { "Pktgen 24.10.3", true }, { "Pktgen 25.08.2", true } }) do
+  local pg, calls = fake({ run = "ok", version = v[1] })
+  local p, state = M.main(pg, env_of({ SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile, SPW_DURATION = "2" }))
+  local started = false
+  for _, c in ipairs(calls) do if c.name == "start" then started = true end end
+  local what = "pktgen version " .. tostring(v[1])
+  if v[2] then
+    check(p ~= nil and state == "measured", what .. " must be accepted: " .. tostring(state))
+  else
+    check(p == nil and not started and tostring(state):find("24.03.1", 1, true),
+      what .. " must be refused before any traffic: " .. tostring(state))
+  end
+end
+
+-- Counters that read 0 over a run that lasted: an error, never "0 lost".
+do
+  printed = {}
+  local pg = fake({ run = "ok", zero = true, version = "Pktgen 24.03.1" })
+  local p, state, report, err = M.main(pg, env_of({ SPW_DST_MAC = MAC, SPW_CMDFILE = cmdfile,
+    SPW_DURATION = "5" }))
+  local lost = false
+  for _, line in ipairs(printed) do if line:find("lost", 1, true) then lost = true end end
+  check(p ~= nil and state == "no counters" and report == nil and not lost
+    and tostring(err):find("read 0 sent and 0 received", 1, true),
+    "zero counters must give an error, not a loss figure: " .. tostring(state) .. " " .. tostring(err))
+  local pr = M.params(env_of({ SPW_DST_MAC = MAC }))
+  check(M.report(pr, 1000, 0, 0) == nil and M.report(pr, 0, 1000, 60000) == nil,
+    "a report needs both counters above 0")
+end
+
+-- pcap mode: the script writes the case's frames outside pktgen, then checks and sends them.
+do
+  local pcapfile = os.tmpname()
+  for _, kind in ipairs(M.KINDS) do
+    local flows = (kind == "ack" or kind == "ipv6-udp") and 65536 or 24577
+    local env = { SPW_KIND = kind, SPW_FLOWS = tostring(flows), SPW_DST_MAC = MAC,
+      SPW_CMDFILE = cmdfile, SPW_DURATION = "3", SPW_WRITE_PCAP = pcapfile }
+    local case = "pcap mode SPW_KIND=" .. kind .. " SPW_FLOWS=" .. flows
+    local p = M.params(env_of(env))
+    local n = M.write_pcap(p, pcapfile)
+    check(n == flows, case .. ": wrote " .. tostring(n) .. " frames")
+    -- Read it back: record count, lengths, every (client, port) distinct.
+    local f = assert(io.open(pcapfile, "rb"))
+    local data = f:read("a")
+    f:close()
+    local pos, count, seen, distinct, sizes_ok, size = 25, 0, {}, 0, true, nil
+    local v6 = M.is_ipv6(kind)
+    while pos <= #data do
+      local _, _, caplen = string.unpack("<I4I4I4", data, pos)
+      local fr = data:sub(pos + 16, pos + 15 + caplen)
+      pos = pos + 16 + caplen
+      count = count + 1
+      if #fr ~= M.min_size(kind) then sizes_ok = false end
+      size = #fr
+      local key = v6 and fr:sub(23, 38) .. fr:sub(55, 56) or fr:sub(27, 30) .. fr:sub(35, 36)
+      if not seen[key] then seen[key] = true; distinct = distinct + 1 end
+    end
+    check(count == flows and distinct == flows and sizes_ok,
+      case .. ": pcap holds " .. count .. " frames, " .. distinct .. " distinct flows")
+    env.SPW_PCAP = pcapfile
+    local pg, calls = fake({ run = "ok", pcap_flows = distinct, pcap_size = size, pcap_v6 = v6 })
+    local p2, state, report = M.main(pg, env_of(env), pg.delay)
+    local on, ranged = false, false
+    for _, c in ipairs(calls) do
+      if c.name == "pcap" and c.args[2] == "on" then on = true end
+      if c.name == "range_on" then ranged = true end
+    end
+    check(p2 ~= nil and state == "measured" and on and not ranged,
+      case .. ": not sent in pcap mode: " .. tostring(state))
+    check(report and report[1]:find("lost 0 ", 1, true) and report[2]:find(string.format(
+      "average %.1f bytes; expected %d", EGRESS[kind].gue, EGRESS[kind].gue), 1, true), case .. ": report")
+    -- The same file for another case is refused.
+    env.SPW_FLOWS = tostring(flows - 1)
+    local pg3, calls3 = fake({ run = "ok" })
+    local p3 = M.main(pg3, env_of(env), pg3.delay)
+    check(p3 == nil and #calls3 == 0, case .. ": a pcap of another flow count must be refused")
+  end
+  local env = { SPW_KIND = "syn", SPW_FLOWS = "64", SPW_DST_MAC = MAC, SPW_WRITE_PCAP = pcapfile }
+  M.write_pcap(M.params(env_of(env)), pcapfile)
+  env.SPW_PCAP = pcapfile
+  env.SPW_DST_MAC = "3c:fd:fe:aa:bb:cd"
+  check(M.check_pcap(M.params(env_of(env)), pcapfile) == nil, "a pcap to another MAC must be refused")
+  env.SPW_DST_MAC, env.SPW_KIND = MAC, "ack"
+  check(M.check_pcap(M.params(env_of(env)), pcapfile) == nil, "a pcap of SYNs is not an ACK case")
+  os.remove(pcapfile)
+end
+
 for _, bad in ipairs({
   { SPW_KIND = "bogus" }, { SPW_FLOWS = "0" }, { SPW_FLOWS = "abc" }, { SPW_FLOWS = "1.5" },
   { SPW_FLOWS = tostring(M.MAX_FLOWS + 1) }, { SPW_MODE = "vxlan" }, { SPW_VIP = "2001:db8::10" },
   { SPW_KIND = "ipv6", SPW_VIP = "198.18.10.10" }, { SPW_SIZE = "59" },
   { SPW_KIND = "ipv6", SPW_SIZE = "60" }, { SPW_PORT = "0" }, { SPW_DST_MAC = "" },
-  { SPW_DST_MAC = "nope" },
+  { SPW_DST_MAC = "nope" }, { SPW_KIND = "ipv6-udp", SPW_SIZE = "62" }, { SPW_KIND = "ipv6-udp", SPW_SIZE = "73" },
+  { SPW_FLOWS = "24577" }, { SPW_FLOWS = "65536", SPW_MBUFS = "32768" }, { SPW_MBUFS = "0" },
 }) do
   local env = { SPW_DST_MAC = MAC }
   local desc = {}
@@ -267,7 +443,11 @@ for _, bad in ipairs({
 end
 local p = M.params(env_of({ SPW_DST_MAC = MAC }))
 check(p and p.kind == "ack" and p.flows == 4096 and p.vip == "198.18.10.10" and p.port == 80
-  and p.size == 60 and p.mode == "gue" and p.duration == 30, "defaults")
+  and p.size == 60 and p.mode == "gue" and p.duration == 30 and p.mbufs == 24576, "defaults")
+local p6 = M.params(env_of({ SPW_DST_MAC = MAC, SPW_KIND = "ipv6-udp" }))
+check(p6 and p6.size == 74, "ipv6-udp defaults to the 74 bytes pktgen sends")
+check(M.params(env_of({ SPW_DST_MAC = MAC, SPW_FLOWS = "1048576", SPW_PCAP = "/x.pcap" })) ~= nil,
+  "pcap mode takes more flows than range mode")
 
 os.remove(cmdfile)
 for i, f in ipairs(failures) do

@@ -6,10 +6,18 @@
 --
 --   SPW_DST_MAC   MAC of Spillway's uplink port (required)
 --   SPW_KIND      ack | syn | udp | ipv6 | ipv6-syn | ipv6-udp            (default ack)
---   SPW_FLOWS     distinct client flows, 1 .. 8388608                     (default 4096)
+--   SPW_FLOWS     distinct client flows, 1 .. 8388608; in range mode at most SPW_MBUFS
+--                 (default 4096)
+--   SPW_MBUFS     the "mbufs/port" figure pktgen prints at start-up: range mode builds one
+--                 packet per TX mbuf, once, so it sends at most that many distinct flows
+--                 (default 24576, pktgen's default descriptors)
+--   SPW_PCAP      pcap mode: the file given to pktgen as `-s <tx port>:FILE`, written
+--                 beforehand by this script run outside pktgen (SPW_WRITE_PCAP below); the
+--                 script checks it holds this case's flows and sends it instead of ranges
 --   SPW_VIP       default 198.18.10.10, or 2001:db8::10 for the ipv6 kinds
 --   SPW_PORT      VIP port; default 80 for TCP, 53 for UDP
---   SPW_SIZE      frame length without FCS (default 60; IPv6 TCP 74, IPv6 UDP 62)
+--   SPW_SIZE      frame length without FCS (default 60; 74 for the ipv6 kinds: pktgen
+--                 pads IPv6 frames to 74 bytes, 78 with the FCS)
 --   SPW_MODE      l2dsr | ipip | gre | gre-key | gue | geneve: the DUT's delivery mode, for the
 --                 expected egress frame length in the report                (default gue)
 --   SPW_TX_PORT   pktgen port cabled to Spillway's uplink                   (default 0)
@@ -21,9 +29,20 @@
 --   SPW_CMDFILE   where to write the pktgen CLI commands that the Lua binding lacks
 --                 (default /tmp/spillway-pktgen.pkt)
 --
---   sudo env SPW_DST_MAC=3c:fd:fe:aa:bb:cc SPW_KIND=syn SPW_FLOWS=65536 \
+--   sudo env SPW_DST_MAC=3c:fd:fe:aa:bb:cc SPW_KIND=syn SPW_FLOWS=16384 \
 --       pktgen -l 0-7 -n 4 -a 0000:af:00.0 -a 0000:af:00.1 -- -m "[1:2-5].0, [6:7].1" \
 --       -f perf/pktgen/spillway.lua
+--
+-- More flows than range mode can send: write them to a pcap with plain Lua first, then give
+-- it to pktgen (same variables both times):
+--
+--   env SPW_DST_MAC=... SPW_KIND=syn SPW_FLOWS=1048576 SPW_WRITE_PCAP=/tmp/syn-1m.pcap \
+--       lua5.4 perf/pktgen/spillway.lua
+--   sudo env SPW_DST_MAC=... SPW_KIND=syn SPW_FLOWS=1048576 SPW_PCAP=/tmp/syn-1m.pcap \
+--       pktgen ... -- -m "[1:2-5].0, [6:7].1" -s 0:/tmp/syn-1m.pcap -f perf/pktgen/spillway.lua
+--
+-- Needs pktgen 24.03.1 or later (pktgen.info.Pktgen_Version): before it, pktgen.portStats
+-- read 0 in Lua scripts while traffic flowed, so the script refuses older ones.
 --
 -- Flow layout (as the TRex profile): flow i, 0 <= i < flows, has client address 10.0.0.1 + i
 -- (IPv6: 2001:db8:c::1 + i) and source port 1024 + (i mod P), P = gcd(flows, 4096). pktgen's
@@ -46,6 +65,13 @@ M.CLIENT6_PREFIX = "2001:db8:c::"
 M.CLIENT_PORT_FIRST = 1024
 M.PORT_CYCLE = 4096
 M.FCS = 4
+-- pktgen enlarges IPv6 frames to 78 bytes with the FCS (its MIN_v6_PKT_SIZE).
+M.PKTGEN_MIN_V6 = 74
+-- pktgen's "mbufs/port" with its default RX/TX descriptors: range mode's flow limit.
+M.RANGE_MBUFS = 24576
+-- The first pktgen whose Lua portStats are updated while a script runs.
+M.MIN_VERSION = { 24, 3, 1 }
+M.MIN_VERSION_TEXT = "24.03.1"
 
 local ETH, IPV4, IPV6, TCP_HDR, UDP_HDR = 14, 20, 40, 20, 8
 -- Bytes between the outer IP header and the inner packet, per delivery mode (M8, M30).
@@ -62,9 +88,11 @@ function M.is_ipv6(kind) return kind:sub(1, 4) == "ipv6" end
 function M.is_udp(kind) return kind == "udp" or kind == "ipv6-udp" end
 function M.is_syn(kind) return kind == "syn" or kind == "ipv6-syn" end
 
+-- The smallest frame pktgen sends for a kind: 60, or 74 for IPv6 (pktgen pads IPv6 frames
+-- to that size, so a 62-byte IPv6 UDP frame is not possible).
 function M.min_size(kind)
   local hdr = ETH + (M.is_ipv6(kind) and IPV6 or IPV4) + (M.is_udp(kind) and UDP_HDR or TCP_HDR)
-  return math.max(60, hdr)
+  return math.max(60, hdr, M.is_ipv6(kind) and M.PKTGEN_MIN_V6 or 0)
 end
 
 -- pktgen makes the IP packet cover the whole frame (no Ethernet padding: a 60-byte TCP frame
@@ -120,6 +148,20 @@ function M.params(getenv)
   if err then return nil, err end
   if p.flows < 1 or p.flows > M.MAX_FLOWS then
     return nil, "SPW_FLOWS must be 1.." .. M.MAX_FLOWS
+  end
+  p.mbufs, err = num("SPW_MBUFS", M.RANGE_MBUFS)
+  if err then return nil, err end
+  if p.mbufs < 1 then return nil, "SPW_MBUFS must be at least 1" end
+  p.pcap = getenv("SPW_PCAP")
+  if p.pcap == "" then p.pcap = nil end
+  p.write_pcap = getenv("SPW_WRITE_PCAP")
+  if p.write_pcap == "" then p.write_pcap = nil end
+  if p.pcap == nil and p.write_pcap == nil and p.flows > p.mbufs then
+    return nil, string.format("SPW_FLOWS=%d: range mode sends at most %d distinct flows " ..
+      "(pktgen builds one packet per TX mbuf, once; SPW_MBUFS=%d); use pcap mode " ..
+      "(SPW_WRITE_PCAP, then SPW_PCAP and pktgen -s %s:FILE), or raise pktgen's --txd and " ..
+      "set SPW_MBUFS to the mbufs/port it prints", p.flows, p.mbufs, p.mbufs,
+      getenv("SPW_TX_PORT") or "0")
   end
   local v6 = M.is_ipv6(p.kind)
   p.vip = getenv("SPW_VIP") or (v6 and "2001:db8::10" or "198.18.10.10")
@@ -257,32 +299,237 @@ local function counters(pg, port)
   return e.curr or e -- pktgen 24.x nests the counters in `curr`
 end
 
+-- pktgen's version from pktgen.info.Pktgen_Version ("Pktgen 24.03.1"): {major, minor, patch}
+-- and the string, or nil.
+function M.version(pg)
+  local info = type(pg.info) == "table" and pg.info or nil
+  local s = info and info.Pktgen_Version
+  if type(s) ~= "string" then return nil end
+  local a, b, c = s:match("(%d+)%.(%d+)%.(%d+)")
+  if not a then return nil end
+  return { tonumber(a), tonumber(b), tonumber(c) }, s
+end
+
+-- Refuses a pktgen older than M.MIN_VERSION, or one that does not say its version: before
+-- 24.03.1 the counters this script reads stay at 0 while traffic flows.
+function M.check_version(pg)
+  local v, s = M.version(pg)
+  local need = M.MIN_VERSION_TEXT
+  if not v then
+    return nil, "cannot read pktgen's version (pktgen.info.Pktgen_Version); this script " ..
+      "needs pktgen " .. need .. " or later"
+  end
+  for i = 1, 3 do
+    if v[i] > M.MIN_VERSION[i] then return v end
+    if v[i] < M.MIN_VERSION[i] then
+      return nil, s .. " is too old: its Lua pktgen.portStats read 0 while traffic flows " ..
+        "(fixed in " .. need .. "); use pktgen " .. need .. " or later"
+    end
+  end
+  return v
+end
+
+-- The loss report, or nil and why there is none: a counter that read 0 over a run that
+-- lasted means no traffic or a pktgen whose Lua counters are not updated, not "0 lost".
+function M.report(p, sent, got, bytes)
+  if sent <= 0 or got <= 0 then
+    return nil, string.format("pktgen's counters read %d sent and %d received over %d s: " ..
+      "no loss figure (nothing sent or nothing came back, or this pktgen does not update " ..
+      "the counters Lua reads; compare its main page and Spillway's counters)",
+      sent, got, p.duration)
+  end
+  local want = M.expected_egress(p.mode, p.kind, p.size)
+  return {
+    string.format("sent %d packets (%.3f Mpps), received %d (%.3f Mpps) in %d s; lost %d (%.4f%%)",
+      sent, sent / p.duration / 1e6, got, got / p.duration / 1e6, p.duration, sent - got,
+      100 * (sent - got) / sent),
+    string.format("received frames average %.1f bytes; expected %d (%s), or %d if the NIC counts the FCS",
+      bytes / got, want, p.mode, want + M.FCS),
+    string.format("Spillway's `spillway stats` must show %d new flows for a fresh start " ..
+      "(pktgen may keep part of its packets out of use)", p.flows),
+  }
+end
+
+-- pcap mode ------------------------------------------------------------------------------
+
+local function mac_bytes(mac)
+  local out = {}
+  for h in mac:gmatch("%x%x") do out[#out + 1] = string.char(tonumber(h, 16)) end
+  return table.concat(out)
+end
+
+local function csum_add(acc, data)
+  for i = 1, #data - 1, 2 do
+    acc = acc + (data:byte(i) << 8) + data:byte(i + 1)
+  end
+  if #data % 2 == 1 then acc = acc + (data:byte(#data) << 8) end
+  return acc
+end
+
+local function csum_fold(acc)
+  while acc > 0xffff do acc = (acc & 0xffff) + (acc >> 16) end
+  return (~acc) & 0xffff
+end
+
+local function ipv6_bytes(addr)
+  -- Only the forms this script writes: "a:b:c::x[:y]" and "a:b::x".
+  local head, tail = addr:match("^(.-)::(.*)$")
+  local h, t = {}, {}
+  if head then
+    for g in head:gmatch("[^:]+") do h[#h + 1] = tonumber(g, 16) end
+    for g in tail:gmatch("[^:]+") do t[#t + 1] = tonumber(g, 16) end
+  else
+    for g in addr:gmatch("[^:]+") do h[#h + 1] = tonumber(g, 16) end
+  end
+  local groups = {}
+  for _, g in ipairs(h) do groups[#groups + 1] = g end
+  for _ = 1, 8 - #h - #t do groups[#groups + 1] = 0 end
+  for _, g in ipairs(t) do groups[#groups + 1] = g end
+  local out = {}
+  for _, g in ipairs(groups) do out[#out + 1] = string.pack(">I2", g) end
+  return table.concat(out)
+end
+
+local SRC_MAC = "02:00:00:00:00:fe"
+
+-- Flow i's frame as pktgen's range mode builds it: the IP packet fills the frame (no Ethernet
+-- padding, TCP and UDP carry zero bytes of data), TTL/hop limit 64, checksums set.
+function M.frame(p, i)
+  local v6, udp = M.is_ipv6(p.kind), M.is_udp(p.kind)
+  local _, ports = M.flow_layout(p.flows)
+  local sport = M.CLIENT_PORT_FIRST + i % ports
+  local l4_len = p.size - ETH - (v6 and IPV6 or IPV4)
+  local proto = udp and 17 or 6
+  local src, dst, ip
+  if v6 then
+    src, dst = ipv6_bytes(M.ipv6_client(i)), ipv6_bytes(p.vip)
+  else
+    src = string.pack(">I4", M.CLIENT4_FIRST + i)
+    local a, b, c, d = p.vip:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+    dst = string.char(tonumber(a), tonumber(b), tonumber(c), tonumber(d))
+  end
+  local l4
+  if udp then
+    l4 = string.pack(">I2I2I2I2", sport, p.port, l4_len, 0) .. string.rep("\0", l4_len - UDP_HDR)
+  else
+    local syn = M.is_syn(p.kind)
+    l4 = string.pack(">I2I2I4I4BBI2I2I2", sport, p.port, 1000, syn and 0 or 2000, 5 << 4,
+      syn and 0x02 or 0x10, 65535, 0, 0) .. string.rep("\0", l4_len - TCP_HDR)
+  end
+  local pseudo = src .. dst .. (v6 and string.pack(">I4I3B", l4_len, 0, proto)
+    or string.pack(">BBI2", 0, proto, l4_len))
+  local c = csum_fold(csum_add(csum_add(0, pseudo), l4))
+  if udp and c == 0 then c = 0xffff end
+  local at = udp and 6 or 16
+  l4 = l4:sub(1, at) .. string.pack(">I2", c) .. l4:sub(at + 3)
+  if v6 then
+    ip = string.pack(">I4I2BB", 6 << 28, l4_len, proto, 64) .. src .. dst
+  else
+    local hdr = string.pack(">BBI2I2I2BBI2", 0x45, 0, IPV4 + l4_len, 0, 0, 64, proto, 0) .. src .. dst
+    ip = hdr:sub(1, 10) .. string.pack(">I2", csum_fold(csum_add(0, hdr))) .. hdr:sub(13)
+  end
+  return mac_bytes(p.dst_mac) .. mac_bytes(SRC_MAC) .. string.pack(">I2", v6 and 0x86dd or 0x0800)
+    .. ip .. l4
+end
+
+-- Writes the case's `flows` frames, flow 0 first, to `path` (classic pcap, Ethernet).
+function M.write_pcap(p, path)
+  local f, err = io.open(path, "wb")
+  if not f then return nil, "cannot write " .. path .. ": " .. tostring(err) end
+  f:write(string.pack("<I4I2I2i4I4I4I4", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
+  local buf = {}
+  for i = 0, p.flows - 1 do
+    local fr = M.frame(p, i)
+    buf[#buf + 1] = string.pack("<I4I4I4I4", 0, 0, #fr, #fr) .. fr
+    if #buf == 4096 then f:write(table.concat(buf)); buf = {} end
+  end
+  f:write(table.concat(buf))
+  f:close()
+  return p.flows
+end
+
+-- Checks that `path` holds exactly this case's frames (every flow once, in order, of the
+-- case's size and to SPW_DST_MAC): true, or nil and what differs.
+function M.check_pcap(p, path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, "cannot read " .. path .. ": " .. tostring(err) end
+  local hdr = f:read(24)
+  if not hdr or #hdr < 24 or string.unpack("<I4", hdr) ~= 0xa1b2c3d4 then
+    f:close()
+    return nil, path .. " is not a little-endian microsecond pcap (write it with SPW_WRITE_PCAP)"
+  end
+  local n = 0
+  while true do
+    local rec = f:read(16)
+    if rec == nil then break end
+    local _, _, caplen = string.unpack("<I4I4I4", rec)
+    local fr = f:read(caplen)
+    if fr == nil or #fr < caplen or rec:len() < 16 then f:close(); return nil, path .. ": truncated" end
+    if n >= p.flows then f:close(); return nil, path .. ": more than " .. p.flows .. " frames" end
+    if fr ~= M.frame(p, n) then
+      f:close()
+      return nil, string.format("%s: frame %d is not flow %d of this case (SPW_KIND, " ..
+        "SPW_FLOWS, SPW_SIZE, SPW_VIP, SPW_PORT and SPW_DST_MAC must be those it was written with)",
+        path, n + 1, n)
+    end
+    n = n + 1
+  end
+  f:close()
+  if n ~= p.flows then return nil, string.format("%s: %d frames for %d flows", path, n, p.flows) end
+  return true
+end
+
 function M.describe(p)
   local addresses, ports = M.flow_layout(p.flows)
   return string.format(
     "spillway.lua: %s to %s port %d, %d-byte frames (%d with FCS), %d flows (%d client " ..
-    "addresses, %d source ports) from port %s; DUT egress with %s: %d-byte frames to port %s",
-    p.kind, p.vip, p.port, p.size, p.size + M.FCS, p.flows, addresses, ports, p.tx, p.mode,
-    M.expected_egress(p.mode, p.kind, p.size), p.rx)
+    "addresses, %d source ports) from port %s in %s mode; DUT egress with %s: %d-byte " ..
+    "frames to port %s",
+    p.kind, p.vip, p.port, p.size, p.size + M.FCS, p.flows, addresses, ports, p.tx,
+    p.pcap and "pcap" or "range", p.mode, M.expected_egress(p.mode, p.kind, p.size), p.rx)
 end
 
--- Runs one case: configure, start, warm up, measure, stop, report.
+-- Runs one case: check pktgen's version, configure (range mode, or pcap mode with SPW_PCAP),
+-- start, warm up, measure, stop, report.
 function M.main(pg, getenv, sleep_ms)
   local p, err = M.params(getenv)
   if not p then
     print("spillway.lua: " .. err)
     return nil, err
   end
+  local _, verr = M.check_version(pg)
+  if verr then
+    print("spillway.lua: " .. verr)
+    return nil, verr
+  end
   sleep_ms = sleep_ms or pg.delay
   print(M.describe(p))
-  local cmds, required = M.configure(pg, p)
-  if not M.apply_cli(pg, p, cmds) then
-    if required then
-      print("spillway.lua: this pktgen's Lua cannot set TCP flags or IPv6 ranges; type\n" ..
-        "    load " .. p.cmdfile .. "\nthen `start " .. p.tx .. "`. Traffic not started.")
+  if p.pcap then
+    local ok, perr = M.check_pcap(p, p.pcap)
+    if not ok then
+      print("spillway.lua: " .. perr)
+      return nil, perr
+    end
+    if type(pg.pcap) ~= "function" then
+      print("spillway.lua: this pktgen's Lua has no pktgen.pcap; type `enable " .. p.tx ..
+        " pcap`, then `start " .. p.tx .. "`. Traffic not started.")
       return p, "manual"
     end
-    print("spillway.lua: could not run " .. p.cmdfile .. "; sending pktgen's default TCP ACKs")
+    pg.stop(p.tx)
+    pg.set(p.tx, "rate", p.rate)
+    pg.set(p.tx, "count", 0) -- forever
+    pg.pcap(p.tx, "on")
+    print("spillway.lua: pcap mode: " .. p.flows .. " frames of " .. p.pcap .. " from port " .. p.tx)
+  else
+    local cmds, required = M.configure(pg, p)
+    if not M.apply_cli(pg, p, cmds) then
+      if required then
+        print("spillway.lua: this pktgen's Lua cannot set TCP flags or IPv6 ranges; type\n" ..
+          "    load " .. p.cmdfile .. "\nthen `start " .. p.tx .. "`. Traffic not started.")
+        return p, "manual"
+      end
+      print("spillway.lua: could not run " .. p.cmdfile .. "; sending pktgen's default TCP ACKs")
+    end
   end
   if p.duration < 0 then return p, "configured" end
   pg.clr()
@@ -297,23 +544,29 @@ function M.main(pg, getenv, sleep_ms)
     print("spillway.lua: pktgen.portStats gave no counters; read them on the main page")
     return p, "stopped"
   end
-  local sent = tx1.opackets - tx0.opackets
-  local got = rx1.ipackets - rx0.ipackets
-  local bytes = rx1.ibytes - rx0.ibytes
-  local report = {
-    string.format("sent %d packets (%.3f Mpps), received %d (%.3f Mpps) in %d s; lost %d (%.4f%%)",
-      sent, sent / p.duration / 1e6, got, got / p.duration / 1e6, p.duration, sent - got,
-      sent > 0 and 100 * (sent - got) / sent or 0),
-    string.format("received frames average %.1f bytes; expected %d (%s), or %d if the NIC counts the FCS",
-      got > 0 and bytes / got or 0, M.expected_egress(p.mode, p.kind, p.size), p.mode,
-      M.expected_egress(p.mode, p.kind, p.size) + M.FCS),
-  }
+  local report, rerr = M.report(p, tx1.opackets - tx0.opackets, rx1.ipackets - rx0.ipackets,
+    rx1.ibytes - rx0.ibytes)
+  if not report then
+    print("spillway.lua: error: " .. rerr)
+    return p, "no counters", nil, rerr
+  end
   for _, line in ipairs(report) do print("spillway.lua: " .. line) end
   return p, "measured", report
 end
 
--- In pktgen: run the case. Loaded from a check (no pktgen global): only return the module.
+-- Outside pktgen with SPW_WRITE_PCAP set (`lua5.4 perf/pktgen/spillway.lua`): write the case's
+-- pcap for pcap mode. In pktgen: run the case. Loaded from a check: only return the module.
 if type(pktgen) == "table" and not SPILLWAY_PKTGEN_NO_MAIN then
   M.main(pktgen)
+elseif pktgen == nil and not SPILLWAY_PKTGEN_NO_MAIN and os.getenv("SPW_WRITE_PCAP") then
+  local p, err = M.params(os.getenv)
+  local n
+  if p then n, err = M.write_pcap(p, p.write_pcap) end
+  if not n then
+    io.stderr:write("spillway.lua: " .. err .. "\n")
+    os.exit(1)
+  end
+  io.stderr:write(string.format("spillway.lua: %d frames of %d bytes (%s, %d flows) -> %s\n",
+    n, p.size, p.kind, p.flows, p.write_pcap))
 end
 return M
