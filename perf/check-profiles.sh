@@ -4,7 +4,8 @@
 #
 #   perf/trex/check_profiles.py     the TRex STL profiles, loaded against a fake trex_stl_lib
 #   perf/pktgen/check.sh            the pktgen-dpdk Lua scripts: luac -p, then a fake pktgen
-#   perf/bare-metal/check_egress.py the DUT configs (spillway check-config) and the egress
+#   perf/bare-metal/check_egress.py the DUT configs (-a for PCI addresses, --vdev for virtual
+#                                   devices; spillway check-config) and the egress
 #                                   BARE-METAL.md documents, through `spillway replay`
 #
 # The last one needs a spillway binary no older than the sources (scripts/test.sh builds it

@@ -101,12 +101,18 @@ def l4_checksum(src, dst, proto, segment):
     return pcap.checksum(pseudo + segment) or (0xFFFF if proto == 17 else 0)
 
 
+def pktgen_size(m, kind):
+    """pktgen's frame for a kind: 60 bytes, and never under 74 for IPv6 (78 with the FCS:
+    pktgen enlarges shorter IPv6 frames), as perf/pktgen/spillway.lua's min_size says."""
+    return max(m.min_size(kind), 74 if m.is_ipv6(kind) else 0)
+
+
 def frame(m, kind, flow, style):
     """One client packet of `kind` from flow `flow`, as the TRex profile ("trex") or pktgen
     ("pktgen") builds it at the default size; returns (frame, inner IP packet)."""
     v6 = m.is_ipv6(kind)
     udp = m.l4_of(kind) == "udp"
-    size = m.min_size(kind)
+    size = pktgen_size(m, kind) if style == "pktgen" else m.min_size(kind)
     if v6:
         src = ipaddress.ip_address(m.ipv6_client(flow))
         dst = ipaddress.ip_address(m.DEFAULT_VIP6)
@@ -164,8 +170,8 @@ def check_egress(m, mode, kind, style, out, sent):
         if style == "trex":
             want = m.expected_egress(mode, kind, m.min_size(kind))
         else:  # pktgen: inner IP = frame - 14, no padding to drop
-            want = m.min_size(kind) if mode == "l2dsr" else (
-                14 + (40 if v6 else 20) + m.TUNNEL_HEADER[mode] + m.min_size(kind) - 14)
+            size = pktgen_size(m, kind)
+            want = size if mode == "l2dsr" else 14 + (40 if v6 else 20) + m.TUNNEL_HEADER[mode] + size - 14
         check(len(eg) == want, "%s: egress %d bytes, expected %d" % (what, len(eg), want))
         check(eg[:6] == gen_mac, "%s: destination MAC %s is not the generator's" % (what, eg[:6].hex(":")))
         if mode == "l2dsr":
@@ -240,16 +246,71 @@ def replay(binary, config, frames, workdir, tag):
     return res.returncode, res.stdout, (pcap.read(out) if res.returncode == 0 else [])
 
 
+def dut_config(*args):
+    return subprocess.run([os.path.join(ROOT, "perf", "bare-metal", "dut-config.sh"), "--mode", "gue",
+                           "--gen-mac", GEN_MAC, "--mgmt", "0", "--workers", "1", "--flows", "65536"]
+                          + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+
+
+def check_dut_devices(binary, tmp):
+    """dut-config.sh passes a PCI address as `-a ADDR` and a virtual device as `--vdev=SPEC`
+    (EAL only creates net_* devices it is told to), the port's `device` being the name
+    without device arguments; anything else is refused. With a binary, check-config too."""
+    cases = (
+        ("0000:3b:00.0", '"-a", "0000:3b:00.0"', "0000:3b:00.0"),
+        ("3b:00.1,safe-mode-support=1", '"-a", "3b:00.1,safe-mode-support=1"', "3b:00.1"),
+        ("net_memif0,role=server,socket=/run/memif0.sock",
+         '"--vdev=net_memif0,role=server,socket=/run/memif0.sock"', "net_memif0"),
+        ("net_null1", '"--vdev=net_null1"', "net_null1"),
+    )
+    for i, (dev, eal, name) in enumerate(cases):
+        other = cases[(i + 1) % len(cases)]
+        res = dut_config("--uplink", dev, "--backend", other[0])
+        check(res.returncode == 0, "dut-config.sh --uplink %s: %s" % (dev, res.stderr))
+        eal_line = next((l for l in res.stdout.splitlines() if l.startswith("eal_args = [")), "")
+        check(eal_line.startswith("eal_args = [%s, %s," % (eal, other[1])),
+              "dut-config.sh --uplink %s --backend %s: eal_args %s" % (dev, other[0], eal_line))
+        devices = re.findall(r'^device = "([^"]*)"', res.stdout, re.M)
+        check(devices == [name, other[2]], "dut-config.sh --uplink %s: port devices %s" % (dev, devices))
+        if binary is not None and res.returncode == 0:
+            config = os.path.join(tmp, "dut-devices-%d.toml" % i)
+            with open(config, "w") as f:
+                f.write(res.stdout)
+            chk = subprocess.run([binary, "check-config", config], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, universal_newlines=True)
+            check(chk.returncode == 0, "check-config of --uplink %s --backend %s:\n%s" % (dev, other[0], chk.stdout))
+    for bad in (("--uplink", "eth0"), ("--uplink", "memif0"), ("--backend", "0000:3b:00"),
+                ("--uplink", "0000:3b:00.1", "--backend", "0000:3b:00.1"),
+                ("--uplink", 'net_memif0,socket="x"')):
+        res = dut_config(*bad)
+        check(res.returncode != 0 and "dut-config.sh:" in res.stderr,
+              "dut-config.sh %s should be refused" % " ".join(bad))
+
+
+def report():
+    for f in FAILURES[:40]:
+        print("FAIL: %s" % f)
+    if len(FAILURES) > 40:
+        print("FAIL: ... and %d more" % (len(FAILURES) - 40))
+
+
 def main():
     binary, why = find_binary()
     if binary is None:
+        with tempfile.TemporaryDirectory(prefix="spillway-egress-") as tmp:
+            check_dut_devices(None, tmp)
+        report()
+        print("check_egress: dut-config.sh devices: %d checks: %d passed, %d failed"
+              % (CHECKS[0], CHECKS[0] - len(FAILURES), len(FAILURES)))
         say("NOTICE: %s: DUT configs and egress not checked against Spillway" % why)
-        return 0
+        return 1 if FAILURES else 0
     if (os.cpu_count() or 1) < 2:
         say("NOTICE: one CPU: the DUT configs need a management and a worker core; not checked")
         return 0
     m = load_profile()
     with tempfile.TemporaryDirectory(prefix="spillway-egress-") as tmp:
+        check_dut_devices(binary, tmp)
         for mode in MODES:
             config = os.path.join(tmp, "dut-%s.toml" % mode)
             with open(config, "w") as f:
@@ -289,10 +350,7 @@ def main():
                           "%s: not every packet forwarded:\n%s" % (tag, text))
                 else:
                     say("NOTICE: %s: replay summary not recognised; counters not checked" % tag)
-    for f in FAILURES[:40]:
-        print("FAIL: %s" % f)
-    if len(FAILURES) > 40:
-        print("FAIL: ... and %d more" % (len(FAILURES) - 40))
+    report()
     print("check_egress: %s, %d modes x %d kinds: %d checks: %d passed, %d failed"
           % (os.path.relpath(binary, ROOT) if binary.startswith(ROOT) else binary, len(MODES),
              len(KINDS), CHECKS[0], CHECKS[0] - len(FAILURES), len(FAILURES)))

@@ -9,8 +9,10 @@
 #       --gen-mac 3c:fd:fe:11:22:33 --mgmt 1 --workers 2,3,4,5 > /etc/spillway/bench.toml
 #
 #   --mode       l2dsr | ipip | gre | gre-key | gue | geneve                     (required)
-#   --uplink     PCI address of the port cabled to the generator's transmit port
-#   --backend    PCI address of the port cabled to the generator's receive port
+#   --uplink     the port cabled to the generator's transmit port: a PCI address
+#                (0000:3b:00.0, allow-listed with -a) or a DPDK virtual device with its
+#                arguments (net_memif0,role=server,socket=/run/memif0.sock, created with --vdev)
+#   --backend    the port cabled to the generator's receive port, the same way
 #   --gen-mac    MAC of the generator's receive port: the next hop of every backend
 #                (gateway_mac), and the endpoints' own MAC in l2dsr
 #   --mgmt       management core (default 1)
@@ -55,6 +57,23 @@ case "$mode" in
 esac
 [[ "$gen_mac" =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || { echo "dut-config.sh: bad MAC $gen_mac" >&2; exit 2; }
 [[ "$workers" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "dut-config.sh: --workers takes 2,3,4,5" >&2; exit 2; }
+# A PCI address is allow-listed with -a; a virtual device (net_*) only exists when created
+# with --vdev. Either may carry device arguments after a comma; the port's `device` is the
+# part before it.
+eal_device() { # DEVICE -> its eal_args words, TOML-quoted
+    case "$1" in
+        net_*) printf '"--vdev=%s"' "$1" ;;
+        *) printf '"-a", "%s"' "$1" ;;
+    esac
+}
+for dev in "$uplink" "$backend"; do
+    if ! [[ "${dev%%,*}" =~ ^net_[A-Za-z0-9_]+$ || "${dev%%,*}" =~ ^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$ ]]; then
+        echo "dut-config.sh: $dev is neither a PCI address (0000:3b:00.0) nor a DPDK virtual device (net_...)" >&2
+        exit 2
+    fi
+    [[ "$dev" != *'"'* ]] || { echo "dut-config.sh: no quotes in device arguments: $dev" >&2; exit 2; }
+done
+[ "${uplink%%,*}" != "${backend%%,*}" ] || { echo "dut-config.sh: --uplink and --backend are the same device" >&2; exit 2; }
 n_workers=$(( $(tr -cd ',' <<<"$workers" | wc -c) + 1 ))
 # Every worker has an RX and a TX ring on both ports, plus bursts in flight.
 mbufs=$(( 2048 * 2 * 2 * n_workers + 8192 ))
@@ -102,7 +121,7 @@ zone = "lab-a"
 [dataplane]
 management_core = $mgmt
 worker_cores = [$workers]            # one RX/TX queue pair per worker on each port (RSS)
-eal_args = ["-a", "$uplink", "-a", "$backend", "--file-prefix", "spillway", "--log-level=lib.eal:warning"]
+eal_args = [$(eal_device "$uplink"), $(eal_device "$backend"), "--file-prefix", "spillway", "--log-level=lib.eal:warning"]
 burst_size = 32
 mbufs = $mbufs
 queue_descriptors = 2048
@@ -110,13 +129,13 @@ flow_table_capacity = $flows      # room for 1,048,576 flows without eviction or
 
 [[ports]]
 name = "uplink"
-device = "$uplink"
+device = "${uplink%%,*}"
 role = "uplink"
 addresses = ["198.18.0.1/24", "2001:db8:ff00::1/64"]
 
 [[ports]]
 name = "backends"
-device = "$backend"
+device = "${backend%%,*}"
 role = "backend"
 addresses = ["198.18.1.1/24", "2001:db8:ff01::1/64"]   # outer source of IPv4 / IPv6 tunnels
 gateway = "198.18.1.2"
