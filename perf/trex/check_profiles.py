@@ -146,8 +146,49 @@ class STLScVmRaw(_Recorded):
         return list(self.args[0] if self.args else self.kwargs.get("list_of_commands", []))
 
 
+class CTRexPacketBuildException(Exception):
+    """What TRex's packet builder raises for an instruction it refuses."""
+
+
+def _fv_value(value):
+    """TRex's convert_val: an integer, or an IPv4 address as a string."""
+    if isinstance(value, bool):
+        raise CTRexPacketBuildException("flow var value %r is not a number" % (value,))
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(ipaddress.IPv4Address(value))
+        except ValueError:
+            raise CTRexPacketBuildException("flow var value %r is not an IPv4 address" % value)
+    raise CTRexPacketBuildException("flow var value %r is not valid" % (value,))
+
+
 class STLVmFlowVar(_Recorded):
-    pass
+    """Refuses what TRex refuses (STLVmFlowVar in the client, check_min_max in the server):
+    size 1, 2, 4 or 8 bytes; op inc, dec or random; every value within the size;
+    min <= max; the initial value (default min, max for dec) between them; step > 0."""
+
+    def __init__(self, name, init_value=None, min_value=0, max_value=255, size=4, step=1, op="inc",
+                 **kwargs):
+        if size not in (1, 2, 4, 8):
+            raise CTRexPacketBuildException("flow var %s: invalid size %r" % (name, size))
+        if op not in ("inc", "dec", "random"):
+            raise CTRexPacketBuildException("flow var %s: invalid op %r" % (name, op))
+        lo, hi, st = _fv_value(min_value), _fv_value(max_value), _fv_value(step)
+        init = _fv_value(init_value) if init_value is not None else (hi if op == "dec" else lo)
+        limit = (1 << (8 * size)) - 1
+        for v in (lo, hi, init, st):
+            if v < 0 or v > limit:
+                raise CTRexPacketBuildException("flow var %s: value %d does not fit %d bytes" % (name, v, size))
+        if lo > hi:
+            raise CTRexPacketBuildException("flow var %s: max %d is lower than min %d" % (name, hi, lo))
+        if not lo <= init <= hi:
+            raise CTRexPacketBuildException("flow var %s: init %d outside %d..%d" % (name, init, lo, hi))
+        if st <= 0:
+            raise CTRexPacketBuildException("flow var %s: step %d" % (name, st))
+        super(STLVmFlowVar, self).__init__(name=name, init_value=init_value, min_value=min_value,
+                                           max_value=max_value, size=size, step=step, op=op, **kwargs)
 
 
 class STLVmWrFlowVar(_Recorded):
@@ -169,7 +210,8 @@ class CTRexVmInsFixHwCs(object):
 
 
 FAKE_NAMES = ["STLStream", "STLPktBuilder", "STLTXCont", "STLScVmRaw", "STLVmFlowVar",
-              "STLVmWrFlowVar", "STLVmFixIpv4", "STLVmFixChecksumHw", "CTRexVmInsFixHwCs"]
+              "STLVmWrFlowVar", "STLVmFixIpv4", "STLVmFixChecksumHw", "CTRexVmInsFixHwCs",
+              "CTRexPacketBuildException"]
 LAYER_NAMES = ["Ether", "IP", "IPv6", "TCP", "UDP", "Raw", "Padding"]
 
 
@@ -226,7 +268,7 @@ def refuses(profile, tunables):
             profile.get_streams(direction=0, port_id=0, tunables=tunables)
     except SystemExit:
         return True
-    except ValueError:
+    except (ValueError, CTRexPacketBuildException):
         return True
     return False
 
@@ -270,6 +312,23 @@ def wire_ip_len(pkt, real):
     return len(pkt) - 14 - (len(pad.load) if pad is not None else 0)
 
 
+def split_engine(variables, packets, cores):
+    """The (value, ...) tuples `cores` TRex cores send over `packets` packets each: TRex splits
+    an inc variable by giving core k the initial value k steps on and a step of `cores`
+    (trex_stl_vm_splitter.cpp, StreamVmInstructionFlowMan::update), wrapping within min..max."""
+    sent = set()
+    for k in range(cores):
+        for n in range(packets):
+            sent.add(tuple(lo + (k + n * cores) % (hi - lo + 1) for lo, hi in variables))
+    return sent
+
+
+# Where the fields the profile writes sit in the packet, and their width: (layer, offset in
+# the layer, bytes).
+FIELDS = {"IP.src": ("IP", 12, 4), "IPv6.src": ("IPv6", 8, 16), "TCP.sport": ("TCP", 0, 2),
+          "UDP.sport": ("UDP", 0, 2)}
+
+
 def step_engine(variables, packets):
     """Distinct value tuples over `packets` packets when every variable steps once per packet
     (op "inc", wrapping from max to min), as TRex's field engine does on one core."""
@@ -308,6 +367,8 @@ def check_case(m, profile, kind, flows, real):
     udp = m.l4_of(kind) == "udp"
     size = m.min_size(kind)
     check(len(pkt) == size, "%s: frame is %d bytes, expected %d" % (case, len(pkt), size))
+    # TRex fills frames under 60 bytes up with zeros the profile would not account for.
+    check(len(pkt) >= 60, "%s: %d-byte frame: TRex would send 60" % (case, len(pkt)))
     check(wire_ip_len(pkt, real) == m.inner_ip_len(kind, size),
           "%s: IP length %d, expected %d" % (case, wire_ip_len(pkt, real), m.inner_ip_len(kind, size)))
     ip = pkt.getlayer("IPv6" if v6 else "IP")
@@ -376,6 +437,23 @@ def check_case(m, profile, kind, flows, real):
         ranges = [(variables[n][1], variables[n][2]) for n in ("client_ip", "client_port") if n in variables]
         distinct = step_engine(ranges, 2 * flows)
         check(distinct == flows, "%s: stepping the engine gives %d flows" % (case, distinct))
+        # On several TRex cores every variable is split the same way: still exactly the
+        # layout's flows (address i with port i mod P), all of them.
+        want = set((ranges[0][0] + i,) + ((ranges[1][0] + i % port_count,) if len(ranges) > 1 else ())
+                   for i in range(flows))
+        for cores in (2, 3, 8):
+            got = split_engine(ranges, flows // cores + 1, cores)
+            check(got == want, "%s: on %d TRex cores %d flows, %d outside the layout"
+                  % (case, cores, len(got), len(got - want)))
+    # Every write lands inside its field (TRex writes the variable's size at the offset).
+    for name, (_, target, fixup) in writes.items():
+        layer, at, width = FIELDS.get(target, (None, 0, 0))
+        check(layer is not None and pkt.getlayer(layer) is not None,
+              "%s: %s written to %s, not a field of this packet" % (case, name, target))
+        if name in variables:
+            check(fixup >= 0 and fixup + variables[name][3] <= width,
+                  "%s: %s (%d bytes at +%d) overflows %s (%d bytes)"
+                  % (case, name, variables[name][3], fixup, target, width))
     if program:
         last_write = max(p for p, _, _ in writes.values()) if writes else -1
         fixes = [(pos, ins) for pos, ins in enumerate(program)
@@ -399,7 +477,7 @@ def check_case(m, profile, kind, flows, real):
 def check_spillway_bench(m, real):
     profile = m.register()
     for kind in m.KINDS:
-        for flows in m.FLOW_COUNTS:
+        for flows in m.FLOW_COUNTS + (m.MAX_FLOWS,):
             check_case(m, profile, kind, flows, real)
         for mode in m.MODES:
             want = EXPECTED_EGRESS[kind][mode]
@@ -430,6 +508,15 @@ def check_spillway_bench(m, real):
     prog = s[0].kwargs["packet"].kwargs["vm"].instructions()
     check(not any(isinstance(i, (STLVmFixIpv4, STLVmFixChecksumHw)) for i in prog),
           "--l4-csum none with IPv6 needs no fix")
+    # The fake field engine refuses what TRex refuses.
+    for bad in (dict(min_value=0, max_value=70000, size=2), dict(min_value=5, max_value=4),
+                dict(min_value=0, max_value=10, size=3), dict(min_value=0, max_value=10, op="up"),
+                dict(min_value=0, max_value=10, step=0), dict(min_value="10.0.0.300", max_value=10)):
+        try:
+            STLVmFlowVar(name="x", **bad)
+            check(False, "STLVmFlowVar(%s) should be refused as TRex does" % bad)
+        except CTRexPacketBuildException:
+            check(True, "")
     for bad in (["--kind", "bogus"], ["--flows", "0"], ["--flows", str(m.MAX_FLOWS + 1)],
                 ["--kind", "ipv6", "--vip", "198.18.10.10"], ["--vip", "2001:db8::10"],
                 ["--kind", "ipv6", "--size", "60"], ["--size", "59"], ["--port", "70000"],
