@@ -170,6 +170,13 @@ const DYNAMIC: &[Dynamic] = &[
     },
     Dynamic {
         file: "perf/bare-metal/check_egress.py",
+        text: "lua",
+        runs: &["lua5.4"],
+        wraps: false,
+        why: "lua_binary(): the first of lua5.4, lua5.3, lua on PATH",
+    },
+    Dynamic {
+        file: "perf/bare-metal/check_egress.py",
         text: "os.path.join(ROOT, \"perf\", \"bare-metal\", \"dut-config.sh\")",
         runs: &[],
         wraps: false,

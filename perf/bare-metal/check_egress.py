@@ -28,6 +28,7 @@ import importlib.util
 import ipaddress
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -237,6 +238,34 @@ def check_egress(m, mode, kind, style, out, sent):
         check(masked_ip(inner) == masked_ip(ip), "%s: the inner packet is not the client's" % what)
 
 
+def lua_binary():
+    for name in ("lua5.4", "lua5.3", "lua"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def check_lua_pcaps(binary, lua, config, m, mode, tmp):
+    """The frames perf/pktgen/spillway.lua writes for pcap mode (SPW_WRITE_PCAP), replayed:
+    every one forwarded, with the egress of a pktgen frame of its kind."""
+    for kind in KINDS:
+        path = os.path.join(tmp, "lua-%s-%s.pcap" % (mode, kind))
+        env = dict(os.environ, SPW_KIND=kind, SPW_FLOWS=str(FLOWS), SPW_WRITE_PCAP=path,
+                   SPW_DST_MAC="02:00:00:00:00:01")
+        res = subprocess.run([lua, os.path.join(ROOT, "perf", "pktgen", "spillway.lua")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        check(res.returncode == 0, "spillway.lua SPW_WRITE_PCAP for %s: %s" % (kind, res.stdout))
+        if res.returncode != 0:
+            continue
+        frames = pcap.read(path)
+        check(len(frames) == FLOWS, "spillway.lua wrote %d frames for %d %s flows" % (len(frames), FLOWS, kind))
+        rc, text, out = replay(binary, config, frames, tmp, "lua-%s-%s" % (mode, kind))
+        check(rc == 0, "%s %s: spillway replay of the Lua pcap failed:\n%s" % (mode, kind, text))
+        if rc == 0:
+            check_egress(m, mode, kind, "pktgen", out, [(f, f[14:]) for f in frames])
+
+
 def replay(binary, config, frames, workdir, tag):
     inp = os.path.join(workdir, tag + "-in.pcap")
     out = os.path.join(workdir, tag + "-out.pcap")
@@ -309,6 +338,9 @@ def main():
         say("NOTICE: one CPU: the DUT configs need a management and a worker core; not checked")
         return 0
     m = load_profile()
+    lua = lua_binary()
+    if lua is None:
+        say("NOTICE: no Lua: the pcap frames of perf/pktgen/spillway.lua are not replayed")
     with tempfile.TemporaryDirectory(prefix="spillway-egress-") as tmp:
         check_dut_devices(binary, tmp)
         for mode in MODES:
@@ -322,6 +354,8 @@ def main():
             check(res.returncode == 0, "dut-config.sh --mode %s: check-config says\n%s" % (mode, res.stdout))
             if res.returncode != 0:
                 continue
+            if lua:
+                check_lua_pcaps(binary, lua, config, m, mode, tmp)
             for style in ("trex", "pktgen"):
                 # One replay per mode and generator: every kind, each from its own FLOWS
                 # client flows (kind k uses flows k*FLOWS ..), every packet twice.

@@ -1,9 +1,13 @@
 -- Runs perf/pktgen/spillway.lua against a fake `pktgen` table, without pktgen-dpdk (CI runs
--- this through perf/pktgen/check.sh, after `luac -p`). The fake records every call; for each
--- case (kind x flow count, both the pktgen.range.* API and the older flat one) this checks the
--- range settings, that stepping the ranges as pktgen does gives exactly `flows` client flows,
--- the CLI lines for TCP flags and IPv6, the run/measure/report sequence, the expected egress
--- per delivery mode against a table worked out by hand, and that bad parameters are refused.
+-- this through perf/pktgen/check.sh, after `luac -p`). The fake records every call and models
+-- what pktgen sends: range packets built once per TX mbuf (24,576: at most that many distinct
+-- flows), IPv6 frames enlarged to 74 bytes, received bytes from the frames it sent, a version
+-- string, counters that stay 0 (pktgen before 24.03.1) and pcap mode. For each case (kind x
+-- flow count, both the pktgen.range.* API and the older flat one) this checks the range
+-- settings, that the flows the fake sends are exactly `flows` (or that range mode refused),
+-- the frame size, the CLI lines for TCP flags and IPv6, the run/measure/report sequence, the
+-- expected egress per delivery mode against a table worked out by hand; then the version and
+-- zero-counter refusals, the pcap writer and pcap mode, and that bad parameters are refused.
 --
 --   lua5.4 perf/pktgen/check.lua
 
@@ -353,6 +357,13 @@ for _, v in ipairs({ { "Pktgen 23.10.2", false }, { "Pktgen 24.03.0", false }, {
   end
 end
 
+-- SPW_WRITE_PCAP inside pktgen is refused (it would also lift range mode's limit).
+do
+  local pg, calls = fake({ run = "ok" })
+  local p = M.main(pg, env_of({ SPW_DST_MAC = MAC, SPW_FLOWS = "65536", SPW_WRITE_PCAP = "/tmp/x.pcap" }))
+  check(p == nil and #calls == 0, "SPW_WRITE_PCAP must be refused inside pktgen")
+end
+
 -- Counters that read 0 over a run that lasted: an error, never "0 lost".
 do
   printed = {}
@@ -398,7 +409,7 @@ do
     end
     check(count == flows and distinct == flows and sizes_ok,
       case .. ": pcap holds " .. count .. " frames, " .. distinct .. " distinct flows")
-    env.SPW_PCAP = pcapfile
+    env.SPW_PCAP, env.SPW_WRITE_PCAP = pcapfile, nil
     local pg, calls = fake({ run = "ok", pcap_flows = distinct, pcap_size = size, pcap_v6 = v6 })
     local p2, state, report = M.main(pg, env_of(env), pg.delay)
     local on, ranged = false, false

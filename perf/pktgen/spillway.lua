@@ -502,6 +502,13 @@ function M.main(pg, getenv, sleep_ms)
     print("spillway.lua: " .. verr)
     return nil, verr
   end
+  if p.write_pcap then
+    -- In pktgen a pcap is sent, not written: writing one here would also lift range mode's limit.
+    local werr = "SPW_WRITE_PCAP is for running this script outside pktgen (lua5.4 " ..
+      "perf/pktgen/spillway.lua); in pktgen, give the file with SPW_PCAP"
+    print("spillway.lua: " .. werr)
+    return nil, werr
+  end
   sleep_ms = sleep_ms or pg.delay
   print(M.describe(p))
   if p.pcap then
