@@ -51,7 +51,24 @@ pub enum Kind {
     /// balancer's), and later in the set the server's ACK back: two packets
     /// per flow, every frame from the endpoint's MAC.
     Gateway,
+    /// A SYN flood beside established flows (`synflood`): per flow, in
+    /// [`SYNFLOOD_ROUNDS`] rounds, its IPv4 TCP ACK (as [`Kind::Ack`]) each
+    /// followed by [`SYNFLOOD_SYNS_PER_ACK`] SYNs from spoofed sources
+    /// ([`spoofed`]), every SYN of the set from a source (address and port)
+    /// no other packet of the set has.
+    #[value(name = "synflood")]
+    SynFlood,
 }
+
+/// Rounds of a [`Kind::SynFlood`] set: each of its flows sends this many ACKs
+/// per pass over the set.
+pub const SYNFLOOD_ROUNDS: u32 = 16;
+/// Spoofed SYNs after every ACK of a [`Kind::SynFlood`] set: with 4,096 flows
+/// a pass holds 131,072 distinct spoofed sources, more than the slots of
+/// the benchmark's flow table (65,536 entries and 25 % headroom), so when
+/// the set comes round again a SYN's half-open entry has almost always been
+/// displaced by the newer ones and the flood keeps creating entries.
+pub const SYNFLOOD_SYNS_PER_ACK: u32 = 2;
 
 impl Kind {
     /// Whether the kind's packets are IPv6.
@@ -63,6 +80,7 @@ impl Kind {
     pub fn packets_per_flow(self) -> u32 {
         match self {
             Kind::Churn | Kind::Gateway => 2,
+            Kind::SynFlood => SYNFLOOD_ROUNDS * (1 + SYNFLOOD_SYNS_PER_ACK),
             _ => 1,
         }
     }
@@ -145,6 +163,21 @@ pub fn client(kind: Kind, i: u32) -> (IpAddr, u16) {
     (addr, port as u16)
 }
 
+/// Source address and port of the spoofed SYN `j` of a [`Kind::SynFlood`]
+/// set: `172.16.0.0 + (j mod 2^20)`, apart from every [`client`] address,
+/// with a port derived from `j` as [`client`]'s (distinct for every `j`
+/// below 2^20 x 1,023).
+#[allow(clippy::cast_possible_truncation, reason = "a port below 65,536")]
+pub fn spoofed(j: u32) -> (Ipv4Addr, u16) {
+    const BITS: u32 = 20;
+    let a = j & ((1 << BITS) - 1);
+    let port = FIRST_PORT + ((j >> BITS) + a.wrapping_mul(7919)) % PORTS;
+    (
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 0)) + a),
+        port as u16,
+    )
+}
+
 /// Server address of [`Kind::Gateway`] flow `i` (its port is the set's
 /// `dport`).
 pub fn server(i: u32) -> Ipv4Addr {
@@ -211,6 +244,10 @@ impl Spec {
         if flows == 0 {
             bail!("a packet set needs at least one flow");
         }
+        // Spoofed sources stay distinct up to 2^20 x 1,023 SYNs.
+        if kind == Kind::SynFlood && flows > 1 << 24 {
+            bail!("a synflood set takes at most 2^24 flows");
+        }
         Ok(Spec {
             kind,
             flows,
@@ -229,7 +266,8 @@ impl Spec {
 
     /// Writes flow `i`'s frame into `out`; `second`: its second packet,
     /// the RST+ACK that ends a churn flow or a gateway flow's answer from
-    /// the server.
+    /// the server; for [`Kind::SynFlood`], the spoofed SYN `i` instead (see
+    /// [`spoofed`]).
     #[allow(
         clippy::cast_possible_truncation,
         reason = "flow bits, checksum folds and small frame lengths"
@@ -240,6 +278,10 @@ impl Spec {
         let (src, sport, dst, dport) = match (self.kind, second) {
             (Kind::Gateway, false) => (client, cport, IpAddr::V4(server(i)), self.dport),
             (Kind::Gateway, true) => (IpAddr::V4(server(i)), self.dport, client, cport),
+            (Kind::SynFlood, true) => {
+                let (a, p) = spoofed(i);
+                (IpAddr::V4(a), p, self.vip, self.dport)
+            }
             _ => (client, cport, self.vip, self.dport),
         };
         let close = second && self.kind == Kind::Churn;
@@ -286,7 +328,8 @@ impl Spec {
             l4_start + 6
         } else {
             let seq = i.wrapping_mul(2_654_435_761);
-            let syn = matches!(self.kind, Kind::Syn | Kind::Churn) && !close;
+            let syn = matches!(self.kind, Kind::Syn | Kind::Churn) && !close
+                || self.kind == Kind::SynFlood && second;
             let (seq, flags): (u32, u8) = match (syn, close) {
                 (true, _) => (seq, 0x02),
                 (false, true) => (seq.wrapping_add(1), 0x14), // RST+ACK
@@ -344,6 +387,36 @@ impl Spec {
         } else {
             &[false]
         };
+        if self.kind == Kind::SynFlood {
+            // Per round, every flow's ACK, each followed by its spoofed SYNs
+            // (numbered through the whole set, so none repeats). A flow and
+            // its SYNs stay in one shard, as RSS would keep the flow.
+            let per = SYNFLOOD_SYNS_PER_ACK;
+            for round in 0..SYNFLOOD_ROUNDS {
+                for i in (shard..self.flows).step_by(shards as usize) {
+                    let t = u64::from(round) * u64::from(self.flows) + u64::from(i);
+                    for k in 0..=per {
+                        if k == 0 {
+                            self.frame_with(i, false, &mut buf);
+                        } else {
+                            let j = u32::try_from(t * u64::from(per) + u64::from(k - 1))
+                                .context("too many spoofed SYNs for one set")?;
+                            self.frame_with(j, true, &mut buf);
+                        }
+                        let ts = Duration::from_micros(n);
+                        writer
+                            .write_packet(&PcapPacket::new(ts, u32::try_from(buf.len())?, &buf))
+                            .context("cannot write a packet")?;
+                        n += 1;
+                    }
+                }
+            }
+            writer
+                .into_writer()
+                .flush()
+                .context("cannot flush the pcap")?;
+            return Ok(n);
+        }
         if self.kind == Kind::Gateway {
             // The endpoint announces itself first (every shard: each is a
             // port's whole input).
@@ -378,7 +451,7 @@ impl Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     fn spec(kind: Kind, flows: u32) -> Spec {
         Spec::new(kind, flows, kind.default_vip(), 80).unwrap()
@@ -558,6 +631,85 @@ mod tests {
             servers.insert(a.dst);
         }
         assert_eq!(servers.len(), 4);
+    }
+
+    /// A SYN-flood set: per round every flow's ACK (the `ack` kind's frame),
+    /// each followed by its spoofed SYNs; no SYN's source repeats anywhere
+    /// in the set (shards included) or is an established client's.
+    #[test]
+    fn synflood_sets_interleave_acks_with_unseen_spoofed_syns() {
+        use wire::packet::{Frame, parse_frame};
+        use wire::tcp::Flags;
+        let flows = 100;
+        let s = spec(Kind::SynFlood, flows);
+        let per_flow = Kind::SynFlood.packets_per_flow();
+        assert_eq!(per_flow, SYNFLOOD_ROUNDS * (1 + SYNFLOOD_SYNS_PER_ACK));
+        let ack = spec(Kind::Ack, flows);
+        let clients: HashSet<_> = (0..flows).map(|i| client(Kind::Ack, i)).collect();
+        let mut sources = HashSet::new();
+        let mut acks = HashMap::new();
+        let mut total = 0;
+        for shard in 0..2 {
+            let mut out = Vec::new();
+            let n = s.write_pcap(&mut out, shard, 2).unwrap();
+            total += n;
+            let mut reader = pcap_file::pcap::PcapReader::new(&out[..]).unwrap();
+            let mut k = 0u64;
+            while let Some(pkt) = reader.next_packet() {
+                let pkt = pkt.unwrap();
+                let f = &pkt.data;
+                assert_eq!(f.len(), 60);
+                assert_eq!(checksum(&f[14..34]), 0, "IPv4 header checksum");
+                let Ok(Frame::Ip(_, info)) = parse_frame(f) else {
+                    panic!("packet {k} of shard {shard} does not parse");
+                };
+                let (sport, dport) = info.ports.expect("ports");
+                assert_eq!(dport, 80);
+                let src = IpAddr::from(info.src).to_canonical();
+                let sum = add(pseudo_sum(&src, &s.vip, 6, 20), &f[34..54]);
+                assert_eq!(fold(sum), 0, "TCP checksum");
+                let syn = info.tcp_flags.contains(Flags::SYN);
+                assert_eq!(syn, !info.tcp_flags.contains(Flags::ACK));
+                // Every third packet is an established flow's ACK.
+                assert_eq!(syn, k % u64::from(1 + SYNFLOOD_SYNS_PER_ACK) != 0);
+                if syn {
+                    assert!(!clients.contains(&(src, sport)), "a SYN from a client");
+                    assert!(sources.insert((src, sport)), "a spoofed source repeats");
+                } else {
+                    assert!(clients.contains(&(src, sport)));
+                    let i = (0..flows)
+                        .find(|&i| client(Kind::Ack, i) == (src, sport))
+                        .unwrap();
+                    assert_eq!(i % 2, shard, "a flow stays in its shard");
+                    let mut want = Vec::new();
+                    ack.frame(i, &mut want);
+                    assert_eq!(f, &want, "the ack kind's frame");
+                    *acks.entry(i).or_insert(0u32) += 1;
+                }
+                k += 1;
+            }
+            assert_eq!(k, n);
+        }
+        assert_eq!(total, u64::from(flows * per_flow));
+        assert_eq!(acks.len(), flows as usize);
+        assert!(acks.values().all(|&n| n == SYNFLOOD_ROUNDS));
+        assert_eq!(
+            u32::try_from(sources.len()).unwrap(),
+            flows * SYNFLOOD_ROUNDS * SYNFLOOD_SYNS_PER_ACK
+        );
+    }
+
+    #[test]
+    fn spoofed_sources_are_distinct() {
+        let seen: HashSet<_> = (0..300_000).map(spoofed).collect();
+        assert_eq!(seen.len(), 300_000);
+        let base = 1u32 << 20;
+        let seen: HashSet<_> = [0, 5, base, base + 5, 1022 * base + 5]
+            .into_iter()
+            .map(spoofed)
+            .collect();
+        assert_eq!(seen.len(), 5);
+        assert!(Spec::new(Kind::SynFlood, (1 << 24) + 1, Kind::Ack.default_vip(), 80).is_err());
     }
 
     #[test]

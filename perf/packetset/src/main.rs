@@ -4,6 +4,7 @@
 //! packetset --kind ack --flows 4096 --vip 198.18.10.10 --dport 80 --out ack-4096.pcap
 //! packetset --kind syn --flows 65536 --shards 2 --out syn.pcap   # syn.0.pcap, syn.1.pcap
 //! packetset --kind gateway --flows 4096 --out gateway-4096.pcap  # 1 + 2 x 4096 frames
+//! packetset --kind synflood --flows 4096 --out synflood.pcap     # 48 x 4096 frames
 //! ```
 
 use std::fs::File;
@@ -23,10 +24,13 @@ struct Args {
     /// ACK), churn (per flow a SYN, then later a RST: two packets per flow),
     /// gateway (the gateway endpoint's gratuitous ARP, then per flow a TCP
     /// ACK from a client to a server and later the server's ACK back, not
-    /// to the VIP: gateway mode).
+    /// to the VIP: gateway mode), synflood (per flow 16 rounds of its ACK,
+    /// each followed by 2 SYNs from spoofed sources that never repeat in the
+    /// set: 48 packets per flow).
     #[arg(long, value_enum)]
     kind: Kind,
-    /// Distinct flows (one packet each; two for churn).
+    /// Distinct flows (one packet each; two for churn and gateway; for
+    /// synflood the established flows).
     #[arg(long)]
     flows: u32,
     /// Destination address (default 198.18.10.10, or 2001:db8:18::10 for v6).
