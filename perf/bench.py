@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import ipaddress
 import json
 import os
 import re
@@ -54,6 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ["l2dsr", "ipip", "gue", "gre", "geneve"]
+# packetset's synflood sets: per flow, 16 rounds of its ACK each followed by
+# 2 SYNs from spoofed sources (perf/packetset/src/lib.rs, SYNFLOOD_*).
+SYNFLOOD_ROUNDS = 16
+SYNFLOOD_SYNS_PER_ACK = 2
 # Gateway cases (M30-M32): appliances behind one gateway rule, and the seed
 # of the flow cookies shared by `spillway replay` and the daemon.
 GATEWAY_APPLIANCES = 4
@@ -93,7 +98,7 @@ class Case:
     """One Spillway measurement."""
 
     mode: str  # a delivery mode, or "gateway"
-    kind: str = "ack"  # ack | syn | udp | v6 | churn; gateway: forward | return
+    kind: str = "ack"  # ack | syn | udp | v6 | churn | synflood; gateway: forward | return
     flows: int = 4096
     endpoints: int = 8
     workers: int = 1
@@ -123,11 +128,14 @@ def matrix(name: str) -> list[Case]:
             Case("gue", "syn", 1048576),
             Case("l2dsr", "syn", 4096),
             Case("gue", "churn", 4096),
+            # A SYN flood from spoofed sources beside 4,096 established flows.
+            Case("gue", "synflood", 4096),
             Case("gue", "churn", 65536),
             Case("l2dsr", "churn", 65536),
             Case("gue", "udp", 4096),
             Case("gue", "v6", 4096),
             Case("ipip", "v6", 4096),
+            Case("gue", "v6", 1048576),
             Case("gue", "ack", 4096, endpoints=1000),
             Case("gue", "ack", 1048576, endpoints=1000),
             Case("gue", "ack", 4096, workers=2),
@@ -158,6 +166,8 @@ def matrix(name: str) -> list[Case]:
 def packets_in_set(kind: str, flows: int) -> int:
     if kind == "forward":
         return 2 * flows + 1  # the endpoint's gratuitous ARP, both directions
+    if kind == "synflood":
+        return SYNFLOOD_ROUNDS * (1 + SYNFLOOD_SYNS_PER_ACK) * flows
     return 2 * flows if kind in ("churn", "return") else flows
 
 
@@ -401,6 +411,8 @@ class Sample:
     busy: dict[int, int]
     steal: int
     stats: dict[str, int] = field(default_factory=dict)
+    # What `probe` saw just before the window (start sample) or just after it (end).
+    probe: object = None
 
 
 @dataclass
@@ -420,6 +432,14 @@ class Result:
     ratio_io: float | None = None
     ratio_macswap: float | None = None
     note: str = ""
+    # synflood rows: the established flows' share of the set, their Mpps,
+    # and how many of them lost their flow entry (see SynFloodWarmup).
+    established_share: float | None = None
+    established_mpps: float | None = None
+    # testpmd io's ns/pkt / this row's: a fixed share of both rows' packets
+    # is established, so it is the row's own ratio to io.
+    established_ratio_io: float | None = None
+    established_evicted: int | None = None
 
 
 def parse_spillway_stats(text: str) -> dict[str, int]:
@@ -437,6 +457,9 @@ def parse_spillway_stats(text: str) -> dict[str, int]:
     m = re.search(r"^flows: (\d+) new, (\d+) hits, \d+ races, \d+ rescheduled, (\d+) stateless", text, re.M)
     if m:
         out["new"], out["hits"], out["stateless"] = (int(x) for x in m.groups())
+    m = re.search(r"^flows: .*, (\d+) over budget", text, re.M)
+    if m:
+        out["over budget"] = int(m.group(1))
     drops = re.findall(r"^drop ([^:]+): (\d+)$", text, re.M)
     out["drops"] = sum(int(n) for _, n in drops)
     for reason, n in drops:
@@ -534,11 +557,14 @@ class Runner:
         port: int = 0,
         prepare=None,
         tx_ports: tuple[int, ...] = (0,),
+        probe=None,
     ) -> tuple[Sample, Sample, int]:
         """Runs `cmd`, waits until its port (DPDK port `port`) receives,
         warms up, samples a window, stops it. `prepare(process)`, if given,
         runs once the forwarding threads exist, before that wait; what is
-        sent is counted on `tx_ports`. Returns (start, end, exit status)."""
+        sent is counted on `tx_ports`. `probe()`, if given, runs just before
+        the window and just after it (outside it); the samples keep what it
+        returned. Returns (start, end, exit status)."""
         rdir = runtime_dir(prefix)
         p = self.start(cmd, logfile)
         tel = None
@@ -602,9 +628,11 @@ class Runner:
                     st,
                 )
 
+            before = probe() if probe else None
             a = sample()
             time.sleep(self.args.window)
             b = sample()
+            a.probe, b.probe = before, probe() if probe else None
             if p.poll() is not None:
                 raise RunFailed(f"exited with status {p.returncode} during the window")
         except RunFailed as e:
@@ -647,6 +675,15 @@ class Runner:
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RunFailed(f"packetset failed: {r.stderr.strip()}")
+        if kind == "synflood":
+            # The memory sizing and the established share assume this layout:
+            # 60-byte frames, each a 16-byte record after the 24-byte header.
+            got = sum((f.stat().st_size - 24) // (16 + 60) for f in files)
+            if got != packets_in_set(kind, flows):
+                raise RunFailed(
+                    f"packetset wrote {got} packets for the synflood set of {flows} flows, "
+                    f"bench.py expects {packets_in_set(kind, flows)} (SYNFLOOD_* out of step?)"
+                )
         return files
 
     def gateway_return_set(self, flows: int, out: Path) -> None:
@@ -755,7 +792,23 @@ class Runner:
             port = 1
         else:
             eal.append(self.vdev(files))
-        conf.write_text(spillway_config(c, eal, mbufs, cores, ctl, self.free_tcp_port()))
+        metrics_port = self.free_tcp_port()
+        probe = None
+        if c.kind == "synflood":
+            # Start with a new-entry budget that lets the established flows
+            # in and keeps the flood from filling the table; the warm-up
+            # lifts it once every established entry is confirmed.
+            warmup = SynFloodWarmup(
+                conf,
+                spillway_config(c, eal, mbufs, cores, ctl, metrics_port),
+                self.paths[binary_key],
+                ctl,
+                c.flows,
+            )
+            probe = warmup.established
+            conf.write_text(spillway_config(c, eal, mbufs, cores, ctl, metrics_port, budget=c.flows))
+        else:
+            conf.write_text(spillway_config(c, eal, mbufs, cores, ctl, metrics_port))
         check = subprocess.run(
             [str(self.paths[binary_key]), "check-config", str(conf)], capture_output=True, text=True
         )
@@ -778,6 +831,7 @@ class Runner:
                 prepare=warmup,
                 # Returned packets leave by the endpoint's port.
                 tx_ports=(0,),
+                probe=probe,
             )
         finally:
             if warmup:
@@ -787,6 +841,13 @@ class Runner:
             raise RunFailed(f"spillway run exited with status {rc}: " + " | ".join(tail))
         case = dataclasses.asdict(c) | {"mem": memmode}
         r = self.result(c.label() + suffix, "spillway", case, a, b, cores, c.workers)
+        if c.kind == "synflood":
+            synflood_verdict(r, a.probe, b.probe, c.flows, warmup.before_flood)
+            # The flood is only one if every SYN could make an entry.
+            if "over budget" not in a.stats or "over budget" not in b.stats:
+                raise RunFailed("synflood: `spillway stats` has no `over budget` count")
+            if b.stats["over budget"] > a.stats["over budget"]:
+                raise RunFailed("synflood: new flows were over the new-entry budget in the window")
         if a.stats and b.stats and b.stats.get("rx", 0) > a.stats.get("rx", 0):
             rx = b.stats["rx"] - a.stats["rx"]
             r.fwd_share = (b.stats.get("forwarded", 0) - a.stats.get("forwarded", 0)) / rx
@@ -843,7 +904,10 @@ class Runner:
         return "; ".join(parts)
 
 
-def spillway_config(c: Case, eal: list[str], mbufs: int, cores: list[int], ctl: Path, metrics_port: int) -> str:
+def spillway_config(
+    c: Case, eal: list[str], mbufs: int, cores: list[int], ctl: Path, metrics_port: int,
+    budget: int = 4294967295,
+) -> str:
     if c.mode == "gateway":
         return gateway_config(c, eal, mbufs, cores, ctl, metrics_port)
     v6 = c.kind == "v6"
@@ -884,8 +948,9 @@ burst_size = 32
 queue_descriptors = 1024
 flow_table_capacity = {capacity}
 # Every new flow gets an entry (the stateful path is what is measured; the
-# new-entry budget is a flood defence, shown by perf/flood.sh).
-new_flow_budget = 4294967295
+# new-entry budget is a flood defence, shown by perf/flood.sh; synflood rows
+# start with a small one, see SynFloodWarmup).
+new_flow_budget = {budget}
 
 [[ports]]
 name = "uplink"
@@ -1070,6 +1135,136 @@ class GatewayWarmup:
             self.fd = None
 
 
+def synflood_client(i: int) -> tuple[str, int]:
+    """Established flow `i` of a synflood set: packetset's `client()` for IPv4."""
+    a = i & ((1 << 22) - 1)
+    port = 1024 + ((i >> 22) + ((a * 7919) & 0xFFFFFFFF)) % (65536 - 1024)
+    return str(ipaddress.IPv4Address(0x6440_0000 + a)), port
+
+
+class SynFloodWarmup:
+    """The synflood row's warm-up (a `prepare` for Runner.measure). The
+    daemon starts with a new-entry budget of one per established flow per
+    second and worker, so that the ACKs make their entries while the SYNs
+    cannot fill the table. Once every established flow's entry is confirmed
+    (seen in a later second than it was made: from then on no insert may
+    displace it, crates/flowtable), it rewrites the configuration without
+    the budget and reloads: every SYN then makes an entry, the table fills
+    with half-open ones and the flood competes for its slots. That is the
+    state of a real flood: the connections were established before it.
+
+    `established()` lists the established entries (`spillway flows --state
+    established`); the row compares each flow's entry (its cookie, drawn
+    at random per entry) from the budget's lift to the window's end: an
+    entry displaced and made again would carry another one."""
+
+    def __init__(self, conf: Path, unlimited: str, spillway: Path, ctl: Path, flows: int):
+        self.conf = conf
+        self.unlimited = unlimited
+        self.spillway = spillway
+        self.ctl = ctl
+        self.keys = [synflood_client(i) for i in range(flows)]
+        self.before_flood: dict | None = None
+
+    def flows_json(self, *args: str) -> dict:
+        cmd = [str(self.spillway), *args, "--socket", str(self.ctl), "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        try:
+            answer = json.loads(r.stdout)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or not answer.get("ok"):
+            raise RunFailed(f"`{' '.join(cmd[1:])}` failed: {(r.stdout + r.stderr).strip()[-300:]}")
+        return answer
+
+    def established(self) -> dict[tuple[str, int], tuple[str, bool]]:
+        """(client, port) -> (cookie, unconfirmed) of the established flows' entries."""
+        answer = self.flows_json("flows", "--state", "established", "--limit", "100000")
+        try:
+            entries = {
+                (f["client"], int(f["client_port"])): (str(f["cookie"]), bool(f["unconfirmed"]))
+                for f in answer["flows"]
+            }
+        except (KeyError, TypeError, ValueError) as e:
+            raise RunFailed(f"spillway flows --json: no {e} in its entries") from None
+        return {k: entries[k] for k in self.keys if k in entries}
+
+    def __call__(self, _p: subprocess.Popen) -> None:
+        deadline = time.monotonic() + 20
+        while True:
+            est = self.established()
+            confirmed = sum(1 for _, unconfirmed in est.values() if not unconfirmed)
+            if confirmed == len(self.keys):
+                break
+            if time.monotonic() > deadline:
+                raise RunFailed(
+                    f"synflood warm-up: {confirmed} of {len(self.keys)} established flows had a "
+                    "confirmed entry after 20 s"
+                )
+            time.sleep(0.3)
+        self.before_flood = est
+        generation = self.generation()
+        self.conf.write_text(self.unlimited)
+        self.flows_json("reload")
+        # The reload builds a snapshot off the management loop: wait until
+        # the workers have it, so that the warm-up and the window are all flood.
+        deadline = time.monotonic() + 30
+        while self.generation() <= generation:
+            if time.monotonic() > deadline:
+                raise RunFailed("synflood warm-up: the reload lifting the budget did not go live in 30 s")
+            time.sleep(0.1)
+        # A worker refills its budget at the next second: until then the
+        # old one holds. Wait until no new flow is over it any more.
+        last = None
+        deadline = time.monotonic() + 10
+        while True:
+            st = parse_spillway_stats(sh([str(self.spillway), "stats", "--socket", str(self.ctl)]))
+            if "over budget" not in st:
+                raise RunFailed("synflood warm-up: `spillway stats` has no `over budget` count")
+            if st["over budget"] == last:
+                break
+            if time.monotonic() > deadline:
+                raise RunFailed("synflood warm-up: new flows still over the budget 10 s after the reload")
+            last = st["over budget"]
+            time.sleep(0.6)
+
+    def generation(self) -> int:
+        answer = self.flows_json("status")
+        if not isinstance(answer.get("generation"), int):
+            raise RunFailed("spillway status --json: no generation")
+        return answer["generation"]
+
+    def close(self) -> None:
+        pass
+
+
+def synflood_verdict(r: Result, start, end, flows: int, before_flood) -> None:
+    """Fills in a synflood row's established figures; the eviction count is
+    every established flow whose entry at the window's end is missing or not
+    the one it had when the flood began."""
+    if start is None or end is None or before_flood is None:
+        raise RunFailed("synflood: the established entries were not read before and after the window")
+    evicted = sum(1 for k, (cookie, _) in before_flood.items() if end.get(k, ("", True))[0] != cookie)
+    evicted += flows - len(before_flood)
+    r.established_share = 1 / (1 + SYNFLOOD_SYNS_PER_ACK)
+    r.established_mpps = r.mpps * r.established_share
+    r.established_evicted = evicted
+    unconfirmed = sum(1 for _, u in end.values() if u)
+    if unconfirmed:
+        r.note = "; ".join(x for x in (r.note, f"{unconfirmed} established entries unconfirmed") if x)
+
+
+def established_text(r: Result) -> str:
+    """A synflood row's established flows, for its note."""
+    if r.established_share is None:
+        return ""
+    ratio = "" if r.established_ratio_io is None else f", {r.established_ratio_io:.2f}x io"
+    return (
+        f"established {r.established_mpps:.2f} Mpps ({r.established_share:.0%} of the set){ratio}; "
+        f"established evicted {r.established_evicted} of {r.case.get('flows', '?'):,}"
+    )
+
+
 def read_pcap(path: Path) -> tuple[bytes, list[bytes]]:
     """A pcap's file header and its records (each with its record header)."""
     data = path.read_bytes()
@@ -1135,6 +1330,10 @@ def median_run(rs: list[Result]) -> Result:
     out = dataclasses.replace(mid)
     out.ratio_io = med([r.ratio_io for r in rs if r.ratio_io is not None])
     out.ratio_macswap = med([r.ratio_macswap for r in rs if r.ratio_macswap is not None])
+    if out.established_share is not None:
+        out.established_ratio_io = out.ratio_io
+        # Evicted in any pass counts.
+        out.established_evicted = max(r.established_evicted or 0 for r in rs)
     spread = f"median of {len(rs)}: {by_ns[0].ns_per_pkt:.1f}-{by_ns[-1].ns_per_pkt:.1f} ns"
     out.note = "; ".join(x for x in (spread, mid.note) if x)
     return out
@@ -1158,7 +1357,7 @@ def fmt_row(r: Result) -> list[str]:
         pct(r.others),
         pct(r.fwd_share),
         new,
-        r.note,
+        "; ".join(x for x in (established_text(r), r.note) if x),
     ]
 
 
@@ -1392,6 +1591,8 @@ def main() -> int:
                     r.ratio_io = ceil["io"].ns_per_pkt / r.ns_per_pkt
                 if "macswap" in ceil:
                     r.ratio_macswap = ceil["macswap"].ns_per_pkt / r.ns_per_pkt
+                if r.established_share is not None:
+                    r.established_ratio_io = r.ratio_io
                 runs.setdefault(r.label, []).append(r)
                 print_row(fmt_row(r))
                 account.update()
