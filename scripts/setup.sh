@@ -39,6 +39,7 @@ PACKAGES=(
     kmod                  # modprobe: scripts/deploy/bind-nics.sh loads vfio-pci
     python3-scapy         # crates/wire/testdata/gen_vectors.py builds the test vectors
     python3-matplotlib    # scripts/demo-plot.py draws the demo's picture; perf/bench.py's plot
+    valgrind              # valgrind, callgrind_annotate: perf/budget.sh counts a packet's instructions per stage
 )
 
 missing=()
