@@ -26,7 +26,7 @@ case "$mode" in
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown mode '$mode' (l2dsr, ipip, gue, gre, geneve, gateway, gateway-return)" ;;
 esac
-[[ "$flows" =~ ^[0-9]+$ ]] && ((flows > 0)) || die "FLOWS must be a positive number, not '$flows'"
+if ! [[ "$flows" =~ ^[1-9][0-9]*$ ]]; then die "FLOWS must be a positive number, not '$flows'"; fi
 command -v valgrind >/dev/null || die "valgrind not found: run scripts/setup.sh (Debian package valgrind)"
 command -v callgrind_annotate >/dev/null || die "callgrind_annotate not found (Debian package valgrind)"
 ensure_cargo
