@@ -32,6 +32,12 @@ swapped); the daemon runs with that seed (`--fixed-cookie-seed`) and is
 warmed up through a second port, a FIFO the harness feeds: the endpoint's
 gratuitous ARP, then once the forward set in order, so that its flow
 entries, and their cookies, are the ones replay made.
+
+The `synflood` case is a SYN flood from spoofed sources beside established
+flows: the established entries are made and confirmed under a small
+new-entry budget, then the budget is lifted by a reload and the flood fills
+the table; the row reports the established packets' rate and how many
+established flows lost their entry (SynFloodWarmup).
 """
 
 from __future__ import annotations
