@@ -289,7 +289,7 @@ impl Balance {
         out: &mut Vec<Output>,
     ) -> bool {
         let secs = elapsed.as_secs_f64();
-        let packets = &counters.backend_packets;
+        let packets: Vec<u64> = counters.backends.iter().map(|b| b.packets).collect();
         let mut changed = false;
         for (i, svc) in compiled.services.iter().enumerate() {
             let Some(spec) = self.specs.get(i).and_then(Option::as_ref) else {
@@ -350,7 +350,7 @@ impl Balance {
             }
         }
         if builder.is_some() {
-            self.prev_packets.clone_from(packets);
+            self.prev_packets = packets;
         }
         changed
     }

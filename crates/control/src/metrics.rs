@@ -583,11 +583,7 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
                 .map(|slot| (svc.name.clone(), slot))
         })
         .collect();
-    let (packets, bytes, new_flows) = (
-        &s.counters.backend_packets,
-        &s.counters.backend_bytes,
-        &s.counters.backend_new_flows,
-    );
+    let backends = &s.counters.backends;
     let group_labels = |g: &config::compiled::Group| {
         let svc = c
             .services
@@ -618,28 +614,30 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
             Some((i, e, svc, slots.get(i).copied().flatten(), l))
         })
     };
-    for (name, help, per_slot) in [
+    type Field = fn(&dataplane::counters::BackendCounters) -> u64;
+    let families: [(&str, &str, Field); 3] = [
         (
             "endpoint_packets_total",
             "Packets forwarded to the endpoint (its backend slot).",
-            packets,
+            |b| b.packets,
         ),
         (
             "endpoint_bytes_total",
             "Bytes forwarded to the endpoint, as sent (outer headers included).",
-            bytes,
+            |b| b.bytes,
         ),
         (
             "endpoint_new_flows_total",
             "Flow entries created for connections to the endpoint.",
-            new_flows,
+            |b| b.new_flows,
         ),
-    ] {
+    ];
+    for (name, help, field) in families {
         x.counter(
             name,
             help,
             endpoints().map(|(_, _, _, slot, l)| {
-                let n = slot.and_then(|i| per_slot.get(i as usize)).copied();
+                let n = slot.and_then(|i| backends.get(i as usize)).map(field);
                 (l, n.unwrap_or(0))
             }),
         );
@@ -674,7 +672,7 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
                 .get(g.endpoints.start as usize..g.endpoints.end as usize)
                 .unwrap_or_default()
                 .iter()
-                .filter_map(|slot| packets.get((*slot)? as usize))
+                .filter_map(|slot| backends.get((*slot)? as usize).map(|b| b.packets))
                 .sum();
             (group_labels(g), n)
         }),

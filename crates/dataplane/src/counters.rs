@@ -421,15 +421,23 @@ counters! {
             pub drops: [u64; DropReason::ALL.len()],
             /// Per child rule, indexed by child rule id.
             pub children: Vec<ChildCounters>,
-            /// Packets forwarded to each backend slot (the management core derives
-            /// measured rates from them: RATE capacity, spillover, M25/M26).
-            pub backend_packets: Vec<u64>,
-            /// Bytes forwarded to each backend slot, as sent (outer headers included).
-            pub backend_bytes: Vec<u64>,
-            /// Flow entries created for each backend slot.
-            pub backend_new_flows: Vec<u64>,
+            /// What was forwarded to each backend slot (the management core
+            /// derives measured rates from the packets: RATE capacity,
+            /// spillover, M25/M26), indexed by slot.
+            pub backends: Vec<BackendCounters>,
         }
     }
+}
+
+/// What one worker forwarded to one backend slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendCounters {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes, as sent (outer headers included).
+    pub bytes: u64,
+    /// Flow entries created for it.
+    pub new_flows: u64,
 }
 
 impl ChildCounters {
@@ -459,15 +467,11 @@ impl WorkerCounters {
             *t += d;
         }
         self.resize_children(other.children.len());
-        self.resize_backends(other.backend_packets.len());
-        for (mine, theirs) in [
-            (&mut self.backend_packets, &other.backend_packets),
-            (&mut self.backend_bytes, &other.backend_bytes),
-            (&mut self.backend_new_flows, &other.backend_new_flows),
-        ] {
-            for (t, n) in mine.iter_mut().zip(theirs) {
-                *t += n;
-            }
+        self.resize_backends(other.backends.len());
+        for (t, n) in self.backends.iter_mut().zip(&other.backends) {
+            t.packets += n.packets;
+            t.bytes += n.bytes;
+            t.new_flows += n.new_flows;
         }
         for (t, cc) in self.children.iter_mut().zip(&other.children) {
             t.add(cc);
@@ -539,14 +543,8 @@ impl WorkerCounters {
     /// Makes room for a snapshot with `backends` backend slots (off the
     /// packet path, like [`WorkerCounters::resize_children`]).
     pub fn resize_backends(&mut self, backends: usize) {
-        for v in [
-            &mut self.backend_packets,
-            &mut self.backend_bytes,
-            &mut self.backend_new_flows,
-        ] {
-            if v.len() < backends {
-                v.resize(backends, 0);
-            }
+        if self.backends.len() < backends {
+            self.backends.resize(backends, BackendCounters::default());
         }
     }
 }
@@ -610,9 +608,13 @@ mod tests {
                     drop_reasons: [0; DropReason::ALL.len()],
                 },
             ],
-            backend_packets: vec![41, 42, 43],
-            backend_bytes: vec![51, 52, 53],
-            backend_new_flows: vec![61, 62, 63],
+            backends: (1..=3)
+                .map(|i| BackendCounters {
+                    packets: 40 + i,
+                    bytes: 50 + i,
+                    new_flows: 60 + i,
+                })
+                .collect(),
         }
     }
 
@@ -766,9 +768,10 @@ mod tests {
         }
         assert_eq!(sum.children.len(), 2);
         assert_eq!(sum.drops, one.drops.map(|d| 2 * d));
-        assert_eq!(sum.backend_packets, [82, 84, 86]);
-        assert_eq!(sum.backend_bytes, [102, 104, 106]);
-        assert_eq!(sum.backend_new_flows, [122, 124, 126]);
+        let field = |f: fn(&BackendCounters) -> u64| sum.backends.iter().map(f).collect::<Vec<_>>();
+        assert_eq!(field(|b| b.packets), [82, 84, 86]);
+        assert_eq!(field(|b| b.bytes), [102, 104, 106]);
+        assert_eq!(field(|b| b.new_flows), [122, 124, 126]);
     }
 
     #[test]

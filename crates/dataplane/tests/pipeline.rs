@@ -1707,7 +1707,7 @@ fn an_unresolved_next_hop_is_a_counted_drop_never_a_zero_mac() {
         let (v, out) = lab.run(&syn, 1);
         assert_eq!(v, Verdict::Forward, "{delivery}");
         assert_eq!(dst_mac(&out), ROUTER_MAC, "{delivery}");
-        let backend = lab.worker.counters.backend_packets.clone();
+        let backend = lab.worker.counters.backends.clone();
         // Every next hop forgotten (failed): established flows drop, new
         // ones find no eligible backend.
         lab.snap = lab
@@ -1727,7 +1727,7 @@ fn an_unresolved_next_hop_is_a_counted_drop_never_a_zero_mac() {
             "{delivery}"
         );
         assert_eq!(lab.worker.counters.dropped(DropReason::NoNeighbour), 1);
-        assert_eq!(lab.worker.counters.backend_packets, backend);
+        assert_eq!(lab.worker.counters.backends, backend);
         // Resolved again, to a new MAC: the flow follows at once.
         let new_mac = [2, 0, 0, 0, 0, 0x77];
         let moved = Local {

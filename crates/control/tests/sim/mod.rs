@@ -356,9 +356,9 @@ impl World {
         let mut total = WorkerCounters::new(children);
         for e in engines {
             let c = &e.worker.counters;
-            total.resize_backends(c.backend_packets.len());
-            for (t, n) in total.backend_packets.iter_mut().zip(&c.backend_packets) {
-                *t += n;
+            total.resize_backends(c.backends.len());
+            for (t, n) in total.backends.iter_mut().zip(&c.backends) {
+                t.packets += n.packets;
             }
         }
         total

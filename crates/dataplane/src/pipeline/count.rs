@@ -78,13 +78,9 @@ impl Worker {
     ) -> Outcome {
         match sent {
             Ok(()) => {
-                let c = &mut self.counters;
-                if let (Some(n), Some(b)) = (
-                    c.backend_packets.get_mut(slot),
-                    c.backend_bytes.get_mut(slot),
-                ) {
-                    *n += 1;
-                    *b += len as u64;
+                if let Some(b) = self.counters.backends.get_mut(slot) {
+                    b.packets += 1;
+                    b.bytes += len as u64;
                 }
                 Outcome::Forward
             }

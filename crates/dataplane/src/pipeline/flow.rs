@@ -291,8 +291,8 @@ impl Worker {
                 if let Some(c) = self.counters.children.get_mut(p.child) {
                     c.new_flows += 1;
                 }
-                if let Some(n) = self.counters.backend_new_flows.get_mut(slot as usize) {
-                    *n += 1;
+                if let Some(b) = self.counters.backends.get_mut(slot as usize) {
+                    b.new_flows += 1;
                 }
                 Some((slot, cookie))
             }
