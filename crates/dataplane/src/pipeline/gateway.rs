@@ -191,6 +191,9 @@ impl Worker {
         let slot = hit.entry.backend as usize;
         let be = snap.backends.get(slot)?;
         let t = be.gateway_encap.as_ref()?;
+        // The checks of `finish_established`, written out again: shared
+        // through one inlined helper they cost the passthrough path 11
+        // instructions a packet (perf/RESULTS.md, second round).
         if !matches!(be.state, BackendState::Active)
             || be.service as usize != p.svc
             || p.svc >= snap.services.len()
