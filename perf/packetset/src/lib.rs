@@ -387,6 +387,15 @@ impl Spec {
         } else {
             &[false]
         };
+        // Each frame at `n` µs: the timestamps count the packets.
+        let mut put = |buf: &[u8]| -> Result<()> {
+            let ts = Duration::from_micros(n);
+            writer
+                .write_packet(&PcapPacket::new(ts, u32::try_from(buf.len())?, buf))
+                .context("cannot write a packet")?;
+            n += 1;
+            Ok(())
+        };
         if self.kind == Kind::SynFlood {
             // Per round, every flow's ACK, each followed by its spoofed SYNs
             // (numbered through the whole set, so none repeats). A flow and
@@ -403,41 +412,22 @@ impl Spec {
                                 .context("too many spoofed SYNs for one set")?;
                             self.frame_with(j, true, &mut buf);
                         }
-                        let ts = Duration::from_micros(n);
-                        writer
-                            .write_packet(&PcapPacket::new(ts, u32::try_from(buf.len())?, &buf))
-                            .context("cannot write a packet")?;
-                        n += 1;
+                        put(&buf)?;
                     }
                 }
             }
-            writer
-                .into_writer()
-                .flush()
-                .context("cannot flush the pcap")?;
-            return Ok(n);
-        }
-        if self.kind == Kind::Gateway {
-            // The endpoint announces itself first (every shard: each is a
-            // port's whole input).
-            self.gratuitous_arp(&mut buf)?;
-            writer
-                .write_packet(&PcapPacket::new(
-                    Duration::ZERO,
-                    u32::try_from(buf.len())?,
-                    &buf,
-                ))
-                .context("cannot write a packet")?;
-            n += 1;
-        }
-        for &close in passes {
-            for i in (shard..self.flows).step_by(shards as usize) {
-                self.frame_with(i, close, &mut buf);
-                let ts = Duration::from_micros(n);
-                writer
-                    .write_packet(&PcapPacket::new(ts, u32::try_from(buf.len())?, &buf))
-                    .context("cannot write a packet")?;
-                n += 1;
+        } else {
+            if self.kind == Kind::Gateway {
+                // The endpoint announces itself first (every shard: each is a
+                // port's whole input).
+                self.gratuitous_arp(&mut buf)?;
+                put(&buf)?;
+            }
+            for &close in passes {
+                for i in (shard..self.flows).step_by(shards as usize) {
+                    self.frame_with(i, close, &mut buf);
+                    put(&buf)?;
+                }
             }
         }
         writer
