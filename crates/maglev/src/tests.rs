@@ -2,6 +2,15 @@
 use super::*;
 
 /// Deterministic pseudo-random ids (SplitMix64 sequence) so tests are reproducible.
+/// `n` endpoints with ids from `seed`, weighted by `weights` in turn.
+fn weighted(n: usize, seed: u64, weights: &[u32]) -> Vec<Endpoint> {
+    ids(n, seed)
+        .into_iter()
+        .zip(weights.iter().cycle())
+        .map(|(id, &weight)| Endpoint { id, weight })
+        .collect()
+}
+
 fn ids(n: usize, seed: u64) -> Vec<EndpointId> {
     (0..n as u64)
         .map(|i| {
@@ -221,14 +230,7 @@ fn weighted_shares_are_within_one_percent() {
         (200, 655_373, &[1, 2, 5, 7, 13][..]),
         (1000, 655_373, &[1, 2, 3, 4][..]),
     ] {
-        let eps: Vec<Endpoint> = ids(n, 5)
-            .into_iter()
-            .enumerate()
-            .map(|(i, id)| Endpoint {
-                id,
-                weight: weights[i % weights.len()],
-            })
-            .collect();
+        let eps = weighted(n, 5, weights);
         let t = MaglevTable::build_v1(m, &eps).unwrap();
         let err = max_share_error(&t, &eps);
         report.push(format!(
@@ -572,14 +574,7 @@ fn v2_matches_its_reference_and_fills_every_slot() {
         (100, 65_537, &[1, 2, 3, 4][..]),
         (1000, 65_537, &[1][..]),
     ] {
-        let eps: Vec<Endpoint> = ids(n, 31)
-            .into_iter()
-            .enumerate()
-            .map(|(i, id)| Endpoint {
-                id,
-                weight: weights[i % weights.len()],
-            })
-            .collect();
+        let eps = weighted(n, 31, weights);
         let t = v2(m, &eps);
         assert_eq!(t.algorithm(), Algorithm::V2);
         assert_eq!(t.slots(), &reference_build_v2(m, &eps)[..], "n={n} m={m}");
@@ -600,14 +595,7 @@ fn v2_gives_every_endpoint_its_share_to_one_slot() {
         (200, 655_373, &[1, 2, 5, 7, 13][..]),
         (5000, 655_373, &[1][..]),
     ] {
-        let eps: Vec<Endpoint> = ids(n, 5)
-            .into_iter()
-            .enumerate()
-            .map(|(i, id)| Endpoint {
-                id,
-                weight: weights[i % weights.len()],
-            })
-            .collect();
+        let eps = weighted(n, 5, weights);
         let t = v2(m, &eps);
         let total: f64 = eps.iter().map(|e| f64::from(e.weight)).sum();
         for (e, c) in eps.iter().zip(t.slot_counts()) {
