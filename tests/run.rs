@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{read_pcap, write_pcap};
 use std::net::Ipv4Addr;
-use testkit::config::{
-    Config, endpoint_list, group, node, port, rule, service as service_table, strings,
-};
+use testkit::config::{endpoint_list, group, rule, service as service_table};
 use testkit::mutate::Mutator;
 use testkit::packet::{Packet, arp_request, v4};
 use wire::encap::{DecapConfig, parse_tunnel};
@@ -1318,32 +1316,7 @@ fn the_daemon_refuses_a_socket_path_that_is_not_a_socket_or_an_unknown_group() {
 /// "r", with two endpoints; "far" with one), GUE; no traffic of its own.
 fn simulate_config(dir: &Path) -> String {
     let d = dir.display();
-    let eal_args = [
-        "--no-huge".to_string(),
-        "--no-shconf".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=lib.eal:warning".into(),
-        format!("--vdev=net_pcap0,rx_pcap={d}/empty.pcap,tx_pcap={d}/up-out.pcap"),
-        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-    ];
-    Config::new()
-        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
-        .dataplane("management_core", 0)
-        .dataplane("worker_cores", "[1]")
-        .dataplane("mbufs", 4095)
-        .dataplane("queue_descriptors", 256)
-        .dataplane("flow_table_capacity", 4096)
-        .dataplane("new_flow_budget", 100000)
-        .dataplane("eal_args", strings(&eal_args))
-        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
-        .port(
-            port("be", "net_pcap1", "backend")
-                .strs("addresses", &["10.0.1.2/30"])
-                .str("gateway_mac", "02:00:00:00:00:fe"),
-        )
+    common::pcap_daemon_base(dir, "empty.pcap")
         .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
         .service(
             service_table("web", "gue")

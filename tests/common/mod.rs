@@ -199,14 +199,12 @@ pub fn dns_query(i: u16) -> Vec<u8> {
         .frame()
 }
 
-/// A daemon on two `net_pcap` ports in `dir` (`in.pcap` in on the uplink,
-/// `up-out.pcap` and `out.pcap` out), with `--no-huge`: UDP rule `dns` on
-/// 10.0.0.10:53 to a GUE service named `service` of two backends, and its
-/// control socket `ctl.sock` (`watch`: `watch_config`).
-pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> String {
-    use testkit::config::{
-        Config, endpoint_list, group, node, port, rule, service as service_table, strings,
-    };
+/// The node, data plane and ports of a daemon on two `net_pcap` ports in
+/// `dir` with `--no-huge`: the uplink reads `uplink_rx` (in `dir`) and
+/// writes `up-out.pcap`, the backend port reads `empty.pcap` and writes
+/// `out.pcap`. Rules, services and `[control]` are the caller's.
+pub fn pcap_daemon_base(dir: &std::path::Path, uplink_rx: &str) -> testkit::config::Config {
+    use testkit::config::{Config, node, port, strings};
     let d = dir.display();
     let eal_args = [
         "--no-huge".to_string(),
@@ -216,7 +214,7 @@ pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> 
         "--no-pci".into(),
         "--no-telemetry".into(),
         "--log-level=lib.eal:warning".into(),
-        format!("--vdev=net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
+        format!("--vdev=net_pcap0,rx_pcap={d}/{uplink_rx},tx_pcap={d}/up-out.pcap"),
         format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
     ];
     Config::new()
@@ -237,6 +235,16 @@ pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> 
                 .strs("addresses", &["10.0.1.2/30"])
                 .str("gateway_mac", "02:00:00:00:00:fe"),
         )
+}
+
+/// A daemon on two `net_pcap` ports in `dir` (`in.pcap` in on the uplink,
+/// `up-out.pcap` and `out.pcap` out), with `--no-huge`: UDP rule `dns` on
+/// 10.0.0.10:53 to a GUE service named `service` of two backends, and its
+/// control socket `ctl.sock` (`watch`: `watch_config`).
+pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> String {
+    use testkit::config::{endpoint_list, group, rule, service as service_table};
+    let d = dir.display();
+    pcap_daemon_base(dir, "in.pcap")
         .rule(rule("dns", &["10.0.0.10"], "UDP", "53", service).set("ports", 53))
         .service(service_table(service, "gue").child(
             group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
