@@ -25,18 +25,21 @@ fuzz_target!(|data: &[u8]| {
             let mut signed = body.to_vec();
             signed.extend_from_slice(&m.finalize().into_bytes());
             if let Ok(d) = decode(&signed, &key) {
-                let mut w = Writer::new(d.header);
-                for e in &d.entries {
-                    w.push(e).unwrap();
-                }
-                assert_eq!(w.finish(&key), signed);
+                assert_eq!(encode(&d, &key), signed);
             }
         }
         return;
     };
+    assert_eq!(encode(&d, &key), data);
+});
+
+fn encode(d: &Datagram, key: &SyncKey) -> Vec<u8> {
     let mut w = Writer::new(d.header);
     for e in &d.entries {
         w.push(e).unwrap();
     }
-    assert_eq!(w.finish(&key), data);
-});
+    for r in &d.rates {
+        w.push_rate(r).unwrap();
+    }
+    w.finish(key)
+}

@@ -83,6 +83,11 @@ pub struct Node {
     /// How long to keep forwarding after withdrawing routes on shutdown (M39).
     #[serde(default = "d_shutdown_drain")]
     pub shutdown_drain: Duration,
+    /// This node's share (0–1] of every `RATE` capacity while it cannot
+    /// count the cluster's rates: peers silent, or no `[flow_sync]`.
+    /// Absent: 1 / (flow-sync peers + 1), so 1 for a lone node.
+    #[serde(default)]
+    pub capacity_share: Option<f64>,
 }
 
 fn d_shutdown_drain() -> Duration {

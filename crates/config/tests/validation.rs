@@ -212,6 +212,8 @@ fn cases() -> Vec<Case> {
         case("gateway endpoint off every port's subnet", with(&format!("[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n{}", nva(&rule("gw", "\"10.0.0.20\"", "L3_DEFAULT", "\"all\"", "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }] #!")))), "forwarding_rules[1].gateway_endpoints[0].address", "gateway endpoint 10.5.0.1 is on no subnet of a data port"),
         case("gateway endpoints on a passthrough rule", with(&rule("x", "\"10.0.0.20\"", "TCP", "80", "\ngateway_endpoints = [{ address = \"10.5.0.1\", id = 1 }] #!")), "forwarding_rules[1].gateway_endpoints", "only apply to rules with mode = \"gateway\""),
         // ---- node, locality (M5, M24) ----
+        case("capacity share 0", node_then_svc(&format!("{}capacity_share = 0.0 #!\n", node_table())), "node.capacity_share", "0 is not a share"),
+        case("capacity share above 1", node_then_svc(&format!("{}capacity_share = 1.5 #!\n", node_table())), "node.capacity_share", "1.5 is not a share"),
         case("availability group 2", node_then_svc(&format!("{}availability_group = 2 #!\n", node_table())), "node.availability_group", "availability group 2 does not exist"),
         case("preference without own region", node_then_svc(&format!("{}region_preference = [\"r2\", \"r3\"] #!\n", node_table())), "node.region_preference", "own region \"r1\" is missing"),
         case("region listed twice", node_then_svc(&format!("{}region_preference = [\"r1\", \"r2\",\n  \"r2\"] #!\n", node_table())), "node.region_preference[2]", "region \"r2\" is listed twice"),
@@ -424,6 +426,45 @@ fn warnings_do_not_reject() {
         "{:?}",
         l.warnings
     );
+}
+
+/// A node that announces its VIPs (one of N behind ECMP, perhaps) without
+/// flow-sync peers or a capacity share would budget a whole RATE capacity
+/// for itself: a warning. Either of them silences it.
+#[test]
+fn announcing_rate_capacity_without_peers_or_a_share_is_a_warning() {
+    let rate =
+        with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\n")
+            .replacen(
+                "delivery = \"ipip\"",
+                "delivery = \"ipip\"\nbalancing_mode = \"RATE\"\nmax_rate_per_endpoint = 1000",
+                1,
+            );
+    let l = load(&rate).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert!(
+        l.warnings[0].contains(
+            "node.capacity_share: this node announces its VIPs but has no [flow_sync] peers"
+        ),
+        "{:?}",
+        l.warnings
+    );
+    let shared = rate.replacen(
+        "zone = \"r1-a\"\n",
+        "zone = \"r1-a\"\ncapacity_share = 0.5\n",
+        1,
+    );
+    let l = load(&shared).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert!((l.compiled.node.capacity_share - 0.5).abs() < 1e-12);
+    // The default share: 1 / (peers + 1).
+    let synced = format!(
+        "{rate}\n[flow_sync]\nlisten = \"192.0.2.1:7700\"\npeers = [\"192.0.2.2:7700\", \"192.0.2.3:7700\"]\nkey = \"hex:000102030405060708090a0b0c0d0e0f\"\n"
+    );
+    let l = load(&synced).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert!((l.compiled.node.capacity_share - 1.0 / 3.0).abs() < 1e-12);
+    assert!(!l.compiled.node.capacity_share_set);
 }
 
 #[test]

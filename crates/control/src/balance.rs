@@ -12,9 +12,11 @@ use std::time::Duration;
 use config::Compiled;
 use config::compiled::{EndpointId, ServiceId};
 use dataplane::{EndpointHealth, SnapshotBuilder, WorkerCounters};
+use flowsync::Rate;
 use health::{Aggregate, HealthSnapshot, State};
 use locality::{EndpointObs, Health, NodeSpec, Observation, Plan, Planner, ServiceSpec};
 
+use crate::cluster::Cluster;
 use crate::core::{Output, Probes, say};
 use crate::remote::RemoteKey;
 
@@ -55,6 +57,13 @@ pub struct Balance {
     /// Services every group of which is drained: drain is not applied to
     /// them (draining must not black-hole a service; status says so).
     drain_ignored: Vec<String>,
+    /// The peers' measured rates and the capacity share (M25 with M34).
+    cluster: Cluster,
+    /// Which peers' rates the last plans counted.
+    counted: Vec<bool>,
+    /// What this node's data plane forwarded to each endpoint over the last
+    /// planning interval, for the peers; taken by [`Balance::take_measured`].
+    measured: Option<Vec<Rate>>,
 }
 
 impl Balance {
@@ -83,6 +92,9 @@ impl Balance {
             prev_packets: Vec::new(),
             drained: crate::drain::Drained::new(),
             drain_ignored: Vec::new(),
+            cluster: Cluster::new(compiled),
+            counted: Vec::new(),
+            measured: None,
         };
         b.reload(compiled, now, probes, out)?;
         Ok(b)
@@ -123,6 +135,7 @@ impl Balance {
             probes.poll_remotes(keys);
         }
         self.node = NodeSpec::from_compiled(compiled);
+        self.cluster.reconfigure(compiled);
         self.specs_from(compiled);
         let names: Vec<&str> = compiled.services.iter().map(|s| s.name.as_str()).collect();
         self.planners
@@ -131,7 +144,14 @@ impl Balance {
         // Plans for the new configuration right away, so the snapshot built
         // from it already carries them (rates: none measured yet).
         self.last_plan = Some(now);
-        self.plan(compiled, None, &WorkerCounters::default(), PLAN_PERIOD, out);
+        self.plan(
+            compiled,
+            None,
+            &WorkerCounters::default(),
+            now,
+            PLAN_PERIOD,
+            out,
+        );
         Ok(())
     }
 
@@ -275,22 +295,37 @@ impl Balance {
                 .map_or(PLAN_PERIOD, |t| now.saturating_sub(t))
                 .max(Duration::from_millis(1));
             self.last_plan = Some(now);
-            rebuild |= self.plan(compiled, Some(builder), &counters(), elapsed, out);
+            rebuild |= self.plan(compiled, Some(builder), &counters(), now, elapsed, out);
         }
         rebuild
     }
 
+    /// Replans every service from the rates measured over `elapsed` (none
+    /// without a `builder`: at a reload) and the peers' (M25 with M34).
     fn plan(
         &mut self,
         compiled: &Compiled,
         builder: Option<&SnapshotBuilder>,
         counters: &WorkerCounters,
+        now: Duration,
         elapsed: Duration,
         out: &mut Vec<Output>,
     ) -> bool {
         let secs = elapsed.as_secs_f64();
         let packets: Vec<u64> = counters.backends.iter().map(|b| b.packets).collect();
         let mut changed = false;
+        self.node.capacity_share = self.cluster.budget(now).share;
+        let counted = self.cluster.counted(now);
+        if counted != self.counted {
+            // Another set of nodes' rates: a step in what is counted, not
+            // in the load; smoothing it would under- or overshoot for
+            // seconds.
+            for p in self.planners.values_mut() {
+                p.reseed();
+            }
+            self.counted = counted;
+        }
+        let mut measured = Vec::new();
         for (i, svc) in compiled.services.iter().enumerate() {
             let Some(spec) = self.specs.get(i).and_then(Option::as_ref) else {
                 continue;
@@ -303,7 +338,7 @@ impl Balance {
                 .endpoint_ids()
                 .zip(endpoints)
                 .map(|(id, ep)| {
-                    let rate = builder
+                    let own = builder
                         .and_then(|b| b.slot_of(&svc.name, &ep.identity))
                         .map_or(0.0, |slot| {
                             let s = slot as usize;
@@ -311,6 +346,12 @@ impl Balance {
                             let before = self.prev_packets.get(s).copied().unwrap_or(0);
                             now.saturating_sub(before) as f64 / secs
                         });
+                    if builder.is_some() {
+                        measured.push(Rate::new(&svc.name, &ep.identity, own));
+                    }
+                    // The cluster's demand on it: each node plans on the
+                    // same total, so all decide alike.
+                    let rate = own + self.cluster.peers_rate(now, &svc.name, &ep.identity);
                     let status = self.health.get(id);
                     EndpointObs {
                         health: match self.verdict(id) {
@@ -351,8 +392,30 @@ impl Balance {
         }
         if builder.is_some() {
             self.prev_packets = packets;
+            self.measured = Some(measured);
         }
         changed
+    }
+
+    /// The rates measured at the last planning, once (for the peers).
+    pub fn take_measured(&mut self) -> Option<Vec<Rate>> {
+        self.measured.take()
+    }
+
+    /// Input: a peer's measured rates, received at `now` (acted on at the
+    /// next planning). False: `from` is no configured peer.
+    pub fn peer_rates(
+        &mut self,
+        from: std::net::SocketAddr,
+        now: Duration,
+        rates: &[Rate],
+    ) -> bool {
+        self.cluster.heard(from, now, rates)
+    }
+
+    /// The cluster as counted at `now` (status, metrics).
+    pub fn cluster(&self, now: Duration) -> crate::report::Cluster {
+        self.cluster.status(now)
     }
 
     /// The exported state of every forwarding rule (M21): its composite

@@ -812,7 +812,8 @@ impl Core {
 
     /// Input: a flow-sync datagram received from `from` (M36). Only a
     /// configured peer's, with a valid HMAC, is taken: its entries go into
-    /// `flows` where their key is absent, a dump request starts a paced dump.
+    /// `flows` where their key is absent, a dump request starts a paced
+    /// dump, its measured rates count at the next planning (M25).
     pub fn sync_received(
         &mut self,
         now: Duration,
@@ -823,7 +824,14 @@ impl Core {
         self.advance(now);
         let tick = self.tick_now();
         let Some(s) = &mut self.sync else { return };
-        s.received(from, datagram, &self.live, &self.builder, flows, tick);
+        if let Some(rates) = s.received(from, datagram, &self.live, &self.builder, flows, tick) {
+            self.balance.peer_rates(from, self.now, &rates);
+        }
+    }
+
+    /// The cluster as counted for `RATE` capacity now (M25 with M34).
+    pub fn cluster(&self) -> crate::report::Cluster {
+        self.balance.cluster(self.now)
     }
 
     /// The flow-sync counters, with `[flow_sync]`.
@@ -933,6 +941,13 @@ impl Core {
             counters,
             &mut self.out,
         );
+        if let Some(rates) = self.balance.take_measured()
+            && let Some(s) = &mut self.sync
+        {
+            let mut sends = Vec::new();
+            s.send_rates(&rates, &mut sends);
+            self.send(sends);
+        }
         let resolved = self.neighbours_tick();
         if retire_due || replan || resolved {
             if let Err(e) = self.publish() {
@@ -1219,6 +1234,7 @@ impl Core {
                 })
                 .collect(),
             flow_sync: self.sync.as_ref().map(crate::sync::Sync::status),
+            cluster: self.balance.cluster(self.now),
             bgp: None,
             speaker: None,
             last_reload_error: self.last_error.clone(),

@@ -679,6 +679,7 @@ impl Manager {
         metrics::neighbours(&mut x, core.neighbours(), &snap);
         metrics::drain(&mut x, core.drained(), core.shutting_down());
         metrics::sync(&mut x, core.sync_counters());
+        metrics::cluster(&mut x, &core.cluster());
         metrics::bgp(
             &mut x,
             core.announcement(),

@@ -18,7 +18,8 @@
 //!   [`Command`]s whose answers are its business: `status`, `/status`,
 //!   reloads), [`Output`]s out (publish, build tables, watch the file, log
 //!   a line) and an [`Answer`] to each command.
-//!   [`balance`] is its health and locality part.
+//!   [`balance`] is its health and locality part; [`cluster`] the peers'
+//!   measured rates it plans `RATE` capacity with.
 //! - [`daemon`]: the shell ([`Manager`]): clock, threads, the configuration
 //!   file and its watch, the probers, the listeners ([`listen`], [`socket`],
 //!   [`http`]); it answers from state it owns itself (the flow table for
@@ -33,6 +34,7 @@
 pub mod announce;
 pub mod balance;
 pub mod bird;
+pub mod cluster;
 pub mod core;
 pub mod daemon;
 pub mod drain;

@@ -915,6 +915,16 @@ pub fn sync(x: &mut Exposition, counters: Option<crate::sync::SyncCounters>) {
             "Dump requests of restarted peers answered.",
             c.dumps,
         ),
+        (
+            "flow_sync_rates_sent_total",
+            "Rate summaries sent to peers (datagrams of this node's measured rates per endpoint).",
+            c.rates_sent,
+        ),
+        (
+            "flow_sync_rates_received_total",
+            "Rate summaries received from peers.",
+            c.rates_received,
+        ),
     ] {
         x.one_counter(name, help, v);
     }
@@ -928,6 +938,31 @@ pub fn sync(x: &mut Exposition, counters: Option<crate::sync::SyncCounters>) {
             ("own", c.drop_own),
         ]
         .map(|(r, v)| (label("reason", r), v)),
+    );
+}
+
+/// The cluster as counted for `RATE` capacity (M25 with M34): the share of
+/// every capacity planned with, and the peers heard and silent.
+pub fn cluster(x: &mut Exposition, c: &crate::report::Cluster) {
+    x.one_gauge(
+        "capacity_share",
+        "Share of each RATE group's capacity this node plans with: 1 while every flow-sync peer is heard (the cluster's rates count), less for each silent peer or without peers (node.capacity_share).",
+        c.capacity_share,
+    );
+    x.one_gauge(
+        "capacity_share_fallback",
+        "1 while the capacity share is a fallback (a peer silent, or node.capacity_share without peers), 0 while the cluster's rates are counted.",
+        u8::from(!c.silent.is_empty() || (c.nodes == 1 && c.fallback_configured)),
+    );
+    let peers = c.nodes.saturating_sub(1);
+    x.gauge(
+        "cluster_peers",
+        "Flow-sync peers by state: heard (their rates arrived within 3 s) or silent.",
+        [
+            ("heard", c.peers_heard),
+            ("silent", peers.saturating_sub(c.peers_heard)),
+        ]
+        .map(|(s, v)| (label("state", s), u64::try_from(v).unwrap_or(u64::MAX))),
     );
 }
 

@@ -115,6 +115,8 @@ pub struct Status {
     pub drained: Vec<Drained>,
     /// Flow-state sync (`null` without `[flow_sync]`).
     pub flow_sync: Option<FlowSync>,
+    /// The cluster's rates and the capacity share planned with (M25, M34).
+    pub cluster: Cluster,
     /// BGP announcements (`null` without `[bgp]`).
     pub bgp: Option<Bgp>,
     /// The BGP speaker (`null` without `[bgp] speaker`).
@@ -335,6 +337,24 @@ pub struct FlowSync {
     pub waiting_for: usize,
 }
 
+/// The cluster as this node counts it for `RATE` capacity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Cluster {
+    /// This node and its flow-sync peers.
+    pub nodes: usize,
+    /// Peers whose rates arrived within the last 3 s.
+    pub peers_heard: usize,
+    /// Peers not heard from: each is assumed to use `fallback_share`.
+    pub silent: Vec<std::net::SocketAddr>,
+    /// Share of each `RATE` group's capacity planned with (1: every peer
+    /// heard, the cluster's total counted against the whole capacity).
+    pub capacity_share: f64,
+    /// `node.capacity_share`, or its default 1 / nodes.
+    pub fallback_share: f64,
+    /// Whether `fallback_share` was configured.
+    pub fallback_configured: bool,
+}
+
 /// BGP announcements (M35).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Bgp {
@@ -509,6 +529,35 @@ impl Display for Status {
                     s.waiting_for
                 );
             }
+        }
+        let c = &self.cluster;
+        if c.nodes > 1 || c.fallback_configured {
+            let silent: Vec<String> = c.silent.iter().map(ToString::to_string).collect();
+            let basis = if c.nodes == 1 {
+                format!(
+                    "no flow-sync peers: this node's rates against capacity_share {:.2} of each RATE capacity",
+                    c.capacity_share
+                )
+            } else if c.silent.is_empty() {
+                "the cluster's rates against each RATE capacity".to_owned()
+            } else {
+                format!(
+                    "fallback share {:.2} of each RATE capacity for this node and the peers heard ({:.2} held for each silent peer)",
+                    c.capacity_share, c.fallback_share
+                )
+            };
+            let _ = writeln!(
+                out,
+                "cluster: {} nodes, {} peers heard, {} silent{}; planning with {basis}",
+                c.nodes,
+                c.peers_heard,
+                c.silent.len(),
+                if silent.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", silent.join(", "))
+                }
+            );
         }
         for s in &self.services {
             let Some(health) = &s.health else { continue };

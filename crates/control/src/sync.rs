@@ -16,7 +16,7 @@ use std::time::Duration;
 use config::Compiled;
 use dataplane::sync::{LEARNED, NewFlow, SyncQueue};
 use dataplane::{BackendState, Snapshot, SnapshotBuilder};
-use flowsync::{DecodeError, Header, Kind, PushError, SyncEntry, SyncKey, Writer};
+use flowsync::{DecodeError, Header, Kind, PushError, Rate, SyncEntry, SyncKey, Writer};
 use flowtable::{
     EntryFlags, FlowKey, FlowTable, InsertOutcome, NewEntry, Tick, Timeouts, tick_age, tick_reached,
 };
@@ -71,6 +71,10 @@ pub struct SyncCounters {
     pub drop_malformed: u64,
     /// Dropped: this node's own datagram (a peer list naming itself).
     pub drop_own: u64,
+    /// Rate summaries sent (datagrams, each to one peer).
+    pub rates_sent: u64,
+    /// Rate summaries received (datagrams).
+    pub rates_received: u64,
 }
 
 /// A dump under way to one peer; [`Kind::DumpDone`] follows its last
@@ -431,8 +435,38 @@ impl Sync {
         self.dumps = dumps;
     }
 
+    /// Sends this node's measured rates to every peer (as many datagrams as
+    /// they take).
+    pub fn send_rates(&mut self, rates: &[Rate], out: &mut Vec<Datagram>) {
+        let mut all = Vec::new();
+        let mut w = Writer::new(self.header(Kind::Rates));
+        for r in rates {
+            match w.push_rate(r) {
+                Ok(()) => {}
+                Err(PushError::Full) => {
+                    let full = std::mem::replace(&mut w, Writer::new(self.header(Kind::Rates)));
+                    all.push(full.finish(&self.key));
+                    // A record fits an empty datagram (names are bounded).
+                    let _ = w.push_rate(r);
+                }
+                // A name the format cannot carry: validation makes none.
+                Err(PushError::Identity | PushError::NotEntries) => {}
+            }
+        }
+        // Even empty: it says "heard, carrying nothing".
+        all.push(w.finish(&self.key));
+        for d in all {
+            for &to in &self.peers {
+                self.counters.sent += 1;
+                self.counters.rates_sent += 1;
+                out.push((to, d.clone()));
+            }
+        }
+    }
+
     /// Input: a datagram from `from`. Applies its entries to `flows` (in
-    /// snapshot `snap`, at tick `tick`), or starts a dump for a request.
+    /// snapshot `snap`, at tick `tick`), or starts a dump for a request;
+    /// returns a peer's measured rates for the caller to count.
     pub fn received(
         &mut self,
         from: SocketAddr,
@@ -441,25 +475,25 @@ impl Sync {
         builder: &SnapshotBuilder,
         flows: &FlowTable,
         tick: Tick,
-    ) {
+    ) -> Option<Vec<Rate>> {
         if !self.peers.contains(&from) {
             self.counters.drop_source += 1;
-            return;
+            return None;
         }
         let d = match flowsync::decode(bytes, &self.key, valid_key) {
             Ok(d) => d,
             Err(DecodeError::Mac) => {
                 self.counters.drop_mac += 1;
-                return;
+                return None;
             }
             Err(_) => {
                 self.counters.drop_malformed += 1;
-                return;
+                return None;
             }
         };
         if d.header.sender == self.node {
             self.counters.drop_own += 1;
-            return;
+            return None;
         }
         self.counters.received += 1;
         match d.header.kind {
@@ -470,7 +504,12 @@ impl Sync {
                     self.apply(e, snap, builder, flows, tick);
                 }
             }
+            Kind::Rates => {
+                self.counters.rates_received += 1;
+                return Some(d.rates);
+            }
         }
+        None
     }
 
     fn apply(

@@ -10,12 +10,16 @@
 //! ```text
 //! header  magic "SWFS" | version 1 | kind | count u16 | sender u64 | sequence u64   (24 bytes)
 //! entry   key 5×u64 | hash u64 | cookie u32 | flags u8 | age_ms u32 | len u8 | identity
+//! rate    milli_pps u64 | len u8 | service | len u8 | identity
 //! trailer HMAC-SHA256 over everything before it                                      (32 bytes)
 //! ```
 //!
 //! * `kind` 1 carries `count` entries; kind 2 asks the receiver for a dump of
 //!   its current entries, kind 3 says that dump is complete; 2 and 3 carry
-//!   none.
+//!   none. Kind 4 carries `count` rates: what the sender's data plane
+//!   measured per endpoint over its last planning interval (M25 across a
+//!   cluster, M34), so every node decides spillover on the cluster's total.
+//!   A node of an older version drops kind 4 as malformed (counted).
 //! * `key` is the flow-table key as the data plane stores it: the packed
 //!   5-tuple with the service's (or gateway endpoint's) flow tag in its low
 //!   bits, and `hash` the hash the table placed it by. [`decode`] has the
@@ -65,6 +69,8 @@ pub enum Kind {
     /// "My dump to you is complete" (possibly empty): the requester stops
     /// asking.
     DumpDone,
+    /// The sender's measured rates per endpoint.
+    Rates,
 }
 
 impl Kind {
@@ -73,6 +79,7 @@ impl Kind {
             Kind::Entries => 1,
             Kind::RequestDump => 2,
             Kind::DumpDone => 3,
+            Kind::Rates => 4,
         }
     }
 
@@ -81,6 +88,7 @@ impl Kind {
             1 => Some(Kind::Entries),
             2 => Some(Kind::RequestDump),
             3 => Some(Kind::DumpDone),
+            4 => Some(Kind::Rates),
             _ => None,
         }
     }
@@ -121,6 +129,58 @@ impl SyncEntry {
         ENTRY_FIXED_LEN + self.identity.len()
     }
 }
+
+/// One endpoint's measured rate as it travels ([`Kind::Rates`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// The backend service's name.
+    pub service: String,
+    /// The endpoint's identity within it (as in [`SyncEntry::identity`]).
+    pub identity: String,
+    /// Packets per second the sender forwarded to it, in thousandths.
+    pub milli_pps: u64,
+}
+
+impl Rate {
+    /// Bytes of the fixed part of a rate record.
+    pub const FIXED_LEN: usize = 8 + 1 + 1;
+
+    /// A record of `pps` packets per second (negative or not finite: 0;
+    /// beyond [`MAX_RATE_PPS`]: that).
+    #[must_use]
+    pub fn new(service: &str, identity: &str, pps: f64) -> Rate {
+        let pps = if pps.is_finite() {
+            pps.clamp(0.0, MAX_RATE_PPS)
+        } else {
+            0.0
+        };
+        Rate {
+            service: service.to_owned(),
+            identity: identity.to_owned(),
+            // In range by the clamp; `as` rounds toward zero.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            milli_pps: (pps * 1000.0).round() as u64,
+        }
+    }
+
+    /// The rate in packets per second (capped at [`MAX_RATE_PPS`], so a
+    /// peer's figure cannot swamp a sum).
+    #[must_use]
+    pub fn pps(&self) -> f64 {
+        #[allow(clippy::cast_precision_loss)] // a rate, not a count
+        (self.milli_pps as f64 / 1000.0).min(MAX_RATE_PPS)
+    }
+
+    /// Bytes this record takes in a datagram.
+    #[must_use]
+    pub fn wire_len(&self) -> usize {
+        Self::FIXED_LEN + self.service.len() + self.identity.len()
+    }
+}
+
+/// Largest rate a record carries (packets per second): far above any
+/// link's, small enough that sums of many stay exact in an `f64`.
+pub const MAX_RATE_PPS: f64 = 1e12;
 
 /// A stable 64-bit ID of a node name (FNV-1a), for [`Header::sender`]:
 /// lets a receiver tell its own datagrams and restarts apart, without
@@ -291,6 +351,43 @@ impl Writer {
         self.buf.len() + entry.wire_len() + MAC_LEN <= MAX_DATAGRAM
     }
 
+    fn kind_code(&self) -> Option<u8> {
+        self.buf.get(5).copied()
+    }
+
+    /// Whether `rate` still fits.
+    #[must_use]
+    pub fn fits_rate(&self, rate: &Rate) -> bool {
+        self.buf.len() + rate.wire_len() + MAC_LEN <= MAX_DATAGRAM
+    }
+
+    /// Appends a rate record to a [`Kind::Rates`] datagram.
+    ///
+    /// # Errors
+    /// [`PushError::Full`] when it does not fit, [`PushError::Identity`] for
+    /// an empty or over-long service name or identity,
+    /// [`PushError::NotEntries`] on a datagram of another kind.
+    pub fn push_rate(&mut self, rate: &Rate) -> Result<(), PushError> {
+        if self.kind_code() != Some(Kind::Rates.code()) {
+            return Err(PushError::NotEntries);
+        }
+        let ok = |s: &str| !s.is_empty() && s.len() <= MAX_IDENTITY;
+        if !ok(&rate.service) || !ok(&rate.identity) {
+            return Err(PushError::Identity);
+        }
+        if !self.fits_rate(rate) {
+            return Err(PushError::Full);
+        }
+        self.buf.extend_from_slice(&rate.milli_pps.to_be_bytes());
+        for s in [&rate.service, &rate.identity] {
+            // At most MAX_IDENTITY (< 256) bytes, checked above.
+            self.buf.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+            self.buf.extend_from_slice(s.as_bytes());
+        }
+        self.count = self.count.saturating_add(1);
+        Ok(())
+    }
+
     /// Appends an entry.
     ///
     /// # Errors
@@ -298,7 +395,7 @@ impl Writer {
     /// [`PushError::Identity`] for an empty or over-long identity,
     /// [`PushError::NotEntries`] on a dump request.
     pub fn push(&mut self, entry: &SyncEntry) -> Result<(), PushError> {
-        if self.buf.get(5).copied() != Some(Kind::Entries.code()) {
+        if self.kind_code() != Some(Kind::Entries.code()) {
             return Err(PushError::NotEntries);
         }
         let id = entry.identity.as_bytes();
@@ -344,11 +441,13 @@ pub enum PushError {
     /// The datagram is full.
     #[error("the datagram is full")]
     Full,
-    /// Empty or longer than [`MAX_IDENTITY`].
-    #[error("an endpoint identity must be 1-{MAX_IDENTITY} bytes")]
+    /// An identity (or a rate's service name) empty or longer than
+    /// [`MAX_IDENTITY`].
+    #[error("an endpoint identity or service name must be 1-{MAX_IDENTITY} bytes")]
     Identity,
-    /// A dump request carries no entries.
-    #[error("a dump request carries no entries")]
+    /// Entries go into [`Kind::Entries`] datagrams, rates into
+    /// [`Kind::Rates`] ones; the other kinds carry nothing.
+    #[error("a datagram of another kind")]
     NotEntries,
 }
 
@@ -370,8 +469,8 @@ pub enum DecodeError {
     /// Unknown kind, or a dump request with entries.
     #[error("unknown kind")]
     Kind,
-    /// The entries do not fill the datagram exactly as `count` says, or an
-    /// identity is empty, too long or not UTF-8.
+    /// The entries (or rates) do not fill the datagram exactly as `count`
+    /// says, or an identity or name is empty, too long or not UTF-8.
     #[error("malformed entries")]
     Malformed,
     /// An entry's key is no packed flow, or its hash is not the key's.
@@ -386,6 +485,8 @@ pub struct Datagram {
     pub header: Header,
     /// Its entries (none but for [`Kind::Entries`]).
     pub entries: Vec<SyncEntry>,
+    /// Its rates (none but for [`Kind::Rates`]).
+    pub rates: Vec<Rate>,
 }
 
 /// Authenticates and parses a datagram; `valid_key(key, hash)` says whether
@@ -418,13 +519,44 @@ pub fn decode(
     let count = u16::from_be_bytes(r.take()?);
     let sender = r.u64()?;
     let sequence = r.u64()?;
-    if kind != Kind::Entries && count != 0 {
+    if !matches!(kind, Kind::Entries | Kind::Rates) && count != 0 {
         return Err(DecodeError::Kind);
     }
+    let fixed = if kind == Kind::Rates {
+        Rate::FIXED_LEN
+    } else {
+        ENTRY_FIXED_LEN
+    };
     // `count` is bounded by what the length allows, so a hostile count
     // cannot make us reserve much.
-    if usize::from(count) * ENTRY_FIXED_LEN > r.0.len() {
+    if usize::from(count) * fixed > r.0.len() {
         return Err(DecodeError::Malformed);
+    }
+    let header = Header {
+        kind,
+        sender,
+        sequence,
+    };
+    if kind == Kind::Rates {
+        let mut rates = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let milli_pps = r.u64()?;
+            let service = r.text()?;
+            let identity = r.text()?;
+            rates.push(Rate {
+                service,
+                identity,
+                milli_pps,
+            });
+        }
+        if !r.0.is_empty() {
+            return Err(DecodeError::Malformed);
+        }
+        return Ok(Datagram {
+            header,
+            entries: Vec::new(),
+            rates,
+        });
     }
     let mut entries = Vec::with_capacity(usize::from(count));
     for _ in 0..count {
@@ -436,14 +568,7 @@ pub fn decode(
         let cookie = u32::from_be_bytes(r.take()?);
         let flags = r.u8()?;
         let age_ms = u32::from_be_bytes(r.take()?);
-        let len = usize::from(r.u8()?);
-        if len == 0 || len > MAX_IDENTITY {
-            return Err(DecodeError::Malformed);
-        }
-        let id = r.slice(len)?;
-        let identity = core::str::from_utf8(id)
-            .map_err(|_| DecodeError::Malformed)?
-            .to_owned();
+        let identity = r.text()?;
         if !valid_key(&key, hash) {
             return Err(DecodeError::Key);
         }
@@ -460,12 +585,9 @@ pub fn decode(
         return Err(DecodeError::Malformed);
     }
     Ok(Datagram {
-        header: Header {
-            kind,
-            sender,
-            sequence,
-        },
+        header,
         entries,
+        rates: Vec::new(),
     })
 }
 
@@ -495,6 +617,18 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_be_bytes(self.take()?))
+    }
+
+    /// A length byte and that much UTF-8: 1 to [`MAX_IDENTITY`] bytes.
+    fn text(&mut self) -> Result<String, DecodeError> {
+        let len = usize::from(self.u8()?);
+        if len == 0 || len > MAX_IDENTITY {
+            return Err(DecodeError::Malformed);
+        }
+        let s = self.slice(len)?;
+        Ok(core::str::from_utf8(s)
+            .map_err(|_| DecodeError::Malformed)?
+            .to_owned())
     }
 }
 

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
 use flowsync::{
-    Datagram, DecodeError, Header, Kind, MAX_DATAGRAM, PushError, SyncEntry, SyncKey, Writer,
+    Datagram, DecodeError, Header, Kind, MAX_DATAGRAM, PushError, Rate, SyncEntry, SyncKey, Writer,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -63,6 +63,33 @@ fn entry() -> impl Strategy<Value = SyncEntry> {
         })
 }
 
+fn rate() -> impl Strategy<Value = Rate> {
+    (
+        "[a-zA-Z0-9._-]{1,63}",
+        "[a-z0-9.:\\[\\]-]{1,60}",
+        any::<u64>(),
+    )
+        .prop_map(|(service, identity, milli_pps)| Rate {
+            service,
+            identity,
+            milli_pps,
+        })
+}
+
+/// Writes as many of `rates` as fit; returns the datagram and those written.
+fn write_rates(h: Header, rates: &[Rate], key: &SyncKey) -> (Vec<u8>, Vec<Rate>) {
+    let mut w = Writer::new(h);
+    let mut written = Vec::new();
+    for r in rates {
+        match w.push_rate(r) {
+            Ok(()) => written.push(r.clone()),
+            Err(PushError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    (w.finish(key), written)
+}
+
 fn sync_key() -> impl Strategy<Value = SyncKey> {
     vec(any::<u8>(), 16..=64).prop_map(|b| SyncKey::new(&b).unwrap())
 }
@@ -101,6 +128,48 @@ proptest! {
         if let Some(next) = entries.get(written.len()) {
             prop_assert!(d.len() + next.wire_len() > MAX_DATAGRAM);
         }
+    }
+
+    #[test]
+    fn rates_round_trip(h in header(Kind::Rates), rates in vec(rate(), 0..40), key in sync_key()) {
+        let (d, written) = write_rates(h, &rates, &key);
+        prop_assert!(d.len() <= MAX_DATAGRAM);
+        let got = decode(&d, &key).unwrap();
+        prop_assert_eq!(got.header, h);
+        prop_assert_eq!(&got.rates, &written);
+        prop_assert!(got.entries.is_empty());
+        if let Some(next) = rates.get(written.len()) {
+            prop_assert!(d.len() + next.wire_len() > MAX_DATAGRAM);
+        }
+        // A rate datagram takes no entries, an entries one no rates.
+        let mut w = Writer::new(h);
+        prop_assert_eq!(w.push(&SyncEntry {
+            key: [0; 5], hash: 0, identity: "x".into(), cookie: 0, flags: 0, age_ms: 0,
+        }), Err(PushError::NotEntries));
+        let mut w = Writer::new(Header { kind: Kind::Entries, ..h });
+        if let Some(r) = rates.first() {
+            prop_assert_eq!(w.push_rate(r), Err(PushError::NotEntries));
+        }
+    }
+
+    #[test]
+    fn a_rate_in_pps_survives_the_trip(pps in 0.0f64..1e9) {
+        let r = Rate::new("web", "10.0.0.1:80", pps);
+        prop_assert!((r.pps() - pps).abs() <= 0.0005 + pps * 1e-12);
+    }
+
+    #[test]
+    fn any_flipped_bit_of_rates_is_rejected(
+        h in header(Kind::Rates),
+        rates in vec(rate(), 0..8),
+        key in sync_key(),
+        at in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let (mut d, _) = write_rates(h, &rates, &key);
+        let i = at.index(d.len());
+        d[i] ^= 1 << bit;
+        prop_assert_eq!(decode(&d, &key), Err(DecodeError::Mac));
     }
 
     #[test]
@@ -194,7 +263,9 @@ fn signed_but_malformed_is_rejected() {
     };
     check(body.to_vec(), &|b| b[0] = b'X', DecodeError::Magic);
     check(body.to_vec(), &|b| b[4] = 2, DecodeError::Version);
-    check(body.to_vec(), &|b| b[5] = 4, DecodeError::Kind);
+    check(body.to_vec(), &|b| b[5] = 5, DecodeError::Kind);
+    // Read as rates, the entry's bytes do not add up.
+    check(body.to_vec(), &|b| b[5] = 4, DecodeError::Malformed);
     // A dump request or its end carries no entries.
     check(body.to_vec(), &|b| b[5] = 3, DecodeError::Kind);
     check(body.to_vec(), &|b| b[5] = 2, DecodeError::Kind);
@@ -218,6 +289,45 @@ fn signed_but_malformed_is_rejected() {
         decode(&sign(body, &[7; 32]), &key).unwrap().entries,
         vec![e]
     );
+}
+
+/// Signed rate datagrams wrong in each way the parser checks.
+#[test]
+fn signed_but_malformed_rates_are_rejected() {
+    use hmac_sign::sign;
+    let key = SyncKey::new(&[7; 32]).unwrap();
+    let r = Rate::new("web", "10.0.0.1:80", 12.5);
+    assert_eq!(r.milli_pps, 12_500);
+    let h = Header {
+        kind: Kind::Rates,
+        sender: 1,
+        sequence: 2,
+    };
+    let (d, _) = write_rates(h, std::slice::from_ref(&r), &key);
+    let body = &d[..d.len() - 32];
+    let check = |f: &dyn Fn(&mut Vec<u8>), want: DecodeError| {
+        let mut b = body.to_vec();
+        f(&mut b);
+        assert_eq!(decode(&sign(&b, &[7; 32]), &key), Err(want));
+    };
+    // Service name: length 0, beyond the end, not UTF-8.
+    check(&|b| b[24 + 8] = 0, DecodeError::Malformed);
+    check(&|b| b[24 + 8] = 200, DecodeError::Malformed);
+    check(&|b| b[24 + 9] = 0xff, DecodeError::Malformed);
+    // Identity length beyond the end; a count of 2.
+    check(&|b| b[24 + 12] = 40, DecodeError::Malformed);
+    check(&|b| b[7] = 2, DecodeError::Malformed);
+    // One byte too many.
+    check(&|b| b.push(0), DecodeError::Malformed);
+    assert_eq!(decode(&sign(body, &[7; 32]), &key).unwrap().rates, vec![r]);
+    // Rates beyond the cap are read as the cap.
+    let huge = Rate {
+        milli_pps: u64::MAX,
+        ..Rate::new("web", "a", 0.0)
+    };
+    assert!((huge.pps() - flowsync::MAX_RATE_PPS).abs() < 1.0);
+    assert_eq!(Rate::new("web", "a", f64::NAN).milli_pps, 0);
+    assert_eq!(Rate::new("web", "a", -3.0).milli_pps, 0);
 }
 
 mod hmac_sign {

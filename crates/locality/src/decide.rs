@@ -304,7 +304,13 @@ pub fn decide(
             }
         }
         normalize(&mut frac, tuning.min_fraction);
-        hold(&mut frac, &regions, &candidates, prev, tuning.hysteresis);
+        hold(
+            &mut frac,
+            &regions,
+            &candidates,
+            prev,
+            tuning.region_band(demand),
+        );
     }
 
     // Selection sets per region.

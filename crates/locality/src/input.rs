@@ -339,6 +339,14 @@ pub struct Tuning {
     /// (failover and recovery act at once). Same for zone shares. Default
     /// 0.01.
     pub hysteresis: f64,
+    /// Region fractions also hold while their move is within counting
+    /// noise: this many standard deviations of a Poisson count of the
+    /// demand over the smoothing's ~2 s (`k / √(2 s · demand)`), at most
+    /// [`MAX_NOISE_BAND`]: 1.7 % at 4,000 pps, 0.53 % (below
+    /// [`Tuning::hysteresis`]) at 40,000 pps, 5.3 % capped to 4 % at 400
+    /// pps. Keeps a low-rate service hovering at capacity from following its
+    /// own counting noise. Default 1.5; 0 turns it off.
+    pub noise_sigmas: f64,
     /// Fractions below this are folded into the others (noise floor).
     /// Default 0.001.
     pub min_fraction: f64,
@@ -355,9 +363,27 @@ impl Default for Tuning {
             rise: Duration::from_secs(1),
             fall: Duration::from_secs(5),
             hysteresis: 0.01,
+            noise_sigmas: 1.5,
             min_fraction: 0.001,
             idle_rate: 1.0,
         }
+    }
+}
+
+/// The widest band [`Tuning::noise_sigmas`] gives: the published fractions
+/// stay within 4 % of the exact water-fill however low the rates.
+pub const MAX_NOISE_BAND: f64 = 0.04;
+
+impl Tuning {
+    /// The band within which region fractions hold at `demand` packets
+    /// per second: [`Tuning::hysteresis`], widened to the counting noise.
+    pub fn region_band(&self, demand: f64) -> f64 {
+        let noise = if self.noise_sigmas > 0.0 && demand > 0.0 {
+            (self.noise_sigmas / (2.0 * demand).sqrt()).min(MAX_NOISE_BAND)
+        } else {
+            0.0
+        };
+        self.hysteresis.max(noise)
     }
 }
 
@@ -383,4 +409,25 @@ pub enum InputError {
         /// Groups of the service.
         groups: usize,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_region_band_widens_to_counting_noise_at_low_rates_only() {
+        let t = Tuning::default();
+        // 1.5 / sqrt(2 * 400) = 5.3 %: capped.
+        assert_eq!(t.region_band(400.0), MAX_NOISE_BAND);
+        assert!((t.region_band(4000.0) - 1.5 / 8000f64.sqrt()).abs() < 1e-12);
+        // At 40,000 pps the noise (0.53 %) is below the hysteresis.
+        assert_eq!(t.region_band(40_000.0), t.hysteresis);
+        assert_eq!(t.region_band(0.0), t.hysteresis);
+        let off = Tuning {
+            noise_sigmas: 0.0,
+            ..t
+        };
+        assert_eq!(off.region_band(400.0), t.hysteresis);
+    }
 }

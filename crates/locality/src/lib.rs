@@ -89,8 +89,10 @@
 //! `x += dt/(τ+dt) · (sample − x)`, τ = 1 s for rising and 5 s for falling
 //! samples ([`Tuning`]): spill fast on a surge, come back slowly. Then
 //! hysteresis: the published fractions change only when one moved by at
-//! least [`Tuning::hysteresis`] (0.01) — or at once when the candidate set
-//! changes (failover, recovery). Because `D` is total traffic, feeding a
+//! least [`Tuning::hysteresis`] (0.01), or by more than the counting noise
+//! of a low demand ([`Tuning::noise_sigmas`]: 1.5 σ of a Poisson count
+//! over ~2 s, at most 4 %) — or at once when the candidate set changes
+//! (failover, recovery). Because `D` is total traffic, feeding a
 //! plan's own resulting rates back in is a fixed point from the first
 //! round (`RATE`); in `UTILIZATION` mode `L/u` is the same for any load on a
 //! linear backend, so the estimate does not chase the split either.
@@ -131,8 +133,8 @@ mod planner;
 pub use aggregate::{AggregateHealth, aggregate};
 pub use decide::decide;
 pub use input::{
-    CapacityMode, EndpointObs, EndpointSpec, GroupSpec, Health, InputError, NodeSpec, Observation,
-    ServiceSpec, Tuning, endpoint_id,
+    CapacityMode, EndpointObs, EndpointSpec, GroupSpec, Health, InputError, MAX_NOISE_BAND,
+    NodeSpec, Observation, ServiceSpec, Tuning, endpoint_id,
 };
 pub use plan::{
     Eligibility, Plan, RegionShare, RegionStatus, Weighted, ZoneVariant, pick_index, pick_region,

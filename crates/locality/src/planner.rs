@@ -49,6 +49,8 @@ pub struct Planner {
     shape: Vec<(config::compiled::RegionId, ZoneId)>,
     smoothed: Observation,
     plan: Option<Plan>,
+    /// The next update takes rates and demand as they are.
+    reseed: bool,
 }
 
 impl Planner {
@@ -79,6 +81,16 @@ impl Planner {
     /// Forgets the smoothed state and the last plan.
     pub fn reset(&mut self) {
         *self = Planner::new(self.tuning);
+    }
+
+    /// The next update takes the rates and the demand as they are, not
+    /// smoothed into the old ones; the last plan stays (hysteresis). For a
+    /// change of what is measured rather than of the load: the management
+    /// core counting another set of balancer nodes' rates (a peer fell
+    /// silent or was heard again) would otherwise see a 5 s fall or a 1 s
+    /// rise of demand that never happened.
+    pub fn reseed(&mut self) {
+        self.reseed = true;
     }
 
     /// Smooths `raw` (measured over `elapsed`) into the state and decides.
@@ -125,9 +137,10 @@ impl Planner {
             Some(d) => clean(d),
             None => raw.endpoints.iter().map(|o| clean(o.rate)).sum(),
         };
+        let reseed = std::mem::take(&mut self.reseed);
         match &mut self.demand {
-            Some(d) => d.update(demand_raw, dt, &t),
-            None => self.demand = Some(Ewma(demand_raw)),
+            Some(d) if !reseed => d.update(demand_raw, dt, &t),
+            _ => self.demand = Some(Ewma(demand_raw)),
         }
 
         let mut smoothed = Vec::with_capacity(raw.endpoints.len());
@@ -138,7 +151,11 @@ impl Planner {
                 self.utilization
                     .push(o.utilization.filter(|u| u.is_finite()).map(Ewma));
             } else {
-                self.rates[i].update(rate, dt, &t);
+                if reseed {
+                    self.rates[i] = Ewma(rate);
+                } else {
+                    self.rates[i].update(rate, dt, &t);
+                }
                 self.utilization[i] = match (self.utilization[i], o.utilization) {
                     (Some(mut s), Some(u)) if u.is_finite() => {
                         s.update(u, dt, &t);

@@ -290,6 +290,11 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             zone: node_zone,
             availability_group: cfg.node.availability_group,
             shutdown_drain: cfg.node.shutdown_drain.get(),
+            capacity_share: cfg
+                .node
+                .capacity_share
+                .unwrap_or_else(|| default_capacity_share(cfg)),
+            capacity_share_set: cfg.node.capacity_share.is_some(),
         },
         rules,
         children,
@@ -368,6 +373,13 @@ fn exception_for(ports: &[crate::schema::Port]) -> Vec<Option<usize>> {
             _ => None,
         })
         .collect()
+}
+
+/// `node.capacity_share` when absent: an even share of a cluster of this
+/// node and its flow-sync peers (1 for a node without peers).
+fn default_capacity_share(cfg: &Config) -> f64 {
+    let peers = cfg.flow_sync.as_ref().map_or(0, |f| f.peers.len());
+    1.0 / (peers as f64 + 1.0)
 }
 
 #[cfg(test)]

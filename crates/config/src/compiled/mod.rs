@@ -102,6 +102,12 @@ pub struct NodeInfo {
     pub availability_group: Option<u8>,
     /// Forwarding after route withdrawal on shutdown.
     pub shutdown_drain: std::time::Duration,
+    /// The share of every `RATE` capacity this node budgets for itself
+    /// while it cannot hear the cluster's rates (`node.capacity_share`, or
+    /// 1 / (flow-sync peers + 1)), in (0, 1].
+    pub capacity_share: f64,
+    /// Whether `capacity_share` was configured (not the default).
+    pub capacity_share_set: bool,
 }
 
 /// The snapshot.

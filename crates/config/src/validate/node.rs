@@ -31,6 +31,7 @@ impl Checker<'_> {
                 );
             }
         }
+        self.capacity_share();
         if !n.region_preference.is_empty() && !seen.contains(n.region.as_str()) {
             self.err(
                 "node.region_preference",
@@ -39,6 +40,32 @@ impl Checker<'_> {
                     n.region
                 ),
             );
+        }
+    }
+
+    /// `node.capacity_share`: in (0, 1]; and a node that announces its VIPs
+    /// (so may be one of several behind ECMP) but neither hears peers nor
+    /// sets a share would budget every `RATE` capacity for itself alone.
+    fn capacity_share(&mut self) {
+        let cfg = self.cfg;
+        match cfg.node.capacity_share {
+            Some(s) if !(s > 0.0 && s <= 1.0) => self.err(
+                "node.capacity_share",
+                format!("{s} is not a share: write a number above 0 and at most 1 (1/N for N nodes behind ECMP)"),
+            ),
+            None if cfg.bgp.is_some()
+                && cfg.flow_sync.is_none()
+                && cfg
+                    .backend_services
+                    .iter()
+                    .any(|s| s.balancing_mode == crate::schema::BalancingMode::Rate) =>
+            {
+                self.warn(
+                    "node.capacity_share",
+                    "this node announces its VIPs but has no [flow_sync] peers: each RATE capacity is budgeted for this node alone; with N nodes behind ECMP set capacity_share = 1/N, or configure [flow_sync] so the nodes count the cluster's rates",
+                );
+            }
+            _ => {}
         }
     }
 
