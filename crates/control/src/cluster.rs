@@ -68,67 +68,68 @@ pub struct Cluster {
     fallback: f64,
     /// Whether it was configured.
     fallback_set: bool,
-    /// The configured peers, in configuration order.
+    /// The flow-sync peers, as at start (a change of `[flow_sync]` takes
+    /// effect at the next restart, for the socket and for this alike).
     peers: Vec<(SocketAddr, Peer)>,
-    /// Endpoints of this configuration (service, identity): a peer's
+    /// Service → endpoint identities of this configuration: a peer's
     /// record of anything else is not kept, so a peer cannot grow this
     /// node's memory beyond its own configuration.
-    known: HashSet<(String, String)>,
+    known: HashMap<String, HashSet<String>>,
 }
 
 impl Cluster {
     /// The cluster of `compiled`: its flow-sync peers, none heard yet.
     pub fn new(compiled: &Compiled) -> Cluster {
+        let peers = compiled
+            .settings
+            .flow_sync
+            .as_ref()
+            .map_or(&[][..], |f| &f.peers[..]);
         let mut c = Cluster {
             fallback: 1.0,
             fallback_set: false,
             peers: Vec::new(),
-            known: HashSet::new(),
+            known: HashMap::new(),
         };
+        for a in peers {
+            if !c.peers.iter().any(|(p, _)| p == a) {
+                c.peers.push((*a, Peer::default()));
+            }
+        }
         c.reconfigure(compiled);
         c
     }
 
-    /// Follows a new configuration: peers that stay keep what they said.
+    /// Follows a new configuration's share and endpoints; the peers and
+    /// what they said stay.
     pub fn reconfigure(&mut self, compiled: &Compiled) {
-        let share = compiled.node.capacity_share;
+        #[allow(clippy::cast_precision_loss)] // a handful of peers
+        let share = if compiled.node.capacity_share_set {
+            compiled.node.capacity_share
+        } else {
+            1.0 / (self.peers.len() as f64 + 1.0)
+        };
         self.fallback = if share.is_finite() && share > 0.0 {
             share.min(1.0)
         } else {
             1.0
         };
         self.fallback_set = compiled.node.capacity_share_set;
-        let addrs = compiled
-            .settings
-            .flow_sync
-            .as_ref()
-            .map_or(&[][..], |f| &f.peers[..]);
-        let mut old = std::mem::take(&mut self.peers);
-        for a in addrs {
-            if self.peers.iter().any(|(p, _)| p == a) {
-                continue;
-            }
-            let peer = match old.iter().position(|(p, _)| p == a) {
-                Some(i) => old.swap_remove(i).1,
-                None => Peer::default(),
-            };
-            self.peers.push((*a, peer));
-        }
-        self.known = compiled
-            .services
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| {
-                let id = config::compiled::ServiceId(u32::try_from(i).unwrap_or(u32::MAX));
+        self.known.clear();
+        for (i, s) in compiled.services.iter().enumerate() {
+            let id = config::compiled::ServiceId(u32::try_from(i).unwrap_or(u32::MAX));
+            self.known.entry(s.name.clone()).or_default().extend(
                 compiled
                     .service_endpoints(id)
                     .iter()
-                    .map(move |ep| (s.name.clone(), ep.identity.clone()))
-            })
-            .collect();
+                    .map(|ep| ep.identity.clone()),
+            );
+        }
+        let known = &self.known;
         for (_, p) in &mut self.peers {
             p.rates.retain(|svc, eps| {
-                eps.retain(|id, _| self.known.contains(&(svc.clone(), id.clone())));
+                let ids = known.get(svc);
+                eps.retain(|id, _| ids.is_some_and(|k| k.contains(id)));
                 !eps.is_empty()
             });
         }
@@ -143,10 +144,8 @@ impl Cluster {
         };
         peer.heard = Some(now);
         for r in rates {
-            if !self
-                .known
-                .contains(&(r.service.clone(), r.identity.clone()))
-            {
+            let known = self.known.get(&r.service);
+            if !known.is_some_and(|ids| ids.contains(&r.identity)) {
                 continue;
             }
             peer.rates
@@ -329,10 +328,12 @@ mod tests {
             .map(|(_, p)| p.rates.values().map(HashMap::len).sum::<usize>())
             .sum();
         assert_eq!(stored, 1);
-        c.reconfigure(&compiled(2, None));
-        assert_eq!(c.budget(secs(2)).heard, 1, "peer 0 is still heard");
+        // A reload keeps the peers (flow sync's wait for a restart) and
+        // what they said, and follows the share.
+        c.reconfigure(&compiled(2, Some(0.2)));
+        let b = c.budget(secs(2));
+        assert_eq!((b.peers, b.heard), (1, 1), "peer 0 is still heard");
         assert!((c.peers_rate(secs(2), "web", &id) - 7.0).abs() < 1e-9);
-        c.reconfigure(&compiled(0, None));
-        assert_eq!(c.budget(secs(2)).share, 1.0);
+        assert!((c.budget(secs(9)).share - 0.8).abs() < 1e-9);
     }
 }
