@@ -413,6 +413,11 @@ impl Balance {
         self.cluster.heard(from, now, rates)
     }
 
+    /// Input: peer `from` said it leaves the cluster.
+    pub fn peer_left(&mut self, from: std::net::SocketAddr) {
+        self.cluster.left(from);
+    }
+
     /// The cluster as counted at `now` (status, metrics).
     pub fn cluster(&self, now: Duration) -> crate::report::Cluster {
         self.cluster.status(now)

@@ -38,6 +38,9 @@ pub const SILENT_AFTER: Duration = Duration::from_secs(3);
 struct Peer {
     /// When its last rates arrived.
     heard: Option<Duration>,
+    /// It said it was leaving (a graceful shutdown) and has not been heard
+    /// since: neither counted nor holding a share.
+    left: bool,
     /// Service → endpoint identity → (packets per second, when heard).
     rates: HashMap<String, HashMap<String, (f64, Duration)>>,
 }
@@ -48,7 +51,7 @@ pub struct Budget {
     /// Fraction (0, 1] of each group's capacity that the demand this node
     /// counts (its own and its heard peers') may use.
     pub share: f64,
-    /// Configured peers.
+    /// Configured peers, but those that left.
     pub peers: usize,
     /// Peers heard from within [`SILENT_AFTER`].
     pub heard: usize,
@@ -143,6 +146,7 @@ impl Cluster {
             return false;
         };
         peer.heard = Some(now);
+        peer.left = false;
         for r in rates {
             let known = self.known.get(&r.service);
             if !known.is_some_and(|ids| ids.contains(&r.identity)) {
@@ -156,20 +160,32 @@ impl Cluster {
         true
     }
 
+    /// Input: peer `from` said it leaves the cluster. Until it is heard
+    /// again it is no member: its rates do not count and no share is held
+    /// for it (its traffic has moved to the others). A replayed "leaving"
+    /// lasts until the live peer's next rates, a second.
+    pub fn left(&mut self, from: SocketAddr) {
+        if let Some((_, p)) = self.peers.iter_mut().find(|(a, _)| *a == from) {
+            p.left = true;
+            p.heard = None;
+            p.rates.clear();
+        }
+    }
+
     fn fresh(heard: Option<Duration>, now: Duration) -> bool {
         heard.is_some_and(|t| now.saturating_sub(t) < SILENT_AFTER)
     }
 
     /// The share to plan with at `now`.
     pub fn budget(&self, now: Duration) -> Budget {
-        let peers = self.peers.len();
+        let members = self.peers.iter().filter(|(_, p)| !p.left).count();
         let heard = self
             .peers
             .iter()
             .filter(|(_, p)| Self::fresh(p.heard, now))
             .count();
-        let silent = peers - heard;
-        let share = if peers == 0 {
+        let silent = members - heard;
+        let share = if self.peers.is_empty() {
             self.fallback
         } else if silent == 0 {
             1.0
@@ -180,7 +196,7 @@ impl Cluster {
         };
         Budget {
             share,
-            peers,
+            peers: members,
             heard,
         }
     }
@@ -209,12 +225,18 @@ impl Cluster {
     pub fn status(&self, now: Duration) -> crate::report::Cluster {
         let b = self.budget(now);
         crate::report::Cluster {
-            nodes: b.peers + 1,
+            nodes: self.peers.len() + 1,
             peers_heard: b.heard,
             silent: self
                 .peers
                 .iter()
-                .filter(|(_, p)| !Self::fresh(p.heard, now))
+                .filter(|(_, p)| !p.left && !Self::fresh(p.heard, now))
+                .map(|(a, _)| *a)
+                .collect(),
+            left: self
+                .peers
+                .iter()
+                .filter(|(_, p)| p.left)
                 .map(|(a, _)| *a)
                 .collect(),
             capacity_share: b.share,
@@ -299,6 +321,27 @@ mod tests {
         assert_eq!(c.status(secs(4)).silent, vec![peer(0), peer(1)]);
         // A stranger is not a peer.
         assert!(!c.heard(peer(7), secs(4), &r(1.0)));
+    }
+
+    #[test]
+    fn a_peer_that_left_holds_no_share_until_heard_again() {
+        let mut c = Cluster::new(&compiled(3, None));
+        for i in 0..3 {
+            assert!(c.heard(peer(i), secs(1), &[Rate::new("web", "10.1.0.1", 9.0)]));
+        }
+        c.left(peer(2));
+        let b = c.budget(secs(2));
+        assert_eq!((b.peers, b.heard, b.share), (2, 2, 1.0));
+        assert!((c.peers_rate(secs(2), "web", "10.1.0.1") - 18.0).abs() < 1e-9);
+        // Peer 1 falls silent: a quarter held for it, none for peer 2.
+        assert!(c.heard(peer(0), secs(4), &[]));
+        assert_eq!(c.budget(secs(5)).share, 0.75);
+        let st = c.status(secs(5));
+        assert_eq!((st.silent, st.left), (vec![peer(1)], vec![peer(2)]));
+        // Peer 2 is back.
+        assert!(c.heard(peer(2), secs(5), &[]));
+        assert_eq!(c.budget(secs(5)).peers, 3);
+        assert!(c.status(secs(5)).left.is_empty());
     }
 
     #[test]

@@ -824,8 +824,30 @@ impl Core {
         self.advance(now);
         let tick = self.tick_now();
         let Some(s) = &mut self.sync else { return };
-        if let Some(rates) = s.received(from, datagram, &self.live, &self.builder, flows, tick) {
-            self.balance.peer_rates(from, self.now, &rates);
+        match s.received(from, datagram, &self.live, &self.builder, flows, tick) {
+            Some(crate::sync::PeerNews::Rates(rates)) => {
+                self.balance.peer_rates(from, self.now, &rates);
+            }
+            Some(crate::sync::PeerNews::Leaving) => {
+                self.balance.peer_left(from);
+                say!(
+                    self.out,
+                    Info,
+                    "cluster: peer {from} is leaving; its share of capacity is released"
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// The node is about to exit (graceful or not): tells the flow-sync
+    /// peers, so they stop holding its share of capacity (M25).
+    pub fn leave(&mut self, now: Duration) {
+        self.advance(now);
+        if let Some(s) = &mut self.sync {
+            let mut sends = Vec::new();
+            s.leave(&mut sends);
+            self.send(sends);
         }
     }
 

@@ -784,6 +784,10 @@ impl Manager {
             self.tick();
             self.answer_until(next_tick);
         }
+        // Peers stop holding this node's share of capacity.
+        let now = self.clock();
+        self.core.leave(now);
+        self.pump();
         if let Some(l) = &mut self.listeners {
             l.stop();
         }

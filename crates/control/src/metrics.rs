@@ -954,13 +954,13 @@ pub fn cluster(x: &mut Exposition, c: &crate::report::Cluster) {
         "1 while the capacity share is a fallback (a peer silent, or node.capacity_share without peers), 0 while the cluster's rates are counted.",
         u8::from(!c.silent.is_empty() || (c.nodes == 1 && c.fallback_configured)),
     );
-    let peers = c.nodes.saturating_sub(1);
     x.gauge(
         "cluster_peers",
-        "Flow-sync peers by state: heard (their rates arrived within 3 s) or silent.",
+        "Flow-sync peers by state: heard (their rates arrived within 3 s), silent, or left (said they shut down; no share held).",
         [
             ("heard", c.peers_heard),
-            ("silent", peers.saturating_sub(c.peers_heard)),
+            ("silent", c.silent.len()),
+            ("left", c.left.len()),
         ]
         .map(|(s, v)| (label("state", s), u64::try_from(v).unwrap_or(u64::MAX))),
     );

@@ -346,6 +346,9 @@ pub struct Cluster {
     pub peers_heard: usize,
     /// Peers not heard from: each is assumed to use `fallback_share`.
     pub silent: Vec<std::net::SocketAddr>,
+    /// Peers that said they were leaving (shut down) and have not been
+    /// heard since: no share is held for them.
+    pub left: Vec<std::net::SocketAddr>,
     /// Share of each `RATE` group's capacity planned with (1: every peer
     /// heard, the cluster's total counted against the whole capacity).
     pub capacity_share: f64,
@@ -546,16 +549,25 @@ impl Display for Status {
                     c.capacity_share, c.fallback_share
                 )
             };
+            let list = |v: &[String]| {
+                if v.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", v.join(", "))
+                }
+            };
+            let left: Vec<String> = c.left.iter().map(ToString::to_string).collect();
             let _ = writeln!(
                 out,
-                "cluster: {} nodes, {} peers heard, {} silent{}; planning with {basis}",
+                "cluster: {} nodes, {} peers heard, {} silent{}{}; planning with {basis}",
                 c.nodes,
                 c.peers_heard,
                 c.silent.len(),
-                if silent.is_empty() {
+                list(&silent),
+                if left.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", silent.join(", "))
+                    format!(", {} left{}", left.len(), list(&left))
                 }
             );
         }

@@ -119,6 +119,15 @@ pub struct Sync {
     counters: SyncCounters,
 }
 
+/// What a peer said of itself (M25 across a cluster).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerNews {
+    /// Its measured rates.
+    Rates(Vec<Rate>),
+    /// It leaves the cluster.
+    Leaving,
+}
+
 /// What the core sends: a datagram to a peer.
 pub type Datagram = (SocketAddr, Vec<u8>);
 
@@ -464,9 +473,19 @@ impl Sync {
         }
     }
 
+    /// Says to every peer that this node leaves the cluster (a graceful
+    /// shutdown): they stop holding its share of capacity.
+    pub fn leave(&mut self, out: &mut Vec<Datagram>) {
+        let d = Writer::new(self.header(Kind::Leaving)).finish(&self.key);
+        for &to in &self.peers {
+            self.counters.sent += 1;
+            out.push((to, d.clone()));
+        }
+    }
+
     /// Input: a datagram from `from`. Applies its entries to `flows` (in
     /// snapshot `snap`, at tick `tick`), or starts a dump for a request;
-    /// returns a peer's measured rates for the caller to count.
+    /// returns what a peer said of itself (rates, leaving) for the caller.
     pub fn received(
         &mut self,
         from: SocketAddr,
@@ -475,7 +494,7 @@ impl Sync {
         builder: &SnapshotBuilder,
         flows: &FlowTable,
         tick: Tick,
-    ) -> Option<Vec<Rate>> {
+    ) -> Option<PeerNews> {
         if !self.peers.contains(&from) {
             self.counters.drop_source += 1;
             return None;
@@ -506,8 +525,9 @@ impl Sync {
             }
             Kind::Rates => {
                 self.counters.rates_received += 1;
-                return Some(d.rates);
+                return Some(PeerNews::Rates(d.rates));
             }
+            Kind::Leaving => return Some(PeerNews::Leaving),
         }
         None
     }

@@ -401,6 +401,36 @@ fn a_dead_node_of_four_holds_its_share_until_it_returns() {
     assert!((d.near - MAX_RATE).abs() <= 0.05 * MAX_RATE, "{d:?}");
 }
 
+/// A node shut down gracefully says so before it exits: the others stop
+/// holding its share at once and the group gets its whole capacity.
+#[test]
+fn a_node_that_leaves_gracefully_releases_its_share() {
+    let offered = 2.0 * MAX_RATE;
+    let mut c = Cluster::new(4, true, "");
+    c.run(offered, HOLD);
+    c.nodes[3].leave();
+    c.deliver();
+    c.up[3] = false;
+    c.run(offered, HOLD - MEASURE);
+    let d = c.run(offered, MEASURE);
+    let s = c.status(0);
+    println!(
+        "node 3 left: near {:.1} pps, far {:.1} pps\n{}",
+        d.near,
+        d.far,
+        s.lines().find(|l| l.starts_with("cluster:")).unwrap_or("")
+    );
+    assert!(
+        s.contains("cluster: 4 nodes, 2 peers heard, 0 silent, 1 left (192.0.2.4:7700); planning with the cluster's rates"),
+        "{s}"
+    );
+    assert!(c.nodes[0].logged(
+        log::Level::Info,
+        "cluster: peer 192.0.2.4:7700 is leaving; its share of capacity is released"
+    ));
+    assert!((d.near - MAX_RATE).abs() <= 0.05 * MAX_RATE, "{d:?}");
+}
+
 /// r1's share before and after each change of new connections' shares
 /// `w` logged since the last call.
 fn share_changes(w: &mut World) -> Vec<(f64, f64)> {

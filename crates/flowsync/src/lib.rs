@@ -19,7 +19,9 @@
 //!   none. Kind 4 carries `count` rates: what the sender's data plane
 //!   measured per endpoint over its last planning interval (M25 across a
 //!   cluster, M34), so every node decides spillover on the cluster's total.
-//!   A node of an older version drops kind 4 as malformed (counted).
+//!   A node of an older version drops kind 4 as malformed (counted). Kind 5
+//!   (no payload) says the sender is leaving the cluster (a graceful
+//!   shutdown), so peers stop holding its share of capacity.
 //! * `key` is the flow-table key as the data plane stores it: the packed
 //!   5-tuple with the service's (or gateway endpoint's) flow tag in its low
 //!   bits, and `hash` the hash the table placed it by. [`decode`] has the
@@ -71,6 +73,9 @@ pub enum Kind {
     DumpDone,
     /// The sender's measured rates per endpoint.
     Rates,
+    /// "I am leaving the cluster" (a graceful shutdown): the receiver stops
+    /// holding the sender's share of capacity until it is heard again.
+    Leaving,
 }
 
 impl Kind {
@@ -80,6 +85,7 @@ impl Kind {
             Kind::RequestDump => 2,
             Kind::DumpDone => 3,
             Kind::Rates => 4,
+            Kind::Leaving => 5,
         }
     }
 
@@ -89,6 +95,7 @@ impl Kind {
             2 => Some(Kind::RequestDump),
             3 => Some(Kind::DumpDone),
             4 => Some(Kind::Rates),
+            5 => Some(Kind::Leaving),
             _ => None,
         }
     }

@@ -174,7 +174,7 @@ proptest! {
 
     #[test]
     fn dump_request_and_done_round_trip(
-        kind in prop_oneof![Just(Kind::RequestDump), Just(Kind::DumpDone)],
+        kind in prop_oneof![Just(Kind::RequestDump), Just(Kind::DumpDone), Just(Kind::Leaving)],
         seq in any::<u64>(),
         key in sync_key(),
     ) {
@@ -263,6 +263,8 @@ fn signed_but_malformed_is_rejected() {
     };
     check(body.to_vec(), &|b| b[0] = b'X', DecodeError::Magic);
     check(body.to_vec(), &|b| b[4] = 2, DecodeError::Version);
+    check(body.to_vec(), &|b| b[5] = 6, DecodeError::Kind);
+    // Leaving carries nothing.
     check(body.to_vec(), &|b| b[5] = 5, DecodeError::Kind);
     // Read as rates, the entry's bytes do not add up.
     check(body.to_vec(), &|b| b[5] = 4, DecodeError::Malformed);

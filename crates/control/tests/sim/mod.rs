@@ -395,6 +395,13 @@ impl World {
         self.pump();
     }
 
+    /// Tells the flow-sync peers this node leaves, as the daemon does
+    /// before it exits.
+    pub fn leave(&mut self) {
+        self.core.leave(self.now);
+        self.pump();
+    }
+
     /// Lets `d` of virtual time pass, a management tick every `period`.
     pub fn advance(&mut self, d: Duration) {
         let end = self.now + d;
