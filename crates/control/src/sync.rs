@@ -388,22 +388,31 @@ impl Sync {
 
     /// `entries` as datagrams, each as full as it can be.
     fn datagrams(&mut self, entries: &[SyncEntry]) -> Vec<Vec<u8>> {
+        // An identity the format cannot carry: that flow is not synced.
+        self.pack(Kind::Entries, entries, Writer::push, false)
+    }
+
+    /// `items` in datagrams of `kind`, each as full as it can be (an empty
+    /// one too when `even_empty`); an item `push` refuses for what it is
+    /// (not for a full datagram) is left out.
+    fn pack<T>(
+        &mut self,
+        kind: Kind,
+        items: &[T],
+        push: impl Fn(&mut Writer, &T) -> Result<(), PushError>,
+        even_empty: bool,
+    ) -> Vec<Vec<u8>> {
         let mut all = Vec::new();
-        let mut w = Writer::new(self.header(Kind::Entries));
-        for e in entries {
-            match w.push(e) {
-                Ok(()) => {}
-                Err(PushError::Full) => {
-                    let full = std::mem::replace(&mut w, Writer::new(self.header(Kind::Entries)));
-                    all.push(full.finish(&self.key));
-                    // An entry fits an empty datagram (identities are bounded).
-                    let _ = w.push(e);
-                }
-                // An identity the format cannot carry: that flow is not synced.
-                Err(PushError::Identity | PushError::NotEntries) => {}
+        let mut w = Writer::new(self.header(kind));
+        for item in items {
+            if push(&mut w, item) == Err(PushError::Full) {
+                let full = std::mem::replace(&mut w, Writer::new(self.header(kind)));
+                all.push(full.finish(&self.key));
+                // An item fits an empty datagram (names are bounded).
+                let _ = push(&mut w, item);
             }
         }
-        if w.count() > 0 {
+        if w.count() > 0 || even_empty {
             all.push(w.finish(&self.key));
         }
         all
@@ -445,26 +454,10 @@ impl Sync {
     }
 
     /// Sends this node's measured rates to every peer (as many datagrams as
-    /// they take).
+    /// they take; one even when there are none: it says "heard, carrying
+    /// nothing").
     pub fn send_rates(&mut self, rates: &[Rate], out: &mut Vec<Datagram>) {
-        let mut all = Vec::new();
-        let mut w = Writer::new(self.header(Kind::Rates));
-        for r in rates {
-            match w.push_rate(r) {
-                Ok(()) => {}
-                Err(PushError::Full) => {
-                    let full = std::mem::replace(&mut w, Writer::new(self.header(Kind::Rates)));
-                    all.push(full.finish(&self.key));
-                    // A record fits an empty datagram (names are bounded).
-                    let _ = w.push_rate(r);
-                }
-                // A name the format cannot carry: validation makes none.
-                Err(PushError::Identity | PushError::NotEntries) => {}
-            }
-        }
-        // Even empty: it says "heard, carrying nothing".
-        all.push(w.finish(&self.key));
-        for d in all {
+        for d in self.pack(Kind::Rates, rates, Writer::push_rate, true) {
             for &to in &self.peers {
                 self.counters.sent += 1;
                 self.counters.rates_sent += 1;

@@ -304,30 +304,29 @@ fn one_two_and_four_nodes_deliver_max_rate_and_spill_the_rest() {
     }
 }
 
+/// Two nodes without flow sync (`extra` in their `[node]`) at twice the
+/// near group's capacity: what reaches each region, and node 0's status.
+fn two_unsynced_nodes(extra: &str) -> (Delivered, String) {
+    let mut c = Cluster::new(2, false, extra);
+    c.run(2.0 * MAX_RATE, HOLD - MEASURE);
+    let d = c.run(2.0 * MAX_RATE, MEASURE);
+    println!(
+        "2 nodes, no sync, [node] {extra:?}: offered {:.0} pps -> near {:.1} pps",
+        2.0 * MAX_RATE,
+        d.near
+    );
+    (d, c.status(0))
+}
+
 /// The failure this fixes: two nodes that neither hear each other nor
-/// budget a share each let twice `max_rate` through.
+/// budget a share each let twice `max_rate` through; `capacity_share = 0.5`
+/// (what the fallback is) holds it without sync.
 #[test]
 fn nodes_that_count_only_their_own_traffic_let_n_times_max_rate_through() {
-    let mut c = Cluster::new(2, false, "");
-    c.run(2.0 * MAX_RATE, HOLD - MEASURE);
-    let d = c.run(2.0 * MAX_RATE, MEASURE);
-    println!(
-        "2 nodes, no sync, no capacity_share: offered {:.0} pps -> near {:.1} pps",
-        2.0 * MAX_RATE,
-        d.near
-    );
+    let (d, _) = two_unsynced_nodes("");
     assert!(d.near > 1.5 * MAX_RATE, "{d:?}");
-    // capacity_share = 1/2 (what the fallback is) holds it without sync.
-    let mut c = Cluster::new(2, false, "capacity_share = 0.5");
-    c.run(2.0 * MAX_RATE, HOLD - MEASURE);
-    let d = c.run(2.0 * MAX_RATE, MEASURE);
-    println!(
-        "2 nodes, no sync, capacity_share 0.5: offered {:.0} pps -> near {:.1} pps",
-        2.0 * MAX_RATE,
-        d.near
-    );
+    let (d, s) = two_unsynced_nodes("capacity_share = 0.5");
     assert!((d.near - MAX_RATE).abs() <= 0.05 * MAX_RATE, "{d:?}");
-    let s = c.status(0);
     assert!(
         s.contains("cluster: 1 nodes, 0 peers heard, 0 silent; planning with no flow-sync peers: this node's rates against capacity_share 0.50"),
         "{s}"
@@ -366,27 +365,42 @@ fn a_silent_peer_is_covered_by_the_fallback_share() {
     assert!(c.status(1).contains("1 peers heard, 0 silent"));
 }
 
+/// Four nodes at twice the near group's capacity; node 3 stops, after
+/// `before_it_stops` (with the cluster); then what reaches each region,
+/// and node 0's `cluster:` status line.
+fn node_3_stops(
+    offered: f64,
+    before_it_stops: impl FnOnce(&mut Cluster),
+) -> (Cluster, Delivered, String) {
+    let mut c = Cluster::new(4, true, "");
+    c.run(offered, HOLD);
+    before_it_stops(&mut c);
+    c.up[3] = false;
+    c.run(offered, HOLD - MEASURE);
+    let d = c.run(offered, MEASURE);
+    let s = c.status(0);
+    let line = s
+        .lines()
+        .find(|l| l.starts_with("cluster:"))
+        .unwrap_or_else(|| panic!("no cluster line in\n{s}"))
+        .to_owned();
+    println!(
+        "node 3 stopped: near {:.1} pps (capacity {MAX_RATE}), far {:.1} pps\n{line}",
+        d.near, d.far
+    );
+    (c, d, line)
+}
+
 /// One node of four dies: ECMP moves its traffic to the others, which hold
 /// its fallback share (a quarter) for it: the group gets three quarters of
 /// its capacity, never more than all of it. Back, it is counted again.
 #[test]
 fn a_dead_node_of_four_holds_its_share_until_it_returns() {
     let offered = 2.0 * MAX_RATE;
-    let mut c = Cluster::new(4, true, "");
-    c.run(offered, HOLD);
-    c.up[3] = false;
-    c.run(offered, HOLD - MEASURE);
-    let d = c.run(offered, MEASURE);
-    let s = c.status(0);
-    println!(
-        "node 3 dead: near {:.1} pps (capacity {MAX_RATE}), far {:.1} pps\n{}",
-        d.near,
-        d.far,
-        s.lines().find(|l| l.starts_with("cluster:")).unwrap_or("")
-    );
+    let (mut c, d, line) = node_3_stops(offered, |_| {});
     assert!(
-        s.contains("cluster: 4 nodes, 2 peers heard, 1 silent (192.0.2.4:7700); planning with fallback share 0.75"),
-        "{s}"
+        line.starts_with("cluster: 4 nodes, 2 peers heard, 1 silent (192.0.2.4:7700); planning with fallback share 0.75"),
+        "{line}"
     );
     assert!((d.near - 0.75 * MAX_RATE).abs() <= 0.05 * MAX_RATE, "{d:?}");
 
@@ -405,24 +419,13 @@ fn a_dead_node_of_four_holds_its_share_until_it_returns() {
 /// holding its share at once and the group gets its whole capacity.
 #[test]
 fn a_node_that_leaves_gracefully_releases_its_share() {
-    let offered = 2.0 * MAX_RATE;
-    let mut c = Cluster::new(4, true, "");
-    c.run(offered, HOLD);
-    c.nodes[3].leave();
-    c.deliver();
-    c.up[3] = false;
-    c.run(offered, HOLD - MEASURE);
-    let d = c.run(offered, MEASURE);
-    let s = c.status(0);
-    println!(
-        "node 3 left: near {:.1} pps, far {:.1} pps\n{}",
-        d.near,
-        d.far,
-        s.lines().find(|l| l.starts_with("cluster:")).unwrap_or("")
-    );
+    let (c, d, line) = node_3_stops(2.0 * MAX_RATE, |c| {
+        c.nodes[3].leave();
+        c.deliver();
+    });
     assert!(
-        s.contains("cluster: 4 nodes, 2 peers heard, 0 silent, 1 left (192.0.2.4:7700); planning with the cluster's rates"),
-        "{s}"
+        line.starts_with("cluster: 4 nodes, 2 peers heard, 0 silent, 1 left (192.0.2.4:7700); planning with the cluster's rates"),
+        "{line}"
     );
     assert!(c.nodes[0].logged(
         log::Level::Info,
