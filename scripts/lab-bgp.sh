@@ -13,8 +13,8 @@
 # Everything lives in namespaces this script creates, named by a per-run tag,
 # with addresses from 198.18.0.0/15 that never leave them.
 #
-#   scripts/lab-bgp.sh up [sync] DIR [BIN]   build the lab (used by tests/lab_bgp.rs)
-#   scripts/lab-bgp.sh down DIR              remove it
+#   scripts/lab-bgp.sh up [sync] [capacity] DIR [BIN]   build the lab (used by tests/lab_bgp.rs)
+#   scripts/lab-bgp.sh down DIR                         remove it
 #
 #   client 198.18.0.100 -- router 198.18.0.1, AS 65000, BIRD (ECMP into its kernel)
 #                            | 198.18.1.1 (bridge)
@@ -30,6 +30,15 @@
 # `sync`, the nodes sync flow state ([flow_sync], UDP 7700 between their
 # uplink addresses). `[node] shutdown_drain` is 5 s, short enough for a test
 # to watch a whole graceful shutdown.
+#
+# With `capacity`, a third rule `capped` (VIP 198.18.10.12, TCP 80) goes to
+# service `capped`, balancing_mode RATE, with two groups: `near` (region lab,
+# backend 1, max_rate $CAPPED_MAX_RATE packets/s, default 100) and `far`
+# (region far, backend 2, max_rate 100000); the nodes prefer lab, then far.
+# nftables counters (table `spb`, counter `capped`) count the packets for
+# that VIP and port: at the client on output, at backends 1 and 2 as they
+# arrive (prerouting). The health probes go to the backends' own addresses,
+# so they are not counted.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,20 +47,28 @@ source "$here/lib.sh"
 
 VIP=198.18.10.10
 VIP2=198.18.10.11
+VIP3=198.18.10.12
+# packets/s of the capped service's near group (tests/lab_bgp.rs sets it)
+CAPPED_MAX_RATE=${CAPPED_MAX_RATE:-100}
 ROUTER_MAC=02:53:51:00:00:fe
 
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 # node N's configuration; ENDPOINTS: the backends' TOML lines, EXTRA web's
-# further ones, SYNC 1 for [flow_sync].
+# further ones, SYNC 1 for [flow_sync], CAPACITY 1 for the capped service.
 node_toml() {
-    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7
+    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7 capacity=$8
     cat <<TOML
 [node]
 name = "node$n"
 region = "lab"
 zone = "lab-a"
 shutdown_drain = "5s"
+TOML
+    if [ "$capacity" = 1 ]; then
+        echo 'region_preference = ["lab", "far"]'
+    fi
+    cat <<TOML
 
 [dataplane]
 management_core = 0
@@ -154,6 +171,61 @@ peers = ["198.18.1.$((4 - n)):7700"]
 key = "hex:5370696c6c776179206c61622073796e63206b6579"
 TOML
     fi
+    if [ "$capacity" = 1 ]; then
+        # Backend 1 near (capped), backend 2 far (all the rest).
+        cat <<TOML
+
+[[forwarding_rules]]
+name = "capped"
+vips = ["$VIP3"]
+protocol = "TCP"
+ports = 80
+backend_service = "capped"
+
+[[backend_services]]
+name = "capped"
+delivery = "l2dsr"
+health_check = "capped-check"
+balancing_mode = "RATE"
+[[backend_services.groups]]
+name = "near"
+region = "lab"
+zone = "lab-a"
+max_rate = $CAPPED_MAX_RATE
+endpoints = [{ address = "198.18.1.11", mac = "02:53:51:00:00:11" }]
+[[backend_services.groups]]
+name = "far"
+region = "far"
+zone = "far-a"
+max_rate = 100000
+endpoints = [{ address = "198.18.1.12", mac = "02:53:51:00:00:12" }]
+
+[[health_checks]]
+name = "capped-check"
+type = "TCP"
+port = 80
+interval = "500ms"
+timeout = "400ms"
+healthy_threshold = 1
+unhealthy_threshold = 1
+TOML
+    fi
+}
+
+# An nftables counter `capped` in namespace NS counting packets for the
+# capped VIP's TCP port 80 on HOOK (output at the client, prerouting at a
+# backend: before anything there could drop them).
+count_capped() {
+    local ns=$1 hook=$2
+    nsx "$ns" nft -f - <<NFT
+table inet spb {
+  counter capped {}
+  chain count {
+    type filter hook $hook priority -300; policy accept;
+    ip daddr $VIP3 tcp dport 80 counter name capped
+  }
+}
+NFT
 }
 
 # The host's stack behind node N's exception TAP (as in lab-tunnels.sh).
@@ -206,8 +278,11 @@ start_bird() {
 }
 
 lab_up() {
-    local dir=$1 bin=$2 sync=$3
+    local dir=$1 bin=$2 sync=$3 capacity=$4
     command -v bird >/dev/null || die "bird not found: scripts/setup.sh installs bird2"
+    if [ "$capacity" = 1 ]; then
+        command -v nft >/dev/null || die "nft not found: scripts/setup.sh installs nftables"
+    fi
     mkdir -p "$dir/n1" "$dir/n2" "$dir/r"
     local T
     T=$(printf '%04x' $(( ($$ + RANDOM) % 65536 )))
@@ -230,6 +305,9 @@ lab_up() {
     nsx "$C" ethtool -K "t${T}c" tx off >/dev/null
     nsx "$R" ip addr add 198.18.0.1/24 dev "t${T}rc"
     nsx "$R" ip link set "t${T}rc" up
+    if [ "$capacity" = 1 ]; then
+        count_capped "$C" output
+    fi
 
     nsx "$R" ip link add "t${T}br" address "$ROUTER_MAC" type bridge
     nsx "$R" ip addr add 198.18.1.1/24 dev "t${T}br"
@@ -258,6 +336,10 @@ lab_up() {
         nsx "$B" ip route add default via 198.18.1.1
         nsx "$B" ip addr add "$VIP/32" dev lo
         nsx "$B" ip addr add "$VIP2/32" dev lo
+        nsx "$B" ip addr add "$VIP3/32" dev lo
+        if [ "$capacity" = 1 ] && [ "$i" != 3 ]; then
+            count_capped "$B" prerouting
+        fi
         nsx "$R" ip link set "t${T}rb$i" master "t${T}br" up
         mkdir -p "$dir/www$i"
         echo "backend$i" >"$dir/www$i/index.html"
@@ -295,7 +377,7 @@ BIRD
 
     for n in 1 2; do
         local ns="spb${T}n$n" addr="198.18.1.$((n + 1))"
-        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" >"$dir/node$n.toml"
+        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" "$capacity" >"$dir/node$n.toml"
         "$bin/spillway" bird-config --config "$dir/node$n.toml" >"$dir/n$n/bird.conf"
         start_node "$ns" "$n" "$dir" "$bin"
         node_host "$ns" "$T" "$n" "$addr"
@@ -307,17 +389,21 @@ lab_down() { lab_teardown "$1" spb c r n1 n2 b1 b2 b3; }
 
 case "${1:-}" in
 up)
-    sync=0
+    sync=0 capacity=0
     if [ "${2:-}" = sync ]; then
         sync=1
+        shift
+    fi
+    if [ "${2:-}" = capacity ]; then
+        capacity=1
         shift
     fi
     dir="$2"
     # A failed start leaves nothing behind.
     trap 'lab_down "$dir"' EXIT
-    lab_up "$dir" "${3:-$root/target/release}" "$sync"
+    lab_up "$dir" "${3:-$root/target/release}" "$sync" "$capacity"
     trap "" EXIT
     ;;
 down) lab_down "$2" ;;
-*) die "usage: $0 up [sync] DIR [BIN] | down DIR" ;;
+*) die "usage: $0 up [sync] [capacity] DIR [BIN] | down DIR" ;;
 esac

@@ -33,6 +33,7 @@ PACKAGES=(
     python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
+    nftables              # nft: scripts/lab-bgp.sh `capacity` counts the packets reaching each backend (tests/lab_bgp.rs)
     lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts
     shellcheck            # tests/shellcheck.rs checks every shell script
     systemd               # systemd-analyze: tests/deploy.rs verifies scripts/deploy's units

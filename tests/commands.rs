@@ -1377,6 +1377,7 @@ fn every_program_the_repository_runs_is_installed_by_setup_sh() {
         "kill",
         "sysctl",
         "dpdk-testpmd",
+        "nft",
     ] {
         assert!(
             by_name.contains_key(must),
