@@ -872,7 +872,12 @@ fn lab_cluster_rate_capacity_holds_with_two_nodes() {
     );
     for n in 1..=2u8 {
         let status = lab.node(n, &["status"]);
-        let capped: Vec<&str> = status.lines().filter(|l| l.contains("capped")).collect();
+        let capped: Vec<&str> = status
+            .lines()
+            .filter(|l| {
+                l.contains("capped") || l.starts_with("cluster:") || l.contains("region far:")
+            })
+            .collect();
         eprintln!("node {n} status on capped:\n  {}", capped.join("\n  "));
     }
     let figures = format!(
