@@ -18,7 +18,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -255,21 +254,7 @@ fn open(n: usize) -> Vec<TcpStream> {
 fn ask(conns: Vec<TcpStream>) -> Vec<String> {
     conns
         .into_iter()
-        .map(|mut s| {
-            let r = (|| -> std::io::Result<String> {
-                s.set_read_timeout(Some(lab::TIMEOUT))?;
-                s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
-                let mut resp = String::new();
-                s.read_to_string(&mut resp)?;
-                Ok(resp
-                    .rsplit("\r\n\r\n")
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_owned())
-            })();
-            r.unwrap_or_else(|e| format!("FAILED: {e}"))
-        })
+        .map(|s| lab::answer(lab::get_on(s, lab::TIMEOUT)))
         .collect()
 }
 
@@ -284,19 +269,9 @@ fn get_from_port(port: u16, timeout: Duration) -> String {
         s.bind(&from.into())?;
         let vip: SocketAddr = lab::VIP_HTTP.parse().expect("vip");
         s.connect_timeout(&vip.into(), timeout)?;
-        let mut s: TcpStream = s.into();
-        s.set_read_timeout(Some(timeout))?;
-        s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
-        let mut resp = String::new();
-        s.read_to_string(&mut resp)?;
-        Ok(resp
-            .rsplit("\r\n\r\n")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned())
+        lab::get_on(s.into(), timeout)
     };
-    get().unwrap_or_else(|e| format!("FAILED: {e}"))
+    lab::answer(get())
 }
 
 #[test]
@@ -754,21 +729,10 @@ impl Lab {
 /// ephemeral source port, so ECMP may send it to either node): the
 /// answer's body, or "FAILED: …".
 fn get_capped() -> String {
-    let get = || -> std::io::Result<String> {
-        let vip: SocketAddr = (VIP3.parse::<std::net::Ipv4Addr>().expect("vip"), 80).into();
-        let mut s = TcpStream::connect_timeout(&vip, lab::TIMEOUT)?;
-        s.set_read_timeout(Some(lab::TIMEOUT))?;
-        s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
-        let mut resp = String::new();
-        s.read_to_string(&mut resp)?;
-        Ok(resp
-            .rsplit("\r\n\r\n")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned())
-    };
-    get().unwrap_or_else(|e| format!("FAILED: {e}"))
+    let vip: SocketAddr = (VIP3.parse::<std::net::Ipv4Addr>().expect("vip"), 80).into();
+    lab::answer(
+        TcpStream::connect_timeout(&vip, lab::TIMEOUT).and_then(|s| lab::get_on(s, lab::TIMEOUT)),
+    )
 }
 
 /// The packet counts of one moment: at the client (sent to the capped VIP),

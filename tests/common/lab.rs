@@ -301,20 +301,27 @@ impl Drop for Lab {
 /// step): the answer's body, or "FAILED: …".
 pub fn http_get(timeout: Duration) -> String {
     let vip: SocketAddrV4 = VIP_HTTP.parse().expect("vip");
-    let get = || -> std::io::Result<String> {
-        let mut s = TcpStream::connect_timeout(&vip.into(), timeout)?;
-        s.set_read_timeout(Some(timeout))?;
-        s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
-        let mut resp = String::new();
-        s.read_to_string(&mut resp)?;
-        Ok(resp
-            .rsplit("\r\n\r\n")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned())
-    };
-    get().unwrap_or_else(|e| format!("FAILED: {e}"))
+    answer(TcpStream::connect_timeout(&vip.into(), timeout).and_then(|s| get_on(s, timeout)))
+}
+
+/// `GET /` on connection `s` (HTTP/1.0, `timeout` for each read): the
+/// answer's body.
+pub fn get_on(mut s: TcpStream, timeout: Duration) -> std::io::Result<String> {
+    s.set_read_timeout(Some(timeout))?;
+    s.write_all(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    Ok(resp
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned())
+}
+
+/// An answer's body, or "FAILED: …".
+pub fn answer(r: std::io::Result<String>) -> String {
+    r.unwrap_or_else(|e| format!("FAILED: {e}"))
 }
 
 /// `GET /metrics` (on `[metrics].listen`'s default 127.0.0.1:9469) of the
