@@ -133,9 +133,18 @@ pub struct Dataplane {
     /// encapsulated (M48); beyond it such packets are dropped and counted.
     #[serde(default = "d_icmp_too_big_rate")]
     pub icmp_too_big_rate: u32,
+    /// ICMP echo replies each worker may send per second for VIPs that
+    /// answer ping themselves (a rule's `answer_ping`); beyond it echo
+    /// requests are dropped and counted. 0: never answered.
+    #[serde(default = "d_icmp_echo_rate")]
+    pub icmp_echo_rate: u32,
 }
 
 fn d_icmp_too_big_rate() -> u32 {
+    1000
+}
+
+fn d_icmp_echo_rate() -> u32 {
     1000
 }
 
@@ -186,6 +195,7 @@ impl Default for Dataplane {
             new_flow_budget: None,
             timeouts: Timeouts::default(),
             icmp_too_big_rate: d_icmp_too_big_rate(),
+            icmp_echo_rate: d_icmp_echo_rate(),
         }
     }
 }
@@ -360,6 +370,13 @@ pub struct ForwardingRule {
     /// Gateway mode: the gateway endpoints traffic comes from (M31).
     #[serde(default)]
     pub gateway_endpoints: Vec<GatewayEndpoint>,
+    /// Whether the VIPs answer ICMP echo (ping) themselves, rate-limited
+    /// and counted; default true for passthrough TCP/UDP rules (zone health
+    /// services and operators ping VIPs), false otherwise. An `L3_DEFAULT`
+    /// rule forwards ICMP to its backends instead. A VIP answers only if
+    /// none of its rules says false.
+    #[serde(default)]
+    pub answer_ping: Option<bool>,
 }
 
 /// A gateway endpoint of a gateway-mode rule.

@@ -236,6 +236,13 @@ drop_reasons! {
     /// Returned and accepted, but the gateway endpoint it goes back to has
     /// no resolved MAC (M47).
     GatewayEndpointUnresolved => "gateway_endpoint_unresolved",
+    /// An ICMP echo request to a VIP that answers ping, over the worker's
+    /// budget (`icmp_echo_rate`).
+    EchoRateLimited => "echo_rate_limited",
+    /// An ICMP echo request to a VIP that answers ping, but not answerable
+    /// in place: a fragment, bad checksums, IPv4 options, IPv6 extension
+    /// headers, from or to a non-unicast address.
+    EchoUnanswerable => "echo_unanswerable",
 }
 
 counters! {
@@ -334,6 +341,10 @@ counters! {
             /// child rule counts a drop.
             icmp_too_big: stats "; icmp too big {}", replay ", ICMP too big {}",
                 metric "icmp_too_big_total" "ICMP fragmentation-needed / packet-too-big errors sent for packets too big once encapsulated.";
+            /// ICMP echo requests to VIPs answered by the balancer itself (a
+            /// rule's `answer_ping`).
+            echo_replies: stats "; echo replies {}", replay ", echo replies {}",
+                metric "icmp_echo_replies_total" "ICMP echo requests to VIPs answered by the balancer itself.";
             /// IPv4 packets without DF too big for the egress MTU once
             /// encapsulated, forwarded anyway (also counted as forwarded): the
             /// next hop fragments or drops them (M48).
@@ -521,9 +532,13 @@ impl WorkerCounters {
     }
 
     /// Packets turned into replies to their sender (ARP, NDP, TCP resets,
-    /// ICMP too big).
+    /// ICMP too big, echo replies).
     pub fn replies(&self) -> u64 {
-        self.arp_replies + self.nd_replies + self.no_backend_resets + self.icmp_too_big
+        self.arp_replies
+            + self.nd_replies
+            + self.no_backend_resets
+            + self.icmp_too_big
+            + self.echo_replies
     }
 
     /// Rule matches without an eligible backend (M14): dropped or
@@ -579,6 +594,7 @@ mod tests {
             sync_queued: 48,
             sync_lost: 49,
             icmp_too_big: 41,
+            echo_replies: 56,
             mtu_exceeded_forwarded: 42,
             gateway_returned: 47,
             nbr_sightings: 43,
@@ -624,7 +640,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {} (dropped without data port {}); tx {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; mtu exceeded forwarded {}; gateway returned {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {} (dropped without data port {}); tx {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; echo replies {}; mtu exceeded forwarded {}; gateway returned {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -642,6 +658,7 @@ mod tests {
             c.decap_gue,
             c.decap_geneve,
             c.icmp_too_big,
+            c.echo_replies,
             c.mtu_exceeded_forwarded,
             c.gateway_returned
         );
@@ -679,13 +696,14 @@ mod tests {
         assert_eq!(
             line(&c, WorkerCounters::TRAFFIC, Text::Replay),
             format!(
-                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, ICMP too big {}, gateway returned {}",
+                "forwarded {}, ARP replies {}, ND replies {}, no-backend resets {}, to host {}, ICMP too big {}, echo replies {}, gateway returned {}",
                 c.forwarded,
                 c.arp_replies,
                 c.nd_replies,
                 c.no_backend_resets,
                 c.to_host,
                 c.icmp_too_big,
+                c.echo_replies,
                 c.gateway_returned,
             )
         );
@@ -730,6 +748,7 @@ mod tests {
                 ("decap_gue_packets_total", c.decap_gue),
                 ("decap_geneve_packets_total", c.decap_geneve),
                 ("icmp_too_big_total", c.icmp_too_big),
+                ("icmp_echo_replies_total", c.echo_replies),
                 ("mtu_exceeded_forwarded_total", c.mtu_exceeded_forwarded),
                 ("gateway_returned_packets_total", c.gateway_returned),
                 ("flows_new_total", c.new_flows),
@@ -804,6 +823,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 29);
+        assert_eq!(DropReason::ALL.len(), 31);
     }
 }

@@ -285,6 +285,8 @@ pub struct Snapshot {
     pub new_flow_budget: u32,
     /// ICMP too-big errors a worker may send per tick (M48).
     pub too_big_budget: u32,
+    /// ICMP echo replies a worker may send per tick (`icmp_echo_rate`).
+    pub echo_budget: u32,
     /// Secret mixed into the cookie of a flow forwarded without an entry,
     /// so that every packet of such a flow carries the same cookie.
     pub cookie_key: u64,
@@ -456,6 +458,13 @@ impl Rules {
     #[inline]
     pub fn is_vip(&self, addr: IpAddr) -> bool {
         self.index.is_vip(addr)
+    }
+
+    /// Whether an echo request to `addr` that no rule takes is answered
+    /// (a served VIP whose rules allow `answer_ping`).
+    #[inline]
+    pub fn answers_echo(&self, addr: IpAddr) -> bool {
+        self.index.answers_echo(addr)
     }
 
     /// The zone of a client address, by longest prefix (M27). No allocation.
@@ -996,6 +1005,7 @@ impl SnapshotBuilder {
         appliances.dedup_by_key(|&mut (a, _)| a);
         let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
         let too_big = compiled.settings.dataplane.icmp_too_big_rate;
+        let echo = compiled.settings.dataplane.icmp_echo_rate;
         Ok(Snapshot {
             generation: self.generation,
             new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
@@ -1004,6 +1014,11 @@ impl SnapshotBuilder {
                 0
             } else {
                 (too_big / ticks_per_second.max(1)).max(1)
+            },
+            echo_budget: if echo == 0 {
+                0
+            } else {
+                (echo / ticks_per_second.max(1)).max(1)
             },
             cookie_key: self.cookie_key,
             rules: Rules::from_config(&compiled),

@@ -280,11 +280,11 @@ fn rule_selection_and_no_open_relay() {
             Verdict::ToHost,
         ),
         (
-            "ICMP echo to the VIP: no L3_DEFAULT rule",
+            "ICMP echo to a TCP/UDP VIP: answered by the balancer",
             Packet::echo(CLIENT.into(), VIP.into(), 0, 0)
                 .macs(CLIENT_MAC, LB_MAC)
                 .frame(),
-            Verdict::Drop(DropReason::NoRule),
+            Verdict::Reply,
         ),
         (
             "truncated IPv4",
@@ -876,6 +876,110 @@ fn all_fragments_of_a_datagram_reach_one_backend_in_any_order() {
     assert_eq!(
         lab.run(frag, 1).0,
         Verdict::Drop(DropReason::FragmentNoRule)
+    );
+}
+
+/// An echo request from the client to `dst`.
+fn ping(dst: impl Into<IpAddr>, seq: u16) -> Vec<u8> {
+    let dst = dst.into();
+    let src: IpAddr = if dst.is_ipv4() {
+        CLIENT.into()
+    } else {
+        CLIENT6.into()
+    };
+    Packet::echo(src, dst, 0x4242, seq)
+        .payload(b"zone probe")
+        .macs(CLIENT_MAC, LB_MAC)
+        .frame()
+}
+
+/// Zone health services ping VIPs (M51): a VIP whose rules take only TCP
+/// or UDP answers echo requests itself, rate-limited and counted; a rule
+/// can turn it off, and an `L3_DEFAULT` rule forwards ICMP as before.
+#[test]
+fn vips_of_tcp_and_udp_rules_answer_ping_themselves() {
+    let mut lab = Lab::new("gue");
+    let req = ping(VIP, 1);
+    let (v, out) = lab.run(&req, 1);
+    assert_eq!(v, Verdict::Reply);
+    assert_eq!((&out[0..6], &out[6..12]), (&CLIENT_MAC[..], &LB_MAC[..]));
+    let ip = &out[14..34];
+    assert_eq!(
+        (&ip[12..16], &ip[16..20]),
+        (&VIP.octets()[..], &CLIENT.octets()[..])
+    );
+    assert_eq!(out[34], 0, "an echo reply");
+    assert_eq!(
+        &out[38..],
+        &req[38..],
+        "identifier, sequence and data echoed"
+    );
+    assert_eq!(lab.worker.counters.echo_replies, 1);
+    assert_eq!(
+        lab.run(&ping([10, 0, 0, 99], 2), 1).0,
+        Verdict::Drop(DropReason::NotOurs),
+        "never for an address that is not a VIP"
+    );
+
+    // IPv6 VIPs too; with L3_DEFAULT the backends get ICMP, as before.
+    let mut lab = Lab::with(&fragment_config("80", false), 4096);
+    let (v, out) = lab.run(&ping(VIP6, 1), 1);
+    assert_eq!(v, Verdict::Reply);
+    assert_eq!(out[54], 129, "an ICMPv6 echo reply");
+    let mut lab = Lab::with(&fragment_config("80", true), 4096);
+    assert_eq!(lab.run(&ping(VIP, 1), 1).0, Verdict::Forward);
+    // (This lab's node has no IPv6 tunnel source: taken by the rule, not answered.)
+    assert_eq!(
+        lab.run(&ping(VIP6, 1), 1).0,
+        Verdict::Drop(DropReason::NoTunnelSource)
+    );
+
+    // One rule of the VIP saying no is enough.
+    let cfg = Config::new()
+        .port(uplink(&["10.0.0.2/24"]))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "web").set("answer_ping", false))
+        .service(web("gue", &THREE));
+    let mut lab = Lab::with(&cfg, 4096);
+    assert_eq!(
+        lab.run(&ping(VIP, 1), 1).0,
+        Verdict::Drop(DropReason::NoRule)
+    );
+
+    // The budget per worker and tick (one tick a second here).
+    let mut lab = Lab::with(&config("gue", &THREE).dataplane("icmp_echo_rate", 2), 4096);
+    let got: Vec<Verdict> = (0..3).map(|i| lab.run(&ping(VIP, i), 5).0).collect();
+    assert_eq!(
+        got,
+        [
+            Verdict::Reply,
+            Verdict::Reply,
+            Verdict::Drop(DropReason::EchoRateLimited)
+        ]
+    );
+    assert_eq!(
+        lab.run(&ping(VIP, 4), 6).0,
+        Verdict::Reply,
+        "a new tick, a new budget"
+    );
+    let mut lab = Lab::with(&config("gue", &THREE).dataplane("icmp_echo_rate", 0), 4096);
+    assert_eq!(
+        lab.run(&ping(VIP, 1), 1).0,
+        Verdict::Drop(DropReason::EchoRateLimited),
+        "0: never answered"
+    );
+
+    // A corrupted request is dropped and counted, not answered.
+    let mut bad = ping(VIP, 9);
+    *bad.last_mut().expect("byte") ^= 0xff;
+    assert_eq!(
+        lab.run(&bad, 1).0,
+        Verdict::Drop(DropReason::EchoRateLimited)
+    );
+    let mut lab = Lab::new("gue");
+    assert_eq!(
+        lab.run(&bad, 1).0,
+        Verdict::Drop(DropReason::EchoUnanswerable)
     );
 }
 

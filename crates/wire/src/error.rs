@@ -163,4 +163,8 @@ pub enum ReplyError {
     /// §3.2.2, RFC 4443 §2.4)
     #[error("received packet is itself an ICMP error")]
     IcmpError,
+    /// received packet is not an ICMP echo request answerable in place (another
+    /// message, IPv4 options or IPv6 extension headers)
+    #[error("received packet is not an ICMP echo request answerable in place")]
+    NotEcho,
 }

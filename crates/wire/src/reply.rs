@@ -187,6 +187,116 @@ pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(),
     Ok(())
 }
 
+/// Rewrites the Ethernet frame `pkt`, an ICMP echo request (IPv4 type 8 or ICMPv6 type
+/// 128, code 0) to an address the balancer answers for, into its echo reply (RFC 792,
+/// RFC 4443 §4.2), sent from `mac` back to the request's source MAC, VLAN tags kept: the
+/// addresses swapped, TTL / hop limit 64, the identifier, sequence number and data echoed,
+/// the tail beyond the IP packet trimmed.
+///
+/// Never answered: a fragment, a request whose IPv4 header or ICMP checksum does not
+/// verify, an IPv4 header with options or an IPv6 packet with extension headers, a request
+/// from or to a non-unicast address or from a multicast MAC. On error the frame is
+/// unchanged.
+pub fn echo_reply<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(), ReplyError> {
+    let data = pkt.data();
+    let (eth, l3) = reply_l2(data)?;
+    let l2 = eth.header_len();
+    let (src, dst, hdr, end, dont_frag) = match eth.ethertype {
+        ethertype::IPV4 => {
+            let ip = ipv4::Packet::new_checked(l3)?;
+            if !ip.verify_checksum() {
+                return Err(ParseError::BadChecksum.into());
+            }
+            if ip.is_fragment() {
+                return Err(ReplyError::Fragment);
+            }
+            let (hl, tl) = (ip.header_len(), usize::from(ip.total_len()));
+            if ip.protocol() != proto::ICMP || hl != ipv4::MIN_HEADER_LEN {
+                return Err(ReplyError::NotEcho);
+            }
+            let msg = icmpv4::Packet::new_checked(l3.get(hl..tl).ok_or(ParseError::Truncated)?)?;
+            if msg.msg_type() != icmpv4::msg::ECHO_REQUEST || msg.code() != 0 {
+                return Err(ReplyError::NotEcho);
+            }
+            if !msg.verify_checksum() {
+                return Err(ParseError::BadChecksum.into());
+            }
+            (
+                IpAddr::V4(ip.src()),
+                IpAddr::V4(ip.dst()),
+                hl,
+                tl,
+                ip.dont_frag(),
+            )
+        }
+        ethertype::IPV6 => {
+            let ip = ipv6::Packet::new_checked(l3)?;
+            let end = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+            let payload = l3.get(ipv6::HEADER_LEN..end).ok_or(ParseError::Truncated)?;
+            if ip.next_header() == proto::IPV6_FRAG {
+                return Err(ReplyError::Fragment);
+            }
+            if ip.next_header() != proto::ICMPV6 {
+                return Err(ReplyError::NotEcho);
+            }
+            let msg = icmpv6::Packet::new_checked(payload)?;
+            if msg.msg_type() != icmpv6::msg::ECHO_REQUEST || msg.code() != 0 {
+                return Err(ReplyError::NotEcho);
+            }
+            if !msg.verify_checksum(&ip.src(), &ip.dst()) {
+                return Err(ParseError::BadChecksum.into());
+            }
+            (
+                IpAddr::V6(ip.src()),
+                IpAddr::V6(ip.dst()),
+                ipv6::HEADER_LEN,
+                end,
+                false,
+            )
+        }
+        _ => return Err(ReplyError::NotIp),
+    };
+    if !is_unicast(&src) || !is_unicast(&dst) {
+        return Err(ReplyError::BadSource);
+    }
+    resize_for_rewrite(pkt, l2 + end)?;
+    let data = pkt.data_mut();
+    EthernetRepr {
+        dst: eth.src,
+        src: mac,
+        ..eth
+    }
+    .emit(data)?;
+    let (ip, msg) = data
+        .get_mut(l2..l2 + end)
+        .and_then(|b| b.split_at_mut_checked(hdr))
+        .ok_or(ParseError::Truncated)?;
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = ipv4::Packet::new_unchecked(ip);
+            ip.set_src(d);
+            ip.set_dst(s);
+            ip.set_ttl(RESET_TTL);
+            ip.set_frag(dont_frag, false, 0);
+            ip.fill_checksum();
+            let mut m = icmpv4::Packet::new_unchecked(msg);
+            m.set_msg_type(icmpv4::msg::ECHO_REPLY);
+            m.fill_checksum();
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut ip = ipv6::Packet::new_unchecked(ip);
+            ip.set_src(d);
+            ip.set_dst(s);
+            ip.set_hop_limit(RESET_TTL);
+            let mut m = icmpv6::Packet::new_unchecked(msg);
+            m.set_msg_type(icmpv6::msg::ECHO_REPLY);
+            m.fill_checksum(&d, &s);
+        }
+        _ => return Err(ParseError::BadVersion.into()),
+    }
+    Ok(())
+}
+
 /// Total length of an ICMPv4 error (RFC 1812 §4.3.2.3: as much of the original packet as
 /// fits in 576 bytes, as Linux sends).
 pub const TOO_BIG_V4_MAX: usize = 576;
@@ -482,5 +592,160 @@ mod tests {
         assert!(t.verify_checksum(&v, &c));
         assert_eq!((t.seq(), t.ack()), (0, 100 + 10 + 1));
         assert_eq!(t.flags(), Flags::RST.union(Flags::ACK));
+    }
+
+    /// An untagged ICMP echo request frame (type `t`), checksummed, with
+    /// `pad` bytes of Ethernet padding after the IP packet.
+    fn echo(src: IpAddr, dst: IpAddr, t: u8, pad: usize) -> Vec<u8> {
+        let body = [0x12, 0x34, 0x00, 0x07, b'p', b'i', b'n', b'g'];
+        let (et, ip_len) = match src {
+            IpAddr::V4(_) => (ethertype::IPV4, 20),
+            IpAddr::V6(_) => (ethertype::IPV6, 40),
+        };
+        let ml = 4 + body.len();
+        let mut f = vec![0u8; 14 + ip_len + ml + pad];
+        EthernetRepr::untagged(LB_MAC, CLIENT_MAC, et)
+            .emit(&mut f)
+            .unwrap();
+        let len = crate::cast::len16(ml);
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
+                src: s,
+                dst: d,
+                protocol: proto::ICMP,
+                payload_len: len,
+                ttl: 50,
+                dscp_ecn: 0,
+                ident: 9,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                options: ipv4::Options::default(),
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut f[14..]))
+            .unwrap(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: proto::ICMPV6,
+                payload_len: len,
+                hop_limit: 50,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(&mut f[14..]))
+            .unwrap(),
+            _ => unreachable!(),
+        }
+        let m = &mut f[14 + ip_len..14 + ip_len + ml];
+        m[0] = t;
+        m[4..].copy_from_slice(&body);
+        match (src, dst) {
+            (IpAddr::V4(_), _) => icmpv4::Packet::new_unchecked(m).fill_checksum(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                icmpv6::Packet::new_unchecked(m).fill_checksum(&s, &d)
+            }
+            _ => unreachable!(),
+        }
+        f
+    }
+
+    #[test]
+    fn echo_requests_are_answered_in_place() {
+        let c4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        let v4 = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
+        let f = echo(c4, v4, icmpv4::msg::ECHO_REQUEST, 6);
+        let mut b = MemBuf::new(vec![0u8; 256], 64, &f).unwrap();
+        echo_reply(&mut b, LB_MAC).unwrap();
+        let r = b.data();
+        assert_eq!(r.len(), f.len() - 6, "padding trimmed");
+        assert_eq!((&r[0..6], &r[6..12]), (&CLIENT_MAC[..], &LB_MAC[..]));
+        let ip = ipv4::Packet::new_checked(&r[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(
+            (ip.src(), ip.dst(), ip.ttl()),
+            (
+                Ipv4Addr::new(198, 51, 100, 1),
+                Ipv4Addr::new(192, 0, 2, 1),
+                64
+            )
+        );
+        let m = icmpv4::Packet::new_checked(ip.payload()).unwrap();
+        assert!(m.verify_checksum());
+        assert_eq!((m.msg_type(), m.code()), (icmpv4::msg::ECHO_REPLY, 0));
+        assert_eq!(
+            &ip.payload()[4..],
+            &f[14 + 20 + 4..f.len() - 6],
+            "identifier, sequence and data echoed"
+        );
+
+        let c6 = IpAddr::V6("2001:db8::1".parse().unwrap());
+        let v6 = IpAddr::V6("2001:db8:1::10".parse().unwrap());
+        let f = echo(c6, v6, icmpv6::msg::ECHO_REQUEST, 0);
+        let mut b = MemBuf::new(vec![0u8; 256], 64, &f).unwrap();
+        echo_reply(&mut b, LB_MAC).unwrap();
+        let r = b.data();
+        let ip = ipv6::Packet::new_checked(&r[14..]).unwrap();
+        assert_eq!(
+            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), ip.hop_limit()),
+            (v6, c6, 64)
+        );
+        let m = icmpv6::Packet::new_checked(&r[54..]).unwrap();
+        assert!(m.verify_checksum(&ip.src(), &ip.dst()));
+        assert_eq!(m.msg_type(), icmpv6::msg::ECHO_REPLY);
+        assert_eq!(&r[58..], &f[58..]);
+    }
+
+    #[test]
+    fn what_is_never_echoed() {
+        let c = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        let v = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
+        let check = |f: Vec<u8>, want: fn(&ReplyError) -> bool| {
+            let mut b = MemBuf::new(vec![0u8; 256], 64, &f).unwrap();
+            let e = echo_reply(&mut b, LB_MAC).unwrap_err();
+            assert!(want(&e), "{e:?}");
+            assert_eq!(b.data(), &f[..], "frame unchanged");
+        };
+        // A reply, not a request.
+        check(echo(c, v, icmpv4::msg::ECHO_REPLY, 0), |e| {
+            matches!(e, ReplyError::NotEcho)
+        });
+        // A broadcast destination.
+        check(
+            echo(
+                c,
+                IpAddr::V4(Ipv4Addr::BROADCAST),
+                icmpv4::msg::ECHO_REQUEST,
+                0,
+            ),
+            |e| matches!(e, ReplyError::BadSource),
+        );
+        // A corrupted ICMP checksum.
+        let mut f = echo(c, v, icmpv4::msg::ECHO_REQUEST, 0);
+        f[14 + 20 + 6] ^= 0xff;
+        check(f, |e| {
+            matches!(e, ReplyError::Parse(ParseError::BadChecksum))
+        });
+        // A fragment (MF set, header checksum fixed).
+        let mut f = echo(c, v, icmpv4::msg::ECHO_REQUEST, 0);
+        let mut ip = ipv4::Packet::new_unchecked(&mut f[14..34]);
+        ip.set_frag(false, true, 0);
+        ip.fill_checksum();
+        check(f, |e| matches!(e, ReplyError::Fragment));
+        // From a multicast MAC.
+        let mut f = echo(c, v, icmpv4::msg::ECHO_REQUEST, 0);
+        f[6] |= 1;
+        check(f, |e| matches!(e, ReplyError::BadSource));
+        // ICMPv6 to a multicast address.
+        let c6 = IpAddr::V6("2001:db8::1".parse().unwrap());
+        let m6 = IpAddr::V6("ff02::1".parse().unwrap());
+        check(echo(c6, m6, icmpv6::msg::ECHO_REQUEST, 0), |e| {
+            matches!(e, ReplyError::BadSource)
+        });
+        // Truncated: the IP length says more than the frame holds.
+        let f = echo(c, v, icmpv4::msg::ECHO_REQUEST, 0);
+        check(f[..f.len() - 3].to_vec(), |e| {
+            matches!(e, ReplyError::Parse(_))
+        });
     }
 }

@@ -10,7 +10,7 @@ use super::{
     RegionId, Rule, RuleId, Service, ServiceId, Settings, ZoneId, dense, flow_tags,
 };
 use super::{IngressPolicy, url_host};
-use crate::schema::{Config, DeliveryMode, GeneveOptions, RuleMode};
+use crate::schema::{Config, DeliveryMode, GeneveOptions, Protocol, RuleMode};
 use crate::values::Prefix;
 
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
@@ -201,6 +201,9 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 .map(|g| (g.address, g.id))
                 .collect(),
             composite: composite_of(&r.name),
+            answer_ping: r
+                .answer_ping
+                .unwrap_or(r.mode == RuleMode::Passthrough && r.protocol != Protocol::L3Default),
         });
     }
 

@@ -42,6 +42,9 @@ struct VipRules {
     tcp: Vec<Interval>,
     udp: Vec<Interval>,
     l3_default: Option<RuleMatch>,
+    /// Echo requests no rule takes are answered (every TCP/UDP rule of the
+    /// VIP allows it).
+    answers_echo: bool,
 }
 
 /// Destination address → protocol → port → rule (M3).
@@ -132,6 +135,13 @@ impl RuleIndex {
         self.find(addr).is_some()
     }
 
+    /// Whether an ICMP echo request to `addr` that no rule takes is answered
+    /// by the balancer itself (`answer_ping`).
+    #[inline]
+    pub fn answers_echo(&self, addr: IpAddr) -> bool {
+        self.find(addr).is_some_and(|v| v.answers_echo)
+    }
+
     /// The VIPs this node serves, in address order.
     pub fn vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.vips.iter().map(|v| v.addr)
@@ -174,6 +184,8 @@ pub struct Rule {
     pub gateway_endpoints: Vec<(IpAddr, u64)>,
     /// The composite whose state this rule exports (M20), if any.
     pub composite: Option<CompositeId>,
+    /// Whether its VIPs may answer ICMP echo themselves.
+    pub answer_ping: bool,
 }
 
 /// A rule's presence on one VIP: the unit of metrics (M5).
@@ -215,12 +227,14 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
                     tcp: Vec::new(),
                     udp: Vec::new(),
                     l3_default: None,
+                    answers_echo: true,
                 });
                 let last = vips.len() - 1;
                 &mut vips[last]
             }
         };
         let rule = &rules[c.rule.index()];
+        entry.answers_echo &= rule.answer_ping || rule.protocol == Protocol::L3Default;
         let list = match rule.protocol {
             Protocol::L3Default => {
                 entry.l3_default = Some(hit);

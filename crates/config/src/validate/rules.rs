@@ -65,6 +65,11 @@ impl Checker<'_> {
                     );
                 }
             }
+            if r.answer_ping == Some(true)
+                && (r.protocol == Protocol::L3Default || r.mode == RuleMode::Gateway)
+            {
+                self.err(&format!("{p}.answer_ping"), "only a passthrough TCP or UDP rule's VIPs answer ping themselves: an L3_DEFAULT rule forwards ICMP, a gateway rule's traffic belongs to its appliances");
+            }
             if r.protocol == Protocol::L3Default && !r.ports.is_all() {
                 self.err(&format!("{p}.ports"), format!("L3_DEFAULT matches every port and protocol: ports must be \"all\", not \"{}\"", r.ports));
             }

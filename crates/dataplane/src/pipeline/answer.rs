@@ -93,6 +93,30 @@ impl Worker {
 }
 
 impl Worker {
+    /// An echo request to a VIP no rule takes ICMP for, whose rules let it
+    /// answer ping: the echo reply, back out the port it came in on, within
+    /// the worker's budget per tick; beyond it, or when it cannot be
+    /// answered in place, dropped and counted.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn echo<B: PacketBuf>(&mut self, cx: Ctx<'_>, pkt: &mut B) -> Outcome {
+        let Ctx { snap, now, .. } = cx;
+        if self.echo_tick != Some(now) {
+            self.echo_tick = Some(now);
+            self.echo_left = snap.echo_budget;
+        }
+        if self.echo_left == 0 {
+            return Outcome::Drop(DropReason::EchoRateLimited);
+        }
+        match reply::echo_reply(pkt, self.reply_mac(snap)) {
+            Ok(()) => {
+                self.echo_left -= 1;
+                Outcome::EchoReply
+            }
+            Err(_) => Outcome::Drop(DropReason::EchoUnanswerable),
+        }
+    }
+
     /// A packet whose encapsulation would exceed the egress MTU: `max` is the
     /// largest inner IP packet that fits (M48). IPv4 without DF goes on
     /// anyway (`None`, counted: the next hop fragments it or drops it);

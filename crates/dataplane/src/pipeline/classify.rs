@@ -146,6 +146,11 @@ impl Worker {
             Err(Outcome::Drop(DropReason::NotOurs)) if !snap.gateways.is_empty() => {
                 return self.gateway(cx, pkt, info, key_out, pend);
             }
+            Err(Outcome::Drop(DropReason::NoRule))
+                if is_echo_request(info) && snap.rules.answers_echo(dst) =>
+            {
+                return Stage::Done(self.echo(cx, pkt));
+            }
             Err(o) => return Stage::Done(o),
         };
         let key = FlowKey::from_packet(info, plan.affinity);
@@ -527,6 +532,14 @@ fn client_zone(snap: &Snapshot, plan: &ServicePlan, client: IpAddr) -> Option<Zo
     } else {
         None
     }
+}
+
+/// Whether `info` is an ICMP (IPv4) or ICMPv6 echo request.
+fn is_echo_request(info: &PacketInfo) -> bool {
+    info.icmp.is_some_and(|i| {
+        (info.proto == ipproto::ICMP && i.msg_type == wire::icmpv4::msg::ECHO_REQUEST)
+            || (info.proto == ipproto::ICMPV6 && i.msg_type == wire::icmpv6::msg::ECHO_REQUEST)
+    })
 }
 
 /// ICMPv6 messages of the link that the host's kernel needs (RFC 4861 router

@@ -51,6 +51,10 @@ impl Worker {
                 c.icmp_too_big += 1;
                 Verdict::Reply
             }
+            Outcome::EchoReply => {
+                c.echo_replies += 1;
+                Verdict::Reply
+            }
             Outcome::Returned(port) => {
                 c.gateway_returned += 1;
                 Verdict::ForwardTo(port)

@@ -97,6 +97,8 @@ enum Outcome {
     Reset,
     /// Answered with ICMP too-big (M48).
     TooBig,
+    /// An echo request to a VIP, answered with its echo reply.
+    EchoReply,
     /// Returned by an appliance, sent back out this port (M32).
     Returned(u16),
 }
@@ -254,6 +256,9 @@ pub struct Worker {
     /// worker may still send in it (M48).
     too_big_tick: Option<Tick>,
     too_big_left: u32,
+    /// Likewise for ICMP echo replies.
+    echo_tick: Option<Tick>,
+    echo_left: u32,
     /// Where ARP/NDP sightings go (M47); none in replays and tests that
     /// do not resolve.
     neighbours: Option<Arc<NeighbourQueues>>,
@@ -324,6 +329,8 @@ impl Worker {
             budget_left: [0; 2],
             too_big_tick: None,
             too_big_left: 0,
+            echo_tick: None,
+            echo_left: 0,
             neighbours: None,
             sync: None,
         }
