@@ -29,6 +29,7 @@ PACKAGES=(
     iputils-ping          # ping: tests/lab.rs reaches the balancer's host stack through the exception TAP
     procps                # kill (tests/run.rs, scripts/lab.sh), sysctl (scripts/lab.sh), pgrep (perf/bench.sh)
     python3               # scripts/pcap.py, the lab's HTTP and echo servers, perf/bench.py and its checks
+    knot                  # knotd: the authoritative DNS server of crates/zonehealth/tests/knot.rs and the zones lab
     python3-scapy         # ICMP too-big bytes compared with scapy's (dataplane/tests/too_big_scapy.rs), tests/lab_mtu.rs
     python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it

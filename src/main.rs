@@ -8,6 +8,7 @@ mod check_config;
 mod forward;
 mod replay;
 mod run;
+mod zone_health;
 
 use std::process::ExitCode;
 
@@ -60,6 +61,10 @@ enum Command {
     /// Reference network virtual appliance: return gateway GENEVE packets
     /// (--listen), optionally logging, filtering (--drop) or tampering.
     Nva(nva::daemon::Args),
+    /// Zone health service (multi-zone DNS failover): probe every zone's
+    /// VIPs and publish the healthy zones' VIPs on an authoritative DNS
+    /// server (--config FILE); or talk to it (status, remove, restore).
+    ZoneHealth(zone_health::Args),
     /// Forward frames from one DPDK port to another and report what happened
     /// (bring-up check for DPDK, drivers and hugepages on this host).
     Forward(forward::Args),
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
             return run::client_exit(args.daemon.json, run::drain(false, &args));
         }
         Command::BirdConfig(args) => bird_config::run(&args),
+        Command::ZoneHealth(args) => return zone_health::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -110,7 +110,7 @@ impl SocketFile {
     }
 
     /// Who may talk to it.
-    pub(crate) fn peers(&self) -> Peers {
+    pub fn peers(&self) -> Peers {
         Peers {
             owner: self.uid,
             group: self.gid,
@@ -218,7 +218,7 @@ pub fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, SocketFile),
 /// Who may use the socket: root, the socket's owner (the daemon's user)
 /// and members of its group.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Peers {
+pub struct Peers {
     owner: u32,
     group: u32,
 }
@@ -241,7 +241,7 @@ impl Peers {
     }
 
     /// Checks the peer of `stream` (its credentials as of connect).
-    pub(crate) async fn check(&self, stream: &tokio::net::UnixStream) -> Result<(), String> {
+    pub async fn check(&self, stream: &tokio::net::UnixStream) -> Result<(), String> {
         let cred = stream
             .peer_cred()
             .map_err(|e| format!("peer credentials: {e}"))?;

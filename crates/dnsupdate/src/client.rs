@@ -80,7 +80,7 @@ fn next_id() -> u16 {
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    NEXT_ID.fetch_add(1, Ordering::Relaxed) ^ (seed as u16)
+    NEXT_ID.fetch_add(1, Ordering::Relaxed) ^ (seed & 0xffff) as u16
 }
 
 fn now_secs() -> u64 {
