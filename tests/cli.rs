@@ -44,6 +44,7 @@ fn help_lists_every_subcommand() {
         "forward",
         "decap",
         "nva",
+        "zone-health",
     ] {
         assert!(
             help.contains(&format!("  {cmd} ")),
@@ -290,4 +291,57 @@ fn decap_refuses_to_start_open() {
             assert!(t.contains(w), "decap {args:?} names {w}: {t}");
         }
     }
+}
+
+/// `spillway zone-health` (M51): a bad file is refused with every problem
+/// and its field; commands without a running service say so; the example
+/// file's summary names its zones.
+#[test]
+fn zone_health_checks_its_file_and_reports_a_missing_service() {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-zh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[dns]\nserver = \"nowhere\"\nzone = \"a.test\"\nname = \"www.b.test\"\n\
+         [dns.tsig]\nname = \"k\"\nsecret = \"short\"\n[[zones]]\nname = \"a b\"\nvips = []\n",
+    )
+    .expect("write");
+    let out = spillway(&[
+        "zone-health",
+        "--config",
+        bad.to_str().expect("utf-8"),
+        "check",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    for field in [
+        "dns.server",
+        "dns.name",
+        "dns.tsig",
+        "zones[0].name",
+        "zones[0].vips",
+    ] {
+        assert!(t.contains(field), "{field} in:\n{t}");
+    }
+    let sock = dir.join("none.sock");
+    let out = spillway(&[
+        "zone-health",
+        "--socket",
+        sock.to_str().expect("utf-8"),
+        "status",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("\"ok\":false") && t.contains("none.sock"), "{t}");
+    let out = spillway(&[
+        "zone-health",
+        "--socket",
+        sock.to_str().expect("utf-8"),
+        "remove",
+        "a b",
+    ]);
+    assert!(text(&out).contains("is not a zone name"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
 }
