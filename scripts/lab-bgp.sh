@@ -13,8 +13,9 @@
 # Everything lives in namespaces this script creates, named by a per-run tag,
 # with addresses from 198.18.0.0/15 that never leave them.
 #
-#   scripts/lab-bgp.sh up [sync] [capacity] DIR [BIN]   build the lab (used by tests/lab_bgp.rs)
-#   scripts/lab-bgp.sh down DIR                         remove it
+#   scripts/lab-bgp.sh up [sync] [capacity] [zones] DIR [BIN]   build the lab (tests/lab_bgp.rs,
+#                                                               tests/lab_zones.rs)
+#   scripts/lab-bgp.sh down DIR                                 remove it
 #
 #   client 198.18.0.100 -- router 198.18.0.1, AS 65000, BIRD (ECMP into its kernel)
 #                            | 198.18.1.1 (bridge)
@@ -39,6 +40,16 @@
 # that VIP and port: at the client on output, at backends 1 and 2 as they
 # arrive (prerouting). The health probes go to the backends' own addresses,
 # so they are not counted.
+#
+# With `zones`, the two nodes are two zones of one site (M51, docs/zones.md):
+# node 1 (zone a) also serves VIP $VIP_A, node 2 (zone b) VIP $VIP_B (rule
+# `zone`, TCP 80, to web's backends, which carry both on lo), each announced by
+# its own node only. A DNS namespace behind the router (198.18.5.53) runs Knot
+# DNS, authoritative for lab.test, taking dynamic updates signed with the TSIG
+# key spillway-zones (hmac-sha256, a fresh secret in DIR/dns/tsig.secret).
+# DIR/zone-health.toml configures `spillway zone-health` to publish
+# www.lab.test from the client namespace (the test starts it, socket
+# DIR/zone-health.sock).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -48,6 +59,9 @@ source "$here/lib.sh"
 VIP=198.18.10.10
 VIP2=198.18.10.11
 VIP3=198.18.10.12
+VIP_A=198.18.10.20
+VIP_B=198.18.10.21
+DNS=198.18.5.53
 # packets/s of the capped service's near group (tests/lab_bgp.rs sets it)
 CAPPED_MAX_RATE=${CAPPED_MAX_RATE:-100}
 ROUTER_MAC=02:53:51:00:00:fe
@@ -55,9 +69,10 @@ ROUTER_MAC=02:53:51:00:00:fe
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 # node N's configuration; ENDPOINTS: the backends' TOML lines, EXTRA web's
-# further ones, SYNC 1 for [flow_sync], CAPACITY 1 for the capped service.
+# further ones, SYNC 1 for [flow_sync], CAPACITY 1 for the capped service,
+# ZONES 1 for the zone's own VIP.
 node_toml() {
-    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7 capacity=$8
+    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7 capacity=$8 zones=$9
     cat <<TOML
 [node]
 name = "node$n"
@@ -171,6 +186,19 @@ peers = ["198.18.1.$((4 - n)):7700"]
 key = "hex:5370696c6c776179206c61622073796e63206b6579"
 TOML
     fi
+    if [ "$zones" = 1 ]; then
+        local zvip=$VIP_A
+        [ "$n" = 1 ] || zvip=$VIP_B
+        cat <<TOML
+
+[[forwarding_rules]]
+name = "zone"
+vips = ["$zvip"]
+protocol = "TCP"
+ports = 80
+backend_service = "web"
+TOML
+    fi
     if [ "$capacity" = 1 ]; then
         # Backend 1 near (capped), backend 2 far (all the rest).
         cat <<TOML
@@ -247,6 +275,96 @@ node_host() {
     nsx "$ns" ip route replace default via 198.18.1.1
 }
 
+# The DNS namespace D behind the router: Knot DNS, authoritative for
+# lab.test, updates with the TSIG key only; and the zone health service's
+# configuration for the client namespace.
+dns_up() {
+    local D=$1 R=$2 T=$3 dir=$4
+    command -v knotd >/dev/null || die "knotd not found: scripts/setup.sh installs knot"
+    ip netns add "$D"
+    nsx "$D" ip link set lo up
+    ip link add "t${T}d" netns "$D" type veth peer name "t${T}rd" netns "$R"
+    nsx "$D" ip addr add "$DNS/24" dev "t${T}d"
+    nsx "$D" ip link set "t${T}d" up
+    nsx "$D" ip route add default via 198.18.5.1
+    nsx "$R" ip addr add 198.18.5.1/24 dev "t${T}rd"
+    nsx "$R" ip link set "t${T}rd" up
+    local d="$dir/dns"
+    mkdir -p "$d"
+    head -c 32 /dev/urandom | base64 >"$d/tsig.secret"
+    cat >"$d/knot.conf" <<KNOT
+server:
+    rundir: $d
+    listen: $DNS@53
+database:
+    storage: $d
+key:
+  - id: spillway-zones
+    algorithm: hmac-sha256
+    secret: $(cat "$d/tsig.secret")
+acl:
+  - id: zone-health
+    key: spillway-zones
+    action: update
+zone:
+  - domain: lab.test
+    storage: $d
+    file: lab.test.zone
+    acl: zone-health
+    zonefile-sync: -1
+    journal-content: changes
+log:
+  - target: $d/knot.log
+    any: info
+KNOT
+    cat >"$d/lab.test.zone" <<ZONE
+\$ORIGIN lab.test.
+\$TTL 300
+@ SOA ns hostmaster 1 3600 600 86400 300
+@ NS ns
+ns A $DNS
+ZONE
+    ip netns exec "$D" knotd -c "$d/knot.conf" >"$d/knotd.out" 2>&1 &
+    echo $! >"$dir/knotd.pid"
+    for _ in $(seq 50); do
+        nsx "$D" dig +short +time=1 +tries=1 "@$DNS" ns.lab.test A 2>/dev/null | grep -q "$DNS" && break
+        sleep 0.1
+    done
+    cat >"$dir/zone-health.toml" <<TOML
+[dns]
+server = "$DNS:53"
+zone = "lab.test"
+name = "www.lab.test"
+ttl = 60
+timeout = "1s"
+
+[dns.tsig]
+name = "spillway-zones"
+algorithm = "hmac-sha256"
+secret_file = "$d/tsig.secret"
+
+[probe]
+interval = "1s"
+timeout = "500ms"
+unhealthy_threshold = 3
+healthy_threshold = 2
+icmp = true
+kind = "tcp"
+port = 80
+
+[control]
+socket = "$dir/zone-health.sock"
+
+[[zones]]
+name = "a"
+vips = ["$VIP_A"]
+
+[[zones]]
+name = "b"
+vips = ["$VIP_B"]
+TOML
+}
+
 start_node() {
     local ns=$1 n=$2 dir=$3 bin=$4
     ip netns exec "$ns" "$bin/spillway" run --config "$dir/node$n.toml" >"$dir/node$n.log" 2>&1 &
@@ -278,7 +396,7 @@ start_bird() {
 }
 
 lab_up() {
-    local dir=$1 bin=$2 sync=$3 capacity=$4
+    local dir=$1 bin=$2 sync=$3 capacity=$4 zones=$5
     command -v bird >/dev/null || die "bird not found: scripts/setup.sh installs bird2"
     if [ "$capacity" = 1 ]; then
         command -v nft >/dev/null || die "nft not found: scripts/setup.sh installs nftables"
@@ -337,6 +455,10 @@ lab_up() {
         nsx "$B" ip addr add "$VIP/32" dev lo
         nsx "$B" ip addr add "$VIP2/32" dev lo
         nsx "$B" ip addr add "$VIP3/32" dev lo
+        if [ "$zones" = 1 ]; then
+            nsx "$B" ip addr add "$VIP_A/32" dev lo
+            nsx "$B" ip addr add "$VIP_B/32" dev lo
+        fi
         if [ "$capacity" = 1 ] && [ "$i" != 3 ]; then
             count_capped "$B" prerouting
         fi
@@ -374,10 +496,13 @@ protocol bgp node$n {
 BIRD
     done
     start_bird "$R" "$dir/r/bird.conf" "$dir/r/bird.ctl" "$dir/birdr.pid" "$dir/birdr.log"
+    if [ "$zones" = 1 ]; then
+        dns_up "spb${T}d" "$R" "$T" "$dir"
+    fi
 
     for n in 1 2; do
         local ns="spb${T}n$n" addr="198.18.1.$((n + 1))"
-        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" "$capacity" >"$dir/node$n.toml"
+        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" "$capacity" "$zones" >"$dir/node$n.toml"
         "$bin/spillway" bird-config --config "$dir/node$n.toml" >"$dir/n$n/bird.conf"
         start_node "$ns" "$n" "$dir" "$bin"
         node_host "$ns" "$T" "$n" "$addr"
@@ -385,7 +510,7 @@ BIRD
     done
 }
 
-lab_down() { lab_teardown "$1" spb c r n1 n2 b1 b2 b3; }
+lab_down() { lab_teardown "$1" spb c r n1 n2 b1 b2 b3 d; }
 
 case "${1:-}" in
 up)
@@ -398,12 +523,17 @@ up)
         capacity=1
         shift
     fi
+    zones=0
+    if [ "${2:-}" = zones ]; then
+        zones=1
+        shift
+    fi
     dir="$2"
     # A failed start leaves nothing behind.
     trap 'lab_down "$dir"' EXIT
-    lab_up "$dir" "${3:-$root/target/release}" "$sync" "$capacity"
+    lab_up "$dir" "${3:-$root/target/release}" "$sync" "$capacity" "$zones"
     trap "" EXIT
     ;;
 down) lab_down "$2" ;;
-*) die "usage: $0 up [sync] [capacity] DIR [BIN] | down DIR" ;;
+*) die "usage: $0 up [sync] [capacity] [zones] DIR [BIN] | down DIR" ;;
 esac

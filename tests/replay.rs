@@ -1231,12 +1231,13 @@ fn unmatched_vip_traffic_and_foreign_destinations_are_dropped_and_counted() {
     frames.push(good[2].clone());
 
     let r = run("drops", &drops_config(), &frames, &[]);
-    let is_echo_reply =
-        |o: &&Vec<u8>| match (o.get(12..14), o.get(23), o.get(34), o.get(20), o.get(54)) {
-            (Some([0x08, 0x00]), Some(1), Some(0), _, _) => true,
-            (Some([0x86, 0xdd]), _, _, Some(58), Some(129)) => true,
-            _ => false,
-        };
+    let is_echo_reply = |o: &&Vec<u8>| {
+        matches!(
+            (o.get(12..14), o.get(23), o.get(34), o.get(20), o.get(54)),
+            (Some([0x08, 0x00]), Some(1), Some(0), _, _)
+                | (Some([0x86, 0xdd]), _, _, Some(58), Some(129))
+        )
+    };
     let (replies, out): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) = r.out.iter().partition(is_echo_reply);
     assert_eq!(replies.len(), answered.len(), "{}", r.text);
     assert!(r.text.contains("echo replies 2"), "{}", r.text);
