@@ -152,6 +152,36 @@ fn updates_reach_a_real_server_and_a_wrong_key_is_refused() {
         "{got:?}"
     );
 
+    // IPv6 VIPs are AAAA records.
+    let v6 = Rdata::Aaaa("2001:db8::20".parse().unwrap());
+    c.update(
+        &name("lab.test"),
+        &[],
+        &[Op::Add {
+            name: www.clone(),
+            ttl: 30,
+            rdata: v6.clone(),
+        }],
+    )
+    .unwrap();
+    let got: Vec<(Rdata, u32)> = c
+        .rrset(&www, rtype::AAAA)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.rdata, r.ttl))
+        .collect();
+    assert_eq!(got, [(v6.clone(), 30)]);
+    c.update(
+        &name("lab.test"),
+        &[],
+        &[Op::Delete {
+            name: www.clone(),
+            rdata: v6,
+        }],
+    )
+    .unwrap();
+    assert!(c.rrset(&www, rtype::AAAA).unwrap().is_empty());
+
     // The guard: an update that expects a removal the server does not hold
     // changes nothing.
     let guard = Prereq::RrsetIs {
