@@ -20,7 +20,16 @@ struct File {
     probe: Probe,
     #[serde(default)]
     control: Control,
+    #[serde(default)]
+    metrics: Metrics,
     zones: Vec<Zone>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metrics {
+    #[serde(default)]
+    listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,6 +228,8 @@ pub struct Settings {
     pub socket: PathBuf,
     /// Control socket's group.
     pub socket_group: Option<String>,
+    /// Where `GET /metrics` is served, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
     /// Zones, in file order.
     pub zones: Vec<ZoneSpec>,
 }
@@ -481,6 +492,7 @@ impl Settings {
                     },
                     socket: f.control.socket,
                     socket_group: f.control.socket_group,
+                    metrics_listen: f.metrics.listen,
                     zones,
                 })
             }

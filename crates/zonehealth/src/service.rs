@@ -634,6 +634,17 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
         }
     }
 
+    if let Some(addr) = settings.metrics_listen {
+        let http = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| StartError::Setup(format!("[metrics] listen {addr}: {e}")))?;
+        if !addr.ip().is_loopback() {
+            log::warn!(
+                "[metrics] listen {addr} is not a loopback address: anyone who reaches it reads the zones' state"
+            );
+        }
+        tokio::spawn(serve_metrics(http, commands_tx.clone()));
+    }
     let peers = file.peers();
     tokio::spawn(async move {
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -723,6 +734,83 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
                 let _ = engine.sync(None).await;
             }
         }
+    }
+}
+
+/// Longest HTTP request head read.
+const MAX_HEAD: usize = 8192;
+
+/// `GET /metrics` (OpenMetrics text) and `GET /status` (the JSON of
+/// `status --json`), one request per connection, for scrapers: at most
+/// [`MAX_CONNECTIONS`] at once, [`LINE_TIMEOUT`] to send the request.
+async fn serve_metrics(listener: tokio::net::TcpListener, commands: mpsc::Sender<Command>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        let commands = commands.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let head = tokio::time::timeout(LINE_TIMEOUT, async {
+                let mut buf = Vec::with_capacity(512);
+                let mut chunk = [0u8; 512];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() <= MAX_HEAD {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                buf
+            })
+            .await
+            .unwrap_or_default();
+            let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+            let command = match line.strip_suffix(b"\r").unwrap_or(line) {
+                b"GET /metrics HTTP/1.1" | b"GET /metrics HTTP/1.0" => Some((
+                    "metrics",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )),
+                b"GET /status HTTP/1.1" | b"GET /status HTTP/1.0" => {
+                    Some(("status json", "application/json"))
+                }
+                _ => None,
+            };
+            let (status, kind, body) = match command {
+                None => (
+                    "404 Not Found",
+                    "text/plain",
+                    "GET /metrics or /status\n".to_owned(),
+                ),
+                Some((c, kind)) => {
+                    let (tx, rx) = oneshot::channel();
+                    let sent = commands
+                        .send(Command {
+                            line: c.to_owned(),
+                            reply: tx,
+                        })
+                        .await
+                        .is_ok();
+                    match if sent { rx.await.ok() } else { None } {
+                        Some((true, body)) => ("200 OK", kind, body),
+                        _ => (
+                            "503 Service Unavailable",
+                            "text/plain",
+                            "the service is busy\n".to_owned(),
+                        ),
+                    }
+                }
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tokio::time::timeout(LINE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
+        });
     }
 }
 

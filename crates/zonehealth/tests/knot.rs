@@ -281,10 +281,12 @@ fn service_config(knot: &Knot, dir: &Path, secret: &str, sock: &str, a: &Vip, b:
              [dns.tsig]\nname = \"spillway-zones\"\nsecret = \"{secret}\"\n\
              [probe]\ninterval = \"200ms\"\ntimeout = \"150ms\"\nunhealthy_threshold = 3\nhealthy_threshold = 2\nicmp = true\nkind = \"tcp\"\n\
              [control]\nsocket = \"{}\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{}\"\n\
              [[zones]]\nname = \"a\"\nvips = [\"{}\"]\nport = {}\n\
              [[zones]]\nname = \"b\"\nvips = [\"{}\"]\nport = {}\n",
             knot.addr,
             dir.join(format!("{sock}.sock")).display(),
+            free_port(),
             a.ip(),
             a.addr.port(),
             b.ip(),
@@ -329,6 +331,21 @@ fn the_service_fails_over_fails_open_and_keeps_manual_removals() {
         knot.published() == [ia, ib]
     });
     println!("both zones published {:.1} s after start", t.as_secs_f64());
+    // The scrapers' endpoint.
+    let settings = zonehealth::Settings::load(&dir.join("one.toml")).unwrap();
+    let http = settings.metrics_listen.unwrap();
+    let metrics = http_get(http, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for line in [
+        "spillway_zone_health_zone_state{zone=\"a\",state=\"healthy\"} 1",
+        "spillway_zone_health_published_records 2",
+        "spillway_zone_health_updates_total 1",
+        "# EOF",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    assert!(http_get(http, "/status").contains("\"fail_open\":false"));
+    assert!(http_get(http, "/").starts_with("HTTP/1.1 404"));
 
     b.down();
     let t = wait_for("b withdrawn", limit, || knot.published() == [ia]);
@@ -419,6 +436,17 @@ fn the_service_fails_over_fails_open_and_keeps_manual_removals() {
         (Some(0), Some(false))
     );
     assert_eq!(knot.published(), [ia]);
+}
+
+/// `GET path` on `addr`: the whole answer.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }
 
 #[test]
