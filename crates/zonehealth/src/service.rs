@@ -173,9 +173,22 @@ impl Engine {
                 }
             }
             let plan = self.zones.plan(&removed);
+            // Undecided (zones still unknown): the server's set stays, but a
+            // removed zone's VIPs leave it all the same.
+            let keep = || -> BTreeSet<IpAddr> {
+                let gone: BTreeSet<IpAddr> = self
+                    .settings
+                    .zones
+                    .iter()
+                    .filter(|z| removed.contains(&z.name))
+                    .flat_map(|z| z.vips.iter().copied())
+                    .collect();
+                view.published().difference(&gone).copied().collect()
+            };
+            let want = plan.as_ref().map_or_else(keep, |p| p.addrs.clone());
             let mut what = Vec::new();
-            if let Some(p) = &plan {
-                let addr_ops = address_ops(&self.settings.name, &view, &p.addrs, self.settings.ttl);
+            {
+                let addr_ops = address_ops(&self.settings.name, &view, &want, self.settings.ttl);
                 for op in &addr_ops {
                     what.push(match op {
                         Op::Add { rdata, .. } if view.published().contains(&addr_of(rdata)) => {
@@ -186,6 +199,8 @@ impl Engine {
                     });
                 }
                 ops.extend(addr_ops);
+            }
+            if let Some(p) = &plan {
                 if p.fail_open != self.fail_open {
                     if p.fail_open {
                         log::warn!("no zone is healthy: fail-open, every zone's records published");
@@ -223,7 +238,7 @@ impl Engine {
                     self.updates += 1;
                     self.last_update = Some((Instant::now(), text.clone()));
                     self.last_sync_ok = true;
-                    self.published = plan.map(|p| p.addrs).or_else(|| Some(view.published()));
+                    self.published = Some(want);
                     return Ok(text);
                 }
                 Err(ClientError::Changed(r)) if attempt < ATTEMPTS => {
