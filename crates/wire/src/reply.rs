@@ -441,6 +441,47 @@ mod tests {
     const CLIENT_MAC: MacAddr = [2, 0, 0, 0, 0, 1];
     const LB_MAC: MacAddr = [2, 0, 0, 0, 0, 2];
 
+    /// Writes an IPv4 (TTL 50, ID 9) or IPv6 (hop limit 50) header for
+    /// `payload_len` bytes of `protocol` at the front of `l3`.
+    fn ip_header(
+        l3: &mut [u8],
+        src: IpAddr,
+        dst: IpAddr,
+        protocol: u8,
+        payload_len: u16,
+        df: bool,
+    ) {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
+                src: s,
+                dst: d,
+                protocol,
+                payload_len,
+                ttl: 50,
+                dscp_ecn: 0,
+                ident: 9,
+                dont_frag: df,
+                more_frags: false,
+                frag_offset: 0,
+                options: ipv4::Options::default(),
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(l3))
+            .unwrap(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: protocol,
+                payload_len,
+                hop_limit: 50,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(l3))
+            .unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
     /// An untagged TCP segment frame, checksummed.
     fn segment(src: IpAddr, dst: IpAddr, r: &TcpRepr, payload: &[u8]) -> Vec<u8> {
         let (et, ip_len) = match src {
@@ -452,35 +493,14 @@ mod tests {
         EthernetRepr::untagged(LB_MAC, CLIENT_MAC, et)
             .emit(&mut f)
             .unwrap();
-        match (src, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
-                src: s,
-                dst: d,
-                protocol: proto::TCP,
-                payload_len: crate::cast::len16(tl),
-                ttl: 50,
-                dscp_ecn: 0,
-                ident: 9,
-                dont_frag: false,
-                more_frags: false,
-                frag_offset: 0,
-                options: ipv4::Options::default(),
-            }
-            .emit(&mut ipv4::Packet::new_unchecked(&mut f[14..]))
-            .unwrap(),
-            (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
-                src: s,
-                dst: d,
-                next_header: proto::TCP,
-                payload_len: crate::cast::len16(tl),
-                hop_limit: 50,
-                traffic_class: 0,
-                flow_label: 0,
-            }
-            .emit(&mut ipv6::Packet::new_unchecked(&mut f[14..]))
-            .unwrap(),
-            _ => unreachable!(),
-        }
+        ip_header(
+            &mut f[14..],
+            src,
+            dst,
+            proto::TCP,
+            crate::cast::len16(tl),
+            false,
+        );
         let seg = &mut f[14 + ip_len..];
         let mut t = tcp::Packet::new_unchecked(seg);
         r.emit(&mut t).unwrap();
@@ -608,35 +628,18 @@ mod tests {
             .emit(&mut f)
             .unwrap();
         let len = crate::cast::len16(ml);
-        match (src, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
-                src: s,
-                dst: d,
-                protocol: proto::ICMP,
-                payload_len: len,
-                ttl: 50,
-                dscp_ecn: 0,
-                ident: 9,
-                dont_frag: true,
-                more_frags: false,
-                frag_offset: 0,
-                options: ipv4::Options::default(),
-            }
-            .emit(&mut ipv4::Packet::new_unchecked(&mut f[14..]))
-            .unwrap(),
-            (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Repr {
-                src: s,
-                dst: d,
-                next_header: proto::ICMPV6,
-                payload_len: len,
-                hop_limit: 50,
-                traffic_class: 0,
-                flow_label: 0,
-            }
-            .emit(&mut ipv6::Packet::new_unchecked(&mut f[14..]))
-            .unwrap(),
-            _ => unreachable!(),
-        }
+        ip_header(
+            &mut f[14..],
+            src,
+            dst,
+            if src.is_ipv4() {
+                proto::ICMP
+            } else {
+                proto::ICMPV6
+            },
+            len,
+            true,
+        );
         let m = &mut f[14 + ip_len..14 + ip_len + ml];
         m[0] = t;
         m[4..].copy_from_slice(&body);

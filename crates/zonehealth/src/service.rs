@@ -123,6 +123,16 @@ impl Engine {
         }
     }
 
+    /// Records a failed exchange ("reading NAME from SERVER: why"); the text.
+    fn failed(&mut self, doing: &str, prep: &str, e: &ClientError) -> String {
+        let msg = format!(
+            "{doing} {} {prep} {}: {e}",
+            self.settings.name, self.settings.server
+        );
+        self.error(msg.clone());
+        msg
+    }
+
     fn error(&mut self, what: String) {
         if self.last_sync_ok || self.last_error.as_ref().is_none_or(|(_, e)| *e != what) {
             log::warn!("{what}");
@@ -139,14 +149,7 @@ impl Engine {
         for attempt in 1..=ATTEMPTS {
             let view = match self.read().await {
                 Ok(v) => v,
-                Err(e) => {
-                    let msg = format!(
-                        "reading {} from {}: {e}",
-                        self.settings.name, self.settings.server
-                    );
-                    self.error(msg.clone());
-                    return Err(msg);
-                }
+                Err(e) => return Err(self.failed("reading", "from", &e)),
             };
             self.note_removed(&view);
             let mut removed = self.removed.borrow().clone();
@@ -244,14 +247,7 @@ impl Engine {
                 Err(ClientError::Changed(r)) if attempt < ATTEMPTS => {
                     log::info!("the records changed while deciding ({r}): reading them again");
                 }
-                Err(e) => {
-                    let msg = format!(
-                        "updating {} on {}: {e}",
-                        self.settings.name, self.settings.server
-                    );
-                    self.error(msg.clone());
-                    return Err(msg);
-                }
+                Err(e) => return Err(self.failed("updating", "on", &e)),
             }
         }
         Err("the records kept changing; try again".to_owned())
