@@ -25,6 +25,9 @@ impl Checker<'_> {
             .map(|(i, s)| (s.name.as_str(), i))
             .collect();
         let mut gateway_sources: HashMap<IpAddr, String> = HashMap::new();
+        // M5: an address is availability group 0 or 1 wherever it is a VIP,
+        // or a node of one group would serve half of another's address.
+        let mut group_of: HashMap<IpAddr, (usize, usize)> = HashMap::new();
         for (i, r) in rules.iter().enumerate() {
             let p = format!("forwarding_rules[{i}]");
             match r.vips.len() {
@@ -63,6 +66,17 @@ impl Checker<'_> {
                         &format!("{p}.vips[{k}]"),
                         format!("{v} is an IPv4-mapped IPv6 address, which never appears on the wire: write {v4}"),
                     );
+                }
+                // (A rule giving one address twice is told so above.)
+                match group_of.get(v) {
+                    Some(&(g, j)) if g != k && j != i => self.err(
+                        &format!("{p}.vips[{k}]"),
+                        format!("{v} is availability group {k} here but group {g} in rule {:?}: an address plays one availability-group role across all rules", rules[j].name),
+                    ),
+                    Some(_) => {}
+                    None => {
+                        group_of.insert(*v, (k, i));
+                    }
                 }
             }
             if r.answer_ping == Some(true)
