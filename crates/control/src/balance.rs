@@ -424,7 +424,10 @@ impl Balance {
     }
 
     /// The exported state of every forwarding rule (M21): its composite
-    /// health check's, else its service's aggregated health.
+    /// health check's, else its service's aggregated health. A composite
+    /// aggregates each source in this node's own region only (M20): a
+    /// healthy far region must not hide a dead local one, which is what the
+    /// composite's consumers (the rule's export, announcements) stand for.
     pub fn rule_states(&self, compiled: &Compiled) -> Vec<(String, Aggregate)> {
         compiled
             .rules
@@ -434,14 +437,21 @@ impl Balance {
                     Some(c) => health::composite(
                         &c.sources
                             .iter()
-                            .map(|(s, policy)| self.service_health(compiled, *s, *policy))
+                            .map(|(s, policy)| {
+                                self.service_health(
+                                    compiled,
+                                    *s,
+                                    *policy,
+                                    Some(compiled.node.region),
+                                )
+                            })
                             .collect::<Vec<_>>(),
                     ),
                     None => compiled
                         .services
                         .get(r.service.index())
                         .map_or(Aggregate::Unknown, |svc| {
-                            self.service_health(compiled, r.service, svc.aggregation)
+                            self.service_health(compiled, r.service, svc.aggregation, None)
                         }),
                 };
                 (r.name.clone(), state)
@@ -449,17 +459,31 @@ impl Balance {
             .collect()
     }
 
+    /// Service `s`'s aggregated health under `policy`: over its endpoints
+    /// in `region`, or all of them. A region where it has no endpoint is
+    /// UNHEALTHY there (nothing serves it).
     fn service_health(
         &self,
         compiled: &Compiled,
         s: ServiceId,
         policy: config::schema::Aggregation,
+        region: Option<config::compiled::RegionId>,
     ) -> Aggregate {
         let Some(svc) = compiled.services.get(s.index()) else {
             return Aggregate::Unknown;
         };
+        let in_region = |id: &config::compiled::EndpointId| {
+            region.is_none_or(|r| {
+                compiled
+                    .endpoints
+                    .get(id.index())
+                    .and_then(|e| compiled.groups.get(e.group.index()))
+                    .is_some_and(|g| g.region == r)
+            })
+        };
         let states: Vec<State> = svc
             .endpoint_ids()
+            .filter(in_region)
             .map(|id| match self.verdict(id) {
                 Some(st) => st,
                 None if svc.health_check.is_none() => State::Healthy,

@@ -401,6 +401,58 @@ destination = "web"
     );
 }
 
+/// Composites are regional (M20): a source counts only its endpoints in
+/// the node's own region, so a dead local region makes the composite
+/// UNHEALTHY even while a far region of the same service is fine. The
+/// service's own export (no composite) still counts every region.
+#[test]
+fn a_composite_fails_with_its_local_region_even_when_another_is_fine() {
+    let text = with_web(web_service("DEFAULT_FOR_PROTOCOL", &FOUR))
+        .rule(rule("api", &["10.0.0.11"], "TCP", "80", "api").set("ports", 80))
+        .service(
+            service("api", "ipip")
+                .str("health_check", "tcp")
+                .set("maglev_table_size", 1021)
+                .child(
+                    group("near", "r1", "r1-a")
+                        .set("endpoints", endpoint_list(&["10.3.0.1", "10.3.0.2"])),
+                )
+                .child(group("far", "r2", "r2-a").set(
+                    "endpoints",
+                    endpoint_list(&["10.4.0.1", "10.4.0.2", "10.4.0.3"]),
+                )),
+        )
+        .raw(
+            r#"[[composite_health_checks]]
+name = "web-composite"
+sources = [
+  { backend_service = "api", aggregation = { min_healthy_percent = 50, min_healthy_count = 1 } },
+]
+destination = "web"
+"#,
+        )
+        .build();
+    let mut w = healthy_world(&text, 18);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    // Half of the local region: still meets 50 %.
+    w.set_health("10.3.0.1", State::Unhealthy);
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    // The whole local region: UNHEALTHY, though 3 of api's 5 endpoints
+    // (60 %, in r2) are healthy.
+    w.set_health("10.3.0.2", State::Unhealthy);
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web"), Aggregate::Unhealthy);
+    assert_eq!(
+        w.rule_state("api"),
+        Aggregate::Healthy,
+        "the service's own export counts every region"
+    );
+    w.set_health("10.3.0.2", State::Healthy);
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+}
+
 /// Reloads: accepted (flows stay, the new endpoint takes new flows),
 /// rejected (a broken or destructive file changes nothing: same snapshot,
 /// nothing published), and rolled back (a configuration reverted while its
