@@ -363,6 +363,15 @@ impl Balance {
                             _ if !checked && status.is_none() => Health::Healthy,
                             Some(State::Healthy) => Health::Healthy,
                             Some(State::Unhealthy) => Health::Unhealthy,
+                            // A remote rule's UNKNOWN (a peer starting, a
+                            // reload there, no poll answered yet) keeps its
+                            // group eligible: only UNHEALTHY fails over
+                            // (M21), or every peer restart would move clients.
+                            Some(State::Unknown)
+                                if matches!(self.remote_of.get(id.index()), Some(Some(_))) =>
+                            {
+                                Health::Healthy
+                            }
                             Some(State::Unknown) | None => Health::Unknown,
                         },
                         weight: status.and_then(|s| s.weight),

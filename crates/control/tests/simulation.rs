@@ -453,6 +453,63 @@ destination = "web"
     assert_eq!(w.rule_state("web"), Aggregate::Healthy);
 }
 
+/// The consumer's side of exported states (M21): a `remote_rule` group
+/// fails over only on UNHEALTHY. UNKNOWN (the peer just started, or a
+/// reload changed its rule) keeps it eligible: failing over on it would
+/// move every client at every restart of a peer. (An unreachable status
+/// endpoint is UNHEALTHY after `remote::FAILURES` failed polls:
+/// control/tests/remote.rs.)
+#[test]
+fn remote_rule_groups_fail_over_on_unhealthy_only() {
+    let remote = |name: &str, region: &str, url: &str, rule: &str, vip: &str| {
+        group(name, region, &format!("{region}-a"))
+            .str("kind", "remote_rule")
+            .set(
+                "remote",
+                format!("{{ status_url = {url:?}, rule = {rule:?}, vip = {vip:?} }}"),
+            )
+    };
+    let text = node_r1("peer")
+        .rule(rule("front", &["10.0.0.20"], "TCP", "80", "front").set("ports", 80))
+        .service(
+            service("front", "ipip")
+                .set("maglev_table_size", 1021)
+                .child(remote(
+                    "near",
+                    "r1",
+                    "http://10.9.0.1:9469/status",
+                    "web",
+                    "10.0.0.10",
+                ))
+                .child(remote(
+                    "far",
+                    "r2",
+                    "http://10.9.0.2:9469/status",
+                    "web2",
+                    "10.2.0.1",
+                )),
+        )
+        .build();
+    let mut w = World::new(&text, 2, 19);
+    w.set_remote("web2", State::Healthy);
+    let goes_to = |w: &mut World, want: &str, what: &str| {
+        w.advance(SEC);
+        let flows = w.open(40, "10.0.0.20", 80);
+        assert!(
+            flows.iter().all(|(_, t)| *t == Some(ip(want))),
+            "{what}: {flows:?}"
+        );
+    };
+    w.set_remote("web", State::Healthy);
+    goes_to(&mut w, "10.0.0.10", "HEALTHY: the near remote");
+    w.set_remote("web", State::Unknown);
+    goes_to(&mut w, "10.0.0.10", "UNKNOWN stays eligible");
+    w.set_remote("web", State::Unhealthy);
+    goes_to(&mut w, "10.2.0.1", "UNHEALTHY fails over");
+    w.set_remote("web", State::Healthy);
+    goes_to(&mut w, "10.0.0.10", "and back");
+}
+
 /// Reloads: accepted (flows stay, the new endpoint takes new flows),
 /// rejected (a broken or destructive file changes nothing: same snapshot,
 /// nothing published), and rolled back (a configuration reverted while its
