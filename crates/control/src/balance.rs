@@ -468,6 +468,44 @@ impl Balance {
             .collect()
     }
 
+    /// Every composite's sources (`composite/service`, in this node's
+    /// region) and the composite itself, every rule's exported state, and
+    /// every followed remote rule (`rule@url`), for their transitions.
+    pub fn derived_states(
+        &self,
+        compiled: &Compiled,
+    ) -> Vec<(crate::transitions::Kind, String, Aggregate)> {
+        use crate::transitions::Kind;
+        let mut out = Vec::new();
+        for c in &compiled.composites {
+            let mut sources = Vec::new();
+            for (s, policy) in &c.sources {
+                let state = self.service_health(compiled, *s, *policy, Some(compiled.node.region));
+                let svc = compiled
+                    .services
+                    .get(s.index())
+                    .map_or("?", |v| v.name.as_str());
+                out.push((Kind::Source, format!("{}/{svc}", c.name), state));
+                sources.push(state);
+            }
+            out.push((Kind::Composite, c.name.clone(), health::composite(&sources)));
+        }
+        out.extend(
+            self.rule_states(compiled)
+                .into_iter()
+                .map(|(name, a)| (Kind::Rule, name, a)),
+        );
+        for k in &self.remote_keys {
+            let state = match self.remote_seen.get(k) {
+                Some(State::Healthy) => Aggregate::Healthy,
+                Some(State::Unhealthy) => Aggregate::Unhealthy,
+                Some(State::Unknown) | None => Aggregate::Unknown,
+            };
+            out.push((Kind::Remote, format!("{}@{}", k.rule, k.url), state));
+        }
+        out
+    }
+
     /// Service `s`'s aggregated health under `policy`: over its endpoints
     /// in `region`, or all of them. A region where it has no endpoint is
     /// UNHEALTHY there (nothing serves it).

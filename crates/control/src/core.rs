@@ -313,6 +313,8 @@ pub struct Core {
     shutdown_at: Option<Duration>,
     /// The VIPs' BGP announcement (M35).
     announcements: crate::announce::Announcements,
+    /// Derived and consumed health states, for their transitions.
+    transitions: crate::transitions::Transitions,
     /// Flow-state sync with the peers (M36); `None` without `[flow_sync]`.
     sync: Option<crate::sync::Sync>,
     out: Vec<Output>,
@@ -375,6 +377,7 @@ impl Core {
             drained: crate::drain::Drained::new(),
             shutdown_at: None,
             announcements: crate::announce::Announcements::default(),
+            transitions: crate::transitions::Transitions::default(),
             sync,
             out,
         };
@@ -977,6 +980,31 @@ impl Core {
             }
         }
         self.announce();
+        self.track_states();
+    }
+
+    /// Logs (once) and counts every change of a composite's source, a
+    /// composite, a rule's exported state and a followed remote rule.
+    fn track_states(&mut self) {
+        let states = self.balance.derived_states(&self.compiled);
+        let names: std::collections::HashSet<(crate::transitions::Kind, &str)> =
+            states.iter().map(|(k, n, _)| (*k, n.as_str())).collect();
+        self.transitions.retain(|k, n| names.contains(&(k, n)));
+        for (kind, name, now) in &states {
+            if let Some(from) = self.transitions.observe(*kind, name, *now) {
+                say!(
+                    self.out,
+                    Info,
+                    "health: {} {name} {from} -> {now}",
+                    kind.as_str()
+                );
+            }
+        }
+    }
+
+    /// The transitions of derived and consumed health states (metrics).
+    pub fn transitions(&self) -> &crate::transitions::Transitions {
+        &self.transitions
     }
 
     /// Decides the VIPs' announcement (M35) from the rules' exported

@@ -643,6 +643,7 @@ impl Manager {
         metrics::counters(&mut x, &total, &snap.compiled);
         metrics::workers(&mut x, &workers);
         metrics::rules(&mut x, &core.rule_states());
+        metrics::transitions(&mut x, core.transitions());
         metrics::listeners(&mut x, self.listener_info());
         metrics::health(&mut x, core.probed());
         metrics::services(

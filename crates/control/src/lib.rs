@@ -49,6 +49,7 @@ pub mod scripted;
 pub mod simulate;
 pub mod socket;
 pub mod sync;
+pub mod transitions;
 
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,

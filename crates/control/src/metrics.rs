@@ -343,6 +343,27 @@ pub fn rules(x: &mut Exposition, rules: &[(String, Aggregate)]) {
     );
 }
 
+/// Transitions of derived and consumed health states (M20, M21): a
+/// composite's sources, composites, rules' exported states, followed
+/// remote rules.
+pub fn transitions(x: &mut Exposition, t: &crate::transitions::Transitions) {
+    x.counter(
+        "state_transitions_total",
+        "Transitions of composite sources (in the node's region), composites, rules' exported states and followed remote rules, by kind, name, from and to.",
+        t.counts().map(|((kind, name, from, to), v)| {
+            (
+                vec![
+                    ("kind", kind.as_str().to_owned()),
+                    ("name", name.clone()),
+                    ("from", (*from).to_owned()),
+                    ("to", (*to).to_owned()),
+                ],
+                v,
+            )
+        }),
+    );
+}
+
 /// The management listeners (M50): how their connections ended.
 pub fn listeners(x: &mut Exposition, listeners: &[crate::listen::ListenerInfo]) {
     x.counter(
@@ -1305,6 +1326,29 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
             "spillway_flow_sync_dropped_total{reason=\"source\"} 2",
             "spillway_flow_sync_dropped_total{reason=\"hmac\"} 3",
             "spillway_flow_sync_dropped_total{reason=\"malformed\"} 0",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+        }
+    }
+
+    #[test]
+    fn state_transitions_are_counted_by_kind_name_from_and_to() {
+        use crate::transitions::{Kind, Transitions};
+        let mut t = Transitions::default();
+        t.observe(Kind::Composite, "web-composite", Aggregate::Healthy);
+        t.observe(Kind::Composite, "web-composite", Aggregate::Unhealthy);
+        t.observe(
+            Kind::Remote,
+            "web@http://10.9.0.1:9469/status",
+            Aggregate::Healthy,
+        );
+        let mut x = Exposition::new();
+        transitions(&mut x, &t);
+        let m = x.text();
+        for line in [
+            "spillway_state_transitions_total{kind=\"composite\",name=\"web-composite\",from=\"UNKNOWN\",to=\"HEALTHY\"} 1",
+            "spillway_state_transitions_total{kind=\"composite\",name=\"web-composite\",from=\"HEALTHY\",to=\"UNHEALTHY\"} 1",
+            "spillway_state_transitions_total{kind=\"remote\",name=\"web@http://10.9.0.1:9469/status\",from=\"UNKNOWN\",to=\"HEALTHY\"} 1",
         ] {
             assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
         }

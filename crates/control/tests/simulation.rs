@@ -223,17 +223,44 @@ fn failover_to_the_next_region_and_back() {
         "local first"
     );
 
+    // At start, the rule's exported state left UNKNOWN (logged once).
+    assert_eq!(
+        w.take_logs(),
+        [
+            (
+                Level::Info,
+                "health: rule web UNKNOWN -> HEALTHY".to_owned()
+            ),
+            (
+                Level::Info,
+                "health: rule dns UNKNOWN -> HEALTHY".to_owned()
+            )
+        ]
+    );
+    w.advance(SEC);
     assert_eq!(w.take_logs(), [], "nothing to say while r1 is fine");
     w.set_health("10.1.0.1", State::Unhealthy);
     w.set_health("10.1.0.2", State::Unhealthy);
     w.advance(SEC);
-    // The change of where new connections go is logged, once (M20, M24).
+    // The change of where new connections go is logged, once (M20, M24),
+    // and so are the rules' exported states (web's service counts every
+    // region: 2 of 4 healthy is under 60 %).
     assert_eq!(
         w.take_logs(),
-        [(
-            Level::Info,
-            "locality: service web: new connections [r1 100.0 %] -> [r2 100.0 %]".to_owned()
-        )]
+        [
+            (
+                Level::Info,
+                "locality: service web: new connections [r1 100.0 %] -> [r2 100.0 %]".to_owned()
+            ),
+            (
+                Level::Info,
+                "health: rule web HEALTHY -> UNHEALTHY".to_owned()
+            ),
+            (
+                Level::Info,
+                "health: rule dns HEALTHY -> UNHEALTHY".to_owned()
+            )
+        ]
     );
     let failed_over = w.open(100, "10.0.0.10", 80);
     assert!(
@@ -252,10 +279,20 @@ fn failover_to_the_next_region_and_back() {
     w.advance(2 * SEC);
     assert_eq!(
         w.take_logs(),
-        [(
-            Level::Info,
-            "locality: service web: new connections [r2 100.0 %] -> [r1 100.0 %]".to_owned()
-        )]
+        [
+            (
+                Level::Info,
+                "locality: service web: new connections [r2 100.0 %] -> [r1 100.0 %]".to_owned()
+            ),
+            (
+                Level::Info,
+                "health: rule web UNHEALTHY -> HEALTHY".to_owned()
+            ),
+            (
+                Level::Info,
+                "health: rule dns UNHEALTHY -> HEALTHY".to_owned()
+            )
+        ]
     );
     let back = w.open(100, "10.0.0.10", 80);
     assert!(
@@ -448,6 +485,17 @@ destination = "web"
         Aggregate::Healthy,
         "the service's own export counts every region"
     );
+    // Each transition is logged once (and counted for the metrics).
+    for line in [
+        "health: source web-composite/api HEALTHY -> UNHEALTHY",
+        "health: composite web-composite HEALTHY -> UNHEALTHY",
+        "health: rule web HEALTHY -> UNHEALTHY",
+    ] {
+        assert!(w.logged(Level::Info, line), "{line} in {:?}", w.take_logs());
+    }
+    w.take_logs();
+    w.advance(SEC);
+    assert_eq!(w.take_logs(), [], "once");
     w.set_health("10.3.0.2", State::Healthy);
     w.advance(SEC);
     assert_eq!(w.rule_state("web"), Aggregate::Healthy);
