@@ -506,9 +506,10 @@ impl Balance {
         out
     }
 
-    /// Service `s`'s aggregated health under `policy`: over its endpoints
-    /// in `region`, or all of them. A region where it has no endpoint is
-    /// UNHEALTHY there (nothing serves it).
+    /// Service `s`'s aggregated health under `policy`: over its configured
+    /// endpoints in `region` (or all regions) that are not drained (their
+    /// zone or region, M37: they take no new connections). A region where
+    /// it has none is UNHEALTHY there (nothing serves it).
     fn service_health(
         &self,
         compiled: &Compiled,
@@ -519,14 +520,20 @@ impl Balance {
         let Some(svc) = compiled.services.get(s.index()) else {
             return Aggregate::Unknown;
         };
+        let (zones, regions) = self.drained.groups_of(compiled);
+        // A service drained whole is not drained at all (see `specs_from`).
+        let drain_applies = !self.drain_ignored.contains(&svc.name);
         let in_region = |id: &config::compiled::EndpointId| {
-            region.is_none_or(|r| {
-                compiled
-                    .endpoints
-                    .get(id.index())
-                    .and_then(|e| compiled.groups.get(e.group.index()))
-                    .is_some_and(|g| g.region == r)
-            })
+            compiled
+                .endpoints
+                .get(id.index())
+                .and_then(|e| compiled.groups.get(e.group.index()))
+                .is_some_and(|g| {
+                    region.is_none_or(|r| g.region == r)
+                        && !(drain_applies
+                            && (zones.get(g.zone.index()) == Some(&true)
+                                || regions.get(g.region.index()) == Some(&true)))
+                })
         };
         let states: Vec<State> = svc
             .endpoint_ids()

@@ -1022,6 +1022,35 @@ fn drain(w: &mut World, scope: control::drain::Scope, name: &str, on: bool) -> A
     })
 }
 
+/// What counts toward a service's health percentage (M19, M20): its
+/// configured endpoints, not those of a drained zone or region (they take
+/// no new connections, so an operator draining a broken zone restores the
+/// rule's exported state).
+#[test]
+fn drained_endpoints_do_not_count_toward_the_health_percentage() {
+    use control::drain::Scope;
+    let mut w = healthy_world(&two_zones(), 38);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    w.set_health("10.1.0.3", State::Unhealthy);
+    w.set_health("10.1.0.4", State::Unhealthy);
+    w.advance(SEC);
+    assert_eq!(
+        w.rule_state("web"),
+        Aggregate::Unhealthy,
+        "2 of 4 is under 60 %"
+    );
+    assert!(drain(&mut w, Scope::Zone, "r1-b", true).ok());
+    w.advance(SEC);
+    assert_eq!(
+        w.rule_state("web"),
+        Aggregate::Healthy,
+        "r1-b drained: 2 of 2"
+    );
+    assert!(drain(&mut w, Scope::Zone, "r1-b", false).ok());
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web"), Aggregate::Unhealthy);
+}
+
 /// M37: a drained zone takes no new connections from the next tick on (they
 /// go to the other zone), its established flows stay; undrained, it takes
 /// new ones again. The drain survives a reload; unknown names are refused.
