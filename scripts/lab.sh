@@ -221,7 +221,7 @@ zone = "lab-a"
 endpoints = [
 $endpoints]
 $(lab_far_group "$far_endpoints")
-$(lab_checks)
+$(lab_checks "$endpoints")
 [control]
 socket = "$dir/control.sock"
 $(lab_neighbours)
@@ -323,7 +323,14 @@ af_packet_frames() {
 # connections only when region "lab" cannot (M24, M26). LAB_EXCEPTION=per-port
 # checks the backends too (their probes leave by the backend port), and so
 # does LAB_HEALTH=1 (the demo) alone.
-health_checked() { [ "${LAB_REGIONS:-1}" = 2 ] || per_port || [ "${LAB_HEALTH:-0}" = 1 ]; }
+#
+# LAB_VIP_CHECK=1 checks through the VIP (target = "vip", M52), and adds a
+# service "web-own" (no rule) with the same backends checked at their own
+# addresses, to compare the two in `spillway status`.
+health_checked() {
+    [ "${LAB_REGIONS:-1}" = 2 ] || per_port || [ "${LAB_HEALTH:-0}" = 1 ] || vip_checked
+}
+vip_checked() { [ "${LAB_VIP_CHECK:-0}" = 1 ]; }
 
 lab_health() {
     health_checked || return 0
@@ -368,6 +375,30 @@ interval = "1s"
 timeout = "500ms"
 healthy_threshold = 1
 unhealthy_threshold = 2
+$(vip_checked && echo 'target = "vip"')
+TOML
+    vip_checked || return 0
+    cat <<TOML
+
+[[health_checks]]
+name = "own-address"
+type = "HTTP"
+port = 80
+interval = "1s"
+timeout = "500ms"
+healthy_threshold = 1
+unhealthy_threshold = 2
+
+[[backend_services]]
+name = "web-own"
+delivery = "gue"
+health_check = "own-address"
+[[backend_services.groups]]
+name = "lab-a"
+region = "lab"
+zone = "lab-a"
+endpoints = [
+$1]
 TOML
 }
 

@@ -432,6 +432,83 @@ fn lab_failover_between_regions_follows_health_checks() {
     }
 }
 
+#[test]
+fn lab_probes_through_the_vip_find_a_backend_that_lacks_it() {
+    // Service web is checked through its VIP (target = "vip", M52); web-own
+    // checks the same backends at their own addresses.
+    let lab = up("gue", &[("LAB_VIP_CHECK", "1")]);
+    let line = |svc: &str, b: u32, via: bool| {
+        let via = if via { " via 198.18.10.10" } else { "" };
+        format!("health {svc}/198.18.2.1{b}:80{via}: ")
+    };
+    for b in 1..=3 {
+        lab.wait_status(&[&line("web", b, true), "HEALTHY"], Duration::from_secs(20));
+    }
+    let before = lab.requests(60);
+    assert_eq!(lab::spread(&before).len(), 3, "{before:?}");
+
+    // Backend 2 loses the VIP from its loopback: its kernel drops what its
+    // decapsulator hands it, while its HTTP server still answers at
+    // 198.18.2.12.
+    lab.ip("b2", &["addr", "del", "198.18.10.10/32", "dev", "lo"]);
+    let removed = std::time::Instant::now();
+    let status = lab.wait_status(
+        &[&line("web", 2, true), "UNHEALTHY"],
+        Duration::from_secs(20),
+    );
+    eprintln!(
+        "backend2 unhealthy through the VIP after {:?}",
+        removed.elapsed()
+    );
+    for (svc, via) in [("web", true), ("web-own", false)] {
+        for b in [1, 3] {
+            assert!(
+                status
+                    .lines()
+                    .any(|l| l.contains(&line(svc, b, via)) && l.contains("HEALTHY")),
+                "{status}"
+            );
+        }
+    }
+    // The check at its own address still calls it healthy.
+    let own = status
+        .lines()
+        .find(|l| l.contains(&line("web-own", 2, false)))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(own.contains(": HEALTHY"), "{own}");
+    // New connections stop going to it.
+    let after = lab.requests(60);
+    assert!(lab::failed(&after).is_empty(), "{after:?}");
+    assert!(
+        after.iter().all(|b| b == "backend1" || b == "backend3"),
+        "{after:?}"
+    );
+    let stats = lab.ctl(&["stats"]);
+    let probes = stats
+        .split("vip probes ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(probes > 0, "{stats}");
+
+    // The VIP comes back: probes (still delivered while it was unhealthy)
+    // find it, and it takes new connections again.
+    lab.ip("b2", &["addr", "add", "198.18.10.10/32", "dev", "lo"]);
+    lab.wait_status(
+        &[&line("web", 2, true), ": HEALTHY"],
+        Duration::from_secs(20),
+    );
+    let back = lab.requests(60);
+    assert!(back.iter().any(|b| b == "backend2"), "{back:?}");
+    assert!(
+        lab.log()
+            .contains("health: web/198.18.2.12:80 via 198.18.10.10 HEALTHY -> UNHEALTHY"),
+        "{}",
+        lab.log()
+    );
+}
+
 /// A UDP packet from `src`:5555 to `dst`:`port` carrying `data` (UDP
 /// checksum zero), inside an Ethernet header, as `wire::encap::encapsulate`
 /// takes it.

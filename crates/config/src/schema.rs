@@ -138,6 +138,13 @@ pub struct Dataplane {
     /// requests are dropped and counted. 0: never answered.
     #[serde(default = "d_icmp_echo_rate")]
     pub icmp_echo_rate: u32,
+    /// Source ports of the health probes sent through VIPs (`target =
+    /// "vip"`, M52): each (endpoint, VIP) probed gets one, and the data
+    /// plane steers the host's packets from it to that endpoint. Must lie
+    /// outside the kernel's `net.ipv4.ip_local_port_range`; default
+    /// `"61000-61999"`.
+    #[serde(default = "d_vip_probe_ports")]
+    pub vip_probe_ports: PortSpec,
 }
 
 fn d_icmp_too_big_rate() -> u32 {
@@ -146,6 +153,13 @@ fn d_icmp_too_big_rate() -> u32 {
 
 fn d_icmp_echo_rate() -> u32 {
     1000
+}
+
+fn d_vip_probe_ports() -> PortSpec {
+    PortSpec::Ranges(vec![crate::values::PortRange {
+        lo: 61_000,
+        hi: 61_999,
+    }])
 }
 
 impl Dataplane {
@@ -196,6 +210,7 @@ impl Default for Dataplane {
             timeouts: Timeouts::default(),
             icmp_too_big_rate: d_icmp_too_big_rate(),
             icmp_echo_rate: d_icmp_echo_rate(),
+            vip_probe_ports: d_vip_probe_ports(),
         }
     }
 }
@@ -757,6 +772,19 @@ pub enum HealthCheckType {
     Https,
 }
 
+/// Where a health check's probes go (M52).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthCheckTarget {
+    /// The endpoint's own address.
+    #[default]
+    Endpoint,
+    /// Each VIP of the service's rules, delivered to the endpoint through
+    /// the service's delivery mode, as clients' packets are: health is kept
+    /// per (endpoint, VIP).
+    Vip,
+}
+
 /// `[[health_checks]]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -794,6 +822,10 @@ pub struct HealthCheck {
     /// kernel's choice on the exception interface.
     #[serde(default)]
     pub source_address: Option<IpAddr>,
+    /// `"endpoint"` (default): probe each endpoint's address; `"vip"`:
+    /// probe through each VIP (M52).
+    #[serde(default)]
+    pub target: HealthCheckTarget,
 }
 
 fn d_interval() -> Duration {

@@ -645,6 +645,7 @@ impl Balance {
             .map(|s| report::Health {
                 service: s.service.to_string(),
                 address: s.addr.to_string(),
+                vip: s.vip,
                 state: s.state.to_string(),
                 reason: (!s.last_reason.is_empty()).then(|| s.last_reason.clone()),
                 weight: s.weight,

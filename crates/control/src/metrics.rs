@@ -389,6 +389,9 @@ pub fn health(x: &mut Exposition, probed: &[EndpointStatus]) {
             ("service", s.service.to_string()),
             ("endpoint", s.addr.to_string()),
         ];
+        if let Some(v) = s.vip {
+            l.push(("vip", v.to_string()));
+        }
         if let Some((k, v)) = more {
             l.push((k, v.to_owned()));
         }

@@ -301,8 +301,10 @@ pub struct RemoteRule {
 pub struct Health {
     /// Its service.
     pub service: String,
-    /// Address and port probed.
+    /// The endpoint's address and the port probed.
     pub address: String,
+    /// The VIP it is probed through (M52); `null`: its own address.
+    pub vip: Option<IpAddr>,
     /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN`.
     pub state: String,
     /// The last probe's verdict (`null`: no probe yet).
@@ -621,9 +623,10 @@ impl Display for Status {
         for h in &self.health {
             let _ = writeln!(
                 out,
-                "  health {}/{}: {} ({}){}; {} ok / {} failed probes, {} transitions",
+                "  health {}/{}{}: {} ({}){}; {} ok / {} failed probes, {} transitions",
                 h.service,
                 h.address,
+                h.vip.map_or(String::new(), |v| format!(" via {v}")),
                 h.state,
                 h.reason.as_deref().unwrap_or("no probe yet"),
                 h.weight.map_or(String::new(), |w| format!(", weight {w}")),

@@ -24,6 +24,9 @@ use crate::remote::RemoteKey;
 pub struct ScriptedProbes {
     targets: Vec<health::Target>,
     states: HashMap<IpAddr, State>,
+    /// Verdicts of probes through a VIP (M52), by (endpoint, VIP); others
+    /// take the endpoint's.
+    via: HashMap<(IpAddr, IpAddr), State>,
     weights: HashMap<IpAddr, u16>,
     /// Endpoints of services without a health check, reported as if probed.
     unchecked: Vec<(EndpointId, Arc<str>, SocketAddr)>,
@@ -85,6 +88,13 @@ impl ScriptedProbes {
         self.generation += 1;
     }
 
+    /// Scripts the verdict of endpoint `addr`'s probe through `vip` (a
+    /// new generation).
+    pub fn set_state_via(&mut self, addr: IpAddr, vip: IpAddr, s: State) {
+        self.via.insert((addr, vip), s);
+        self.generation += 1;
+    }
+
     /// Scripts endpoint `addr`'s reported weight (a new generation).
     pub fn set_weight(&mut self, addr: IpAddr, weight: Option<u16>) {
         match weight {
@@ -134,7 +144,11 @@ impl ScriptedProbes {
                 endpoint: t.endpoint,
                 service: t.service.clone(),
                 addr: t.addr,
-                state: self.state(t.addr.ip()),
+                vip: t.via.map(|v| v.vip),
+                state: t
+                    .via
+                    .and_then(|v| self.via.get(&(t.addr.ip(), v.vip)).copied())
+                    .unwrap_or_else(|| self.state(t.addr.ip())),
                 weight: self.weights.get(&t.addr.ip()).copied(),
                 utilization: None,
                 last_latency: None,
@@ -149,6 +163,7 @@ impl ScriptedProbes {
                         endpoint: *id,
                         service: svc.clone(),
                         addr: *addr,
+                        vip: None,
                         state: self.state(addr.ip()),
                         weight: self.weights.get(&addr.ip()).copied(),
                         utilization: None,
@@ -159,8 +174,8 @@ impl ScriptedProbes {
                     }),
             )
             .collect();
-        endpoints.sort_by_key(|s| s.endpoint);
-        endpoints.dedup_by_key(|s| s.endpoint);
+        endpoints.sort_by_key(|s| (s.endpoint, s.vip));
+        endpoints.dedup_by_key(|s| (s.endpoint, s.vip));
         HealthSnapshot {
             generation: self.generation,
             endpoints,

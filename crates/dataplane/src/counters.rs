@@ -316,6 +316,14 @@ counters! {
             /// dropped (counted among `from_host` too).
             from_host_dropped: stats " (dropped without data port {})",
                 metric "from_host_dropped_packets_total" "Packets from an exception port that stands for no data port, dropped (also counted as from_host).";
+            /// Health probes through a VIP from the host (M52), delivered
+            /// to their endpoint (counted among `from_host` too).
+            vip_probes: stats "; vip probes {}",
+                metric "vip_probe_packets_total" "Packets of health probes through VIPs delivered to their endpoint (M52; also counted as from_host).";
+            /// Such probe packets that could not be delivered (no resolved
+            /// next hop, no tunnel source, no room to encapsulate).
+            vip_probes_dropped: stats " (dropped {})",
+                metric "vip_probe_dropped_packets_total" "Packets of health probes through VIPs that could not be delivered (also counted as from_host).";
             /// Packets the ports took for sending (forwarded, replies, to and
             /// from the host; not neighbour frames, counted apart).
             tx_packets: stats "; tx {}",
@@ -602,6 +610,8 @@ mod tests {
             nbr_sent: 45,
             nbr_send_failed: 46,
             from_host_dropped: 50,
+            vip_probes: 57,
+            vip_probes_dropped: 58,
             tx_packets: 51,
             polls: 52,
             idle_polls: 53,
@@ -640,7 +650,7 @@ mod tests {
         // The text `spillway stats` printed before its lines were derived
         // from the tables (operators' scripts and perf/bench.py read it).
         let mut want = format!(
-            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {} (dropped without data port {}); tx {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; echo replies {}; mtu exceeded forwarded {}; gateway returned {}\n",
+            "rx {} packets {} bytes; forwarded {}; arp replies {}; nd replies {}; no-backend resets {}; to host {} (dropped without exception port {}); from host {} (dropped without data port {}); vip probes {} (dropped {}); tx {}; tx dropped {}; decapsulated ipip {} gre {} gue {} geneve {}; icmp too big {}; echo replies {}; mtu exceeded forwarded {}; gateway returned {}\n",
             c.rx_packets,
             c.rx_bytes,
             c.forwarded,
@@ -651,6 +661,8 @@ mod tests {
             c.host_dropped,
             c.from_host,
             c.from_host_dropped,
+            c.vip_probes,
+            c.vip_probes_dropped,
             c.tx_packets,
             c.tx_dropped,
             c.decap_ipip,
@@ -741,6 +753,8 @@ mod tests {
                 ("to_host_dropped_packets_total", c.host_dropped),
                 ("from_host_packets_total", c.from_host),
                 ("from_host_dropped_packets_total", c.from_host_dropped),
+                ("vip_probe_packets_total", c.vip_probes),
+                ("vip_probe_dropped_packets_total", c.vip_probes_dropped),
                 ("tx_packets_total", c.tx_packets),
                 ("tx_dropped_packets_total", c.tx_dropped),
                 ("decap_ipip_packets_total", c.decap_ipip),

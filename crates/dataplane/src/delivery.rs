@@ -127,3 +127,42 @@ pub(crate) fn deliver<B: PacketBuf>(
         .map(|_| ())
         .map_err(|_| DropReason::EncapFailed)
 }
+
+/// A packet the host's stack sent through an exception port, when it is a
+/// health probe through a VIP (M52): TCP from a steered source port to that
+/// port's VIP. It is delivered to the probed endpoint by its service's
+/// delivery mode, as a client's packet would be, so the probe finds out
+/// whether the endpoint takes the VIP's traffic. `None`: not a probe (it
+/// leaves unchanged, as any host packet).
+pub(crate) fn steer_probe<B: PacketBuf>(
+    snap: &Snapshot,
+    pkt: &mut B,
+) -> Option<Result<(), DropReason>> {
+    let wire::packet::Frame::Ip(_, info) = wire::packet::parse_frame(pkt.data()).ok()? else {
+        return None;
+    };
+    let (sport, _) = info.ports?;
+    if info.proto != wire::ip::proto::TCP || info.fragment != wire::packet::Fragment::No {
+        return None;
+    }
+    let steer = snap.probe_steer(sport)?;
+    if steer.vip != info.dst {
+        return None;
+    }
+    let plan = snap.services.get(steer.svc as usize)?;
+    let Ok(inner) = InnerIp::of(pkt.data()) else {
+        return Some(Err(DropReason::Malformed));
+    };
+    // One probe connection, one outer flow: its source port is its hash.
+    let hash = u64::from(sport).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    Some(deliver(
+        snap,
+        plan,
+        steer.svc as usize,
+        (steer.slot, 0),
+        None,
+        hash,
+        &inner,
+        pkt,
+    ))
+}

@@ -191,12 +191,24 @@ impl<B: PacketBurst> Engine<B> {
                 // From the host's stack (ARP, BGP, SSH, probes): out the
                 // data port this exception port stands for.
                 counters.from_host += n as u64;
-                match data_port {
-                    Some(out) => self
-                        .rx
-                        .drain_each(|_, m| push(tx, out, m, &mut counters.tx_dropped)),
-                    None => self.rx.drain_each(|_, _| counters.from_host_dropped += 1),
-                }
+                let steering = !snap.probe_steering.is_empty();
+                self.rx.drain_each(|_, mut m| {
+                    // A health probe through a VIP (M52) goes to its endpoint.
+                    if steering && let Some(steered) = crate::delivery::steer_probe(snap, &mut m) {
+                        match (steered, backend) {
+                            (Ok(()), Some(b)) => {
+                                counters.vip_probes += 1;
+                                push(tx, b, m, &mut counters.tx_dropped)
+                            }
+                            _ => counters.vip_probes_dropped += 1,
+                        }
+                        return;
+                    }
+                    match data_port {
+                        Some(out) => push(tx, out, m, &mut counters.tx_dropped),
+                        None => counters.from_host_dropped += 1,
+                    }
+                });
             } else {
                 let Some(verdicts) = self.verdicts.get_mut(..n) else {
                     // A burst larger than the engine was built for: never

@@ -298,6 +298,34 @@ pub struct Snapshot {
     /// Appliances (backends of gateway services) by address, sorted: the
     /// only sources a returned Geneve packet is taken from (M32).
     pub appliances: Vec<(IpAddr, u32)>,
+    /// Health probes through VIPs (M52), sorted by source port: what the
+    /// host sends from one of these ports to its VIP goes to its backend.
+    pub probe_steering: Vec<ProbeSteer>,
+}
+
+/// Where the host's probe from one source port goes (M52).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeSteer {
+    /// The probe's source port.
+    pub source_port: u16,
+    /// The VIP it connects to (IPv4-mapped); other destinations are not
+    /// steered.
+    pub vip: [u8; 16],
+    /// The endpoint's backend slot.
+    pub slot: u32,
+    /// Its service's index.
+    pub svc: u32,
+}
+
+impl Snapshot {
+    /// The steering of the host's probe from `source_port` (binary search).
+    pub fn probe_steer(&self, source_port: u16) -> Option<&ProbeSteer> {
+        let i = self
+            .probe_steering
+            .binary_search_by_key(&source_port, |p| p.source_port)
+            .ok()?;
+        self.probe_steering.get(i)
+    }
 }
 
 /// A gateway endpoint as the pipeline recognises it (M31): frames from its
@@ -855,6 +883,8 @@ impl SnapshotBuilder {
             .map(|i| compiled.gateways.iter().any(|g| g.service.index() == i))
             .collect();
         let mut appliances: Vec<(IpAddr, u32)> = Vec::new();
+        // Backend slot of every endpoint, by its index in `compiled.endpoints`.
+        let mut endpoint_slot: Vec<u32> = vec![u32::MAX; compiled.endpoints.len()];
         for (svc_index, svc) in compiled.services.iter().enumerate() {
             let svc_id = u32::try_from(svc_index).unwrap_or(u32::MAX);
             let drain_ticks = ticks(svc.connection_draining_timeout, ticks_per_second);
@@ -901,6 +931,9 @@ impl SnapshotBuilder {
                     appliances.push((ep.address, slot));
                 }
                 slot_of.push(slot);
+                if let Some(s) = endpoint_slot.get_mut(ep_id.0 as usize) {
+                    *s = slot;
+                }
             }
             let mut regions = Vec::with_capacity(sel.regions.len());
             for (sets, zones) in sel.regions {
@@ -1006,6 +1039,21 @@ impl SnapshotBuilder {
         let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
         let too_big = compiled.settings.dataplane.icmp_too_big_rate;
         let echo = compiled.settings.dataplane.icmp_echo_rate;
+        let mut probe_steering: Vec<ProbeSteer> = compiled
+            .vip_probes
+            .iter()
+            .filter_map(|p| {
+                let slot = *endpoint_slot.get(p.endpoint.0 as usize)?;
+                let ep = compiled.endpoints.get(p.endpoint.0 as usize)?;
+                (slot != u32::MAX).then_some(ProbeSteer {
+                    source_port: p.source_port,
+                    vip: wire::ip::to_mapped(&p.vip),
+                    slot,
+                    svc: ep.service.0,
+                })
+            })
+            .collect();
+        probe_steering.sort_by_key(|p| p.source_port);
         Ok(Snapshot {
             generation: self.generation,
             new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
@@ -1025,6 +1073,7 @@ impl SnapshotBuilder {
             tunnel_ingress: compiled.tunnel_ingress.clone(),
             gateways: gateway_hops(&compiled, &local),
             appliances,
+            probe_steering,
             compiled,
             services,
             backends,

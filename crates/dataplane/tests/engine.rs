@@ -535,3 +535,80 @@ fn new_flow_entries_are_queued_for_sync() {
     assert_eq!(s.engine.worker.counters.sync_lost, 2);
     assert_eq!(q.entries.len(), 3);
 }
+
+/// TCP from the host (10.0.0.2:`sport`) to `dst`:80, as it leaves the
+/// kernel's exception interface.
+fn host_tcp(dst: [u8; 4], sport: u16) -> Vec<u8> {
+    Packet::tcp(
+        Ipv4Addr::new(10, 0, 0, 2).into(),
+        IpAddr::from(dst),
+        sport,
+        80,
+        0x02,
+    )
+    .macs(LB_MAC, [2, 0, 0, 0, 0, 0xfe])
+    .frame()
+}
+
+#[test]
+fn the_hosts_probes_through_a_vip_go_to_their_endpoint_whatever_its_health() {
+    // TCP 80 on 10.0.0.10 over GUE to two endpoints, checked through the
+    // VIP: endpoint 10.0.1.11 probes from port 61000, 10.0.1.12 from 61001.
+    let text = Config::new()
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(
+            port("be", "net_ring1", "backend")
+                .strs("addresses", &["10.0.1.2/30"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .port(port("kernel", "net_tap0", "exception"))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "", "web").set("ports", 80))
+        .service(service("web", "gue").str("health_check", "h").child(
+            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+        ))
+        .health_check(
+            testkit::config::health_check("h", "TCP")
+                .set("port", 80)
+                .str("target", "vip"),
+        )
+        .build();
+    let mut s = setup_text(&text);
+    // Both endpoints unhealthy: probes must still reach them, or they
+    // could never recover.
+    let compiled = Arc::clone(&s.snap.compiled);
+    let local = s.snap.local.clone();
+    let down = |_| EndpointHealth {
+        healthy: false,
+        weight: None,
+    };
+    s.snap = SnapshotBuilder::new()
+        .build(compiled, local, down, 0, 1)
+        .expect("snapshot");
+    let (up, be, kernel) = (0, 1, 2);
+    s.io.rx[kernel].extend([
+        host_tcp([10, 0, 0, 10], 61001), // endpoint 10.0.1.12's probe
+        host_tcp([10, 0, 0, 10], 61000), // endpoint 10.0.1.11's
+        host_tcp([10, 0, 0, 11], 61000), // its port, not its VIP
+        host_tcp([10, 0, 0, 10], 40000), // the host's own connection
+    ]);
+    assert_eq!(s.poll(), 4);
+    let outer_dst = |f: &[u8]| Ipv4Addr::new(f[30], f[31], f[32], f[33]);
+    assert_eq!(s.io.tx[be].len(), 2);
+    assert_eq!(outer_dst(&s.io.tx[be][0]), Ipv4Addr::new(10, 0, 1, 12));
+    assert_eq!(outer_dst(&s.io.tx[be][1]), Ipv4Addr::new(10, 0, 1, 11));
+    for (out, probe) in s.io.tx[be].iter().zip([61001, 61000]) {
+        assert_eq!(out[14 + 9], 17, "GUE over UDP");
+        assert!(out.ends_with(&host_tcp([10, 0, 0, 10], probe)[14..]));
+    }
+    // The rest leaves by the uplink as the host sent it.
+    assert_eq!(
+        s.io.tx[up],
+        vec![
+            host_tcp([10, 0, 0, 11], 61000),
+            host_tcp([10, 0, 0, 10], 40000)
+        ]
+    );
+    let c = &s.engine.worker.counters;
+    assert_eq!((c.from_host, c.vip_probes, c.vip_probes_dropped), (4, 2, 0));
+    assert_eq!(c.forwarded, 0, "probes are not client traffic");
+}

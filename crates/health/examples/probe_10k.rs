@@ -294,6 +294,7 @@ fn main() {
             service: Arc::from("bench"),
             addr,
             check: check.clone(),
+            via: None,
         })
         .collect();
     let started = Instant::now();

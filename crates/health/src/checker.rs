@@ -21,8 +21,8 @@
 //! not bump it (metrics read them with `snapshot` at their own pace).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -73,8 +73,10 @@ pub struct EndpointStatus {
     pub endpoint: EndpointId,
     /// Its service.
     pub service: Arc<str>,
-    /// Address and port probed.
+    /// The endpoint's address and the port probed.
     pub addr: SocketAddr,
+    /// The VIP probed through (M52); `None`: the endpoint's own address.
+    pub vip: Option<IpAddr>,
     /// Current state.
     pub state: State,
     /// Weight reported by the last passing probe's header (M17); `None`:
@@ -115,17 +117,29 @@ pub struct HealthSnapshot {
     /// a change racing the copy may already show, and then shows again with
     /// the next generation — never lost.
     pub generation: u64,
-    /// One per target (deduplicated), sorted by `endpoint`.
+    /// One per target (deduplicated), sorted by `endpoint`, then VIP.
     pub endpoints: Vec<EndpointStatus>,
 }
 
 impl HealthSnapshot {
-    /// The status of `endpoint` (binary search).
+    /// The status that decides `endpoint`'s health (binary search): its
+    /// probe's, or of an endpoint probed through several VIPs (M52) the
+    /// first UNHEALTHY one, else the first UNKNOWN, else the first — an
+    /// endpoint takes new flows only when every VIP reaches it.
     pub fn get(&self, endpoint: EndpointId) -> Option<&EndpointStatus> {
-        self.endpoints
-            .binary_search_by(|s| s.endpoint.cmp(&endpoint))
-            .ok()
-            .and_then(|i| self.endpoints.get(i))
+        let all = self.all(endpoint);
+        all.iter()
+            .find(|s| s.state == State::Unhealthy)
+            .or_else(|| all.iter().find(|s| s.state == State::Unknown))
+            .or_else(|| all.first())
+    }
+
+    /// Every status of `endpoint`: one per VIP it is probed through, else
+    /// at most one.
+    pub fn all(&self, endpoint: EndpointId) -> &[EndpointStatus] {
+        let lo = self.endpoints.partition_point(|s| s.endpoint < endpoint);
+        let hi = self.endpoints.partition_point(|s| s.endpoint <= endpoint);
+        self.endpoints.get(lo..hi).unwrap_or_default()
     }
 }
 
@@ -146,6 +160,9 @@ struct SlotStatus {
 struct Slot {
     service: Arc<str>,
     addr: SocketAddr,
+    vip: Option<IpAddr>,
+    /// Through a VIP: the source port, which a reload may move (0: none).
+    source_port: AtomicU16,
     status: Mutex<SlotStatus>,
 }
 
@@ -198,8 +215,9 @@ impl Slot {
             changed
         };
         if let Some(t) = transition {
+            let via = self.vip.map(|v| format!(" via {v}")).unwrap_or_default();
             log::info!(
-                "health: {}/{} {} -> {} ({reason})",
+                "health: {}/{}{via} {} -> {} ({reason})",
                 self.service,
                 self.addr,
                 t.from,
@@ -211,7 +229,7 @@ impl Slot {
 }
 
 /// Identity of a probe across updates.
-type Key = (Arc<str>, SocketAddr, Check);
+type Key = (Arc<str>, SocketAddr, Check, Option<IpAddr>);
 
 struct Entry {
     slot: Arc<Slot>,
@@ -233,7 +251,7 @@ pub struct HealthChecker {
     prober: Prober,
     generation: Arc<AtomicU64>,
     entries: HashMap<Key, Entry>,
-    /// Sorted by endpoint handle.
+    /// Sorted by endpoint handle, then VIP.
     list: Vec<(EndpointId, Arc<Slot>)>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -297,23 +315,28 @@ impl HealthChecker {
         let mut old = std::mem::take(&mut self.entries);
         let mut list = Vec::with_capacity(targets.len());
         for (index, t) in targets.into_iter().enumerate() {
-            let key: Key = (Arc::clone(&t.service), t.addr, t.check.clone());
+            let vip = t.via.map(|v| v.vip);
+            let source_port = t.via.map_or(0, |v| v.source_port);
+            let key: Key = (Arc::clone(&t.service), t.addr, t.check.clone(), vip);
             let slot = if let Some(e) = self.entries.get(&key) {
                 Arc::clone(&e.slot) // listed twice
             } else if let Some(e) = old.remove(&key) {
                 let slot = Arc::clone(&e.slot);
+                slot.source_port.store(source_port, Ordering::Relaxed);
                 self.entries.insert(key, e);
                 slot
             } else {
                 let slot = Arc::new(Slot {
                     service: Arc::clone(&t.service),
                     addr: t.addr,
+                    vip,
+                    source_port: AtomicU16::new(source_port),
                     status: Mutex::new(SlotStatus::default()),
                 });
                 let offset = phase(index, t.check.interval);
                 let task = self.handle.spawn(run(
                     Arc::clone(&slot),
-                    Prepared::new(t.addr, t.check),
+                    Prepared::new(t.connect_to(), t.check),
                     self.prober.clone(),
                     Arc::clone(&self.generation),
                     offset,
@@ -332,7 +355,7 @@ impl HealthChecker {
         for e in old.values() {
             e.task.abort();
         }
-        list.sort_by_key(|(id, _)| *id);
+        list.sort_by_key(|(id, slot)| (*id, slot.vip));
         self.list = list;
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -366,6 +389,7 @@ impl HealthChecker {
                     endpoint: *id,
                     service: Arc::clone(&slot.service),
                     addr: slot.addr,
+                    vip: slot.vip,
                     state: s.state,
                     weight: s.weight,
                     utilization: s.utilization,
@@ -432,7 +456,8 @@ async fn run(
     generation: Arc<AtomicU64>,
     offset: Duration,
 ) {
-    let check = probe.check();
+    let mut probe = probe;
+    let check = probe.check().clone();
     let mut tracker = Tracker::new(check.healthy_threshold, check.unhealthy_threshold);
     let start = tokio::time::Instant::now() + offset;
     let mut ticker = tokio::time::interval_at(start, check.interval);
@@ -441,6 +466,8 @@ async fn run(
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
         ticker.tick().await;
+        let port = slot.source_port.load(Ordering::Relaxed);
+        probe.set_source_port((port != 0).then_some(port));
         let began = Instant::now();
         let result = prober.run(&probe).await;
         let latency = began.elapsed();

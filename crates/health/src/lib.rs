@@ -41,6 +41,14 @@
 //! endpoint address (with `:port` unless the port is 80 for HTTP or 443 for
 //! HTTPS).
 //!
+//! A check with `target = "vip"` (M52) probes each endpoint through each
+//! VIP of its service instead: the probe connects to `VIP:port` from its own
+//! source port ([`Via`]), and the data plane delivers what the host sends
+//! from that port to the endpoint, encapsulated like a client's packet. Such
+//! probes always close with a reset, since a fixed source port in
+//! `TIME_WAIT` would fail the next connect. The endpoint's verdict is the
+//! worst of its probes' ([`HealthSnapshot::get`]).
+//!
 //! TCP probes close with a reset (`SO_LINGER` 0), as HAProxy's do, so that
 //! thousands of probes a second leave no `TIME_WAIT` sockets on the node;
 //! backends may log them as resets. HTTP(S) probes close normally after the
@@ -87,4 +95,4 @@ pub use checker::{Counters, EndpointStatus, HealthChecker, HealthSnapshot, THREA
 pub use error::HealthError;
 pub use probe::{ProbeError, ProbeOk, Prober, UTILIZATION_HEADER, WEIGHT_HEADER};
 pub use state::{State, Tracker, Transition};
-pub use target::{Check, ProbeKind, Target, targets_from_compiled};
+pub use target::{Check, ProbeKind, Target, Via, targets_from_compiled};

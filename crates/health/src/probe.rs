@@ -237,6 +237,8 @@ impl fmt::Debug for Prober {
 #[derive(Clone, Debug)]
 pub struct Prepared {
     addr: SocketAddr,
+    /// Bound before connecting (a probe through a VIP, M52).
+    source_port: Option<u16>,
     check: Check,
     request: Arc<[u8]>,
     server_name: ServerName<'static>,
@@ -249,10 +251,18 @@ impl Prepared {
         let server_name = crate::tls::server_name(check.host.as_deref(), addr.ip());
         Self {
             addr,
+            source_port: None,
             check,
             request,
             server_name,
         }
+    }
+
+    /// Binds this source port before connecting (`None`: the kernel's
+    /// choice). Such probes always close with a reset: a `TIME_WAIT` on the
+    /// port would fail the next probe's connect.
+    pub fn set_source_port(&mut self, port: Option<u16>) {
+        self.source_port = port;
     }
 
     /// The check.
@@ -291,8 +301,12 @@ impl Prober {
     }
 
     async fn run_unbounded(&self, p: &Prepared) -> Result<ProbeOk, ProbeError> {
-        let tcp_only = p.check.kind == ProbeKind::Tcp;
-        let mut stream = connect(p.addr, p.check.source_address, tcp_only).await?;
+        let abortive = p.check.kind == ProbeKind::Tcp || p.source_port.is_some();
+        let source = Source {
+            addr: p.check.source_address,
+            port: p.source_port,
+        };
+        let mut stream = connect(p.addr, source, abortive).await?;
         match p.check.kind {
             ProbeKind::Tcp => Ok(ProbeOk {
                 status: None,
@@ -314,12 +328,19 @@ impl Prober {
     }
 }
 
+/// What a probe binds to before connecting.
+#[derive(Clone, Copy)]
+struct Source {
+    addr: Option<IpAddr>,
+    port: Option<u16>,
+}
+
 /// Connects, binding to `source` first when given. TCP-only checks close
 /// with a reset (`SO_LINGER` 0, as HAProxy does) so that thousands of probes
 /// a second leave no `TIME_WAIT` sockets behind on the balancer.
 async fn connect(
     addr: SocketAddr,
-    source: Option<IpAddr>,
+    source: Source,
     abortive_close: bool,
 ) -> Result<TcpStream, ProbeError> {
     let socket = match addr {
@@ -327,15 +348,27 @@ async fn connect(
         SocketAddr::V6(_) => TcpSocket::new_v6(),
     }
     .map_err(|e| ProbeError::Connect(e.to_string()))?;
-    if let Some(src) = source {
+    let unspecified = match addr {
+        SocketAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    if source.addr.is_some() || source.port.is_some() {
+        let src = source.addr.unwrap_or(unspecified);
         if src.is_ipv4() != addr.is_ipv4() {
             return Err(ProbeError::Bind {
                 addr: src,
                 reason: "not the endpoint's IP version".to_owned(),
             });
         }
+        // A fixed port (M52) may still be held by the previous probe's
+        // socket being torn down; the 4-tuple stays unique regardless.
+        if source.port.is_some() {
+            socket
+                .set_reuseaddr(true)
+                .map_err(|e| ProbeError::Connect(e.to_string()))?;
+        }
         socket
-            .bind(SocketAddr::new(src, 0))
+            .bind(SocketAddr::new(src, source.port.unwrap_or(0)))
             .map_err(|e| ProbeError::Bind {
                 addr: src,
                 reason: e.to_string(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use config::Compiled;
 use config::compiled::EndpointId;
-use config::schema::{GroupKind, HealthCheck, HealthCheckType};
+use config::schema::{GroupKind, HealthCheck, HealthCheckTarget, HealthCheckType};
 
 use crate::error::HealthError;
 
@@ -159,17 +159,42 @@ pub struct Target {
     pub endpoint: EndpointId,
     /// Backend service name (logs; part of the identity).
     pub service: Arc<str>,
-    /// Address and port probed.
+    /// The endpoint's address and the port probed.
     pub addr: SocketAddr,
     /// Settings.
     pub check: Check,
+    /// Probed through a VIP (M52): part of the identity.
+    pub via: Option<Via>,
+}
+
+/// How a probe through a VIP goes: to `vip` at the target's port, from
+/// `source_port`, which the data plane maps to the target's endpoint (M52).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Via {
+    /// The VIP connected to.
+    pub vip: IpAddr,
+    /// The source port bound. Not part of the identity: a reload that
+    /// moves it keeps the probe's state.
+    pub source_port: u16,
+}
+
+impl Target {
+    /// Where the probe connects: the VIP's address for a probe through a
+    /// VIP, else the endpoint's.
+    pub fn connect_to(&self) -> SocketAddr {
+        match self.via {
+            Some(v) => SocketAddr::new(v.vip, self.addr.port()),
+            None => self.addr,
+        }
+    }
 }
 
 /// One target per endpoint of every service that has a health check, in
-/// endpoint order. Endpoints of services without a check (always healthy)
-/// and `remote_rule` groups (their state comes from the remote's status,
-/// M21) are left out, as are endpoints without a port to probe (validation
-/// rejects those).
+/// endpoint order; with `target = "vip"`, one per endpoint and VIP of its
+/// service ([`Compiled::vip_probes`], M52). Endpoints of services without a
+/// check (always healthy) and `remote_rule` groups (their state comes from
+/// the remote's status, M21) are left out, as are endpoints without a port
+/// to probe (validation rejects those).
 pub fn targets_from_compiled(c: &Compiled) -> Result<Vec<Target>, HealthError> {
     let mut checks = Vec::with_capacity(c.health_checks.len());
     for hc in &c.health_checks {
@@ -191,12 +216,37 @@ pub fn targets_from_compiled(c: &Compiled) -> Result<Vec<Target>, HealthError> {
             let Some(port) = ep.health_port else {
                 continue;
             };
-            out.push(Target {
+            let target = Target {
                 endpoint: id,
                 service: Arc::clone(&name),
                 addr: SocketAddr::new(ep.address, port),
                 check: check.clone(),
-            });
+                via: None,
+            };
+            let through_vips = svc
+                .health_check
+                .and_then(|h| c.health_checks.get(h.index()))
+                .is_some_and(|h| h.target == HealthCheckTarget::Vip);
+            if !through_vips {
+                out.push(target);
+                continue;
+            }
+            let first = c.vip_probes.partition_point(|p| p.endpoint < id);
+            for p in c
+                .vip_probes
+                .iter()
+                .skip(first)
+                .take_while(|p| p.endpoint == id)
+            {
+                out.push(Target {
+                    addr: SocketAddr::new(ep.address, p.port),
+                    via: Some(Via {
+                        vip: p.vip,
+                        source_port: p.source_port,
+                    }),
+                    ..target.clone()
+                });
+            }
         }
     }
     Ok(out)

@@ -486,3 +486,102 @@ fn duplicate_targets_share_one_probe() {
     });
     assert_eq!(s.endpoints.len(), 3);
 }
+
+/// Ports nothing holds now (bound once and released).
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+#[test]
+fn probes_through_a_vip_come_from_their_source_port_and_keep_state_when_it_moves() {
+    let rt = runtime();
+    // The "VIP" is the server's address; the endpoints' own addresses are
+    // never connected to (TEST-NET-1).
+    let server = serve(&rt, |_| ok());
+    let vip = server.addr.ip();
+    let check = fast(Check::http("/"), 50, 1, 1);
+    let ports = free_ports(4);
+    let via = |id: u32, vip: IpAddr, source_port: u16| health::Target {
+        via: Some(health::Via { vip, source_port }),
+        ..target(
+            id,
+            "web",
+            SocketAddr::new(
+                format!("192.0.2.{}", id + 1).parse().unwrap(),
+                server.addr.port(),
+            ),
+            &check,
+        )
+    };
+    // Endpoint 0 through a second VIP where nothing listens: unhealthy there.
+    let dead_vip: IpAddr = "127.0.0.3".parse().unwrap();
+    let mut checker = HealthChecker::start(vec![
+        via(0, vip, ports[0]),
+        via(1, vip, ports[1]),
+        via(0, dead_vip, ports[2]),
+    ])
+    .unwrap();
+    let s = wait_for(&checker, "endpoint 1 healthy, 0 unhealthy", |s| {
+        is(1, State::Healthy)(s) && is(0, State::Unhealthy)(s)
+    });
+    // Endpoint 0's probe through the live VIP passes; its other one decides.
+    let all: Vec<(Option<IpAddr>, State)> = s
+        .all(EndpointId(0))
+        .iter()
+        .map(|e| (e.vip, e.state))
+        .collect();
+    assert_eq!(
+        all,
+        [
+            (Some(vip), State::Healthy),
+            (Some(dead_vip), State::Unhealthy)
+        ]
+    );
+    assert_eq!(ep(&s, 0).vip, Some(dead_vip));
+    // Every connection came from a probe's own port; repeated probes from
+    // one port never failed (no TIME_WAIT left behind).
+    let used = |p: u16| {
+        server
+            .peers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.port() == p)
+            .count()
+    };
+    wait_for(&checker, "several probes from each port", |_| {
+        used(ports[0]) >= 3 && used(ports[1]) >= 3
+    });
+    assert!(
+        server
+            .peers
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|a| a.port() == ports[0] || a.port() == ports[1] || a.port() == ports[3]),
+        "{:?}",
+        server.peers.lock().unwrap()
+    );
+    let failed = ep(&checker.snapshot(), 1).counters.probes_failed;
+    assert_eq!(failed, 0);
+
+    // A reload moves endpoint 1's source port: it stays HEALTHY, and its
+    // probes come from the new port.
+    checker
+        .update(vec![
+            via(0, vip, ports[0]),
+            via(1, vip, ports[3]),
+            via(0, dead_vip, ports[2]),
+        ])
+        .unwrap();
+    assert_eq!(ep(&checker.snapshot(), 1).state, State::Healthy);
+    wait_for(&checker, "probes from the new port", |_| {
+        used(ports[3]) >= 2
+    });
+    assert_eq!(ep(&checker.snapshot(), 1).state, State::Healthy);
+}

@@ -7,10 +7,10 @@ use super::rules::build_index;
 use super::{
     Balancing, ChildRule, ChildRuleId, Compiled, Composite, CompositeId, DEFAULT_MAX_UTILIZATION,
     Delivery, Endpoint, GUE_PORT, GatewayEndpoint, Group, GroupId, HealthCheckId, NodeInfo,
-    RegionId, Rule, RuleId, Service, ServiceId, Settings, ZoneId, dense, flow_tags,
+    RegionId, Rule, RuleId, Service, ServiceId, Settings, VipProbe, ZoneId, dense, flow_tags,
 };
 use super::{IngressPolicy, url_host};
-use crate::schema::{Config, DeliveryMode, GeneveOptions, Protocol, RuleMode};
+use crate::schema::{Config, DeliveryMode, GeneveOptions, HealthCheckTarget, Protocol, RuleMode};
 use crate::values::Prefix;
 
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
@@ -286,6 +286,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         .collect();
     client_zones.sort_by(|a, b| b.0.len.cmp(&a.0.len).then(a.0.cmp(&b.0)));
 
+    let vip_probes = vip_probes(cfg, &services, &endpoints, &rules, &children);
     Compiled {
         node: NodeInfo {
             name: cfg.node.name.clone(),
@@ -322,6 +323,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             control: cfg.control.clone(),
             neighbours: cfg.neighbours.clone(),
         },
+        vip_probes,
         tunnel_ingress: ingress_policy(cfg),
     }
 }
@@ -383,6 +385,61 @@ fn exception_for(ports: &[crate::schema::Port]) -> Vec<Option<usize>> {
 fn default_capacity_share(cfg: &Config) -> f64 {
     let peers = cfg.flow_sync.as_ref().map_or(0, |f| f.peers.len());
     1.0 / (peers as f64 + 1.0)
+}
+
+/// The probes through VIPs (M52): for each service whose check targets
+/// `vip`, each endpoint with a port to probe, each distinct VIP of the
+/// service's rules (in rule order); source ports in `vip_probe_ports`
+/// order. Validation made sure there are ports enough; past them probes
+/// are left out rather than given a port twice.
+fn vip_probes(
+    cfg: &Config,
+    services: &[Service],
+    endpoints: &[Endpoint],
+    rules: &[Rule],
+    children: &[ChildRule],
+) -> Vec<VipProbe> {
+    let mut ports = cfg
+        .dataplane
+        .vip_probe_ports
+        .ranges()
+        .into_iter()
+        .flat_map(|r| r.lo..=r.hi);
+    let mut out = Vec::new();
+    for (si, svc) in services.iter().enumerate() {
+        let vip_check = svc
+            .health_check
+            .and_then(|c| cfg.health_checks.get(c.index()))
+            .is_some_and(|h| h.target == HealthCheckTarget::Vip);
+        if !vip_check {
+            continue;
+        }
+        let mut vips: Vec<IpAddr> = Vec::new();
+        for r in rules.iter().filter(|r| r.service.index() == si) {
+            for c in r.children.iter().filter_map(|c| children.get(c.index())) {
+                if !vips.contains(&c.vip) {
+                    vips.push(c.vip);
+                }
+            }
+        }
+        for id in svc.endpoint_ids() {
+            let Some(port) = endpoints.get(id.index()).and_then(|e| e.health_port) else {
+                continue;
+            };
+            for &vip in &vips {
+                let Some(source_port) = ports.next() else {
+                    return out;
+                };
+                out.push(VipProbe {
+                    endpoint: id,
+                    vip,
+                    port,
+                    source_port,
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

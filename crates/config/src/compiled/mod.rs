@@ -146,6 +146,24 @@ pub struct Compiled {
     pub settings: Settings,
     /// `[tunnel_ingress]`, resolved (M49).
     pub tunnel_ingress: IngressPolicy,
+    /// Health probes through VIPs (M52), sorted by endpoint then VIP, each
+    /// with its own source port.
+    pub vip_probes: Vec<VipProbe>,
+}
+
+/// One health probe through a VIP (`target = "vip"`, M52): the host
+/// connects to `vip:port` from `source_port`, and the data plane delivers
+/// what it sends from that port to `endpoint`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VipProbe {
+    /// The endpoint probed.
+    pub endpoint: EndpointId,
+    /// The VIP probed (one of its service's rules').
+    pub vip: IpAddr,
+    /// The port probed: the check's, else the endpoint's.
+    pub port: u16,
+    /// The probe's source port, from `[dataplane] vip_probe_ports`.
+    pub source_port: u16,
 }
 
 /// `[tunnel_ingress]`, resolved (M49): which tunnels to the node's own
@@ -317,5 +335,40 @@ prefixes = ["10.5.0.0/16", "fd00::/8"]
         assert_eq!(zone("10.6.1.1"), Some("r1-a"));
         assert_eq!(zone("fd12::1"), Some("r1-b"));
         assert_eq!(zone("192.0.2.1"), None);
+    }
+
+    #[test]
+    fn probes_through_vips_take_one_source_port_each() {
+        use super::fixture::{V4, V6, rule};
+        let rules = format!(
+            "{}{}[dataplane]\nvip_probe_ports = \"61000-61001,62000-62009\"\n[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 8080\ntarget = \"vip\"\n",
+            rule("a", V4, "TCP", "80"),
+            rule("b", V6, "TCP", "443"),
+        );
+        let text = doc("", &rules).replace(
+            "delivery = \"gre\"",
+            "delivery = \"gre\"\nhealth_check = \"h\"",
+        );
+        let c = load(&text).unwrap().compiled;
+        let got: Vec<(u32, String, u16, u16)> = c
+            .vip_probes
+            .iter()
+            .map(|p| (p.endpoint.0, p.vip.to_string(), p.port, p.source_port))
+            .collect();
+        // Each endpoint through each VIP of the service (both of rule b's),
+        // the ports in the ranges' order.
+        let want = [
+            (0, "10.0.0.10", 8080, 61000),
+            (0, "fd00::10", 8080, 61001),
+            (0, "fd00::11", 8080, 62000),
+            (1, "10.0.0.10", 8080, 62001),
+            (1, "fd00::10", 8080, 62002),
+            (1, "fd00::11", 8080, 62003),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|&(e, v, p, s)| (e, v.to_owned(), p, s))
+            .collect();
+        assert_eq!(got, want);
     }
 }

@@ -4,7 +4,9 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Checker, MAX_COMPOSITE_SOURCES};
-use crate::schema::HealthCheckType;
+use std::net::IpAddr;
+
+use crate::schema::{Config, HealthCheck, HealthCheckTarget, HealthCheckType, RuleMode};
 
 impl Checker<'_> {
     pub(super) fn health_checks(&mut self) {
@@ -90,9 +92,14 @@ impl Checker<'_> {
                     format!("{host:?}: a host name has no spaces or control characters"),
                 );
             }
+            if h.target == HealthCheckTarget::Vip {
+                self.vip_target(&p, h);
+            }
             // Probes bind to source_address: endpoints of the other family
             // could never be reached from it.
-            if let Some(src) = h.source_address {
+            if let Some(src) = h.source_address
+                && h.target == HealthCheckTarget::Endpoint
+            {
                 let other = cfg
                     .backend_services
                     .iter()
@@ -119,6 +126,94 @@ impl Checker<'_> {
                     format!("health check {:?} is used by no backend service", h.name),
                 );
             }
+        }
+    }
+
+    /// A check through VIPs (M52): every service using it has passthrough
+    /// rules to take its VIPs from, the source address (if any) is of their
+    /// family, and `vip_probe_ports` has a port for every (endpoint, VIP).
+    fn vip_target(&mut self, p: &str, h: &HealthCheck) {
+        let cfg = self.cfg;
+        let mut vips: Vec<IpAddr> = Vec::new();
+        for (si, s) in cfg.backend_services.iter().enumerate() {
+            if s.health_check.as_deref() != Some(h.name.as_str()) {
+                continue;
+            }
+            let rules: Vec<_> = cfg
+                .forwarding_rules
+                .iter()
+                .filter(|r| r.backend_service == s.name)
+                .collect();
+            if let Some(g) = rules.iter().find(|r| r.mode == RuleMode::Gateway) {
+                self.err(
+                    &format!("backend_services[{si}].health_check"),
+                    format!(
+                        "target \"vip\" cannot probe through gateway rule {:?}: its appliances see no VIP",
+                        g.name
+                    ),
+                );
+            }
+            if rules.is_empty() {
+                self.err(
+                    &format!("backend_services[{si}].health_check"),
+                    format!(
+                        "check {:?} probes through VIPs (target = \"vip\") but no forwarding rule uses service {:?}",
+                        h.name, s.name
+                    ),
+                );
+            }
+            for v in service_vips(cfg, &s.name) {
+                if !vips.contains(&v) {
+                    vips.push(v);
+                }
+            }
+        }
+        if let Some(src) = h.source_address
+            && let Some(v) = vips.iter().find(|v| v.is_ipv4() != src.is_ipv4())
+        {
+            self.err(
+                &format!("{p}.source_address"),
+                format!("{src} cannot probe through VIP {v} (another IP version): use one check per family"),
+            );
+        }
+    }
+
+    /// `[dataplane] vip_probe_ports`: real ports above the privileged
+    /// ones, enough of them for every probe through a VIP (M52).
+    pub(super) fn vip_probe_ports(&mut self) {
+        let cfg = self.cfg;
+        let path = "dataplane.vip_probe_ports";
+        let spec = &cfg.dataplane.vip_probe_ports;
+        if spec.is_all() || spec.ranges().iter().any(|r| r.lo < 1024) {
+            self.err(
+                path,
+                "probe source ports must be a range of ports from 1024 up, outside the kernel's ip_local_port_range",
+            );
+            return;
+        }
+        let available: usize = spec
+            .ranges()
+            .iter()
+            .map(|r| usize::from(r.hi - r.lo) + 1)
+            .sum();
+        let mut needed = 0usize;
+        for s in &cfg.backend_services {
+            let vip_check = cfg.health_checks.iter().any(|h| {
+                Some(h.name.as_str()) == s.health_check.as_deref()
+                    && h.target == HealthCheckTarget::Vip
+            });
+            if !vip_check {
+                continue;
+            }
+            let endpoints: usize = s.groups.iter().map(|g| g.endpoints.len()).sum();
+            let vips = service_vips(cfg, &s.name).len();
+            needed = needed.saturating_add(endpoints.saturating_mul(vips));
+        }
+        if needed > available {
+            self.err(
+                path,
+                format!("{needed} probes through VIPs need a source port each, and the range has {available}"),
+            );
         }
     }
 
@@ -216,4 +311,21 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// The distinct VIPs of the rules of service `name`, in rule order.
+fn service_vips(cfg: &Config, name: &str) -> Vec<IpAddr> {
+    let mut vips: Vec<IpAddr> = Vec::new();
+    for r in cfg
+        .forwarding_rules
+        .iter()
+        .filter(|r| r.backend_service == name)
+    {
+        for v in &r.vips {
+            if !vips.contains(v) {
+                vips.push(*v);
+            }
+        }
+    }
+    vips
 }

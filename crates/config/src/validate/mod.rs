@@ -100,6 +100,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.services();
     c.mtu();
     c.health_checks();
+    c.vip_probe_ports();
     c.composites();
     c.client_zones();
     c.bgp();

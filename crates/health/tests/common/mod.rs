@@ -243,6 +243,7 @@ pub fn target(id: u32, service: &str, addr: SocketAddr, check: &Check) -> Target
         service: Arc::from(service),
         addr,
         check: check.clone(),
+        via: None,
     }
 }
 
