@@ -64,6 +64,13 @@ pub struct Balance {
     /// What this node's data plane forwarded to each endpoint over the last
     /// planning interval, for the peers; taken by [`Balance::take_measured`].
     measured: Option<Vec<Rate>>,
+    /// Each composite source's shape (`composite/service` → fingerprint)
+    /// in the running configuration.
+    source_shapes: HashMap<String, u64>,
+    /// Composite sources the last reload changed (or the start made): UNKNOWN
+    /// until each of their checked endpoints has been probed again (M20),
+    /// with the probes each had then.
+    settling: HashMap<String, Vec<(EndpointId, u64)>>,
 }
 
 impl Balance {
@@ -95,6 +102,8 @@ impl Balance {
             cluster: Cluster::new(compiled),
             counted: Vec::new(),
             measured: None,
+            source_shapes: HashMap::new(),
+            settling: HashMap::new(),
         };
         b.reload(compiled, now, probes, out)?;
         Ok(b)
@@ -113,6 +122,7 @@ impl Balance {
         let targets = health::targets_from_compiled(compiled)?;
         self.health = probes.set_targets(targets)?;
         self.health_changed = false;
+        self.reshape_sources(compiled);
         self.remote_of = compiled
             .endpoints
             .iter()
@@ -153,6 +163,53 @@ impl Balance {
             out,
         );
         Ok(())
+    }
+
+    /// Composite sources that are new or changed (endpoints, their ports or
+    /// places, the policy, the check) start over at UNKNOWN (M20); the
+    /// others keep their state.
+    fn reshape_sources(&mut self, compiled: &Compiled) {
+        let mut shapes = HashMap::new();
+        let mut settling = HashMap::new();
+        for c in &compiled.composites {
+            for (s, policy) in &c.sources {
+                let Some(svc) = compiled.services.get(s.index()) else {
+                    continue;
+                };
+                let key = format!("{}/{}", c.name, svc.name);
+                let shape = source_shape(compiled, *s, policy);
+                let changed = self.source_shapes.get(&key) != Some(&shape);
+                if changed || self.settling.contains_key(&key) {
+                    // Probed endpoints only: the others need no probe.
+                    let waits = svc
+                        .endpoint_ids()
+                        .filter(|id| !self.health.all(*id).is_empty())
+                        .map(|id| (id, self.probes_of(id)))
+                        .collect();
+                    settling.insert(key.clone(), waits);
+                }
+                shapes.insert(key, shape);
+            }
+        }
+        self.source_shapes = shapes;
+        self.settling = settling;
+    }
+
+    /// The fewest probes any of endpoint `id`'s checks has made.
+    fn probes_of(&self, id: EndpointId) -> u64 {
+        self.health
+            .all(id)
+            .iter()
+            .map(|s| s.counters.probes())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Whether composite source `key` waits for probes since a reload.
+    fn is_settling(&self, key: &str) -> bool {
+        self.settling
+            .get(key)
+            .is_some_and(|waits| waits.iter().any(|&(id, then)| self.probes_of(id) <= then))
     }
 
     /// The services' static shapes, drained zones and regions applied.
@@ -239,6 +296,16 @@ impl Balance {
                 });
         self.health = h;
         self.health_changed |= differs;
+        // Sources whose endpoints have all been probed since are settled.
+        let settled: Vec<String> = self
+            .settling
+            .keys()
+            .filter(|k| !self.is_settling(k))
+            .cloned()
+            .collect();
+        for k in settled {
+            self.settling.remove(&k);
+        }
     }
 
     /// Which endpoints' next hops are unresolved (M47), indexed like
@@ -446,14 +513,7 @@ impl Balance {
                     Some(c) => health::composite(
                         &c.sources
                             .iter()
-                            .map(|(s, policy)| {
-                                self.service_health(
-                                    compiled,
-                                    *s,
-                                    *policy,
-                                    Some(compiled.node.region),
-                                )
-                            })
+                            .map(|(s, policy)| self.source_state(compiled, &c.name, *s, *policy))
                             .collect::<Vec<_>>(),
                     ),
                     None => compiled
@@ -480,7 +540,7 @@ impl Balance {
         for c in &compiled.composites {
             let mut sources = Vec::new();
             for (s, policy) in &c.sources {
-                let state = self.service_health(compiled, *s, *policy, Some(compiled.node.region));
+                let state = self.source_state(compiled, &c.name, *s, *policy);
                 let svc = compiled
                     .services
                     .get(s.index())
@@ -504,6 +564,25 @@ impl Balance {
             out.push((Kind::Remote, format!("{}@{}", k.rule, k.url), state));
         }
         out
+    }
+
+    /// Composite `composite`'s source `s` (M20): service `s`'s health in
+    /// this node's region, UNKNOWN while it settles after a reload.
+    fn source_state(
+        &self,
+        compiled: &Compiled,
+        composite: &str,
+        s: ServiceId,
+        policy: config::schema::Aggregation,
+    ) -> Aggregate {
+        let name = compiled
+            .services
+            .get(s.index())
+            .map_or("?", |v| v.name.as_str());
+        if self.is_settling(&format!("{composite}/{name}")) {
+            return Aggregate::Unknown;
+        }
+        self.service_health(compiled, s, policy, Some(compiled.node.region))
     }
 
     /// Service `s`'s aggregated health under `policy`: over its configured
@@ -688,4 +767,31 @@ fn log_change(service: &str, old: &Plan, new: &Plan, compiled: &Compiled, out: &
             "locality: service {service}: new connections [{a}] -> [{b}]"
         );
     }
+}
+
+/// What makes a composite source the same across a reload: its service's
+/// policy and check, and its endpoints (identity, probed port, group, zone
+/// and region by name), hashed.
+fn source_shape(compiled: &Compiled, s: ServiceId, policy: &config::schema::Aggregation) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let Some(svc) = compiled.services.get(s.index()) else {
+        return 0;
+    };
+    svc.name.hash(&mut h);
+    format!("{policy:?}").hash(&mut h);
+    let check = svc
+        .health_check
+        .and_then(|c| compiled.health_checks.get(c.index()));
+    format!("{check:?}").hash(&mut h);
+    for ep in compiled.service_endpoints(s) {
+        ep.identity.hash(&mut h);
+        ep.health_port.hash(&mut h);
+        if let Some(g) = compiled.groups.get(ep.group.index()) {
+            g.name.hash(&mut h);
+            compiled.zones.get(g.zone.index()).hash(&mut h);
+            compiled.regions.get(g.region.index()).hash(&mut h);
+        }
+    }
+    h.finish()
 }

@@ -665,6 +665,8 @@ impl Core {
                 self.reloads_ok += 1;
                 self.last_error = None;
                 self.last_reload = Some(self.now);
+                // A changed composite source is UNKNOWN from now (M20).
+                self.track_states();
                 for w in &loaded.warnings {
                     say!(self.out, Warn, "{}: {w}", self.path.display());
                 }

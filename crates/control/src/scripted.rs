@@ -34,6 +34,8 @@ pub struct ScriptedProbes {
     remote: HashMap<String, State>,
     default_state: State,
     generation: u64,
+    /// Probe rounds so far: every target reports this many probes.
+    rounds: u64,
 }
 
 impl ScriptedProbes {
@@ -82,9 +84,17 @@ impl ScriptedProbes {
         &self.remote_keys
     }
 
-    /// Scripts endpoint `addr`'s verdict (a new generation).
+    /// Scripts endpoint `addr`'s verdict (a new generation): a probe round
+    /// that found it.
     pub fn set_state(&mut self, addr: IpAddr, s: State) {
         self.states.insert(addr, s);
+        self.probe_round();
+    }
+
+    /// Every target is probed once more, with its scripted verdict (a new
+    /// generation): what a prober does every interval.
+    pub fn probe_round(&mut self) {
+        self.rounds += 1;
         self.generation += 1;
     }
 
@@ -92,7 +102,7 @@ impl ScriptedProbes {
     /// new generation).
     pub fn set_state_via(&mut self, addr: IpAddr, vip: IpAddr, s: State) {
         self.via.insert((addr, vip), s);
-        self.generation += 1;
+        self.probe_round();
     }
 
     /// Scripts endpoint `addr`'s reported weight (a new generation).
@@ -154,7 +164,10 @@ impl ScriptedProbes {
                 last_latency: None,
                 last_reason: "scripted".into(),
                 changed_at: None,
-                counters: health::Counters::default(),
+                counters: health::Counters {
+                    probes_ok: self.rounds,
+                    ..health::Counters::default()
+                },
             })
             .chain(
                 self.unchecked

@@ -501,6 +501,66 @@ destination = "web"
     assert_eq!(w.rule_state("web"), Aggregate::Healthy);
 }
 
+/// A composite's source starts over at UNKNOWN when a reload changes it
+/// (M20), until each of its endpoints has been probed again; a reload that
+/// leaves it alone keeps its state.
+#[test]
+fn a_reload_that_changes_a_source_makes_it_unknown_until_probed() {
+    // Two table sizes of web's (primes): a change elsewhere.
+    let text = |api: &[&str], web_size: u32| {
+        with_web(web_service("DEFAULT_FOR_PROTOCOL", &FOUR).set("maglev_table_size", web_size))
+            .rule(rule("api", &["10.0.0.11"], "TCP", "80", "api").set("ports", 80))
+            .service(
+                service("api", "ipip")
+                    .str("health_check", "tcp")
+                    .set("maglev_table_size", 1021)
+                    .child(group("near", "r1", "r1-a").set("endpoints", endpoint_list(api))),
+            )
+            .raw(
+                r#"[[composite_health_checks]]
+name = "web-composite"
+sources = [
+  { backend_service = "api", aggregation = { min_healthy_percent = 50, min_healthy_count = 1 } },
+]
+destination = "web"
+"#,
+            )
+            .build()
+    };
+    let two = ["10.3.0.1", "10.3.0.2"];
+    let mut w = healthy_world(&text(&two, 1021), 19);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    w.take_logs();
+    // Another service changes: the source keeps its state.
+    w.reload(&text(&two, 1031), false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    // The source gains an endpoint: UNKNOWN at once, though its two old
+    // endpoints are healthy and would meet the policy already.
+    w.reload(&text(&["10.3.0.1", "10.3.0.2", "10.3.0.3"], 1031), false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(w.rule_state("web"), Aggregate::Unknown);
+    for line in [
+        "health: source web-composite/api HEALTHY -> UNKNOWN",
+        "health: composite web-composite HEALTHY -> UNKNOWN",
+        "health: rule web HEALTHY -> UNKNOWN",
+    ] {
+        assert!(w.logged(Level::Info, line), "{line} in {:?}", w.take_logs());
+    }
+    // The next probe round settles it: 2 of 3 healthy (the new one not yet
+    // known) meet 50 %.
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    assert!(
+        w.logged(
+            Level::Info,
+            "health: source web-composite/api UNKNOWN -> HEALTHY"
+        ),
+        "{:?}",
+        w.take_logs()
+    );
+}
+
 /// The consumer's side of exported states (M21): a `remote_rule` group
 /// fails over only on UNHEALTHY. UNKNOWN (the peer just started, or a
 /// reload changed its rule) keeps it eligible: failing over on it would

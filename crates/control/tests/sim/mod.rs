@@ -156,6 +156,8 @@ pub struct World {
     answers: Vec<(usize, IpAddr, [u8; 6])>,
     /// The last frame a pipeline sent, if [`World::send`] sent one.
     pub last_frame: Option<Vec<u8>>,
+    /// The second of virtual time of the probers' last round.
+    last_round: u64,
     /// With `[flow_sync]` (M36): the queue the pipelines push new entries
     /// to, and every datagram the core asked to send, (peer, bytes), until
     /// a scenario delivers it.
@@ -280,6 +282,7 @@ impl World {
             last_frame: None,
             sync_queue,
             sync_out: Vec::new(),
+            last_round: 0,
         };
         w.pump();
         w
@@ -368,6 +371,11 @@ impl World {
     /// verdicts in, periodic work, outputs carried out; a flow-table sweep.
     pub fn step(&mut self) {
         let now = self.now;
+        // The probers go round once a second of virtual time.
+        if now.as_secs() != self.last_round {
+            self.last_round = now.as_secs();
+            self.probes.probe_round();
+        }
         if self.probes.generation() != self.core.health_generation() {
             self.core.health(now, self.probes.snapshot());
         }
