@@ -3044,3 +3044,73 @@ fn gateway_cookies_follow_the_replay_seed() {
     let b = check_gateway("gw-seed-b", &NVAS4, DEFAULT_IDS, &["--seed", "8"]);
     assert_ne!(a, b, "another seed, other cookies");
 }
+
+/// A dual-stack service (M8): three endpoints with an IPv4 `address` and
+/// an IPv6 `address6`, behind an IPv4 and an IPv6 rule. IPv4 clients reach
+/// each endpoint at its IPv4 address, IPv6 clients at its IPv6 address
+/// (IPv6 in IPv6, GUE), and both families reach the same three endpoints.
+#[test]
+fn ipv4_and_ipv6_clients_of_a_dual_stack_service_reach_the_same_endpoints() {
+    let endpoints: Vec<String> = (1..=3)
+        .map(|i| format!("{{ address = \"10.1.8.{i}\", address6 = \"2001:db8:8::{i}\" }}"))
+        .collect();
+    let config = [
+        base(),
+        rule("dual4", &["10.0.0.28"], "TCP", "80", "dual").to_string(),
+        rule("dual6", &["2001:db8::28"], "TCP", "80", "dual").to_string(),
+        service("dual", "gue")
+            .set("gue_port", 7777)
+            .endpoints(&endpoints)
+            .to_string(),
+    ]
+    .concat();
+    let mut reached = Vec::new();
+    for (vip, rule) in [(v4("10.0.0.28"), "dual4"), (v6("2001:db8::28"), "dual6")] {
+        // 24 connections from clients of the VIP's family.
+        let mut frames = Vec::new();
+        for step in 0..2u8 {
+            for i in 1..=24u8 {
+                let client = if vip.is_ipv6() {
+                    IpAddr::from([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, u16::from(i)])
+                } else {
+                    IpAddr::from([192, 0, 2, i])
+                };
+                let flags = if step == 0 { SYN } else { ACK };
+                frames.push(tcp_frame(client, vip, 41000 + u16::from(i), 80, flags, &[]));
+            }
+        }
+        let r = run(rule, &config, &frames, &[]);
+        assert_eq!(r.out.len(), frames.len(), "{}", r.text);
+        let mut per_flow = BTreeMap::new();
+        for (i, (frame, out)) in frames.iter().zip(&r.out).enumerate() {
+            let d = delivered(out, Mode::Gue(7777));
+            assert_eq!(d.inner, frame[14..], "the inner packet is the client's");
+            same_per_key(&mut per_flow, i % 24, d.backend.clone(), "backend");
+        }
+        let backends = distinct(&per_flow);
+        let want: BTreeSet<String> = (1..=3)
+            .map(|i| {
+                if vip.is_ipv6() {
+                    format!("2001:db8:8::{i}")
+                } else {
+                    format!("10.1.8.{i}")
+                }
+            })
+            .collect();
+        assert_eq!(
+            backends, want,
+            "{rule}: each endpoint at its {vip} family's address"
+        );
+        assert_eq!(r.rule(&format!("{rule}-ag0")).new_flows, 24, "{}", r.text);
+        // The endpoints reached, by their number.
+        let numbers: BTreeSet<String> = backends
+            .iter()
+            .map(|b| b.rsplit(['.', ':']).next().unwrap_or("").to_owned())
+            .collect();
+        reached.push(numbers);
+    }
+    assert_eq!(
+        reached[0], reached[1],
+        "both families reach the same endpoints"
+    );
+}

@@ -730,6 +730,10 @@ fn d_scaler() -> f64 {
 pub struct Endpoint {
     /// Address packets are delivered to.
     pub address: IpAddr,
+    /// A dual-stack endpoint's IPv6 address (`address` is then its IPv4
+    /// one): IPv6 packets are delivered here.
+    #[serde(default)]
+    pub address6: Option<IpAddr>,
     /// Port probed by the health check when it names none (traffic is never
     /// port-translated: M6).
     #[serde(default)]

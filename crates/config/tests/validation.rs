@@ -188,6 +188,9 @@ fn cases() -> Vec<Case> {
         case("zero interval", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ninterval = \"0s\" #!\n"), "health_checks[0].interval", "longer than 0s"),
         case("health path that splits the request", with("[[health_checks]]\nname = \"h\"\ntype = \"HTTP\"\nport = 80\npath = \"/a b\" #!\n"), "health_checks[0].path", "no spaces or control characters"),
         case("health host with a space", with("[[health_checks]]\nname = \"h\"\ntype = \"HTTP\"\nport = 80\nhost = \"a b\" #!\n"), "health_checks[0].host", "a host name has no spaces"),
+        case("address6 that is no IPv6 address", with("[[backend_services]]\nname = \"ds\"\ndelivery = \"gue\"\n[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"r1-a\"\nendpoints = [\n  { address = \"10.1.0.5\", address6 = \"10.1.0.6\" }, #!\n]\n"), "backend_services[1].groups[0].endpoints[0].address6", "10.1.0.6 is no IPv6 unicast address"),
+        case("dual-stack endpoint whose address is IPv6", with("[[backend_services]]\nname = \"ds\"\ndelivery = \"gue\"\n[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"r1-a\"\nendpoints = [\n  { address = \"fd00::5\", address6 = \"fd00::6\" }, #!\n]\n"), "backend_services[1].groups[0].endpoints[0].address", "with address6, address is the endpoint's IPv4 address"),
+        case("address6 that repeats an endpoint", with("[[backend_services]]\nname = \"ds\"\ndelivery = \"gue\"\n[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"r1-a\"\nendpoints = [\n  { address = \"10.1.0.5\", address6 = \"fd00::6\" },\n  { address = \"fd00::6\" }, #!\n]\n"), "backend_services[1].groups[0].endpoints[1].address", "endpoint fd00::6 is already in this service"),
         case("VIP probe source of the other family", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ntarget = \"vip\"\nsource_address = \"2001:db8::2\" #!\n").replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"h\""), "health_checks[0].source_address", "cannot probe through VIP 10.0.0.10"),
         case("VIP probes of a service without rules", with("[[backend_services]]\nname = \"idle\"\ndelivery = \"ipip\"\nhealth_check = \"h\" #!\n[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"r1-a\"\nendpoints = [{ address = \"10.1.0.2\" }]\n[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ntarget = \"vip\"\n"), "backend_services[1].health_check", "no forwarding rule uses service \"idle\""),
         case("privileged VIP probe ports", with("[dataplane]\nvip_probe_ports = \"80-90\" #!\n"), "dataplane.vip_probe_ports", "from 1024 up"),
@@ -739,4 +742,55 @@ fn tunnel_sources_default_to_the_remote_rule_peers() {
 
     let off = load(&with("[tunnel_ingress]\nenabled = false\n")).unwrap();
     assert!(!off.compiled.tunnel_ingress.any());
+}
+
+#[test]
+fn a_dual_stack_l2dsr_service_takes_both_families_only_if_every_endpoint_can() {
+    let text = |second: &str| {
+        format!(
+            r#"{}
+[[forwarding_rules]]
+name = "v4"
+vips = ["10.0.0.10"]
+protocol = "TCP"
+ports = 80
+backend_service = "ds"
+
+[[forwarding_rules]]
+name = "v6"
+vips = ["fd00::10"]
+protocol = "TCP"
+ports = 80
+backend_service = "ds"
+
+[[backend_services]]
+name = "ds"
+delivery = "l2dsr"
+[[backend_services.groups]]
+name = "g"
+region = "r1"
+zone = "r1-a"
+endpoints = [
+  {{ address = "10.1.0.1", address6 = "fd01::1", mac = "02:00:00:00:00:01" }},
+  {second}
+]
+"#,
+            node_table()
+        )
+    };
+    load(&text(
+        r#"{ address = "10.1.0.2", address6 = "fd01::2", mac = "02:00:00:00:00:02" },"#,
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let Err(err) = load(&text(
+        r#"{ address = "10.1.0.2", mac = "02:00:00:00:00:02" },"#,
+    )) else {
+        panic!("an IPv4-only endpoint cannot take the IPv6 rule");
+    };
+    let s = err.to_string();
+    assert!(
+        s.contains("endpoints[1].address")
+            && s.contains("cannot take the IPv6 traffic of rule \"v6\""),
+        "{s}"
+    );
 }

@@ -1159,11 +1159,7 @@ impl Core {
             .compiled
             .endpoints
             .iter()
-            .map(|ep| {
-                self.local
-                    .mac_of(dataplane::nexthop::endpoint_hop(&self.compiled, ep))
-                    .is_none()
-            })
+            .map(|ep| !self.local.endpoint_resolved(&self.compiled, ep))
             .collect();
         self.balance.set_unresolved(unresolved);
     }
@@ -1235,11 +1231,14 @@ impl Core {
                     report::Backend {
                         index: i,
                         address: b.addr,
+                        address6: b.v6.as_ref().map(|p| p.addr),
                         state,
                         until,
                         // M47: its next hop has no MAC: no new flows, its
                         // packets dropped.
-                        neighbour_resolved: b.mac != [0; 6] || b.state == BackendState::Removed,
+                        neighbour_resolved: (b.mac != [0; 6]
+                            && b.v6.as_ref().is_none_or(|p| p.mac != [0; 6]))
+                            || b.state == BackendState::Removed,
                     }
                 })
                 .collect(),

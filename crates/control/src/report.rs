@@ -232,6 +232,8 @@ pub struct Backend {
     pub index: usize,
     /// Its address.
     pub address: IpAddr,
+    /// A dual-stack endpoint's IPv6 address (M8).
+    pub address6: Option<IpAddr>,
     /// `active`, `unhealthy`, `draining` or `removed`.
     pub state: &'static str,
     /// Last tick its flows may stay (unhealthy, draining).
@@ -469,8 +471,10 @@ impl Display for Status {
             };
             let _ = writeln!(
                 out,
-                "  backend {}: {} {state}{unresolved}",
-                b.index, b.address
+                "  backend {}: {}{} {state}{unresolved}",
+                b.index,
+                b.address,
+                b.address6.map_or(String::new(), |a| format!(" and {a}"))
             );
         }
         for g in &self.gateways {

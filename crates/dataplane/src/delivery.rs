@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use config::compiled::Delivery;
 use wire::buf::PacketBuf;
 use wire::encap::{self, InnerIp, Outer, Template, Tunnel, UdpChecksum};
+use wire::ethernet::MacAddr;
 use wire::geneve::{GatewayOptions, OptionIds};
 
 use crate::counters::DropReason;
@@ -42,19 +43,19 @@ fn tunnel(delivery: Delivery, cookie: u32, endpoint_id: Option<u64>) -> Option<T
     })
 }
 
-/// The outer headers towards `be`, from this node's tunnel source of the
-/// backend's family.
-fn outer(local: &Local, be: &Backend, hash: u64) -> Result<Outer, DropReason> {
-    let src_ip = match be.addr {
+/// The outer headers towards `addr` (next hop `mac`), from this node's
+/// tunnel source of that family.
+fn outer(local: &Local, (addr, mac): (IpAddr, MacAddr), hash: u64) -> Result<Outer, DropReason> {
+    let src_ip = match addr {
         IpAddr::V4(_) => local.tunnel_src_v4.map(IpAddr::V4),
         IpAddr::V6(_) => local.tunnel_src_v6.map(IpAddr::V6),
     }
     .ok_or(DropReason::NoTunnelSource)?;
     Ok(Outer {
         src_mac: local.mac,
-        dst_mac: be.mac,
+        dst_mac: mac,
         src_ip,
-        dst_ip: be.addr,
+        dst_ip: addr,
         ttl: 64,
         dont_fragment: true,
         flow_hash: hash,
@@ -74,7 +75,19 @@ pub(crate) fn template(
     gateway: bool,
 ) -> Option<Template> {
     let t = tunnel(delivery, 0, gateway.then_some(0))?;
-    Template::new(&outer(local, be, 0).ok()?, &t).ok()
+    Template::new(&outer(local, (be.addr, be.mac), 0).ok()?, &t).ok()
+}
+
+/// The precomputed outer headers for packets of `delivery` to `addr` by next
+/// hop `mac` (a dual-stack backend's IPv6 path).
+pub(crate) fn template_to(
+    local: &Local,
+    addr: IpAddr,
+    mac: MacAddr,
+    delivery: Delivery,
+) -> Option<Template> {
+    let t = tunnel(delivery, 0, None)?;
+    Template::new(&outer(local, (addr, mac), 0).ok()?, &t).ok()
 }
 
 /// Sends the packet on its way to backend `slot` per the delivery mode of
@@ -100,8 +113,10 @@ pub(crate) fn deliver<B: PacketBuf>(
     let Some(be) = snap.backends.get(slot as usize) else {
         return Err(DropReason::NoBackend);
     };
+    // A dual-stack backend takes IPv6 packets at its IPv6 address (M8).
+    let to = be.address_for(inner.v6);
     // Its next hop is unresolved (M47): never sent to a zero MAC.
-    if be.mac == [0; 6] {
+    if to.1 == [0; 6] {
         return Err(DropReason::NoNeighbour);
     }
     // The backend's template was made for its own service's delivery mode.
@@ -112,7 +127,7 @@ pub(crate) fn deliver<B: PacketBuf>(
             .map(|_| ())
             .map_err(|_| DropReason::EncapFailed);
     }
-    if let (Some(t), true) = (&be.encap, be.service as usize == svc) {
+    if let (Some(t), true) = (be.encap_for(inner.v6).0, be.service as usize == svc) {
         return encap::encapsulate_with(pkt, t, inner, hash, cookie)
             .map(|_| ())
             .map_err(|_| DropReason::EncapFailed);
@@ -120,10 +135,10 @@ pub(crate) fn deliver<B: PacketBuf>(
     // No template (a remote rule's backend, an appliance of a service that
     // changed delivery): built here.
     let Some(tunnel) = tunnel(plan.delivery, cookie, endpoint_id) else {
-        return encap::l2dsr_rewrite(pkt.data_mut(), be.mac, local.mac)
+        return encap::l2dsr_rewrite(pkt.data_mut(), to.1, local.mac)
             .map_err(|_| DropReason::Malformed);
     };
-    encap::encapsulate(pkt, &outer(local, be, hash)?, &tunnel)
+    encap::encapsulate(pkt, &outer(local, to, hash)?, &tunnel)
         .map(|_| ())
         .map_err(|_| DropReason::EncapFailed)
 }

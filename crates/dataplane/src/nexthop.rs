@@ -47,6 +47,17 @@ pub fn egress_port(compiled: &Compiled) -> Option<(usize, &Port)> {
 /// subnets: an endpoint off them has no next hop, which is
 /// [`Hop::Default`] (an unset `next_hop_mac`: dropped, never sent to zero).
 pub fn endpoint_hop(compiled: &Compiled, ep: &Endpoint) -> Hop {
+    hop_to(compiled, ep, ep.address)
+}
+
+/// The next hop of a dual-stack endpoint's IPv6 address (`None` without
+/// one), found as [`endpoint_hop`] finds its address's. Off the port's
+/// subnets it is the port's gateway, whose MAC serves both families.
+pub fn endpoint_hop6(compiled: &Compiled, ep: &Endpoint) -> Option<Hop> {
+    ep.address6.map(|a| hop_to(compiled, ep, a))
+}
+
+fn hop_to(compiled: &Compiled, ep: &Endpoint, address: IpAddr) -> Hop {
     if let Some(m) = ep.mac {
         return Hop::Static(m.0);
     }
@@ -57,10 +68,10 @@ pub fn endpoint_hop(compiled: &Compiled, ep: &Endpoint) -> Hop {
         .services
         .get(ep.service.index())
         .is_some_and(|s| s.delivery == Delivery::L2dsr);
-    if l2dsr || p.addresses.iter().any(|a| a.contains(ep.address)) {
+    if l2dsr || p.addresses.iter().any(|a| a.contains(address)) {
         return Hop::Resolved(NextHop {
             port,
-            addr: ep.address,
+            addr: address,
         });
     }
     gateway_hop(port, p).unwrap_or(Hop::Default)
@@ -92,8 +103,14 @@ pub fn next_hops(compiled: &Compiled) -> Vec<NextHop> {
         compiled
             .endpoints
             .iter()
-            .filter_map(|ep| match endpoint_hop(compiled, ep) {
-                Hop::Resolved(h) => Some(h),
+            .flat_map(|ep| {
+                [
+                    Some(endpoint_hop(compiled, ep)),
+                    endpoint_hop6(compiled, ep),
+                ]
+            })
+            .filter_map(|h| match h {
+                Some(Hop::Resolved(h)) => Some(h),
                 _ => None,
             }),
     );

@@ -114,9 +114,46 @@ pub struct Backend {
     /// arrived tunnelled (M49) is never sent on to it, so two nodes spilling
     /// over to each other cannot bounce a packet between them.
     pub remote: bool,
+    /// A dual-stack endpoint's IPv6 address (M8): its IPv6 packets go there,
+    /// by their own next hop and headers (`None`: every packet goes to
+    /// `addr`).
+    pub v6: Option<Box<Path>>,
+}
+
+/// A backend's second address and how to reach it (a dual-stack
+/// endpoint's IPv6 address, M8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Path {
+    /// The address.
+    pub addr: IpAddr,
+    /// Its next hop's MAC; all zero while unresolved.
+    pub mac: MacAddr,
+    /// Its precomputed outer headers (as [`Backend::encap`]).
+    pub encap: Option<Template>,
+    /// As [`Backend::max_ip_len`].
+    pub max_ip_len: u32,
 }
 
 impl Backend {
+    /// The outer headers and the largest inner packet for a packet of
+    /// family `v6`: the IPv6 path's for IPv6 packets to a dual-stack
+    /// backend, else the backend's own.
+    #[inline(always)]
+    pub fn encap_for(&self, v6: bool) -> (Option<&Template>, u32) {
+        match &self.v6 {
+            Some(p) if v6 => (p.encap.as_ref(), p.max_ip_len),
+            _ => (self.encap.as_ref(), self.max_ip_len),
+        }
+    }
+
+    /// The address and next-hop MAC for a packet of family `v6`.
+    pub fn address_for(&self, v6: bool) -> (IpAddr, MacAddr) {
+        match &self.v6 {
+            Some(p) if v6 => (p.addr, p.mac),
+            _ => (self.addr, self.mac),
+        }
+    }
+
     /// Whether a flow entry made in snapshot `generation` names this backend:
     /// its slot was given to it no later (a removed backend's slot may since
     /// have gone to a new endpoint, which the old flows must not follow).
@@ -577,6 +614,13 @@ impl Local {
         };
         (mac != [0; 6]).then_some(mac)
     }
+
+    /// Whether every address of `ep` has a next hop with a MAC (M47): one
+    /// that has not takes no new flows.
+    pub fn endpoint_resolved(&self, compiled: &Compiled, ep: &config::compiled::Endpoint) -> bool {
+        self.mac_of(endpoint_hop(compiled, ep)).is_some()
+            && crate::nexthop::endpoint_hop6(compiled, ep).is_none_or(|h| self.mac_of(h).is_some())
+    }
 }
 
 impl Snapshot {
@@ -694,7 +738,7 @@ fn select(
                 LoadBalancing::WeightedMaglev => u32::from(h.weight.unwrap_or(ep.weight)),
             };
             let id = maglev::EndpointId::from_bytes(ep.identity.as_bytes());
-            let resolved = local.mac_of(endpoint_hop(compiled, ep)).is_some();
+            let resolved = local.endpoint_resolved(compiled, ep);
             Some((maglev::Endpoint { id, weight }, h.healthy, resolved))
         })
         .collect();
@@ -925,6 +969,16 @@ impl SnapshotBuilder {
                         .groups
                         .get(ep.group.0 as usize)
                         .is_some_and(|g| g.remote.is_some()),
+                    v6: ep.address6.map(|addr| {
+                        Box::new(Path {
+                            addr,
+                            mac: crate::nexthop::endpoint_hop6(&compiled, ep)
+                                .and_then(|h| local.mac_of(h))
+                                .unwrap_or_default(),
+                            encap: None,
+                            max_ip_len: u32::MAX,
+                        })
+                    }),
                 };
                 let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
                 if gateway_svc.get(svc_index).copied().unwrap_or(false) {
@@ -1031,6 +1085,18 @@ impl SnapshotBuilder {
             } else {
                 (usable, None)
             };
+            // A dual-stack backend's IPv6 path: the same, to its IPv6 address.
+            let delivery = services.get(be.service as usize).map(|p| p.delivery);
+            let remote = be.remote;
+            if let (Some(v6), Some(delivery)) = (be.v6.as_deref_mut(), delivery) {
+                v6.encap = (v6.mac != [0; 6] && !remote)
+                    .then(|| crate::delivery::template_to(&local, v6.addr, v6.mac, delivery))
+                    .flatten();
+                let overhead = v6.encap.as_ref().map_or(0, Template::overhead);
+                v6.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
+                    u32::from(m).saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX))
+                });
+            }
         }
         // An address listed twice (two gateway services) answers for its
         // first slot.

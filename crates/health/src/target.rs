@@ -228,7 +228,18 @@ pub fn targets_from_compiled(c: &Compiled) -> Result<Vec<Target>, HealthError> {
                 .and_then(|h| c.health_checks.get(h.index()))
                 .is_some_and(|h| h.target == HealthCheckTarget::Vip);
             if !through_vips {
-                out.push(target);
+                // A dual-stack endpoint is probed at each address (M8).
+                for addr in ep.addresses() {
+                    let mut check = check.clone();
+                    check.source_address = check
+                        .source_address
+                        .filter(|s| s.is_ipv4() == addr.is_ipv4());
+                    out.push(Target {
+                        addr: SocketAddr::new(addr, port),
+                        check,
+                        ..target.clone()
+                    });
+                }
                 continue;
             }
             let first = c.vip_probes.partition_point(|p| p.endpoint < id);

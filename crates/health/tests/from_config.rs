@@ -40,3 +40,58 @@ fn reference_config_targets() {
         assert!(t.check.interval >= Duration::from_millis(1));
     }
 }
+
+#[test]
+fn a_dual_stack_endpoint_is_probed_at_each_address() {
+    let text = r#"
+[node]
+name = "n"
+region = "r"
+zone = "z"
+
+[[forwarding_rules]]
+name = "web"
+vips = ["192.0.2.10"]
+protocol = "TCP"
+ports = 80
+backend_service = "web"
+
+[[backend_services]]
+name = "web"
+delivery = "gue"
+health_check = "h"
+[[backend_services.groups]]
+name = "g"
+region = "r"
+zone = "z"
+endpoints = [{ address = "198.51.100.1", address6 = "2001:db8:1::1" }, { address = "198.51.100.2" }]
+
+[[health_checks]]
+name = "h"
+type = "TCP"
+port = 80
+source_address = "198.51.100.250"
+"#;
+    let loaded = load_str("t.toml", text, &Env::with_cpus(4)).unwrap();
+    let targets = targets_from_compiled(&loaded.compiled).unwrap();
+    let got: Vec<(u32, String, Option<String>)> = targets
+        .iter()
+        .map(|t| {
+            (
+                t.endpoint.0,
+                t.addr.to_string(),
+                t.check.source_address.map(|a| a.to_string()),
+            )
+        })
+        .collect();
+    let src = Some("198.51.100.250".to_owned());
+    assert_eq!(
+        got,
+        [
+            (0, "198.51.100.1:80".to_owned(), src.clone()),
+            // The IPv4 source address cannot reach the IPv6 address.
+            (0, "[2001:db8:1::1]:80".to_owned(), None),
+            (1, "198.51.100.2:80".to_owned(), src),
+        ]
+    );
+}

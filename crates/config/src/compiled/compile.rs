@@ -84,6 +84,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 };
                 endpoints.push(Endpoint {
                     address: e.address,
+                    address6: e.address6,
                     port: e.port,
                     health_port: check_port.or(e.port),
                     weight: e.weight,
@@ -96,6 +97,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             if let Some(r) = &g.remote {
                 endpoints.push(Endpoint {
                     address: r.vip,
+                    address6: None,
                     port: None,
                     health_port: None,
                     weight: 100,

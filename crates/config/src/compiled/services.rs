@@ -164,6 +164,8 @@ pub struct Group {
 pub struct Endpoint {
     /// Where packets go.
     pub address: IpAddr,
+    /// A dual-stack endpoint's IPv6 address: where IPv6 packets go.
+    pub address6: Option<IpAddr>,
     /// Configured port (health checks).
     pub port: Option<u16>,
     /// Port the health check probes (the check's own, else the endpoint's).
@@ -180,6 +182,22 @@ pub struct Endpoint {
     pub group: GroupId,
     /// Its service.
     pub service: ServiceId,
+}
+
+impl Endpoint {
+    /// Where packets of an IPv6 (`v6`) or IPv4 client go: a dual-stack
+    /// endpoint's address of that family, else its one address.
+    pub fn address_for(&self, v6: bool) -> IpAddr {
+        match self.address6 {
+            Some(a6) if v6 => a6,
+            _ => self.address,
+        }
+    }
+
+    /// Its addresses: `address`, then `address6` if any.
+    pub fn addresses(&self) -> impl Iterator<Item = IpAddr> + use<> {
+        std::iter::once(self.address).chain(self.address6)
+    }
 }
 
 /// A composite health check (M20).

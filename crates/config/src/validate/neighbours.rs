@@ -53,16 +53,20 @@ impl Checker<'_> {
             }
             for (g, gr) in s.groups.iter().enumerate() {
                 for (e, ep) in gr.endpoints.iter().enumerate() {
-                    if ep.mac.is_none() && !port.addresses.iter().any(|a| a.contains(ep.address)) {
-                        let at = self.at(&format!("ports[{pi}].name"));
-                        self.err(
-                            &format!("backend_services[{i}].groups[{g}].endpoints[{e}].address"),
+                    let addrs = [("address", Some(ep.address)), ("address6", ep.address6)];
+                    for (field, addr) in addrs {
+                        let Some(addr) = addr else { continue };
+                        if ep.mac.is_none() && !port.addresses.iter().any(|a| a.contains(addr)) {
+                            let at = self.at(&format!("ports[{pi}].name"));
+                            self.err(
+                            &format!("backend_services[{i}].groups[{g}].endpoints[{e}].{field}"),
                             format!(
                                 "an l2dsr endpoint without a mac is resolved with ARP/NDP on port {:?} (at {at}), so it must be on one of its subnets ({}); give its mac, or an address on the port's segment",
                                 port.name,
                                 if port.addresses.is_empty() { "it has none".to_owned() } else { join(&port.addresses) }
                             ),
                         );
+                        }
                     }
                 }
             }

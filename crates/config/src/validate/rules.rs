@@ -274,10 +274,15 @@ impl Checker<'_> {
             return;
         };
         for (g, group) in svc.groups.iter().enumerate() {
+            // A dual-stack endpoint takes a family if either address can.
             let mut targets: Vec<(String, IpAddr)> = group
                 .endpoints
                 .iter()
                 .enumerate()
+                .filter(|(_, ep)| {
+                    !ep.address6
+                        .is_some_and(|a6| family_compatible(svc.delivery, vip, a6))
+                })
                 .map(|(e, ep)| {
                     (
                         format!("backend_services[{s}].groups[{g}].endpoints[{e}].address"),

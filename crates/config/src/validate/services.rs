@@ -350,6 +350,43 @@ impl Checker<'_> {
                         format!("{} is an IPv4-mapped IPv6 address: write {v4}", ep.address),
                     );
                 }
+                if let Some(a6) = ep.address6 {
+                    if !a6.is_ipv6()
+                        || a6.is_unspecified()
+                        || a6.is_multicast()
+                        || ipv4_mapped(&a6).is_some()
+                    {
+                        self.err(
+                            &format!("{ep_p}.address6"),
+                            format!("{a6} is no IPv6 unicast address: address6 is a dual-stack endpoint's IPv6 address"),
+                        );
+                    }
+                    if !ep.address.is_ipv4() {
+                        self.err(
+                            &format!("{ep_p}.address"),
+                            format!(
+                                "{}: with address6, address is the endpoint's IPv4 address",
+                                ep.address
+                            ),
+                        );
+                    }
+                    let gateway = self.cfg.forwarding_rules.iter().any(|r| {
+                        r.backend_service == s.name && r.mode == crate::schema::RuleMode::Gateway
+                    });
+                    if gateway {
+                        self.err(
+                            &format!("{ep_p}.address6"),
+                            "appliances of a gateway rule have one address each: list the IPv6 one as an endpoint of its own",
+                        );
+                    }
+                    if let Some(first) = seen.get(&(a6, ep.port)) {
+                        let at = self.at(first);
+                        self.err(
+                            &format!("{ep_p}.address6"),
+                            format!("endpoint {a6} is already in this service at {at}"),
+                        );
+                    }
+                }
                 if ep.mac.is_some() && s.delivery != DeliveryMode::L2dsr {
                     self.err(
                         &format!("{ep_p}.mac"),
@@ -367,6 +404,10 @@ impl Checker<'_> {
                         format!("endpoint {} is already in this service at {at}", ep.address),
                     );
                 } else {
+                    if let Some(a6) = ep.address6 {
+                        seen.entry((a6, ep.port))
+                            .or_insert_with(|| format!("{ep_p}.address6"));
+                    }
                     seen.insert(key, ep_p);
                 }
             }

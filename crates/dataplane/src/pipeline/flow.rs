@@ -32,7 +32,8 @@ impl Worker {
         let Ctx { snap, flows, now } = cx;
         let slot = hit.entry.backend as usize;
         let be = snap.backends.get(slot)?;
-        let Some(t) = &be.encap else {
+        let (encap, max_ip_len) = be.encap_for(p.inner.v6);
+        let Some(t) = encap else {
             // An appliance of a gateway rule (its template has the endpoint).
             return self.gateway_established(cx, pkt, p, hit);
         };
@@ -43,7 +44,7 @@ impl Worker {
             || hit.entry.flags.bits() & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED) != 0
             || !be.holds_entry_of(hit.entry.generation)
             // Too big once encapsulated (M48): answered on the long way.
-            || p.inner.ip_len > be.max_ip_len
+            || p.inner.ip_len > max_ip_len
         {
             return None;
         }
@@ -144,8 +145,9 @@ impl Worker {
             return (Outcome::Drop(DropReason::TunnelLoop), wrote);
         }
         if let Some(be) = snap.backends.get(slot as usize)
-            && p.inner.ip_len > be.max_ip_len
-            && let Some(o) = self.too_big(cx, pkt, p, be.max_ip_len)
+            && let (_, max_ip_len) = be.encap_for(p.inner.v6)
+            && p.inner.ip_len > max_ip_len
+            && let Some(o) = self.too_big(cx, pkt, p, max_ip_len)
         {
             return (o, wrote);
         }
