@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::{Checker, MAX_COMPOSITE_SOURCES};
 use std::net::IpAddr;
 
-use crate::schema::{Config, HealthCheck, HealthCheckTarget, HealthCheckType, RuleMode};
+use crate::schema::{Config, HealthCheck, HealthCheckTarget, HealthCheckType, PortRole, RuleMode};
 
 impl Checker<'_> {
     pub(super) fn health_checks(&mut self) {
@@ -134,6 +134,15 @@ impl Checker<'_> {
     /// family, and `vip_probe_ports` has a port for every (endpoint, VIP).
     fn vip_target(&mut self, p: &str, h: &HealthCheck) {
         let cfg = self.cfg;
+        // The probes leave the host's stack through an exception port; the
+        // data plane takes them from there. Without one every probe would
+        // fail and every endpoint turn unhealthy.
+        if !cfg.ports.is_empty() && !cfg.ports.iter().any(|x| x.role == PortRole::Exception) {
+            self.err(
+                &format!("{p}.target"),
+                "probes through VIPs leave the host through an exception port, and no [[ports]] entry has role \"exception\"",
+            );
+        }
         let mut vips: Vec<IpAddr> = Vec::new();
         for (si, s) in cfg.backend_services.iter().enumerate() {
             if s.health_check.as_deref() != Some(h.name.as_str()) {
