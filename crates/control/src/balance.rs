@@ -786,6 +786,7 @@ fn source_shape(compiled: &Compiled, s: ServiceId, policy: &config::schema::Aggr
     format!("{check:?}").hash(&mut h);
     for ep in compiled.service_endpoints(s) {
         ep.identity.hash(&mut h);
+        ep.address6.hash(&mut h);
         ep.health_port.hash(&mut h);
         if let Some(g) = compiled.groups.get(ep.group.index()) {
             g.name.hash(&mut h);
