@@ -140,10 +140,12 @@ impl Backend {
     /// backend, else the backend's own.
     #[inline(always)]
     pub fn encap_for(&self, v6: bool) -> (Option<&Template>, u32) {
-        match &self.v6 {
-            Some(p) if v6 => (p.encap.as_ref(), p.max_ip_len),
-            _ => (self.encap.as_ref(), self.max_ip_len),
+        // The family first: an IPv4 packet never reads `self.v6` (another
+        // cache line of the slot).
+        if v6 && let Some(p) = &self.v6 {
+            return (p.encap.as_ref(), p.max_ip_len);
         }
+        (self.encap.as_ref(), self.max_ip_len)
     }
 
     /// The address and next-hop MAC for a packet of family `v6`.

@@ -26,10 +26,19 @@ use wire::buf::{MemBuf, PacketBuf};
 pub const BURST: usize = 32;
 
 /// One TCP rule on 198.18.10.10:80 to `endpoints` endpoints
-/// (10.1.0.0, 10.1.0.1, …) delivered by `delivery`.
+/// (10.1.0.0, 10.1.0.1, …) delivered by `delivery` (`l2dsr` ones with a
+/// static MAC each: off the port's subnet, nothing could resolve them).
 pub fn config(delivery: &str, endpoints: usize) -> String {
     let eps: Vec<String> = (0..endpoints)
-        .map(|i| format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256))
+        .map(|i| {
+            let addr = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
+            if delivery == "l2dsr" {
+                let [_, a, b, c] = u32::try_from(i).unwrap_or(u32::MAX).to_be_bytes();
+                format!("{{ address = \"{addr}\", mac = \"02:00:00:{a:02x}:{b:02x}:{c:02x}\" }}")
+            } else {
+                addr
+            }
+        })
         .collect();
     Config::new()
         .node(node("bench", "r", "z"))
