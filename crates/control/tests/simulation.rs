@@ -64,6 +64,31 @@ fn healthy_world(text: &str, seed: u64) -> World {
     w
 }
 
+/// Composite `web-composite` of service `api` (at least 50 % and
+/// `min_count` endpoints healthy), exported by rule `web` (M20).
+fn api_composite(min_count: u32) -> String {
+    format!(
+        r#"[[composite_health_checks]]
+name = "web-composite"
+sources = [
+  {{ backend_service = "api", aggregation = {{ min_healthy_percent = 50, min_healthy_count = {min_count} }} }},
+]
+destination = "web"
+"#
+    )
+}
+
+/// A `remote_rule` group `name` in `region` (zone `<region>-a`) following
+/// rule `rule` of the Spillway at `url`, whose VIP is `vip` (M21).
+fn remote_group(name: &str, region: &str, url: &str, rule: &str, vip: &str) -> Table {
+    group(name, region, &format!("{region}-a"))
+        .str("kind", "remote_rule")
+        .set(
+            "remote",
+            format!("{{ status_url = {url:?}, rule = {rule:?}, vip = {vip:?} }}"),
+        )
+}
+
 /// Flows whose backend is `a`.
 fn on(flows: &[(Flow, Option<IpAddr>)], a: IpAddr) -> usize {
     flows.iter().filter(|(_, b)| *b == Some(a)).count()
@@ -353,41 +378,25 @@ fn a_composite_exported_to_a_rule_drives_a_peers_failover() {
                     endpoint_list(&["10.3.0.1", "10.3.0.2", "10.3.0.3"]),
                 )),
         )
-        .raw(
-            r#"[[composite_health_checks]]
-name = "web-composite"
-sources = [
-  { backend_service = "api", aggregation = { min_healthy_percent = 50, min_healthy_count = 2 } },
-]
-destination = "web"
-"#,
-        )
+        .raw(&api_composite(2))
         .build();
     let mut a = healthy_world(&a_text, 15);
     assert_eq!(a.rule_state("web"), Aggregate::Healthy);
 
     // Its r1 group is A's rule `web`; its r2 group another peer's.
-    let remote = |name: &str, region: &str, url: &str, rule: &str, vip: &str| {
-        group(name, region, &format!("{region}-a"))
-            .str("kind", "remote_rule")
-            .set(
-                "remote",
-                format!("{{ status_url = {url:?}, rule = {rule:?}, vip = {vip:?} }}"),
-            )
-    };
     let b_text = node_r1("peer")
         .rule(rule("front", &["10.0.0.20"], "TCP", "80", "front").set("ports", 80))
         .service(
             service("front", "ipip")
                 .set("maglev_table_size", 1021)
-                .child(remote(
+                .child(remote_group(
                     "remote",
                     "r1",
                     "http://10.9.0.1:9469/status",
                     "web",
                     "10.0.0.10",
                 ))
-                .child(remote(
+                .child(remote_group(
                     "other",
                     "r2",
                     "http://10.9.0.2:9469/status",
@@ -459,15 +468,7 @@ fn a_composite_fails_with_its_local_region_even_when_another_is_fine() {
                     endpoint_list(&["10.4.0.1", "10.4.0.2", "10.4.0.3"]),
                 )),
         )
-        .raw(
-            r#"[[composite_health_checks]]
-name = "web-composite"
-sources = [
-  { backend_service = "api", aggregation = { min_healthy_percent = 50, min_healthy_count = 1 } },
-]
-destination = "web"
-"#,
-        )
+        .raw(&api_composite(1))
         .build();
     let mut w = healthy_world(&text, 18);
     assert_eq!(w.rule_state("web"), Aggregate::Healthy);
@@ -516,15 +517,7 @@ fn a_reload_that_changes_a_source_makes_it_unknown_until_probed() {
                     .set("maglev_table_size", 1021)
                     .child(group("near", "r1", "r1-a").set("endpoints", endpoint_list(api))),
             )
-            .raw(
-                r#"[[composite_health_checks]]
-name = "web-composite"
-sources = [
-  { backend_service = "api", aggregation = { min_healthy_percent = 50, min_healthy_count = 1 } },
-]
-destination = "web"
-"#,
-            )
+            .raw(&api_composite(1))
             .build()
     };
     let two = ["10.3.0.1", "10.3.0.2"];
@@ -569,27 +562,19 @@ destination = "web"
 /// control/tests/remote.rs.)
 #[test]
 fn remote_rule_groups_fail_over_on_unhealthy_only() {
-    let remote = |name: &str, region: &str, url: &str, rule: &str, vip: &str| {
-        group(name, region, &format!("{region}-a"))
-            .str("kind", "remote_rule")
-            .set(
-                "remote",
-                format!("{{ status_url = {url:?}, rule = {rule:?}, vip = {vip:?} }}"),
-            )
-    };
     let text = node_r1("peer")
         .rule(rule("front", &["10.0.0.20"], "TCP", "80", "front").set("ports", 80))
         .service(
             service("front", "ipip")
                 .set("maglev_table_size", 1021)
-                .child(remote(
+                .child(remote_group(
                     "near",
                     "r1",
                     "http://10.9.0.1:9469/status",
                     "web",
                     "10.0.0.10",
                 ))
-                .child(remote(
+                .child(remote_group(
                     "far",
                     "r2",
                     "http://10.9.0.2:9469/status",
