@@ -71,6 +71,28 @@ pub fn reset_for(
 
 /// The Ethernet header of a frame to answer and what follows it; never a
 /// frame from a multicast (or broadcast) MAC.
+/// Writes a reply's Ethernet header at the front of `data` (back to the
+/// sender of `eth`, from `mac`, VLAN tags kept) and splits what follows its
+/// `l2` bytes into the IP header (`hdr` bytes) and the rest.
+fn reply_front(
+    data: &mut [u8],
+    eth: EthernetRepr,
+    mac: MacAddr,
+    l2: usize,
+    hdr: usize,
+) -> Result<(&mut [u8], &mut [u8]), ReplyError> {
+    EthernetRepr {
+        dst: eth.src,
+        src: mac,
+        ..eth
+    }
+    .emit(data)?;
+    Ok(data
+        .get_mut(l2..)
+        .and_then(|b| b.split_at_mut_checked(hdr))
+        .ok_or(ParseError::Truncated)?)
+}
+
 fn reply_l2(data: &[u8]) -> Result<(EthernetRepr, &[u8]), ReplyError> {
     let eth = EthernetRepr::parse(data)?;
     if eth.src[0] & 1 != 0 {
@@ -143,17 +165,7 @@ pub fn tcp_reset<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<(),
         IpAddr::V6(_) => ipv6::HEADER_LEN,
     };
     resize_for_rewrite(pkt, l2 + ip_len + tcp::MIN_HEADER_LEN)?;
-    let data = pkt.data_mut();
-    EthernetRepr {
-        dst: eth.src,
-        src: mac,
-        ..eth
-    }
-    .emit(data)?;
-    let (ip, seg) = data
-        .get_mut(l2..)
-        .and_then(|b| b.split_at_mut_checked(ip_len))
-        .ok_or(ParseError::Truncated)?;
+    let (ip, seg) = reply_front(pkt.data_mut(), eth, mac, l2, ip_len)?;
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => Ipv4Repr {
             src: d,
@@ -260,17 +272,7 @@ pub fn echo_reply<B: PacketBuf + ?Sized>(pkt: &mut B, mac: MacAddr) -> Result<()
         return Err(ReplyError::BadSource);
     }
     resize_for_rewrite(pkt, l2 + end)?;
-    let data = pkt.data_mut();
-    EthernetRepr {
-        dst: eth.src,
-        src: mac,
-        ..eth
-    }
-    .emit(data)?;
-    let (ip, msg) = data
-        .get_mut(l2..l2 + end)
-        .and_then(|b| b.split_at_mut_checked(hdr))
-        .ok_or(ParseError::Truncated)?;
+    let (ip, msg) = reply_front(pkt.data_mut(), eth, mac, l2, hdr)?;
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let mut ip = ipv4::Packet::new_unchecked(ip);
@@ -380,16 +382,7 @@ pub fn too_big<B: PacketBuf + ?Sized>(
     // link-layer header moves to the new front.
     let data = pkt.reframe(front, l2 + front + quoted)?;
     data.copy_within(front..front + l2, 0);
-    EthernetRepr {
-        dst: eth.src,
-        src: mac,
-        ..eth
-    }
-    .emit(data)?;
-    let (ip, icmp) = data
-        .get_mut(l2..)
-        .and_then(|b| b.split_at_mut_checked(hdr))
-        .ok_or(ParseError::Truncated)?;
+    let (ip, icmp) = reply_front(data, eth, mac, l2, hdr)?;
     let icmp_len = crate::cast::len16(icmpv4::HEADER_LEN + quoted);
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
