@@ -657,36 +657,22 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
         tokio::spawn(serve_metrics(http, commands_tx.clone()));
     }
     let peers = file.peers();
-    tokio::spawn(async move {
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                let _ = stream
-                    .write_all(b"error\ntoo many connections to the control socket; try again\n")
-                    .await;
-                continue;
-            };
-            let commands = commands_tx.clone();
-            tokio::spawn(async move {
-                let _slot = slot;
+    let control = commands_tx.clone();
+    tokio::spawn(serve_connections(
+        async move || listener.accept().await.map(|(s, _)| s),
+        b"error\ntoo many connections to the control socket; try again\n",
+        move |mut stream: tokio::net::UnixStream| {
+            let commands = control.clone();
+            async move {
                 let answer = match peers.check(&stream).await {
                     Err(e) => (false, e),
                     Ok(()) => {
                         match tokio::time::timeout(LINE_TIMEOUT, read_line(&mut stream)).await {
                             Err(_) => (false, "timed out waiting for a command line".to_owned()),
                             Ok(Err(e)) => (false, e),
-                            Ok(Ok(line)) => {
-                                let (tx, rx) = oneshot::channel();
-                                if commands.send(Command { line, reply: tx }).await.is_err() {
-                                    (false, "the service is stopping".to_owned())
-                                } else {
-                                    rx.await.unwrap_or((false, "no answer".to_owned()))
-                                }
-                            }
+                            Ok(Ok(line)) => ask(&commands, line)
+                                .await
+                                .unwrap_or((false, "the service is stopping".to_owned())),
                         }
                     }
                 };
@@ -696,9 +682,9 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
                     answer.1.trim_end()
                 );
                 let _ = tokio::time::timeout(LINE_TIMEOUT, stream.write_all(text.as_bytes())).await;
-            });
-        }
-    });
+            }
+        },
+    ));
 
     let client = Client::new(settings.server, settings.key.clone(), settings.dns_timeout);
     let mut engine = Engine {
@@ -755,18 +741,10 @@ const MAX_HEAD: usize = 8192;
 /// `status --json`), one request per connection, for scrapers: at most
 /// [`MAX_CONNECTIONS`] at once, [`LINE_TIMEOUT`] to send the request.
 async fn serve_metrics(listener: tokio::net::TcpListener, commands: mpsc::Sender<Command>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            continue;
-        };
+    let accept = async move || listener.accept().await.map(|(s, _)| s);
+    serve_connections(accept, b"", move |mut stream: tokio::net::TcpStream| {
         let commands = commands.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
+        async move {
             let head = tokio::time::timeout(LINE_TIMEOUT, async {
                 let mut buf = Vec::with_capacity(512);
                 let mut chunk = [0u8; 512];
@@ -798,15 +776,7 @@ async fn serve_metrics(listener: tokio::net::TcpListener, commands: mpsc::Sender
                     "GET /metrics or /status\n".to_owned(),
                 ),
                 Some((c, kind)) => {
-                    let (tx, rx) = oneshot::channel();
-                    let sent = commands
-                        .send(Command {
-                            line: c.to_owned(),
-                            reply: tx,
-                        })
-                        .await
-                        .is_ok();
-                    match if sent { rx.await.ok() } else { None } {
+                    match ask(&commands, c.to_owned()).await {
                         Some((true, body)) => ("200 OK", kind, body),
                         _ => (
                             "503 Service Unavailable",
@@ -821,8 +791,48 @@ async fn serve_metrics(listener: tokio::net::TcpListener, commands: mpsc::Sender
                 body.len()
             );
             let _ = tokio::time::timeout(LINE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
+        }
+    })
+    .await;
+}
+
+/// Accepts connections for ever, each handled by `handle` on a task of its
+/// own while one of [`MAX_CONNECTIONS`] slots is free; a connection beyond
+/// them is sent `busy` (when not empty) and closed. A failed accept (out of
+/// descriptors) is retried after 100 ms.
+async fn serve_connections<S, F>(
+    mut accept: impl AsyncFnMut() -> std::io::Result<S>,
+    busy: &'static [u8],
+    handle: impl Fn(S) -> F,
+) where
+    S: AsyncWriteExt + Unpin,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(mut stream) = accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !busy.is_empty() {
+                let _ = stream.write_all(busy).await;
+            }
+            continue;
+        };
+        let work = handle(stream);
+        tokio::spawn(async move {
+            let _slot = slot;
+            work.await;
         });
     }
+}
+
+/// Asks the engine `line`; `None` when the service is stopping.
+async fn ask(commands: &mpsc::Sender<Command>, line: String) -> Option<(bool, String)> {
+    let (tx, rx) = oneshot::channel();
+    commands.send(Command { line, reply: tx }).await.ok()?;
+    Some(rx.await.unwrap_or((false, "no answer".to_owned())))
 }
 
 /// One command line, at most [`MAX_LINE`] bytes, UTF-8.
