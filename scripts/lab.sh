@@ -364,30 +364,27 @@ $1]
 TOML
 }
 
+# An HTTP check NAME of port 80 every second, and its extra TOML lines.
+http_check() {
+    cat <<TOML
+[[health_checks]]
+name = "$1"
+type = "HTTP"
+port = 80
+interval = "1s"
+timeout = "500ms"
+healthy_threshold = 1
+unhealthy_threshold = 2
+${2:-}
+TOML
+}
+
 lab_checks() {
     health_checked || return 0
-    cat <<TOML
-[[health_checks]]
-name = "web-http"
-type = "HTTP"
-port = 80
-interval = "1s"
-timeout = "500ms"
-healthy_threshold = 1
-unhealthy_threshold = 2
-$(vip_checked && echo 'target = "vip"')
-TOML
+    http_check web-http "$(vip_checked && echo 'target = "vip"')"
     vip_checked || return 0
+    http_check own-address
     cat <<TOML
-
-[[health_checks]]
-name = "own-address"
-type = "HTTP"
-port = 80
-interval = "1s"
-timeout = "500ms"
-healthy_threshold = 1
-unhealthy_threshold = 2
 
 [[backend_services]]
 name = "web-own"
