@@ -7,6 +7,7 @@
 //! log lines are [`Output::Log`]s.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use config::Compiled;
@@ -45,6 +46,10 @@ pub struct Balance {
     /// Kept across reloads by service name (their smoothing state).
     planners: HashMap<String, Planner>,
     plans: Vec<Option<Plan>>,
+    /// Per service, the plans of its VIPs on which some endpoint's verdict
+    /// differs from its service-wide one (probes through VIPs, M52; a
+    /// dual-stack endpoint's address of one family, M8). Usually empty.
+    vip_plans: Vec<Vec<(IpAddr, Plan)>>,
     last_plan: Option<Duration>,
     /// Per backend slot: packets forwarded, at the last plan.
     prev_packets: Vec<u64>,
@@ -95,6 +100,7 @@ impl Balance {
             specs: Vec::new(),
             planners: HashMap::new(),
             plans: Vec::new(),
+            vip_plans: Vec::new(),
             last_plan: None,
             prev_packets: Vec::new(),
             drained: crate::drain::Drained::new(),
@@ -151,6 +157,7 @@ impl Balance {
         self.planners
             .retain(|name, _| names.contains(&name.as_str()));
         self.plans = vec![None; compiled.services.len()];
+        self.vip_plans = vec![Vec::new(); compiled.services.len()];
         // Plans for the new configuration right away, so the snapshot built
         // from it already carries them (rates: none measured yet).
         self.last_plan = Some(now);
@@ -262,9 +269,18 @@ impl Balance {
     /// What the snapshot builder needs about endpoint `id`. An endpoint not
     /// known UNHEALTHY keeps its flows (UNKNOWN right after start included);
     /// which endpoints take new flows is the plan's decision.
+    /// An endpoint probed through several VIPs or at two addresses is
+    /// healthy while any of them passes: its flows there stay, and the
+    /// VIPs' own plans keep new flows off where it fails (M52, M8).
     pub fn endpoint_health(&self, id: EndpointId) -> EndpointHealth {
+        let all = self.health.all(id);
+        let healthy = if all.len() > 1 {
+            all.iter().any(|s| s.state != State::Unhealthy)
+        } else {
+            self.verdict(id) != Some(State::Unhealthy)
+        };
         EndpointHealth {
-            healthy: self.verdict(id) != Some(State::Unhealthy),
+            healthy,
             weight: self.health.get(id).and_then(|s| s.weight),
         }
     }
@@ -272,6 +288,69 @@ impl Balance {
     /// The plans, indexed like `compiled.services` (for the builder).
     pub fn plans(&self) -> &[Option<Plan>] {
         &self.plans
+    }
+
+    /// The VIPs with plans of their own (for the builder): (service index,
+    /// VIP, plan).
+    pub fn vip_plans(&self) -> Vec<(usize, IpAddr, Plan)> {
+        self.vip_plans
+            .iter()
+            .enumerate()
+            .flat_map(|(i, v)| v.iter().map(move |(vip, p)| (i, *vip, p.clone())))
+            .collect()
+    }
+
+    /// What the planner is told of endpoint `id`'s health, from its
+    /// `verdict`.
+    fn obs_health(&self, id: EndpointId, checked: bool, verdict: Option<State>) -> Health {
+        match verdict {
+            _ if self.unresolved.get(id.index()) == Some(&true) => Health::Unhealthy,
+            // Unchecked and no verdict given (a scripted one may be:
+            // `ScriptedProbes::report_unchecked`).
+            _ if !checked && self.health.get(id).is_none() => Health::Healthy,
+            Some(State::Healthy) => Health::Healthy,
+            Some(State::Unhealthy) => Health::Unhealthy,
+            // A remote rule's UNKNOWN (a peer starting, a reload there, no
+            // poll answered yet) keeps its group eligible: only UNHEALTHY
+            // fails over (M21), or every peer restart would move clients.
+            Some(State::Unknown) if matches!(self.remote_of.get(id.index()), Some(Some(_))) => {
+                Health::Healthy
+            }
+            Some(State::Unknown) | None => Health::Unknown,
+        }
+    }
+
+    /// The verdict on endpoint `id` for traffic to `vip`: its probes through
+    /// that VIP (M52), else a dual-stack endpoint's probe of its address of
+    /// the VIP's family (M8), else its verdict.
+    fn verdict_at(&self, compiled: &Compiled, id: EndpointId, vip: IpAddr) -> Option<State> {
+        let all = self.health.all(id);
+        let relevant: Vec<State> = if all.iter().any(|s| s.vip.is_some()) {
+            all.iter()
+                .filter(|s| s.vip == Some(vip))
+                .map(|s| s.state)
+                .collect()
+        } else {
+            let want = compiled
+                .endpoints
+                .get(id.index())
+                .filter(|e| e.address6.is_some())
+                .map(|e| e.address_for(vip.is_ipv6()));
+            all.iter()
+                .filter(|s| want.is_none_or(|w| s.addr.ip() == w))
+                .map(|s| s.state)
+                .collect()
+        };
+        if relevant.is_empty() {
+            return self.verdict(id);
+        }
+        Some(if relevant.contains(&State::Unhealthy) {
+            State::Unhealthy
+        } else if relevant.contains(&State::Unknown) {
+            State::Unknown
+        } else {
+            State::Healthy
+        })
     }
 
     /// The remote rules to poll.
@@ -421,32 +500,47 @@ impl Balance {
                     let rate = own + self.cluster.peers_rate(now, &svc.name, &ep.identity);
                     let status = self.health.get(id);
                     EndpointObs {
-                        health: match self.verdict(id) {
-                            _ if self.unresolved.get(id.index()) == Some(&true) => {
-                                Health::Unhealthy
-                            }
-                            // Unchecked and no verdict given (a scripted one
-                            // may be: `ScriptedProbes::report_unchecked`).
-                            _ if !checked && status.is_none() => Health::Healthy,
-                            Some(State::Healthy) => Health::Healthy,
-                            Some(State::Unhealthy) => Health::Unhealthy,
-                            // A remote rule's UNKNOWN (a peer starting, a
-                            // reload there, no poll answered yet) keeps its
-                            // group eligible: only UNHEALTHY fails over
-                            // (M21), or every peer restart would move clients.
-                            Some(State::Unknown)
-                                if matches!(self.remote_of.get(id.index()), Some(Some(_))) =>
-                            {
-                                Health::Healthy
-                            }
-                            Some(State::Unknown) | None => Health::Unknown,
-                        },
+                        health: self.obs_health(id, checked, self.verdict(id)),
                         weight: status.and_then(|s| s.weight),
                         rate,
                         utilization: status.and_then(|s| s.utilization),
                     }
                 })
                 .collect();
+            // Each VIP on which an endpoint's verdict differs gets a plan of
+            // its own, from the same smoothed state (M52, M8).
+            let mut vip_plans = Vec::new();
+            let several = svc.endpoint_ids().any(|id| self.health.all(id).len() > 1);
+            for vip in service_vips(compiled, i).into_iter().filter(|_| several) {
+                let at_vip: Vec<EndpointObs> = obs
+                    .iter()
+                    .zip(svc.endpoint_ids())
+                    .map(|(o, id)| EndpointObs {
+                        health: self.obs_health(id, checked, self.verdict_at(compiled, id, vip)),
+                        ..*o
+                    })
+                    .collect();
+                if at_vip.iter().zip(&obs).all(|(a, b)| a.health == b.health) {
+                    continue;
+                }
+                let mut planner = self.planners.get(&svc.name).cloned().unwrap_or_default();
+                if let Ok(plan) =
+                    planner.update(&self.node, spec, &Observation::new(at_vip), elapsed)
+                {
+                    vip_plans.push((vip, plan.clone()));
+                }
+            }
+            let old = self.vip_plans.get(i).map_or(&[][..], Vec::as_slice);
+            let same = |a: &(IpAddr, Plan), b: &(IpAddr, Plan)| {
+                a.0 == b.0 && a.1.same_tables(&b.1) && a.1.thresholds == b.1.thresholds
+            };
+            if old.len() != vip_plans.len() || old.iter().zip(&vip_plans).any(|(a, b)| !same(a, b))
+            {
+                changed = true;
+            }
+            if let Some(slot) = self.vip_plans.get_mut(i) {
+                *slot = vip_plans;
+            }
             let planner = self.planners.entry(svc.name.clone()).or_default();
             match planner.update(&self.node, spec, &Observation::new(obs), elapsed) {
                 Ok(plan) => {
@@ -795,4 +889,21 @@ fn source_shape(compiled: &Compiled, s: ServiceId, policy: &config::schema::Aggr
         }
     }
     h.finish()
+}
+
+/// The distinct VIPs of the rules of service `i`, in rule order.
+fn service_vips(compiled: &Compiled, i: usize) -> Vec<IpAddr> {
+    let mut vips = Vec::new();
+    for r in compiled.rules.iter().filter(|r| r.service.index() == i) {
+        for c in r
+            .children
+            .iter()
+            .filter_map(|c| compiled.children.get(c.index()))
+        {
+            if !vips.contains(&c.vip) {
+                vips.push(c.vip);
+            }
+        }
+    }
+    vips
 }

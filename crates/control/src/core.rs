@@ -269,6 +269,9 @@ impl std::fmt::Display for Published {
 /// A snapshot waiting for its Maglev tables, which the shell builds so that
 /// the management loop goes on ageing flows, applying health and answering
 /// while they are large (M38, M50).
+/// Plans of VIPs of their own: (service index, VIP, plan).
+type VipPlans = Vec<(usize, std::net::IpAddr, locality::Plan)>;
+
 struct PendingBuild {
     build: u64,
     compiled: Arc<Compiled>,
@@ -276,6 +279,8 @@ struct PendingBuild {
     /// when the build started: the snapshot is made of these.
     health: Vec<EndpointHealth>,
     plans: Vec<Option<locality::Plan>>,
+    /// The VIPs' own plans (M52, M8), as they were then.
+    vip_plans: VipPlans,
     started: Duration,
     tables: usize,
     slots: u64,
@@ -347,6 +352,7 @@ impl Core {
             announcer.announce(now, compiled.settings.neighbours.announce_count, port, addr);
         }
         let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
+        builder.set_vip_plans(balance.vip_plans());
         let snap = builder.build_with_plans(
             compiled.clone(),
             local.clone(),
@@ -730,13 +736,14 @@ impl Core {
             })
             .collect();
         let plans = self.balance.plans().to_vec();
+        let vip_plans = self.balance.vip_plans();
         let missing =
             self.builder
                 .missing_tables(&compiled, &self.local, captured(&health), &plans);
         let slots: u64 = missing.iter().map(|k| u64::from(k.size)).sum();
         if slots <= self.inline_slots {
             return self
-                .assemble(compiled, &health, &plans)
+                .assemble(compiled, &health, &plans, vip_plans)
                 .map(Published::Live);
         }
         let tables = missing.len();
@@ -756,6 +763,7 @@ impl Core {
             compiled,
             health,
             plans,
+            vip_plans,
             started: self.now,
             tables,
             slots,
@@ -770,7 +778,9 @@ impl Core {
         compiled: Arc<Compiled>,
         health: &[EndpointHealth],
         plans: &[Option<locality::Plan>],
+        vip_plans: VipPlans,
     ) -> Result<u32, String> {
+        self.builder.set_vip_plans(vip_plans);
         let snap = self
             .builder
             .build_with_plans(
@@ -893,7 +903,7 @@ impl Core {
             if superseded {
                 return Ok(None);
             }
-            self.assemble(p.compiled.clone(), &p.health, &p.plans)
+            self.assemble(p.compiled.clone(), &p.health, &p.plans, p.vip_plans.clone())
                 .map(Some)
         });
         match result {

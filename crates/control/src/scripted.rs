@@ -187,8 +187,8 @@ impl ScriptedProbes {
                     }),
             )
             .collect();
-        endpoints.sort_by_key(|s| (s.endpoint, s.vip));
-        endpoints.dedup_by_key(|s| (s.endpoint, s.vip));
+        endpoints.sort_by_key(|s| (s.endpoint, s.vip, s.addr));
+        endpoints.dedup_by_key(|s| (s.endpoint, s.vip, s.addr));
         HealthSnapshot {
             generation: self.generation,
             endpoints,

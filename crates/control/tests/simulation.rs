@@ -1594,3 +1594,57 @@ fn a_refreshed_flow_survives_its_carriers_death_after_the_half_open_timeout() {
         assert_eq!(n2.send(f, false).addr(), *a, "{f:?}");
     }
 }
+
+/// Probes through the VIP (M52): each rule's new flows follow its own VIP's
+/// verdicts. A backend that fails on one VIP of its service takes no new
+/// flows there, keeps taking them on the other, and keeps its flows.
+#[test]
+fn a_backend_failing_one_vip_takes_new_flows_only_on_the_other() {
+    let text = node_r1("n")
+        .port(port("kernel", "net_tap0", "exception"))
+        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
+        .rule(rule("alt", &["10.0.0.11"], "TCP", "80", "web").set("ports", 80))
+        .service(web_service("DEFAULT_FOR_PROTOCOL", &FOUR))
+        .health_check(
+            health_check("tcp", "TCP")
+                .set("port", 80)
+                .str("target", "vip"),
+        )
+        .build();
+    let mut w = healthy_world(&text, 21);
+    let (one, alt) = (ip("10.1.0.1"), ip("10.0.0.11"));
+    let before = w.open(200, "10.0.0.11", 80);
+    assert!(on(&before, one) > 0, "every backend takes flows at first");
+    // 10.1.0.1 lacks 10.0.0.11: its probes through that VIP fail.
+    w.probes.set_state_via(one, alt, State::Unhealthy);
+    w.advance(SEC);
+    let status = w.status();
+    assert!(
+        status.contains("health web/10.1.0.1:80 via 10.0.0.11: UNHEALTHY"),
+        "{status}"
+    );
+    assert!(
+        status.contains("health web/10.1.0.1:80 via 10.0.0.10: HEALTHY"),
+        "{status}"
+    );
+    let on_alt = w.open(200, "10.0.0.11", 80);
+    assert_eq!(on(&on_alt, one), 0, "no new flow where it fails");
+    assert!(on_alt.iter().all(|(_, b)| b.is_some()), "{on_alt:?}");
+    let on_web = w.open(200, "10.0.0.10", 80);
+    assert!(
+        on(&on_web, one) > 20,
+        "it still takes its share on the other VIP"
+    );
+    // Its established flows stay (it is alive on the other VIP).
+    let now = w.where_now(&before);
+    for ((_, was), is) in before.iter().zip(&now) {
+        if *was == Some(one) {
+            assert_eq!(*is, Some(one));
+        }
+    }
+    // Back on 10.0.0.11: new flows there reach it again.
+    w.probes.set_state_via(one, alt, State::Healthy);
+    w.advance(SEC);
+    let again = w.open(200, "10.0.0.11", 80);
+    assert!(on(&again, one) > 20, "{again:?}");
+}

@@ -340,6 +340,10 @@ pub struct Snapshot {
     /// Health probes through VIPs (M52), sorted by source port: what the
     /// host sends from one of these ports to its VIP goes to its backend.
     pub probe_steering: Vec<ProbeSteer>,
+    /// Per child rule: the index in [`Snapshot::services`] of the plan its
+    /// new flows take — its service's, or its VIP's own when an endpoint's
+    /// verdict there differs (M52, M8; such plans follow the services').
+    pub child_plans: Vec<u32>,
 }
 
 /// Where the host's probe from one source port goes (M52).
@@ -357,6 +361,13 @@ pub struct ProbeSteer {
 }
 
 impl Snapshot {
+    /// The plan child rule `child` of service `svc` takes.
+    #[inline(always)]
+    pub fn plan_for(&self, child: usize, svc: usize) -> Option<&ServicePlan> {
+        let i = self.child_plans.get(child).map_or(svc, |&p| p as usize);
+        self.services.get(i)
+    }
+
     /// The steering of the host's probe from `source_port` (binary search).
     pub fn probe_steer(&self, source_port: u16) -> Option<&ProbeSteer> {
         let i = self
@@ -691,6 +702,9 @@ pub struct SnapshotBuilder {
     /// The Maglev tables of the last build (and any built ahead of the
     /// next one), by what they were built from.
     tables: HashMap<TableKey, Arc<MaglevTable>>,
+    /// The plans of VIPs that differ from their service's (M52, M8):
+    /// (service index, VIP, plan), for the next builds.
+    vip_plans: Vec<(usize, IpAddr, locality::Plan)>,
 }
 
 /// Maps configuration affinity onto the flow-key rule of `wire`.
@@ -837,6 +851,61 @@ impl SnapshotBuilder {
         Self::default()
     }
 
+    /// The plans of VIPs whose endpoints' verdicts differ from their
+    /// service's (M52, M8), for the next builds: (service index, VIP,
+    /// plan). Their child rules' new flows follow them.
+    pub fn set_vip_plans(&mut self, plans: Vec<(usize, IpAddr, locality::Plan)>) {
+        self.vip_plans = plans;
+    }
+
+    /// A service's plan for the pipeline from its selection: its Maglev
+    /// tables (kept from before, or built) with their backend slots.
+    fn service_plan(
+        &self,
+        svc: &config::compiled::Service,
+        sel: Selection,
+        slot_of: &[u32],
+        plan: Option<&locality::Plan>,
+        used: &mut HashMap<TableKey, Arc<MaglevTable>>,
+    ) -> Result<ServicePlan, SnapshotError> {
+        let mut regions = Vec::with_capacity(sel.regions.len());
+        for (sets, zones) in sel.regions {
+            let mut tables = Vec::with_capacity(sets.len());
+            for set in sets {
+                let key = table_key(svc, &set);
+                let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
+                    Some(t) => t.clone(),
+                    None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
+                        service: svc.name.clone(),
+                        source,
+                    })?),
+                };
+                tables.push(SlotTable {
+                    table: table.clone(),
+                    slots: set
+                        .iter()
+                        .map(|(i, _)| slot_of.get(*i).copied().unwrap_or(u32::MAX))
+                        .collect(),
+                });
+                used.insert(key, table);
+            }
+            regions.push(RegionTables { tables, zones });
+        }
+        let zonal = regions.iter().any(|r| !r.zones.is_empty());
+        Ok(ServicePlan {
+            delivery: svc.delivery,
+            affinity: affinity(svc.session_affinity),
+            persistence: svc.connection_persistence,
+            no_backend_action: svc.no_backend_action,
+            regions,
+            thresholds: sel.thresholds,
+            zonal,
+            flow_tag: svc.flow_tag,
+            fail_open: sel.fail_open,
+            locality: plan.map(|p| Arc::new(p.clone())),
+        })
+    }
+
     /// A builder whose snapshots carry `cookie_key` (a secret chosen once
     /// per process; [`SnapshotBuilder::new`] uses 0, for tests and replays).
     pub fn with_cookie_key(cookie_key: u64) -> Self {
@@ -929,6 +998,7 @@ impl SnapshotBuilder {
             .map(|i| compiled.gateways.iter().any(|g| g.service.index() == i))
             .collect();
         let mut appliances: Vec<(IpAddr, u32)> = Vec::new();
+        let mut slots_of: Vec<Vec<u32>> = Vec::with_capacity(compiled.services.len());
         // Backend slot of every endpoint, by its index in `compiled.endpoints`.
         let mut endpoint_slot: Vec<u32> = vec![u32::MAX; compiled.endpoints.len()];
         for (svc_index, svc) in compiled.services.iter().enumerate() {
@@ -991,45 +1061,45 @@ impl SnapshotBuilder {
                     *s = slot;
                 }
             }
-            let mut regions = Vec::with_capacity(sel.regions.len());
-            for (sets, zones) in sel.regions {
-                let mut tables = Vec::with_capacity(sets.len());
-                for set in sets {
-                    let key = table_key(svc, &set);
-                    let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
-                        Some(t) => t.clone(),
-                        None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
-                            service: svc.name.clone(),
-                            source,
-                        })?),
-                    };
-                    tables.push(SlotTable {
-                        table: table.clone(),
-                        slots: set
-                            .iter()
-                            .map(|(i, _)| slot_of.get(*i).copied().unwrap_or(u32::MAX))
-                            .collect(),
-                    });
-                    used.insert(key, table);
+            let plan = plans.get(svc_index).and_then(Option::as_ref);
+            services.push(self.service_plan(svc, sel, &slot_of, plan, &mut used)?);
+            slots_of.push(slot_of);
+        }
+        // VIPs whose endpoints' verdicts differ from their service's (M52,
+        // M8): plans of their own, which their child rules take.
+        let mut child_plans: Vec<u32> = compiled
+            .children
+            .iter()
+            .map(|c| {
+                compiled
+                    .rules
+                    .get(c.rule.0 as usize)
+                    .map_or(u32::MAX, |r| r.service.0)
+            })
+            .collect();
+        for (svc_index, vip, plan) in std::mem::take(&mut self.vip_plans) {
+            let (Some(svc), Some(slot_of)) =
+                (compiled.services.get(svc_index), slots_of.get(svc_index))
+            else {
+                continue;
+            };
+            let sel = select(&compiled, svc, &health, Some(&plan), &local);
+            let sp = self.service_plan(svc, sel, slot_of, Some(&plan), &mut used)?;
+            let index = u32::try_from(services.len()).unwrap_or(u32::MAX);
+            services.push(sp);
+            for (c, child) in compiled.children.iter().enumerate() {
+                let of_svc = compiled
+                    .rules
+                    .get(child.rule.0 as usize)
+                    .is_some_and(|r| r.service.index() == svc_index);
+                if of_svc
+                    && child.vip == vip
+                    && let Some(p) = child_plans.get_mut(c)
+                {
+                    *p = index;
                 }
-                regions.push(RegionTables { tables, zones });
             }
-            let zonal = regions.iter().any(|r| !r.zones.is_empty());
-            services.push(ServicePlan {
-                delivery: svc.delivery,
-                affinity: affinity(svc.session_affinity),
-                persistence: svc.connection_persistence,
-                no_backend_action: svc.no_backend_action,
-                regions,
-                thresholds: sel.thresholds,
-                zonal,
-                flow_tag: svc.flow_tag,
-                fail_open: sel.fail_open,
-                locality: plans
-                    .get(svc_index)
-                    .and_then(Option::as_ref)
-                    .map(|p| Arc::new(p.clone())),
-            });
+            self.vip_plans.push((svc_index, vip, plan));
         }
         // Backends that left the configuration drain, then go; a removed
         // backend's slot is free for a new endpoint.
@@ -1142,6 +1212,7 @@ impl SnapshotBuilder {
             gateways: gateway_hops(&compiled, &local),
             appliances,
             probe_steering,
+            child_plans,
             compiled,
             services,
             backends,

@@ -125,7 +125,8 @@ impl HealthSnapshot {
     /// The status that decides `endpoint`'s health (binary search): its
     /// probe's, or of an endpoint probed through several VIPs (M52) the
     /// first UNHEALTHY one, else the first UNKNOWN, else the first — an
-    /// endpoint takes new flows only when every VIP reaches it.
+    /// endpoint counts as unhealthy for its service when any VIP fails it
+    /// ([`HealthSnapshot::all`] gives each VIP's, for per-VIP decisions).
     pub fn get(&self, endpoint: EndpointId) -> Option<&EndpointStatus> {
         let all = self.all(endpoint);
         all.iter()

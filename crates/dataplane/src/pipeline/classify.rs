@@ -360,7 +360,7 @@ impl Worker {
             return Err(Outcome::Drop(DropReason::GatewayVip));
         }
         let svc = m.service.index();
-        let Some(plan) = snap.services.get(svc) else {
+        let Some(plan) = snap.plan_for(m.child.index(), svc) else {
             return Err(Outcome::Drop(DropReason::NoRule));
         };
         self.count_child(m.child.index(), len);

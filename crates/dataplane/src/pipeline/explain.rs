@@ -145,7 +145,7 @@ impl Worker {
         out.gateway = usize::from(p.gateway).checked_sub(1);
         out.hash = p.hash;
         out.client_zone = p.client_zone;
-        let Some(plan) = snap.services.get(p.svc) else {
+        let Some(plan) = snap.plan_for(p.child, p.svc) else {
             out.verdict = Verdict::Drop(crate::DropReason::NoRule);
             return out;
         };

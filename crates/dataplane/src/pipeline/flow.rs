@@ -78,7 +78,7 @@ impl Worker {
         hit: Option<Hit>,
     ) -> (Outcome, bool) {
         let Ctx { snap, flows, now } = cx;
-        let Some(plan) = snap.services.get(p.svc) else {
+        let Some(plan) = snap.plan_for(p.child, p.svc) else {
             return (Outcome::Drop(DropReason::NoRule), false);
         };
         let mut wrote = false;

@@ -1,0 +1,150 @@
+//! A dual-stack service (M8) on the management core: each family's rule
+//! takes new flows by the health of the endpoints' addresses of that
+//! family, while an endpoint alive on either keeps its flows.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use control::{Core, ScriptedProbes};
+use dataplane::{BackendState, Local, WorkerCounters};
+use health::State;
+
+const TEXT: &str = r#"
+[node]
+name = "n"
+region = "r"
+zone = "z"
+
+[[backend_services]]
+name = "s"
+delivery = "gue"
+health_check = "tcp"
+groups = [{ name = "g", region = "r", zone = "z", endpoints = [
+  { address = "10.1.0.1", address6 = "fd01::1" },
+  { address = "10.1.0.2", address6 = "fd01::2" },
+  { address = "10.1.0.3", address6 = "fd01::3" },
+] }]
+
+[[health_checks]]
+name = "tcp"
+type = "TCP"
+port = 80
+
+[[forwarding_rules]]
+name = "web4"
+vips = ["198.51.100.1"]
+protocol = "TCP"
+ports = 80
+backend_service = "s"
+
+[[forwarding_rules]]
+name = "web6"
+vips = ["2001:db8::1"]
+protocol = "TCP"
+ports = 80
+backend_service = "s"
+"#;
+
+fn local() -> Local {
+    Local {
+        mac: [2, 0, 0, 0, 0, 1],
+        next_hop_mac: [2, 0, 0, 0, 0, 0xfe],
+        tunnel_src_v4: Some("10.0.1.2".parse().unwrap()),
+        tunnel_src_v6: Some("fd00::2".parse().unwrap()),
+        own_addrs: vec!["10.0.0.2".parse().unwrap()],
+        port_macs: Vec::new(),
+        egress_mtu: None,
+        neighbours: Vec::new(),
+    }
+}
+
+/// The addresses of the backends rule `child` (its first child rule)
+/// gives new flows to.
+fn eligible(core: &Core, child: usize) -> Vec<IpAddr> {
+    let snap = core.live();
+    let svc = 0;
+    let mut v: Vec<IpAddr> = snap
+        .plan_for(child, svc)
+        .unwrap()
+        .eligible_slots()
+        .into_iter()
+        .map(|s| snap.backends[s as usize].addr)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn each_family_takes_new_flows_by_its_own_addresses_health() {
+    let loaded =
+        config::load_str("t.toml", TEXT, &config::Env::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut probes = ScriptedProbes::new(State::Healthy);
+    let mut core = Core::start(
+        std::path::Path::new("t.toml"),
+        loaded.compiled,
+        local(),
+        1,
+        Duration::ZERO,
+        &mut probes,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Both addresses of each endpoint are probed.
+    assert_eq!(probes.targets().len(), 6);
+    let step = |core: &mut Core, probes: &ScriptedProbes, secs: u64| {
+        let now = Duration::from_secs(secs);
+        core.health(now, probes.snapshot());
+        core.tick(now, WorkerCounters::default);
+    };
+    step(&mut core, &probes, 1);
+    let all: Vec<IpAddr> = ["10.1.0.1", "10.1.0.2", "10.1.0.3"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(eligible(&core, 0), all);
+    assert_eq!(eligible(&core, 1), all);
+
+    // Endpoint 1's IPv6 address stops answering: the IPv6 rule's new flows
+    // leave it, the IPv4 rule's do not, and it stays active.
+    probes.set_state("fd01::1".parse().unwrap(), State::Unhealthy);
+    step(&mut core, &probes, 2);
+    assert_eq!(eligible(&core, 0), all, "IPv4 rule");
+    assert_eq!(eligible(&core, 1), all[1..], "IPv6 rule");
+    assert_eq!(core.live().backends[0].state, BackendState::Active);
+    let flows = control::FlowUse {
+        live: 0,
+        half_open: 0,
+        capacity: 0,
+        memory: "heap",
+    };
+    let status = core
+        .command(
+            Duration::from_secs(2),
+            control::Command::Status { flows },
+            &mut probes,
+        )
+        .text();
+    assert!(
+        status.contains("health s/[fd01::1]:80: UNHEALTHY"),
+        "{status}"
+    );
+
+    // Both of its addresses fail: no rule's new flows, and it is unhealthy.
+    probes.set_state("10.1.0.1".parse().unwrap(), State::Unhealthy);
+    step(&mut core, &probes, 3);
+    assert_eq!(eligible(&core, 0), all[1..]);
+    assert_eq!(eligible(&core, 1), all[1..]);
+    assert!(matches!(
+        core.live().backends[0].state,
+        BackendState::Unhealthy { .. }
+    ));
+
+    // Back: every rule takes it again.
+    probes.set_state("10.1.0.1".parse().unwrap(), State::Healthy);
+    probes.set_state("fd01::1".parse().unwrap(), State::Healthy);
+    step(&mut core, &probes, 4);
+    assert_eq!(eligible(&core, 0), all);
+    assert_eq!(eligible(&core, 1), all);
+}
