@@ -362,7 +362,7 @@ fn exception_ports_compile_to_the_data_port_each_stands_for() {
     let ports = concat!(
         "[[ports]]\nname = \"k-be\"\ndevice = \"t1\"\nrole = \"exception\"\nfor_port = \"be\"\n",
         "[[ports]]\nname = \"up\"\ndevice = \"d0\"\nrole = \"uplink\"\n",
-        "[[ports]]\nname = \"be\"\ndevice = \"d1\"\nrole = \"backend\"\n",
+        "[[ports]]\nname = \"be\"\ndevice = \"d1\"\nrole = \"backend\"\naddresses = [\"10.0.1.2/24\"]\n",
         "[[ports]]\nname = \"k-up\"\ndevice = \"t0\"\nrole = \"exception\"\n",
     );
     let l = load(&with(ports)).unwrap_or_else(|e| panic!("{e}"));
@@ -686,7 +686,7 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
     // BIRD (driven, M34) are not warned of.
     let quiet = with(concat!(
         "[dataplane]\nworker_cores = [1]\n",
-        "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\n",
+        "[[ports]]\nname = \"up\"\ndevice = \"net_null0\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n",
         "[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 64512\n",
     ))
     .replace(

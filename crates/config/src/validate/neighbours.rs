@@ -47,6 +47,36 @@ impl Checker<'_> {
         let Some((pi, port)) = crate::schema::egress_port(&cfg.ports) else {
             return;
         };
+        // Tunnels leave from the port's first address of the endpoint's
+        // family: without one, every packet to it would be dropped.
+        for (i, s) in cfg.backend_services.iter().enumerate() {
+            if s.delivery == DeliveryMode::L2dsr {
+                continue;
+            }
+            for (g, gr) in s.groups.iter().enumerate() {
+                for (e, ep) in gr.endpoints.iter().enumerate() {
+                    for (field, addr) in [("address", Some(ep.address)), ("address6", ep.address6)]
+                    {
+                        let Some(addr) = addr else { continue };
+                        if !port
+                            .addresses
+                            .iter()
+                            .any(|a| a.addr.is_ipv4() == addr.is_ipv4())
+                        {
+                            let at = self.at(&format!("ports[{pi}].name"));
+                            self.warn(
+                                &format!("backend_services[{i}].groups[{g}].endpoints[{e}].{field}"),
+                                format!(
+                                    "tunnels to {addr} leave port {:?} (at {at}) from its first {} address, and it has none: its packets are dropped (no_tunnel_source)",
+                                    port.name,
+                                    if addr.is_ipv4() { "IPv4" } else { "IPv6" }
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
         for (i, s) in cfg.backend_services.iter().enumerate() {
             if s.delivery != DeliveryMode::L2dsr {
                 continue;
