@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
+mod sim;
+
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -47,16 +49,11 @@ ports = 80
 backend_service = "s"
 "#;
 
+/// The simulation's node, with an IPv6 tunnel source too.
 fn local() -> Local {
     Local {
-        mac: [2, 0, 0, 0, 0, 1],
-        next_hop_mac: [2, 0, 0, 0, 0, 0xfe],
-        tunnel_src_v4: Some("10.0.1.2".parse().unwrap()),
         tunnel_src_v6: Some("fd00::2".parse().unwrap()),
-        own_addrs: vec!["10.0.0.2".parse().unwrap()],
-        port_macs: Vec::new(),
-        egress_mtu: None,
-        neighbours: Vec::new(),
+        ..sim::local()
     }
 }
 
