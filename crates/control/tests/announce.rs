@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
+mod sim;
+
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -69,17 +71,7 @@ fn announced(core: &mut Core) -> Vec<Vec<(IpAddr, Why)>> {
 }
 
 fn start(text: &str, probes: &mut ScriptedProbes) -> Core {
-    let loaded =
-        config::load_str("t.toml", text, &config::Env::default()).unwrap_or_else(|e| panic!("{e}"));
-    Core::start(
-        std::path::Path::new("t.toml"),
-        loaded.compiled,
-        local(),
-        1,
-        Duration::ZERO,
-        probes,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    sim::start_core(sim::loaded(text).compiled, local(), 1, probes)
 }
 
 /// Sets both endpoints to `s` and ticks at `secs`.

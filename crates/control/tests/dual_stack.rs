@@ -76,18 +76,8 @@ fn eligible(core: &Core, child: usize) -> Vec<IpAddr> {
 
 #[test]
 fn each_family_takes_new_flows_by_its_own_addresses_health() {
-    let loaded =
-        config::load_str("t.toml", TEXT, &config::Env::default()).unwrap_or_else(|e| panic!("{e}"));
     let mut probes = ScriptedProbes::new(State::Healthy);
-    let mut core = Core::start(
-        std::path::Path::new("t.toml"),
-        loaded.compiled,
-        local(),
-        1,
-        Duration::ZERO,
-        &mut probes,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let mut core = sim::start_core(sim::loaded(TEXT).compiled, local(), 1, &mut probes);
     // Both addresses of each endpoint are probed.
     assert_eq!(probes.targets().len(), 6);
     let step = |core: &mut Core, probes: &ScriptedProbes, secs: u64| {

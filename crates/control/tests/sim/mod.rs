@@ -189,6 +189,25 @@ pub fn loaded(text: &str) -> config::Loaded {
     config::load_str("sim.toml", text, &config::Env::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A core started on `compiled` at time zero with `local`, its probes
+/// scripted by `probes`.
+pub fn start_core(
+    compiled: config::Compiled,
+    local: Local,
+    seed: u64,
+    probes: &mut ScriptedProbes,
+) -> Core {
+    Core::start(
+        std::path::Path::new("sim.toml"),
+        compiled,
+        local,
+        seed,
+        Duration::ZERO,
+        probes,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The node's addresses: tunnels leave from 10.0.1.2.
 pub fn local() -> Local {
     Local {
@@ -218,15 +237,7 @@ impl World {
         ))
         .expect("flow table");
         let mut probes = ScriptedProbes::default();
-        let mut core = Core::start(
-            std::path::Path::new("sim.toml"),
-            loaded.compiled,
-            local(),
-            seed,
-            Duration::ZERO,
-            &mut probes,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut core = start_core(loaded.compiled, local(), seed, &mut probes);
         // Every next hop is on the segment and has answered before the
         // first packet (M47); scenarios take them away or change them.
         let segment: Vec<(usize, IpAddr, [u8; 6])> = dataplane::nexthop::next_hops(core.compiled())
