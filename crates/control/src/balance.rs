@@ -511,7 +511,11 @@ impl Balance {
             // its own, from the same smoothed state (M52, M8).
             let mut vip_plans = Vec::new();
             let several = svc.endpoint_ids().any(|id| self.health.all(id).len() > 1);
-            for vip in service_vips(compiled, i).into_iter().filter(|_| several) {
+            for vip in compiled
+                .service_vips(ServiceId(u32::try_from(i).unwrap_or(u32::MAX)))
+                .into_iter()
+                .filter(|_| several)
+            {
                 let at_vip: Vec<EndpointObs> = obs
                     .iter()
                     .zip(svc.endpoint_ids())
@@ -889,21 +893,4 @@ fn source_shape(compiled: &Compiled, s: ServiceId, policy: &config::schema::Aggr
         }
     }
     h.finish()
-}
-
-/// The distinct VIPs of the rules of service `i`, in rule order.
-fn service_vips(compiled: &Compiled, i: usize) -> Vec<IpAddr> {
-    let mut vips = Vec::new();
-    for r in compiled.rules.iter().filter(|r| r.service.index() == i) {
-        for c in r
-            .children
-            .iter()
-            .filter_map(|c| compiled.children.get(c.index()))
-        {
-            if !vips.contains(&c.vip) {
-                vips.push(c.vip);
-            }
-        }
-    }
-    vips
 }

@@ -416,14 +416,7 @@ fn vip_probes(
         if !vip_check {
             continue;
         }
-        let mut vips: Vec<IpAddr> = Vec::new();
-        for r in rules.iter().filter(|r| r.service.index() == si) {
-            for c in r.children.iter().filter_map(|c| children.get(c.index())) {
-                if !vips.contains(&c.vip) {
-                    vips.push(c.vip);
-                }
-            }
-        }
+        let vips = super::rules::service_vips(rules, children, si);
         for id in svc.endpoint_ids() {
             let Some(port) = endpoints.get(id.index()).and_then(|e| e.health_port) else {
                 continue;

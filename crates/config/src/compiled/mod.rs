@@ -151,6 +151,13 @@ pub struct Compiled {
     pub vip_probes: Vec<VipProbe>,
 }
 
+impl Compiled {
+    /// The distinct VIPs of service `s`'s rules, in rule order.
+    pub fn service_vips(&self, s: ServiceId) -> Vec<IpAddr> {
+        rules::service_vips(&self.rules, &self.children, s.index())
+    }
+}
+
 /// One health probe through a VIP (`target = "vip"`, M52): the host
 /// connects to `vip:port` from `source_port`, and the data plane delivers
 /// what it sends from that port to `endpoint`.

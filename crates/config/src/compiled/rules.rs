@@ -258,6 +258,20 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     RuleIndex { vips, keys }
 }
 
+/// The distinct VIPs of the rules of service `service` (its index), in rule
+/// order, both addresses of an availability-group pair included.
+pub(super) fn service_vips(rules: &[Rule], children: &[ChildRule], service: usize) -> Vec<IpAddr> {
+    let mut vips: Vec<IpAddr> = Vec::new();
+    for r in rules.iter().filter(|r| r.service.index() == service) {
+        for c in r.children.iter().filter_map(|c| children.get(c.index())) {
+            if !vips.contains(&c.vip) {
+                vips.push(c.vip);
+            }
+        }
+    }
+    vips
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
