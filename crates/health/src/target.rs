@@ -209,6 +209,10 @@ pub fn targets_from_compiled(c: &Compiled) -> Result<Vec<Target>, HealthError> {
             continue;
         }
         let name: Arc<str> = Arc::from(svc.name.as_str());
+        let through_vips = svc
+            .health_check
+            .and_then(|h| c.health_checks.get(h.index()))
+            .is_some_and(|h| h.target == HealthCheckTarget::Vip);
         for id in svc.endpoint_ids() {
             let Some(ep) = c.endpoints.get(id.index()) else {
                 continue;
@@ -223,10 +227,6 @@ pub fn targets_from_compiled(c: &Compiled) -> Result<Vec<Target>, HealthError> {
                 check: check.clone(),
                 via: None,
             };
-            let through_vips = svc
-                .health_check
-                .and_then(|h| c.health_checks.get(h.index()))
-                .is_some_and(|h| h.target == HealthCheckTarget::Vip);
             if !through_vips {
                 // A dual-stack endpoint is probed at each address (M8).
                 for addr in ep.addresses() {
