@@ -489,7 +489,14 @@ bgp_round() { # N requests; prints each node's new flows
     progress "$burst HTTP requests to the VIP" \
         ip netns exec "spb${B}c" python3 "$here/demo-client.py" fetch "$VIP" "$burst" "$work/bgp.log"
     grep -q FAILED "$work/progress.out" && bad "requests failed: $(tr '\n' ' ' <"$work/progress.out")"
-    d1=$(($(new_flows 1) - a1)) d2=$(($(new_flows 2) - a2))
+    # Workers publish their counters every ~100 ms: read until every request
+    # is counted, for at most 2 s (a shortfall then shows in the figures).
+    local tries=0
+    while :; do
+        d1=$(($(new_flows 1) - a1)) d2=$(($(new_flows 2) - a2))
+        ((d1 + d2 >= burst || ++tries > 20)) && break
+        sleep 0.1
+    done
     note "new connections: node1 $d1, node2 $d2 (spillway stats on each); backends: $(tr '\n' ' ' <"$work/progress.out")"
 }
 bgp_round
