@@ -16,7 +16,9 @@
 //!   (backend | generation, cookie | created, last-seen).
 //!
 //! Each key has two candidate buckets chosen from its 64-bit hash by multiply-shift (no
-//! division, any bucket count), and the 16-bit tag lets a probe skip non-matching slots without
+//! division, any bucket count) — the table's own keyed hash of the key ([`FlowTable::hash`],
+//! [`placement`]: SipHash-1-3 under a per-table random key, so nobody outside can aim keys at
+//! chosen buckets), and the 16-bit tag lets a probe skip non-matching slots without
 //! touching their slot lines. A hit costs the header line and one slot line (a third and fourth
 //! line if the key sits in its second bucket). Slots are provisioned for 125 % of the nominal
 //! capacity — an 80 % load at capacity, where two-choice placement still places essentially
@@ -315,9 +317,11 @@ mod sync {
 }
 
 mod memory;
+pub mod placement;
 mod table;
 
 pub use memory::{MemoryProvider, TableMemory};
+pub use placement::PlacementKey;
 pub use table::{
     BUCKET_SLOTS, Config, ConfigError, Entry, EntryFlags, Evicted, FlowKey, FlowTable, Hit,
     InsertOutcome, Lookup, MAX_CAPACITY, NewEntry, Occupancy, ProtoClass, SlotRef, SweepStats,

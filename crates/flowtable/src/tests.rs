@@ -70,6 +70,7 @@ fn insert_lookup_and_existing() {
             flags: tcp(),
             created: 100,
             last_seen: 100,
+            marks: 0,
         }
     );
     // A second insert of the same key returns the first entry, not its own value.
@@ -874,4 +875,48 @@ fn small_tables_and_unfit_blocks_stay_on_the_heap() {
         inserted(t.insert(&key(1), hash(1), entry(1, tcp()), 1));
         assert!(t.lookup(&key(1), hash(1)).is_some());
     }
+}
+
+/// Marks are set by the caller, survive refreshes and flag updates, refuse a stale handle, and
+/// start empty for the slot's next occupant.
+#[test]
+fn marks_accumulate_survive_touches_and_die_with_the_entry() {
+    let t = FlowTable::new(Config::with_capacity(1000)).unwrap();
+    let (slot, _) = inserted(t.insert(&key(1), hash(1), entry(1, udp()), 10));
+    assert!(t.mark(slot, 0b01));
+    assert!(t.touch(slot, 11));
+    assert!(t.mark(slot, 0b10));
+    let _ = t.update_flags(slot, EntryFlags::FIN, 0);
+    assert!(t.touch(slot, 12));
+    let hit = t.lookup(&key(1), hash(1)).unwrap();
+    assert_eq!((hit.entry.marks, hit.entry.last_seen), (0b11, 12));
+    assert!(t.remove(slot));
+    assert!(!t.mark(slot, 0b100), "stale handle");
+    let (again, _) = inserted(t.insert(&key(1), hash(1), entry(1, udp()), 13));
+    assert_eq!(t.lookup(&key(1), hash(1)).unwrap().entry.marks, 0);
+    assert!(t.mark(again, 0b100));
+    assert_eq!(t.lookup(&key(1), hash(1)).unwrap().entry.marks, 0b100);
+}
+
+/// The placement hash is the table's own: two tables place one key differently unless given
+/// the same key.
+#[test]
+fn placement_is_keyed_per_table() {
+    let cfg = |k: Option<crate::PlacementKey>| Config {
+        placement: k,
+        ..Config::with_capacity(1000)
+    };
+    let (a, b) = (
+        FlowTable::new(cfg(None)).unwrap(),
+        FlowTable::new(cfg(None)).unwrap(),
+    );
+    let k = key(9);
+    assert_ne!(a.hash(&k), b.hash(&k));
+    let fixed = crate::PlacementKey::fixed(3, 4);
+    let (c, d) = (
+        FlowTable::new(cfg(Some(fixed))).unwrap(),
+        FlowTable::new(cfg(Some(fixed))).unwrap(),
+    );
+    assert_eq!(c.hash(&k), d.hash(&k));
+    assert_eq!(c.hash(&k), fixed.hash(&k));
 }

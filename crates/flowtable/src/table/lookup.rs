@@ -97,6 +97,7 @@ impl FlowTable {
                 created: (w6 >> 32) as u32,
                 flags: EntryFlags(flags_of(c1)),
                 last_seen: lo32(w7),
+                marks: (w7 >> 32) as u32,
             },
         })
     }

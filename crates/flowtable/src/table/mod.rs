@@ -5,6 +5,7 @@
 
 use super::sync::{Array, AtomicU64, AtomicUsize, alloc_slice, allocated_bytes, padded};
 use crate::memory::MemoryProvider;
+use crate::placement::PlacementKey;
 
 mod insert;
 mod lookup;
@@ -134,7 +135,7 @@ const fn hint_shift(i: usize) -> usize {
 ///   words 0..5  key
 ///   word  5     backend | generation << 32
 ///   word  6     cookie | created << 32
-///   word  7     last_seen
+///   word  7     last_seen | marks << 32
 #[repr(C, align(64))]
 struct Slot {
     words: [AtomicU64; 8],
@@ -163,6 +164,8 @@ pub struct FlowTable {
     spin_limit: u32,
     /// Next bucket for [`FlowTable::sweep`].
     sweep_cursor: AtomicUsize,
+    /// The secret behind [`FlowTable::hash`].
+    placement: PlacementKey,
 }
 
 impl std::fmt::Debug for FlowTable {
@@ -220,6 +223,10 @@ impl FlowTable {
         if t >= 1 << 31 {
             return Err(ConfigError::TimeoutTooLarge(t));
         }
+        let placement = match config.placement {
+            Some(k) => k,
+            None => PlacementKey::random().map_err(|e| ConfigError::NoRandomKey(e.to_string()))?,
+        };
         let buckets: Array<Bucket> = alloc_slice(nbuckets, provider, || Bucket {
             header: Header {
                 ctrl: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -236,7 +243,17 @@ impl FlowTable {
             timeouts: config.timeouts,
             spin_limit: config.insert_spin_limit,
             sweep_cursor: AtomicUsize::new(0),
+            placement,
         })
+    }
+
+    /// The hash this table places `key` by, for every operation that takes a `hash`: keyed
+    /// per table ([`crate::placement`]), so nobody outside can aim keys at chosen buckets.
+    /// Not the public flow hash the key's backend is chosen by.
+    #[inline]
+    #[must_use]
+    pub fn hash(&self, key: &FlowKey) -> u64 {
+        self.placement.hash(key)
     }
 
     fn buckets_for(capacity: usize) -> Result<usize, ConfigError> {

@@ -114,6 +114,7 @@ impl FlowTable {
                         created: (w[W_COOKIE] >> 32) as u32,
                         flags: EntryFlags(flags_of(c1)),
                         last_seen: lo32(w[W_SEEN]),
+                        marks: (w[W_SEEN] >> 32) as u32,
                     };
                     visited += 1;
                     if f(&key, &entry).is_break() {

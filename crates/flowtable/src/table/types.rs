@@ -243,6 +243,9 @@ pub struct Config {
     /// [`InsertOutcome::Contended`]. The lock is held for a few dozen instructions, so this only
     /// matters if the holder was descheduled.
     pub insert_spin_limit: u32,
+    /// The key of the table's placement hash ([`FlowTable::hash`]); `None`: a random one
+    /// from the OS, as every table facing live traffic must have.
+    pub placement: Option<crate::PlacementKey>,
 }
 
 impl Config {
@@ -253,6 +256,7 @@ impl Config {
             capacity,
             timeouts: Timeouts::default(),
             insert_spin_limit: 4096,
+            placement: None,
         }
     }
 }
@@ -269,6 +273,9 @@ pub enum ConfigError {
     /// flow table timeouts must be below 2^31 ticks (got {0})
     #[error("flow table timeouts must be below 2^31 ticks (got {0})")]
     TimeoutTooLarge(Tick),
+    /// no random placement key from the operating system: {0}
+    #[error("no random placement key from the operating system: {0}")]
+    NoRandomKey(String),
 }
 
 /// Value of a new entry.
@@ -299,6 +306,9 @@ pub struct Entry {
     pub created: Tick,
     /// Tick of the last refresh (see [`FlowTable::touch`]).
     pub last_seen: Tick,
+    /// Bits the caller set with [`FlowTable::mark`] since the entry was inserted (e.g. the
+    /// directions of a gateway flow the balancer has sent, M53).
+    pub marks: u32,
 }
 
 /// Names one occupant of one slot: the slot index plus the version of the control word, so a

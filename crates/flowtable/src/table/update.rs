@@ -26,9 +26,32 @@ impl FlowTable {
             return false;
         }
         let w = &s.words[W_SEEN];
-        if lo32(w.load(Ordering::Relaxed)) != now {
-            w.store(u64::from(now), Ordering::Relaxed);
+        let old = w.load(Ordering::Relaxed);
+        if lo32(old) != now {
+            // The marks beside it stay. One attempt: if another worker refreshed the entry
+            // (to about `now`) or marked it in between, this refresh is not needed for long —
+            // the flow's next packet refreshes it.
+            let new = (old & !u64::from(u32::MAX)) | u64::from(now);
+            let _ = w.compare_exchange(old, new, Ordering::Relaxed, Ordering::Relaxed);
         }
+        true
+    }
+
+    /// Sets `bits` in an entry's marks ([`crate::Entry::marks`]: the caller's, never cleared
+    /// while the entry lives) if the handle still names it. Returns `false` if it is stale.
+    ///
+    /// A handle that goes stale between the version check and the write can at worst set
+    /// the bits on the slot's next occupant, in the instant of the slot's reuse.
+    pub fn mark(&self, slot: SlotRef, bits: u32) -> bool {
+        let idx = slot.index as usize;
+        let (Some(h), Some(s)) = (self.header(idx / BUCKET_SLOTS), self.slot(idx)) else {
+            return false;
+        };
+        let c = h.ctrl[idx % BUCKET_SLOTS].load(Ordering::Acquire);
+        if state(c) != LIVE || version(c) != slot.version {
+            return false;
+        }
+        s.words[W_SEEN].fetch_or(u64::from(bits) << 32, Ordering::Relaxed);
         true
     }
 
