@@ -37,6 +37,7 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::burst::PacketBurst;
 use wire::error::BufError;
+use wire::ethernet::MacAddr;
 
 /// Headroom in front of each packet, as DPDK mbufs have.
 const HEADROOM: usize = 128;
@@ -391,13 +392,13 @@ impl Mgmt {
                 probes.set_state(a, State::Unhealthy);
             }
         }
-        // Cookie key 0, as the builder of tests and replays: a replay's
-        // cookies depend on `--seed` only.
+        // The all-zero cookie key, as the builder of tests and replays: a
+        // replay's cookies depend on `--seed` only.
         let core = Core::start(
             &args.opts.config,
             compiled,
             local,
-            0,
+            dataplane::CookieKey::default(),
             Duration::ZERO,
             &mut probes,
         )
@@ -616,11 +617,17 @@ pub fn run(args: &Args) -> Result<()> {
     let mut mgmt = Mgmt::start(args, loaded.compiled, events)?;
     let compiled = mgmt.snap.compiled.clone();
     let capacity = compiled.settings.dataplane.flow_table_capacity;
-    let flows = FlowTable::new(dataplane::flow_table_config(&compiled.settings.dataplane))
-        .with_context(|| format!("flow table of {capacity} entries"))?;
+    // A placement fixed by `--seed`: the output depends on the input and the
+    // seed only, also where the table fills (a daemon's is random).
+    let flows = FlowTable::new(flowtable::Config {
+        placement: Some(flowtable::PlacementKey::fixed(args.opts.seed, 0)),
+        ..dataplane::flow_table_config(&compiled.settings.dataplane)
+    })
+    .with_context(|| format!("flow table of {capacity} entries"))?;
     let worker = Worker::new(args.opts.seed, compiled.children.len());
-    // The configured ports, plus an uplink when none is configured; input
-    // arrives on the (first) uplink.
+    // The configured ports, plus an uplink when none is configured; a frame
+    // arrives on the data port it is addressed to (`arrival_ports`), else
+    // on the (first) uplink.
     let mut roles: Vec<PortRole> = compiled.settings.ports.iter().map(|p| p.role).collect();
     if !roles.contains(&PortRole::Uplink) {
         roles.push(PortRole::Uplink);
@@ -642,8 +649,9 @@ pub fn run(args: &Args) -> Result<()> {
         snaplen: OUTPUT_SNAPLEN,
         ..PcapHeader::default()
     };
+    let arrival = arrival_ports(&roles, &mgmt.snap.local.port_macs);
     let mut io = ReplayIo {
-        uplink,
+        staged_port: uplink,
         roles: roles.clone(),
         staged: Vec::with_capacity(BURST),
         free: Vec::new(),
@@ -684,8 +692,15 @@ pub fn run(args: &Args) -> Result<()> {
         // A burst holds packets of one management period: the core ticks
         // (and may publish) between bursts, as it does between a DPDK
         // worker's polls.
+        // A burst holds the frames of one port: a frame for another port
+        // waits for the next (the order of the capture is kept).
+        let port = pkt
+            .as_ref()
+            .map(|p| arrival_port(&arrival, uplink, &p.data));
         if !io.staged.is_empty()
-            && (io.staged.len() == BURST || rel.is_none_or(|r| r >= mgmt.next_tick))
+            && (io.staged.len() == BURST
+                || rel.is_none_or(|r| r >= mgmt.next_tick)
+                || port.is_some_and(|p| p != io.staged_port))
         {
             engine.poll(&mut io, &mgmt.snap, &flows, tick.unwrap_or(0));
             if let Some(e) = io.error.take() {
@@ -721,6 +736,7 @@ pub fn run(args: &Args) -> Result<()> {
             continue;
         }
         buf.ts = pkt.timestamp;
+        io.staged_port = port.unwrap_or(uplink);
         io.staged.push(buf);
     }
     let written = io.written;
@@ -825,11 +841,37 @@ impl PacketBuf for ReplayPkt {
     }
 }
 
-/// The pcap as the uplink's RX queue; every port's TX writes the output pcap
-/// in transmit order (the exception port's, which goes to the host and not
-/// to the network, is counted but not written).
+/// The data ports a unicast frame to their MAC arrives on in a replay: those
+/// whose MAC no other port has (`port_macs` in port order; exception ports
+/// never receive from the network).
+fn arrival_ports(roles: &[PortRole], port_macs: &[MacAddr]) -> Vec<(MacAddr, usize)> {
+    let data = |i: usize| roles.get(i).is_some_and(|r| *r != PortRole::Exception);
+    port_macs
+        .iter()
+        .enumerate()
+        .filter(|&(i, m)| data(i) && port_macs.iter().filter(|o| *o == m).count() == 1)
+        .map(|(i, m)| (*m, i))
+        .collect()
+}
+
+/// The port a frame arrives on: the one its destination MAC names
+/// ([`arrival_ports`]), else the uplink — as a switch delivers it, so that
+/// what only a port's own side may send (an appliance's return, M53) is
+/// replayed from that side.
+fn arrival_port(arrival: &[(MacAddr, usize)], uplink: usize, frame: &[u8]) -> usize {
+    frame
+        .get(..6)
+        .and_then(|dst| arrival.iter().find(|(m, _)| m[..] == *dst))
+        .map_or(uplink, |&(_, p)| p)
+}
+
+/// The pcap as the RX queues of the ports its frames are addressed to
+/// ([`arrival_port`]); every port's TX writes the output pcap in transmit
+/// order (the exception port's, which goes to the host and not to the
+/// network, is counted but not written).
 struct ReplayIo {
-    uplink: usize,
+    /// The port the staged frames arrive on.
+    staged_port: usize,
     roles: Vec<PortRole>,
     staged: Vec<ReplayPkt>,
     free: Vec<ReplayPkt>,
@@ -842,7 +884,7 @@ impl PacketIo for ReplayIo {
     type Burst = VecBurst<ReplayPkt>;
 
     fn rx_burst(&mut self, port: usize, burst: &mut VecBurst<ReplayPkt>) -> usize {
-        if port != self.uplink {
+        if port != self.staged_port {
             return 0;
         }
         let mut n = 0;

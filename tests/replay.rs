@@ -2238,16 +2238,18 @@ fn daemon_model(
     let local = Local::from_config(&loaded.compiled, |_| None);
     let mut probes = ScriptedProbes::new(State::Healthy);
     probes.report_unchecked(&loaded.compiled);
-    let flows = flowtable::FlowTable::new(dataplane::flow_table_config(
-        &loaded.compiled.settings.dataplane,
-    ))
+    // Placed as `replay` places them (its `--seed`).
+    let flows = flowtable::FlowTable::new(flowtable::Config {
+        placement: Some(flowtable::PlacementKey::fixed(seed, 0)),
+        ..dataplane::flow_table_config(&loaded.compiled.settings.dataplane)
+    })
     .expect("flow table");
     let children = loaded.compiled.children.len();
     let mut core = Core::start(
         Path::new("p.toml"),
         loaded.compiled,
         local,
-        0,
+        dataplane::CookieKey::default(),
         Duration::ZERO,
         &mut probes,
     )
@@ -2812,6 +2814,14 @@ fn with_outer_src4(f: &[u8], src: Ipv4Addr) -> Vec<u8> {
     f
 }
 
+/// Rewrites an IPv4-outer frame's destination address (header checksum
+/// fixed).
+fn with_outer_dst4(f: &[u8], dst: Ipv4Addr) -> Vec<u8> {
+    let mut f = f.to_vec();
+    f[30..34].copy_from_slice(&dst.octets());
+    with_outer_src4(&f, Ipv4Addr::new(f[26], f[27], f[28], f[29]))
+}
+
 /// An IPv4-outer Geneve frame without its options (lengths and checksum
 /// fixed): what an appliance that strips them sends.
 fn without_options4(f: &[u8]) -> Vec<u8> {
@@ -2957,9 +2967,20 @@ fn check_gateway(name: &str, nvas: &[&str], ids: Ids, extra: &[&str]) -> BTreeMa
             .map(|a| v4_or_v6(a))
             .find(|a| *a != holder)
             .unwrap();
+        let other_mac = nva_mac(nvas.iter().position(|a| v4_or_v6(a) == other).unwrap());
         let IpAddr::V4(other) = other else {
             unreachable!()
         };
+        // Another appliance, from its own MAC.
+        let mut theirs = with_outer_src4(&echo, other);
+        theirs[6..12].copy_from_slice(&other_mac);
+        // The holder's frame from a stranger's MAC, over the client-facing
+        // uplink (to its MAC), to another own address (M53).
+        let mut stranger = echo.clone();
+        stranger[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0x55]);
+        let mut uplink = echo.clone();
+        uplink[..6].copy_from_slice(&LB_MAC);
+        let elsewhere = with_outer_dst4(&echo, Ipv4Addr::new(10, 0, 0, 2));
         refused = vec![
             ("gateway_cookie_mismatch", tampered),
             ("gateway_options_missing", without_options4(&echo)),
@@ -2967,8 +2988,11 @@ fn check_gateway(name: &str, nvas: &[&str], ids: Ids, extra: &[&str]) -> BTreeMa
                 "gateway_unknown_source",
                 with_outer_src4(&echo, Ipv4Addr::new(10, 1, 0, 99)),
             ),
-            ("gateway_wrong_appliance", with_outer_src4(&echo, other)),
+            ("gateway_wrong_appliance", theirs),
             ("gateway_no_flow", nva_echo(&r.out[n])),
+            ("gateway_return_wrong_mac", stranger),
+            ("gateway_return_wrong_port", uplink),
+            ("gateway_return_wrong_destination", elsewhere),
         ];
     }
     frames2.extend(refused.iter().map(|(_, f)| f.clone()));

@@ -138,6 +138,13 @@ pub struct Dataplane {
     /// requests are dropped and counted. 0: never answered.
     #[serde(default = "d_icmp_echo_rate")]
     pub icmp_echo_rate: u32,
+    /// Returns each worker may refuse per second from one appliance (a
+    /// cookie that is not its flow's, a flow it does not hold, a direction
+    /// or an ICMP error it may not send, M53); beyond it that appliance's
+    /// returns are dropped unread until the next second, so guessing
+    /// cookies stays hopeless. At least 1.
+    #[serde(default = "d_gateway_mismatch_rate")]
+    pub gateway_mismatch_rate: u32,
     /// Source ports of the health probes sent through VIPs (`target =
     /// "vip"`, M52): each (endpoint, VIP) probed gets one, and the data
     /// plane steers the host's packets from it to that endpoint. Must lie
@@ -153,6 +160,10 @@ fn d_icmp_too_big_rate() -> u32 {
 
 fn d_icmp_echo_rate() -> u32 {
     1000
+}
+
+fn d_gateway_mismatch_rate() -> u32 {
+    100
 }
 
 fn d_vip_probe_ports() -> PortSpec {
@@ -210,6 +221,7 @@ impl Default for Dataplane {
             timeouts: Timeouts::default(),
             icmp_too_big_rate: d_icmp_too_big_rate(),
             icmp_echo_rate: d_icmp_echo_rate(),
+            gateway_mismatch_rate: d_gateway_mismatch_rate(),
             vip_probe_ports: d_vip_probe_ports(),
         }
     }

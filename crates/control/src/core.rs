@@ -333,7 +333,7 @@ impl Core {
         path: &Path,
         compiled: Compiled,
         local: Local,
-        cookie_key: u64,
+        cookie_key: dataplane::CookieKey,
         now: Duration,
         probes: &mut dyn Probes,
     ) -> Result<Core, crate::StartError> {

@@ -181,12 +181,10 @@ impl Manager {
             flows.allocated_bytes() >> 20,
             flows.memory()
         );
-        // The secret behind the cookies of flows forwarded without an entry:
-        // the standard library's per-process random hash keys.
-        let cookie_key = {
-            use std::hash::BuildHasher;
-            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
-        };
+        // The secret behind the cookies no flow entry stores (M53): 128
+        // bits from the OS, for this process only.
+        let cookie_key =
+            dataplane::CookieKey::random().map_err(|e| StartError::Random(e.to_string()))?;
         let mut probes = LiveProbes {
             checker: None,
             remote: RemotePoller::start(Vec::new()),

@@ -551,7 +551,8 @@ impl Sync {
             cookie: e.cookie,
             flags: EntryFlags::from_bits(e.flags | LEARNED),
         };
-        match flows.insert(&FlowKey(e.key), e.hash, new, tick) {
+        let key = FlowKey(e.key);
+        match flows.insert(&key, flows.hash(&key), new, tick) {
             InsertOutcome::Inserted { .. } => self.counters.applied += 1,
             // A refresh of what this node learned before: its idle timer
             // restarts, its state follows the carrier's. (A local entry is

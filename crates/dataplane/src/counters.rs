@@ -149,6 +149,38 @@ macro_rules! drop_reasons {
     };
 }
 
+/// A count per drop reason, indexed by `DropReason as usize` (an array
+/// that is `Default` at any length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByReason(pub [u64; DropReason::ALL.len()]);
+
+impl Default for ByReason {
+    fn default() -> Self {
+        ByReason([0; DropReason::ALL.len()])
+    }
+}
+
+impl std::ops::Deref for ByReason {
+    type Target = [u64; DropReason::ALL.len()];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a ByReason {
+    type Item = &'a u64;
+    type IntoIter = std::slice::Iter<'a, u64>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl std::ops::DerefMut for ByReason {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
 drop_reasons! {
     /// The frame could not be parsed (truncated, bad lengths, bad checksum of a header we rely on).
     Malformed => "malformed",
@@ -243,6 +275,31 @@ drop_reasons! {
     /// in place: a fragment, bad checksums, IPv4 options, IPv6 extension
     /// headers, from or to a non-unicast address.
     EchoUnanswerable => "echo_unanswerable",
+    /// Geneve from an appliance that arrived on another port than the one
+    /// the balancer reaches it through (the client-facing uplink, say, M53).
+    GatewayWrongPort => "gateway_return_wrong_port",
+    /// Geneve from an appliance's address but not from its resolved MAC (or
+    /// its next hop's): forged on the segment (M53).
+    GatewayWrongMac => "gateway_return_wrong_mac",
+    /// Geneve from an appliance, not to the address the balancer sends to it
+    /// from (M53).
+    GatewayWrongDestination => "gateway_return_wrong_destination",
+    /// Returned by an appliance that is over its budget of refused returns
+    /// this tick (`gateway_mismatch_rate`): dropped unread (M53).
+    GatewayMismatchBudget => "gateway_mismatch_budget",
+    /// Returned by an appliance with its flow's cookie, but travelling the
+    /// way the balancer never sent the flow's packets to it (M53).
+    GatewayWrongDirection => "gateway_wrong_direction",
+    /// Returned by an appliance: an ICMP error not addressed to the sender of
+    /// the packet it quotes (M53).
+    GatewayIcmpWrongDestination => "gateway_icmp_wrong_destination",
+    /// Returned by an appliance: an ICMP error the balancer did not forward,
+    /// from a source that is not the quoted flow's other participant (M53).
+    GatewayIcmpForeignSource => "gateway_icmp_foreign_source",
+    /// Returned by an appliance: an ICMP error longer than an error may be
+    /// (576 bytes over IPv4, 1280 over IPv6) or quoting more than its
+    /// quoted packet's own length (M53).
+    GatewayIcmpTooLong => "gateway_icmp_too_long",
 }
 
 counters! {
@@ -268,7 +325,7 @@ counters! {
             /// Its drops by reason, indexed by `DropReason as usize`
             /// (`no_backend` also when answered with a reset, `too_big`
             /// also when answered with ICMP).
-            pub drop_reasons: [u64; DropReason::ALL.len()],
+            pub drop_reasons: ByReason,
         }
     }
 }
@@ -437,7 +494,7 @@ counters! {
         ];
         fields {
             /// Drops by reason, indexed by `DropReason as usize`.
-            pub drops: [u64; DropReason::ALL.len()],
+            pub drops: ByReason,
             /// Per child rule, indexed by child rule id.
             pub children: Vec<ChildCounters>,
             /// What was forwarded to each backend slot (the management core
@@ -617,21 +674,21 @@ mod tests {
             idle_polls: 53,
             rx_bursts: 54,
             busy_cycles: 55,
-            drops: std::array::from_fn(|i| 100 + i as u64),
+            drops: ByReason(std::array::from_fn(|i| 100 + i as u64)),
             children: vec![
                 ChildCounters {
                     packets: 21,
                     bytes: 22,
                     new_flows: 23,
                     drops: 24,
-                    drop_reasons: [0; DropReason::ALL.len()],
+                    drop_reasons: ByReason::default(),
                 },
                 ChildCounters {
                     packets: 31,
                     bytes: 32,
                     new_flows: 33,
                     drops: 34,
-                    drop_reasons: [0; DropReason::ALL.len()],
+                    drop_reasons: ByReason::default(),
                 },
             ],
             backends: (1..=3)
@@ -800,7 +857,7 @@ mod tests {
             }
         }
         assert_eq!(sum.children.len(), 2);
-        assert_eq!(sum.drops, one.drops.map(|d| 2 * d));
+        assert_eq!(sum.drops.0, one.drops.map(|d| 2 * d));
         let field = |f: fn(&BackendCounters) -> u64| sum.backends.iter().map(f).collect::<Vec<_>>();
         assert_eq!(field(|b| b.packets), [82, 84, 86]);
         assert_eq!(field(|b| b.bytes), [102, 104, 106]);
@@ -837,6 +894,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 31);
+        assert_eq!(DropReason::ALL.len(), 39);
     }
 }

@@ -14,6 +14,7 @@
 //! runs (snapshot swaps, counter publishing, idling, stopping) with the
 //! clock and the I/O passed in.
 
+pub mod cookie;
 pub mod counters;
 mod delivery;
 pub mod engine;
@@ -24,7 +25,8 @@ pub mod snapshot;
 pub mod sync;
 pub mod worker;
 
-pub use counters::{ChildCounters, DropReason, WorkerCounters};
+pub use cookie::CookieKey;
+pub use counters::{ByReason, ChildCounters, DropReason, WorkerCounters};
 pub use engine::{BURST, Engine, HostPath, PacketIo, Routes, VecBurst};
 pub use pipeline::explain::{EntryUse, Explanation, Probe};
 pub use pipeline::{Verdict, Worker};

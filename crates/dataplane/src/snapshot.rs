@@ -35,6 +35,7 @@ use wire::encap::Template;
 use wire::ethernet::MacAddr;
 use wire::flow::Affinity;
 
+use crate::cookie::CookieKey;
 use crate::nexthop::{Hop, NextHop, endpoint_hop};
 
 /// What the management core knows about an endpoint's health.
@@ -326,9 +327,17 @@ pub struct Snapshot {
     pub too_big_budget: u32,
     /// ICMP echo replies a worker may send per tick (`icmp_echo_rate`).
     pub echo_budget: u32,
-    /// Secret mixed into the cookie of a flow forwarded without an entry,
-    /// so that every packet of such a flow carries the same cookie.
-    pub cookie_key: u64,
+    /// The key of the cookies no flow entry stores (gateway flows forwarded
+    /// without an entry, ICMP errors to appliances: [`crate::cookie`]).
+    pub cookie_key: CookieKey,
+    /// The port appliances are reached through (the egress port), the only
+    /// one their returns are taken on (M53); `None`: no ports configured
+    /// (offline replays, tests), where there is only one.
+    pub appliance_port: Option<usize>,
+    /// Returns an appliance may have refused per tick and worker before its
+    /// returns are dropped unread for the rest of the tick
+    /// (`gateway_mismatch_rate`, M53).
+    pub gateway_mismatch_budget: u32,
     /// Which tunnels to the own addresses are decapsulated, from where
     /// (M49): the compiled configuration's, copied like [`Snapshot::rules`].
     pub tunnel_ingress: IngressPolicy,
@@ -694,7 +703,7 @@ struct SlotRecord {
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder {
     generation: u32,
-    cookie_key: u64,
+    cookie_key: CookieKey,
     slots: Vec<SlotRecord>,
     by_identity: HashMap<(String, String), u32>,
     /// Slots of removed backends, for new endpoints to take (lowest last).
@@ -907,8 +916,9 @@ impl SnapshotBuilder {
     }
 
     /// A builder whose snapshots carry `cookie_key` (a secret chosen once
-    /// per process; [`SnapshotBuilder::new`] uses 0, for tests and replays).
-    pub fn with_cookie_key(cookie_key: u64) -> Self {
+    /// per process, [`CookieKey::random`]; [`SnapshotBuilder::new`] uses the
+    /// all-zero key, for tests and replays).
+    pub fn with_cookie_key(cookie_key: CookieKey) -> Self {
         Self {
             cookie_key,
             ..Self::default()
@@ -1207,6 +1217,10 @@ impl SnapshotBuilder {
                 (echo / ticks_per_second.max(1)).max(1)
             },
             cookie_key: self.cookie_key,
+            appliance_port: config::schema::egress_port(&compiled.settings.ports).map(|(i, _)| i),
+            gateway_mismatch_budget: (compiled.settings.dataplane.gateway_mismatch_rate
+                / ticks_per_second.max(1))
+            .max(1),
             rules: Rules::from_config(&compiled),
             tunnel_ingress: compiled.tunnel_ingress.clone(),
             gateways: gateway_hops(&compiled, &local),

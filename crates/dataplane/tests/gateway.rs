@@ -79,11 +79,7 @@ fn neighbours(nvas: &[&str], r1: bool) -> Vec<(NextHop, [u8; 6])> {
         port: 0,
         addr: a.parse().unwrap(),
     };
-    let mut n: Vec<(NextHop, [u8; 6])> = nvas
-        .iter()
-        .zip(NVA_MACS.iter().cycle())
-        .map(|(a, m)| (hop(a), *m))
-        .collect();
+    let mut n: Vec<(NextHop, [u8; 6])> = nvas.iter().map(|a| (hop(a), nva_mac(a))).collect();
     if r1 {
         n.push((hop(R1), R1_MAC));
     }
@@ -241,11 +237,21 @@ fn echo(out: &[u8]) -> Vec<u8> {
     f
 }
 
+/// The MAC of appliance `addr` (`NVAS4[i]` and `NVAS6[i]` have
+/// `NVA_MACS[i]`), or a stranger's.
+fn nva_mac(addr: &str) -> [u8; 6] {
+    NVAS4
+        .iter()
+        .position(|a| *a == addr)
+        .or_else(|| NVAS6.iter().position(|a| *a == addr))
+        .map_or(STRANGER_MAC, |i| NVA_MACS[i])
+}
+
 /// A Geneve packet from `src` to `dst` (checksums right) carrying `inner`
-/// (an Ethernet frame) with `options`.
+/// (an Ethernet frame) with `options`, from `src`'s MAC.
 fn returned(inner: &[u8], src: &str, dst: &str, options: GatewayOptions) -> Vec<u8> {
     let mut o = outer(ip(src), ip(dst));
-    o.src_mac = NVA_MACS[0];
+    o.src_mac = nva_mac(src);
     o.dst_mac = LB_MAC;
     encap(
         inner,
@@ -864,4 +870,381 @@ fn bursts_of_gateway_flows_decide_what_packets_one_at_a_time_do() {
             burst.worker.counters.flow_hits
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// Trust (M53): what an appliance hands back is a packet of a flow the
+// balancer sent it, the way it was sent, or an ICMP error about such a flow
+// addressed to the packet's sender — from the appliance's own side. Every
+// test below passed its forged packets through at 561821f.
+// ---------------------------------------------------------------------------
+
+/// Appliances behind a backend port of their own (port 1, 10.0.1.0/24);
+/// the routers on the uplink (port 0).
+const BACK4: &str = "10.0.1.2";
+const FAR_NVAS: [&str; 3] = ["10.0.1.11", "10.0.1.12", "10.0.1.13"];
+
+impl Lab {
+    /// The gateway rule of [`config`] with its appliances behind a backend
+    /// port.
+    fn two_ports() -> Lab {
+        let eps = endpoint_list(&FAR_NVAS);
+        let cfg = Config::new()
+            .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+            .port(port("back", "net_ring1", "backend").strs("addresses", &["10.0.1.2/24"]))
+            .rule(
+                rule("gw", &["10.0.0.10"], "L3_DEFAULT", "all", "nva")
+                    .str("mode", "gateway")
+                    .set(
+                        "gateway_endpoints",
+                        format!("[{{ address = \"{R1}\", id = {ID1:#x} }}]"),
+                    ),
+            )
+            .service(service("nva", "geneve").child(group("a", "r", "z").set("endpoints", eps)));
+        let hop = |port: usize, a: &str| NextHop {
+            port,
+            addr: a.parse().unwrap(),
+        };
+        let mut neighbours: Vec<(NextHop, [u8; 6])> = FAR_NVAS
+            .iter()
+            .zip(NVA_MACS)
+            .map(|(a, m)| (hop(1, a), m))
+            .collect();
+        neighbours.push((hop(0, R1), R1_MAC));
+        let local = Local {
+            mac: LB_MAC,
+            port_macs: vec![LB_MAC, LB_MAC],
+            tunnel_src_v4: Some(BACK4.parse().unwrap()),
+            own_addrs: vec![v4(OWN4), v4(BACK4), v4("10.0.0.10")],
+            neighbours,
+            ..Local::default()
+        };
+        let mut builder = SnapshotBuilder::new();
+        let snap = builder
+            .build(compile(&cfg), local, |_| EndpointHealth::HEALTHY, 0, 1)
+            .expect("snapshot");
+        let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
+        let worker = Worker::new(7, snap.compiled.children.len());
+        Lab {
+            snap,
+            builder,
+            flows,
+            worker,
+            now: 1,
+        }
+    }
+
+    fn run_on(&mut self, port: usize, frame: &[u8]) -> (Verdict, Vec<u8>) {
+        let mut buf = MemBuf::new(vec![0u8; 2048 + frame.len()], 128, frame).expect("fits");
+        self.worker.set_rx_port(port);
+        let v = self
+            .worker
+            .process(&self.snap, &self.flows, self.now, &mut buf);
+        (v, buf.data().to_vec())
+    }
+}
+
+/// Which of [`FAR_NVAS`] got a packet.
+fn far_nva_of(t: &TunnelInfo) -> usize {
+    FAR_NVAS
+        .iter()
+        .position(|a| ip(a) == t.dst_ip)
+        .expect("an appliance")
+}
+
+/// A Geneve packet from `src` (with `mac`) to `dst` carrying `inner` with
+/// `options`.
+fn returned_from(
+    inner: &[u8],
+    (src, mac): (&str, [u8; 6]),
+    dst: &str,
+    options: GatewayOptions,
+) -> Vec<u8> {
+    let mut f = returned(inner, src, dst, options);
+    f[6..12].copy_from_slice(&mac);
+    f
+}
+
+/// An ICMP error `src → dst` (destination unreachable, port unreachable)
+/// quoting the first `quote` bytes of `quoted` (an IP packet), then `extra`
+/// bytes of the sender's own; as an Ethernet frame.
+fn icmp_error(src: &str, dst: &str, quoted: &[u8], quote: usize, extra: usize) -> Vec<u8> {
+    let mut body = quoted[..quote.min(quoted.len())].to_vec();
+    body.extend(std::iter::repeat_n(0x5a, extra));
+    let (t, code) = if ip(src).is_ipv4() { (3, 3) } else { (1, 4) };
+    Packet::icmp(ip(src), ip(dst), t, code, 0)
+        .payload(&body)
+        .macs(R1_MAC, LB_MAC)
+        .frame()
+}
+
+/// Item 1: an appliance holding a flow's cookie can hand back an ICMP error
+/// about that flow only to the sender of the packet it quotes, from the
+/// flow's other participant, no longer than the quoted packet allows; an
+/// error the balancer forwarded comes back as it went, and only so.
+#[test]
+fn an_appliance_relays_icmp_errors_only_about_its_flow_to_the_quoted_sender() {
+    for (client, server, stranger) in [
+        (CLIENT4, SERVER4, "198.51.100.66"),
+        (CLIENT6, SERVER6, "2001:db8:66::1"),
+    ] {
+        let nvas = if ip(client).is_ipv4() { &NVAS4 } else { &NVAS6 };
+        let mut lab = Lab::new(nvas, "NONE");
+        let f = tcp(R1_MAC, client, server, (40000, 80), SYN).frame();
+        let (_, out) = lab.run(&f);
+        let t = geneve_of(&out, &f);
+        let nva = nvas[nva_of(&t)];
+        let own = if ip(client).is_ipv4() { OWN4 } else { OWN6 };
+        let ok = opts(Some(ID1), t.gateway.cookie);
+        let quoted = tcp(R1_MAC, client, server, (40000, 80), SYN).ip();
+        // The quoted IP header and the first 8 bytes after it.
+        let q = if ip(client).is_ipv4() { 28 } else { 48 };
+        let back = |lab: &mut Lab, err: &[u8]| lab.run(&returned(err, nva, own, ok)).0;
+        let refused = |r: DropReason| Verdict::Drop(r);
+        // To anyone but the client, whatever the source.
+        for (src, dst) in [(server, stranger), (stranger, stranger), (server, server)] {
+            let e = icmp_error(src, dst, &quoted, q, 0);
+            assert_eq!(
+                back(&mut lab, &e),
+                refused(DropReason::GatewayIcmpWrongDestination),
+                "{src} → {dst}"
+            );
+        }
+        // To the client, from a stranger: the balancer forwarded no such
+        // error.
+        let e = icmp_error(stranger, client, &quoted, q, 0);
+        assert_eq!(
+            back(&mut lab, &e),
+            refused(DropReason::GatewayIcmpForeignSource)
+        );
+        // With 500 bytes of the appliance's own after what it quotes, or
+        // longer than an error may be.
+        let e = icmp_error(server, client, &quoted, quoted.len(), 500);
+        assert_eq!(back(&mut lab, &e), refused(DropReason::GatewayIcmpTooLong));
+        let big = tcp(R1_MAC, client, server, (40000, 80), SYN)
+            .payload(&[7; 1400])
+            .ip();
+        let e = icmp_error(server, client, &big, big.len(), 0);
+        assert_eq!(back(&mut lab, &e), refused(DropReason::GatewayIcmpTooLong));
+        // About the server's direction, which the balancer never sent.
+        let reply = tcp(R1_MAC, server, client, (80, 40000), SYN | ACK).ip();
+        let e = icmp_error(client, server, &reply, q, 0);
+        assert_eq!(
+            back(&mut lab, &e),
+            refused(DropReason::GatewayWrongDirection)
+        );
+        // The one an appliance may make: from the server to the client,
+        // quoting the client's packet.
+        let e = icmp_error(server, client, &quoted, q + 20, 0);
+        let (v, out_e) = lab.run(&returned(&e, nva, own, ok));
+        assert_eq!(v, Verdict::ForwardTo(0));
+        assert_eq!(&out_e[14..], &e[14..]);
+        // A router's error the balancer forwarded comes back as it went; its
+        // source or length changed, it does not.
+        let router = if ip(client).is_ipv4() {
+            "172.16.9.1"
+        } else {
+            "2001:db8:9::1"
+        };
+        let e = icmp_error(router, client, &quoted, q, 0);
+        let (v, fwd) = lab.run(&e);
+        assert_eq!(v, Verdict::Forward);
+        let te = geneve_of(&fwd, &e);
+        assert_ne!(te.gateway.cookie, t.gateway.cookie, "an error's own cookie");
+        assert_eq!(lab.run(&echo(&fwd)).0, Verdict::ForwardTo(0));
+        // Its cookie is bound to its source and length: changed, it is no
+        // cookie the balancer gave.
+        let its = opts(Some(ID1), te.gateway.cookie);
+        let moved = icmp_error(stranger, client, &quoted, q, 0);
+        assert_eq!(
+            lab.run(&returned(&moved, nva, own, its)).0,
+            refused(DropReason::GatewayCookieMismatch)
+        );
+        let longer = icmp_error(router, client, &quoted, q + 12, 0);
+        assert_eq!(
+            lab.run(&returned(&longer, nva, own, its)).0,
+            refused(DropReason::GatewayCookieMismatch)
+        );
+    }
+}
+
+/// Item 1: a packet of the flow comes back only the way the balancer sent
+/// the flow's packets to the appliance; once the other direction was sent,
+/// that way too.
+#[test]
+fn a_packet_is_returned_only_in_a_direction_the_appliance_was_sent() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 443), SYN).frame();
+    let (_, out) = lab.run(&f);
+    let t = geneve_of(&out, &f);
+    let nva = NVAS4[nva_of(&t)];
+    let ok = opts(Some(ID1), t.gateway.cookie);
+    // The server's answer, made up by the appliance with the flow's cookie.
+    let forged = tcp(R1_MAC, SERVER4, CLIENT4, (443, 40000), SYN | ACK)
+        .payload(b"not from the server")
+        .frame();
+    assert_eq!(
+        lab.run(&returned(&forged, nva, OWN4, ok)).0,
+        Verdict::Drop(DropReason::GatewayWrongDirection)
+    );
+    // In a burst too (the established flow's short path).
+    let got = lab.run_burst(&[returned(&forged, nva, OWN4, ok), echo(&out)]);
+    assert_eq!(
+        got.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [
+            Verdict::Drop(DropReason::GatewayWrongDirection),
+            Verdict::ForwardTo(0)
+        ]
+    );
+    // The server answers through the balancer: now that way is the flow's.
+    let answer = tcp(R1_MAC, SERVER4, CLIENT4, (443, 40000), SYN | ACK).frame();
+    let (v, out_b) = lab.run(&answer);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(lab.run(&echo(&out_b)).0, Verdict::ForwardTo(0));
+    assert_eq!(
+        lab.run(&returned(&forged, nva, OWN4, ok)).0,
+        Verdict::ForwardTo(0)
+    );
+}
+
+/// Item 3: a return is believed only from where the balancer reaches the
+/// appliance: in on the appliances' port, from the appliance's MAC, to the
+/// address the balancer sends to it from.
+#[test]
+fn returns_come_only_from_the_appliances_port_and_mac_to_the_sending_address() {
+    let mut lab = Lab::two_ports();
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (v, out) = lab.run_on(0, &f);
+    assert_eq!(v, Verdict::Forward);
+    let t = geneve_of(&out, &f);
+    assert_eq!(t.src_ip, ip(BACK4));
+    let n = far_nva_of(&t);
+    let ok = opts(Some(ID1), t.gateway.cookie);
+    let good = returned_from(&f, (FAR_NVAS[n], NVA_MACS[n]), BACK4, ok);
+    // Over the client-facing uplink.
+    assert_eq!(
+        lab.run_on(0, &good).0,
+        Verdict::Drop(DropReason::GatewayWrongPort)
+    );
+    // From another MAC: a stranger's, another appliance's.
+    for mac in [STRANGER_MAC, NVA_MACS[(n + 1) % 3], R1_MAC] {
+        let forged = returned_from(&f, (FAR_NVAS[n], mac), BACK4, ok);
+        assert_eq!(
+            lab.run_on(1, &forged).0,
+            Verdict::Drop(DropReason::GatewayWrongMac)
+        );
+    }
+    // To another own address than the one it was sent from.
+    let forged = returned_from(&f, (FAR_NVAS[n], NVA_MACS[n]), OWN4, ok);
+    assert_eq!(
+        lab.run_on(1, &forged).0,
+        Verdict::Drop(DropReason::GatewayWrongDestination)
+    );
+    // As the contract says.
+    assert_eq!(lab.run_on(1, &good).0, Verdict::ForwardTo(0));
+}
+
+/// Item 3: an appliance's refused returns are bounded per tick; beyond the
+/// budget its returns, even good ones, are dropped unread until the next.
+#[test]
+fn an_appliance_guessing_cookies_is_cut_off_for_the_rest_of_the_tick() {
+    let mut lab = Lab::new(&NVAS4, "NONE");
+    let budget = lab.snap.gateway_mismatch_budget;
+    assert_eq!(budget, 100, "the default gateway_mismatch_rate at 1 tick/s");
+    let f = tcp(R1_MAC, CLIENT4, SERVER4, (40000, 80), SYN).frame();
+    let (_, out) = lab.run(&f);
+    let t = geneve_of(&out, &f);
+    let (nva, cookie) = (NVAS4[nva_of(&t)], t.gateway.cookie.unwrap());
+    let guess = |i: u32| returned(&f, nva, OWN4, opts(Some(ID1), Some(cookie ^ (i + 1))));
+    for i in 0..budget {
+        assert_eq!(
+            lab.run(&guess(i)).0,
+            Verdict::Drop(DropReason::GatewayCookieMismatch)
+        );
+    }
+    for i in budget..budget + 50 {
+        assert_eq!(
+            lab.run(&guess(i)).0,
+            Verdict::Drop(DropReason::GatewayMismatchBudget)
+        );
+    }
+    assert_eq!(
+        lab.run(&echo(&out)).0,
+        Verdict::Drop(DropReason::GatewayMismatchBudget)
+    );
+    // Another appliance is not affected; the next tick, this one neither.
+    let other = NVAS4[(nva_of(&t) + 1) % 3];
+    let theirs = returned(&f, other, OWN4, opts(Some(ID1), Some(cookie)));
+    assert_eq!(
+        lab.run(&theirs).0,
+        Verdict::Drop(DropReason::GatewayWrongAppliance)
+    );
+    lab.now += 1;
+    assert_eq!(lab.run(&echo(&out)).0, Verdict::ForwardTo(0));
+    assert_eq!(
+        lab.dropped(DropReason::GatewayCookieMismatch),
+        u64::from(budget)
+    );
+}
+
+/// Item 2: the cookie of a flow forwarded without an entry is a keyed PRF
+/// of the flow (not of its public hash), its direction and its tenant:
+/// flows whose public `spillway-flow-v1` hashes are equal get unrelated
+/// cookies, and another key gives another cookie.
+#[test]
+fn cookies_of_flows_without_entries_are_keyed_and_unrelated() {
+    // IPv6 sources whose upper half is the public hash's first constant:
+    // the lower half then never reaches it, so all these flows share one
+    // public hash.
+    const K0: &str = "243f:6a88:85a3:8d3";
+    let client = |i: u32| format!("{K0}:0:0:0:{:x}", i + 1);
+    // After the clients in the symmetric key's order.
+    const SERVER6: &str = "2fff::9";
+    let public = |i: u32| {
+        let k = wire::flow::FlowKey::from_packet(
+            &wire::packet::parse_frame(&tcp(R1_MAC, &client(i), SERVER6, (40000, 80), SYN).frame())
+                .map(|f| match f {
+                    wire::packet::Frame::Ip(_, info) => info,
+                    _ => panic!("IP"),
+                })
+                .unwrap(),
+            wire::flow::Affinity::None,
+        );
+        k.symmetric().hash64()
+    };
+    assert_eq!(public(0), public(1), "one public hash");
+    let cookies = |key: dataplane::CookieKey| {
+        let mut lab = Lab::new(&NVAS6, "NONE");
+        lab.builder = SnapshotBuilder::with_cookie_key(key);
+        lab.reconfigure(&NVAS6, "NONE", true);
+        // No entries: every flow is forwarded with its keyed cookie.
+        lab.snap.new_flow_budget = 1;
+        lab.run(&tcp(R1_MAC, CLIENT6, SERVER6, (1, 80), SYN).frame());
+        lab.run(&tcp(R1_MAC, CLIENT6, SERVER6, (2, 80), ACK).frame());
+        let mut c = Vec::new();
+        for i in 0..64 {
+            let f = tcp(R1_MAC, &client(i), SERVER6, (40000, 80), SYN).frame();
+            let (_, out) = lab.run(&f);
+            c.push(geneve_of(&out, &f).gateway.cookie.unwrap());
+            // The same flow the other way.
+            let b = tcp(R1_MAC, SERVER6, &client(i), (80, 40000), SYN | ACK).frame();
+            let (_, out_b) = lab.run(&b);
+            assert_ne!(
+                geneve_of(&out_b, &b).gateway.cookie.unwrap(),
+                c[c.len() - 1]
+            );
+        }
+        assert_eq!(
+            lab.worker.counters.new_flows, 2,
+            "all forwarded without entries"
+        );
+        c
+    };
+    let a = cookies(dataplane::CookieKey::fixed(1, 2));
+    let mut distinct = a.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), a.len(), "one public hash, 64 cookies");
+    let b = cookies(dataplane::CookieKey::fixed(1, 3));
+    assert!(a.iter().zip(&b).all(|(x, y)| x != y), "another key");
 }

@@ -117,7 +117,13 @@ impl Lab {
                 1,
             )
             .expect("snapshot");
-        let flows = FlowTable::new(flowtable::Config::with_capacity(capacity)).expect("flow table");
+        // A fixed placement: a table filled to its capacity fills alike on
+        // every run.
+        let flows = FlowTable::new(flowtable::Config {
+            placement: Some(flowtable::PlacementKey::fixed(7, 7)),
+            ..flowtable::Config::with_capacity(capacity)
+        })
+        .expect("flow table");
         let worker = Worker::new(7, snap.compiled.children.len());
         Lab {
             builder,
@@ -699,7 +705,10 @@ fn spoofed_floods_never_displace_established_flows() {
 #[test]
 fn floods_of_packet_pairs_confirm_nothing_and_real_syns_get_entries() {
     let cfg = config("ipip", &THREE).dataplane("new_flow_budget", 100);
-    let mut lab = Lab::with(&cfg, 64);
+    // Room for twice the real connections: at a load near the table's
+    // capacity, a bucket pair full of their half-open entries could lose one
+    // to a spoofed packet by placement alone.
+    let mut lab = Lab::with(&cfg, 128);
     // Tick 1: 1,000 spoofed flows of two ACKs, and 1,000 of SYN + ACK.
     for i in 0..1000u32 {
         let src = host([198, 51], i);
@@ -1876,4 +1885,39 @@ fn a_service_may_choose_maglev_v2() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(err.contains("maglev-v3"), "{err}");
+}
+
+/// Issue 38, item 16: spoofed flows cannot be aimed at one pair of the flow
+/// table's buckets. These IPv6 clients all share one public
+/// `spillway-flow-v1` hash (a source whose upper half is the hash's first
+/// constant zeroes its first multiplication, so the lower half never counts);
+/// the table places keys by its own keyed hash, so every one of them gets an
+/// entry. At 561821f, placed by the public hash, they all competed for the
+/// same 14 slots.
+#[test]
+fn flows_sharing_one_public_hash_are_spread_over_the_table() {
+    let cfg = dual_config("drop").dataplane("new_flow_budget", 100_000);
+    let mut lab = Lab::with(&cfg, 4096);
+    lab.snap.local.own_addrs.push(OWN6.into());
+    lab.snap.local.tunnel_src_v6 = Some("fd00:1::2".parse().expect("v6"));
+    // Placed as a daemon's table places them: by a random key.
+    lab.flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
+    let client = |i: u16| Ipv6Addr::new(0x243f, 0x6a88, 0x85a3, 0x08d3, 0, 0, 0, i + 1);
+    let public = |i: u16| {
+        wire::flow::FlowKey::from_packet(
+            &match wire::packet::parse_frame(&tcp(client(i), 40000, VIP6, 443, SYN).frame()) {
+                Ok(wire::packet::Frame::Ip(_, info)) => info,
+                other => panic!("{other:?}"),
+            },
+            wire::flow::Affinity::None,
+        )
+        .hash64()
+    };
+    assert_eq!(public(0), public(499), "one public hash");
+    for i in 0..500 {
+        let (v, _) = lab.run(&tcp(client(i), 40000, VIP6, 443, SYN).frame(), 1);
+        assert_eq!(v, Verdict::Forward);
+    }
+    let c = &lab.worker.counters;
+    assert_eq!((c.new_flows, c.stateless), (500, 0));
 }

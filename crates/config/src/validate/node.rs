@@ -170,6 +170,12 @@ impl Checker<'_> {
                 "a budget of 0 would make every flow stateless: at least 1 new entry per second per worker",
             );
         }
+        if d.gateway_mismatch_rate == 0 {
+            self.err(
+                "dataplane.gateway_mismatch_rate",
+                "a budget of 0 would refuse every appliance's returns: at least 1 refused return per second per worker",
+            );
+        }
         let t = &d.timeouts;
         for (f, v) in [
             ("tcp_established", t.tcp_established),

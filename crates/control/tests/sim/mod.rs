@@ -201,7 +201,7 @@ pub fn start_core(
         std::path::Path::new("sim.toml"),
         compiled,
         local,
-        seed,
+        dataplane::CookieKey::fixed(seed, 0),
         Duration::ZERO,
         probes,
     )
@@ -232,9 +232,11 @@ impl World {
     /// and the segment is empty (scenarios add its neighbours).
     pub fn with_segment(text: &str, pipelines: usize, seed: u64, answered: bool) -> World {
         let loaded = loaded(text);
-        let flows = FlowTable::new(dataplane::flow_table_config(
-            &loaded.compiled.settings.dataplane,
-        ))
+        // A fixed placement: the simulation replays exactly.
+        let flows = FlowTable::new(flowtable::Config {
+            placement: Some(flowtable::PlacementKey::fixed(seed, 0)),
+            ..dataplane::flow_table_config(&loaded.compiled.settings.dataplane)
+        })
         .expect("flow table");
         let mut probes = ScriptedProbes::default();
         let mut core = start_core(loaded.compiled, local(), seed, &mut probes);

@@ -168,6 +168,7 @@ impl Worker {
             inner: Inner::of(info, pkt.data()),
             tunnelled: false,
             gateway: 0,
+            reversed: false,
         };
         Stage::Lookup
     }

@@ -150,7 +150,7 @@ impl Worker {
             return out;
         };
         // Read-only: `lookup` neither touches nor confirms the entry.
-        let chosen = match flows.lookup(&key, p.hash) {
+        let chosen = match flows.lookup(&key, flows.hash(&key)) {
             Some(hit) if w.follows(snap, plan, &hit, &p, now) => {
                 out.entry = EntryUse::Pinned {
                     slot: hit.entry.backend,

@@ -6,8 +6,10 @@ use flowtable::{EntryFlags, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
 use wire::buf::PacketBuf;
 use wire::tcp::Flags;
 
+use config::compiled::Delivery;
+
 use super::answer::no_backend;
-use super::{Ctx, Outcome, Pending, TCP, Worker};
+use super::{Ctx, Outcome, Pending, TCP, Worker, gateway};
 use crate::counters::DropReason;
 use crate::delivery;
 use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
@@ -117,6 +119,9 @@ impl Worker {
                         wrote = true;
                     }
                 }
+                if p.gateway != 0 && !p.is_icmp_error {
+                    mark_sent(flows, &hit, p);
+                }
                 Some((hit.entry.backend, hit.entry.cookie))
             }
             stale => {
@@ -129,7 +134,7 @@ impl Worker {
                 self.new_flow(cx, plan, fkey, p)
             }
         };
-        let Some((slot, cookie)) = chosen else {
+        let Some((slot, mut cookie)) = chosen else {
             // The client's packet reaches no backend either way: its child
             // rule counts a drop, whether or not it is answered.
             self.child_drop(p.child, DropReason::NoBackend);
@@ -151,11 +156,16 @@ impl Worker {
         {
             return (o, wrote);
         }
-        // A gateway rule's packet carries its endpoint's ID (M30).
+        // A gateway rule's packet carries its endpoint's ID (M30); an ICMP
+        // error a cookie of its own, which binds its addresses and length to
+        // the flow it quotes (M53: what the appliance may hand back).
         let endpoint_id = match p.gateway {
             0 => None,
             g => snap.gateways.get(usize::from(g) - 1).map(|h| h.id),
         };
+        if p.gateway != 0 && p.is_icmp_error {
+            cookie = icmp_error_cookie(snap, p, fkey, pkt.data());
+        }
         let sent = delivery::deliver(
             snap,
             plan,
@@ -229,14 +239,8 @@ impl Worker {
         let Ctx { snap, flows, now } = cx;
         let slot = plan.pick(p.hash, p.client_zone)?;
         if p.is_icmp_error {
-            // Through an appliance, the cookie its return is checked
-            // against (M32); elsewhere nothing reads it.
-            let cookie = if p.gateway != 0 {
-                stateless(snap, p)
-            } else {
-                0
-            };
-            return Some((slot, cookie));
+            // Its cookie, through an appliance, is its own (`finish`).
+            return Some((slot, 0));
         }
         // Every new entry is unconfirmed (displaceable, and short-lived unless
         // opened by a SYN) until the flow shows up again in a later tick
@@ -255,7 +259,7 @@ impl Worker {
         let budget = &mut self.budget_left[usize::from(syn)];
         if *budget == 0 {
             self.counters.over_budget += 1;
-            return Some((slot, stateless(snap, p)));
+            return Some((slot, stateless(snap, plan, fkey, p)));
         }
         let cookie = self.next_cookie();
         let mut flags = EntryFlags::new(p.class).with(EntryFlags::UNCONFIRMED);
@@ -273,8 +277,13 @@ impl Worker {
             cookie,
             flags,
         };
-        match flows.insert(fkey, p.hash, new, now) {
-            InsertOutcome::Inserted { .. } => {
+        match flows.insert(fkey, flows.hash(fkey), new, now) {
+            InsertOutcome::Inserted { slot: entry, .. } => {
+                if p.gateway != 0 {
+                    // Before the packet leaves: its return is accepted only
+                    // this way (M53).
+                    flows.mark(entry, gateway::sent_mark(p.reversed));
+                }
                 if let Some(q) = &self.sync {
                     let flow = NewFlow {
                         key: *fkey,
@@ -300,11 +309,14 @@ impl Worker {
             }
             InsertOutcome::Existing(hit) => {
                 self.counters.flow_races += 1;
+                if p.gateway != 0 {
+                    mark_sent(flows, &hit, p);
+                }
                 Some((hit.entry.backend, hit.entry.cookie))
             }
             InsertOutcome::Full | InsertOutcome::Contended => {
                 self.counters.stateless += 1;
-                Some((slot, stateless(snap, p)))
+                Some((slot, stateless(snap, plan, fkey, p)))
             }
         }
     }
@@ -320,28 +332,48 @@ impl Worker {
     }
 }
 
-/// The cookie of packet `p`'s flow forwarded without an entry: the same for
-/// every packet of the flow (it is derived from the flow's hash),
-/// unpredictable without the snapshot's secret; for a
-/// gateway rule's flow, keyed by its endpoint's tag too (M31: tenants
-/// behind different endpoints never share a cookie, so an appliance cannot
-/// return one tenant's flow to another's endpoint).
-fn stateless(snap: &Snapshot, p: &Pending) -> u32 {
-    let tag = match p.gateway {
-        0 => None,
-        g => snap.gateways.get(usize::from(g) - 1).map(|h| h.flow_tag),
-    };
-    stateless_cookie(p.hash, snap.cookie_key, tag)
+/// The cookie of packet `p`'s flow forwarded without an entry (its table
+/// key `fkey`): the same for every packet of the flow and direction, from
+/// the keyed PRF of [`crate::cookie`] (M53). Only Geneve carries a cookie;
+/// for other deliveries it is not worked out.
+fn stateless(snap: &Snapshot, plan: &ServicePlan, fkey: &flowtable::FlowKey, p: &Pending) -> u32 {
+    if matches!(plan.delivery, Delivery::Geneve { .. }) {
+        snap.cookie_key.flow(&fkey.0, p.reversed)
+    } else {
+        0
+    }
 }
 
-/// [`stateless`] from its parts: the flow's hash, the snapshot's secret and,
-/// for a gateway rule's flow, its endpoint's flow tag.
-pub(super) fn stateless_cookie(hash: u64, key: u64, gateway_tag: Option<u16>) -> u32 {
-    let hash = match gateway_tag {
-        None => hash,
-        Some(t) => hash ^ u64::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+/// The cookie of a gateway rule's ICMP error `frame` (M53): its own source,
+/// destination and length bound to the flow it quotes (`fkey`, `p`), so
+/// that an appliance can return this error and no other.
+fn icmp_error_cookie(snap: &Snapshot, p: &Pending, fkey: &flowtable::FlowKey, frame: &[u8]) -> u32 {
+    let ip = frame.get(usize::from(p.inner.l2_len)..).unwrap_or_default();
+    let v6 = |at: usize| -> Option<[u8; 16]> { ip.get(at..at + 16)?.try_into().ok() };
+    let v4 = |at: usize| -> Option<[u8; 16]> {
+        Some(wire::ip::mapped_v4(ip.get(at..at + 4)?.try_into().ok()?))
     };
-    (maglev::mix64(hash ^ key) >> 32) as u32
+    // Classification parsed these bytes already: never short here.
+    let (src, dst) = if p.inner.v6 {
+        (v6(8), v6(24))
+    } else {
+        (v4(12), v4(16))
+    };
+    snap.cookie_key.icmp_error(
+        &fkey.0,
+        p.reversed,
+        (&src.unwrap_or_default(), &dst.unwrap_or_default()),
+        p.inner.ip_len,
+    )
+}
+
+/// Marks gateway packet `p`'s direction on its flow's entry (M53), once.
+#[inline]
+fn mark_sent(flows: &flowtable::FlowTable, hit: &Hit, p: &Pending) {
+    let bit = gateway::sent_mark(p.reversed);
+    if hit.entry.marks & bit == 0 {
+        flows.mark(hit.slot, bit);
+    }
 }
 
 /// Whether `p` is a bare SYN opening a new connection (never an ICMP

@@ -25,21 +25,24 @@
 //! read at fixed offsets (`wire::encap::parse_geneve_return_v4`), its inner
 //! packet parsed once.
 
+use std::net::IpAddr;
+
 use config::compiled::Delivery;
 use flowtable::{EntryFlags, Hit, ProtoClass};
 use wire::buf::PacketBuf;
 use wire::encap::{DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer};
-use wire::ethernet::MacAddr;
+use wire::ethernet::{EthernetRepr, MacAddr};
 use wire::flow::{FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
 use wire::ip::is_mapped_v4;
 use wire::packet::{
-    Frame, IcmpInfo, IpVersion, PacketInfo, parse_frame, parse_ip, parse_v4_flow, parse_v6_flow,
+    Frame, IcmpInfo, IpVersion, PacketInfo, QuotedFlow, parse_frame, parse_ip, parse_v4_flow,
+    parse_v6_flow,
 };
 use wire::tcp::Flags;
 
 use super::classify::{class_of, store_key};
-use super::flow::{bare_syn, closed, stateless_cookie, tcp_flag_bits};
+use super::flow::{bare_syn, closed, tcp_flag_bits};
 use super::{Ctx, Inner, Outcome, Pending, Stage, Worker};
 use crate::counters::DropReason;
 use crate::snapshot::{BackendState, GatewayHop, ServicePlan, Snapshot};
@@ -153,8 +156,9 @@ impl Worker {
             Addrs::V4(src, dst) => FlowKey::pack_v4(src, dst, f.proto, f.ports, plan.affinity),
             Addrs::V6(src, dst) => FlowKey::pack_v6(src, dst, f.proto, f.ports, plan.affinity),
         };
-        let words = FlowKey::symmetric_packed(words);
-        let hash = store_key(words, hop.flow_tag, key_out);
+        let sym = FlowKey::symmetric_packed(words);
+        let reversed = sym != words;
+        let hash = store_key(sym, hop.flow_tag, key_out);
         *pend = Pending {
             tcp_flags: f.tcp_flags,
             child: hop.child,
@@ -168,6 +172,7 @@ impl Worker {
             inner: f.inner,
             tunnelled: false,
             gateway,
+            reversed,
         };
         Stage::Lookup
     }
@@ -202,10 +207,14 @@ impl Worker {
             || !be.holds_entry_of(hit.entry.generation)
             // Too big once encapsulated (M48): answered on the long way.
             || p.inner.ip_len > be.max_ip_len
+            // The first packet this way (the long way marks the entry, M53),
+            // or an ICMP error (its cookie is its own).
+            || hit.entry.marks & sent_mark(p.reversed) == 0
+            || p.is_icmp_error
         {
             return None;
         }
-        if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+        if p.class == ProtoClass::Tcp {
             let set = tcp_flag_bits(p.tcp_flags);
             let (syn_only, was_closed) = (bare_syn(p.tcp_flags), closed(hit.entry.flags));
             if set & !hit.entry.flags.bits() != 0 || syn_only && was_closed {
@@ -267,8 +276,13 @@ impl Worker {
             return Stage::Done(Outcome::Drop(DropReason::NoRule));
         };
         self.count_child(hop.child, pkt.len());
-        let key = FlowKey::from_packet(info, plan.affinity).symmetric();
-        let hash = store_key(key.pack(), hop.flow_tag, key_out);
+        // The direction the appliance gets the packet in (M53); an ICMP
+        // error's is that of the packet it quotes (its key is that packet's,
+        // reversed).
+        let key = FlowKey::from_packet(info, plan.affinity);
+        let directed = if is_icmp_error { key.reversed() } else { key };
+        let reversed = directed.symmetric() != directed;
+        let hash = store_key(key.symmetric().pack(), hop.flow_tag, key_out);
         *pend = Pending {
             tcp_flags: info.tcp_flags,
             child: hop.child,
@@ -282,6 +296,7 @@ impl Worker {
             inner: Inner::of(info, pkt.data()),
             tunnelled: false,
             gateway,
+            reversed,
         };
         Stage::Lookup
     }
@@ -304,7 +319,48 @@ impl Worker {
         }
     }
 
+    /// Where a return came from, then what it carries (M32, M53). Before
+    /// anything is parsed or looked up: it came in on the port the
+    /// appliance is reached through, from the appliance's resolved MAC, to
+    /// the address the balancer sends to it from, and the appliance is not
+    /// over its budget of refused returns. Every return refused after that
+    /// spends the budget.
     fn returned<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        slot: u32,
+        udp_port: Option<u16>,
+    ) -> Result<u16, DropReason> {
+        let snap = cx.snap;
+        let be = snap
+            .backends
+            .get(slot as usize)
+            .ok_or(DropReason::GatewayUnknownSource)?;
+        return_source(snap, be, self.rx_port, pkt.data())?;
+        let budget = snap.gateway_mismatch_budget;
+        let spent = self.return_budget.get_mut(slot as usize);
+        if let Some((tick, n)) = spent {
+            if *tick != cx.now {
+                *tick = cx.now;
+                *n = 0;
+            }
+            if *n >= budget {
+                return Err(DropReason::GatewayMismatchBudget);
+            }
+        }
+        let r = self.return_checked(cx, pkt, slot, udp_port);
+        if r.is_err()
+            && let Some((_, n)) = self.return_budget.get_mut(slot as usize)
+        {
+            *n = n.saturating_add(1);
+        }
+        r
+    }
+
+    /// [`Worker::returned`] after the source checks: the Geneve headers, the
+    /// flow and what the inner packet claims to be.
+    fn return_checked<B: PacketBuf>(
         &mut self,
         cx: Ctx<'_>,
         pkt: &mut B,
@@ -345,15 +401,19 @@ impl Worker {
         if let Some(r) = parse_geneve_return_v4(pkt.data(), &ids) {
             let hop = endpoint_of(snap, svc, r.endpoint_id)?;
             let f = r.inner;
-            let words = FlowKey::symmetric_packed(FlowKey::pack_v4(
+            let words = FlowKey::pack_v4(
                 f.src,
                 f.dst,
                 f.proto,
                 (f.src_port, f.dst_port),
                 plan.affinity,
-            ));
+            );
+            let sym = FlowKey::symmetric_packed(words);
+            let claim = Claim::Packet {
+                reversed: sym != words,
+            };
             let (out, dst_mac, src_mac) =
-                self.accepted(cx, plan, slot, hop, (words, f.proto), r.cookie)?;
+                self.accepted(cx, plan, slot, hop, (sym, f.proto), r.cookie, claim)?;
             // What `strip_outer` and `set_macs` make of it, in one write: the
             // endpoint's Ethernet header right before the inner packet.
             let start = r
@@ -402,26 +462,40 @@ impl Worker {
         }
         // The flow's key as its forward packets made it (symmetric, the
         // endpoint's tag): the one entry of both directions.
-        let words = FlowKey::from_packet(&info, plan.affinity)
-            .symmetric()
-            .pack();
-        let proto = match &info.icmp {
+        let key = FlowKey::from_packet(&info, plan.affinity);
+        let sym = key.symmetric();
+        let (proto, claim) = match &info.icmp {
             Some(IcmpInfo {
                 quoted: Some(q), ..
-            }) => q.proto,
-            _ => info.proto,
+            }) => {
+                // The key is the quoted packet's, reversed: the direction
+                // it travelled in is that of its own key.
+                let quoted = key.reversed();
+                (
+                    q.proto,
+                    icmp_claim(&info, q, inner, quoted.symmetric() != quoted)?,
+                )
+            }
+            _ => (
+                info.proto,
+                Claim::Packet {
+                    reversed: sym != key,
+                },
+            ),
         };
-        let (out, dst_mac, src_mac) = self.accepted(cx, plan, slot, hop, (words, proto), cookie)?;
+        let (out, dst_mac, src_mac) =
+            self.accepted(cx, plan, slot, hop, (sym.pack(), proto), cookie, claim)?;
         strip_outer(pkt, &t).map_err(|_| DropReason::GatewayMalformed)?;
         set_macs(pkt, dst_mac, src_mac).map(|()| out)
     }
 
-    /// The checks of a returned packet after its parse (M32): the flow
+    /// The checks of a returned packet after its parse (M32, M53): the flow
     /// (packed symmetric key `words`, protocol `proto`) was sent to
-    /// appliance `slot` (of service `plan`) with `cookie`, and its endpoint
-    /// `hop` is resolved.
+    /// appliance `slot` (of service `plan`), and `cookie` proves what the
+    /// packet claims to be (`claim`); its endpoint `hop` is resolved.
     /// Returns the endpoint's port and the MACs (destination, source) the
     /// inner packet leaves with.
+    #[allow(clippy::too_many_arguments, reason = "the facts of one return")]
     fn accepted(
         &mut self,
         cx: Ctx<'_>,
@@ -430,32 +504,63 @@ impl Worker {
         hop: &GatewayHop,
         (words, proto): ([u64; 5], u8),
         cookie: u32,
+        claim: Claim,
     ) -> Result<(u16, MacAddr, MacAddr), DropReason> {
         let Ctx { snap, flows, now } = cx;
         let hash = hash_words(&words, 0);
         let key = flowtable::FlowKey(with_service_tag(words, hop.flow_tag));
-        // A flow forwarded without an entry (table full, over the new-entry
-        // budget, an ICMP error) carries a cookie keyed by its hash and
-        // endpoint; its entry may have been made since (by the other
-        // direction), with packets of before still at the appliance.
-        // (Worked out only where the entry's cookie does not decide.)
-        let keyed = || cookie == stateless_cookie(hash, snap.cookie_key, Some(hop.flow_tag));
-        match flows.lookup(&key, hash) {
+        let reversed = claim.reversed();
+        let keys = &snap.cookie_key;
+        // What the balancer derived for packets of the flow it sent this
+        // way without an entry (or before its entry was made, by the other
+        // direction, with packets of before still at the appliance), and for
+        // an ICMP error it forwarded: worked out only where the entry does
+        // not decide.
+        let stateless = || cookie == keys.flow(&key.0, reversed);
+        let forwarded_error = |c: &Claim| match *c {
+            Claim::IcmpError { addrs, ip_len, .. } => {
+                cookie == keys.icmp_error(&key.0, reversed, (&addrs.0, &addrs.1), ip_len)
+            }
+            Claim::Packet { .. } => false,
+        };
+        // Only a flow's other participant may be the source of an ICMP error
+        // that the balancer did not forward itself.
+        let from_peer = match claim {
+            Claim::Packet { .. } => true,
+            Claim::IcmpError { from_peer, .. } => from_peer,
+        };
+        match flows.lookup(&key, flows.hash(&key)) {
             Some(hit) => {
                 if hit.entry.backend != slot || !self.keeps(snap, plan, &hit, class_of(proto), now)
                 {
                     return Err(DropReason::GatewayWrongAppliance);
                 }
-                if hit.entry.cookie != cookie && !keyed() {
-                    return Err(DropReason::GatewayCookieMismatch);
+                let of_flow = hit.entry.cookie == cookie;
+                let sent_this_way = hit.entry.marks & sent_mark(reversed) != 0;
+                let proven = (from_peer && of_flow && sent_this_way)
+                    || forwarded_error(&claim)
+                    || (from_peer && stateless());
+                if !proven {
+                    return Err(if of_flow && !from_peer {
+                        DropReason::GatewayIcmpForeignSource
+                    } else if of_flow {
+                        DropReason::GatewayWrongDirection
+                    } else {
+                        DropReason::GatewayCookieMismatch
+                    });
                 }
             }
             // Without an entry, the appliance Maglev picks for the flow is
             // the one it was sent to: another, even with the cookie, did not
             // get it from this node.
-            None if !keyed() => return Err(DropReason::GatewayNoFlow),
-            None if plan.pick(hash, None) == Some(slot) => {}
-            None => return Err(DropReason::GatewayWrongAppliance),
+            None => {
+                if !(forwarded_error(&claim) || (from_peer && stateless())) {
+                    return Err(DropReason::GatewayNoFlow);
+                }
+                if plan.pick(hash, None) != Some(slot) {
+                    return Err(DropReason::GatewayWrongAppliance);
+                }
+            }
         }
         if hop.mac == [0; 6] {
             return Err(DropReason::GatewayEndpointUnresolved);
@@ -469,6 +574,146 @@ impl Worker {
             .unwrap_or(snap.local.mac);
         Ok((out, hop.mac, src_mac))
     }
+}
+
+/// What a returned inner packet claims to be (M53).
+#[derive(Clone, Copy)]
+enum Claim {
+    /// A packet of the flow, travelling against its key's order if
+    /// `reversed`: the balancer must have sent the flow's packets that way
+    /// to this appliance.
+    Packet { reversed: bool },
+    /// An ICMP error about a packet of the flow that travelled against the
+    /// key's order if `reversed`, addressed to that packet's sender; from
+    /// the flow's other participant (`from_peer`) or exactly as the
+    /// balancer forwarded it (its addresses and length are in its cookie).
+    IcmpError {
+        reversed: bool,
+        addrs: ([u8; 16], [u8; 16]),
+        ip_len: u32,
+        from_peer: bool,
+    },
+}
+
+impl Claim {
+    fn reversed(&self) -> bool {
+        match *self {
+            Claim::Packet { reversed } | Claim::IcmpError { reversed, .. } => reversed,
+        }
+    }
+}
+
+/// The flow-entry mark of packets the balancer sent to an appliance against
+/// (`reversed`) or along their key's order (M53): a return the other way
+/// than any packet it sent is not the appliance's to send.
+#[inline(always)]
+pub(super) const fn sent_mark(reversed: bool) -> u32 {
+    if reversed { 2 } else { 1 }
+}
+
+/// The longest ICMP error relayed: RFC 1812 §4.3.2.3 (IPv4, 576 bytes) and
+/// RFC 4443 §2.4 (IPv6, the minimum MTU).
+const MAX_ICMP_ERROR_V4: u32 = 576;
+const MAX_ICMP_ERROR_V6: u32 = 1280;
+
+/// A returned ICMP error's claim (M53): addressed to the sender of the
+/// packet it quotes, no longer than an error may be, quoting no more of
+/// that packet than the packet's own length (an appliance cannot append
+/// bytes of its own). `reversed`: the quoted packet's direction.
+fn icmp_claim(
+    info: &PacketInfo,
+    q: &QuotedFlow,
+    packet: &[u8],
+    reversed: bool,
+) -> Result<Claim, DropReason> {
+    if info.dst != q.src {
+        return Err(DropReason::GatewayIcmpWrongDestination);
+    }
+    let v6 = info.version == IpVersion::V6;
+    let max = if v6 {
+        MAX_ICMP_ERROR_V6
+    } else {
+        MAX_ICMP_ERROR_V4
+    };
+    // The quoted packet starts after the 8-byte ICMP header; its header
+    // says how long it was.
+    let quoted_at = usize::try_from(info.l4_offset)
+        .ok()
+        .and_then(|o| o.checked_add(8))
+        .ok_or(DropReason::GatewayMalformed)?;
+    let quoted = packet
+        .get(quoted_at..)
+        .ok_or(DropReason::GatewayMalformed)?;
+    let be16 = |i: usize| {
+        quoted
+            .get(i..i + 2)
+            .map(|b| u32::from(u16::from_be_bytes([b[0], b[1]])))
+    };
+    let quoted_len =
+        if v6 { be16(4).map(|l| l + 40) } else { be16(2) }.ok_or(DropReason::GatewayMalformed)?;
+    let carried = u32::try_from(quoted.len()).map_err(|_| DropReason::GatewayIcmpTooLong)?;
+    if info.l3_len > max || carried > quoted_len {
+        return Err(DropReason::GatewayIcmpTooLong);
+    }
+    Ok(Claim::IcmpError {
+        reversed,
+        addrs: (info.src, info.dst),
+        ip_len: info.l3_len,
+        from_peer: info.src == q.dst,
+    })
+}
+
+/// Whether a frame returned by appliance `be` came from where the balancer
+/// reaches it (M53, before anything else is believed): in on the port it is
+/// reached through, from its resolved MAC (or its next hop's), to the
+/// address the balancer sends to it from.
+fn return_source(
+    snap: &Snapshot,
+    be: &crate::snapshot::Backend,
+    rx_port: usize,
+    frame: &[u8],
+) -> Result<(), DropReason> {
+    if snap.appliance_port.is_some_and(|p| p != rx_port) {
+        return Err(DropReason::GatewayWrongPort);
+    }
+    let eth = EthernetRepr::parse(frame).map_err(|_| DropReason::GatewayMalformed)?;
+    let l3 = eth.header_len();
+    let (src, dst) = match eth.ethertype {
+        wire::ethernet::ethertype::IPV4 => {
+            let a = |i: usize| -> Option<IpAddr> {
+                let b: [u8; 4] = frame.get(l3 + i..l3 + i + 4)?.try_into().ok()?;
+                Some(IpAddr::from(b))
+            };
+            (a(12), a(16))
+        }
+        wire::ethernet::ethertype::IPV6 => {
+            let a = |i: usize| -> Option<IpAddr> {
+                let b: [u8; 16] = frame.get(l3 + i..l3 + i + 16)?.try_into().ok()?;
+                Some(IpAddr::from(b))
+            };
+            (a(8), a(24))
+        }
+        _ => (None, None),
+    };
+    let (Some(src), Some(dst)) = (src, dst) else {
+        return Err(DropReason::GatewayMalformed);
+    };
+    let mac = match &be.v6 {
+        Some(p) if p.addr == src => p.mac,
+        _ if be.addr == src => be.mac,
+        _ => return Err(DropReason::GatewayUnknownSource),
+    };
+    if mac == [0; 6] || eth.src != mac {
+        return Err(DropReason::GatewayWrongMac);
+    }
+    let ours = match dst {
+        IpAddr::V4(a) => snap.local.tunnel_src_v4 == Some(a),
+        IpAddr::V6(a) => snap.local.tunnel_src_v6 == Some(a),
+    };
+    if !ours {
+        return Err(DropReason::GatewayWrongDestination);
+    }
+    Ok(())
 }
 
 /// The gateway endpoint of service `svc` whose ID a returned packet

@@ -138,6 +138,10 @@ struct Pending {
     /// From gateway endpoint `gateway - 1` of [`Snapshot::gateways`] (M31);
     /// 0: not a gateway rule's packet.
     gateway: u16,
+    /// A gateway rule's packet travels against its symmetric key's order
+    /// (for an ICMP error: the packet it quotes did); the direction the
+    /// appliance receives it in (M53).
+    reversed: bool,
 }
 
 impl Pending {
@@ -165,6 +169,7 @@ impl Pending {
             inner,
             tunnelled: false,
             gateway: 0,
+            reversed: false,
         }
     }
 
@@ -186,6 +191,7 @@ impl Pending {
         },
         tunnelled: false,
         gateway: 0,
+        reversed: false,
     };
 }
 
@@ -265,6 +271,10 @@ pub struct Worker {
     /// Where new flow entries go for flow-state sync (M36); none without
     /// `[flow_sync]`.
     sync: Option<Arc<SyncQueue>>,
+    /// Per backend slot (appliances): the tick and the returns refused in
+    /// it, against [`Snapshot::gateway_mismatch_budget`] (M53). Grown with
+    /// the snapshot, between bursts.
+    return_budget: Vec<(Tick, u32)>,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -333,6 +343,16 @@ impl Worker {
             echo_left: 0,
             neighbours: None,
             sync: None,
+            return_budget: Vec::new(),
+        }
+    }
+
+    /// Makes room for `snap`'s backend slots: once per burst, allocating
+    /// only when a snapshot has more slots than any before.
+    #[inline]
+    fn fit(&mut self, snap: &Snapshot) {
+        if self.return_budget.len() < snap.backends.len() {
+            self.return_budget.resize(snap.backends.len(), (0, 0));
         }
     }
 
@@ -382,13 +402,14 @@ impl Worker {
         pkt: &mut B,
     ) -> Verdict {
         self.end_rule_run();
+        self.fit(snap);
         let mut key = flowtable::FlowKey([0; 5]);
         let mut p = Pending::BLANK;
         let cx = Ctx { snap, flows, now };
         let outcome = match self.classify(cx, pkt, &mut key, &mut p) {
             Stage::Done(o) => o,
             Stage::Lookup => {
-                let hit = flows.lookup(&key, p.hash);
+                let hit = flows.lookup(&key, flows.hash(&key));
                 self.finish(cx, pkt, &p, &key, hit).0
             }
         };
@@ -414,6 +435,7 @@ impl Worker {
         verdicts: &mut [Verdict],
     ) {
         let n = pkts.len().min(verdicts.len());
+        self.fit(snap);
         let mut start = 0;
         while start < n {
             let end = (start + GROUP).min(n);
@@ -463,7 +485,7 @@ impl Worker {
             };
             *stage = self.classify(cx, pkt, key, pend);
             if let Stage::Lookup = stage {
-                *lk = flows.begin(pend.hash);
+                *lk = flows.begin(flows.hash(key));
                 n += 1;
             }
         }
@@ -482,7 +504,7 @@ impl Worker {
                     };
                     let bit = 1u64 << (p.hash & 63);
                     let hit = if changed & bit != 0 {
-                        flows.lookup(key, p.hash)
+                        flows.lookup(key, flows.hash(key))
                     } else {
                         flows.complete(lk, key)
                     };
