@@ -17,8 +17,8 @@
 //!
 //! Each key has two candidate buckets chosen from its 64-bit hash by multiply-shift (no
 //! division, any bucket count) — the table's own keyed hash of the key ([`FlowTable::hash`],
-//! [`placement`]: SipHash-1-3 under a per-table random key, so nobody outside can aim keys at
-//! chosen buckets), and the 16-bit tag lets a probe skip non-matching slots without
+//! [`placement`]: a folded-multiply hash under a per-table random 512-bit key, so nobody
+//! outside can aim keys at chosen buckets), and the 16-bit tag lets a probe skip non-matching slots without
 //! touching their slot lines. A hit costs the header line and one slot line (a third and fourth
 //! line if the key sits in its second bucket). Slots are provisioned for 125 % of the nominal
 //! capacity — an 80 % load at capacity, where two-choice placement still places essentially

@@ -252,6 +252,16 @@ impl FlowKey {
     #[inline(always)]
     #[must_use]
     pub const fn symmetric_packed(w: [u64; 5]) -> [u64; 5] {
+        Self::symmetric_packed_dir(w).0
+    }
+
+    /// [`FlowKey::symmetric_packed`], and whether the key was reversed to
+    /// make it (the packet travels against the symmetric key's order): the
+    /// direction gateway mode tells apart (M53). A key whose two ends are
+    /// equal is never reversed.
+    #[inline(always)]
+    #[must_use]
+    pub const fn symmetric_packed_dir(w: [u64; 5]) -> ([u64; 5], bool) {
         let (sp, dp) = ((w[4] >> 48) & 0xffff, (w[4] >> 32) & 0xffff);
         let ordered = if w[0] != w[2] {
             w[0] < w[2]
@@ -261,15 +271,18 @@ impl FlowKey {
             sp <= dp
         };
         if ordered {
-            w
+            (w, false)
         } else {
-            [
-                w[2],
-                w[3],
-                w[0],
-                w[1],
-                (w[4] & 0xffff_ffff) | (dp << 48) | (sp << 32),
-            ]
+            (
+                [
+                    w[2],
+                    w[3],
+                    w[0],
+                    w[1],
+                    (w[4] & 0xffff_ffff) | (dp << 48) | (sp << 32),
+                ],
+                true,
+            )
         }
     }
 

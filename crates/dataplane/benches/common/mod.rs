@@ -177,7 +177,13 @@ impl Bench {
         let snap = SnapshotBuilder::new()
             .build(compiled.clone(), local, |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
-        let table = FlowTable::new(flowtable::Config::with_capacity(capacity)).expect("table");
+        // A fixed placement key: instruction counts do not depend on where
+        // a random one puts the flows.
+        let table = FlowTable::new(flowtable::Config {
+            placement: Some(flowtable::PlacementKey::fixed(1, 2)),
+            ..flowtable::Config::with_capacity(capacity)
+        })
+        .expect("table");
         let frames = if gateway {
             // Every flow one way, then every answer.
             (0..2 * flows)

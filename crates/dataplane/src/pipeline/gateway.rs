@@ -31,7 +31,7 @@ use config::compiled::Delivery;
 use flowtable::{EntryFlags, Hit, ProtoClass};
 use wire::buf::PacketBuf;
 use wire::encap::{DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer};
-use wire::ethernet::{EthernetRepr, MacAddr};
+use wire::ethernet::MacAddr;
 use wire::flow::{FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
 use wire::ip::is_mapped_v4;
@@ -156,8 +156,7 @@ impl Worker {
             Addrs::V4(src, dst) => FlowKey::pack_v4(src, dst, f.proto, f.ports, plan.affinity),
             Addrs::V6(src, dst) => FlowKey::pack_v6(src, dst, f.proto, f.ports, plan.affinity),
         };
-        let sym = FlowKey::symmetric_packed(words);
-        let reversed = sym != words;
+        let (sym, reversed) = FlowKey::symmetric_packed_dir(words);
         let hash = store_key(sym, hop.flow_tag, key_out);
         *pend = Pending {
             tcp_flags: f.tcp_flags,
@@ -408,10 +407,8 @@ impl Worker {
                 (f.src_port, f.dst_port),
                 plan.affinity,
             );
-            let sym = FlowKey::symmetric_packed(words);
-            let claim = Claim::Packet {
-                reversed: sym != words,
-            };
+            let (sym, reversed) = FlowKey::symmetric_packed_dir(words);
+            let claim = Claim::Packet { reversed };
             let (out, dst_mac, src_mac) =
                 self.accepted(cx, plan, slot, hop, (sym, f.proto), r.cookie, claim)?;
             // What `strip_outer` and `set_macs` make of it, in one write: the
@@ -507,7 +504,6 @@ impl Worker {
         claim: Claim,
     ) -> Result<(u16, MacAddr, MacAddr), DropReason> {
         let Ctx { snap, flows, now } = cx;
-        let hash = hash_words(&words, 0);
         let key = flowtable::FlowKey(with_service_tag(words, hop.flow_tag));
         let reversed = claim.reversed();
         let keys = &snap.cookie_key;
@@ -557,7 +553,7 @@ impl Worker {
                 if !(forwarded_error(&claim) || (from_peer && stateless())) {
                     return Err(DropReason::GatewayNoFlow);
                 }
-                if plan.pick(hash, None) != Some(slot) {
+                if plan.pick(hash_words(&words, 0), None) != Some(slot) {
                     return Err(DropReason::GatewayWrongAppliance);
                 }
             }
@@ -666,7 +662,9 @@ fn icmp_claim(
 /// Whether a frame returned by appliance `be` came from where the balancer
 /// reaches it (M53, before anything else is believed): in on the port it is
 /// reached through, from its resolved MAC (or its next hop's), to the
-/// address the balancer sends to it from.
+/// address the balancer sends to it from. Untagged frames only (the ports
+/// carry no VLANs), read at fixed offsets.
+#[inline]
 fn return_source(
     snap: &Snapshot,
     be: &crate::snapshot::Backend,
@@ -676,40 +674,44 @@ fn return_source(
     if snap.appliance_port.is_some_and(|p| p != rx_port) {
         return Err(DropReason::GatewayWrongPort);
     }
-    let eth = EthernetRepr::parse(frame).map_err(|_| DropReason::GatewayMalformed)?;
-    let l3 = eth.header_len();
-    let (src, dst) = match eth.ethertype {
+    let h: &[u8; 34] = frame.first_chunk().ok_or(DropReason::GatewayMalformed)?;
+    let src_mac = [h[6], h[7], h[8], h[9], h[10], h[11]];
+    let (mac, ours) = match u16::from_be_bytes([h[12], h[13]]) {
         wire::ethernet::ethertype::IPV4 => {
-            let a = |i: usize| -> Option<IpAddr> {
-                let b: [u8; 4] = frame.get(l3 + i..l3 + i + 4)?.try_into().ok()?;
-                Some(IpAddr::from(b))
+            let src = [h[26], h[27], h[28], h[29]];
+            let dst = [h[30], h[31], h[32], h[33]];
+            let mac = match be.addr {
+                IpAddr::V4(a) if a.octets() == src => be.mac,
+                _ => return Err(DropReason::GatewayUnknownSource),
             };
-            (a(12), a(16))
+            (
+                mac,
+                snap.local.tunnel_src_v4.is_some_and(|t| t.octets() == dst),
+            )
         }
         wire::ethernet::ethertype::IPV6 => {
-            let a = |i: usize| -> Option<IpAddr> {
-                let b: [u8; 16] = frame.get(l3 + i..l3 + i + 16)?.try_into().ok()?;
-                Some(IpAddr::from(b))
+            let h: &[u8; 54] = frame.first_chunk().ok_or(DropReason::GatewayMalformed)?;
+            let src: &[u8; 16] = h[22..38]
+                .try_into()
+                .map_err(|_| DropReason::GatewayMalformed)?;
+            let dst: &[u8; 16] = h[38..54]
+                .try_into()
+                .map_err(|_| DropReason::GatewayMalformed)?;
+            let mac = match (&be.addr, &be.v6) {
+                (IpAddr::V6(a), _) if a.octets() == *src => be.mac,
+                (_, Some(p)) if p.addr == IpAddr::from(*src) => p.mac,
+                _ => return Err(DropReason::GatewayUnknownSource),
             };
-            (a(8), a(24))
+            (
+                mac,
+                snap.local.tunnel_src_v6.is_some_and(|t| t.octets() == *dst),
+            )
         }
-        _ => (None, None),
+        _ => return Err(DropReason::GatewayMalformed),
     };
-    let (Some(src), Some(dst)) = (src, dst) else {
-        return Err(DropReason::GatewayMalformed);
-    };
-    let mac = match &be.v6 {
-        Some(p) if p.addr == src => p.mac,
-        _ if be.addr == src => be.mac,
-        _ => return Err(DropReason::GatewayUnknownSource),
-    };
-    if mac == [0; 6] || eth.src != mac {
+    if mac == [0; 6] || src_mac != mac {
         return Err(DropReason::GatewayWrongMac);
     }
-    let ours = match dst {
-        IpAddr::V4(a) => snap.local.tunnel_src_v4 == Some(a),
-        IpAddr::V6(a) => snap.local.tunnel_src_v6 == Some(a),
-    };
     if !ours {
         return Err(DropReason::GatewayWrongDestination);
     }
