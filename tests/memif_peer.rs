@@ -37,7 +37,8 @@ impl Drop for TempDir {
 }
 
 /// A daemon whose uplink is a memif server at `dir/memif.sock` and whose
-/// backend port is `net_null` (what it sends there is counted and freed):
+/// backend port is `net_null` (receives nothing; what is sent there is
+/// counted and freed):
 /// UDP 10.0.0.10:53 to a GUE service of two endpoints.
 fn memif_config(dir: &Path) -> String {
     let d = dir.display();
@@ -50,7 +51,7 @@ fn memif_config(dir: &Path) -> String {
         "--no-telemetry".into(),
         "--log-level=lib.eal:warning".into(),
         format!("--vdev=net_memif0,role=server,id=0,socket={d}/memif.sock,mac={DAEMON_MAC}"),
-        "--vdev=net_null0".into(),
+        "--vdev=net_null0,no-rx=1".into(),
     ];
     Config::new()
         .node(node("t", "r", "z").str("shutdown_drain", "0s"))
