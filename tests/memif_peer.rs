@@ -61,17 +61,11 @@ fn memif_config(dir: &Path) -> String {
         .dataplane("queue_descriptors", 256)
         .dataplane("flow_table_capacity", 4096)
         .dataplane("eal_args", strings(&eal_args))
-        // memif frames are at most 1514 bytes: MTU 1496 fits.
-        .port(
-            port("up", "net_memif0", "uplink")
-                .strs("addresses", &["10.0.0.2/24"])
-                .set("mtu", 1496),
-        )
+        .port(port("up", "net_memif0", "uplink").strs("addresses", &["10.0.0.2/24"]))
         .port(
             port("be", "net_null0", "backend")
                 .strs("addresses", &["10.0.1.2/30"])
-                .str("gateway_mac", "02:00:00:00:00:fe")
-                .set("mtu", 1496),
+                .str("gateway_mac", "02:00:00:00:00:fe"),
         )
         .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "dns").set("ports", 53))
         .service(service("dns", "gue").child(
