@@ -13,9 +13,8 @@
 //! restart come and go, traffic arrive after each reconnect, and every mbuf
 //! return to the pool.
 //!
-//! `SPILLWAY_MEMIF_CYCLES` overrides the number of peer restarts (50 here:
-//! before the gate the crash came within ten or so; the daemon's test,
-//! tests/memif_peer.rs, does 100).
+//! `SPILLWAY_MEMIF_CYCLES` overrides the number of peer restarts (100: before
+//! the gate a run of 50 still passed now and then).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
@@ -134,7 +133,7 @@ fn memif_server_survives_peer_restarts_under_traffic() {
     let cycles: usize = std::env::var("SPILLWAY_MEMIF_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or(100);
     let eal = common::eal(common::NO_HUGE_ARGS);
     let dir = TempDir::new();
     let socket = dir.0.join("memif.sock");
