@@ -171,6 +171,11 @@ const FUNCTIONS: &[&str] = &[
     "rte_eth_xstats_get_names",
     "rte_eth_rx_burst",
     "rte_eth_tx_burst",
+    // the interrupt thread (crates/dpdk/src/gate.rs takes turns with it)
+    "rte_intr_instance_alloc",
+    "rte_intr_fd_set",
+    "rte_intr_type_set",
+    "rte_intr_callback_register",
     // virtual devices
     "rte_vdev_init",
     "rte_vdev_uninit",
@@ -190,6 +195,7 @@ const TYPES: &[&str] = &[
     "rte_ether_addr",
     "rte_eth_rx_mq_mode",
     "rte_eth_tx_mq_mode",
+    "rte_intr_handle_type",
 ];
 
 const VARS: &[&str] = &[

@@ -9,6 +9,7 @@
 #include <rte_mbuf.h>
 #include <rte_ethdev.h>
 #include <rte_bus_vdev.h>
+#include <rte_interrupts.h>
 #include <rte_version.h>
 
 /* Macros and thread-locals bindgen cannot express; defined in shim.c. */
@@ -24,3 +25,5 @@ static const uint64_t SPW_ETH_TX_OFFLOAD_UDP_CKSUM = RTE_ETH_TX_OFFLOAD_UDP_CKSU
 static const uint64_t SPW_ETH_TX_OFFLOAD_TCP_CKSUM = RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
 static const uint64_t SPW_ETH_TX_OFFLOAD_MBUF_FAST_FREE = RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
 static const uint64_t SPW_ETH_RX_OFFLOAD_CHECKSUM = RTE_ETH_RX_OFFLOAD_CHECKSUM;
+/* rte_intr_instance_alloc flag: memory of this process only (not hugepages). */
+static const uint32_t SPW_INTR_INSTANCE_F_PRIVATE = RTE_INTR_INSTANCE_F_PRIVATE;

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
@@ -146,6 +147,12 @@ pub fn run(args: &Args) -> Result<()> {
             .find(|(p, _)| p.device == device)
             .map(|(_, (_, port))| port.mac())
     });
+    let names: Vec<String> = compiled
+        .settings
+        .ports
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
     let socket_path = compiled.settings.control.socket.clone();
     let watch = compiled.settings.control.watch_config;
     // Bound before the workers start: a control socket that cannot be set
@@ -172,7 +179,7 @@ pub fn run(args: &Args) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
 
-    std::thread::scope(|s| -> Result<()> {
+    let links = std::thread::scope(|s| -> Result<Vec<LinkLog>> {
         for (i, &core) in dp.worker_cores.iter().enumerate() {
             let mut queues = Vec::new();
             for (_, port) in &ports {
@@ -205,15 +212,31 @@ pub fn run(args: &Args) -> Result<()> {
                     worker(i, seed, &shared, eal, &roles, routes, DpdkIo::new(queues));
                 })?;
         }
+        // Every port's link, logged once per change and counted (a memif
+        // port's peer restarting, a cable pulled): the workers keep polling.
+        let links = std::thread::Builder::new()
+            .name("spillway-links".into())
+            .spawn_scoped(s, || watch_links(&ports, &names, &shared.stop))
+            .inspect_err(|_| shared.stop.store(true, Ordering::Release))?;
         log::info!(
             "spillway running: {workers} workers; control socket {}",
             socket_path.display()
         );
         mgr.run(control::TICK_PERIOD, &reload, &stop);
-        Ok(())
+        // Also when run() returned early: the link watcher waits for it.
+        shared.stop.store(true, Ordering::Release);
+        links
+            .join()
+            .map_err(|_| anyhow::anyhow!("the link watcher panicked"))
     })?;
     shared.stop.store(true, Ordering::Release);
     print!("{}", mgr.stats());
+    for l in &links {
+        println!(
+            "port {}: link went down {} times, came up {} times",
+            l.name, l.downs, l.ups
+        );
+    }
     // Closing the ports returns the mbufs their rings hold (and flushes
     // file-backed devices); then every mbuf must be back in the pool.
     drop(ports);
@@ -229,6 +252,81 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// How often the link watcher reads the ports' link state.
+const LINK_POLL: Duration = Duration::from_millis(100);
+
+/// One port's link as the daemon saw it.
+#[derive(Debug)]
+struct LinkLog {
+    name: String,
+    up: Option<bool>,
+    downs: u64,
+    ups: u64,
+}
+
+impl LinkLog {
+    fn new(name: &str) -> LinkLog {
+        LinkLog {
+            name: name.to_owned(),
+            up: None,
+            downs: 0,
+            ups: 0,
+        }
+    }
+
+    /// Records a reading; `Some(up)` when it is news (the first reading, or
+    /// a change), counting changes.
+    fn observe(&mut self, up: bool) -> Option<bool> {
+        let was = self.up.replace(up);
+        match was {
+            Some(w) if w == up => None,
+            None => Some(up),
+            Some(_) => {
+                if up {
+                    self.ups += 1;
+                } else {
+                    self.downs += 1;
+                }
+                Some(up)
+            }
+        }
+    }
+}
+
+/// Reads every port's link each [`LINK_POLL`] until `stop`; logs each
+/// change once. A port whose link is down stays polled: its driver receives
+/// nothing and takes nothing (`net_memif` while its peer is away), and
+/// forwarding resumes when the link comes back.
+fn watch_links(ports: &[(PortRole, Port)], names: &[String], stop: &AtomicBool) -> Vec<LinkLog> {
+    let mut logs: Vec<LinkLog> = names.iter().map(|n| LinkLog::new(n)).collect();
+    loop {
+        for ((_, port), log) in ports.iter().zip(logs.iter_mut()) {
+            let first = log.up.is_none();
+            match (log.observe(port.link().up), first) {
+                (Some(up), true) => log::info!(
+                    "port {} ({}): link {} at start",
+                    log.name,
+                    port.name(),
+                    if up { "is up" } else { "is down" }
+                ),
+                (Some(true), false) => {
+                    log::info!("port {} ({}): link up", log.name, port.name());
+                }
+                (Some(false), false) => log::warn!(
+                    "port {} ({}): link down; the port stays polled and forwards again when its link is back",
+                    log.name,
+                    port.name()
+                ),
+                (None, _) => {}
+            }
+        }
+        if stop.load(Ordering::Acquire) {
+            return logs;
+        }
+        std::thread::sleep(LINK_POLL);
+    }
 }
 
 /// Eight bytes from the OS's random source.
@@ -543,4 +641,21 @@ pub fn drain(on: bool, args: &DrainArgs) -> Result<std::process::ExitCode> {
     };
     let verb = if on { "drain" } else { "undrain" };
     client(&format!("{verb} {scope} {}", args.name), &args.daemon)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LinkLog;
+
+    #[test]
+    fn link_changes_are_reported_once_and_counted() {
+        let mut l = LinkLog::new("up");
+        assert_eq!(l.observe(false), Some(false), "the first reading is news");
+        assert_eq!(l.observe(false), None);
+        assert_eq!(l.observe(true), Some(true));
+        assert_eq!(l.observe(true), None);
+        assert_eq!(l.observe(false), Some(false));
+        assert_eq!(l.observe(true), Some(true));
+        assert_eq!((l.downs, l.ups), (1, 2), "the first reading is no change");
+    }
 }

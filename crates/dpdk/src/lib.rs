@@ -13,6 +13,9 @@
 //! - [`Port`] configures and starts an ethdev; its [`RxQueue`]/[`TxQueue`]
 //!   handles borrow it, so a port cannot be stopped or closed while a worker
 //!   still polls one of its queues.
+//! - The queues of a driver that tears its rings down on DPDK's interrupt
+//!   thread (`net_memif`, when its peer goes away) take turns with that
+//!   thread ([`gate`]): no burst runs while the driver's callbacks do.
 //! - [`DpdkIo`] presents one worker's queues as the data plane's packet I/O
 //!   (`wire::burst::PacketIo`).
 //! - Errors are one enum per kind of operation, decoded from DPDK's negative
@@ -24,6 +27,7 @@
 
 mod eal;
 mod errno;
+pub mod gate;
 mod io;
 mod lcore;
 mod mbuf;

@@ -4,6 +4,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::gate::{self, GateError, PortSlots, Slot};
 use crate::{Eal, Errno, MbufBurst, Mempool};
 
 /// A DPDK ethdev port number.
@@ -140,6 +141,15 @@ pub enum PortError {
         /// The error DPDK returned.
         errno: Errno,
     },
+    /// the port's driver needs turns with the interrupt thread, which could
+    /// not be set up
+    #[error("{port}: {source}")]
+    Gate {
+        /// The port.
+        port: PortId,
+        /// What failed.
+        source: GateError,
+    },
     /// reading counters failed
     #[error("{port}: cannot read {what}: {errno}")]
     Stats {
@@ -256,7 +266,10 @@ impl Drop for Claim {
 /// fails with [`PortError::InUse`].
 ///
 /// Queue handles borrow the port, so it cannot be stopped, reconfigured or
-/// dropped while a worker is still polling one of its queues.
+/// dropped while a worker is still polling one of its queues. The queues of
+/// a driver that tears its rings down on DPDK's interrupt thread (`net_memif`
+/// when its peer goes away) take turns with that thread (`gate`), so that no
+/// burst runs while the driver unmaps them.
 pub struct Port {
     id: PortId,
     name: String,
@@ -265,6 +278,8 @@ pub struct Port {
     started: bool,
     rx_taken: Vec<AtomicBool>,
     tx_taken: Vec<AtomicBool>,
+    // For a gated driver: one slot per RX queue, then one per TX queue.
+    gate: Option<PortSlots>,
     // RX queues allocate from this pool; keep it alive as long as the port.
     // Workers take buffers from it for the frames they send themselves
     // (neighbour requests, M47).
@@ -283,6 +298,7 @@ impl std::fmt::Debug for Port {
             .field("tx_queues", &self.tx_taken.len())
             .field("rss_hf", &format_args!("{:#x}", self.rss_hf))
             .field("started", &self.started)
+            .field("gated", &self.gate.is_some())
             .finish()
     }
 }
@@ -324,6 +340,11 @@ fn max_mtu(info: &dpdk_sys::rte_eth_dev_info) -> u16 {
     let by_frame = info.max_rx_pktlen.saturating_sub(overhead);
     info.max_mtu
         .min(u16::try_from(by_frame).unwrap_or(u16::MAX))
+}
+
+/// Runs `f` while the interrupt thread is held if `gated`.
+fn guarded<T>(gated: bool, f: impl FnOnce() -> T) -> T {
+    if gated { gate::exclusive(f) } else { f() }
 }
 
 fn ret_ok(ret: i32, err: impl FnOnce(Errno) -> PortError) -> Result<(), PortError> {
@@ -482,6 +503,17 @@ impl Port {
                 });
             }
         }
+        // Before the device is touched: its driver's callbacks may run on the
+        // interrupt thread from now on.
+        let gate = if gate::gated(&driver) {
+            let slots = usize::from(cfg.rx_queues) + usize::from(cfg.tx_queues);
+            Some(
+                PortSlots::new(eal, slots)
+                    .map_err(|source| PortError::Gate { port: id, source })?,
+            )
+        } else {
+            None
+        };
         let wanted_rss =
             dpdk_sys::SPW_ETH_RSS_IP | dpdk_sys::SPW_ETH_RSS_TCP | dpdk_sys::SPW_ETH_RSS_UDP;
         let rss_hf = if cfg.rss {
@@ -499,87 +531,92 @@ impl Port {
                 "{id} ({driver}) cannot hash TCP/UDP flows (RSS); all traffic lands on RX queue 0"
             );
         }
-        // SAFETY: EAL is initialised; conf is a fully initialised rte_eth_conf
-        // that DPDK copies.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_configure(id.0, cfg.rx_queues, cfg.tx_queues, &conf) };
-        ret_ok(ret, |errno| PortError::Configure { port: id, errno })?;
-
-        let (mut nb_rx, mut nb_tx) = (cfg.rx_descriptors, cfg.tx_descriptors);
-        // SAFETY: port configured; both are valid in/out pointers.
-        let ret =
-            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id.0, &mut nb_rx, &mut nb_tx) };
-        ret_ok(ret, |errno| PortError::Configure { port: id, errno })?;
-
-        // SAFETY: EAL initialised; reads the port's NUMA node.
-        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
-        #[allow(clippy::cast_sign_loss, reason = "SOCKET_ID_ANY as C's unsigned")]
-        let socket = if socket < 0 {
-            dpdk_sys::SOCKET_ID_ANY
-        } else {
-            socket
-        } as u32;
-        for q in 0..cfg.rx_queues {
-            // SAFETY: port configured with rx_queues queues; a null rxconf means
-            // the driver's defaults; the pool outlives the port (held below).
+        let setup = || -> Result<(), PortError> {
+            // SAFETY: EAL is initialised; conf is a fully initialised rte_eth_conf
+            // that DPDK copies.
             let ret = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(
-                    id.0,
-                    q,
-                    nb_rx,
-                    socket,
-                    std::ptr::null(),
-                    pool.as_ptr(),
-                )
+                dpdk_sys::rte_eth_dev_configure(id.0, cfg.rx_queues, cfg.tx_queues, &conf)
             };
-            ret_ok(ret, |errno| PortError::QueueSetup {
-                port: id,
-                what: "RX",
-                queue: q,
-                errno,
-            })?;
-        }
-        for q in 0..cfg.tx_queues {
-            // SAFETY: port configured with tx_queues queues; a null txconf means
-            // the driver's defaults.
-            let ret = unsafe {
-                dpdk_sys::rte_eth_tx_queue_setup(id.0, q, nb_tx, socket, std::ptr::null())
-            };
-            ret_ok(ret, |errno| PortError::QueueSetup {
-                port: id,
-                what: "TX",
-                queue: q,
-                errno,
-            })?;
-        }
-        if let Some(mtu) = set_mtu {
-            // SAFETY: port configured and stopped; plain integer arguments.
-            let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
-            if ret == -ENOTSUP {
-                // Nothing to set (ring and null devices): the pipeline still
-                // takes the configured MTU as the egress limit.
-                log::warn!(
-                    "{id} ({driver}) cannot set an MTU; it keeps its own, MTU {mtu} is only the data plane's limit"
-                );
+            ret_ok(ret, |errno| PortError::Configure { port: id, errno })?;
+
+            let (mut nb_rx, mut nb_tx) = (cfg.rx_descriptors, cfg.tx_descriptors);
+            // SAFETY: port configured; both are valid in/out pointers.
+            let ret =
+                unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id.0, &mut nb_rx, &mut nb_tx) };
+            ret_ok(ret, |errno| PortError::Configure { port: id, errno })?;
+
+            // SAFETY: EAL initialised; reads the port's NUMA node.
+            let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
+            #[allow(clippy::cast_sign_loss, reason = "SOCKET_ID_ANY as C's unsigned")]
+            let socket = if socket < 0 {
+                dpdk_sys::SOCKET_ID_ANY
             } else {
-                ret_ok(ret, |errno| PortError::Mtu {
+                socket
+            } as u32;
+            for q in 0..cfg.rx_queues {
+                // SAFETY: port configured with rx_queues queues; a null rxconf means
+                // the driver's defaults; the pool outlives the port (held below).
+                let ret = unsafe {
+                    dpdk_sys::rte_eth_rx_queue_setup(
+                        id.0,
+                        q,
+                        nb_rx,
+                        socket,
+                        std::ptr::null(),
+                        pool.as_ptr(),
+                    )
+                };
+                ret_ok(ret, |errno| PortError::QueueSetup {
                     port: id,
-                    mtu,
+                    what: "RX",
+                    queue: q,
                     errno,
                 })?;
             }
-        }
-        if cfg.promiscuous {
-            // SAFETY: port configured. Devices without the mode (ENOTSUP) are
-            // fine: virtual devices receive everything anyway.
-            let ret = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id.0) };
-            if ret < 0 {
-                log::debug!(
-                    "{id} ({driver}): promiscuous mode unavailable: {}",
-                    Errno::from_ret(ret)
-                );
+            for q in 0..cfg.tx_queues {
+                // SAFETY: port configured with tx_queues queues; a null txconf means
+                // the driver's defaults.
+                let ret = unsafe {
+                    dpdk_sys::rte_eth_tx_queue_setup(id.0, q, nb_tx, socket, std::ptr::null())
+                };
+                ret_ok(ret, |errno| PortError::QueueSetup {
+                    port: id,
+                    what: "TX",
+                    queue: q,
+                    errno,
+                })?;
             }
-        }
+            if let Some(mtu) = set_mtu {
+                // SAFETY: port configured and stopped; plain integer arguments.
+                let ret = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.0, mtu) };
+                if ret == -ENOTSUP {
+                    // Nothing to set (ring and null devices): the pipeline still
+                    // takes the configured MTU as the egress limit.
+                    log::warn!(
+                        "{id} ({driver}) cannot set an MTU; it keeps its own, MTU {mtu} is only the data plane's limit"
+                    );
+                } else {
+                    ret_ok(ret, |errno| PortError::Mtu {
+                        port: id,
+                        mtu,
+                        errno,
+                    })?;
+                }
+            }
+            if cfg.promiscuous {
+                // SAFETY: port configured. Devices without the mode (ENOTSUP) are
+                // fine: virtual devices receive everything anyway.
+                let ret = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id.0) };
+                if ret < 0 {
+                    log::debug!(
+                        "{id} ({driver}): promiscuous mode unavailable: {}",
+                        Errno::from_ret(ret)
+                    );
+                }
+            }
+            Ok(())
+        };
+        guarded(gate.is_some(), setup)?;
         Ok(Port {
             id,
             name: Port::name_of(eal, id).unwrap_or_default(),
@@ -588,6 +625,7 @@ impl Port {
             started: false,
             rx_taken: (0..cfg.rx_queues).map(|_| AtomicBool::new(false)).collect(),
             tx_taken: (0..cfg.tx_queues).map(|_| AtomicBool::new(false)).collect(),
+            gate,
             pool: pool.clone(),
             _claim: claim,
         })
@@ -596,6 +634,18 @@ impl Port {
     /// Port number.
     pub fn id(&self) -> PortId {
         self.id
+    }
+
+    /// Whether this port's queues take turns with DPDK's interrupt thread
+    /// (its driver is one of [`gate::GATED_DRIVERS`]).
+    pub fn gated(&self) -> bool {
+        self.gate.is_some()
+    }
+
+    /// Runs a control operation on the device: for a gated driver, while
+    /// none of its callbacks can run on the interrupt thread.
+    fn guarded<T>(&self, f: impl FnOnce() -> T) -> T {
+        guarded(self.gate.is_some(), f)
     }
 
     /// Device name.
@@ -625,7 +675,7 @@ impl Port {
     /// Starts the port.
     pub fn start(&mut self) -> Result<(), PortError> {
         // SAFETY: the port is configured with its queues set up.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_start(self.id.0) };
+        let ret = self.guarded(|| unsafe { dpdk_sys::rte_eth_dev_start(self.id.0) });
         ret_ok(ret, |errno| PortError::Start {
             port: self.id,
             errno,
@@ -640,7 +690,7 @@ impl Port {
             return Ok(());
         }
         // SAFETY: the port is started and, with &mut self, no queue is polled.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_stop(self.id.0) };
+        let ret = self.guarded(|| unsafe { dpdk_sys::rte_eth_dev_stop(self.id.0) });
         ret_ok(ret, |errno| PortError::Stop {
             port: self.id,
             errno,
@@ -759,6 +809,7 @@ impl Port {
         (!slot.swap(true, Ordering::AcqRel)).then_some(RxQueue {
             port: self,
             queue: q,
+            gate: self.gate.as_ref().and_then(|g| g.get(usize::from(q))),
         })
     }
 
@@ -768,6 +819,10 @@ impl Port {
         (!slot.swap(true, Ordering::AcqRel)).then_some(TxQueue {
             port: self,
             queue: q,
+            gate: self
+                .gate
+                .as_ref()
+                .and_then(|g| g.get(self.rx_taken.len() + usize::from(q))),
         })
     }
 }
@@ -779,7 +834,7 @@ impl Drop for Port {
         }
         // SAFETY: the port is stopped and no queue handle exists (they borrow
         // self); after close DPDK releases the port and we never use the id.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_close(self.id.0) };
+        let ret = self.guarded(|| unsafe { dpdk_sys::rte_eth_dev_close(self.id.0) });
         if ret < 0 {
             log::warn!("{}: close failed: {}", self.id, Errno::from_ret(ret));
         }
@@ -791,6 +846,8 @@ impl Drop for Port {
 pub struct RxQueue<'p> {
     port: &'p Port,
     queue: u16,
+    // This queue's slot, if the port is gated.
+    gate: Option<&'p Slot>,
 }
 
 impl RxQueue<'_> {
@@ -805,17 +862,25 @@ impl RxQueue<'_> {
         self.queue
     }
 
-    /// Receives up to the burst's free capacity; returns how many arrived.
+    /// Receives up to the burst's free capacity; returns how many arrived
+    /// (none while a gated port's driver has the interrupt thread).
     #[inline]
     pub fn rx_burst<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> usize {
         let (ptr, room) = burst.spare_ptr();
         if room == 0 || !self.port.started {
             return 0;
         }
+        if self.gate.is_some_and(|g| !g.enter()) {
+            return 0;
+        }
         let room = u16::try_from(room).unwrap_or(u16::MAX);
         // SAFETY: this handle is the only user of (port, queue) (taken once);
-        // ptr has room for `room` mbuf pointers; the port is started.
+        // ptr has room for `room` mbuf pointers; the port is started; a gated
+        // driver's callbacks are not running (entered above).
         let n = unsafe { dpdk_sys::rte_eth_rx_burst(self.port.id.0, self.queue, ptr, room) };
+        if let Some(g) = self.gate {
+            g.leave();
+        }
         // SAFETY: the driver wrote n owned, valid mbuf pointers into the slots.
         unsafe { burst.commit(usize::from(n)) };
         usize::from(n)
@@ -833,6 +898,8 @@ impl Drop for RxQueue<'_> {
 pub struct TxQueue<'p> {
     port: &'p Port,
     queue: u16,
+    // This queue's slot, if the port is gated.
+    gate: Option<&'p Slot>,
 }
 
 impl TxQueue<'_> {
@@ -843,19 +910,27 @@ impl TxQueue<'_> {
 
     /// Offers every mbuf in the burst to the device. The ones it took leave the
     /// burst (the driver owns them now); the ones it did not stay in the burst,
-    /// still owned by the caller, at the front. Returns how many were sent.
+    /// still owned by the caller, at the front. Returns how many were sent
+    /// (none while a gated port's driver has the interrupt thread).
     #[inline]
     pub fn tx_burst<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> usize {
         let len = burst.len();
         if len == 0 || !self.port.started {
             return 0;
         }
+        if self.gate.is_some_and(|g| !g.enter()) {
+            return 0;
+        }
         let len = u16::try_from(len).unwrap_or(u16::MAX);
         // SAFETY: this handle is the only user of (port, queue); the first len
-        // slots hold owned, valid mbufs; the port is started.
+        // slots hold owned, valid mbufs; the port is started; a gated driver's
+        // callbacks are not running (entered above).
         let sent = unsafe {
             dpdk_sys::rte_eth_tx_burst(self.port.id.0, self.queue, burst.held_ptr(), len)
         };
+        if let Some(g) = self.gate {
+            g.leave();
+        }
         // SAFETY: the driver took ownership of exactly the first `sent` mbufs.
         unsafe { burst.forget_front(usize::from(sent)) };
         usize::from(sent)

@@ -1,0 +1,316 @@
+//! `spillway run` with its uplink on `net_memif` in the server role (the set-up
+//! `perf/bare-metal/dut-config.sh` advertises for a generator over memif),
+//! forwarding a real `dpdk-testpmd` memif client's flood (`txonly`, UDP to a
+//! VIP) while that peer connects and goes away 100 times, half the time with
+//! SIGTERM (testpmd closes its port: a memif disconnect message), half with
+//! SIGKILL (the control socket just ends).
+//!
+//! Before the port gate (crates/dpdk/src/gate.rs) the daemon's worker died
+//! with SIGSEGV inside `librte_net_memif` a few restarts in. Now the daemon
+//! must forward after every reconnect, log each link change once, count
+//! them in its exit report, and exit with status 0 on SIGTERM (which also
+//! means every mbuf came back to the pool).
+//!
+//! `SPILLWAY_MEMIF_CYCLES` overrides the number of peer restarts (100).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use testkit::config::{Config, endpoint_list, group, node, port, rule, service, strings};
+
+const DAEMON_MAC: &str = "02:00:00:00:00:01";
+
+/// A directory for the test's files, removed on drop (also on failure).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A daemon whose uplink is a memif server at `dir/memif.sock` and whose
+/// backend port is `net_null` (receives nothing; what is sent there is
+/// counted and freed):
+/// UDP 10.0.0.10:53 to a GUE service of two endpoints.
+fn memif_config(dir: &Path) -> String {
+    let d = dir.display();
+    let eal_args = [
+        "--no-huge".to_string(),
+        "--no-shconf".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-pci".into(),
+        "--no-telemetry".into(),
+        "--log-level=lib.eal:warning".into(),
+        format!("--vdev=net_memif0,role=server,id=0,socket={d}/memif.sock,mac={DAEMON_MAC}"),
+        "--vdev=net_null0,no-rx=1".into(),
+    ];
+    Config::new()
+        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
+        .dataplane("management_core", 0)
+        .dataplane("worker_cores", "[1]")
+        .dataplane("mbufs", 4095)
+        .dataplane("queue_descriptors", 256)
+        .dataplane("flow_table_capacity", 4096)
+        .dataplane("eal_args", strings(&eal_args))
+        .port(port("up", "net_memif0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(
+            port("be", "net_null0", "backend")
+                .strs("addresses", &["10.0.1.2/30"])
+                .str("gateway_mac", "02:00:00:00:00:fe"),
+        )
+        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "dns").set("ports", 53))
+        .service(service("dns", "gue").child(
+            group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
+        ))
+        .raw(&format!("[control]\nsocket = \"{d}/ctl.sock\"\n"))
+        .build()
+}
+
+/// A `dpdk-testpmd` memif client flooding the VIP; killed on drop.
+struct Peer(Child);
+
+impl Peer {
+    fn start(socket: &Path) -> Peer {
+        Peer(
+            Command::new("dpdk-testpmd")
+                .args([
+                    "-l",
+                    "0,1",
+                    "--no-huge",
+                    "--no-shconf",
+                    "-m",
+                    "64",
+                    "--no-pci",
+                    "--no-telemetry",
+                    "--log-level=lib.eal:warning",
+                    &format!(
+                        "--vdev=net_memif0,role=client,id=0,socket={}",
+                        socket.display()
+                    ),
+                    "--",
+                    "--forward-mode=txonly",
+                    &format!("--eth-peer=0,{DAEMON_MAC}"),
+                    "--tx-ip=192.0.2.1,10.0.0.10",
+                    "--tx-udp=1024,53",
+                    "--total-num-mbufs=2048",
+                    "--txd=256",
+                    "--rxd=256",
+                ])
+                // Non-interactive testpmd forwards until a line on stdin.
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run dpdk-testpmd (Debian package dpdk, scripts/setup.sh)"),
+        )
+    }
+
+    fn check_running(&mut self) {
+        if let Some(status) = self.0.try_wait().expect("wait for testpmd") {
+            let mut err = String::new();
+            if let Some(e) = self.0.stderr.as_mut() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("testpmd exited by itself ({status}):\n{err}");
+        }
+    }
+
+    fn stop(mut self, signal: &str) {
+        drop(self.0.stderr.take());
+        common::run_ok(Command::new("kill").args([signal, &self.0.id().to_string()]));
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `spillway run`, its log lines read as they come.
+struct Daemon {
+    child: Child,
+    log: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Daemon {
+    fn start(cfg: &Path) -> Daemon {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["run", "--config", cfg.to_str().expect("utf-8")])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start spillway run");
+        let (tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Daemon {
+            child,
+            log,
+            seen: Vec::new(),
+        }
+    }
+
+    fn check_running(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("wait for spillway") {
+            self.drain();
+            panic!(
+                "spillway run exited ({status}); its log:\n{}",
+                self.seen.join("\n")
+            );
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Ok(line) = self.log.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// Log lines containing `what` so far.
+    fn count(&mut self, what: &str) -> usize {
+        self.drain();
+        self.seen.iter().filter(|l| l.contains(what)).count()
+    }
+
+    /// SIGTERM, then the exit status and the exit report (stdout).
+    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        common::run_ok(Command::new("kill").args(["-TERM", &self.child.id().to_string()]));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "spillway run did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        self.drain();
+        (status, format!("{out}--- log:\n{}", self.seen.join("\n")))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.drain();
+            eprintln!("--- spillway run's log:\n{}", self.seen.join("\n"));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `forwarded` counter of `spillway stats`.
+fn forwarded(socket: &str) -> u64 {
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["stats", "--socket", socket])
+        .output()
+        .expect("run spillway stats");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.split(';').find_map(|part| {
+                part.trim()
+                    .strip_prefix("forwarded")
+                    .and_then(|v| v.trim().split(' ').next()?.parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (generously: the machine may be loaded) until `cond` holds
+/// (`cond` panics if a process it watches has died).
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn daemon_forwards_through_100_memif_peer_restarts() {
+    let cycles: usize = std::env::var("SPILLWAY_MEMIF_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let dir = TempDir(std::env::temp_dir().join(format!("spillway-memif-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let cfg = dir.0.join("spillway.toml");
+    std::fs::write(&cfg, memif_config(&dir.0)).unwrap();
+    let memif = dir.0.join("memif.sock");
+    let ctl = dir.0.join("ctl.sock").display().to_string();
+
+    let mut daemon = Daemon::start(&cfg);
+    // DPDK 22.11's memif socket is abstract by default (no file): the
+    // control socket says the daemon is up, with its ports started.
+    wait_for("the daemon's control socket", || {
+        daemon.check_running();
+        Path::new(&ctl).exists()
+    });
+    // Peers 0..cycles come and go; the last one stays until the daemon stops.
+    for cycle in 0..=cycles {
+        let mut peer = Peer::start(&memif);
+        wait_for(&format!("link up with peer {cycle}"), || {
+            daemon.check_running();
+            peer.check_running();
+            daemon.count("link up") > cycle
+        });
+        let before = forwarded(&ctl);
+        wait_for(&format!("forwarding from peer {cycle}"), || {
+            daemon.check_running();
+            peer.check_running();
+            forwarded(&ctl) > before + 100
+        });
+        if cycle == cycles {
+            // Closing a memif port whose peer is connected is the daemon's
+            // own disconnect.
+            let (status, report) = daemon.terminate();
+            peer.stop("-TERM");
+            assert!(
+                status.success(),
+                "spillway run exit status {status}:\n{report}"
+            );
+            assert!(
+                report.contains(&format!(
+                    "port up: link went down {cycles} times, came up {} times",
+                    cycles + 1
+                )),
+                "every link change counted once:\n{report}"
+            );
+            return;
+        }
+        peer.stop(if cycle % 2 == 0 { "-TERM" } else { "-KILL" });
+        wait_for(&format!("link down after peer {cycle}"), || {
+            daemon.check_running();
+            daemon.count("link down") > cycle
+        });
+    }
+}
