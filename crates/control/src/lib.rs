@@ -82,4 +82,7 @@ pub enum StartError {
     /// the flow-sync socket could not be opened (M36)
     #[error("flow sync: cannot listen on {0}: {1}")]
     FlowSync(std::net::SocketAddr, std::io::Error),
+    /// no randomness for the flow-sync epoch (M54)
+    #[error("flow sync: no random epoch from the operating system: {0}")]
+    Random(getrandom::Error),
 }
