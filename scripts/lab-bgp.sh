@@ -264,6 +264,11 @@ node_host() {
         sleep 0.1
     done
     nsx "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
+    # The kernel sees the data plane's uplink frames too (af_packet on a
+    # veth); rp_filter drops its copies, but UDP early demux skips that
+    # check for a connected socket (flow sync has one per peer), which
+    # would then get every datagram twice (refused as replays).
+    nsx "$ns" sysctl -qw net.ipv4.udp_early_demux=0
     nsx "$ns" ip addr add "$addr/24" dev "t${T}k$n"
     nsx "$ns" ip link set "t${T}k$n" up
     # The data plane may still be bringing the TAP's link up (its connected

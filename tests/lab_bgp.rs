@@ -489,7 +489,7 @@ fn lab_flow_sync_keeps_connections_of_a_dead_node_and_drops_forgeries() {
     .join()
     .expect("client");
     // From node 1's address and port (a configured peer; node 1 is dead,
-    // the router sends in its name) with another key: a bad MAC.
+    // the router sends in its name) with another key: authentication fails.
     let (dump_request, entries) = forged(&wrong);
     lab.in_ns("r", move || {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
@@ -512,7 +512,7 @@ fn lab_flow_sync_keeps_connections_of_a_dead_node_and_drops_forgeries() {
     let after = loop {
         let l = lab.sync_line(2);
         if lab::counter(&l, "source ") >= lab::counter(&before, "source ") + 2
-            && lab::counter(&l, "hmac ") >= lab::counter(&before, "hmac ") + 2
+            && lab::counter(&l, "auth ") >= lab::counter(&before, "auth ") + 2
         {
             break l;
         }
@@ -525,7 +525,7 @@ fn lab_flow_sync_keeps_connections_of_a_dead_node_and_drops_forgeries() {
     eprintln!("forged datagrams:\nbefore {before}\nafter  {after}");
     for (label, more) in [
         ("source ", 2),
-        ("hmac ", 2),
+        ("auth ", 2),
         ("received ", 0),
         ("applied ", 0),
         ("dumps ", 0),
@@ -540,15 +540,17 @@ fn lab_flow_sync_keeps_connections_of_a_dead_node_and_drops_forgeries() {
 }
 
 /// A dump request and an entries datagram (one entry for a made-up client
-/// of web's VIP, to backend 3) signed with `key`.
+/// of web's VIP, to backend 3) sealed with `key` in node 1's name.
 fn forged(key: &flowsync::SyncKey) -> (Vec<u8>, Vec<u8>) {
-    let header = |kind, sequence| flowsync::Header {
-        kind,
+    let cipher = flowsync::Cipher::new(key);
+    let stamp = |sequence| flowsync::Stamp {
         sender: flowsync::node_id("node1"),
+        epoch: 7,
+        peer_epoch: 0,
         sequence,
     };
-    let request = flowsync::Writer::new(header(flowsync::Kind::RequestDump, 1 << 40)).finish(key);
-    let mut w = flowsync::Writer::new(header(flowsync::Kind::Entries, (1 << 40) + 1));
+    let request = flowsync::Writer::new(flowsync::Kind::RequestDump).seal(&stamp(1 << 40), &cipher);
+    let mut w = flowsync::Writer::new(flowsync::Kind::Entries);
     w.push(&flowsync::SyncEntry {
         key: [1, 2, 3, 4, 5],
         hash: 6,
@@ -558,7 +560,7 @@ fn forged(key: &flowsync::SyncKey) -> (Vec<u8>, Vec<u8>) {
         age_ms: 0,
     })
     .expect("entry fits");
-    (request, w.finish(key))
+    (request, w.seal(&stamp((1 << 40) + 1), &cipher))
 }
 
 #[test]

@@ -975,8 +975,8 @@ pub struct FlowSync {
     /// Longest wait before a partial batch is sent; default `"10ms"`.
     #[serde(default = "d_batch_interval")]
     pub batch_interval: Duration,
-    /// The cluster's shared HMAC key, `"hex:…"` or `"base64:…"`; this or
-    /// `key_file` is required.
+    /// The cluster's shared key (the sealing key is derived from it),
+    /// `"hex:…"` or `"base64:…"`; this or `key_file` is required.
     #[serde(default)]
     pub key: Option<String>,
     /// A file holding the key in the same form (a trailing newline is fine).

@@ -361,7 +361,13 @@ impl Core {
             tick(now),
             1,
         )?;
-        let sync = crate::sync::Sync::new(&compiled, &compiled.node.name);
+        let sync = match &compiled.settings.flow_sync {
+            Some(_) => {
+                let epoch = crate::sync::random_epoch().map_err(crate::StartError::Random)?;
+                crate::sync::Sync::new(&compiled, &compiled.node.name, epoch)
+            }
+            None => None,
+        };
         let mut core = Core {
             path: path.to_owned(),
             builder,
@@ -826,9 +832,10 @@ impl Core {
     }
 
     /// Input: a flow-sync datagram received from `from` (M36). Only a
-    /// configured peer's, with a valid HMAC, is taken: its entries go into
-    /// `flows` where their key is absent, a dump request starts a paced
-    /// dump, its measured rates count at the next planning (M25).
+    /// configured peer's, authentic, in its session and never seen before
+    /// (M54), is taken: its entries go into `flows` where their key is
+    /// absent, a dump request starts a paced dump, its measured rates count
+    /// at the next planning (M25); a hello is answered.
     pub fn sync_received(
         &mut self,
         now: Duration,
@@ -839,7 +846,19 @@ impl Core {
         self.advance(now);
         let tick = self.tick_now();
         let Some(s) = &mut self.sync else { return };
-        match s.received(from, datagram, &self.live, &self.builder, flows, tick) {
+        let mut sends = Vec::new();
+        let news = s.received(
+            self.now,
+            from,
+            datagram,
+            &self.live,
+            &self.builder,
+            flows,
+            tick,
+            &mut sends,
+        );
+        self.send(sends);
+        match news {
             Some(crate::sync::PeerNews::Rates(rates)) => {
                 self.balance.peer_rates(from, self.now, &rates);
             }

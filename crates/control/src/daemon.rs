@@ -81,8 +81,8 @@ pub struct Manager {
     drain_file: Option<PathBuf>,
     /// The BIRD driver (`[bgp] speaker = "bird"`, M34).
     speaker: Option<crate::bird::Speaker>,
-    /// The flow-sync socket (`[flow_sync] listen`, non-blocking; M36).
-    sync_socket: Option<std::net::UdpSocket>,
+    /// The flow-sync sockets (`[flow_sync] listen`, non-blocking; M36).
+    sync_socket: Option<SyncSockets>,
     /// The summed counters once a second, for the rates of `stats`.
     rates: report::RateSampler,
 }
@@ -155,8 +155,9 @@ pub const SWEEP_BUDGET: usize = 1 << 14;
 /// snapshot ([`Manager::reload_with`]).
 const WORKER_PICKUP: Duration = Duration::from_millis(200);
 
-/// Flow-sync datagrams read per tick at most (M36): a flood of them cannot
-/// hold the management loop.
+/// Flow-sync datagrams read per tick at most from each peer's socket, and
+/// from the listening socket (M36, M54): a flood cannot hold the management
+/// loop, and one source's flood costs no other its datagrams.
 const SYNC_RECV_PER_TICK: usize = 1024;
 
 impl Manager {
@@ -183,8 +184,7 @@ impl Manager {
         );
         // The secret behind the cookies no flow entry stores (M53): 128
         // bits from the OS, for this process only.
-        let cookie_key =
-            dataplane::CookieKey::random().map_err(|e| StartError::Random(e.to_string()))?;
+        let cookie_key = dataplane::CookieKey::random().map_err(StartError::Random)?;
         let mut probes = LiveProbes {
             checker: None,
             remote: RemotePoller::start(Vec::new()),
@@ -211,7 +211,8 @@ impl Manager {
         let mut sync_socket = None;
         if let Some(f) = &core.compiled().settings.flow_sync {
             shared = shared.with_flow_sync();
-            let s = bind_sync_socket(f.listen).map_err(|e| StartError::FlowSync(f.listen, e))?;
+            let s = SyncSockets::bind(f.listen, &f.peers, Duration::ZERO)
+                .map_err(|e| StartError::FlowSync(f.listen, e))?;
             sync_socket = Some(s);
         }
         let shared = Arc::new(shared);
@@ -331,7 +332,7 @@ impl Manager {
                 // Never waits: a datagram the socket does not take is lost
                 // (the flow's entry is re-created from its packets there).
                 if let Some(s) = sync_socket
-                    && let Err(e) = s.send_to(&datagram, to)
+                    && let Err(e) = s.send(to, &datagram)
                 {
                     log::debug!("flow sync to {to}: {e}");
                 }
@@ -476,21 +477,11 @@ impl Manager {
         let Some(queue) = self.shared.flow_sync.clone() else {
             return;
         };
-        if let Some(s) = &self.sync_socket {
-            let mut buf = [0u8; 2048];
-            for _ in 0..SYNC_RECV_PER_TICK {
-                match s.recv_from(&mut buf) {
-                    Ok((n, from)) => {
-                        let d = buf.get(..n).unwrap_or(&[]);
-                        self.core.sync_received(now, from, d, &self.shared.flows);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        log::debug!("flow sync: {e}");
-                        break;
-                    }
-                }
-            }
+        if let Some(s) = &mut self.sync_socket {
+            s.connect_due(now);
+            let core = &mut self.core;
+            let flows = &self.shared.flows;
+            s.receive(|from, d| core.sync_received(now, from, d, flows));
         }
         self.core.flow_sync(now, &queue, &self.shared.flows);
     }
@@ -826,11 +817,128 @@ impl Manager {
     }
 }
 
-/// The flow-sync socket (non-blocking), bound to `listen` also while that
-/// address is not (yet) the host's: it usually lives on the exception TAP,
-/// which this very process creates, so it is configured only after the
-/// daemon started (IP_FREEBIND; until then sends fail and are lost).
-fn bind_sync_socket(listen: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+/// The flow-sync sockets (M36, M54): one bound to `listen` for anything,
+/// and one per peer, bound to `listen` too and connected to the peer, so
+/// that the kernel sorts datagrams by source: a peer's go to its own socket
+/// (and its own receive buffer), everything else to the listening one. A
+/// flood from anywhere but a peer's address therefore never takes a peer's
+/// place in a buffer or in a tick's reading ([`SYNC_RECV_PER_TICK`] each).
+#[derive(Debug)]
+struct SyncSockets {
+    listen: std::net::SocketAddr,
+    listener: std::net::UdpSocket,
+    peers: Vec<PeerSocket>,
+}
+
+#[derive(Debug)]
+struct PeerSocket {
+    addr: std::net::SocketAddr,
+    socket: Option<std::net::UdpSocket>,
+    /// When connecting is tried again (it fails until `listen` is this
+    /// host's address: see [`sync_socket`]).
+    retry: Duration,
+}
+
+/// Connecting a peer's socket is tried this often until it succeeds.
+const SYNC_CONNECT_RETRY: Duration = Duration::from_secs(1);
+
+impl SyncSockets {
+    /// The listening socket, and the peers' sockets that can be connected
+    /// already (the others are tried again from [`SyncSockets::connect_due`]).
+    fn bind(
+        listen: std::net::SocketAddr,
+        peers: &[std::net::SocketAddr],
+        now: Duration,
+    ) -> std::io::Result<SyncSockets> {
+        let mut s = SyncSockets {
+            listen,
+            listener: sync_socket(listen, None)?,
+            peers: peers
+                .iter()
+                .map(|&addr| PeerSocket {
+                    addr,
+                    socket: None,
+                    retry: now,
+                })
+                .collect(),
+        };
+        s.connect_due(now);
+        Ok(s)
+    }
+
+    /// Connects the peers' sockets not connected yet, if due.
+    fn connect_due(&mut self, now: Duration) {
+        for p in self.peers.iter_mut().filter(|p| p.socket.is_none()) {
+            if now < p.retry {
+                continue;
+            }
+            p.retry = now.saturating_add(SYNC_CONNECT_RETRY);
+            match sync_socket(self.listen, Some(p.addr)) {
+                Ok(s) => p.socket = Some(s),
+                Err(e) => log::debug!("flow sync: socket for peer {}: {e}", p.addr),
+            }
+        }
+    }
+
+    /// Sends `datagram` to `to` (from the peer's socket when it has one).
+    fn send(&self, to: std::net::SocketAddr, datagram: &[u8]) -> std::io::Result<usize> {
+        match self
+            .peers
+            .iter()
+            .find(|p| p.addr == to)
+            .and_then(|p| p.socket.as_ref())
+        {
+            Some(s) => s.send(datagram),
+            None => self.listener.send_to(datagram, to),
+        }
+    }
+
+    /// Hands `take` what arrived: at most [`SYNC_RECV_PER_TICK`] datagrams
+    /// from each peer's socket, then as many from the listening one (what a
+    /// peer sent before its socket was connected, and everything from
+    /// elsewhere: the core counts and drops that).
+    fn receive(&self, mut take: impl FnMut(std::net::SocketAddr, &[u8])) {
+        let mut buf = [0u8; 2048];
+        for p in &self.peers {
+            let Some(s) = &p.socket else { continue };
+            for _ in 0..SYNC_RECV_PER_TICK {
+                match s.recv(&mut buf) {
+                    Ok(n) => take(p.addr, buf.get(..n).unwrap_or(&[])),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // E.g. ECONNREFUSED: the peer's port unreachable
+                        // (it is down). Read on next tick.
+                        log::debug!("flow sync from {}: {e}", p.addr);
+                        break;
+                    }
+                }
+            }
+        }
+        for _ in 0..SYNC_RECV_PER_TICK {
+            match self.listener.recv_from(&mut buf) {
+                Ok((n, from)) => take(from, buf.get(..n).unwrap_or(&[])),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    log::debug!("flow sync: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A flow-sync socket (non-blocking) bound to `listen`, connected to `peer`
+/// if given. Bound also while `listen` is not (yet) the host's address: it
+/// usually lives on the exception TAP, which this very process creates, so
+/// it is configured only after the daemon started (IP_FREEBIND; until then
+/// sends fail and are lost, and a peer's socket cannot be connected).
+/// SO_REUSEPORT lets the listening socket and the peers' share the address
+/// (only sockets of this user can join); the kernel gives a datagram to the
+/// socket connected to its source before the unconnected one.
+fn sync_socket(
+    listen: std::net::SocketAddr,
+    peer: Option<std::net::SocketAddr>,
+) -> std::io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(
         Domain::for_address(listen),
@@ -842,7 +950,11 @@ fn bind_sync_socket(listen: std::net::SocketAddr) -> std::io::Result<std::net::U
     } else {
         s.set_freebind_v6(true)?;
     }
+    s.set_reuse_port(true)?;
     s.bind(&listen.into())?;
+    if let Some(p) = peer {
+        s.connect(&p.into())?;
+    }
     s.set_nonblocking(true)?;
     Ok(s.into())
 }

@@ -82,7 +82,7 @@ pub enum StartError {
     /// the flow-sync socket could not be opened (M36)
     #[error("flow sync: cannot listen on {0}: {1}")]
     FlowSync(std::net::SocketAddr, std::io::Error),
-    /// no random key from the operating system
-    #[error("no random key from the operating system: {0}")]
-    Random(String),
+    /// no random key or epoch from the operating system (M53, M54)
+    #[error("no random number from the operating system: {0}")]
+    Random(getrandom::Error),
 }

@@ -940,6 +940,16 @@ pub fn sync(x: &mut Exposition, counters: Option<crate::sync::SyncCounters>) {
             c.dumps,
         ),
         (
+            "flow_sync_handshakes_total",
+            "Flow-sync handshakes completed: a peer's current epoch confirmed, its session (re)established.",
+            c.handshakes,
+        ),
+        (
+            "flow_sync_hellos_answered_total",
+            "Flow-sync hellos of peers answered.",
+            c.hellos,
+        ),
+        (
             "flow_sync_rates_sent_total",
             "Rate summaries sent to peers (datagrams of this node's measured rates per endpoint).",
             c.rates_sent,
@@ -954,12 +964,20 @@ pub fn sync(x: &mut Exposition, counters: Option<crate::sync::SyncCounters>) {
     }
     x.counter(
         "flow_sync_dropped_total",
-        "Flow-sync datagrams dropped, by reason: source (no configured peer), hmac (another key or altered), malformed, own.",
+        "Flow-sync datagrams dropped, by reason: source (no configured peer), auth (another key or altered), version (another release), malformed, own, identity (sender ID not the peer's), stale (made before this node started), epoch (not the peer's confirmed epoch), old (below the replay window), replay (seen before), handshake (a reply to no outstanding hello), limited (a hello not answered).",
         [
             ("source", c.drop_source),
-            ("hmac", c.drop_mac),
+            ("auth", c.drop_auth),
+            ("version", c.drop_version),
             ("malformed", c.drop_malformed),
             ("own", c.drop_own),
+            ("identity", c.drop_identity),
+            ("stale", c.drop_stale),
+            ("epoch", c.drop_epoch),
+            ("old", c.drop_old),
+            ("replay", c.drop_replay),
+            ("handshake", c.drop_handshake),
+            ("limited", c.drop_limited),
         ]
         .map(|(r, v)| (label("reason", r), v)),
     );
@@ -1319,16 +1337,29 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         let c = crate::sync::SyncCounters {
             applied: 7,
             drop_source: 2,
-            drop_mac: 3,
+            drop_auth: 3,
+            drop_replay: 4,
+            drop_stale: 5,
+            drop_epoch: 6,
+            handshakes: 8,
             ..Default::default()
         };
         sync(&mut x, Some(c));
         let m = x.text();
         for line in [
             "spillway_flow_sync_entries_applied_total 7",
+            "spillway_flow_sync_handshakes_total 8",
             "spillway_flow_sync_dropped_total{reason=\"source\"} 2",
-            "spillway_flow_sync_dropped_total{reason=\"hmac\"} 3",
+            "spillway_flow_sync_dropped_total{reason=\"auth\"} 3",
+            "spillway_flow_sync_dropped_total{reason=\"replay\"} 4",
+            "spillway_flow_sync_dropped_total{reason=\"stale\"} 5",
+            "spillway_flow_sync_dropped_total{reason=\"epoch\"} 6",
             "spillway_flow_sync_dropped_total{reason=\"malformed\"} 0",
+            "spillway_flow_sync_dropped_total{reason=\"old\"} 0",
+            "spillway_flow_sync_dropped_total{reason=\"version\"} 0",
+            "spillway_flow_sync_dropped_total{reason=\"identity\"} 0",
+            "spillway_flow_sync_dropped_total{reason=\"handshake\"} 0",
+            "spillway_flow_sync_dropped_total{reason=\"limited\"} 0",
         ] {
             assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
         }

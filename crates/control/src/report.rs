@@ -335,6 +335,8 @@ pub struct Drained {
 pub struct FlowSync {
     /// Peers.
     pub peers: usize,
+    /// Peers in session (a handshake confirmed their epoch, M54).
+    pub sessions: usize,
     /// Its counters.
     pub counters: crate::sync::SyncCounters,
     /// Peers whose entries this node still waits for.
@@ -515,8 +517,9 @@ impl Display for Status {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "flow sync: {} peers; sent {} datagrams ({} entries, {} refreshes); received {}, applied {}, refreshed {}, existing {}, unresolved {}; dumps {}; dropped: source {}, hmac {}, malformed {}, own {}",
+                "flow sync: {} peers, {} in session; sent {} datagrams ({} entries, {} refreshes); received {}, applied {}, refreshed {}, existing {}, unresolved {}; dumps {}; handshakes {}, hellos {}; dropped: source {}, auth {}, version {}, malformed {}, own {}, identity {}, stale {}, epoch {}, old {}, replay {}, handshake {}, limited {}",
                 s.peers,
+                s.sessions,
                 c.sent,
                 c.entries_sent,
                 c.refreshes,
@@ -526,10 +529,20 @@ impl Display for Status {
                 c.existing,
                 c.unresolved,
                 c.dumps,
+                c.handshakes,
+                c.hellos,
                 c.drop_source,
-                c.drop_mac,
+                c.drop_auth,
+                c.drop_version,
                 c.drop_malformed,
-                c.drop_own
+                c.drop_own,
+                c.drop_identity,
+                c.drop_stale,
+                c.drop_epoch,
+                c.drop_old,
+                c.drop_replay,
+                c.drop_handshake,
+                c.drop_limited
             );
             if s.waiting_for > 0 {
                 let _ = writeln!(

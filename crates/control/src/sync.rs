@@ -1,7 +1,13 @@
 //! Flow-state sync between the nodes of a cluster (M36), the management
-//! core's part, without I/O: the shell owns the UDP socket; this batches the
+//! core's part, without I/O: the shell owns the UDP sockets; this batches the
 //! workers' new entries into datagrams for the peers, checks and applies
 //! what peers send, and paces dumps for a peer that (re)started.
+//!
+//! Every datagram is sealed for one peer in its session
+//! ([`flowsync::session`], M54): a peer is sent nothing before a handshake
+//! confirmed its current epoch, and what it sends is taken only once, only
+//! in that session, only from its configured address. Each refusal is
+//! counted by reason ([`SyncCounters`]).
 //!
 //! A backend travels by endpoint identity within its flow tag's service, so
 //! a node resolves it to its own slot; an entry is inserted only where the
@@ -16,7 +22,9 @@ use std::time::Duration;
 use config::Compiled;
 use dataplane::sync::{LEARNED, NewFlow, SyncQueue};
 use dataplane::{BackendState, Snapshot, SnapshotBuilder};
-use flowsync::{DecodeError, Header, Kind, PushError, Rate, SyncEntry, SyncKey, Writer};
+use flowsync::session::{Accepted, Peers, Refusal};
+use flowsync::window::Replay;
+use flowsync::{Cipher, DecodeError, Kind, PushError, Rate, SyncEntry, Writer};
 use flowtable::{
     EntryFlags, FlowKey, FlowTable, InsertOutcome, NewEntry, Tick, Timeouts, tick_age, tick_reached,
 };
@@ -62,34 +70,57 @@ pub struct SyncCounters {
     pub unresolved: u64,
     /// Dump requests answered.
     pub dumps: u64,
+    /// Handshakes completed: a peer's hello reply took, its session is
+    /// (re)established.
+    pub handshakes: u64,
+    /// Peers' hellos answered.
+    pub hellos: u64,
     /// Dropped: from a source that is no configured peer.
     pub drop_source: u64,
-    /// Dropped: a bad HMAC (another key, or altered).
-    pub drop_mac: u64,
-    /// Dropped: authenticated but malformed (length, magic, version, kind,
-    /// entries, key or hash).
+    /// Dropped: the tag does not verify (another key, or altered).
+    pub drop_auth: u64,
+    /// Dropped: another format version (a node of another release).
+    pub drop_version: u64,
+    /// Dropped: authenticated but malformed (length, magic, kind, entries,
+    /// key or hash).
     pub drop_malformed: u64,
     /// Dropped: this node's own datagram (a peer list naming itself).
     pub drop_own: u64,
+    /// Dropped: a sender ID that is not the one bound to the source's
+    /// address (or is another peer's).
+    pub drop_identity: u64,
+    /// Dropped: made for an earlier epoch of this node (before it started).
+    pub drop_stale: u64,
+    /// Dropped: not of the peer's confirmed epoch (an earlier life of the
+    /// peer, or one a handshake has not confirmed yet).
+    pub drop_epoch: u64,
+    /// Dropped: a sequence below the replay window.
+    pub drop_old: u64,
+    /// Dropped: a sequence seen before in the session (a replay).
+    pub drop_replay: u64,
+    /// Dropped: a hello reply to no outstanding challenge.
+    pub drop_handshake: u64,
+    /// Dropped: a hello not answered (one was, for that peer, just before).
+    pub drop_limited: u64,
     /// Rate summaries sent (datagrams, each to one peer).
     pub rates_sent: u64,
     /// Rate summaries received (datagrams).
     pub rates_received: u64,
 }
 
-/// A dump under way to one peer; [`Kind::DumpDone`] follows its last
-/// entries.
+/// A dump under way to one peer (by index); [`Kind::DumpDone`] follows its
+/// last entries.
 #[derive(Debug)]
 struct Dump {
-    to: SocketAddr,
+    to: usize,
     entries: Vec<SyncEntry>,
 }
 
-/// The dump requests of a starting node: the peers that have not answered
-/// [`Kind::DumpDone`] yet.
+/// The dump requests of a starting node: the peers (by index) that have
+/// not answered [`Kind::DumpDone`] yet.
 #[derive(Debug, Default)]
 struct Asking {
-    peers: Vec<SocketAddr>,
+    peers: Vec<usize>,
     next: Duration,
     until: Duration,
 }
@@ -97,16 +128,19 @@ struct Asking {
 /// The sync state of the management core.
 #[derive(Debug)]
 pub struct Sync {
-    key: SyncKey,
-    node: u64,
+    /// The sessions with the peers, indexed as `peers`.
+    sessions: Peers,
     peers: Vec<SocketAddr>,
     batch_size: usize,
     batch_interval: Duration,
-    sequence: u64,
     batch: Vec<SyncEntry>,
     /// When the oldest entry of `batch` was taken.
     batch_since: Option<Duration>,
     dumps: Vec<Dump>,
+    /// Per peer: the epoch of the peer a full dump was made for. A peer
+    /// gets one per life (its requests are repeated until the dump's end
+    /// arrives; a repeat is answered with the end alone).
+    dumped: Vec<Option<u64>>,
     asking: Asking,
     /// The refresh under way (to every peer) and when the next is due.
     refresh: Vec<SyncEntry>,
@@ -116,6 +150,8 @@ pub struct Sync {
     /// Flow tag → service name (services' and gateway endpoints' tags).
     service_of_tag: HashMap<u16, String>,
     scratch: Vec<NewFlow>,
+    /// Hellos and their replies to send, by peer index.
+    handshake_out: Vec<(usize, Vec<u8>)>,
     counters: SyncCounters,
 }
 
@@ -131,28 +167,45 @@ pub enum PeerNews {
 /// What the core sends: a datagram to a peer.
 pub type Datagram = (SocketAddr, Vec<u8>);
 
+/// A random epoch for this start (M54): from the operating system, never 0
+/// (0 means "unknown" on the wire).
+///
+/// # Errors
+/// The OS has no randomness to give.
+pub fn random_epoch() -> Result<u64, getrandom::Error> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b)?;
+    Ok(u64::from_be_bytes(b).max(1))
+}
+
 impl Sync {
-    /// Sync for node `node_name` with `compiled`'s `[flow_sync]`; `None`
-    /// without it (or without a usable key, which validation refused).
-    pub fn new(compiled: &Compiled, node_name: &str) -> Option<Sync> {
+    /// Sync for node `node_name` with `compiled`'s `[flow_sync]`, at
+    /// `epoch` ([`random_epoch`]); `None` without it (or without a usable
+    /// key, which validation refused).
+    pub fn new(compiled: &Compiled, node_name: &str, epoch: u64) -> Option<Sync> {
         let f = compiled.settings.flow_sync.as_ref()?;
-        let key = compiled.settings.flow_sync_key.clone()?;
+        let key = compiled.settings.flow_sync_key.as_ref()?;
         Some(Sync {
-            key,
-            node: flowsync::node_id(node_name),
+            sessions: Peers::new(
+                flowsync::node_id(node_name),
+                epoch,
+                Cipher::new(key),
+                f.peers.len(),
+            ),
             peers: f.peers.clone(),
             batch_size: usize::from(f.batch_size.max(1)),
             batch_interval: f.batch_interval.0,
-            sequence: 0,
             batch: Vec::new(),
             batch_since: None,
             dumps: Vec::new(),
+            dumped: vec![None; f.peers.len()],
             asking: Asking::default(),
             refresh: Vec::new(),
             next_refresh: None,
             identity: Vec::new(),
             service_of_tag: HashMap::new(),
             scratch: Vec::new(),
+            handshake_out: Vec::new(),
             counters: SyncCounters::default(),
         })
     }
@@ -165,6 +218,11 @@ impl Sync {
     /// The peers datagrams go to.
     pub fn peers(&self) -> &[SocketAddr] {
         &self.peers
+    }
+
+    /// This node's epoch (random per start).
+    pub fn epoch(&self) -> u64 {
+        self.sessions.epoch()
     }
 
     /// After a publish: the slots' identities and the flow tags' services.
@@ -190,16 +248,32 @@ impl Sync {
         }
     }
 
-    /// At start (`now`): ask every peer for its current entries; asked
-    /// again every [`DUMP_RETRY`] until it answers that its dump is done,
-    /// for at most [`DUMP_ASK_FOR`].
+    /// At start (`now`): hellos to every peer, and a request for its
+    /// current entries once in session with it; asked again every
+    /// [`DUMP_RETRY`] until it answers that its dump is done, for at most
+    /// [`DUMP_ASK_FOR`].
     pub fn request_dumps(&mut self, now: Duration, out: &mut Vec<Datagram>) {
         self.asking = Asking {
-            peers: self.peers.clone(),
+            peers: (0..self.peers.len()).collect(),
             next: now,
             until: now.saturating_add(DUMP_ASK_FOR),
         };
+        self.handshakes(now, out);
         self.ask(now, out);
+    }
+
+    /// Hellos due, and the replies and hellos that received datagrams
+    /// called for.
+    fn handshakes(&mut self, now: Duration, out: &mut Vec<Datagram>) {
+        let mut hs = std::mem::take(&mut self.handshake_out);
+        self.sessions.poll(now, &mut hs);
+        for (i, d) in hs.drain(..) {
+            if let Some(&to) = self.peers.get(i) {
+                self.counters.sent += 1;
+                out.push((to, d));
+            }
+        }
+        self.handshake_out = hs;
     }
 
     fn ask(&mut self, now: Duration, out: &mut Vec<Datagram>) {
@@ -207,10 +281,10 @@ impl Sync {
             return;
         }
         self.asking.next = now.saturating_add(DUMP_RETRY);
-        for to in self.asking.peers.clone() {
-            let d = Writer::new(self.header(Kind::RequestDump)).finish(&self.key);
-            self.counters.sent += 1;
-            out.push((to, d));
+        let w = Writer::new(Kind::RequestDump);
+        for i in self.asking.peers.clone() {
+            // A peer not in session yet is asked once it is.
+            self.send_to(i, &w, out);
         }
     }
 
@@ -219,18 +293,32 @@ impl Sync {
         self.asking.peers.len()
     }
 
-    fn header(&mut self, kind: Kind) -> Header {
-        self.sequence = self.sequence.wrapping_add(1);
-        Header {
-            kind,
-            sender: self.node,
-            sequence: self.sequence,
+    /// `w` sealed for peer `i` into `out`; false when not in session.
+    fn send_to(&mut self, i: usize, w: &Writer, out: &mut Vec<Datagram>) -> bool {
+        let Some(&to) = self.peers.get(i) else {
+            return false;
+        };
+        let Some(d) = self.sessions.seal(i, w) else {
+            return false;
+        };
+        self.counters.sent += 1;
+        out.push((to, d));
+        true
+    }
+
+    /// `w` sealed for every peer in session into `out` (each copy with a
+    /// sequence of its own); the copies sent.
+    fn send_all(&mut self, w: &Writer, out: &mut Vec<Datagram>) -> u64 {
+        let mut n = 0;
+        for i in 0..self.peers.len() {
+            n += u64::from(self.send_to(i, w, out));
         }
+        n
     }
 
     /// Periodic work at `now` (tick `tick`): takes the workers' new entries,
     /// sends full batches and a partial one older than the batch interval,
-    /// and the next datagrams of every dump under way.
+    /// the next datagrams of every dump under way, and the hellos due.
     pub fn poll(
         &mut self,
         now: Duration,
@@ -239,6 +327,7 @@ impl Sync {
         flows: &FlowTable,
         out: &mut Vec<Datagram>,
     ) {
+        self.handshakes(now, out);
         let mut taken = std::mem::take(&mut self.scratch);
         taken.clear();
         queue.drain_into(&mut taken, DRAIN_PER_CALL);
@@ -323,7 +412,7 @@ impl Sync {
             if self.refresh.is_empty() {
                 return;
             }
-            let mut w = Writer::new(self.header(Kind::Entries));
+            let mut w = Writer::new(Kind::Entries);
             let mut n = 0;
             while let Some(e) = self.refresh.last() {
                 match w.push(e) {
@@ -337,12 +426,8 @@ impl Sync {
                     }
                 }
             }
-            let d = w.finish(&self.key);
-            for &to in &self.peers {
-                self.counters.sent += 1;
-                self.counters.entries_sent += n;
-                out.push((to, d.clone()));
-            }
+            let copies = self.send_all(&w, out);
+            self.counters.entries_sent += n * copies;
         }
     }
 
@@ -371,51 +456,27 @@ impl Sync {
         })
     }
 
-    /// Sends the batch to every peer (as many datagrams as it takes).
+    /// Sends the batch to every peer in session (as many datagrams as it
+    /// takes; a peer not in session yet gets these entries with the next
+    /// refresh or its dump).
     fn flush(&mut self, out: &mut Vec<Datagram>) {
         self.batch_since = None;
         let batch = std::mem::take(&mut self.batch);
-        for d in self.datagrams(&batch) {
-            for &to in &self.peers {
-                self.counters.sent += 1;
-                out.push((to, d.clone()));
-            }
+        let mut copies = 0;
+        for w in self.datagrams(&batch) {
+            copies = self.send_all(&w, out);
         }
-        self.counters.entries_sent += batch.len() as u64;
+        if copies > 0 {
+            self.counters.entries_sent += batch.len() as u64;
+        }
         self.batch = batch;
         self.batch.clear();
     }
 
     /// `entries` as datagrams, each as full as it can be.
-    fn datagrams(&mut self, entries: &[SyncEntry]) -> Vec<Vec<u8>> {
+    fn datagrams(&mut self, entries: &[SyncEntry]) -> Vec<Writer> {
         // An identity the format cannot carry: that flow is not synced.
-        self.pack(Kind::Entries, entries, Writer::push, false)
-    }
-
-    /// `items` in datagrams of `kind`, each as full as it can be (an empty
-    /// one too when `even_empty`); an item `push` refuses for what it is
-    /// (not for a full datagram) is left out.
-    fn pack<T>(
-        &mut self,
-        kind: Kind,
-        items: &[T],
-        push: impl Fn(&mut Writer, &T) -> Result<(), PushError>,
-        even_empty: bool,
-    ) -> Vec<Vec<u8>> {
-        let mut all = Vec::new();
-        let mut w = Writer::new(self.header(kind));
-        for item in items {
-            if push(&mut w, item) == Err(PushError::Full) {
-                let full = std::mem::replace(&mut w, Writer::new(self.header(kind)));
-                all.push(full.finish(&self.key));
-                // An item fits an empty datagram (names are bounded).
-                let _ = push(&mut w, item);
-            }
-        }
-        if w.count() > 0 || even_empty {
-            all.push(w.finish(&self.key));
-        }
-        all
+        pack(Kind::Entries, entries, Writer::push, false)
     }
 
     fn pace_dumps(&mut self, out: &mut Vec<Datagram>) {
@@ -425,7 +486,7 @@ impl Sync {
                 if dump.entries.is_empty() {
                     break;
                 }
-                let mut w = Writer::new(self.header(Kind::Entries));
+                let mut w = Writer::new(Kind::Entries);
                 let mut n = 0;
                 while let Some(e) = dump.entries.last() {
                     match w.push(e) {
@@ -439,78 +500,83 @@ impl Sync {
                         }
                     }
                 }
-                self.counters.sent += 1;
-                self.counters.entries_sent += n;
-                out.push((dump.to, w.finish(&self.key)));
+                if self.send_to(dump.to, &w, out) {
+                    self.counters.entries_sent += n;
+                }
             }
         }
+        let done = Writer::new(Kind::DumpDone);
         for dump in dumps.iter().filter(|d| d.entries.is_empty()) {
-            let done = Writer::new(self.header(Kind::DumpDone)).finish(&self.key);
-            self.counters.sent += 1;
-            out.push((dump.to, done));
+            self.send_to(dump.to, &done, out);
         }
         dumps.retain(|d| !d.entries.is_empty());
         self.dumps = dumps;
     }
 
-    /// Sends this node's measured rates to every peer (as many datagrams as
-    /// they take; one even when there are none: it says "heard, carrying
-    /// nothing").
+    /// Sends this node's measured rates to every peer in session (as many
+    /// datagrams as they take; one even when there are none: it says
+    /// "heard, carrying nothing").
     pub fn send_rates(&mut self, rates: &[Rate], out: &mut Vec<Datagram>) {
-        for d in self.pack(Kind::Rates, rates, Writer::push_rate, true) {
-            for &to in &self.peers {
-                self.counters.sent += 1;
-                self.counters.rates_sent += 1;
-                out.push((to, d.clone()));
-            }
+        for w in pack(Kind::Rates, rates, Writer::push_rate, true) {
+            self.counters.rates_sent += self.send_all(&w, out);
         }
     }
 
-    /// Says to every peer that this node leaves the cluster (a graceful
-    /// shutdown): they stop holding its share of capacity.
+    /// Says to every peer in session that this node leaves the cluster (a
+    /// graceful shutdown): they stop holding its share of capacity.
     pub fn leave(&mut self, out: &mut Vec<Datagram>) {
-        let d = Writer::new(self.header(Kind::Leaving)).finish(&self.key);
-        for &to in &self.peers {
-            self.counters.sent += 1;
-            out.push((to, d.clone()));
-        }
+        self.send_all(&Writer::new(Kind::Leaving), out);
     }
 
-    /// Input: a datagram from `from`. Applies its entries to `flows` (in
-    /// snapshot `snap`, at tick `tick`), or starts a dump for a request;
-    /// returns what a peer said of itself (rates, leaving) for the caller.
+    /// Input: a datagram from `from` at `now`. Applies its entries to
+    /// `flows` (in snapshot `snap`, at tick `tick`), or starts a dump for a
+    /// request, or answers a hello into `out`; returns what a peer said of
+    /// itself (rates, leaving) for the caller. Refused: counted by reason.
+    #[allow(clippy::too_many_arguments)]
     pub fn received(
         &mut self,
+        now: Duration,
         from: SocketAddr,
         bytes: &[u8],
         snap: &Snapshot,
         builder: &SnapshotBuilder,
         flows: &FlowTable,
         tick: Tick,
+        out: &mut Vec<Datagram>,
     ) -> Option<PeerNews> {
-        if !self.peers.contains(&from) {
+        let Some(i) = self.peers.iter().position(|p| *p == from) else {
             self.counters.drop_source += 1;
             return None;
-        }
-        let d = match flowsync::decode(bytes, &self.key, valid_key) {
-            Ok(d) => d,
-            Err(DecodeError::Mac) => {
-                self.counters.drop_mac += 1;
+        };
+        let mut hs = std::mem::take(&mut self.handshake_out);
+        let opened = self.sessions.open(i, bytes, now, valid_key, &mut hs);
+        self.handshake_out = hs;
+        self.handshakes(now, out);
+        let d = match opened {
+            Ok(Accepted::Data(d)) => d,
+            Ok(Accepted::Answered) => {
+                self.counters.hellos += 1;
                 return None;
             }
-            Err(_) => {
-                self.counters.drop_malformed += 1;
+            Ok(Accepted::Established { .. }) => {
+                self.counters.handshakes += 1;
+                // A peer asked for a dump that was not in session yet is
+                // asked at once.
+                if self.asking.peers.contains(&i) {
+                    self.asking.next = now;
+                    self.ask(now, out);
+                }
+                return None;
+            }
+            Err(r) => {
+                self.refused(r);
                 return None;
             }
         };
-        if d.header.sender == self.node {
-            self.counters.drop_own += 1;
-            return None;
-        }
         self.counters.received += 1;
         match d.header.kind {
-            Kind::RequestDump => self.start_dump(from, flows, tick),
-            Kind::DumpDone => self.asking.peers.retain(|p| *p != from),
+            Kind::RequestDump => self.start_dump(i, d.header.stamp.epoch, flows, tick),
+            Kind::DumpDone => self.asking.peers.retain(|p| *p != i),
             Kind::Entries => {
                 for e in &d.entries {
                     self.apply(e, snap, builder, flows, tick);
@@ -521,8 +587,28 @@ impl Sync {
                 return Some(PeerNews::Rates(d.rates));
             }
             Kind::Leaving => return Some(PeerNews::Leaving),
+            // The sessions take these.
+            Kind::Hello | Kind::HelloReply => {}
         }
         None
+    }
+
+    fn refused(&mut self, r: Refusal) {
+        let c = &mut self.counters;
+        *match r {
+            Refusal::Decode(DecodeError::Auth) => &mut c.drop_auth,
+            Refusal::Decode(DecodeError::Version) => &mut c.drop_version,
+            Refusal::Decode(_) => &mut c.drop_malformed,
+            Refusal::Own => &mut c.drop_own,
+            Refusal::Identity => &mut c.drop_identity,
+            Refusal::Stale => &mut c.drop_stale,
+            Refusal::Epoch => &mut c.drop_epoch,
+            Refusal::Window(Replay::TooOld) => &mut c.drop_old,
+            Refusal::Window(Replay::Repeated) => &mut c.drop_replay,
+            Refusal::Handshake => &mut c.drop_handshake,
+            // Not answered either way.
+            Refusal::Limited | Refusal::Exhausted => &mut c.drop_limited,
+        } += 1;
     }
 
     fn apply(
@@ -575,33 +661,41 @@ impl Sync {
         }
     }
 
-    fn start_dump(&mut self, to: SocketAddr, flows: &FlowTable, tick: Tick) {
+    /// A dump request of peer `to` at its epoch `epoch`: one full dump per
+    /// life of the peer; a request repeated after it (its end was lost) is
+    /// answered with the end alone.
+    fn start_dump(&mut self, to: usize, epoch: u64, flows: &FlowTable, tick: Tick) {
         // A request repeated while that peer's dump is under way is the
         // same request again (see `ask`): the dump goes on.
         if self.dumps.iter().any(|d| d.to == to) {
             return;
         }
         let mut entries = Vec::new();
-        flows.scan(|k, e| {
-            let hash = key_hash(&k.0);
-            if let Some(s) = self.entry(
-                k,
-                hash,
-                e.backend,
-                e.cookie,
-                e.flags.bits(),
-                tick,
-                e.last_seen,
-            ) {
-                entries.push(s);
+        if self.dumped.get(to) != Some(&Some(epoch)) {
+            flows.scan(|k, e| {
+                let hash = key_hash(&k.0);
+                if let Some(s) = self.entry(
+                    k,
+                    hash,
+                    e.backend,
+                    e.cookie,
+                    e.flags.bits(),
+                    tick,
+                    e.last_seen,
+                ) {
+                    entries.push(s);
+                }
+                if entries.len() >= DUMP_MAX {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+            self.counters.dumps += 1;
+            if let Some(d) = self.dumped.get_mut(to) {
+                *d = Some(epoch);
             }
-            if entries.len() >= DUMP_MAX {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        });
-        self.counters.dumps += 1;
+        }
         // Even an empty one: its end says "done".
         self.dumps.push(Dump { to, entries });
     }
@@ -610,10 +704,35 @@ impl Sync {
     pub fn status(&self) -> crate::report::FlowSync {
         crate::report::FlowSync {
             peers: self.peers.len(),
+            sessions: self.sessions.established(),
             counters: self.counters,
             waiting_for: self.asking.peers.len(),
         }
     }
+}
+
+/// `items` in datagrams of `kind`, each as full as it can be (an empty one
+/// too when `even_empty`); an item `push` refuses for what it is (not for a
+/// full datagram) is left out.
+fn pack<T>(
+    kind: Kind,
+    items: &[T],
+    push: impl Fn(&mut Writer, &T) -> Result<(), PushError>,
+    even_empty: bool,
+) -> Vec<Writer> {
+    let mut all = Vec::new();
+    let mut w = Writer::new(kind);
+    for item in items {
+        if push(&mut w, item) == Err(PushError::Full) {
+            all.push(std::mem::replace(&mut w, Writer::new(kind)));
+            // An item fits an empty datagram (names are bounded).
+            let _ = push(&mut w, item);
+        }
+    }
+    if w.count() > 0 || even_empty {
+        all.push(w);
+    }
+    all
 }
 
 /// How often entries are refreshed, in flow-table ticks: a third of the

@@ -95,6 +95,8 @@ struct Cluster {
     rng: Rng,
     /// Fractional flows carried to the next step.
     carry: f64,
+    /// When on: every datagram delivered, as (from, to, bytes).
+    tap: Option<Vec<(usize, usize, Vec<u8>)>>,
 }
 
 /// What reached each region over a window, in packets per second.
@@ -107,6 +109,15 @@ struct Delivered {
 
 impl Cluster {
     fn new(n: usize, sync: bool, extra: &str) -> Cluster {
+        Cluster::start(n, sync, extra, false)
+    }
+
+    /// The cluster, its datagrams recorded from the start (`tap`).
+    fn tapped(n: usize) -> Cluster {
+        Cluster::start(n, true, "", true)
+    }
+
+    fn start(n: usize, sync: bool, extra: &str, tap: bool) -> Cluster {
         let nodes = (0..n)
             .map(|i| World::new(&node_config(i, n, sync, extra), 1, 7 + i as u64))
             .collect();
@@ -116,6 +127,7 @@ impl Cluster {
             cut: vec![vec![false; n]; n],
             rng: Rng::new(99),
             carry: 0.0,
+            tap: tap.then(Vec::new),
         };
         c.run(0.0, Duration::from_secs(2));
         c
@@ -187,6 +199,9 @@ impl Cluster {
                     panic!("a datagram to {to}, no node");
                 };
                 if self.up[j] && !self.cut[i][j] {
+                    if let Some(t) = &mut self.tap {
+                        t.push((i, j, d.clone()));
+                    }
                     self.nodes[j].sync_receive(sync_addr(i), &d);
                 }
             }
@@ -497,4 +512,203 @@ fn shares_settle_at_capacity_and_follow_noise_in_small_steps() {
     );
     assert!(step <= 0.04, "a step of {:.1} %", step * 100.0);
     assert!(max <= 1.05 * MAX_RATE, "{hovering:?}");
+}
+
+/// Node `i`'s flow-sync counters.
+fn sync_counters(c: &Cluster, i: usize) -> control::sync::SyncCounters {
+    c.nodes[i].core.sync_counters().expect("sync on")
+}
+
+/// Datagrams refused, every reason together.
+fn refused(c: &control::sync::SyncCounters) -> u64 {
+    c.drop_source
+        + c.drop_auth
+        + c.drop_version
+        + c.drop_malformed
+        + c.drop_own
+        + c.drop_identity
+        + c.drop_stale
+        + c.drop_epoch
+        + c.drop_old
+        + c.drop_replay
+        + c.drop_handshake
+        + c.drop_limited
+}
+
+/// What a datagram taken would have changed: all of it must stay.
+fn taken(c: &control::sync::SyncCounters) -> [u64; 10] {
+    [
+        c.received,
+        c.applied,
+        c.existing,
+        c.refreshed,
+        c.unresolved,
+        c.dumps,
+        c.rates_received,
+        c.handshakes,
+        c.hellos,
+        c.sent,
+    ]
+}
+
+/// The sender epoch of a datagram (header bytes 16..24).
+fn epoch_of(d: &[u8]) -> u64 {
+    u64::from_be_bytes(d[16..24].try_into().unwrap())
+}
+
+/// `cluster:` line of a status.
+fn cluster_line(s: &str) -> String {
+    s.lines()
+        .find(|l| l.starts_with("cluster:"))
+        .unwrap_or_else(|| panic!("no cluster line in\n{s}"))
+        .to_owned()
+}
+
+/// M54: flow-sync datagrams captured on a live pair, replayed. Node 1 of
+/// two sends entries, rates and (at start) dump requests, leaves
+/// gracefully and comes back (a new epoch). Every datagram it ever sent
+/// node 0, replayed to node 0, is refused and counted: nothing is applied,
+/// no dump starts, no rate counts, nothing is answered, and the replayed
+/// "leaving" does not make node 0 give up node 1's share: node 0 still
+/// plans with the cluster's rates. After node 0 restarts too, none of it is
+/// taken either.
+#[test]
+fn replayed_sync_datagrams_are_refused_and_a_replayed_leaving_reclaims_no_share() {
+    let offered = 2.0 * MAX_RATE;
+    let mut c = Cluster::tapped(2);
+    c.run(offered, Duration::from_secs(4));
+    c.nodes[1].leave();
+    c.deliver();
+    assert!(cluster_line(&c.status(0)).contains("1 left"));
+    // Node 1 restarts.
+    c.nodes[1] = World::new(&node_config(1, 2, true, ""), 1, 8);
+    c.run(offered, HOLD);
+    let line = cluster_line(&c.status(0));
+    assert!(
+        line.starts_with(
+            "cluster: 2 nodes, 1 peers heard, 0 silent; planning with the cluster's rates"
+        ),
+        "{line}"
+    );
+
+    let captured: Vec<Vec<u8>> = c
+        .tap
+        .take()
+        .unwrap()
+        .into_iter()
+        .filter(|(i, j, _)| (*i, *j) == (1, 0))
+        .map(|(_, _, d)| d)
+        .collect();
+    let kinds = |ds: &[Vec<u8>]| {
+        let mut k: Vec<u8> = ds.iter().map(|d| d[5]).collect();
+        k.sort_unstable();
+        k.dedup();
+        k
+    };
+    // Entries, dump requests and their ends, rates, leaving, hellos and
+    // replies: every kind.
+    assert_eq!(kinds(&captured), [1, 2, 3, 4, 5, 6, 7]);
+    let epochs: std::collections::BTreeSet<u64> = captured.iter().map(|d| epoch_of(d)).collect();
+    assert_eq!(epochs.len(), 2, "two lives of node 1");
+
+    // All of it in the order sent, then the "leaving" once more at the
+    // end (nothing after it that node 0 takes as a sign of life).
+    let leaving: Vec<Vec<u8>> = captured.iter().filter(|d| d[5] == 5).cloned().collect();
+    assert_eq!(leaving.len(), 1);
+    let replayed: Vec<Vec<u8>> = captured.iter().chain(&leaving).cloned().collect();
+    let before = sync_counters(&c, 0);
+    let out_before = c.nodes[0].sync_out.len();
+    for d in &replayed {
+        c.nodes[0].sync_receive(sync_addr(1), d);
+    }
+    let after = sync_counters(&c, 0);
+    println!(
+        "{} datagrams of node 1 (both lives) replayed to node 0: refused {} (epoch {}, replay {}, old {}, handshake {}, stale {}, limited {})",
+        replayed.len(),
+        refused(&after) - refused(&before),
+        after.drop_epoch - before.drop_epoch,
+        after.drop_replay - before.drop_replay,
+        after.drop_old - before.drop_old,
+        after.drop_handshake - before.drop_handshake,
+        after.drop_stale - before.drop_stale,
+        after.drop_limited - before.drop_limited,
+    );
+    assert_eq!(
+        refused(&after) - refused(&before),
+        replayed.len() as u64,
+        "every replayed datagram refused\nbefore {before:?}\nafter  {after:?}"
+    );
+    assert_eq!(taken(&after), taken(&before), "nothing taken");
+    assert_eq!(c.nodes[0].sync_out.len(), out_before, "nothing answered");
+    // The replayed "leaving" released nothing: node 1 is a member, heard.
+    let line = cluster_line(&c.status(0));
+    assert!(!line.contains("left"), "{line}");
+    let d = c.run(offered, MEASURE);
+    let line = cluster_line(&c.status(0));
+    println!("after the replay: near {:.1} pps\n{line}", d.near);
+    assert!(
+        line.starts_with(
+            "cluster: 2 nodes, 1 peers heard, 0 silent; planning with the cluster's rates"
+        ),
+        "{line}"
+    );
+    assert!((d.near - MAX_RATE).abs() <= 0.05 * MAX_RATE, "{d:?}");
+
+    // Node 0 restarts: what node 1 sent before is made for node 0's
+    // earlier epoch, or below the new session's window. Only a hello of
+    // node 1's first life, which this node 0 never knew, is answered (at
+    // most once per 200 ms): that is how a restarted peer comes in, and
+    // node 1 refuses the answer.
+    c.nodes[0] = World::new(&node_config(0, 2, true, ""), 1, 7);
+    c.run(offered, HOLD - MEASURE);
+    let before = sync_counters(&c, 0);
+    let out_before = c.nodes[0].sync_out.len();
+    for d in &replayed {
+        c.nodes[0].sync_receive(sync_addr(1), d);
+    }
+    let after = sync_counters(&c, 0);
+    let answered = after.hellos - before.hellos;
+    println!(
+        "after node 0's restart: refused {} (stale {}, replay {}, epoch {}), answered {answered}",
+        refused(&after) - refused(&before),
+        after.drop_stale - before.drop_stale,
+        after.drop_replay - before.drop_replay,
+        after.drop_epoch - before.drop_epoch,
+    );
+    assert_eq!(
+        refused(&after) - refused(&before) + answered,
+        replayed.len() as u64
+    );
+    assert!(answered <= 1, "{answered}");
+    // (sent: the answers, and perhaps a hello of node 0's own to confirm
+    // node 1's epoch, which it answers as ever.)
+    let t = taken(&before);
+    assert_eq!(taken(&after)[..8], t[..8], "nothing taken");
+    assert_eq!(after.hellos, before.hellos + answered);
+    let answers: Vec<Vec<u8>> = c.nodes[0]
+        .sync_out
+        .drain(out_before..)
+        .map(|(_, d)| d)
+        .filter(|d| d[5] == 7)
+        .collect();
+    assert_eq!(answers.len() as u64, answered);
+    let b1 = sync_counters(&c, 1);
+    for d in &answers {
+        c.nodes[1].sync_receive(sync_addr(0), d);
+    }
+    let a1 = sync_counters(&c, 1);
+    assert_eq!(
+        refused(&a1) - refused(&b1),
+        answered,
+        "node 1 refuses the answers"
+    );
+    assert_eq!(taken(&a1), taken(&b1));
+    c.run(offered, Duration::from_secs(2));
+    let line = cluster_line(&c.status(0));
+    assert!(
+        line.starts_with(
+            "cluster: 2 nodes, 1 peers heard, 0 silent; planning with the cluster's rates"
+        ),
+        "{line}"
+    );
 }

@@ -1,27 +1,48 @@
-//! Flow-state sync datagrams between the nodes of a cluster (M36).
+//! Flow-state sync datagrams between the nodes of a cluster (M36, M54).
 //!
 //! A node tells its peers about the flow entries its workers create, so that
 //! when it dies or ECMP rehashes, another node sends a flow's packets to the
 //! same backend even where that node's own Maglev choice differs. This crate
-//! is only the datagram: no sockets, no flow table, no clock.
+//! is the datagram ([`Writer`], [`decode`]), its sealing ([`Cipher`]), and
+//! the per-peer sessions that refuse replays ([`session`], [`window`]): no
+//! sockets, no flow table, no clock (time is an argument).
 //!
-//! # Format (all integers big-endian)
+//! # Format, version 2 (all integers big-endian)
 //!
 //! ```text
-//! header  magic "SWFS" | version 1 | kind | count u16 | sender u64 | sequence u64   (24 bytes)
+//! header  magic "SWFS" | version 2 | kind | count u16
+//!         | sender u64 | epoch u64 | peer_epoch u64 | sequence u64              (40 bytes, in clear)
+//! body    entries, rates or a challenge                                        (encrypted)
 //! entry   key 5×u64 | hash u64 | cookie u32 | flags u8 | age_ms u32 | len u8 | identity
 //! rate    milli_pps u64 | len u8 | service | len u8 | identity
-//! trailer HMAC-SHA256 over everything before it                                      (32 bytes)
+//! hello   challenge 16 bytes
+//! trailer Poly1305 tag                                                         (16 bytes)
 //! ```
 //!
-//! * `kind` 1 carries `count` entries; kind 2 asks the receiver for a dump of
-//!   its current entries, kind 3 says that dump is complete; 2 and 3 carry
-//!   none. Kind 4 carries `count` rates: what the sender's data plane
-//!   measured per endpoint over its last planning interval (M25 across a
-//!   cluster, M34), so every node decides spillover on the cluster's total.
-//!   A node of an older version drops kind 4 as malformed (counted). Kind 5
-//!   (no payload) says the sender is leaving the cluster (a graceful
-//!   shutdown), so peers stop holding its share of capacity.
+//! * Sealing: XChaCha20-Poly1305 under a key derived from the cluster key
+//!   with HKDF-SHA256 (its own salt and info: the key is used for nothing
+//!   else). The header is the associated data (authenticated, in clear);
+//!   the body is encrypted, so a captured datagram does not reveal flows or
+//!   their cookies. The 24-byte nonce is `sender ‖ epoch ‖ sequence`: a
+//!   sender's epoch is random for every start and its sequence grows by one
+//!   with every datagram it seals (each copy to each peer sealed apart), so
+//!   no nonce repeats under the key.
+//! * `sender` is the sender's node ID ([`node_id`] of its name), `epoch`
+//!   the sender's random start epoch, `peer_epoch` the receiver's epoch as
+//!   the sender learned it in a handshake (0: none yet), `sequence` the
+//!   sender's datagram counter. [`session::Peers`] accepts a datagram only
+//!   when it names the receiver's current epoch and the sender's confirmed
+//!   one, and its sequence is new in that session's window.
+//! * `kind` 1 carries `count` entries; kind 2 asks the receiver for a dump
+//!   of its current entries, kind 3 says that dump is complete; 2 and 3
+//!   carry nothing. Kind 4 carries `count` rates: what the sender's data
+//!   plane measured per endpoint over its last planning interval (M25
+//!   across a cluster, M34), so every node decides spillover on the
+//!   cluster's total. Kind 5 (nothing) says the sender is leaving the
+//!   cluster (a graceful shutdown), so peers stop holding its share of
+//!   capacity. Kind 6 (hello) carries a fresh challenge; kind 7 (hello
+//!   reply) carries the challenge it answers: the handshake by which a node
+//!   learns a peer's current epoch ([`session`]).
 //! * `key` is the flow-table key as the data plane stores it: the packed
 //!   5-tuple with the service's (or gateway endpoint's) flow tag in its low
 //!   bits, and `hash` the hash the table placed it by. [`decode`] has the
@@ -31,23 +52,31 @@
 //!   `10.0.0.1:80`), never by slot: slots differ between nodes. The receiver
 //!   resolves it within the service its flow tag names.
 //!
-//! The MAC is checked first, in constant time, before any other field is
-//! believed; then every length is bounds-checked, and any byte left over or
-//! missing rejects the whole datagram.
+//! Magic and version are read first (a datagram of another version is
+//! counted as such: see the rolling upgrade in docs/operating.md); then the
+//! tag is verified, in constant time, before any other field is believed;
+//! then every length is bounds-checked, and any byte left over or missing
+//! rejects the whole datagram. Version 1 (HMAC-SHA256, in clear, no epochs)
+//! is no longer read.
 
-use hmac::{Hmac, Mac};
+use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
+use hkdf::Hkdf;
 use sha2::Sha256;
 
-type HmacSha256 = Hmac<Sha256>;
+pub mod session;
+pub mod window;
 
 /// First four bytes of every datagram.
 pub const MAGIC: [u8; 4] = *b"SWFS";
 /// The format version this crate writes and reads.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the header.
-pub const HEADER_LEN: usize = 24;
-/// Bytes of the HMAC-SHA256 trailer.
-pub const MAC_LEN: usize = 32;
+pub const HEADER_LEN: usize = 40;
+/// Bytes of the Poly1305 tag.
+pub const TAG_LEN: usize = 16;
+/// Bytes of a hello's challenge.
+pub const CHALLENGE_LEN: usize = 16;
 /// Bytes of an entry before its identity.
 pub const ENTRY_FIXED_LEN: usize = 40 + 8 + 4 + 1 + 4 + 1;
 /// Longest endpoint identity carried (a bracketed IPv6 address with a port
@@ -58,8 +87,16 @@ pub const MAX_IDENTITY: usize = 128;
 pub const MAX_DATAGRAM: usize = 1400;
 /// Shortest shared key accepted (bytes): 128 bits.
 pub const MIN_KEY_LEN: usize = 16;
-/// Longest shared key accepted (bytes): one SHA-256 block.
+/// Longest shared key accepted (bytes).
 pub const MAX_KEY_LEN: usize = 64;
+
+/// HKDF salt and info of the sealing key: domain separation, so the
+/// cluster key yields a key for this use and this format only.
+const HKDF_SALT: &[u8] = b"spillway flow-sync";
+const HKDF_INFO: &[u8] = b"SWFS v2 XChaCha20-Poly1305";
+
+/// A hello's challenge (kinds [`Kind::Hello`], [`Kind::HelloReply`]).
+pub type Challenge = [u8; CHALLENGE_LEN];
 
 /// What a datagram is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,29 +113,62 @@ pub enum Kind {
     /// "I am leaving the cluster" (a graceful shutdown): the receiver stops
     /// holding the sender's share of capacity until it is heard again.
     Leaving,
+    /// "Tell me your epoch": carries a fresh challenge.
+    Hello,
+    /// The answer to a hello: the replier's epoch (in the header) and the
+    /// challenge it answers.
+    HelloReply,
 }
 
 impl Kind {
-    const fn code(self) -> u8 {
+    /// The kind's code on the wire.
+    #[must_use]
+    pub const fn code(self) -> u8 {
         match self {
             Kind::Entries => 1,
             Kind::RequestDump => 2,
             Kind::DumpDone => 3,
             Kind::Rates => 4,
             Kind::Leaving => 5,
+            Kind::Hello => 6,
+            Kind::HelloReply => 7,
         }
     }
 
-    const fn from_code(c: u8) -> Option<Kind> {
+    /// The kind of a code, if any.
+    #[must_use]
+    pub const fn from_code(c: u8) -> Option<Kind> {
         match c {
             1 => Some(Kind::Entries),
             2 => Some(Kind::RequestDump),
             3 => Some(Kind::DumpDone),
             4 => Some(Kind::Rates),
             5 => Some(Kind::Leaving),
+            6 => Some(Kind::Hello),
+            7 => Some(Kind::HelloReply),
             _ => None,
         }
     }
+
+    /// Whether datagrams of this kind carry a challenge.
+    #[must_use]
+    pub const fn is_handshake(self) -> bool {
+        matches!(self, Kind::Hello | Kind::HelloReply)
+    }
+}
+
+/// Who sent a datagram, to whom, and when: the header's identifying fields
+/// (the nonce is `sender ‖ epoch ‖ sequence`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The sender's node ID ([`node_id`] of its name).
+    pub sender: u64,
+    /// The sender's epoch: random, chosen at every start.
+    pub epoch: u64,
+    /// The receiver's epoch as the sender knows it (0: not known).
+    pub peer_epoch: u64,
+    /// Grows by one with every datagram the sender seals.
+    pub sequence: u64,
 }
 
 /// A datagram's header.
@@ -106,10 +176,8 @@ impl Kind {
 pub struct Header {
     /// What the datagram is for.
     pub kind: Kind,
-    /// The sender's node ID ([`node_id`] of its name).
-    pub sender: u64,
-    /// Increases by one with every datagram the sender sends.
-    pub sequence: u64,
+    /// Sender, epochs, sequence.
+    pub stamp: Stamp,
 }
 
 /// One flow entry as it travels.
@@ -260,21 +328,78 @@ impl SyncKey {
         };
         SyncKey::new(&bytes)
     }
+}
 
-    fn mac(&self) -> HmacSha256 {
-        // HMAC takes keys of any length; `new` bounded ours anyway.
-        match HmacSha256::new_from_slice(&self.0) {
-            Ok(m) => m,
-            Err(_) => unreachable_mac(),
-        }
+/// The sealing key of a cluster, derived from its [`SyncKey`].
+#[derive(Clone)]
+pub struct Cipher(XChaCha20Poly1305);
+
+impl core::fmt::Debug for Cipher {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // Never print the secret.
+        f.write_str("Cipher(..)")
     }
 }
 
-#[cold]
-fn unreachable_mac() -> HmacSha256 {
-    // `Hmac::new_from_slice` never fails (any key length is valid for HMAC);
-    // fall back to an all-zero-key MAC no peer shares rather than panic.
-    <HmacSha256 as hmac::digest::KeyInit>::new(&Default::default())
+impl Cipher {
+    /// The cipher of `key`: HKDF-SHA256 (salt and info of this format)
+    /// to a 256-bit XChaCha20-Poly1305 key.
+    #[must_use]
+    pub fn new(key: &SyncKey) -> Cipher {
+        let hk = Hkdf::<Sha256>::new(Some(HKDF_SALT), &key.0);
+        let mut okm = [0u8; 32];
+        // HKDF-SHA256 gives up to 255 × 32 bytes; 32 always succeed.
+        let _ = hk.expand(HKDF_INFO, &mut okm);
+        let aead = XChaCha20Poly1305::new(&okm.into());
+        okm.fill(0);
+        Cipher(aead)
+    }
+
+    fn nonce(header: &[u8; HEADER_LEN]) -> XNonce {
+        // sender ‖ epoch ‖ sequence: bytes 8..24 and 32..40 of the header.
+        let mut n = [0u8; 24];
+        n[..16].copy_from_slice(&header[8..24]);
+        n[16..].copy_from_slice(&header[32..40]);
+        n.into()
+    }
+
+    /// Seals `body` under `header` (no checks: any bytes). [`Writer::seal`]
+    /// is how datagrams are made; this is for tests and fuzzing, which must
+    /// reach the parser behind the tag with bodies no writer makes.
+    #[must_use]
+    pub fn seal_raw(&self, header: &[u8; HEADER_LEN], body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_LEN + body.len() + TAG_LEN);
+        out.extend_from_slice(header);
+        out.extend_from_slice(body);
+        let Some(plain) = out.get_mut(HEADER_LEN..) else {
+            return Vec::new();
+        };
+        match self
+            .0
+            .encrypt_in_place_detached(&Self::nonce(header), header, plain)
+        {
+            Ok(tag) => out.extend_from_slice(&tag),
+            // Only a body beyond 2^38 bytes fails: none is that long.
+            Err(_) => out.clear(),
+        }
+        out
+    }
+
+    /// Verifies and decrypts `bytes`: its header and body.
+    fn open(&self, bytes: &[u8]) -> Result<([u8; HEADER_LEN], Vec<u8>), DecodeError> {
+        let Some((head, rest)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+            return Err(DecodeError::Length);
+        };
+        let Some((body, tag)) = rest.split_last_chunk::<TAG_LEN>() else {
+            return Err(DecodeError::Length);
+        };
+        let mut plain = body.to_vec();
+        // Constant time: a forger learns nothing from how fast it fails.
+        self.0
+            .decrypt_in_place_detached(&Self::nonce(head), head, &mut plain, Tag::from_slice(tag))
+            .map_err(|_| DecodeError::Auth)?;
+        Ok((*head, plain))
+    }
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -325,47 +450,70 @@ fn decode_base64(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Builds one datagram.
-#[derive(Debug)]
+/// Builds one datagram's body; [`Writer::seal`] makes the datagram (for
+/// each peer apart: each copy has its own stamp).
+#[derive(Debug, Clone)]
 pub struct Writer {
-    buf: Vec<u8>,
+    kind: Kind,
+    body: Vec<u8>,
     count: u16,
 }
 
 impl Writer {
-    /// Starts a datagram.
+    /// Starts a datagram of `kind` (a hello's challenge: [`Writer::hello`]).
     #[must_use]
-    pub fn new(header: Header) -> Writer {
-        let mut buf = Vec::with_capacity(MAX_DATAGRAM);
-        buf.extend_from_slice(&MAGIC);
-        buf.push(VERSION);
-        buf.push(header.kind.code());
-        buf.extend_from_slice(&0u16.to_be_bytes());
-        buf.extend_from_slice(&header.sender.to_be_bytes());
-        buf.extend_from_slice(&header.sequence.to_be_bytes());
-        Writer { buf, count: 0 }
+    pub fn new(kind: Kind) -> Writer {
+        Writer {
+            kind,
+            body: Vec::with_capacity(MAX_DATAGRAM - HEADER_LEN - TAG_LEN),
+            count: 0,
+        }
     }
 
-    /// Entries written so far.
+    /// A [`Kind::Hello`] or [`Kind::HelloReply`] carrying `challenge`
+    /// (another kind: `None`).
+    #[must_use]
+    pub fn hello(kind: Kind, challenge: &Challenge) -> Option<Writer> {
+        if !kind.is_handshake() {
+            return None;
+        }
+        let mut w = Writer::new(kind);
+        w.body.extend_from_slice(challenge);
+        Some(w)
+    }
+
+    /// The datagram's kind.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Entries (or rates) written so far.
     #[must_use]
     pub fn count(&self) -> u16 {
         self.count
     }
 
+    /// The body as written (what [`Writer::seal`] encrypts).
+    #[must_use]
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    fn room_for(&self, n: usize) -> bool {
+        HEADER_LEN + self.body.len() + n + TAG_LEN <= MAX_DATAGRAM
+    }
+
     /// Whether `entry` still fits.
     #[must_use]
     pub fn fits(&self, entry: &SyncEntry) -> bool {
-        self.buf.len() + entry.wire_len() + MAC_LEN <= MAX_DATAGRAM
-    }
-
-    fn kind_code(&self) -> Option<u8> {
-        self.buf.get(5).copied()
+        self.room_for(entry.wire_len())
     }
 
     /// Whether `rate` still fits.
     #[must_use]
     pub fn fits_rate(&self, rate: &Rate) -> bool {
-        self.buf.len() + rate.wire_len() + MAC_LEN <= MAX_DATAGRAM
+        self.room_for(rate.wire_len())
     }
 
     /// Appends a rate record to a [`Kind::Rates`] datagram.
@@ -375,7 +523,7 @@ impl Writer {
     /// an empty or over-long service name or identity,
     /// [`PushError::NotEntries`] on a datagram of another kind.
     pub fn push_rate(&mut self, rate: &Rate) -> Result<(), PushError> {
-        if self.kind_code() != Some(Kind::Rates.code()) {
+        if self.kind != Kind::Rates {
             return Err(PushError::NotEntries);
         }
         let ok = |s: &str| !s.is_empty() && s.len() <= MAX_IDENTITY;
@@ -385,24 +533,24 @@ impl Writer {
         if !self.fits_rate(rate) {
             return Err(PushError::Full);
         }
-        self.buf.extend_from_slice(&rate.milli_pps.to_be_bytes());
+        self.body.extend_from_slice(&rate.milli_pps.to_be_bytes());
         for s in [&rate.service, &rate.identity] {
             // At most MAX_IDENTITY (< 256) bytes, checked above.
-            self.buf.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
-            self.buf.extend_from_slice(s.as_bytes());
+            self.body.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+            self.body.extend_from_slice(s.as_bytes());
         }
         self.count = self.count.saturating_add(1);
         Ok(())
     }
 
-    /// Appends an entry.
+    /// Appends an entry to a [`Kind::Entries`] datagram.
     ///
     /// # Errors
     /// [`PushError::Full`] when it does not fit (start another datagram),
     /// [`PushError::Identity`] for an empty or over-long identity,
-    /// [`PushError::NotEntries`] on a dump request.
+    /// [`PushError::NotEntries`] on a datagram of another kind.
     pub fn push(&mut self, entry: &SyncEntry) -> Result<(), PushError> {
-        if self.kind_code() != Some(Kind::Entries.code()) {
+        if self.kind != Kind::Entries {
             return Err(PushError::NotEntries);
         }
         let id = entry.identity.as_bytes();
@@ -416,29 +564,40 @@ impl Writer {
             return Err(PushError::Full);
         }
         for w in entry.key {
-            self.buf.extend_from_slice(&w.to_be_bytes());
+            self.body.extend_from_slice(&w.to_be_bytes());
         }
-        self.buf.extend_from_slice(&entry.hash.to_be_bytes());
-        self.buf.extend_from_slice(&entry.cookie.to_be_bytes());
-        self.buf.push(entry.flags);
-        self.buf.extend_from_slice(&entry.age_ms.to_be_bytes());
-        self.buf.push(id_len);
-        self.buf.extend_from_slice(id);
+        self.body.extend_from_slice(&entry.hash.to_be_bytes());
+        self.body.extend_from_slice(&entry.cookie.to_be_bytes());
+        self.body.push(entry.flags);
+        self.body.extend_from_slice(&entry.age_ms.to_be_bytes());
+        self.body.push(id_len);
+        self.body.extend_from_slice(id);
         // At most MAX_DATAGRAM / ENTRY_FIXED_LEN (< 2^16) entries fit.
         self.count = self.count.saturating_add(1);
         Ok(())
     }
 
-    /// Finishes the datagram: fills in the count and appends the MAC.
+    /// The header of this datagram under `stamp`.
     #[must_use]
-    pub fn finish(mut self, key: &SyncKey) -> Vec<u8> {
-        if let Some(c) = self.buf.get_mut(6..8) {
-            c.copy_from_slice(&self.count.to_be_bytes());
-        }
-        let mut mac = key.mac();
-        mac.update(&self.buf);
-        self.buf.extend_from_slice(&mac.finalize().into_bytes());
-        self.buf
+    pub fn header_bytes(&self, stamp: &Stamp) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[..4].copy_from_slice(&MAGIC);
+        h[4] = VERSION;
+        h[5] = self.kind.code();
+        h[6..8].copy_from_slice(&self.count.to_be_bytes());
+        h[8..16].copy_from_slice(&stamp.sender.to_be_bytes());
+        h[16..24].copy_from_slice(&stamp.epoch.to_be_bytes());
+        h[24..32].copy_from_slice(&stamp.peer_epoch.to_be_bytes());
+        h[32..40].copy_from_slice(&stamp.sequence.to_be_bytes());
+        h
+    }
+
+    /// The datagram under `stamp`, sealed with `cipher`. Each stamp must be
+    /// used once (its sequence is the nonce's): a datagram to several peers
+    /// is sealed for each with a sequence of its own.
+    #[must_use]
+    pub fn seal(&self, stamp: &Stamp, cipher: &Cipher) -> Vec<u8> {
+        cipher.seal_raw(&self.header_bytes(stamp), &self.body)
     }
 }
 
@@ -453,7 +612,7 @@ pub enum PushError {
     #[error("an endpoint identity or service name must be 1-{MAX_IDENTITY} bytes")]
     Identity,
     /// Entries go into [`Kind::Entries`] datagrams, rates into
-    /// [`Kind::Rates`] ones; the other kinds carry nothing.
+    /// [`Kind::Rates`] ones; the other kinds carry none.
     #[error("a datagram of another kind")]
     NotEntries,
 }
@@ -461,23 +620,24 @@ pub enum PushError {
 /// Why a received datagram was rejected (each a counted drop reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum DecodeError {
-    /// Shorter than a header and a MAC, or longer than [`MAX_DATAGRAM`].
+    /// Shorter than a header and a tag, or longer than [`MAX_DATAGRAM`].
     #[error("datagram of impossible length")]
     Length,
-    /// The MAC does not match: another key, or altered on the way.
-    #[error("bad HMAC")]
-    Mac,
     /// Not our magic.
     #[error("not a flow-sync datagram")]
     Magic,
-    /// Another format version.
+    /// Another format version (a node of another release: see the rolling
+    /// upgrade in docs/operating.md).
     #[error("unknown version")]
     Version,
-    /// Unknown kind, or a dump request with entries.
+    /// The tag does not verify: another key, or altered on the way.
+    #[error("authentication failed")]
+    Auth,
+    /// Unknown kind, or a kind with a count it cannot have.
     #[error("unknown kind")]
     Kind,
-    /// The entries (or rates) do not fill the datagram exactly as `count`
-    /// says, or an identity or name is empty, too long or not UTF-8.
+    /// The body does not hold exactly what kind and `count` say, or an
+    /// identity or name is empty, too long or not UTF-8.
     #[error("malformed entries")]
     Malformed,
     /// An entry's key is no packed flow, or its hash is not the key's.
@@ -485,7 +645,7 @@ pub enum DecodeError {
     Key,
 }
 
-/// A received datagram, authenticated and parsed.
+/// A received datagram, authenticated, decrypted and parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Datagram {
     /// Its header.
@@ -494,108 +654,145 @@ pub struct Datagram {
     pub entries: Vec<SyncEntry>,
     /// Its rates (none but for [`Kind::Rates`]).
     pub rates: Vec<Rate>,
+    /// Its challenge (hellos and their replies only).
+    pub challenge: Option<Challenge>,
 }
 
-/// Authenticates and parses a datagram; `valid_key(key, hash)` says whether
-/// an entry's key is a flow-table key and `hash` its hash.
+impl Datagram {
+    /// The same datagram as a [`Writer`] wrote it (sealing it again under
+    /// its stamp gives the bytes it was read from).
+    ///
+    /// # Errors
+    /// What [`Writer::push`] or [`Writer::push_rate`] says of an item (none
+    /// for a datagram [`decode`] returned).
+    pub fn writer(&self) -> Result<Writer, PushError> {
+        let kind = self.header.kind;
+        let mut w = match &self.challenge {
+            Some(c) => Writer::hello(kind, c).ok_or(PushError::NotEntries)?,
+            None => Writer::new(kind),
+        };
+        for e in &self.entries {
+            w.push(e)?;
+        }
+        for r in &self.rates {
+            w.push_rate(r)?;
+        }
+        Ok(w)
+    }
+}
+
+/// Authenticates, decrypts and parses a datagram; `valid_key(key, hash)`
+/// says whether an entry's key is a flow-table key and `hash` its hash.
 ///
 /// # Errors
 /// Any [`DecodeError`]; nothing of a rejected datagram is returned.
 pub fn decode(
     bytes: &[u8],
-    key: &SyncKey,
+    cipher: &Cipher,
     valid_key: impl Fn(&[u64; 5], u64) -> bool,
 ) -> Result<Datagram, DecodeError> {
-    if bytes.len() < HEADER_LEN + MAC_LEN || bytes.len() > MAX_DATAGRAM {
+    if bytes.len() < HEADER_LEN + TAG_LEN || bytes.len() > MAX_DATAGRAM {
         return Err(DecodeError::Length);
     }
-    let (body, tag) = bytes.split_at(bytes.len() - MAC_LEN);
-    let mut mac = key.mac();
-    mac.update(body);
-    // Constant time: a forger learns nothing from how fast it fails.
-    mac.verify_slice(tag).map_err(|_| DecodeError::Mac)?;
-
-    let mut r = Reader(body);
-    if r.take::<4>()? != MAGIC {
+    // Magic and version before the tag: a node of another release is
+    // counted as such, not as a forgery. Nothing else is read unverified.
+    if bytes.get(..4) != Some(&MAGIC[..]) {
         return Err(DecodeError::Magic);
     }
-    if r.u8()? != VERSION {
+    if bytes.get(4) != Some(&VERSION) {
         return Err(DecodeError::Version);
     }
+    let (head, body) = cipher.open(bytes)?;
+    let mut r = Reader(&head[5..]);
     let kind = Kind::from_code(r.u8()?).ok_or(DecodeError::Kind)?;
     let count = u16::from_be_bytes(r.take()?);
-    let sender = r.u64()?;
-    let sequence = r.u64()?;
+    let stamp = Stamp {
+        sender: r.u64()?,
+        epoch: r.u64()?,
+        peer_epoch: r.u64()?,
+        sequence: r.u64()?,
+    };
+    let header = Header { kind, stamp };
+    parse_body(header, count, &body, valid_key)
+}
+
+/// The parser behind [`decode`]'s tag check: the body of a datagram of
+/// `header` and `count`, in clear. Public for fuzzing (a fuzzer cannot
+/// forge tags); a receiver uses [`decode`].
+///
+/// # Errors
+/// [`DecodeError::Kind`], [`DecodeError::Malformed`], [`DecodeError::Key`].
+pub fn parse_body(
+    header: Header,
+    count: u16,
+    body: &[u8],
+    valid_key: impl Fn(&[u64; 5], u64) -> bool,
+) -> Result<Datagram, DecodeError> {
+    let kind = header.kind;
+    let mut r = Reader(body);
+    let mut d = Datagram {
+        header,
+        entries: Vec::new(),
+        rates: Vec::new(),
+        challenge: None,
+    };
     if !matches!(kind, Kind::Entries | Kind::Rates) && count != 0 {
         return Err(DecodeError::Kind);
     }
-    let fixed = if kind == Kind::Rates {
-        Rate::FIXED_LEN
-    } else {
-        ENTRY_FIXED_LEN
-    };
-    // `count` is bounded by what the length allows, so a hostile count
-    // cannot make us reserve much.
-    if usize::from(count) * fixed > r.0.len() {
-        return Err(DecodeError::Malformed);
-    }
-    let header = Header {
-        kind,
-        sender,
-        sequence,
-    };
-    if kind == Kind::Rates {
-        let mut rates = Vec::with_capacity(usize::from(count));
-        for _ in 0..count {
-            let milli_pps = r.u64()?;
-            let service = r.text()?;
-            let identity = r.text()?;
-            rates.push(Rate {
-                service,
-                identity,
-                milli_pps,
-            });
+    match kind {
+        Kind::Hello | Kind::HelloReply => d.challenge = Some(r.take()?),
+        Kind::RequestDump | Kind::DumpDone | Kind::Leaving => {}
+        Kind::Rates => {
+            // `count` is bounded by what the length allows, so a hostile
+            // count cannot make us reserve much.
+            if usize::from(count) * Rate::FIXED_LEN > r.0.len() {
+                return Err(DecodeError::Malformed);
+            }
+            d.rates.reserve(usize::from(count));
+            for _ in 0..count {
+                let milli_pps = r.u64()?;
+                let service = r.text()?;
+                let identity = r.text()?;
+                d.rates.push(Rate {
+                    service,
+                    identity,
+                    milli_pps,
+                });
+            }
         }
-        if !r.0.is_empty() {
-            return Err(DecodeError::Malformed);
+        Kind::Entries => {
+            if usize::from(count) * ENTRY_FIXED_LEN > r.0.len() {
+                return Err(DecodeError::Malformed);
+            }
+            d.entries.reserve(usize::from(count));
+            for _ in 0..count {
+                let mut key = [0u64; 5];
+                for w in &mut key {
+                    *w = r.u64()?;
+                }
+                let hash = r.u64()?;
+                let cookie = u32::from_be_bytes(r.take()?);
+                let flags = r.u8()?;
+                let age_ms = u32::from_be_bytes(r.take()?);
+                let identity = r.text()?;
+                if !valid_key(&key, hash) {
+                    return Err(DecodeError::Key);
+                }
+                d.entries.push(SyncEntry {
+                    key,
+                    hash,
+                    identity,
+                    cookie,
+                    flags,
+                    age_ms,
+                });
+            }
         }
-        return Ok(Datagram {
-            header,
-            entries: Vec::new(),
-            rates,
-        });
-    }
-    let mut entries = Vec::with_capacity(usize::from(count));
-    for _ in 0..count {
-        let mut key = [0u64; 5];
-        for w in &mut key {
-            *w = r.u64()?;
-        }
-        let hash = r.u64()?;
-        let cookie = u32::from_be_bytes(r.take()?);
-        let flags = r.u8()?;
-        let age_ms = u32::from_be_bytes(r.take()?);
-        let identity = r.text()?;
-        if !valid_key(&key, hash) {
-            return Err(DecodeError::Key);
-        }
-        entries.push(SyncEntry {
-            key,
-            hash,
-            identity,
-            cookie,
-            flags,
-            age_ms,
-        });
     }
     if !r.0.is_empty() {
         return Err(DecodeError::Malformed);
     }
-    Ok(Datagram {
-        header,
-        entries,
-        rates: Vec::new(),
-    })
+    Ok(d)
 }
 
 /// Bounds-checked cursor; every short read is [`DecodeError::Malformed`].

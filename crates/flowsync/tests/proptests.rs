@@ -1,10 +1,13 @@
-//! Property tests: encode → decode round trips, and any change to a datagram
-//! (a flipped bit, a cut, an extension, another key) rejects it.
+//! Property tests: encode → decode round trips, any change to a datagram (a
+//! flipped bit, a cut, an extension, another key) rejects it, nothing of
+//! the body is in clear, and the replay window takes each sequence once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
+use flowsync::window::{Replay, ReplayWindow, WINDOW};
 use flowsync::{
-    Datagram, DecodeError, Header, Kind, MAX_DATAGRAM, PushError, Rate, SyncEntry, SyncKey, Writer,
+    Cipher, Datagram, DecodeError, HEADER_LEN, Header, Kind, MAX_DATAGRAM, PushError, Rate, Stamp,
+    SyncEntry, SyncKey, TAG_LEN, Writer,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -17,7 +20,7 @@ fn key_hash(key: &[u64; 5]) -> u64 {
 
 /// [`flowsync::decode`] with the data plane's key check.
 fn decode(bytes: &[u8], key: &SyncKey) -> Result<Datagram, DecodeError> {
-    flowsync::decode(bytes, key, |k, h| {
+    flowsync::decode(bytes, &Cipher::new(key), |k, h| {
         FlowKey::unpack(&without_service_tag(*k)).is_some() && key_hash(k) == h
     })
 }
@@ -81,16 +84,22 @@ fn write_rates(h: Header, rates: &[Rate], key: &SyncKey) -> (Vec<u8>, Vec<Rate>)
     write_with(h, rates, key, Writer::push_rate)
 }
 
+/// Any stamp.
+fn stamp() -> impl Strategy<Value = Stamp> {
+    any::<[u64; 4]>().prop_map(|[sender, epoch, peer_epoch, sequence]| Stamp {
+        sender,
+        epoch,
+        peer_epoch,
+        sequence,
+    })
+}
+
 fn sync_key() -> impl Strategy<Value = SyncKey> {
     vec(any::<u8>(), 16..=64).prop_map(|b| SyncKey::new(&b).unwrap())
 }
 
 fn header(kind: Kind) -> impl Strategy<Value = Header> {
-    (any::<u64>(), any::<u64>()).prop_map(move |(sender, sequence)| Header {
-        kind,
-        sender,
-        sequence,
-    })
+    stamp().prop_map(move |stamp| Header { kind, stamp })
 }
 
 /// Writes as many of `entries` as fit; returns the datagram and those written.
@@ -106,7 +115,7 @@ fn write_with<T: Clone>(
     key: &SyncKey,
     push: fn(&mut Writer, &T) -> Result<(), PushError>,
 ) -> (Vec<u8>, Vec<T>) {
-    let mut w = Writer::new(h);
+    let mut w = Writer::new(h.kind);
     let mut written = Vec::new();
     for item in items {
         match push(&mut w, item) {
@@ -115,7 +124,7 @@ fn write_with<T: Clone>(
             Err(e) => panic!("{e}"),
         }
     }
-    (w.finish(key), written)
+    (w.seal(&h.stamp, &Cipher::new(key)), written)
 }
 
 proptest! {
@@ -144,11 +153,11 @@ proptest! {
             prop_assert!(d.len() + next.wire_len() > MAX_DATAGRAM);
         }
         // A rate datagram takes no entries, an entries one no rates.
-        let mut w = Writer::new(h);
+        let mut w = Writer::new(h.kind);
         prop_assert_eq!(w.push(&SyncEntry {
             key: [0; 5], hash: 0, identity: "x".into(), cookie: 0, flags: 0, age_ms: 0,
         }), Err(PushError::NotEntries));
-        let mut w = Writer::new(Header { kind: Kind::Entries, ..h });
+        let mut w = Writer::new(Kind::Entries);
         if let Some(r) = rates.first() {
             prop_assert_eq!(w.push_rate(r), Err(PushError::NotEntries));
         }
@@ -163,14 +172,80 @@ proptest! {
     #[test]
     fn dump_request_and_done_round_trip(
         kind in prop_oneof![Just(Kind::RequestDump), Just(Kind::DumpDone), Just(Kind::Leaving)],
-        seq in any::<u64>(),
+        stamp in stamp(),
         key in sync_key(),
     ) {
-        let h = Header { kind, sender: 7, sequence: seq };
-        let d = Writer::new(h).finish(&key);
+        let h = Header { kind, stamp };
+        let d = Writer::new(kind).seal(&stamp, &Cipher::new(&key));
+        prop_assert_eq!(d.len(), HEADER_LEN + TAG_LEN);
         let got = decode(&d, &key).unwrap();
         prop_assert_eq!(got.header, h);
-        prop_assert!(got.entries.is_empty());
+        prop_assert!(got.entries.is_empty() && got.challenge.is_none());
+    }
+
+    #[test]
+    fn hellos_round_trip(
+        reply in any::<bool>(),
+        challenge in any::<[u8; 16]>(),
+        stamp in stamp(),
+        key in sync_key(),
+    ) {
+        let kind = if reply { Kind::HelloReply } else { Kind::Hello };
+        let d = Writer::hello(kind, &challenge).unwrap().seal(&stamp, &Cipher::new(&key));
+        let got = decode(&d, &key).unwrap();
+        prop_assert_eq!(got.header, Header { kind, stamp });
+        prop_assert_eq!(got.challenge, Some(challenge));
+        prop_assert!(Writer::hello(Kind::Entries, &challenge).is_none());
+    }
+
+    /// The body is encrypted: no entry's cookie or identity, nor the
+    /// challenge, appears in the datagram.
+    #[test]
+    fn nothing_of_the_body_is_in_clear(
+        h in header(Kind::Entries),
+        mut e in entry(),
+        cookie in 0x0100_0000u32..,
+        key in sync_key(),
+    ) {
+        e.cookie = cookie;
+        e.identity = "10.200.30.40:8080".into();
+        let (d, written) = write(h, std::slice::from_ref(&e), &key);
+        prop_assert_eq!(written.len(), 1);
+        let has = |needle: &[u8]| d.windows(needle.len()).any(|w| w == needle);
+        prop_assert!(!has(&cookie.to_be_bytes()));
+        prop_assert!(!has(e.identity.as_bytes()));
+        prop_assert!(!has(&e.key[0].to_be_bytes()));
+        let c = [0xa5; 16];
+        let hello = Writer::hello(Kind::Hello, &c).unwrap().seal(&h.stamp, &Cipher::new(&key));
+        prop_assert!(!hello.windows(16).any(|w| w == c));
+    }
+
+    /// The window takes every sequence at most once, and exactly those a
+    /// model (every sequence seen, and the highest) says are new and not
+    /// too far below the highest.
+    #[test]
+    fn the_window_takes_each_sequence_once(
+        start in 0u64..5000,
+        steps in vec(prop_oneof![0u64..3000, (0u64..40).prop_map(|d| d + 2990)], 1..400),
+    ) {
+        let mut w = ReplayWindow::starting_at(start);
+        let mut seen: std::collections::HashSet<u64> = (start.saturating_sub(WINDOW)..=start).collect();
+        let mut top = start;
+        for s in steps {
+            let want = if s + WINDOW <= top {
+                Err(Replay::TooOld)
+            } else if seen.contains(&s) || s <= start {
+                Err(Replay::Repeated)
+            } else {
+                Ok(())
+            };
+            prop_assert_eq!(w.accept(s), want, "sequence {} (top {})", s, top);
+            if want.is_ok() {
+                seen.insert(s);
+                top = top.max(s);
+            }
+            prop_assert_eq!(w.top(), top);
+        }
     }
 
     #[test]
@@ -190,7 +265,14 @@ proptest! {
         };
         let i = at.index(d.len());
         d[i] ^= 1 << bit;
-        prop_assert_eq!(decode(&d, &key), Err(DecodeError::Mac));
+        // Magic and version are read before the tag: flipped, they are
+        // what is wrong; anything else fails the tag.
+        let want = match i {
+            0..4 => DecodeError::Magic,
+            4 => DecodeError::Version,
+            _ => DecodeError::Auth,
+        };
+        prop_assert_eq!(decode(&d, &key), Err(want));
     }
 
     #[test]
@@ -218,7 +300,7 @@ proptest! {
     ) {
         prop_assume!(key != other);
         let (d, _) = write(h, &entries, &key);
-        prop_assert_eq!(decode(&d, &other), Err(DecodeError::Mac));
+        prop_assert_eq!(decode(&d, &other), Err(DecodeError::Auth));
     }
 
     #[test]
@@ -227,11 +309,29 @@ proptest! {
     }
 }
 
-/// A validly signed datagram whose content is wrong in each way the parser
-/// checks: the MAC alone does not make it accepted.
+/// Bytes of the header, where the body starts.
+const H: usize = HEADER_LEN;
+
+/// `body` (a datagram's header and body, in clear) sealed with `key`.
+fn sign(body: &[u8], key: &[u8]) -> Vec<u8> {
+    let cipher = Cipher::new(&SyncKey::new(key).unwrap());
+    let head: [u8; HEADER_LEN] = body[..HEADER_LEN].try_into().unwrap();
+    cipher.seal_raw(&head, &body[HEADER_LEN..])
+}
+
+/// A datagram `d` (sealed with `key`) in clear: header and body.
+fn unsealed(d: &[u8], key: &SyncKey) -> Vec<u8> {
+    let got = decode(d, key).unwrap();
+    let w = got.writer().unwrap();
+    let mut b = w.header_bytes(&got.header.stamp).to_vec();
+    b.extend_from_slice(w.body());
+    b
+}
+
+/// A validly sealed datagram whose content is wrong in each way the parser
+/// checks: the tag alone does not make it accepted.
 #[test]
 fn signed_but_malformed_is_rejected() {
-    use hmac_sign::sign;
     let key = SyncKey::new(&[7; 32]).unwrap();
     let k = FlowKey::five([0; 16], [1; 16], 6, 1, 2);
     let good_key = with_service_tag(k.pack(), 3);
@@ -245,19 +345,35 @@ fn signed_but_malformed_is_rejected() {
     };
     let h = Header {
         kind: Kind::Entries,
-        sender: 1,
-        sequence: 2,
+        stamp: Stamp {
+            sender: 1,
+            epoch: 2,
+            peer_epoch: 3,
+            sequence: 4,
+        },
     };
     let (d, _) = write(h, std::slice::from_ref(&e), &key);
-    let body = &d[..d.len() - 32];
+    let clear = unsealed(&d, &key);
+    let body = &clear[..];
     let check = |mut b: Vec<u8>, f: &dyn Fn(&mut Vec<u8>), want: DecodeError| {
         f(&mut b);
         let signed = sign(&b, &[7; 32]);
         assert_eq!(decode(&signed, &key), Err(want));
     };
     check(body.to_vec(), &|b| b[0] = b'X', DecodeError::Magic);
-    check(body.to_vec(), &|b| b[4] = 2, DecodeError::Version);
+    check(body.to_vec(), &|b| b[4] = 1, DecodeError::Version);
+    check(body.to_vec(), &|b| b[5] = 8, DecodeError::Kind);
+    check(body.to_vec(), &|b| b[5] = 0, DecodeError::Kind);
+    // A hello carries a challenge and no count.
     check(body.to_vec(), &|b| b[5] = 6, DecodeError::Kind);
+    check(
+        body.to_vec(),
+        &|b| {
+            b[5] = 7;
+            b[7] = 0;
+        },
+        DecodeError::Malformed,
+    );
     // Leaving carries nothing.
     check(body.to_vec(), &|b| b[5] = 5, DecodeError::Kind);
     // Read as rates, the entry's bytes do not add up.
@@ -268,50 +384,51 @@ fn signed_but_malformed_is_rejected() {
     check(body.to_vec(), &|b| b[7] = 2, DecodeError::Malformed);
     check(body.to_vec(), &|b| b[7] = 0, DecodeError::Malformed);
     // The hash of another key.
-    check(body.to_vec(), &|b| b[24 + 40] ^= 1, DecodeError::Key);
+    check(body.to_vec(), &|b| b[H + 40] ^= 1, DecodeError::Key);
     // Identity length 0 and beyond the end.
-    check(body.to_vec(), &|b| b[24 + 57] = 0, DecodeError::Malformed);
-    check(body.to_vec(), &|b| b[24 + 57] = 100, DecodeError::Malformed);
+    check(body.to_vec(), &|b| b[H + 57] = 0, DecodeError::Malformed);
+    check(body.to_vec(), &|b| b[H + 57] = 100, DecodeError::Malformed);
     // Not UTF-8.
-    check(
-        body.to_vec(),
-        &|b| b[24 + 58] = 0xff,
-        DecodeError::Malformed,
-    );
+    check(body.to_vec(), &|b| b[H + 58] = 0xff, DecodeError::Malformed);
     // No packed flow: an unknown tuple kind in the last word.
-    check(body.to_vec(), &|b| b[24 + 32 + 5] = 7, DecodeError::Key);
-    // Unsigned it is a MAC failure; the right MAC makes it valid.
+    check(body.to_vec(), &|b| b[H + 32 + 5] = 7, DecodeError::Key);
+    // In clear it is no datagram; sealed with the key it is valid.
+    assert!(decode(body, &key).is_err());
     assert_eq!(
         decode(&sign(body, &[7; 32]), &key).unwrap().entries,
         vec![e]
     );
 }
 
-/// Signed rate datagrams wrong in each way the parser checks.
+/// Sealed rate datagrams wrong in each way the parser checks.
 #[test]
 fn signed_but_malformed_rates_are_rejected() {
-    use hmac_sign::sign;
     let key = SyncKey::new(&[7; 32]).unwrap();
     let r = Rate::new("web", "10.0.0.1:80", 12.5);
     assert_eq!(r.milli_pps, 12_500);
     let h = Header {
         kind: Kind::Rates,
-        sender: 1,
-        sequence: 2,
+        stamp: Stamp {
+            sender: 1,
+            epoch: 2,
+            peer_epoch: 3,
+            sequence: 4,
+        },
     };
     let (d, _) = write_rates(h, std::slice::from_ref(&r), &key);
-    let body = &d[..d.len() - 32];
+    let clear = unsealed(&d, &key);
+    let body = &clear[..];
     let check = |f: &dyn Fn(&mut Vec<u8>), want: DecodeError| {
         let mut b = body.to_vec();
         f(&mut b);
         assert_eq!(decode(&sign(&b, &[7; 32]), &key), Err(want));
     };
     // Service name: length 0, beyond the end, not UTF-8.
-    check(&|b| b[24 + 8] = 0, DecodeError::Malformed);
-    check(&|b| b[24 + 8] = 200, DecodeError::Malformed);
-    check(&|b| b[24 + 9] = 0xff, DecodeError::Malformed);
+    check(&|b| b[H + 8] = 0, DecodeError::Malformed);
+    check(&|b| b[H + 8] = 200, DecodeError::Malformed);
+    check(&|b| b[H + 9] = 0xff, DecodeError::Malformed);
     // Identity length beyond the end; a count of 2.
-    check(&|b| b[24 + 12] = 40, DecodeError::Malformed);
+    check(&|b| b[H + 12] = 40, DecodeError::Malformed);
     check(&|b| b[7] = 2, DecodeError::Malformed);
     // One byte too many.
     check(&|b| b.push(0), DecodeError::Malformed);
@@ -324,15 +441,4 @@ fn signed_but_malformed_rates_are_rejected() {
     assert!((huge.pps() - flowsync::MAX_RATE_PPS).abs() < 1.0);
     assert_eq!(Rate::new("web", "a", f64::NAN).milli_pps, 0);
     assert_eq!(Rate::new("web", "a", -3.0).milli_pps, 0);
-}
-
-mod hmac_sign {
-    use hmac::{Hmac, Mac};
-    pub fn sign(body: &[u8], key: &[u8]) -> Vec<u8> {
-        let mut m = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
-        m.update(body);
-        let mut out = body.to_vec();
-        out.extend_from_slice(&m.finalize().into_bytes());
-        out
-    }
 }
