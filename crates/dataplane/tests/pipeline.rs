@@ -1891,9 +1891,9 @@ fn a_service_may_choose_maglev_v2() {
 /// table's buckets. These IPv6 clients all share one public
 /// `spillway-flow-v1` hash (a source whose upper half is the hash's first
 /// constant zeroes its first multiplication, so the lower half never counts);
-/// the table places keys by its own keyed hash, so every one of them gets an
-/// entry. At 561821f, placed by the public hash, they all competed for the
-/// same 14 slots.
+/// the table places keys by its own keyed hash, so every one of them keeps
+/// an entry. At 561821f, placed by the public hash, they all competed for
+/// the same 14 slots: each SYN evicted an earlier one's entry.
 #[test]
 fn flows_sharing_one_public_hash_are_spread_over_the_table() {
     let cfg = dual_config("drop").dataplane("new_flow_budget", 100_000);
@@ -1918,6 +1918,11 @@ fn flows_sharing_one_public_hash_are_spread_over_the_table() {
         let (v, _) = lab.run(&tcp(client(i), 40000, VIP6, 443, SYN).frame(), 1);
         assert_eq!(v, Verdict::Forward);
     }
+    // Each connection's next packet, a second later, finds its entry.
+    for i in 0..500 {
+        let (v, _) = lab.run(&tcp(client(i), 40000, VIP6, 443, ACK).frame(), 2);
+        assert_eq!(v, Verdict::Forward);
+    }
     let c = &lab.worker.counters;
-    assert_eq!((c.new_flows, c.stateless), (500, 0));
+    assert_eq!((c.new_flows, c.stateless, c.flow_hits), (500, 0, 500));
 }
