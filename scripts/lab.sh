@@ -12,7 +12,9 @@
 #   LAB_JUMBO=1: MTU 9000 on the client side too (default: 1500 there, 9000
 #   on the backend side)
 #
-# Opt-in variants (environment): LAB_REGIONS=2 (see lab_health) and
+# Opt-in variants (environment): LAB_DECAP_VIP replaces the backends'
+# decapsulator's --vip (default: the VIP with the rules' ports);
+# LAB_REGIONS=2 (see lab_health) and
 # LAB_EXCEPTION=per-port: a second exception TAP for the backend port, and a
 # router that does not route between the uplink and backend subnets, so that
 # the host reaches the backends (health probes, ping) only through it (M47).
@@ -132,9 +134,11 @@ socketserver.ThreadingTCPServer.daemon_threads = True
 socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
 ' "backend$i" >"$dir/echo$i.log" 2>&1 &
         echo $! >"$dir/echo$i.pid"
-        # Tunnels only from the balancer's backend port, only to the VIP.
+        # Tunnels only from the balancer's backend port, only to the VIP's
+        # ports the rules below forward (LAB_DECAP_VIP: another --vip).
         ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip \
-            --allow-source "$BALANCER_BE" --vip "$VIP" >"$dir/decap$i.log" 2>&1 &
+            --allow-source "$BALANCER_BE" --vip "${LAB_DECAP_VIP:-$VIP:tcp/80,7}" \
+            >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
         local ep="  { address = \"$addr\" },"
         [ "$mode" = l2dsr ] && [ "${LAB_RESOLVE:-0}" != 1 ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
