@@ -78,7 +78,8 @@ fn fixed_cookie_seed_is_hidden() {
 }
 
 /// `spillway nva` is wired in and refuses a bad command line before binding
-/// anything: no --listen, a rule it cannot read, an unknown tamper mode.
+/// anything: no --listen, a rule it cannot read, an unknown tamper mode, no
+/// --allow-source.
 #[test]
 fn nva_checks_its_command_line() {
     for (args, want) in [
@@ -97,6 +98,15 @@ fn nva_checks_its_command_line() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
         assert!(t.contains(want), "nva {args:?} names {want}: {t}");
     }
+    // Issue 38 item 10: without an allow-list it would reflect anyone's
+    // packets; it does not start (before binding anything).
+    let out = spillway(&["nva", "--listen", "127.0.0.1"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("--allow-source") && t.contains("--allow-any"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -49,7 +49,7 @@ pub struct Args {
     tun: String,
     /// Accept tunnels from this outer source address or prefix (IPv4 or IPv6);
     /// repeat for each balancer. Required unless --allow-any.
-    #[arg(long = "allow-source", value_name = "ADDR[/LEN]", value_parser = parse_prefix)]
+    #[arg(long = "allow-source", value_name = "ADDR[/LEN]", value_parser = Prefix::parse_network)]
     allow_source: Vec<Prefix>,
     /// Accept tunnels from any source. Anyone who can reach this host's tunnel
     /// ports can then inject packets to the VIPs: only where the network
@@ -90,18 +90,6 @@ pub struct Args {
     /// changed (0: only at exit).
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     stats_interval: u64,
-}
-
-/// An address or prefix; an explicit length with host bits set is refused
-/// (`10.0.0.1/24` is more likely a typo than a wish for 10.0.0.0/24).
-fn parse_prefix(s: &str) -> Result<Prefix, String> {
-    let p: Prefix = s.parse()?;
-    if p.has_host_bits() {
-        return Err(format!(
-            "{s} has bits set beyond its prefix length: write the network address or a single address"
-        ));
-    }
-    Ok(p)
 }
 
 fn parse_u16(s: &str) -> Result<u16, String> {

@@ -202,12 +202,7 @@ impl FromStr for Vip {
                 _ => (s, None),
             }
         };
-        let prefix: Prefix = addr.parse()?;
-        if prefix.has_host_bits() {
-            return Err(format!(
-                "{addr} has bits set beyond its prefix length: write the network address or a single address"
-            ));
-        }
+        let prefix = Prefix::parse_network(addr)?;
         let ports = spec.map(|spec| parse_ports(s, spec)).transpose()?;
         Ok(Vip { prefix, ports })
     }
