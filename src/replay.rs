@@ -644,6 +644,7 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let mut io = ReplayIo {
         uplink,
+        burst_ts: Duration::ZERO,
         roles: roles.clone(),
         staged: Vec::with_capacity(BURST),
         free: Vec::new(),
@@ -823,6 +824,9 @@ impl PacketBuf for ReplayPkt {
     fn trim(&mut self, n: usize) -> Result<(), BufError> {
         self.buf.trim(n)
     }
+    fn append(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        self.buf.append(n)
+    }
 }
 
 /// The pcap as the uplink's RX queue; every port's TX writes the output pcap
@@ -830,6 +834,9 @@ impl PacketBuf for ReplayPkt {
 /// to the network, is counted but not written).
 struct ReplayIo {
     uplink: usize,
+    /// Capture time of the latest packet received: what a packet the
+    /// worker builds (a fragment, M48) is written with.
+    burst_ts: Duration,
     roles: Vec<PortRole>,
     staged: Vec<ReplayPkt>,
     free: Vec<ReplayPkt>,
@@ -847,12 +854,33 @@ impl PacketIo for ReplayIo {
         }
         let mut n = 0;
         for p in self.staged.drain(..) {
+            self.burst_ts = p.ts;
             match burst.push(p) {
                 Ok(()) => n += 1,
                 Err(p) => self.free.push(p),
             }
         }
         n
+    }
+
+    /// A buffer for a frame the worker builds (the later fragments of a
+    /// packet too big once encapsulated, M48), from the free list.
+    fn alloc(&mut self, _port: usize) -> Option<ReplayPkt> {
+        let mut p = match self.free.pop() {
+            Some(p) => p,
+            None => ReplayPkt {
+                buf: MemBuf::new(
+                    vec![0u8; HEADROOM + MAX_PACKET].into_boxed_slice(),
+                    HEADROOM,
+                    &[],
+                )
+                .ok()?,
+                ts: Duration::ZERO,
+            },
+        };
+        p.buf.reset(HEADROOM, &[]).ok()?;
+        p.ts = self.burst_ts;
+        Some(p)
     }
 
     fn tx_burst(&mut self, port: usize, burst: &mut VecBurst<ReplayPkt>) -> usize {

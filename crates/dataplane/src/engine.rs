@@ -337,6 +337,10 @@ impl<P: wire::buf::PacketBuf> PacketBurst for VecBurst<P> {
         self.pkts.len()
     }
 
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+
     fn packets_mut(&mut self) -> &mut [P] {
         &mut self.pkts
     }
