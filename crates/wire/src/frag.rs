@@ -90,6 +90,11 @@ pub fn plan(ip: &[u8], max: usize) -> Result<Plan, FragError> {
         return Err(FragError::TooSmall);
     };
     let payload = total - first_hl;
+    let base_offset = usize::from(p.frag_offset());
+    // A datagram ends by byte 65,535: beyond, no fragment offset could say where a piece goes.
+    if base_offset + payload > usize::from(u16::MAX) {
+        return Err(ParseError::BadLength.into());
+    }
     let count = 1 + (payload - first_chunk.min(payload)).div_ceil(later_chunk);
     if count > MAX_FRAGMENTS {
         return Err(FragError::TooMany);
@@ -102,7 +107,7 @@ pub fn plan(ip: &[u8], max: usize) -> Result<Plan, FragError> {
         later_chunk,
         payload,
         count,
-        base_offset: usize::from(p.frag_offset()),
+        base_offset,
         more: p.more_frags(),
     })
 }
@@ -331,6 +336,15 @@ mod tests {
         assert!(matches!(plan(&bad, 60), Err(FragError::Malformed(_))));
         let bad = packet(&[0x44, 0, 0, 0], &[0; 100], false, 0, false);
         assert!(matches!(plan(&bad, 60), Err(FragError::Malformed(_))));
+        // A fragment whose payload would end beyond byte 65,535 of its datagram (found by the
+        // `frag` fuzz target).
+        let far = packet(&[], &[0; 56], false, 65520, true);
+        assert_eq!(
+            plan(&far, 32),
+            Err(FragError::Malformed(ParseError::BadLength))
+        );
+        let last = packet(&[], &[0; 15], false, 65520, false);
+        assert_eq!(split(&last, 28).unwrap().len(), 2);
     }
 
     #[test]
