@@ -34,6 +34,11 @@ for name, b in vectors.items():
     p = Ether(b)
     if IP in p:
         seed("ipv4", bytes(p[IP]))
+        # frag: a big-endian length limit, then the IPv4 packet (DF cleared, checksum redone).
+        q = p[IP].copy()
+        q.flags = 0
+        del q.chksum
+        seed("frag", bytes([0x00, 0x30]) + bytes(q))
     if IPv6 in p:
         seed("ipv6", bytes(p[IPv6]))
     for layer in (TCP, UDP):

@@ -60,7 +60,8 @@ nva_start() {
     # Its log is appended to across restarts: only this run's lines count.
     local seen=0
     [ -f "$dir/nva$n.log" ] && seen=$(wc -l <"$dir/nva$n.log")
-    ip netns exec "spg${T}a$n" "$bin/spillway" nva --listen "198.18.1.2$n" \
+    # It answers only Spillway's tunnel source (its address on the segment).
+    ip netns exec "spg${T}a$n" "$bin/spillway" nva --listen "198.18.1.2$n" --allow-source 198.18.1.2 \
         --health "198.18.1.2$n:8080" --flow-log "$dir/nva$n.flows" "$@" \
         >>"$dir/nva$n.log" 2>&1 &
     echo $! >"$dir/nva$n.pid"

@@ -12,7 +12,13 @@
 #   LAB_JUMBO=1: MTU 9000 on the client side too (default: 1500 there, 9000
 #   on the backend side)
 #
-# Opt-in variants (environment): LAB_REGIONS=2 (see lab_health) and
+# Opt-in variants (environment): LAB_DECAP_VIP replaces the backends'
+# decapsulator's --vip (default: the VIP with the rules' ports);
+# LAB_UDP=PORT adds a UDP rule for the VIP's port PORT, and on each backend a
+# UDP server there answering each datagram with "backendN LENGTH" (what
+# reached it whole); LAB_BE_MTU=1500 gives the backend side (the balancer's
+# backend port, the bridge, the backends) that MTU instead of 9000 (M48's
+# fragmentation test); LAB_REGIONS=2 (see lab_health) and
 # LAB_EXCEPTION=per-port: a second exception TAP for the backend port, and a
 # router that does not route between the uplink and backend subnets, so that
 # the host reaches the backends (health probes, ping) only through it (M47).
@@ -75,14 +81,15 @@ lab_up() {
 
     # router <-> balancer uplink and backend side
     ip link add "s${T}up" netns "$L" "${cmtu[@]}" type veth peer name "s${T}ru" netns "$R" "${cmtu[@]}"
-    ip link add "s${T}be" netns "$L" mtu 9000 type veth peer name "s${T}rb" netns "$R" mtu 9000
+    local be_mtu=${LAB_BE_MTU:-9000}
+    ip link add "s${T}be" netns "$L" mtu "$be_mtu" type veth peer name "s${T}rb" netns "$R" mtu "$be_mtu"
     for i in up be; do nsx "$L" ip link set "s${T}$i" up; done
     nsx "$R" ip addr add 198.18.1.1/24 dev "s${T}ru"
     nsx "$R" ip link set "s${T}ru" up
     # The backend segment: a bridge joining the balancer's backend port and the
     # backends (l2dsr needs them on one L2 segment; tunnels are routed through
     # the router's address on it).
-    nsx "$R" ip link add "s${T}br" address "$ROUTER_BE_MAC" mtu 9000 type bridge
+    nsx "$R" ip link add "s${T}br" address "$ROUTER_BE_MAC" mtu "$be_mtu" type bridge
     nsx "$R" sysctl -qw net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0
     nsx "$R" ip addr add 198.18.2.1/24 dev "s${T}br"
     nsx "$R" ip link set "s${T}rb" master "s${T}br" up
@@ -104,7 +111,7 @@ lab_up() {
         # The VIP sits on lo; never answer ARP for it on the segment.
         nsx "$B" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
             net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
-        ip link add "s${T}b$i" netns "$B" address "$mac" mtu 9000 type veth peer name "s${T}r$i" netns "$R" mtu 9000
+        ip link add "s${T}b$i" netns "$B" address "$mac" mtu "$be_mtu" type veth peer name "s${T}r$i" netns "$R" mtu "$be_mtu"
         nsx "$B" ip addr add "$addr/24" dev "s${T}b$i"
         nsx "$B" ip link set "s${T}b$i" up
         # Full checksums here too: the balancer host's own connections (health
@@ -132,9 +139,23 @@ socketserver.ThreadingTCPServer.daemon_threads = True
 socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
 ' "backend$i" >"$dir/echo$i.log" 2>&1 &
         echo $! >"$dir/echo$i.pid"
-        # Tunnels only from the balancer's backend port, only to the VIP.
+        if [ -n "${LAB_UDP:-}" ]; then
+            ip netns exec "$B" python3 -c '
+import socket, sys
+name, port = sys.argv[1].encode(), int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", port))
+while True:
+    data, peer = s.recvfrom(65536)
+    s.sendto(name + b" " + str(len(data)).encode(), peer)
+' "backend$i" "$LAB_UDP" >"$dir/udp$i.log" 2>&1 &
+            echo $! >"$dir/udp$i.pid"
+        fi
+        # Tunnels only from the balancer's backend port, only to the VIP's
+        # ports the rules below forward (LAB_DECAP_VIP: another --vip).
         ip netns exec "$B" "$bin/spillway" decap --tun "s${T}t$i" --ipip \
-            --allow-source "$BALANCER_BE" --vip "$VIP" >"$dir/decap$i.log" 2>&1 &
+            --allow-source "$BALANCER_BE" --vip "${LAB_DECAP_VIP:-$VIP:tcp/80,7${LAB_UDP:+,udp/$LAB_UDP}}" \
+            >"$dir/decap$i.log" 2>&1 &
         echo $! >"$dir/decap$i.pid"
         local ep="  { address = \"$addr\" },"
         [ "$mode" = l2dsr ] && [ "${LAB_RESOLVE:-0}" != 1 ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
@@ -169,7 +190,7 @@ mbufs = 8191
 queue_descriptors = 512
 flow_table_capacity = 65536
 eal_args = ["$(eal_memory_args | sed 's/ /", "/g')", "--no-pci", "--no-telemetry", "--log-level=lib.eal:warning",
-  "--vdev=net_af_packet0,iface=s${T}up$(af_packet_frames "$up_mtu")", "--vdev=net_af_packet1,iface=s${T}be$(af_packet_frames 9000)",
+  "--vdev=net_af_packet0,iface=s${T}up$(af_packet_frames "$up_mtu")", "--vdev=net_af_packet1,iface=s${T}be$(af_packet_frames "$be_mtu")",
   "--vdev=net_tap0,iface=s${T}k"$(per_port && echo ", \"--vdev=net_tap1,iface=s${T}kb\"")]
 
 [[ports]]
@@ -185,7 +206,7 @@ device = "net_af_packet1"
 role = "backend"
 addresses = ["$BALANCER_BE/${LAB_BE_PREFIX:-24}"]
 $(lab_gateway)
-mtu = 9000
+mtu = $be_mtu
 
 # The balancer host's own stack (ARP resolution, SSH, BGP, health probes):
 # what the data plane does not own goes to this TAP, and what the kernel
@@ -208,7 +229,7 @@ vips = ["$VIP"]
 protocol = "TCP"
 ports = 7
 backend_service = "web"
-
+$(lab_udp_rule)
 [[backend_services]]
 name = "web"
 delivery = "$mode"
@@ -285,6 +306,20 @@ lab_gateway() {
     else
         echo "gateway_mac = \"$ROUTER_BE_MAC\""
     fi
+}
+
+# LAB_UDP=PORT: a UDP rule for the VIP's port PORT.
+lab_udp_rule() {
+    [ -n "${LAB_UDP:-}" ] || return 0
+    cat <<TOML
+
+[[forwarding_rules]]
+name = "dgram"
+vips = ["$VIP"]
+protocol = "UDP"
+ports = $LAB_UDP
+backend_service = "web"
+TOML
 }
 
 lab_neighbours() {

@@ -28,6 +28,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.config.display()
         );
     }
-    print!("{}", control::bird::bird_conf(&c.node.name, bgp));
+    // Validation refused unsafe paths already; the writer checks again.
+    let conf = control::bird::bird_conf(&c.node.name, bgp)
+        .with_context(|| format!("writing a bird.conf for {}", args.config.display()))?;
+    print!("{conf}");
     Ok(())
 }

@@ -652,6 +652,7 @@ pub fn run(args: &Args) -> Result<()> {
     let arrival = arrival_ports(&roles, &mgmt.snap.local.port_macs);
     let mut io = ReplayIo {
         staged_port: uplink,
+        burst_ts: Duration::ZERO,
         roles: roles.clone(),
         staged: Vec::with_capacity(BURST),
         free: Vec::new(),
@@ -839,6 +840,9 @@ impl PacketBuf for ReplayPkt {
     fn trim(&mut self, n: usize) -> Result<(), BufError> {
         self.buf.trim(n)
     }
+    fn append(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        self.buf.append(n)
+    }
 }
 
 /// The data ports a unicast frame to their MAC arrives on in a replay: those
@@ -872,6 +876,9 @@ fn arrival_port(arrival: &[(MacAddr, usize)], uplink: usize, frame: &[u8]) -> us
 struct ReplayIo {
     /// The port the staged frames arrive on.
     staged_port: usize,
+    /// Capture time of the latest packet received: what a packet the
+    /// worker builds (a fragment, M48) is written with.
+    burst_ts: Duration,
     roles: Vec<PortRole>,
     staged: Vec<ReplayPkt>,
     free: Vec<ReplayPkt>,
@@ -889,12 +896,33 @@ impl PacketIo for ReplayIo {
         }
         let mut n = 0;
         for p in self.staged.drain(..) {
+            self.burst_ts = p.ts;
             match burst.push(p) {
                 Ok(()) => n += 1,
                 Err(p) => self.free.push(p),
             }
         }
         n
+    }
+
+    /// A buffer for a frame the worker builds (the later fragments of a
+    /// packet too big once encapsulated, M48), from the free list.
+    fn alloc(&mut self, _port: usize) -> Option<ReplayPkt> {
+        let mut p = match self.free.pop() {
+            Some(p) => p,
+            None => ReplayPkt {
+                buf: MemBuf::new(
+                    vec![0u8; HEADROOM + MAX_PACKET].into_boxed_slice(),
+                    HEADROOM,
+                    &[],
+                )
+                .ok()?,
+                ts: Duration::ZERO,
+            },
+        };
+        p.buf.reset(HEADROOM, &[]).ok()?;
+        p.ts = self.burst_ts;
+        Some(p)
     }
 
     fn tx_burst(&mut self, port: usize, burst: &mut VecBurst<ReplayPkt>) -> usize {

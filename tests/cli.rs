@@ -78,7 +78,8 @@ fn fixed_cookie_seed_is_hidden() {
 }
 
 /// `spillway nva` is wired in and refuses a bad command line before binding
-/// anything: no --listen, a rule it cannot read, an unknown tamper mode.
+/// anything: no --listen, a rule it cannot read, an unknown tamper mode, no
+/// --allow-source.
 #[test]
 fn nva_checks_its_command_line() {
     for (args, want) in [
@@ -97,6 +98,15 @@ fn nva_checks_its_command_line() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
         assert!(t.contains(want), "nva {args:?} names {want}: {t}");
     }
+    // Issue 38 item 10: without an allow-list it would reflect anyone's
+    // packets; it does not start (before binding anything).
+    let out = spillway(&["nva", "--listen", "127.0.0.1"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("--allow-source") && t.contains("--allow-any"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -343,5 +353,86 @@ fn zone_health_checks_its_file_and_reports_a_missing_service() {
         "a b",
     ]);
     assert!(text(&out).contains("is not a zone name"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 38 item 9: `[bgp]` paths end up in the bird.conf `spillway
+/// bird-config` prints (the routes file in an `include "…"`, the socket in a
+/// comment), where BIRD strings have no escapes: a quote and a line break
+/// would inject a BIRD protocol. Such paths are refused at validation, with
+/// the field's position; a plain configuration's bird.conf parses in BIRD
+/// (`bird -p`).
+#[test]
+fn bird_config_refuses_paths_that_would_inject_bird_configuration() {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-bird-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let base = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/two-region-spillover.toml"),
+    )
+    .expect("example");
+    let start = base.find("[bgp]\n").expect("a [bgp] section");
+    let end = start + base[start..].find("\n\n").expect("its end");
+    let with_bgp = |control: &str, routes_file: &str| {
+        let bgp = format!(
+            "[bgp]\nspeaker = \"bird\"\ncontrol = {control}\nlocal_asn = 65010\nrouter_id = \"10.100.0.2\"\npeers = [{{ address = \"10.100.0.1\", asn = 65000 }}]\nroutes_file = {routes_file}"
+        );
+        let path = dir.join("node.toml");
+        std::fs::write(&path, format!("{}{bgp}{}", &base[..start], &base[end..])).expect("write");
+        let out = spillway(&["bird-config", "--config", path.to_str().expect("utf-8")]);
+        let line = format!("{}{bgp}", &base[..start]).lines().count();
+        (out, line)
+    };
+    let routes = format!("\"{}/vips.conf\"", dir.display());
+
+    // A plain one: printed, and BIRD parses it.
+    let (out, _) = with_bgp("\"/run/bird/bird.ctl\"", &routes);
+    assert!(out.status.success(), "{}", text(&out));
+    let conf = dir.join("bird.conf");
+    std::fs::write(&conf, &out.stdout).expect("write bird.conf");
+    let parsed = Command::new("bird")
+        .arg("-p")
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .expect("run bird -p (scripts/setup.sh installs bird2)");
+    assert!(
+        parsed.status.success(),
+        "bird -p: {}\n{}",
+        text(&parsed),
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // The attack: a routes file that closes the include's string and adds a
+    // BGP session exporting everything; a socket path whose line break ends
+    // the comment it is written in. Each is refused, naming the field at its
+    // line, and nothing is printed.
+    let evil_routes = r#""/run/x\";\nprotocol bgp evil { local as 65010; neighbor 192.0.2.66 as 64999; ipv4 { export all; }; }\ninclude \"/run/y""#;
+    let evil_control =
+        r#""/run/bird/bird.ctl\nprotocol static evil { ipv4; route 0.0.0.0/0 blackhole; }""#;
+    for (control, routes_file, field, why) in [
+        (
+            "\"/run/bird/bird.ctl\"",
+            evil_routes,
+            "bgp.routes_file",
+            "double quote",
+        ),
+        (evil_control, routes.as_str(), "bgp.control", "line break"),
+    ] {
+        let (out, line) = with_bgp(control, routes_file);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{field} accepted:\n{t}");
+        assert!(out.stdout.is_empty(), "printed a bird.conf:\n{t}");
+        let at = if field == "bgp.control" {
+            line - 4
+        } else {
+            line
+        };
+        assert!(
+            t.contains(&format!("node.toml:{at}:"))
+                && t.contains(&format!("{field}: "))
+                && t.contains(why),
+            "{field} refused at line {at} for a {why}:\n{t}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

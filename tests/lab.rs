@@ -529,25 +529,36 @@ fn gue_to_backend1(outer_src: Ipv4Addr, inner: &[u8]) -> Vec<u8> {
 }
 
 /// M50: a backend's decapsulator takes tunnels only from the balancer
-/// and only to the VIP. From the router, on the backends' segment, come a GUE
-/// packet from the router's own address (a stranger), one posing as the
-/// balancer but for the backend's own address (reaching its other services),
-/// and one posing as the balancer for the VIP (the control: the injection
-/// itself works). Only the last reaches the backend's server; the other two
-/// are counted by reason, and real clients are served through the balancer
-/// all along.
+/// and only to the VIP's ports. From the router, on the backends' segment,
+/// come a GUE packet from the router's own address (a stranger), one posing
+/// as the balancer but for the backend's own address (reaching its other
+/// services), one posing as the balancer for a port of the VIP its `--vip`
+/// does not list (issue 38 item 13: a service the balancer does not forward
+/// to), and one posing as the balancer for the VIP's listed port (the
+/// control: the injection itself works). Only the last reaches the
+/// backend's server; the other three are counted by reason, and real
+/// clients are served through the balancer all along.
 #[test]
 fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
-    let lab = up("gue", &[]);
+    // The decapsulators list the rules' TCP ports and UDP 7777, where the
+    // test listens (no rule forwards it: only the forged packets use it).
+    let lab = up(
+        "gue",
+        &[("LAB_DECAP_VIP", "198.18.10.10:tcp/80,7,udp/7777")],
+    );
     let server = lab
         .in_ns("b1", || {
             let s = std::net::UdpSocket::bind("0.0.0.0:7777").expect("bind");
             s.set_read_timeout(Some(Duration::from_millis(100)))
                 .expect("timeout");
-            s
+            // Another port, which the decapsulator does not list.
+            let t = std::net::UdpSocket::bind("0.0.0.0:7778").expect("bind");
+            t.set_nonblocking(true).expect("nonblocking");
+            (s, t)
         })
         .join()
         .expect("server");
+    let (server, unlisted) = server;
     let client = Ipv4Addr::new(198, 18, 0, 100);
     let vip = Ipv4Addr::new(198, 18, 10, 10);
     let balancer = Ipv4Addr::new(198, 18, 2, 2);
@@ -556,11 +567,12 @@ fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
     let packets = [
         gue_to_backend1(router, &udp_frame(client, vip, 7777, b"stranger")),
         gue_to_backend1(balancer, &udp_frame(client, backend1, 7777, b"not-a-vip")),
+        gue_to_backend1(balancer, &udp_frame(client, vip, 7778, b"unlisted-port")),
         gue_to_backend1(balancer, &udp_frame(client, vip, 7777, b"legit")),
     ];
     // A raw socket in the router's namespace sends them as they are (the
     // IPv4 header included), in this order, to the decapsulator's one GUE
-    // socket: once "legit" is in, the other two were dealt with.
+    // socket: once "legit" is in, the other three were dealt with.
     let hex: Vec<String> = packets
         .iter()
         .map(|p| p.iter().map(|b| format!("{b:02x}")).collect())
@@ -587,8 +599,10 @@ fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
     while settle.is_none_or(|t: std::time::Instant| t.elapsed() < Duration::from_millis(500))
         && start.elapsed() < Duration::from_secs(10)
     {
-        if let Ok(n) = server.recv(&mut buf) {
-            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        for s in [&server, &unlisted] {
+            if let Ok(n) = s.recv(&mut buf) {
+                got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
         }
         if settle.is_none() && got.iter().any(|g| g == "legit") {
             settle = Some(std::time::Instant::now());
@@ -607,7 +621,7 @@ fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
         "{answers:?}"
     );
 
-    // Backend1's decapsulator counts the two at exit.
+    // Backend1's decapsulator counts the three at exit.
     let log = lab.dir().join("decap1.log");
     let pid = std::fs::read_to_string(lab.dir().join("decap1.pid")).expect("pid");
     let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
@@ -628,9 +642,10 @@ fn lab_decap_takes_tunnels_only_from_the_balancer_to_the_vip() {
     };
     eprintln!("{exit}");
     for counter in [
-        "dropped 2 (",
+        "dropped 3 (",
         "source_not_allowed 1,",
         "inner_dst_not_owned 1,",
+        "port_not_allowed 1,",
     ] {
         assert!(exit.contains(counter), "{counter:?} in {exit}");
     }

@@ -86,11 +86,17 @@ fn replay(cfg: &Path, input: &Path, output: &Path, extra: &[&str]) -> Output {
 /// uplink; packets for backends leave through the `backend` port, whose first
 /// address of each family is the tunnel source.
 fn base() -> String {
+    base_with(port("inside", "net_pcap1", "backend"))
+}
+
+/// [`base`] with the backend port `inside` (its name, device and role, and
+/// anything else it sets: its MTU, say).
+fn base_with(inside: Table) -> String {
     Config::new()
         .node(node("replay", "r", "z"))
         .port(uplink(&["10.0.0.2/24", "2001:db8::2/64"]))
         .port(
-            port("inside", "net_pcap1", "backend")
+            inside
                 .strs("addresses", &["10.1.0.2/24", "2001:db8:1::2/48"])
                 .str("mac", "02:00:00:00:00:02")
                 .str("gateway_mac", "02:00:00:00:00:fd"),
@@ -555,11 +561,16 @@ fn rule_selection_prefers_the_port_specific_rule_and_falls_back_to_l3_default() 
 
 /// One VIP per delivery mode, each TCP port 80 to its own service.
 fn delivery_config() -> String {
+    delivery_config_on(base())
+}
+
+/// [`delivery_config`] on the node and ports of `base`.
+fn delivery_config_on(base: String) -> String {
     let dsr_eps: Vec<String> = (1..=3)
         .map(|i| format!("{{ address = \"10.1.1.{i}\", mac = \"02:00:00:00:01:0{i}\" }}"))
         .collect();
     [
-        base(),
+        base,
         rule("dsr", &["10.0.0.21"], "TCP", "80", "dsr").to_string(),
         rule("ipip", &["10.0.0.22"], "TCP", "80", "ipip").to_string(),
         rule("gre", &["10.0.0.23"], "TCP", "80", "gre").to_string(),
@@ -962,6 +973,78 @@ fn icmp_error_quoting_the_first_fragment_of_a_reply_reaches_the_flows_backend() 
         "{} of 32 errors misrouted: {wrong:#?}",
         wrong.len()
     );
+}
+
+// ---------------------------------------------------------------------------
+// Too big once encapsulated (M48).
+
+/// Issue 38 item 14, offline: a 1,500-byte UDP datagram without DF through a
+/// backend port of MTU 1,500 leaves as two GUE packets, each within the MTU
+/// (outer DF set: they fit), of one outer flow, whose inner fragments are
+/// the datagram again; the packet after it follows them. Replay's packet
+/// I/O gives the second fragment its buffer.
+#[test]
+fn a_datagram_without_df_too_big_once_in_gue_leaves_in_fragments() {
+    let base = Config::new()
+        .node(node("replay", "r", "z"))
+        .port(uplink(&["10.0.0.2/24"]))
+        .port(
+            port("inside", "net_pcap1", "backend")
+                .strs("addresses", &["10.1.0.2/24"])
+                .str("mac", "02:00:00:00:00:02")
+                .str("gateway_mac", "02:00:00:00:00:fd")
+                .set("mtu", 1500),
+        )
+        .build();
+    let config = [
+        base,
+        rule("dns", &["10.0.0.10"], "UDP", "53", "dns").to_string(),
+        service("dns", "gue")
+            .endpoints(&addrs("10.1.1.", 4))
+            .to_string(),
+    ]
+    .concat();
+    let datagram = |len: usize| {
+        let payload: Vec<u8> = (0..len - 28).map(|i| i as u8).collect();
+        testkit::packet::Packet::udp(v4("192.0.2.7"), v4("10.0.0.10"), 40000, 53)
+            .payload(&payload)
+            .ident(0x1234)
+            .dont_frag(false)
+            .macs(ROUTER_MAC, LB_MAC)
+            .frame()
+    };
+    let (big, small) = (datagram(1500), datagram(100));
+    let r = run("fragmented", &config, &[big.clone(), small.clone()], &[]);
+    assert_eq!(
+        r.out.len(),
+        3,
+        "two fragments and the small one:\n{}",
+        r.text
+    );
+    let frags: Vec<Delivered> = r.out[..2]
+        .iter()
+        .map(|f| {
+            assert!(f.len() <= 14 + 1500, "{} bytes: over the MTU", f.len());
+            delivered(f, Mode::Gue(6080))
+        })
+        .collect();
+    assert_eq!(frags[0].backend, frags[1].backend, "one backend");
+    assert_eq!(frags[0].udp_src, frags[1].udp_src, "one outer flow");
+    // The inner fragments: same identification, offsets 0 and 1,448, MF on
+    // the first; their payloads are the datagram's.
+    let (a, b) = (&frags[0].inner, &frags[1].inner);
+    assert_eq!((be16(a, 4), be16(b, 4)), (0x1234, 0x1234));
+    assert_eq!((be16(a, 6), be16(b, 6)), (0x2000, 1448 / 8));
+    assert_eq!(
+        (usize::from(be16(a, 2)), usize::from(be16(b, 2))),
+        (a.len(), b.len())
+    );
+    assert_eq!(csum(0, &a[..20]), 0);
+    assert_eq!(csum(0, &b[..20]), 0);
+    let mut payload = a[20..].to_vec();
+    payload.extend_from_slice(&b[20..]);
+    assert_eq!(payload, big[14 + 20..], "the datagram, reassembled");
+    assert_eq!(delivered(&r.out[2], Mode::Gue(6080)).inner, small[14..]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1609,10 +1692,11 @@ fn tcp_frame_of(vip: IpAddr, client: u8, ip_len: usize) -> Vec<u8> {
     frame
 }
 
-/// Frames as big as a capture holds, and as big as IP allows, leave whole
-/// (l2dsr) or encapsulated whole: the output pcap is not limited by the
-/// input's snaplen, nor by 65535 bytes (an IPv4 packet of 65535 bytes is a
-/// 65549-byte frame).
+/// Frames as big as a capture holds leave whole (l2dsr) or encapsulated
+/// whole, as big as the backend port's MTU (9216) takes: the output pcap is
+/// not limited by the input's snaplen. Packets as big as IP allows (65,535
+/// bytes, without DF) leave in fragments within that MTU (M48), 8 each,
+/// which are the packet again.
 #[test]
 fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
     let dsr_macs: Vec<String> = (1..=3).map(|i| format!("02:00:00:00:01:0{i}")).collect();
@@ -1630,15 +1714,16 @@ fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
             44,
         ),
     ];
+    const MTU: usize = 9216;
     for (snaplen, ip_len) in [(1514u32, None), (65535, None), (262_144, Some(65535))] {
         let mut frames = Vec::new();
         for (i, (vip, _, overhead)) in modes.iter().enumerate() {
             // The largest IP packet the capture holds, or whose encapsulation
-            // IPv4 still allows.
+            // the MTU still takes; or IP's largest.
             let fits = usize::try_from(snaplen).expect("snaplen") - 14;
-            let len = ip_len.unwrap_or(fits).min(65535 - overhead);
+            let len = ip_len.unwrap_or_else(|| fits.min(MTU - overhead));
             // Without DF: over the port's MTU once encapsulated, they are
-            // forwarded anyway (and counted), not answered (M48).
+            // sent in fragments, not answered (M48).
             let mut f = tcp_frame_of(v4(vip), i as u8 + 1, len);
             f[14 + 6] &= !0x40;
             let sum = csum(
@@ -1650,7 +1735,10 @@ fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
         }
         let d = dir(&format!("snaplen-{snaplen}"));
         let (cfg, input, output) = (d.join("c.toml"), d.join("in.pcap"), d.join("out.pcap"));
-        std::fs::write(&cfg, delivery_config()).expect("config");
+        let config = delivery_config_on(base_with(
+            port("inside", "net_pcap1", "backend").set("mtu", MTU as u64),
+        ));
+        std::fs::write(&cfg, config).expect("config");
         write_pcap_with_snaplen(&input, &frames, snaplen);
         let r = replay(&cfg, &input, &output, &[]);
         let text =
@@ -1660,14 +1748,34 @@ fn replay_writes_encapsulated_frames_larger_than_the_input_snaplen() {
             "snaplen {snaplen}: replay failed:\n{text}"
         );
         let out = read_pcap(&output);
-        assert_eq!(out.len(), frames.len(), "snaplen {snaplen}:\n{text}");
-        for ((frame, (vip, mode, overhead)), o) in frames.iter().zip(&modes).zip(&out) {
-            assert_eq!(o.len(), frame.len() + overhead, "{vip}: frame length");
-            let del = delivered(o, *mode);
-            assert_eq!(del.inner, frame[14..], "{vip}: the whole inner packet");
-            if *mode == Mode::L2dsr {
-                assert!(dsr_macs.contains(&del.backend), "{}", del.backend);
+        let per_packet = if ip_len.is_some() { 8 } else { 1 };
+        assert_eq!(
+            out.len(),
+            frames.len() * per_packet,
+            "snaplen {snaplen}:\n{text}"
+        );
+        for ((frame, (vip, mode, overhead)), o) in
+            frames.iter().zip(&modes).zip(out.chunks(per_packet))
+        {
+            if per_packet == 1 {
+                assert_eq!(o[0].len(), frame.len() + overhead, "{vip}: frame length");
+                if snaplen == 1514 && *overhead > 0 {
+                    assert!(o[0].len() > 1514, "{vip}: over the input's snaplen");
+                }
             }
+            let mut payload = Vec::new();
+            for f in o {
+                assert!(f.len() <= 14 + MTU, "{vip}: {} bytes", f.len());
+                let del = delivered(f, *mode);
+                if *mode == Mode::L2dsr {
+                    assert!(dsr_macs.contains(&del.backend), "{}", del.backend);
+                }
+                // In offset order, each fragment's payload behind its header.
+                let inner = &del.inner;
+                assert_eq!(usize::from(be16(inner, 6) & 0x1fff) * 8, payload.len());
+                payload.extend_from_slice(&inner[20..]);
+            }
+            assert_eq!(payload, frame[14 + 20..], "{vip}: the whole inner packet");
         }
         eprintln!(
             "snaplen {snaplen}: in {:?}, out {:?}",

@@ -76,7 +76,7 @@ fn decap_policy(data: &[u8]) {
     let policy = Policy {
         // The balancer's prefixes; inner sources outside them may be clients.
         sources: Some(vec!["198.18.2.0/24".parse().unwrap(), "2001:db8:b::/64".parse().unwrap()]),
-        vips: ["10.0.0.0/8", "192.0.2.0/24", "198.18.0.0/15", "2001:db8::/32"]
+        vips: ["10.0.0.0/8", "192.0.2.0/24:tcp/80,443,udp/53", "198.18.0.0/15", "[2001:db8::/32]:tcp/80"]
             .iter()
             .map(|p| p.parse().unwrap())
             .collect(),

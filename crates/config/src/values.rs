@@ -349,6 +349,23 @@ impl Prefix {
         }
     }
 
+    /// An address or a network prefix as an allow-list or match takes it
+    /// (the `--allow-source` and `--vip` of `spillway decap` and `spillway
+    /// nva`): an explicit length with host bits set is refused, since
+    /// `10.0.0.1/24` is more likely a typo than a wish for 10.0.0.0/24.
+    ///
+    /// # Errors
+    /// What [`Prefix::from_str`] refuses, or host bits beyond the length.
+    pub fn parse_network(s: &str) -> Result<Prefix, String> {
+        let p: Prefix = s.parse()?;
+        if p.has_host_bits() {
+            return Err(format!(
+                "{s} has bits set beyond its prefix length: write the network address or a single address"
+            ));
+        }
+        Ok(p)
+    }
+
     /// Whether bits beyond the prefix length are set (fine for an interface
     /// address, a mistake for a client prefix).
     pub fn has_host_bits(&self) -> bool {

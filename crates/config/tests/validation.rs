@@ -263,6 +263,13 @@ fn cases() -> Vec<Case> {
         case("reserved local ASN", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 0 #!\n"), "bgp.local_asn", "AS 0 is reserved"),
         case("BIRD socket not a path", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"127.0.0.1:179\" #!\nlocal_asn = 65001\n"), "bgp.control", "absolute path"),
         case("relative routes file", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\nroutes_file = \"vips.conf\" #!\n"), "bgp.routes_file", "absolute file path"),
+        // Issue 38 item 9: bird.conf has no escapes; a quote or a line break
+        // in a path written there would inject BIRD configuration.
+        case("routes file injecting a BIRD protocol", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\nroutes_file = \"/run/x\\\";\\nprotocol bgp evil { local as 1; neighbor 192.0.2.66 as 2; ipv4 { export all; }; }\\ninclude \\\"/run/y\" #!\n"), "bgp.routes_file", "contains a double quote"),
+        case("routes file with a line break", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\nroutes_file = \"/run/spillway/vips.conf\\nx\" #!\n"), "bgp.routes_file", "contains a line break"),
+        case("routes file with a glob", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\nroutes_file = \"/etc/bird/*.conf\" #!\n"), "bgp.routes_file", "the glob character '*'"),
+        case("control socket with a line break", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\\nprotocol static evil { ipv4; route 0.0.0.0/0 blackhole; }\" #!\nlocal_asn = 65001\n"), "bgp.control", "contains a line break"),
+        case("control socket with a control character", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird\\u0000.ctl\" #!\nlocal_asn = 65001\n"), "bgp.control", "the control character U+0000"),
         case("BGP peer twice", with("[bgp]\nspeaker = \"gobgp\"\ncontrol = \"127.0.0.1:50051\"\nlocal_asn = 65001\npeers = [\n  { address = \"10.0.0.1\", asn = 65000 },\n  { address = \"10.0.0.1\", asn = 65000 }, #!\n]\n"), "bgp.peers[1].address", "listed twice"),
         case("flow-sync peer is itself", with("[flow_sync]\nkey = \"hex:00112233445566778899aabbccddeeff\"\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.2:7700\"] #!\n"), "flow_sync.peers[0]", "own listen address"),
         case("flow-sync batch of zero", with("[flow_sync]\nkey = \"hex:00112233445566778899aabbccddeeff\"\nlisten = \"10.0.0.2:7700\"\npeers = [\"10.0.0.3:7700\"]\nbatch_size = 0 #!\n"), "flow_sync.batch_size", "expected 1-1024"),

@@ -253,19 +253,80 @@ pub const HOLD_TIME: u32 = 9;
 /// Keepalives every third of the hold time, as BGP suggests.
 pub const KEEPALIVE_TIME: u32 = 3;
 
+/// Why `bird_conf` refused to write a value (validation refuses it first,
+/// with its position in the file: this is the writer's own guard).
+#[derive(Debug, thiserror::Error)]
+#[error("{field} {value:?} cannot be written into bird.conf: {why}")]
+pub struct UnsafeText {
+    /// The configuration field.
+    pub field: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// `value` as a BIRD string literal. BIRD's lexer has no escapes (a string
+/// is `"` up to the next `"` on the same line), so what cannot be written
+/// verbatim is refused: a double quote or a control character (a line
+/// break above all) would end the string and let the rest be read as
+/// configuration. With `pattern` (an `include`), glob characters too:
+/// they would match files other than the one named.
+pub fn bird_string(field: &'static str, value: &str, pattern: bool) -> Result<String, UnsafeText> {
+    let refuse = |why| UnsafeText {
+        field,
+        value: value.to_owned(),
+        why,
+    };
+    if value.contains('"') {
+        return Err(refuse("it contains a double quote"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(refuse(
+            "it contains a control character (a line break, a tab, …)",
+        ));
+    }
+    if pattern && value.contains(['*', '?', '[', ']', '\\']) {
+        return Err(refuse("it contains a glob character (*, ?, [, ], \\)"));
+    }
+    Ok(format!("\"{value}\""))
+}
+
+/// `value` for a `#` comment: one line, so no control character (a line
+/// break would start a line of configuration).
+fn comment_text<'a>(field: &'static str, value: &'a str) -> Result<&'a str, UnsafeText> {
+    if value.chars().any(char::is_control) {
+        return Err(UnsafeText {
+            field,
+            value: value.to_owned(),
+            why: "it contains a control character (a line break, a tab, …)",
+        });
+    }
+    Ok(value)
+}
+
 /// A bird.conf for this node (`spillway bird-config`): router ID, the
 /// routes file included, one BGP session per peer (hold time
 /// [`HOLD_TIME`]) exporting only the routes of `spillway4` / `spillway6`,
 /// importing nothing.
-pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> String {
-    let file = bgp.routes_file.display();
-    let glob = exact_glob(&file.to_string());
+///
+/// # Errors
+/// A value that cannot be written safely ([`bird_string`]): the node name,
+/// the control socket or the routes file with a quote, a control
+/// character, or (the routes file) a glob character.
+pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> Result<String, UnsafeText> {
+    let node = comment_text("node.name", node)?;
+    let control = comment_text("bgp.control", &bgp.control)?;
+    let file = bgp.routes_file.to_string_lossy();
+    // The file is written into the include pattern and a comment; the
+    // pattern is checked whole, so the comment is safe too.
+    bird_string("bgp.routes_file", &file, true)?;
+    let include = bird_string("bgp.routes_file", &exact_glob(&file), false)?;
     let mut o = format!(
         "# bird.conf of Spillway node {node}, printed by `spillway bird-config`.\n\
          # BIRD speaks BGP; Spillway writes the VIPs to announce into {file}\n\
          # and asks BIRD to reconfigure over its control socket: run BIRD as\n\
-         #   bird -c THIS_FILE -s {}\n",
-        bgp.control
+         #   bird -c THIS_FILE -s {control}\n"
     );
     match bgp.router_id {
         Some(id) => {
@@ -279,7 +340,7 @@ pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> String {
         "# The protocols spillway4 and spillway6 (static routes, one per VIP to\n\
          # announce). A pattern matching the file alone: BIRD starts before\n\
          # Spillway wrote it (its directory must exist: systemd RuntimeDirectory=).\n\
-         include \"{glob}\";\n\n\
+         include {include};\n\n\
          filter spillway_vips {{\n  if proto = \"spillway4\" || proto = \"spillway6\" then accept;\n  reject;\n}}\n"
     );
     for (i, p) in bgp.peers.iter().enumerate() {
@@ -297,7 +358,7 @@ pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> String {
             bgp.local_asn, p.address, p.asn
         );
     }
-    o
+    Ok(o)
 }
 
 /// A BIRD include pattern matching `path` alone (its last character as a
@@ -588,7 +649,7 @@ mod tests {
             fail_open: true,
             routes_file: "/run/spillway/bird-vips.conf".into(),
         };
-        let c = bird_conf("n1", &b);
+        let c = bird_conf("n1", &b).unwrap();
         assert!(c.contains("router id 192.0.2.2;"), "{c}");
         assert!(
             c.contains("include \"/run/spillway/bird-vips.con[f]\";"),
@@ -596,6 +657,61 @@ mod tests {
         );
         assert!(c.contains("protocol bgp peer0 {\n  local as 65001;\n  neighbor 192.0.2.1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  ipv4 {\n    import none;\n    export filter spillway_vips;\n    next hop address 192.0.2.9;"), "{c}");
         assert!(c.contains("neighbor 2001:db8::1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  ipv6 {\n    import none;\n    export filter spillway_vips;\n    next hop self;"), "{c}");
+    }
+
+    /// Issue 38 item 9, the writer's own guard: whatever validation let
+    /// through, a value that would end its string or comment is refused.
+    #[test]
+    fn bird_conf_refuses_values_that_would_inject_configuration() {
+        use config::schema::{AnnouncePolicy, Bgp, BgpSpeaker};
+        let good = Bgp {
+            speaker: BgpSpeaker::Bird,
+            control: "/run/bird/bird.ctl".into(),
+            local_asn: 65001,
+            router_id: None,
+            peers: vec![],
+            next_hop: None,
+            announce: AnnouncePolicy::WhenHealthy,
+            fail_open: true,
+            routes_file: "/run/spillway/bird-vips.conf".into(),
+        };
+        assert!(bird_conf("n1", &good).is_ok());
+        let evil = [
+            (
+                "routes_file",
+                "/run/x\";\nprotocol bgp evil {}\ninclude \"/run/y",
+            ),
+            (
+                "routes_file",
+                "/run/spillway/vips.conf\nprotocol bgp evil {}",
+            ),
+            ("routes_file", "/etc/bird/*.conf"),
+            ("routes_file", "/run/spillway/vips\\.conf"),
+            ("routes_file", "/run/spillway/vips.conf\r"),
+            ("control", "/run/bird/bird.ctl\nprotocol bgp evil {}"),
+            ("control", "/run/bird/bird.ctl\u{85}"),
+            ("node", "n1\nprotocol bgp evil {}"),
+        ];
+        for (field, value) in evil {
+            let mut b = good.clone();
+            let mut node = "n1";
+            match field {
+                "routes_file" => b.routes_file = value.into(),
+                "control" => b.control = value.into(),
+                _ => node = value,
+            }
+            let e = bird_conf(node, &b).expect_err(value);
+            assert!(
+                e.to_string().contains("cannot be written into bird.conf"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            bird_string("f", "/run/a b/c.conf", true).unwrap(),
+            "\"/run/a b/c.conf\""
+        );
+        assert!(bird_string("f", "/run/a\"b", false).is_err());
+        assert!(bird_string("f", "/run/a\tb", false).is_err());
     }
 
     #[test]

@@ -1101,9 +1101,9 @@ spillway_decap_geneve_packets_total 0
 # HELP spillway_icmp_too_big_total ICMP fragmentation-needed / packet-too-big errors sent for packets too big once encapsulated.
 # TYPE spillway_icmp_too_big_total counter
 spillway_icmp_too_big_total 0
-# HELP spillway_mtu_exceeded_forwarded_total IPv4 packets without DF forwarded although too big for the egress MTU once encapsulated.
-# TYPE spillway_mtu_exceeded_forwarded_total counter
-spillway_mtu_exceeded_forwarded_total 0
+# HELP spillway_fragmented_packets_total IPv4 packets without DF too big for the egress MTU once encapsulated, sent in fragments (M48; also counted as forwarded).
+# TYPE spillway_fragmented_packets_total counter
+spillway_fragmented_packets_total 0
 # HELP spillway_gateway_returned_packets_total Packets returned by appliances, checked and sent back to their gateway endpoint (M32).
 # TYPE spillway_gateway_returned_packets_total counter
 spillway_gateway_returned_packets_total 0

@@ -297,7 +297,7 @@ impl Report {
     pub fn of(probe: &Probe, e: &Explanation, snap: &Snapshot, drained: &Drained) -> Report {
         let c = &*snap.compiled;
         let (outcome, drop_reason) = match e.verdict {
-            Verdict::Forward | Verdict::ForwardTo(_) => ("forward", None),
+            Verdict::Forward | Verdict::ForwardTo(_) | Verdict::Fragment(_) => ("forward", None),
             Verdict::Reply if e.service.is_some() => ("reset", None),
             Verdict::Reply => ("reply", None),
             Verdict::ToHost => ("to_host", None),

@@ -219,7 +219,7 @@ impl<B: PacketBurst> Engine<B> {
                 self.worker.set_rx_port(p);
                 self.worker
                     .process_burst(snap, flows, now, self.rx.packets_mut(), verdicts);
-                let counters = &mut self.worker.counters;
+                let worker = &mut self.worker;
                 // The usual burst: every packet forwarded, to one port, in order.
                 // It is sent as it is (the TX bursts are empty between ports),
                 // without moving each packet into a TX burst.
@@ -227,6 +227,7 @@ impl<B: PacketBurst> Engine<B> {
                     && verdicts.iter().all(|v| *v == Verdict::Forward)
                 {
                     let (n, dropped) = (self.rx.len(), io.tx_burst(b, &mut self.rx));
+                    let counters = &mut worker.counters;
                     counters.tx_dropped += dropped as u64;
                     counters.tx_packets += n.saturating_sub(dropped) as u64;
                     continue;
@@ -234,12 +235,16 @@ impl<B: PacketBurst> Engine<B> {
                 let readdress = readdress(host, p, &snap.local);
                 self.rx.drain_each(|i, mut m| match verdicts.get(i) {
                     Some(Verdict::Forward) => match backend {
-                        Some(b) => push(tx, b, m, &mut counters.tx_dropped),
-                        None => counters.tx_dropped += 1,
+                        Some(b) => push(tx, b, m, &mut worker.counters.tx_dropped),
+                        None => worker.counters.tx_dropped += 1,
                     },
-                    Some(Verdict::Reply) => push(tx, p, m, &mut counters.tx_dropped),
+                    Some(Verdict::Fragment(job)) => match backend {
+                        Some(b) => send_fragments(worker, snap, *job, m, io, tx, b),
+                        None => worker.fragment_unsent(*job),
+                    },
+                    Some(Verdict::Reply) => push(tx, p, m, &mut worker.counters.tx_dropped),
                     Some(Verdict::ForwardTo(out)) => {
-                        push(tx, usize::from(*out), m, &mut counters.tx_dropped)
+                        push(tx, usize::from(*out), m, &mut worker.counters.tx_dropped)
                     }
                     Some(Verdict::ToHost) => match host {
                         HostPath::ToHost { port, .. } => {
@@ -249,9 +254,9 @@ impl<B: PacketBurst> Engine<B> {
                             {
                                 dst.copy_from_slice(&to);
                             }
-                            push(tx, port, m, &mut counters.tx_dropped)
+                            push(tx, port, m, &mut worker.counters.tx_dropped)
                         }
-                        _ => counters.host_dropped += 1,
+                        _ => worker.counters.host_dropped += 1,
                     },
                     Some(Verdict::Drop(_)) | None => {}
                 });
@@ -300,6 +305,38 @@ fn readdress(host: HostPath, port: usize, local: &Local) -> Option<(MacAddr, Mac
     (from != to).then_some((from, to))
 }
 
+/// Sends job `job`'s packet (a [`Verdict::Fragment`], M48) on port `port`
+/// as fragments ([`Worker::fragment`], which counts the outcome), all in one
+/// TX burst and in order: when the burst has no room for them all, what it
+/// holds is sent first.
+#[cold]
+#[inline(never)]
+fn send_fragments<I: PacketIo>(
+    worker: &mut Worker,
+    snap: &Snapshot,
+    job: u16,
+    m: <I::Burst as PacketBurst>::Pkt,
+    io: &mut I,
+    tx: &mut [I::Burst],
+    port: usize,
+) {
+    let mut out: [Option<<I::Burst as PacketBurst>::Pkt>; crate::pipeline::MAX_FRAGMENTS] =
+        std::array::from_fn(|_| None);
+    let n = worker.fragment(snap, job, m, &mut || io.alloc(port), &mut out);
+    let Some(burst) = tx.get_mut(port) else {
+        worker.counters.tx_dropped += n as u64;
+        return;
+    };
+    if n > burst.capacity().saturating_sub(burst.len()) && !burst.is_empty() {
+        let (held, dropped) = (burst.len(), io.tx_burst(port, burst));
+        worker.counters.tx_dropped += dropped as u64;
+        worker.counters.tx_packets += held.saturating_sub(dropped) as u64;
+    }
+    for f in out.into_iter().flatten() {
+        push(tx, port, f, &mut worker.counters.tx_dropped);
+    }
+}
+
 /// Adds a packet to port `port`'s TX burst; one that does not fit is freed
 /// and counted.
 fn push<B: PacketBurst>(tx: &mut [B], port: usize, m: B::Pkt, dropped: &mut u64) {
@@ -335,6 +372,10 @@ impl<P: wire::buf::PacketBuf> PacketBurst for VecBurst<P> {
 
     fn len(&self) -> usize {
         self.pkts.len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.cap
     }
 
     fn packets_mut(&mut self) -> &mut [P] {

@@ -29,6 +29,10 @@ struct MemIo {
     rx: Vec<VecDeque<Vec<u8>>>,
     tx: Vec<Vec<Vec<u8>>>,
     accept: Vec<usize>,
+    /// Per port, the number of packets each TX call carried.
+    calls: Vec<Vec<usize>>,
+    /// Buffers `alloc` still gives.
+    buffers: usize,
 }
 
 impl MemIo {
@@ -37,6 +41,8 @@ impl MemIo {
             rx: vec![VecDeque::new(); ports],
             tx: vec![Vec::new(); ports],
             accept: vec![usize::MAX; ports],
+            calls: vec![Vec::new(); ports],
+            buffers: usize::MAX,
         }
     }
 }
@@ -58,10 +64,12 @@ impl PacketIo for MemIo {
     }
 
     fn alloc(&mut self, _port: usize) -> Option<Pkt> {
+        self.buffers = self.buffers.checked_sub(1)?;
         MemBuf::new(vec![0u8; 2048], 128, &[]).ok()
     }
 
     fn tx_burst(&mut self, port: usize, burst: &mut VecBurst<Pkt>) -> usize {
+        self.calls[port].push(burst.len());
         let (mut taken, mut refused) = (0, 0);
         let accept = self.accept[port];
         let out = &mut self.tx[port];
@@ -611,4 +619,77 @@ fn the_hosts_probes_through_a_vip_go_to_their_endpoint_whatever_its_health() {
     let c = &s.engine.worker.counters;
     assert_eq!((c.from_host, c.vip_probes, c.vip_probes_dropped), (4, 2, 0));
     assert_eq!(c.forwarded, 0, "probes are not client traffic");
+}
+
+/// A UDP datagram of `len` IP bytes without DF from 192.0.2.7:`sport` to
+/// the VIP's port 53.
+fn big_udp(sport: u16, len: usize) -> Vec<u8> {
+    Packet::udp(CLIENT.into(), IpAddr::from([10, 0, 0, 10]), sport, 53)
+        .payload(&vec![9; len - 28])
+        .dont_frag(false)
+        .udp_checksum(false)
+        .macs(CLIENT_MAC, LB_MAC)
+        .frame()
+}
+
+/// Issue 38 item 14 in the worker loop: a datagram without DF too big for
+/// the backend port (MTU 1500) once in GUE leaves as its fragments, in its
+/// place among the burst's packets and all in one TX burst: behind 31 others
+/// in a TX burst of 32 there is no room for both, so those 31 are sent
+/// first. Each fragment is a buffer of its own (taken from the I/O), within
+/// the MTU.
+#[test]
+fn a_packet_to_fragment_leaves_as_its_fragments_together_and_in_order() {
+    let mut s = setup(false);
+    let (up, be) = (0, 1);
+    let mut frames: Vec<Vec<u8>> = (0..31).map(|i| udp([10, 0, 0, 10], 3000 + i, 53)).collect();
+    frames.push(big_udp(3100, 1500));
+    s.io.rx[up].extend(frames.iter().cloned());
+    // And one more burst: the big one first, then a small one.
+    s.io.rx[up].push_back(big_udp(3101, 1500));
+    s.io.rx[up].push_back(udp([10, 0, 0, 10], 3102, 53));
+    assert_eq!(s.poll(), 32);
+    assert_eq!(
+        s.io.calls[be],
+        vec![31, 2],
+        "the fragments in a TX burst of their own"
+    );
+    assert_eq!(s.poll(), 2);
+    assert_eq!(
+        s.io.calls[be],
+        vec![31, 2, 3],
+        "two fragments and the small one"
+    );
+    let out = &s.io.tx[be];
+    assert_eq!(out.len(), 36);
+    for (i, f) in (0u16..).zip(out) {
+        assert!(f.len() <= 14 + 1500, "frame {i}: {} bytes", f.len());
+        let inner = &f[14 + 28..];
+        let flags = u16::from_be_bytes([inner[6], inner[7]]);
+        let sport = u16::from_be_bytes([inner[20], inner[21]]);
+        match i {
+            0..31 => assert_eq!((sport, flags), (3000 + i, 0)),
+            // The first fragment carries the UDP header, MF set; the second
+            // is at offset 1,448.
+            31 | 33 => assert_eq!((sport, flags), (3100 + (i - 31) / 2, 0x2000)),
+            32 | 34 => assert_eq!(flags, 1448 / 8),
+            _ => assert_eq!((sport, flags), (3102, 0)),
+        }
+    }
+    let c = &s.engine.worker.counters;
+    assert_eq!(
+        (c.forwarded, c.fragmented, c.tx_packets, c.tx_dropped),
+        (34, 2, 36, 0)
+    );
+
+    // No buffer for the second fragment: the datagram is dropped and
+    // counted, the others go on.
+    s.io.buffers = 0;
+    s.io.rx[up].push_back(big_udp(3200, 1500));
+    s.io.rx[up].push_back(udp([10, 0, 0, 10], 3201, 53));
+    assert_eq!(s.poll(), 2);
+    assert_eq!(s.io.tx[be].len(), 37);
+    let c = &s.engine.worker.counters;
+    assert_eq!(c.dropped(dataplane::DropReason::FragmentFailed), 1);
+    assert_eq!((c.forwarded, c.fragmented), (35, 2));
 }

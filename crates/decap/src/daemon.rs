@@ -20,19 +20,25 @@ use anyhow::{Context, Result, bail};
 use socket2::{Domain, Protocol, Socket, Type};
 use wire::geneve::OptionIds;
 
-use crate::{Carrier, DropReason, Policy, Prefix};
+use std::str::FromStr;
+
+use crate::{Carrier, DropReason, Policy, Prefix, Vip};
 
 const AFTER_HELP: &str = "\
 Every tunnel packet is checked before its inner packet reaches the kernel: the outer \
 source must be in --allow-source (the balancers' tunnel source addresses: the first \
 address of each family on their backend port), the inner destination one of the --vip \
-addresses, the inner source an address a client can have (not loopback, multicast, \
-link-local, unspecified or a VIP), and GENEVE packets neither OAM nor carrying a \
-critical option other than Spillway's own. Drops are counted by reason and logged \
-every --stats-interval seconds when they change, and at exit.
+addresses and, where the --vip lists ports, TCP or UDP to one of them, the inner source \
+an address a client can have (not loopback, multicast, link-local, unspecified or a VIP), \
+and GENEVE packets neither OAM nor carrying a critical option other than Spillway's own. \
+With a port list, a later fragment (which carries no port) is taken when its protocol \
+is listed (the kernel reassembles it only with its first fragment, which is checked), \
+an ICMP error when the server's packet it quotes left from a listed port, and nothing \
+else. Drops are counted by reason and logged every --stats-interval seconds when they \
+change, and at exit.
 
 Example: spillway decap --allow-source 10.0.0.1 --allow-source 2001:db8::1 \
---vip 192.0.2.10 --vip 2001:db8:10::10 --ipip";
+--vip 192.0.2.10:tcp/80,443 --vip [2001:db8:10::10]:tcp/80,443,udp/443 --ipip";
 
 /// Command-line arguments.
 #[derive(clap::Args, Debug)]
@@ -43,17 +49,20 @@ pub struct Args {
     tun: String,
     /// Accept tunnels from this outer source address or prefix (IPv4 or IPv6);
     /// repeat for each balancer. Required unless --allow-any.
-    #[arg(long = "allow-source", value_name = "ADDR[/LEN]", value_parser = parse_prefix)]
+    #[arg(long = "allow-source", value_name = "ADDR[/LEN]", value_parser = Prefix::parse_network)]
     allow_source: Vec<Prefix>,
     /// Accept tunnels from any source. Anyone who can reach this host's tunnel
     /// ports can then inject packets to the VIPs: only where the network
     /// already keeps everyone but the balancers away from them.
     #[arg(long, conflicts_with = "allow_source")]
     allow_any: bool,
-    /// A VIP this backend serves (address or prefix, IPv4 or IPv6); repeat for
-    /// each. Required: inner packets to any other destination are dropped.
-    #[arg(long = "vip", value_name = "ADDR[/LEN]", value_parser = parse_prefix)]
-    vips: Vec<Prefix>,
+    /// A VIP this backend serves (address or prefix, IPv4 or IPv6), and the
+    /// ports its servers listen on: `192.0.2.10:tcp/80,443,udp/53`,
+    /// `[2001:db8::10]:tcp/80`, a port `N` or `N-M` (without a list: every
+    /// protocol and port); repeat for each. Required: inner packets to any
+    /// other destination, or another port, are dropped.
+    #[arg(long = "vip", value_name = "ADDR[/LEN][:PROTO/PORTS]", value_parser = Vip::from_str)]
+    vips: Vec<Vip>,
     /// GUE UDP port (0: off).
     #[arg(long, default_value_t = wire::gue::PORT)]
     gue_port: u16,
@@ -81,18 +90,6 @@ pub struct Args {
     /// changed (0: only at exit).
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     stats_interval: u64,
-}
-
-/// An address or prefix; an explicit length with host bits set is refused
-/// (`10.0.0.1/24` is more likely a typo than a wish for 10.0.0.0/24).
-fn parse_prefix(s: &str) -> Result<Prefix, String> {
-    let p: Prefix = s.parse()?;
-    if p.has_host_bits() {
-        return Err(format!(
-            "{s} has bits set beyond its prefix length: write the network address or a single address"
-        ));
-    }
-    Ok(p)
 }
 
 fn parse_u16(s: &str) -> Result<u16, String> {
@@ -226,6 +223,13 @@ pub fn run(args: &Args) -> Result<()> {
             join(&policy.vips)
         ),
     }
+    if policy.vips.iter().any(|v| v.ports.is_none()) {
+        log::warn!(
+            "spillway-decap: a --vip without a port list takes every protocol and port: \
+             packets to services the balancer does not forward reach them too; list the \
+             forwarding rules' ports (--vip ADDR:tcp/80,443)"
+        );
+    }
     let listeners = listeners(args)?;
     let mut cfg = tun::Configuration::default();
     cfg.tun_name(&args.tun).mtu(9000).up();
@@ -299,7 +303,7 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn join(list: &[Prefix]) -> String {
+fn join<T: std::fmt::Display>(list: &[T]) -> String {
     let s: Vec<String> = list.iter().map(ToString::to_string).collect();
     s.join(", ")
 }

@@ -14,7 +14,8 @@
 //! source must be an allowed balancer, the tunnel well formed and carrying
 //! data (no GENEVE OAM packet, no critical option this endpoint does not
 //! understand), and the inner packet a well-formed IP packet to one of the
-//! backend's VIPs from a plausible client. Anything else is dropped with a
+//! backend's VIPs from a plausible client, and — where the VIP lists its
+//! ports ([`Vip`]) — to one of those ports. Anything else is dropped with a
 //! [`DropReason`] the daemon counts.
 //!
 //! All parsing is `wire`'s, the same code that built the tunnels.
@@ -22,7 +23,9 @@
 #[cfg(feature = "daemon")]
 pub mod daemon;
 
+use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
+use std::str::FromStr;
 
 pub use config::values::Prefix;
 use wire::ethernet::ethertype;
@@ -70,6 +73,11 @@ pub enum DropReason {
     /// and unwrapped it could reach a port no forwarding rule lists.
     #[error("the inner packet is a tunnel packet")]
     NestedTunnel,
+    /// The inner packet is to a VIP whose `--vip` lists its protocols and
+    /// ports, and its protocol or port is not among them (for an ICMP
+    /// error: the port of the server's packet it quotes).
+    #[error("the inner packet's protocol or port is not one its VIP lists")]
+    PortNotAllowed,
     /// Writing to the TUN device failed (the daemon's, never [`decide`]'s).
     #[error("writing to the TUN device failed")]
     TunWriteFailed,
@@ -77,7 +85,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in the order the counters are printed.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::SourceNotAllowed,
         DropReason::Malformed,
         DropReason::NotIp,
@@ -87,6 +95,7 @@ impl DropReason {
         DropReason::InnerDstNotOwned,
         DropReason::InnerSrcRefused,
         DropReason::NestedTunnel,
+        DropReason::PortNotAllowed,
         DropReason::TunWriteFailed,
     ];
 
@@ -102,6 +111,7 @@ impl DropReason {
             DropReason::InnerDstNotOwned => "inner_dst_not_owned",
             DropReason::InnerSrcRefused => "inner_src_refused",
             DropReason::NestedTunnel => "nested_tunnel",
+            DropReason::PortNotAllowed => "port_not_allowed",
             DropReason::TunWriteFailed => "tun_write_failed",
         }
     }
@@ -112,14 +122,172 @@ impl DropReason {
     }
 }
 
+/// Ports of one protocol a VIP takes: `first..=last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ports {
+    /// IP protocol: TCP or UDP.
+    pub proto: u8,
+    /// First port.
+    pub first: u16,
+    /// Last port (`first` for a single one).
+    pub last: u16,
+}
+
+/// A VIP this backend serves (`--vip`): an address or prefix, and the
+/// protocols and ports its servers listen on, or `None` for every one.
+///
+/// Written `ADDR[/LEN]` (every protocol and port), or with a port list
+/// after a colon: `192.0.2.10:tcp/80,443,udp/53`, `[2001:db8::10]:tcp/80`,
+/// `192.0.2.0/24:tcp/8000-8099` — each `tcp/` or `udp/` starts the ports of
+/// that protocol; a port is `N` or `N-M`.
+///
+/// With a list, an inner packet to the VIP must be TCP or UDP to a listed
+/// port of its protocol. Two exceptions, both needing the protocol listed:
+/// a later IPv4/IPv6 fragment, which carries no port (the kernel reassembles
+/// it only with its first fragment, which does and is checked: without it
+/// the fragments expire unread); and an ICMP or ICMPv6 error quoting a
+/// packet the server sent from a listed port (path-MTU discovery of the
+/// server's replies, which go to clients directly). Every other ICMP
+/// message, and every other protocol, is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Vip {
+    /// The address or prefix.
+    pub prefix: Prefix,
+    /// What it takes; `None`: everything.
+    pub ports: Option<Vec<Ports>>,
+}
+
+impl Vip {
+    /// A VIP taking every protocol and port.
+    pub fn any_port(prefix: Prefix) -> Vip {
+        Vip {
+            prefix,
+            ports: None,
+        }
+    }
+
+    /// Whether this VIP's list takes `proto` at `port` (`None`: the port
+    /// is not known, a later fragment: the protocol must be listed).
+    fn takes(&self, proto: u8, port: Option<u16>) -> bool {
+        let Some(list) = &self.ports else {
+            return true;
+        };
+        list.iter()
+            .any(|p| p.proto == proto && port.is_none_or(|port| (p.first..=p.last).contains(&port)))
+    }
+}
+
+impl FromStr for Vip {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Vip, String> {
+        // `[v6[/len]][:spec]`, `v4[/len][:spec]`, or a bare IPv6 prefix
+        // (its colons are its own: no spec without brackets).
+        let (addr, spec) = if let Some(rest) = s.strip_prefix('[') {
+            let (a, tail) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("{s:?}: missing ]"))?;
+            let spec = match tail {
+                "" => None,
+                t => Some(t.strip_prefix(':').ok_or_else(|| {
+                    format!("{s:?}: expected :PORTS after the ], e.g. [2001:db8::10]:tcp/80,443")
+                })?),
+            };
+            (a, spec)
+        } else {
+            match s.split_once(':') {
+                Some((a, spec)) if a.parse::<Prefix>().is_ok_and(|p| p.addr.is_ipv4()) => {
+                    (a, Some(spec))
+                }
+                _ => (s, None),
+            }
+        };
+        let prefix = Prefix::parse_network(addr)?;
+        let ports = spec.map(|spec| parse_ports(s, spec)).transpose()?;
+        Ok(Vip { prefix, ports })
+    }
+}
+
+/// `tcp/80,443,udp/53`: each `PROTO/` starts that protocol's ports.
+fn parse_ports(whole: &str, spec: &str) -> Result<Vec<Ports>, String> {
+    let usage = "write PROTO/PORT[,PORT…] (PROTO tcp or udp, a port N or N-M), e.g. 192.0.2.10:tcp/80,443,udp/53";
+    let mut out = Vec::new();
+    let mut proto = None;
+    for item in spec.split(',') {
+        let port = match item.split_once('/') {
+            Some((p, port)) => {
+                proto = Some(match p {
+                    "tcp" => wire::ip::proto::TCP,
+                    "udp" => wire::ip::proto::UDP,
+                    _ => return Err(format!("{whole:?}: {p:?} is not tcp or udp; {usage}")),
+                });
+                port
+            }
+            None => item,
+        };
+        let Some(proto) = proto else {
+            return Err(format!("{whole:?}: a port before any protocol; {usage}"));
+        };
+        let num = |n: &str| -> Result<u16, String> {
+            match n.parse::<u16>() {
+                Ok(p) if p != 0 => Ok(p),
+                _ => Err(format!("{whole:?}: {n:?} is not a port (1-65535); {usage}")),
+            }
+        };
+        let (first, last) = match port.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(port)?, num(port)?),
+        };
+        if first > last {
+            return Err(format!("{whole:?}: the range {port} is backwards"));
+        }
+        out.push(Ports { proto, first, last });
+    }
+    Ok(out)
+}
+
+impl fmt::Display for Vip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(list) = &self.ports else {
+            return write!(f, "{}", self.prefix);
+        };
+        if self.prefix.addr.is_ipv6() {
+            write!(f, "[{}]:", self.prefix)?;
+        } else {
+            write!(f, "{}:", self.prefix)?;
+        }
+        let mut last_proto = None;
+        for (i, p) in list.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if last_proto != Some(p.proto) {
+                f.write_str(if p.proto == wire::ip::proto::TCP {
+                    "tcp/"
+                } else {
+                    "udp/"
+                })?;
+                last_proto = Some(p.proto);
+            }
+            if p.first == p.last {
+                write!(f, "{}", p.first)?;
+            } else {
+                write!(f, "{}-{}", p.first, p.last)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What the decapsulator accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Outer sources tunnels are accepted from (the balancers' tunnel
     /// addresses); `None`: any source (`--allow-any`).
     pub sources: Option<Vec<Prefix>>,
-    /// Inner destinations this backend owns (its VIPs).
-    pub vips: Vec<Prefix>,
+    /// Inner destinations this backend owns (its VIPs), with the ports
+    /// each takes.
+    pub vips: Vec<Vip>,
     /// Class and types of Spillway's GENEVE options: the only options this
     /// decapsulator understands (and so the only critical ones it accepts).
     pub geneve_ids: OptionIds,
@@ -146,7 +314,23 @@ impl Policy {
 
     /// Whether `dst` is one of this backend's VIPs.
     pub fn owns(&self, dst: IpAddr) -> bool {
-        self.vips.iter().any(|p| p.contains(dst))
+        self.vips.iter().any(|v| v.prefix.contains(dst))
+    }
+
+    /// Whether a VIP that `dst` lies in takes `proto` at `port` (`None`: a
+    /// later fragment, whose port is not known: its protocol must be
+    /// listed). Several `--vip` of one address add up.
+    pub fn takes(&self, dst: IpAddr, proto: u8, port: Option<u16>) -> bool {
+        self.vips
+            .iter()
+            .any(|v| v.prefix.contains(dst) && v.takes(proto, port))
+    }
+
+    /// Whether a VIP that `dst` lies in takes everything (lists no ports).
+    pub fn takes_all(&self, dst: IpAddr) -> bool {
+        self.vips
+            .iter()
+            .any(|v| v.prefix.contains(dst) && v.ports.is_none())
     }
 }
 
@@ -318,6 +502,9 @@ fn checked_inner<'a>(
     if !client_source(policy, addr(info.src)) {
         return Err(DropReason::InnerSrcRefused);
     }
+    if !port_allowed(policy, addr(info.dst), &info) {
+        return Err(DropReason::PortNotAllowed);
+    }
     // A tunnel inside the tunnel: unwrapped, it would come back to this
     // decapsulator's sockets (which listen on the VIPs too) as if a
     // balancer had sent it, and its inner packet could reach any port.
@@ -334,6 +521,31 @@ fn checked_inner<'a>(
         return Err(DropReason::NestedTunnel);
     }
     Ok(inner)
+}
+
+/// Whether the VIP `dst` takes the inner packet `info` by its port lists
+/// (see [`Vip`]): TCP or UDP to a listed port; a later fragment of a listed
+/// protocol; an ICMP error quoting a packet the server sent from a listed
+/// port (its source port: the server's reply from the VIP).
+fn port_allowed(policy: &Policy, dst: IpAddr, info: &wire::packet::PacketInfo) -> bool {
+    use wire::ip::proto::{ICMP, ICMPV6, TCP, UDP};
+    use wire::packet::Fragment;
+    match info.proto {
+        TCP | UDP => match (info.ports, info.fragment) {
+            (Some((_, dport)), _) => policy.takes(dst, info.proto, Some(dport)),
+            (None, Fragment::Later { .. }) => policy.takes(dst, info.proto, None),
+            (None, _) => false,
+        },
+        ICMP | ICMPV6 => match info.icmp.and_then(|i| i.quoted) {
+            Some(q) if matches!(q.proto, TCP | UDP) => {
+                policy.takes(dst, q.proto, q.ports.map(|(sport, _)| sport))
+            }
+            // Not an error (an echo request, say), or a later fragment:
+            // only a VIP without a list takes it.
+            _ => policy.takes_all(dst),
+        },
+        _ => policy.takes_all(dst),
+    }
 }
 
 /// Whether a packet from `src` can come from a client through a balancer.

@@ -29,7 +29,7 @@ const CLIENT6: &str = "2001:db8:c::7";
 fn policy() -> Policy {
     Policy {
         sources: Some(vec![prefix(BALANCER4), prefix("2001:db8:b::/64")]),
-        vips: vec![prefix(VIP4), prefix(VIP6)],
+        vips: vec![Vip::any_port(prefix(VIP4)), Vip::any_port(prefix(VIP6))],
         geneve_ids: OptionIds::default(),
         tunnel_ports: vec![6080, 6081],
     }
@@ -218,7 +218,7 @@ fn inner_packets_must_be_for_a_vip() {
     }
     // A VIP prefix owns every address in it.
     let wide = Policy {
-        vips: vec![prefix("192.0.2.0/24")],
+        vips: vec![Vip::any_port(prefix("192.0.2.0/24"))],
         ..policy()
     };
     let inner = udp_packet(ip(CLIENT4), ip("192.0.2.77"), b"x");
@@ -226,6 +226,170 @@ fn inner_packets_must_be_for_a_vip() {
         decide(&wide, ip(BALANCER4), Carrier::Gue, &inner),
         Ok(inner.as_slice())
     );
+}
+
+/// Issue 38 item 13: a VIP with a port list takes TCP and UDP to those
+/// ports only (the forwarding rule's ports), a later fragment of a listed
+/// protocol (it carries no port; its first fragment is checked), and ICMP
+/// errors about the server's packets from a listed port; nothing else.
+#[test]
+fn a_vip_with_a_port_list_takes_only_its_ports() {
+    use wire::ip::proto::{TCP, UDP};
+    let p = Policy {
+        vips: vec![
+            "192.0.2.10:tcp/80,443,udp/53".parse().expect("vip"),
+            "[2001:db8::10]:tcp/8000-8099".parse().expect("vip"),
+        ],
+        ..policy()
+    };
+    let gue = |inner: &[u8]| decide(&p, ip(BALANCER4), Carrier::Gue, inner).map(<[u8]>::to_vec);
+    let ok = |inner: Vec<u8>| (inner.clone(), Ok(inner));
+    let refused = |inner: Vec<u8>| (inner, Err(DropReason::PortNotAllowed));
+    let tcp = |src: &str, dst: &str, dport| Packet::tcp(ip(src), ip(dst), 40000, dport, 0x02).ip();
+    let udp = |src: &str, dst: &str, dport| {
+        Packet::udp(ip(src), ip(dst), 40000, dport)
+            .payload(b"x")
+            .ip()
+    };
+    let mut cases = vec![
+        ok(tcp(CLIENT4, VIP4, 80)),
+        ok(tcp(CLIENT4, VIP4, 443)),
+        ok(udp(CLIENT4, VIP4, 53)),
+        ok(tcp(CLIENT6, VIP6, 8000)),
+        ok(tcp(CLIENT6, VIP6, 8099)),
+        // Other ports, or the right port of the other protocol.
+        refused(tcp(CLIENT4, VIP4, 22)),
+        refused(tcp(CLIENT4, VIP4, 53)),
+        refused(udp(CLIENT4, VIP4, 80)),
+        refused(udp(CLIENT4, VIP4, 7777)),
+        refused(tcp(CLIENT6, VIP6, 8100)),
+        refused(tcp(CLIENT6, VIP6, 80)),
+        // Other protocols: ping, SCTP.
+        refused(Packet::echo(ip(CLIENT4), ip(VIP4), 1, 1).ip()),
+        refused(Packet::echo(ip(CLIENT6), ip(VIP6), 1, 1).ip()),
+        refused(
+            Packet::raw(ip(CLIENT4), ip(VIP4), 132)
+                .payload(&[0; 12])
+                .ip(),
+        ),
+    ];
+    // A datagram in fragments: the first shows its port, the later ones
+    // are taken for a listed protocol (the kernel joins them only to a
+    // first fragment, which was checked).
+    let big = vec![7u8; 100];
+    let frags = Packet::udp(ip(CLIENT4), ip(VIP4), 40000, 53)
+        .payload(&big)
+        .ident(9)
+        .ip_fragments(32);
+    assert!(frags.len() > 2);
+    cases.extend(frags.iter().cloned().map(ok));
+    let frags = Packet::udp(ip(CLIENT4), ip(VIP4), 40000, 54)
+        .payload(&big)
+        .ip_fragments(32);
+    cases.push(refused(frags[0].clone()));
+    cases.extend(frags[1..].iter().cloned().map(ok));
+    // IPv6 lists TCP only: a later UDP fragment is refused.
+    let frags = Packet::udp(ip(CLIENT6), ip(VIP6), 40000, 8000)
+        .payload(&big)
+        .ip_fragments(32);
+    cases.extend(frags.iter().cloned().map(refused));
+    // ICMP errors about the server's replies (from VIP:port): taken for a
+    // listed port (path-MTU discovery of DSR replies), refused otherwise.
+    let quoting = |sport: u16, proto: u8| {
+        let reply = if proto == TCP {
+            Packet::tcp(ip(VIP4), ip(CLIENT4), sport, 40000, 0x10).ip()
+        } else {
+            Packet::udp(ip(VIP4), ip(CLIENT4), sport, 40000).ip()
+        };
+        Packet::icmp(ip(CLIENT4), ip(VIP4), 3, 4, 1400)
+            .payload(&reply[..28])
+            .ip()
+    };
+    cases.push(ok(quoting(443, TCP)));
+    cases.push(ok(quoting(53, UDP)));
+    cases.push(refused(quoting(22, TCP)));
+    cases.push(refused(quoting(443, UDP)));
+    let reply6 = Packet::tcp(ip(VIP6), ip(CLIENT6), 8080, 40000, 0x10).ip();
+    cases.push(ok(Packet::icmp(ip(CLIENT6), ip(VIP6), 2, 0, 1280)
+        .payload(&reply6[..48])
+        .ip()));
+    let reply6 = Packet::tcp(ip(VIP6), ip(CLIENT6), 22, 40000, 0x10).ip();
+    cases.push(refused(
+        Packet::icmp(ip(CLIENT6), ip(VIP6), 2, 0, 1280)
+            .payload(&reply6[..48])
+            .ip(),
+    ));
+    for (i, (inner, want)) in cases.iter().enumerate() {
+        assert_eq!(&gue(inner), want, "case {i}: {}", hex(inner));
+    }
+    // A second --vip for the same address adds its ports; one without a
+    // list takes everything.
+    let more = Policy {
+        vips: vec![
+            "192.0.2.10:tcp/80".parse().expect("vip"),
+            "192.0.2.10:udp/53".parse().expect("vip"),
+        ],
+        ..policy()
+    };
+    let inner = udp(CLIENT4, VIP4, 53);
+    assert_eq!(
+        decide(&more, ip(BALANCER4), Carrier::Gue, &inner),
+        Ok(inner.as_slice())
+    );
+    let all = Policy {
+        vips: vec![
+            "192.0.2.10:tcp/80".parse().expect("vip"),
+            Vip::any_port(prefix(VIP4)),
+        ],
+        ..policy()
+    };
+    let inner = Packet::echo(ip(CLIENT4), ip(VIP4), 1, 1).ip();
+    assert_eq!(
+        decide(&all, ip(BALANCER4), Carrier::Gue, &inner),
+        Ok(inner.as_slice())
+    );
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn vip_port_lists_parse_print_and_refuse_typos() {
+    for (text, shown) in [
+        ("192.0.2.10", "192.0.2.10/32"),
+        ("2001:db8::10", "2001:db8::10/128"),
+        ("[2001:db8::10]", "2001:db8::10/128"),
+        (
+            "192.0.2.10:tcp/80,443,udp/53",
+            "192.0.2.10/32:tcp/80,443,udp/53",
+        ),
+        ("192.0.2.0/24:tcp/8000-8099", "192.0.2.0/24:tcp/8000-8099"),
+        (
+            "[2001:db8::/64]:udp/443,tcp/443",
+            "[2001:db8::/64]:udp/443,tcp/443",
+        ),
+    ] {
+        let v: Vip = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(v.to_string(), shown);
+        assert_eq!(shown.parse::<Vip>().expect("shown form parses"), v);
+    }
+    for bad in [
+        "192.0.2.10:80",
+        "192.0.2.10:tcp/",
+        "192.0.2.10:tcp/0",
+        "192.0.2.10:tcp/70000",
+        "192.0.2.10:tcp/90-80",
+        "192.0.2.10:sctp/80",
+        "192.0.2.10:tcp/80,",
+        "192.0.2.10/24:tcp/80",
+        "[2001:db8::10]tcp/80",
+        "[2001:db8::10:tcp/80",
+        "2001:db8::10:tcp/80",
+        "vip:tcp/80",
+    ] {
+        assert!(bad.parse::<Vip>().is_err(), "{bad} accepted");
+    }
 }
 
 #[test]
@@ -568,5 +732,31 @@ proptest! {
             Ok(inner.as_slice())
         };
         prop_assert_eq!(decide(&p, outer, c, &payload), expect);
+    }
+
+    /// With a port list, a whole TCP or UDP packet to the VIP is delivered
+    /// exactly when its protocol and destination port are listed.
+    #[test]
+    fn the_port_verdict_is_the_list(dport in any::<u16>(), use_tcp in any::<bool>(), t in 0..5usize) {
+        let p = Policy {
+            vips: vec!["192.0.2.10:tcp/80,443,1000-2000,udp/53".parse().expect("vip")],
+            ..policy()
+        };
+        let inner = if use_tcp {
+            Packet::tcp(ip(CLIENT4), ip(VIP4), 40000, dport, 0x10).ip()
+        } else {
+            udp_packet(ip(CLIENT4), ip(VIP4), b"p")
+        };
+        let dport = if use_tcp { dport } else { 7777 };
+        let listed = if use_tcp {
+            dport == 80 || dport == 443 || (1000..=2000).contains(&dport)
+        } else {
+            false
+        };
+        let tunnel = tunnels()[t];
+        let frame = encap(&inner, ip(BALANCER4), ip("198.18.2.11"), tunnel);
+        let (c, payload) = as_received(&frame, &tunnel);
+        let expect = if listed { Ok(inner.as_slice()) } else { Err(DropReason::PortNotAllowed) };
+        prop_assert_eq!(decide(&p, ip(BALANCER4), c, &payload), expect);
     }
 }

@@ -2,7 +2,9 @@
 //! packets of every kind over IPv4 and IPv6 loopback, from an allowed
 //! balancer address and from strangers, to the VIP and to the host's other
 //! addresses. A UDP server on the inner destination port sees exactly the
-//! legitimate ones; the daemon's exit line counts the rest by reason. Needs
+//! legitimate ones; the daemon's exit line counts the rest by reason. The
+//! VIPs list their one UDP port (issue 38 item 13): packets from a balancer
+//! to the VIP's other ports never reach the server listening there. Needs
 //! root (namespaces, TUN, raw sockets).
 
 #![allow(clippy::cast_possible_truncation)] // test values are small
@@ -28,8 +30,11 @@ const BAL6: &str = "::1";
 /// Strangers, also on the namespace's loopback.
 const STRANGER4: &str = "127.0.0.2";
 const STRANGER6: &str = "2001:db8:bad::2";
-/// The inner packets' destination port, where the test listens.
+/// The inner packets' destination port, where the test listens, and the
+/// only port the VIPs list.
 const PORT: u16 = 7777;
+/// Another port the test listens on, which the VIPs do not list.
+const UNLISTED: u16 = 7778;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("address")
@@ -102,9 +107,9 @@ fn ip_cmd(args: &[&str]) -> Command {
     c
 }
 
-/// A UDP packet from `src`:5555 to `dst`:PORT carrying `data`, valid checksums.
-fn udp_packet(src: IpAddr, dst: IpAddr, data: &[u8]) -> Vec<u8> {
-    testkit::packet::Packet::udp(src, dst, 5555, PORT)
+/// A UDP packet from `src`:5555 to `dst`:`port` carrying `data`, valid checksums.
+fn udp_packet(src: IpAddr, dst: IpAddr, port: u16, data: &[u8]) -> Vec<u8> {
+    testkit::packet::Packet::udp(src, dst, 5555, port)
         .payload(data)
         .ip()
 }
@@ -130,8 +135,13 @@ const ALIEN: &[u8] = &[0x12, 0x34, 0x85, 0x01, 1, 2, 3, 4];
 /// inner destination.
 type Case = (&'static str, How, &'static str, &'static str, &'static str);
 
-fn send(&(tag, how, outer_src, inner_src, inner_dst): &Case) {
-    let inner = udp_packet(ip(inner_src), ip(inner_dst), tag.as_bytes());
+fn send(c: &Case) {
+    send_to(c, PORT);
+}
+
+/// [`send`] to inner destination port `port`.
+fn send_to(&(tag, how, outer_src, inner_src, inner_dst): &Case, port: u16) {
+    let inner = udp_packet(ip(inner_src), ip(inner_dst), port, tag.as_bytes());
     let src = ip(outer_src);
     let dst = if src.is_ipv4() { ip(BAL4) } else { ip(BAL6) };
     match how {
@@ -226,7 +236,12 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
                 "0",
             ])
             .args(["--allow-source", BAL4, "--allow-source", BAL6])
-            .args(["--vip", VIP4, "--vip", VIP6])
+            .args([
+                "--vip",
+                &format!("{VIP4}:udp/{PORT}"),
+                "--vip",
+                &format!("[{VIP6}]:udp/{PORT}"),
+            ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -258,20 +273,29 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
 
     // The server behind the VIP (and the host's other addresses).
     let listen = ns.enter(|| {
-        let v4 = UdpSocket::bind(("0.0.0.0", PORT)).expect("bind v4");
-        let v6 = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).expect("v6");
-        v6.set_only_v6(true).expect("v6only");
-        v6.bind(&SocketAddr::new(ip("::"), PORT).into())
-            .expect("bind v6");
-        let v6: UdpSocket = v6.into();
-        for s in [&v4, &v6] {
-            s.set_nonblocking(true).expect("nonblocking");
-        }
-        (v4, v6)
+        let bind = |port: u16| {
+            let v4 = UdpSocket::bind(("0.0.0.0", port)).expect("bind v4");
+            let v6 = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).expect("v6");
+            v6.set_only_v6(true).expect("v6only");
+            v6.bind(&SocketAddr::new(ip("::"), port).into())
+                .expect("bind v6");
+            let v6: UdpSocket = v6.into();
+            for s in [&v4, &v6] {
+                s.set_nonblocking(true).expect("nonblocking");
+            }
+            (v4, v6)
+        };
+        (bind(PORT), bind(UNLISTED))
     });
-    let (v4, v6) = listen.join().expect("listener");
+    let ((v4, v6), (u4, u6)) = listen.join().expect("listener");
 
     use How::*;
+    // From a balancer to the VIP, but to a port the VIP does not list (a
+    // service on the backend the balancer does not forward to).
+    let unlisted: [Case; 2] = [
+        ("gue4-unlisted", Gue, BAL4, CLIENT4, VIP4),
+        ("ipip6-unlisted", Raw(41), BAL6, CLIENT6, VIP6),
+    ];
     let bad: [Case; 9] = [
         // From strangers: every kind of tunnel.
         ("gue4-stranger", Gue, STRANGER4, CLIENT4, VIP4),
@@ -304,6 +328,9 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
         ("gre6-ok", Raw(47), BAL6, CLIENT6, VIP6),
     ];
     ns.enter(move || {
+        for c in &unlisted {
+            send_to(c, UNLISTED);
+        }
         for c in bad.iter().chain(good.iter()) {
             send(c);
         }
@@ -333,7 +360,7 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
     let mut settle: Option<Instant> = None;
     let started = Instant::now();
     loop {
-        for s in [&v4, &v6] {
+        for s in [&v4, &v6, &u4, &u6] {
             while let Ok(n) = s.recv(&mut buf) {
                 got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
             }
@@ -381,7 +408,7 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
         .unwrap_or_else(|| panic!("no exit line:\n{text}"));
     for counter in [
         "delivered 12,",
-        "dropped 9 (",
+        "dropped 11 (",
         "source_not_allowed 4,",
         "inner_dst_not_owned 2,",
         "inner_src_refused 1,",
@@ -389,6 +416,7 @@ fn only_balancers_tunnels_to_the_vips_reach_the_kernel() {
         "geneve_critical_option 1,",
         "malformed 0,",
         "malformed_inner 0,",
+        "port_not_allowed 2,",
         "tun_write_failed 0)",
     ] {
         assert!(exit.contains(counter), "{counter:?} in {exit}");

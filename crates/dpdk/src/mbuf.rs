@@ -487,6 +487,11 @@ impl wire::buf::PacketBuf for Mbuf {
     }
 
     #[inline]
+    fn append(&mut self, n: usize) -> Result<&mut [u8], wire::BufError> {
+        Mbuf::append(self, n).map_err(|_| wire::BufError::NoTailroom)
+    }
+
+    #[inline]
     fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], wire::BufError> {
         Mbuf::reframe(self, front, len)
     }
@@ -498,6 +503,11 @@ impl<const N: usize> wire::burst::PacketBurst for MbufBurst<N> {
     #[inline]
     fn len(&self) -> usize {
         self.len
+    }
+
+    #[inline]
+    fn capacity(&self) -> usize {
+        N
     }
 
     #[inline]

@@ -39,5 +39,19 @@ fn a_worker_builds_a_frame_in_a_buffer_of_its_port_and_sends_it() {
     assert_eq!(io.rx_burst(0, &mut rx), 1, "the ring loops it back");
     assert_eq!(rx.packets_mut()[0].data(), &frame[..]);
     drop(rx);
+    // A fragment (M48) is built at the tail of a fresh buffer: the room
+    // behind its headroom, and no more.
+    let mut f = io.alloc(0).expect("a buffer");
+    let room = f.tailroom();
+    assert!(room >= 1514, "a 1,500-byte frame fits: {room}");
+    PacketBuf::append(&mut f, 1514).expect("tailroom").fill(7);
+    assert_eq!(PacketBuf::data(&f), &[7u8; 1514][..]);
+    assert_eq!(
+        PacketBuf::append(&mut f, room),
+        Err(wire::BufError::NoTailroom)
+    );
+    assert_eq!(PacketBuf::len(&f), 1514, "unchanged on error");
+    assert_eq!(PacketBurst::capacity(&tx), 4);
+    drop(f);
     assert_eq!(pool.in_use(), in_use, "the buffer went back to the pool");
 }

@@ -10,8 +10,6 @@
 //! does (ports swapped too). Either way a listen address should be the
 //! appliance's own address, not a wildcard: it is the answer's source.
 
-use std::fs::{File, OpenOptions};
-use std::io::{LineWriter, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,21 +20,28 @@ use anyhow::{Context, Result, bail};
 use socket2::{Domain, Protocol, Socket, Type};
 use wire::geneve::OptionIds;
 
-use crate::{Config, DropReason, Flow, Rule, Tamper, answer, kept_ports_datagram};
+use crate::flowlog::{self, FlowLog};
+use crate::{Config, DropReason, Flow, Prefix, Rule, Tamper, answer, kept_ports_datagram};
 
 const AFTER_HELP: &str = "\
+Only datagrams from --allow-source addresses (the balancers' tunnel source addresses: the \
+first address of each family on their backend port) are answered; the others are counted \
+(source_not_allowed) and never parsed, answered or logged. \
 Each GENEVE packet received is sent back as it came (outer addresses swapped, ports kept \
 unless --answer socket, every option unchanged), unless a --drop rule matches its inner packet. A rule is \
 PROTO SRC -> DST (or <-> for either direction): PROTO tcp, udp, icmp, any or a number; \
 SRC and DST ADDR[/LEN][:PORT], *[:PORT] or [IPV6[/LEN]][:PORT], a port a number or *. \
 The flow log has one line per packet: what was done (returned, dropped:REASON), the \
 balancer's address, the protocol, the connection's two sides in canonical order, the \
-direction (a->b or b->a), the endpoint ID and the cookie (hex, - if absent). Counters are \
+direction (a->b or b->a), the endpoint ID and the cookie (hex, - if absent); before a line \
+would take the file past --flow-log-max-bytes it is rotated (FILE.1 ... FILE.N, N \
+--flow-log-keep). Counters are \
 printed on SIGUSR1 and at exit (SIGINT, SIGTERM). With --health, a TCP listener answers any \
 HTTP request 200 OK (a plain connect succeeds too), for Spillway's health checks.
 
-Example: spillway nva --listen 10.0.0.3 --listen 2001:db8::3 --flow-log /var/log/nva.log \
---drop \"tcp * -> *:23\" --health 10.0.0.3:8080";
+Example: spillway nva --listen 10.0.0.3 --listen 2001:db8::3 --allow-source 10.0.0.1 \
+--allow-source 2001:db8::1 --flow-log /var/log/nva.log --drop \"tcp * -> *:23\" \
+--health 10.0.0.3:8080";
 
 /// Command-line arguments.
 #[derive(clap::Args, Debug)]
@@ -47,9 +52,26 @@ pub struct Args {
     /// appliance's own address: answers leave from it.
     #[arg(long = "listen", value_name = "ADDR[:PORT]", required = true, value_parser = parse_listen)]
     listen: Vec<SocketAddr>,
+    /// Answer GENEVE from this source address or prefix (IPv4 or IPv6);
+    /// repeat for each balancer. Required unless --allow-any.
+    #[arg(long = "allow-source", value_name = "ADDR[/LEN]", value_parser = Prefix::parse_network)]
+    allow_source: Vec<Prefix>,
+    /// Answer GENEVE from any source: the appliance then reflects whatever
+    /// anyone who can reach it sends, to the source the packet claims. Only
+    /// where the network already keeps everyone but the balancers away.
+    #[arg(long, conflicts_with = "allow_source")]
+    allow_any: bool,
     /// Append one line per packet to this file.
     #[arg(long, value_name = "FILE")]
     flow_log: Option<PathBuf>,
+    /// Rotate the flow log before it grows past this size (bytes, or with
+    /// K, M or G).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = flowlog::parse_size, requires = "flow_log")]
+    flow_log_max_bytes: u64,
+    /// Rotated flow logs kept (FILE.1 is the newest); 0: the file is
+    /// emptied instead.
+    #[arg(long, value_name = "N", default_value_t = flowlog::DEFAULT_KEEP, requires = "flow_log")]
+    flow_log_keep: u32,
     /// Drop inner packets matching this rule (see below); repeat for more.
     #[arg(long = "drop", value_name = "RULE")]
     drop: Vec<Rule>,
@@ -109,12 +131,21 @@ fn parse_u16(s: &str) -> Result<u16, String> {
 }
 
 impl Args {
-    /// The appliance's configuration.
+    /// The appliance's configuration; refuses to answer everyone unasked.
     pub fn config(&self) -> Result<Config> {
+        if self.allow_source.is_empty() && !self.allow_any {
+            bail!(
+                "no --allow-source given: name the balancers' tunnel source addresses \
+                 (e.g. --allow-source 10.0.0.1 --allow-source 2001:db8::1), or pass --allow-any \
+                 to answer GENEVE from anywhere (the appliance would then send whatever anyone \
+                 sends it back to the address the packet claims)"
+            );
+        }
         if self.geneve_endpoint_id_type == self.geneve_flow_cookie_type {
             bail!("--geneve-endpoint-id-type and --geneve-flow-cookie-type must differ");
         }
         Ok(Config {
+            sources: (!self.allow_any).then(|| self.allow_source.clone()),
             ids: OptionIds {
                 class: self.geneve_option_class,
                 endpoint_type: self.geneve_endpoint_id_type,
@@ -132,6 +163,8 @@ pub struct Counters {
     received: AtomicU64,
     returned: AtomicU64,
     dropped: [AtomicU64; DropReason::ALL.len()],
+    /// Whether a refused source was logged yet.
+    refusal_logged: AtomicBool,
 }
 
 impl Counters {
@@ -145,6 +178,20 @@ impl Counters {
     fn count_drop(&self, reason: DropReason) {
         if let Some(c) = self.dropped.get(reason.index()) {
             c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a datagram from a source not allowed; the first is logged as
+    /// a warning, the rest only at debug level (no flooding the log).
+    fn refused(&self, from: IpAddr) {
+        self.count_drop(DropReason::SourceNotAllowed);
+        if self.refusal_logged.swap(true, Ordering::Relaxed) {
+            log::debug!("spillway-nva: refused a datagram from {from}");
+        } else {
+            log::warn!(
+                "spillway-nva: refused a datagram from {from}: not an --allow-source address \
+                 (counted as source_not_allowed; further ones are only counted)"
+            );
         }
     }
 
@@ -212,19 +259,28 @@ enum Sender {
     Raw(Socket, IpAddr),
 }
 
-type Log = Option<Arc<Mutex<LineWriter<File>>>>;
+type Log = Option<Arc<Mutex<FlowLog>>>;
 
 /// Runs until SIGINT or SIGTERM.
 pub fn run(args: &Args) -> Result<()> {
+    // Before anything is bound: an appliance without an allow-list is a
+    // reflector, so it does not start at all.
     let cfg = Arc::new(args.config()?);
+    match &cfg.sources {
+        Some(list) => {
+            let s: Vec<String> = list.iter().map(ToString::to_string).collect();
+            log::info!("spillway-nva: answering GENEVE from {}", s.join(", "));
+        }
+        None => log::warn!(
+            "spillway-nva: --allow-any: answering GENEVE from ANY source; anyone who can reach \
+             this appliance can have it send packets to the address they claim"
+        ),
+    }
     let log: Log = match &args.flow_log {
         Some(path) => {
-            let f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
+            let l = FlowLog::open(path, args.flow_log_max_bytes, args.flow_log_keep)
                 .with_context(|| format!("opening flow log {}", path.display()))?;
-            Some(Arc::new(Mutex::new(LineWriter::new(f))))
+            Some(Arc::new(Mutex::new(l)))
         }
         None => None,
     };
@@ -286,6 +342,12 @@ pub fn run(args: &Args) -> Result<()> {
                     continue;
                 };
                 counters.received.fetch_add(1, Ordering::Relaxed);
+                // Not even parsed, answered or logged: a stranger must
+                // neither be reflected nor fill the flow log.
+                if !cfg.source_allowed(from.ip()) {
+                    counters.refused(from.ip());
+                    continue;
+                }
                 let Some(bytes) = buf.get(..n) else { continue };
                 let (verdict, flow) = match answer(&cfg, bytes) {
                     Ok(a) => {
@@ -330,6 +392,15 @@ pub fn run(args: &Args) -> Result<()> {
         let _ = t.join();
     }
     log::info!("spillway-nva: exiting: {}", counters.summary());
+    if let Some(lost) = log
+        .as_ref()
+        .and_then(|l| l.lock().ok().map(|l| l.lost()))
+        .filter(|&n| n > 0)
+    {
+        log::warn!(
+            "spillway-nva: {lost} flow-log lines were dropped (the log could not be rotated)"
+        );
+    }
     Ok(())
 }
 
@@ -340,7 +411,10 @@ fn write_log(log: &Log, verdict: &str, from: SocketAddr, flow: Option<Flow>) {
     };
     if let Ok(mut w) = log.lock() {
         // A full disk must not stop the appliance; the counters still count.
-        let _ = writeln!(w, "{verdict} from={} {flow}", from.ip().to_canonical());
+        let line = format!("{verdict} from={} {flow}", from.ip().to_canonical());
+        if let Some(e) = w.line(&line) {
+            log::warn!("spillway-nva: {e}: lines are dropped until it succeeds");
+        }
     }
 }
 
@@ -374,11 +448,99 @@ mod tests {
         assert_eq!(a.listen[0].port(), 6081);
     }
 
+    /// Issue 38 item 10: an appliance answers only the balancers it is
+    /// told of, or says it answers anyone; it never starts as an open
+    /// reflector by default.
+    #[test]
+    fn refuses_to_answer_everyone_unasked() {
+        let e = args(&["--listen", "10.0.0.3"])
+            .expect("parses")
+            .config()
+            .expect_err("no allow-list");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("--allow-source") && msg.contains("--allow-any"),
+            "{msg}"
+        );
+        let c = args(&[
+            "--listen",
+            "10.0.0.3",
+            "--allow-source",
+            "10.0.0.1",
+            "--allow-source",
+            "2001:db8:1::/48",
+        ])
+        .expect("parses")
+        .config()
+        .expect("config");
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert!(c.source_allowed(ip("10.0.0.1")));
+        assert!(!c.source_allowed(ip("10.0.0.2")));
+        assert!(!c.source_allowed(ip("::ffff:10.0.0.1")));
+        assert!(c.source_allowed(ip("2001:db8:1::9")));
+        assert!(!c.source_allowed(ip("2001:db8:2::9")));
+        let any = args(&["--listen", "10.0.0.3", "--allow-any"])
+            .expect("parses")
+            .config()
+            .expect("config");
+        assert!(any.source_allowed(ip("203.0.113.9")));
+        assert!(
+            args(&[
+                "--listen",
+                "10.0.0.3",
+                "--allow-any",
+                "--allow-source",
+                "10.0.0.1"
+            ])
+            .is_err()
+        );
+        assert!(args(&["--listen", "10.0.0.3", "--allow-source", "10.0.0.1/24"]).is_err());
+    }
+
+    #[test]
+    fn flow_log_limits_parse_and_need_a_log() {
+        let a = args(&[
+            "--listen",
+            "10.0.0.3",
+            "--allow-any",
+            "--flow-log",
+            "/tmp/x",
+        ])
+        .expect("parses");
+        assert_eq!((a.flow_log_max_bytes, a.flow_log_keep), (64 << 20, 4));
+        let a = args(&[
+            "--listen",
+            "10.0.0.3",
+            "--allow-any",
+            "--flow-log",
+            "/tmp/x",
+            "--flow-log-max-bytes",
+            "1M",
+            "--flow-log-keep",
+            "0",
+        ])
+        .expect("parses");
+        assert_eq!((a.flow_log_max_bytes, a.flow_log_keep), (1 << 20, 0));
+        assert!(args(&["--listen", "10.0.0.3", "--flow-log-max-bytes", "1M"]).is_err());
+        assert!(
+            args(&[
+                "--listen",
+                "10.0.0.3",
+                "--flow-log",
+                "/tmp/x",
+                "--flow-log-max-bytes",
+                "0"
+            ])
+            .is_err()
+        );
+    }
+
     #[test]
     fn rules_tamper_and_ids_parse() {
         let c = args(&[
             "--listen",
             "10.0.0.3",
+            "--allow-any",
             "--drop",
             "tcp 10.0.0.1:* -> *:22",
             "--tamper",
@@ -394,10 +556,16 @@ mod tests {
         assert_eq!(c.ids.class, 0xffff);
         assert!(args(&["--listen", "10.0.0.3", "--drop", "tcp 10.0.0.1 to *:22"]).is_err());
         assert!(args(&["--listen", "10.0.0.3", "--tamper", "cookies"]).is_err());
-        let e = args(&["--listen", "10.0.0.3", "--geneve-endpoint-id-type", "3"])
-            .expect("parses")
-            .config()
-            .expect_err("same types");
+        let e = args(&[
+            "--listen",
+            "10.0.0.3",
+            "--allow-any",
+            "--geneve-endpoint-id-type",
+            "3",
+        ])
+        .expect("parses")
+        .config()
+        .expect_err("same types");
         assert!(format!("{e:#}").contains("must differ"));
     }
 
@@ -423,9 +591,10 @@ mod tests {
         c.returned.fetch_add(1, Ordering::Relaxed);
         c.count_drop(DropReason::Malformed);
         c.count_drop(DropReason::Rule);
+        c.refused("203.0.113.9".parse().expect("ip"));
         assert_eq!(
             c.summary(),
-            "received 3, returned 1, malformed 1, dropped 1 (not_ip 0, oam 0, rule 1, send_failed 0)"
+            "received 3, returned 1, malformed 1, dropped 2 (source_not_allowed 1, not_ip 0, oam 0, rule 1, send_failed 0)"
         );
     }
 }

@@ -5,6 +5,12 @@
 //! addresses swapped and ports kept, every option returned unchanged — the
 //! balancer then checks the flow cookie and sends the inner packet on.
 //!
+//! Sending a packet back to where it came from is what a reflector does: the
+//! appliance answers only the balancers it is told of
+//! ([`Config::source_allowed`], `--allow-source`, as `spillway decap` takes
+//! tunnels only from them); a datagram from anyone else is counted and not
+//! even parsed.
+//!
 //! On top of that it can log flows, drop by a simple 5-tuple rule (what a
 //! firewall would), and — for the balancer's negative tests — change the
 //! cookie or strip the options before returning. [`answer`] is the whole
@@ -15,6 +21,8 @@
 
 #[cfg(feature = "daemon")]
 pub mod daemon;
+#[cfg(feature = "daemon")]
+pub mod flowlog;
 #[cfg(feature = "daemon")]
 pub mod health;
 
@@ -30,6 +38,10 @@ use wire::packet::{IpVersion, parse_ip};
 /// Why a received datagram was not returned. Each has a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum DropReason {
+    /// The source is not an allowed balancer address (the daemon's check,
+    /// [`Config::source_allowed`], before [`answer`]).
+    #[error("the source is not an allowed balancer address")]
+    SourceNotAllowed,
     /// Not a GENEVE packet this appliance can read: short, version not 0,
     /// an option overrunning the header, or an inner packet that is not one
     /// whole, well-formed IP packet of the announced version.
@@ -52,7 +64,8 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in the order the counters are printed.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
+        DropReason::SourceNotAllowed,
         DropReason::Malformed,
         DropReason::NotIp,
         DropReason::Oam,
@@ -63,6 +76,7 @@ impl DropReason {
     /// The counter's name.
     pub const fn name(self) -> &'static str {
         match self {
+            DropReason::SourceNotAllowed => "source_not_allowed",
             DropReason::Malformed => "malformed",
             DropReason::NotIp => "not_ip",
             DropReason::Oam => "oam",
@@ -168,13 +182,7 @@ fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
         if a == "*" {
             return Ok(None);
         }
-        let p: Prefix = a.parse()?;
-        if p.has_host_bits() {
-            return Err(format!(
-                "{a} has bits set beyond its prefix length: write the network address"
-            ));
-        }
-        Ok(Some(p))
+        Prefix::parse_network(a).map(Some)
     };
     // `[v6]:port`, `[v6]`, `v4:port`, `*:port`, or a bare address (an IPv6
     // one without brackets has no port: its colons are the address's).
@@ -241,12 +249,27 @@ impl FromStr for Rule {
 /// What the appliance does.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Config {
+    /// Sources answered (the balancers' tunnel addresses); `None`: any
+    /// (`--allow-any`, and the default of this struct, for [`answer`]'s
+    /// tests: the daemon requires one or the other).
+    pub sources: Option<Vec<Prefix>>,
     /// Class and types of Spillway's options (the cookie is found by them).
     pub ids: OptionIds,
     /// Drop rules; the first that matches drops the packet.
     pub rules: Vec<Rule>,
     /// What to change before returning.
     pub tamper: Tamper,
+}
+
+impl Config {
+    /// Whether datagrams from `src` are answered. The daemon's sockets are
+    /// bound per family (IPv6 ones v6-only), so an IPv4-mapped source is an
+    /// IPv6 packet that claims one: it matches no IPv4 prefix.
+    pub fn source_allowed(&self, src: IpAddr) -> bool {
+        self.sources
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|p| p.contains(src)))
+    }
 }
 
 /// The inner packet's 5-tuple and the balancer's options, for the flow log.

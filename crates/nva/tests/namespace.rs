@@ -8,7 +8,11 @@
 //! the veth pair (transmit on the appliances' side, receive on the
 //! balancer's), so the appliances' kernel computes the outer checksums in
 //! software and the balancer's verifies them: an answer with a wrong one
-//! never reaches the socket. Needs root (namespaces, ethtool).
+//! never reaches the socket. The appliances answer only the balancer's
+//! addresses (`--allow-source`): the same packets from a stranger's address
+//! are neither answered nor logged, only counted; appliance B's flow log is
+//! limited to a line and rotated (issue 38 item 10). Needs root
+//! (namespaces, ethtool).
 
 #![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
@@ -21,6 +25,9 @@ use testkit::packet::{Packet, v4, v6};
 
 const BAL4: &str = "192.0.2.1";
 const BAL6: &str = "2001:db8::1";
+/// Another address in the balancer's namespace: no balancer.
+const STRANGER4: &str = "192.0.2.9";
+const STRANGER6: &str = "2001:db8::9";
 /// Appliance A (plain), B (cookie), C (strip options, answers from C2).
 const A4: &str = "192.0.2.3";
 const A6: &str = "2001:db8::3";
@@ -188,8 +195,14 @@ struct Got {
 /// Sends `payload` to appliance `to`:6081 from an ephemeral port and waits
 /// for the answer on that socket and on the balancer's Geneve port.
 fn exchange(to: &str, payload: &[u8]) -> Option<Got> {
+    let bal = if to.contains(':') { BAL6 } else { BAL4 };
+    exchange_from(bal, to, payload)
+}
+
+/// [`exchange`] from address `from` of the balancer's namespace.
+fn exchange_from(from: &str, to: &str, payload: &[u8]) -> Option<Got> {
     let to = SocketAddr::new(ip(to), 6081);
-    let bal = ip(if to.is_ipv4() { BAL4 } else { BAL6 });
+    let bal = ip(from);
     let s = UdpSocket::bind((bal, 0)).expect("bind");
     let g = UdpSocket::bind((bal, 6081)).expect("bind the Geneve port");
     for x in [&s, &g] {
@@ -234,16 +247,20 @@ fn answers_are_the_contract_byte_for_byte() {
     ns.ip_bal(&[
         "link", "add", "name", "vb", "type", "veth", "peer", "name", "va", "netns", &ns.name,
     ]);
-    ns.ip_bal(&["addr", "add", &format!("{BAL4}/24"), "dev", "vb"]);
-    ns.ip_bal(&[
-        "-6",
-        "addr",
-        "add",
-        &format!("{BAL6}/64"),
-        "dev",
-        "vb",
-        "nodad",
-    ]);
+    for a in [BAL4, STRANGER4] {
+        ns.ip_bal(&["addr", "add", &format!("{a}/24"), "dev", "vb"]);
+    }
+    for a in [BAL6, STRANGER6] {
+        ns.ip_bal(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{a}/64"),
+            "dev",
+            "vb",
+            "nodad",
+        ]);
+    }
     for a in [A4, B4, C4, C24] {
         ns.ip(&["addr", "add", &format!("{a}/24"), "dev", "va"]);
     }
@@ -268,38 +285,68 @@ fn answers_are_the_contract_byte_for_byte() {
     ns.ethtool(&ns.bal, &["vb", "rx", "off"]);
     let dir = std::env::temp_dir();
     let log = |x: &str| dir.join(format!("{}-{x}.log", ns.name));
-    let (la, lb, lc, flows) = (log("a"), log("b"), log("c"), log("flows"));
+    let (la, lb, lc, flows, flows_b) = (log("a"), log("b"), log("c"), log("flows"), log("flows-b"));
     let a6 = format!("[{A6}]:6081");
+    let allow = ["--allow-source", BAL4, "--allow-source", BAL6];
     ns.nva(
         &la,
         &[
-            "--listen",
-            A4,
-            "--listen",
-            &a6,
-            "--flow-log",
-            flows.to_str().expect("path"),
-            "--drop",
-            "tcp * <-> *:23",
-        ],
+            &allow[..],
+            &[
+                "--listen",
+                A4,
+                "--listen",
+                &a6,
+                "--flow-log",
+                flows.to_str().expect("path"),
+                "--drop",
+                "tcp * <-> *:23",
+            ],
+        ]
+        .concat(),
     );
-    ns.nva(&lb, &["--listen", B4, "--listen", B6, "--tamper", "cookie"]);
+    // A flow log of at most 150 bytes (a line is ~110) and one rotated file.
+    ns.nva(
+        &lb,
+        &[
+            &allow[..],
+            &[
+                "--listen",
+                B4,
+                "--listen",
+                B6,
+                "--tamper",
+                "cookie",
+                "--flow-log",
+                flows_b.to_str().expect("path"),
+                "--flow-log-max-bytes",
+                "150",
+                "--flow-log-keep",
+                "1",
+            ],
+        ]
+        .concat(),
+    );
     ns.nva(
         &lc,
         &[
-            "--listen",
-            C4,
-            "--listen",
-            C6,
-            "--tamper",
-            "strip-options",
-            "--answer",
-            "socket",
-            "--reply-from",
-            C24,
-            "--reply-from",
-            C26,
-        ],
+            &allow[..],
+            &[
+                "--listen",
+                C4,
+                "--listen",
+                C6,
+                "--tamper",
+                "strip-options",
+                "--answer",
+                "socket",
+                "--reply-from",
+                C24,
+                "--reply-from",
+                C26,
+            ],
+        ]
+        .concat(),
     );
     let text = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
     // Sockets are bound before each "listening" line: then packets queue.
@@ -332,6 +379,12 @@ fn answers_are_the_contract_byte_for_byte() {
             }
             let junk = vec![0x40, 0, 0, 0];
             out.push(("junk", A4, junk.clone(), exchange(A4, &junk)));
+            // What the plain appliance returns to the balancer, from a
+            // stranger: not answered.
+            for (from, outer, inner6) in [(STRANGER4, A4, false), (STRANGER6, A6, true)] {
+                let g = geneve(&inner_tcp(inner6, 443));
+                out.push(("stranger", outer, g.clone(), exchange_from(from, outer, &g)));
+            }
             for outer in [B4, B6, C4, C6] {
                 let g = geneve(&inner_tcp(outer.contains(':'), 443));
                 out.push(("tamper", outer, g.clone(), exchange(outer, &g)));
@@ -354,7 +407,7 @@ fn answers_are_the_contract_byte_for_byte() {
                 );
                 assert_eq!(g.bytes, sent, "{ctx}: byte for byte");
             }
-            ("rule" | "junk", _) => assert!(got.is_none(), "{ctx}: answered"),
+            ("rule" | "junk" | "stranger", _) => assert!(got.is_none(), "{ctx}: answered"),
             (_, B4 | B6) => {
                 let g = got.unwrap_or_else(|| panic!("{ctx}: no answer"));
                 assert!(g.kept, "{ctx}");
@@ -385,7 +438,8 @@ fn answers_are_the_contract_byte_for_byte() {
     // SIGUSR1 prints the counters and the appliance keeps running.
     let pid_b = ns.daemons[1].id();
     run(Command::new("kill").args(["-USR1", &pid_b.to_string()]));
-    let want_b = "spillway-nva: received 2, returned 2, malformed 0, dropped 0";
+    let want_b =
+        "spillway-nva: received 2, returned 2, malformed 0, dropped 0 (source_not_allowed 0,";
     let asked = Instant::now();
     while !text(&lb).contains(want_b) {
         assert!(
@@ -401,13 +455,32 @@ fn answers_are_the_contract_byte_for_byte() {
         text(&lb)
     );
 
+    // Appliance B's flow log: two lines, one in each file, neither file
+    // over its 150 bytes.
+    let (b_now, b_old) = (text(&flows_b), text(&flows_b.with_extension("log.1")));
+    for f in [&b_now, &b_old] {
+        assert!(
+            f.len() <= 150 && f.lines().count() == 1,
+            "{b_old:?} then {b_now:?}"
+        );
+        assert!(f.starts_with("returned from="), "{f}");
+    }
+    assert!(!flows_b.with_extension("log.2").exists());
+
     // Appliance A's exit line and flow log.
     let pid = ns.daemons[0].id();
     run(Command::new("kill").args(["-TERM", &pid.to_string()]));
     let status = ns.daemons[0].wait().expect("wait");
     let exit_text = text(&la);
     let flow_text = text(&flows);
-    for p in [&la, &lb, &lc, &flows] {
+    for p in [
+        &la,
+        &lb,
+        &lc,
+        &flows,
+        &flows_b,
+        &flows_b.with_extension("log.1"),
+    ] {
         let _ = std::fs::remove_file(p);
     }
     eprintln!("{exit_text}\n{flow_text}");
@@ -418,7 +491,7 @@ fn answers_are_the_contract_byte_for_byte() {
         .unwrap_or_else(|| panic!("no exit line:\n{exit_text}"));
     assert!(
         exit.contains(
-            "received 7, returned 4, malformed 1, dropped 2 (not_ip 0, oam 0, rule 2, send_failed 0)"
+            "received 9, returned 4, malformed 1, dropped 4 (source_not_allowed 2, not_ip 0, oam 0, rule 2, send_failed 0)"
         ),
         "{exit}"
     );

@@ -9,8 +9,8 @@ use crate::error::BufError;
 
 /// A packet in a buffer with headroom, as DPDK mbufs and [`MemBuf`] provide.
 ///
-/// Implementations must keep `data()` contiguous. Growing at the tail is not needed by any
-/// encapsulation here and is therefore not part of the trait.
+/// Implementations must keep `data()` contiguous. Growing at the tail ([`PacketBuf::append`])
+/// serves a packet built in a fresh buffer (a fragment, M48); encapsulation only prepends.
 pub trait PacketBuf {
     /// The packet bytes.
     fn data(&self) -> &[u8];
@@ -24,6 +24,8 @@ pub trait PacketBuf {
     fn adj(&mut self, n: usize) -> Result<(), BufError>;
     /// Removes `n` bytes from the end of the packet.
     fn trim(&mut self, n: usize) -> Result<(), BufError>;
+    /// Grows the packet by `n` bytes at the end and returns those new (unspecified) bytes.
+    fn append(&mut self, n: usize) -> Result<&mut [u8], BufError>;
     /// Grows the packet by `front` bytes at the front and cuts it to `len` bytes in all (what
     /// lies beyond the first `len - front` old bytes, e.g. Ethernet padding, is dropped), and
     /// returns the whole packet; the new front bytes are unspecified. [`PacketBuf::trim`] then
@@ -153,6 +155,16 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf for MemBuf<S> {
         Ok(())
     }
 
+    fn append(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        let start = self.head + self.len;
+        let end = start
+            .checked_add(n)
+            .filter(|&e| e <= self.storage.as_ref().len())
+            .ok_or(BufError::NoTailroom)?;
+        self.len += n;
+        Ok(&mut self.storage.as_mut()[start..end])
+    }
+
     fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], BufError> {
         let keep = len.checked_sub(front).ok_or(BufError::TooShort)?;
         if keep > self.len {
@@ -217,6 +229,9 @@ mod tests {
             fn trim(&mut self, n: usize) -> Result<(), BufError> {
                 self.0.trim(n)
             }
+            fn append(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+                self.0.append(n)
+            }
         }
         let pkt = [1, 2, 3, 4, 5, 6];
         for front in 0..7 {
@@ -237,6 +252,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn append_grows_into_the_tail_room_only() {
+        let mut b = MemBuf::new([0u8; 8], 2, &[1, 2]).unwrap();
+        b.append(3).unwrap().copy_from_slice(&[3, 4, 5]);
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5]);
+        assert_eq!(b.append(2), Err(BufError::NoTailroom));
+        assert_eq!(b.len(), 5, "unchanged on error");
+        b.append(1).unwrap()[0] = 6;
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(b.append(usize::MAX), Err(BufError::NoTailroom));
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub trait PacketBurst {
     type Pkt: PacketBuf;
     /// Packets held.
     fn len(&self) -> usize;
+    /// The most packets it holds.
+    fn capacity(&self) -> usize;
     /// Whether it holds no packet.
     fn is_empty(&self) -> bool {
         self.len() == 0

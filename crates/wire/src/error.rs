@@ -48,6 +48,9 @@ pub enum BufError {
     /// initial data does not fit the buffer's storage
     #[error("initial data does not fit the buffer's storage")]
     TooLarge,
+    /// not enough room behind the packet to append the requested bytes
+    #[error("not enough room behind the packet to append the requested bytes")]
+    NoTailroom,
 }
 
 /// Why a packet could not be encapsulated.

@@ -26,6 +26,8 @@
 //!   [`buf::MemBuf`] implement.
 //! * [`encap`] encapsulates and decapsulates in place for every delivery mode of M8 and
 //!   performs the GENEVE return-path rewrite of M32.
+//! * [`frag`] splits an IPv4 packet without DF into fragments that fit the egress MTU once
+//!   encapsulated (M48), each then encapsulated on its own.
 //! * [`ndp`] validates IPv6 neighbor solicitations and answers them in place for the
 //!   balancer's addresses; [`reply`] turns a TCP segment into the reset that answers it
 //!   (M14). Both rewrite the received frame instead of building a new one.
@@ -44,6 +46,7 @@ pub mod error;
 pub mod esp;
 pub mod ethernet;
 pub mod flow;
+pub mod frag;
 pub mod geneve;
 pub mod gre;
 pub mod gue;

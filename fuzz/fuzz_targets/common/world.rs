@@ -84,6 +84,28 @@ endpoints = [{ address = "10.0.2.11" }, { address = "10.0.2.12" }]
 "#;
 
 /// A snapshot and a flow table to run the pipeline on.
+/// What the worker loop does with a [`dataplane::Verdict::Fragment`] (M48):
+/// [`dataplane::Worker::fragment`] with in-memory buffers. The fragments
+/// sent (none when it was dropped, and counted); each is a tunnel frame
+/// whose inner packet is at most `max_inner` bytes.
+#[allow(dead_code)] // only the targets with an egress MTU reach it
+pub fn fragments<S: AsRef<[u8]> + AsMut<[u8]>>(
+    worker: &mut dataplane::Worker,
+    snap: &Snapshot,
+    job: u16,
+    pkt: wire::buf::MemBuf<S>,
+    mut more: impl FnMut() -> wire::buf::MemBuf<S>,
+) -> Vec<Vec<u8>> {
+    use wire::buf::PacketBuf;
+    let mut out: [Option<wire::buf::MemBuf<S>>; dataplane::pipeline::MAX_FRAGMENTS] =
+        std::array::from_fn(|_| None);
+    let n = worker.fragment(snap, job, pkt, &mut || Some(more()), &mut out);
+    out[..n]
+        .iter()
+        .map(|f| f.as_ref().expect("n fragments").data().to_vec())
+        .collect()
+}
+
 pub struct World {
     pub snap: Snapshot,
     #[allow(dead_code)] // the gateway target makes a fresh one per input

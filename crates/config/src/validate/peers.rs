@@ -39,6 +39,17 @@ impl Checker<'_> {
                 ),
             );
         }
+        // Both end up in the bird.conf `spillway bird-config` writes: the
+        // routes file as an `include "…"` pattern, the socket in a comment.
+        // BIRD strings have no escapes, so a quote or a line break there
+        // would end the string or the comment and let the rest of the
+        // value be read as configuration (a protocol, a filter).
+        if let Some(why) = bird_text_problem(&b.control, false) {
+            self.err("bgp.control", why);
+        }
+        if let Some(why) = bird_text_problem(&b.routes_file.to_string_lossy(), true) {
+            self.err("bgp.routes_file", why);
+        }
         let mut seen = HashSet::new();
         for (i, peer) in b.peers.iter().enumerate() {
             if !asn_ok(peer.asn) {
@@ -92,4 +103,24 @@ impl Checker<'_> {
             );
         }
     }
+}
+
+/// Why `value` cannot be written into a bird.conf (`None`: it can): a
+/// double quote, or a control character (a line break, a tab, NUL, DEL …);
+/// for an `include` pattern (`pattern`) also a glob character (`*`, `?`,
+/// `[`, `]`, `\`), which would make BIRD read other files than the one
+/// Spillway writes.
+fn bird_text_problem(value: &str, pattern: bool) -> Option<String> {
+    let bad = value.chars().find(|&c| {
+        c == '"' || c.is_control() || (pattern && matches!(c, '*' | '?' | '[' | ']' | '\\'))
+    })?;
+    let what = match bad {
+        '"' => "a double quote".to_owned(),
+        '\n' | '\r' => "a line break".to_owned(),
+        c if c.is_control() => format!("the control character U+{:04X}", u32::from(c)),
+        c => format!("the glob character {c:?}"),
+    };
+    Some(format!(
+        "{value:?} contains {what}: it is written into bird.conf, where it would end the string or comment and inject configuration; use a plain path"
+    ))
 }

@@ -118,8 +118,9 @@ impl Worker {
     }
 
     /// A packet whose encapsulation would exceed the egress MTU: `max` is the
-    /// largest inner IP packet that fits (M48). IPv4 without DF goes on
-    /// anyway (`None`, counted: the next hop fragments it or drops it);
+    /// largest inner IP packet that fits (M48). IPv4 without DF is split
+    /// into fragments that fit, each sent to backend `to` (slot, cookie) in
+    /// a tunnel of its own (RFC 4459 §4, see [`Worker::fragment`]);
     /// IPv4 with DF and every IPv6 packet are turned into the ICMP error
     /// advertising `max`, back out the port they came in on, within the
     /// worker's budget per tick; beyond it they are dropped and counted.
@@ -132,14 +133,14 @@ impl Worker {
         pkt: &mut B,
         p: &Pending,
         max: u32,
-    ) -> Option<Outcome> {
+        to: (u32, u32),
+    ) -> Outcome {
         let Ctx { snap, now, .. } = cx;
         if !p.inner.v6 {
             // The flags byte of the IPv4 header; DF is 0x40.
             let flags = pkt.data().get(usize::from(p.inner.l2_len) + 6);
-            if flags.is_none_or(|f| f & 0x40 == 0) {
-                self.counters.mtu_exceeded_forwarded += 1;
-                return None;
+            if flags.is_some_and(|f| f & 0x40 == 0) {
+                return self.fragment_later(p, to, max);
             }
         }
         self.child_drop(p.child, DropReason::TooBig);
@@ -148,17 +149,17 @@ impl Worker {
             self.too_big_left = snap.too_big_budget;
         }
         if self.too_big_left == 0 {
-            return Some(Outcome::Drop(DropReason::TooBigRateLimited));
+            return Outcome::Drop(DropReason::TooBigRateLimited);
         }
         let mtu = u16::try_from(max).unwrap_or(u16::MAX);
-        Some(match reply::too_big(pkt, self.reply_mac(snap), mtu) {
+        match reply::too_big(pkt, self.reply_mac(snap), mtu) {
             Ok(()) => {
                 self.too_big_left -= 1;
                 Outcome::TooBig
             }
             Err(ReplyError::Parse(_)) => Outcome::Drop(DropReason::Malformed),
             Err(_) => Outcome::Drop(DropReason::TooBig),
-        })
+        }
     }
 }
 

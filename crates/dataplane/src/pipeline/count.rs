@@ -59,6 +59,8 @@ impl Worker {
                 c.gateway_returned += 1;
                 Verdict::ForwardTo(port)
             }
+            // Counted by `Worker::fragment`, which decides it.
+            Outcome::Fragment(job) => Verdict::Fragment(job),
         }
     }
 

@@ -152,9 +152,8 @@ impl Worker {
         if let Some(be) = snap.backends.get(slot as usize)
             && let (_, max_ip_len) = be.encap_for(p.inner.v6)
             && p.inner.ip_len > max_ip_len
-            && let Some(o) = self.too_big(cx, pkt, p, max_ip_len)
         {
-            return (o, wrote);
+            return (self.too_big(cx, pkt, p, max_ip_len, (slot, cookie)), wrote);
         }
         // A gateway rule's packet carries its endpoint's ID (M30); an ICMP
         // error a cookie of its own, which binds its addresses and length to

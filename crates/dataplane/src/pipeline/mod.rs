@@ -25,7 +25,9 @@
 //! 2. `flow`: follow the flow's entry or create one (M10, M11, M15), pick
 //!    the backend by Maglev (M12), deliver (M8).
 //! 3. `answer`: the replies built in place — ARP, neighbor advertisements,
-//!    TCP resets, ICMP too-big (M48) — reached from the two passes above.
+//!    TCP resets, ICMP too-big (M48) — reached from the two passes above;
+//!    `fragment`: an IPv4 packet without DF too big once encapsulated is
+//!    split after the burst, when the worker loop has buffers (M48).
 //! 4. `count`: every packet's one outcome under its counter, and the
 //!    per-rule and per-backend counts.
 //!
@@ -64,7 +66,10 @@ mod classify;
 mod count;
 pub mod explain;
 mod flow;
+mod fragment;
 mod gateway;
+
+pub use fragment::MAX_FRAGMENTS;
 
 use wire::ip::proto::{TCP, UDP};
 
@@ -83,6 +88,11 @@ pub enum Verdict {
     ToHost,
     /// Dropped (and counted) for this reason.
     Drop(DropReason),
+    /// Too big once encapsulated and allowed to be fragmented (IPv4 without
+    /// DF, M48): [`Worker::fragment`] with this job splits it, encapsulates
+    /// each fragment and counts the outcome; the worker loop sends them
+    /// together, in order. Not counted until then.
+    Fragment(u16),
 }
 
 /// What became of a packet: a [`Verdict`], with the kinds of reply told
@@ -101,6 +111,9 @@ enum Outcome {
     EchoReply,
     /// Returned by an appliance, sent back out this port (M32).
     Returned(u16),
+    /// To be fragmented after the burst (M48): job `0` of
+    /// [`Worker::fragment`].
+    Fragment(u16),
 }
 
 /// Packets classified together before their flow-table lookups (the
@@ -275,6 +288,9 @@ pub struct Worker {
     /// it, against [`Snapshot::gateway_mismatch_budget`] (M53). Grown with
     /// the snapshot, between bursts.
     return_budget: Vec<(Tick, u32)>,
+    /// Packets of the current burst to fragment (M48), by
+    /// [`Verdict::Fragment`] index: capacity reserved once, never grown.
+    frag_jobs: Vec<fragment::FragJob>,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -344,6 +360,7 @@ impl Worker {
             neighbours: None,
             sync: None,
             return_budget: Vec::new(),
+            frag_jobs: Vec::with_capacity(fragment::FRAG_JOBS),
         }
     }
 
@@ -403,6 +420,7 @@ impl Worker {
     ) -> Verdict {
         self.end_rule_run();
         self.fit(snap);
+        self.frag_jobs.clear();
         let mut key = flowtable::FlowKey([0; 5]);
         let mut p = Pending::BLANK;
         let cx = Ctx { snap, flows, now };
@@ -436,6 +454,8 @@ impl Worker {
     ) {
         let n = pkts.len().min(verdicts.len());
         self.fit(snap);
+        // The previous burst's fragmentation jobs were done (or dropped).
+        self.frag_jobs.clear();
         let mut start = 0;
         while start < n {
             let end = (start + GROUP).min(n);
