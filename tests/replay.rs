@@ -2785,12 +2785,15 @@ fn geneve_at(out: &[u8]) -> (usize, usize) {
     (l3, 14 + l3 + 8)
 }
 
-/// The appliance's answer per the contract: Ethernet and outer IP
-/// addresses swapped, UDP ports and every Geneve byte kept (the checksums
-/// stay right: both sums are over the swapped pair).
+/// The appliance's answer per the contract: outer IP addresses swapped,
+/// UDP ports and every Geneve byte kept (the checksums stay right: both
+/// sums are over the swapped pair); from the appliance's MAC to the
+/// uplink's. An appliance on the backend port's segment sends to that
+/// port's MAC, but replay receives every frame on the uplink, whose edge
+/// takes only frames to its own MAC (M55).
 fn nva_echo(out: &[u8]) -> Vec<u8> {
     let mut f = out.to_vec();
-    f[..6].copy_from_slice(&out[6..12]);
+    f[..6].copy_from_slice(&LB_MAC);
     f[6..12].copy_from_slice(&out[..6]);
     let (src, len) = if be16(out, 12) == 0x86dd {
         (22, 16)
