@@ -27,3 +27,8 @@ static const uint64_t SPW_ETH_TX_OFFLOAD_MBUF_FAST_FREE = RTE_ETH_TX_OFFLOAD_MBU
 static const uint64_t SPW_ETH_RX_OFFLOAD_CHECKSUM = RTE_ETH_RX_OFFLOAD_CHECKSUM;
 /* rte_intr_instance_alloc flag: memory of this process only (not hugepages). */
 static const uint32_t SPW_INTR_INSTANCE_F_PRIVATE = RTE_INTR_INSTANCE_F_PRIVATE;
+static const uint64_t SPW_ETH_RX_OFFLOAD_IPV4_CKSUM = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
+static const uint64_t SPW_MBUF_F_RX_IP_CKSUM_MASK = RTE_MBUF_F_RX_IP_CKSUM_MASK;
+static const uint64_t SPW_MBUF_F_RX_IP_CKSUM_BAD = RTE_MBUF_F_RX_IP_CKSUM_BAD;
+static const uint64_t SPW_MBUF_F_RX_IP_CKSUM_GOOD = RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+static const uint64_t SPW_MBUF_F_RX_IP_CKSUM_NONE = RTE_MBUF_F_RX_IP_CKSUM_NONE;

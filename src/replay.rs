@@ -783,6 +783,15 @@ pub fn run(args: &Args) -> Result<()> {
             println!("  drop {}: {}", r.name(), c.dropped(r));
         }
     }
+    if c.dropped(DropReason::L2ForeignDst) > 0 {
+        // Replay has no device to ask for the uplink's MAC (M55).
+        let local = &mgmt.snap.local;
+        let mac = local.port_macs.get(uplink).copied().unwrap_or(local.mac);
+        println!(
+            "  (frames to another MAC than the uplink's, {}: give the uplink the capture's destination MAC as its `mac`)",
+            mac.map(|b| format!("{b:02x}")).join(":")
+        );
+    }
     for (child, cc) in compiled.children.iter().zip(&c.children) {
         if cc.packets > 0 {
             println!(

@@ -1389,6 +1389,48 @@ fn a_rule_without_healthy_backends_drops_and_counts_per_rule() {
     }
 }
 
+/// M55 in replay: what the edge does not take is dropped by reason (the
+/// capture's frames are addressed to the uplink's configured `mac`), and
+/// the summary says which MAC frames to another were measured against.
+#[test]
+fn replay_drops_what_the_edge_does_not_take_by_reason() {
+    let client = IpAddr::from([192, 0, 2, 1]);
+    let vip = IpAddr::from([10, 0, 0, 10]);
+    let ok = |sport: u16| {
+        testkit::packet::Packet::tcp(client, vip, sport, 80, SYN).macs(ROUTER_MAC, LB_MAC)
+    };
+    let mut bad_sum = ok(3).frame();
+    bad_sum[24] ^= 0x5a;
+    let frames = vec![
+        ok(1).frame(),
+        ok(2).macs(ROUTER_MAC, [2, 0, 0, 0, 0, 0x55]).frame(),
+        bad_sum,
+        ok(4).vlan(0x8100, 3).frame(),
+        ok(5).ttl(0).frame(),
+        ok(6).ip_options(&[0x83, 7, 4, 10, 0, 0, 10, 0]).frame(),
+        tcp_frame(IpAddr::from([127, 0, 0, 1]), vip, 7, 80, SYN, &[]),
+        tcp_frame(vip, vip, 8, 80, SYN, &[]),
+    ];
+    let r = run("edge", &config().build(), &frames, &[]);
+    assert_eq!(r.out.len(), 1, "{}", r.text);
+    for reason in [
+        "l2_foreign_dst",
+        "ipv4_bad_checksum",
+        "vlan_untagged_port",
+        "ttl_zero",
+        "ip_source_route",
+    ] {
+        assert_eq!(r.drops(reason), 1, "{reason}: {}", r.text);
+    }
+    assert_eq!(r.drops("martian_source"), 2, "{}", r.text);
+    assert!(
+        r.text
+            .contains("another MAC than the uplink's, 02:00:00:00:00:01"),
+        "{}",
+        r.text
+    );
+}
+
 #[test]
 fn replay_forwards_vip_traffic_deterministically_and_counts_the_rest() {
     let d = dir("forwards");
@@ -2895,9 +2937,11 @@ fn geneve_at(out: &[u8]) -> (usize, usize) {
     (l3, 14 + l3 + 8)
 }
 
-/// The appliance's answer per the contract: Ethernet and outer IP
-/// addresses swapped, UDP ports and every Geneve byte kept (the checksums
-/// stay right: both sums are over the swapped pair).
+/// The appliance's answer per the contract: outer IP addresses swapped,
+/// UDP ports and every Geneve byte kept (the checksums stay right: both
+/// sums are over the swapped pair); from the appliance's MAC to the
+/// backend port's, where replay receives it (a frame arrives on the port
+/// its destination MAC names).
 fn nva_echo(out: &[u8]) -> Vec<u8> {
     let mut f = out.to_vec();
     f[..6].copy_from_slice(&out[6..12]);

@@ -1372,8 +1372,9 @@ fn simulate_names_the_backend_replay_sends_each_flow_to() {
     let frames: Vec<Vec<u8>> = flows
         .iter()
         .map(|&(c, p)| {
+            // Replayed, so to replay's uplink MAC without a `mac` (M55).
             Packet::tcp(c.into(), v4("10.0.0.10"), p, 80, testkit::packet::SYN)
-                .macs(common::ROUTER_MAC, common::LB_MAC)
+                .macs(common::ROUTER_MAC, dataplane::snapshot::DEFAULT_MAC)
                 .frame()
         })
         .collect();

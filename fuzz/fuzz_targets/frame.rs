@@ -30,6 +30,13 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(info.ports, Some((f.src_port, f.dst_port)));
         assert_eq!((info.proto, info.tcp_flags), (f.proto, f.tcp_flags));
         assert_eq!(info.l3_len, u32::from(f.total_len));
+        assert_eq!(info.ttl, f.ttl);
+        // The fast header checksum test agrees with the definition (M55).
+        let header: &[u8; 20] = data[14..34].try_into().unwrap();
+        assert_eq!(
+            wire::ipv4::header_checksum_ok(header),
+            wire::ipv4::Packet::new_unchecked(&data[14..]).verify_checksum()
+        );
         let ports = (f.src_port, f.dst_port);
         for a in [
             Affinity::None,
@@ -62,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(info.ports, Some((f.src_port, f.dst_port)));
         assert_eq!((info.proto, info.tcp_flags), (f.proto, f.tcp_flags));
         assert_eq!(info.l3_len, 40 + u32::from(f.payload_len));
+        assert_eq!(info.ttl, f.hop_limit);
         let ports = (f.src_port, f.dst_port);
         for a in [
             Affinity::None,
@@ -75,6 +83,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(Frame::Ip(_, info)) = parse_frame(data) {
         assert!(info.l4_offset as usize <= data.len());
+        // A source route lies within the IP header it was found in.
+        if let Some(wire::packet::SourceRoute::V6 { offset, len, .. }) = info.source_route {
+            assert!(offset >= info.l3_offset && offset + len <= info.l4_offset);
+        }
         for a in [
             Affinity::None,
             Affinity::ClientIpPortProto,

@@ -13,6 +13,12 @@ fuzz_target!(|data: &[u8]| {
         p.is_fragment(),
         p.verify_checksum(),
     );
+    if let Ok(Some(kind)) = wire::ipv4::source_route(p.options()) {
+        assert!(kind == wire::ipv4::option::LSRR || kind == wire::ipv4::option::SSRR);
+    }
+    if let Some(h) = data.first_chunk::<20>().filter(|h| h[0] == 0x45) {
+        assert_eq!(wire::ipv4::header_checksum_ok(h), p.verify_checksum());
+    }
     if let Ok(r) = Ipv4Repr::parse(&p) {
         let mut out = vec![0xa5u8; r.header_len()];
         r.emit(&mut Packet::new_unchecked(&mut out[..])).unwrap();

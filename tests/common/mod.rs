@@ -195,9 +195,15 @@ pub fn dns_query(i: u16) -> Vec<u8> {
         .payload(b"quer")
         .udp_checksum(false)
         .dont_frag(false)
-        .macs(ROUTER_MAC, LB_MAC)
+        .macs(ROUTER_MAC, PCAP0_MAC)
         .frame()
 }
+
+/// The MAC DPDK's `net_pcap` gives the first device a process creates
+/// (02:70:63:61:70, "\x02pcap", then the device's index; it cannot be
+/// changed): the uplink's of the `net_pcap` daemons below, which takes
+/// only frames to it (M55).
+pub const PCAP0_MAC: [u8; 6] = [0x02, 0x70, 0x63, 0x61, 0x70, 0x00];
 
 /// The node, data plane and ports of a daemon on two `net_pcap` ports in
 /// `dir` with `--no-huge`: the uplink reads `uplink_rx` (in `dir`) and

@@ -121,7 +121,34 @@ macro_rules! counters {
                 $($(self.$field += other.$field;)*)*
             }
         }
+
+        /// All zero (derived `Default` stops at arrays of 32).
+        impl Default for $S {
+            fn default() -> Self {
+                $S {
+                    $($($field: 0,)*)*
+                    $($xfield: Zero::zero(),)*
+                }
+            }
+        }
     };
+}
+
+/// The zero of a counters struct's other fields.
+trait Zero {
+    fn zero() -> Self;
+}
+
+impl<const N: usize> Zero for [u64; N] {
+    fn zero() -> Self {
+        [0; N]
+    }
+}
+
+impl<T> Zero for Vec<T> {
+    fn zero() -> Self {
+        Vec::new()
+    }
 }
 
 /// Declares [`DropReason`] with its metric labels, and [`DropReason::ALL`].
@@ -147,38 +174,6 @@ macro_rules! drop_reasons {
             }
         }
     };
-}
-
-/// A count per drop reason, indexed by `DropReason as usize` (an array
-/// that is `Default` at any length).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByReason(pub [u64; DropReason::ALL.len()]);
-
-impl Default for ByReason {
-    fn default() -> Self {
-        ByReason([0; DropReason::ALL.len()])
-    }
-}
-
-impl std::ops::Deref for ByReason {
-    type Target = [u64; DropReason::ALL.len()];
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl<'a> IntoIterator for &'a ByReason {
-    type Item = &'a u64;
-    type IntoIter = std::slice::Iter<'a, u64>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
-    }
-}
-
-impl std::ops::DerefMut for ByReason {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
 }
 
 drop_reasons! {
@@ -305,11 +300,38 @@ drop_reasons! {
     /// for a fragment, malformed IPv4 options, more than 16 fragments
     /// needed, or a fragment that could not be encapsulated.
     FragmentFailed => "fragment_failed",
+    /// A frame to a destination MAC that is not the receiving port's
+    /// (M55): another host's unicast, a broadcast that is not ARP, a
+    /// multicast that is not IPv6 neighbour or listener discovery on a
+    /// `33:33:…` address.
+    L2ForeignDst => "l2_foreign_dst",
+    /// A VLAN-tagged (802.1Q) or QinQ (802.1ad) frame: every port is
+    /// untagged (M55).
+    VlanUntaggedPort => "vlan_untagged_port",
+    /// An IPv4 header whose checksum does not verify, by the NIC's verdict
+    /// where it gives one (M55).
+    Ipv4BadChecksum => "ipv4_bad_checksum",
+    /// IPv4 TTL or IPv6 hop limit 0: no router sends one (M55).
+    TtlZero => "ttl_zero",
+    /// An IPv4 loose or strict source route option (RFC 7126), or an IPv6
+    /// routing header of a type other than 0 and 4 with segments left
+    /// (RFC 8200 §4.4) (M55).
+    IpSourceRoute => "ip_source_route",
+    /// An IPv6 type 0 routing header, deprecated by RFC 5095 (M55).
+    Ipv6Rh0 => "ipv6_rh0",
+    /// An IPv6 segment routing header (RFC 8754) with a segment left to
+    /// visit that is not one of this node's VIPs (M55).
+    Ipv6SrhForeign => "ipv6_srh_foreign",
+    /// A source address that is never a packet's source: unspecified,
+    /// loopback, multicast, reserved (IPv4 0/8, 127/8, 224/3; IPv6 `::`,
+    /// `::1`, `ff00::/8`), or one of this node's own addresses or VIPs
+    /// (M55).
+    MartianSource => "martian_source",
 }
 
 counters! {
     /// Counters of one child rule (`<rule>-ag0`/`-ag1`, M5).
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct ChildCounters {
         /// Every counter of a child rule.
         const ALL = [
@@ -330,7 +352,7 @@ counters! {
             /// Its drops by reason, indexed by `DropReason as usize`
             /// (`no_backend` also when answered with a reset, `too_big`
             /// also when answered with ICMP).
-            pub drop_reasons: ByReason,
+            pub drop_reasons: [u64; DropReason::ALL.len()],
         }
     }
 }
@@ -338,7 +360,7 @@ counters! {
 counters! {
     /// One worker's counters. Aligned to a cache line so that two workers'
     /// counters never share one.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     #[repr(align(64))]
     pub struct WorkerCounters {
         /// Packet outcomes: the first line of `stats` and of the replay summary.
@@ -500,7 +522,7 @@ counters! {
         ];
         fields {
             /// Drops by reason, indexed by `DropReason as usize`.
-            pub drops: ByReason,
+            pub drops: [u64; DropReason::ALL.len()],
             /// Per child rule, indexed by child rule id.
             pub children: Vec<ChildCounters>,
             /// What was forwarded to each backend slot (the management core
@@ -680,21 +702,21 @@ mod tests {
             idle_polls: 53,
             rx_bursts: 54,
             busy_cycles: 55,
-            drops: ByReason(std::array::from_fn(|i| 100 + i as u64)),
+            drops: std::array::from_fn(|i| 100 + i as u64),
             children: vec![
                 ChildCounters {
                     packets: 21,
                     bytes: 22,
                     new_flows: 23,
                     drops: 24,
-                    drop_reasons: ByReason::default(),
+                    drop_reasons: [0; DropReason::ALL.len()],
                 },
                 ChildCounters {
                     packets: 31,
                     bytes: 32,
                     new_flows: 33,
                     drops: 34,
-                    drop_reasons: ByReason::default(),
+                    drop_reasons: [0; DropReason::ALL.len()],
                 },
             ],
             backends: (1..=3)
@@ -863,7 +885,7 @@ mod tests {
             }
         }
         assert_eq!(sum.children.len(), 2);
-        assert_eq!(sum.drops.0, one.drops.map(|d| 2 * d));
+        assert_eq!(sum.drops, one.drops.map(|d| 2 * d));
         let field = |f: fn(&BackendCounters) -> u64| sum.backends.iter().map(f).collect::<Vec<_>>();
         assert_eq!(field(|b| b.packets), [82, 84, 86]);
         assert_eq!(field(|b| b.bytes), [102, 104, 106]);
@@ -900,6 +922,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 40);
+        assert_eq!(DropReason::ALL.len(), 48);
     }
 }

@@ -26,7 +26,7 @@ pub mod sync;
 pub mod worker;
 
 pub use cookie::CookieKey;
-pub use counters::{ByReason, ChildCounters, DropReason, WorkerCounters};
+pub use counters::{ChildCounters, DropReason, WorkerCounters};
 pub use engine::{BURST, Engine, HostPath, PacketIo, Routes, VecBurst};
 pub use pipeline::explain::{EntryUse, Explanation, Probe};
 pub use pipeline::{Verdict, Worker};

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use config::schema::PortRole;
 use dataplane::{
-    EndpointHealth, Engine, HostPath, Local, PacketIo, Routes, SnapshotBuilder, VecBurst, Worker,
+    DropReason, EndpointHealth, Engine, HostPath, Local, PacketIo, Routes, SnapshotBuilder,
+    VecBurst, Worker,
 };
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
@@ -421,7 +422,8 @@ fn each_exception_port_carries_the_host_traffic_of_its_data_port() {
 /// M47: a data port without its own exception port hands its host packets
 /// to the uplink's, readdressed to that port's MAC when they were for the
 /// data port's (the kernel ignores unicast frames for other MACs);
-/// broadcasts and frames for other MACs go unchanged.
+/// broadcasts (ARP) go unchanged. Frames for other MACs, and IP in
+/// broadcast frames, never reach the host (M55).
 #[test]
 fn without_its_own_exception_port_a_data_port_falls_back_to_the_uplinks() {
     let mut s = setup(true);
@@ -436,13 +438,26 @@ fn without_its_own_exception_port_a_data_port_falls_back_to_the_uplinks() {
     let for_be = udp_on_backend_segment(BE_MAC, 5000);
     let for_other = udp_on_backend_segment([2, 0, 0, 0, 9, 9], 5001);
     let broadcast = udp_on_backend_segment([0xff; 6], 5002);
-    s.io.rx[be].extend([for_be.clone(), for_other.clone(), broadcast.clone()]);
-    assert_eq!(s.poll(), 3);
+    // Who has 10.0.1.99 (not ours): the host's kernel decides.
+    let arp = arp_request(
+        [2, 0, 0, 0, 1, 11],
+        Ipv4Addr::new(10, 0, 1, 11),
+        Ipv4Addr::new(10, 0, 1, 99),
+    );
+    s.io.rx[be].extend([
+        for_be.clone(),
+        for_other.clone(),
+        broadcast.clone(),
+        arp.clone(),
+    ]);
+    assert_eq!(s.poll(), 4);
     let mut readdressed = for_be;
     readdressed[..6].copy_from_slice(&LB_MAC);
-    assert_eq!(s.io.tx[kernel], vec![readdressed, for_other, broadcast]);
+    assert_eq!(s.io.tx[kernel], vec![readdressed, arp]);
     assert!(s.io.tx[up].is_empty() && s.io.tx[be].is_empty());
-    assert_eq!(s.engine.worker.counters.to_host, 3);
+    let c = &s.engine.worker.counters;
+    assert_eq!(c.to_host, 2);
+    assert_eq!(c.dropped(DropReason::L2ForeignDst), 2);
 }
 
 /// An exception port that stands for no data port (no uplink, no
@@ -459,7 +474,8 @@ fn an_exception_port_without_a_data_port_drops_and_counts() {
     });
     s.io = MemIo::new(2);
     s.io.rx[1].push_back(udp([198, 51, 100, 1], 179, 179));
-    s.io.rx[0].push_back(udp_on_backend_segment(BE_MAC, 5000));
+    // To port 0's MAC (the configuration's uplink, as the snapshot has it).
+    s.io.rx[0].push_back(udp_on_backend_segment(LB_MAC, 5000));
     assert_eq!(s.poll(), 2);
     assert!(s.io.tx.iter().all(Vec::is_empty));
     let c = &s.engine.worker.counters;

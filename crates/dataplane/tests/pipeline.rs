@@ -1433,13 +1433,14 @@ fn ns(
 
 /// The advertisement answering a solicitation for `target`: to `dst`
 /// (solicited) or all nodes (not), from our MAC with our link-layer address.
-fn na(target: Ipv6Addr, dst: Option<(Ipv6Addr, [u8; 6])>, vlan: Option<u16>) -> Vec<u8> {
+fn na(target: Ipv6Addr, dst: Option<(Ipv6Addr, [u8; 6])>) -> Vec<u8> {
     let (ip_dst, mac, flags) = match dst {
         Some((a, m)) => (a, m, 0x60),
         None => (a6("ff02::1"), [0x33, 0x33, 0, 0, 0, 1], 0x20),
     };
-    let p = nd((target, ip_dst), 136, flags, target, Some((2, LB_MAC)));
-    tagged(p.macs(LB_MAC, mac), vlan).frame()
+    nd((target, ip_dst), 136, flags, target, Some((2, LB_MAC)))
+        .macs(LB_MAC, mac)
+        .frame()
 }
 
 /// A fixture: a frame in, the verdict, and the reply's exact bytes if any.
@@ -1471,25 +1472,31 @@ fn neighbor_solicitations_for_our_ipv6_addresses_are_answered_in_place() {
             "NS for the v6 VIP to its solicited-node group",
             ns(client, solicited_node(vip), vip, true, 255, None),
             Verdict::Reply,
-            Some(na(vip, Some((client, CLIENT_MAC)), None)),
+            Some(na(vip, Some((client, CLIENT_MAC)))),
         ),
         (
-            "NS for our own v6 address, VLAN-tagged: the tag is kept",
-            ns(client, solicited_node(own), own, true, 255, Some(42)),
+            "NS for our own v6 address: answered",
+            ns(client, solicited_node(own), own, true, 255, None),
             Verdict::Reply,
-            Some(na(own, Some((client, CLIENT_MAC)), Some(42))),
+            Some(na(own, Some((client, CLIENT_MAC)))),
+        ),
+        (
+            "NS for our own v6 address, VLAN-tagged: the port is untagged (M55)",
+            ns(client, solicited_node(own), own, true, 255, Some(42)),
+            Verdict::Drop(DropReason::VlanUntaggedPort),
+            None,
         ),
         (
             "unicast reachability probe without a source link-layer option",
             ns(client, vip, vip, false, 255, None),
             Verdict::Reply,
-            Some(na(vip, Some((client, CLIENT_MAC)), None)),
+            Some(na(vip, Some((client, CLIENT_MAC)))),
         ),
         (
             "duplicate address detection from ::, answered to all nodes",
             ns(a6("::"), solicited_node(vip), vip, false, 255, None),
             Verdict::Reply,
-            Some(na(vip, None, None)),
+            Some(na(vip, None)),
         ),
         (
             "NS for another host's address: the host's kernel decides",
@@ -1524,9 +1531,9 @@ fn neighbor_solicitations_for_our_ipv6_addresses_are_answered_in_place() {
             None,
         ),
         (
-            "echo request to all nodes is still not ours",
+            "echo request to all nodes: a multicast frame that is no neighbour discovery (M55)",
             echo_all,
-            Verdict::Drop(DropReason::NotOurs),
+            Verdict::Drop(DropReason::L2ForeignDst),
             None,
         ),
     ];
@@ -1541,6 +1548,8 @@ fn neighbor_solicitations_for_our_ipv6_addresses_are_answered_in_place() {
     let c = &lab.worker.counters;
     assert_eq!((c.nd_replies, c.arp_replies, c.forwarded), (4, 0, 0));
     assert_eq!(c.dropped(DropReason::Malformed), 3);
+    assert_eq!(c.dropped(DropReason::VlanUntaggedPort), 1);
+    assert_eq!(c.dropped(DropReason::L2ForeignDst), 1);
     assert_eq!(
         c.rx_packets,
         c.forwarded + c.total_drops() + c.to_host + c.replies(),
@@ -1574,15 +1583,14 @@ fn expected_reset(
     flags: u8,
     seq: u32,
     ack: u32,
-    vlan: Option<u16>,
 ) -> Vec<u8> {
-    let p = Packet::tcp(vip.into(), client.into(), vport, cport, flags)
+    Packet::tcp(vip.into(), client.into(), vport, cport, flags)
         .seq(seq)
         .ack(ack)
         .window(0)
         .ident(0)
-        .macs(LB_MAC, CLIENT_MAC);
-    tagged(p, vlan).frame()
+        .macs(LB_MAC, CLIENT_MAC)
+        .frame()
 }
 
 #[test]
@@ -1591,6 +1599,7 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
     let tagged = segment((CLIENT, 40003), (VIP, 80), SYN, 7, 0, &[])
         .vlan(0x8100, 300)
         .frame();
+    let untagged = segment((CLIENT, 40003), (VIP, 80), SYN, 7, 0, &[]).frame();
     let mut bad_sum = segment((CLIENT, 40004), (VIP, 80), SYN, 7, 0, b"x").frame();
     *bad_sum.last_mut().expect("byte") ^= 0xff;
     let cases: Vec<Case> = vec![
@@ -1604,7 +1613,6 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
                 RST | ACK,
                 0,
                 1001,
-                None,
             )),
         ),
         (
@@ -1625,34 +1633,25 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
                 RST,
                 0x8000_0001,
                 0,
-                None,
             )),
         ),
         (
             "FIN with data and no ACK: payload and FIN acknowledged, wrapping",
             segment((CLIENT, 40002), (VIP, 80), FIN, u32::MAX - 1, 0, b"bye").frame(),
             Verdict::Reply,
-            Some(expected_reset(
-                (VIP, 80),
-                (CLIENT, 40002),
-                RST | ACK,
-                0,
-                2,
-                None,
-            )),
+            Some(expected_reset((VIP, 80), (CLIENT, 40002), RST | ACK, 0, 2)),
         ),
         (
-            "VLAN-tagged SYN: the tag is kept",
+            "VLAN-tagged SYN: the port is untagged, never answered (M55)",
             tagged,
+            Verdict::Drop(DropReason::VlanUntaggedPort),
+            None,
+        ),
+        (
+            "the same SYN untagged",
+            untagged,
             Verdict::Reply,
-            Some(expected_reset(
-                (VIP, 80),
-                (CLIENT, 40003),
-                RST | ACK,
-                0,
-                8,
-                Some(300),
-            )),
+            Some(expected_reset((VIP, 80), (CLIENT, 40003), RST | ACK, 0, 8)),
         ),
         (
             "SYN over IPv6",
@@ -1664,21 +1663,13 @@ fn without_backends_tcp_is_answered_with_a_reset_when_the_service_says_so() {
                 RST | ACK,
                 0,
                 0xdead_bef0,
-                None,
             )),
         ),
         (
             "ACK over IPv6",
             segment((client6, 50001), (vip6, 443), ACK, 1, 99, b"data").frame(),
             Verdict::Reply,
-            Some(expected_reset(
-                (vip6, 443),
-                (client6, 50001),
-                RST,
-                99,
-                0,
-                None,
-            )),
+            Some(expected_reset((vip6, 443), (client6, 50001), RST, 99, 0)),
         ),
         (
             "a reset is never answered",

@@ -378,15 +378,20 @@ fn bad_tunnel_packets_to_an_own_address_are_dropped_by_reason() {
 fn other_packets_to_own_addresses_still_go_to_the_host() {
     let mut lab = Lab::new(ALLOW);
     let cases = [
-        Packet::tcp(v4(PEER4), v4(OWN4), 40000, 22, SYN).frame(),
+        Packet::tcp(v4(PEER4), v4(OWN4), 40000, 22, SYN)
+            .macs(PEER_MAC, LB_MAC)
+            .frame(),
         Packet::udp(v4(PEER4), v4(OWN4), 40000, 5000)
             .payload(b"x")
+            .macs(PEER_MAC, LB_MAC)
             .frame(),
         Packet::udp(v6(PEER6), v6(OWN6), 40000, 179)
             .payload(b"x")
+            .macs(PEER_MAC, LB_MAC)
             .frame(),
         Packet::raw(v4(PEER4), v4(OWN4), proto::ESP)
             .payload(&[0u8; 16])
+            .macs(PEER_MAC, LB_MAC)
             .frame(),
     ];
     for f in &cases {
@@ -462,8 +467,10 @@ fn a_burst_decides_tunnels_as_one_packet_at_a_time() {
     assert_eq!(one.worker.counters, lab.worker.counters);
 }
 
+/// Ports are untagged (M55): a VLAN-tagged tunnel is dropped before it is
+/// looked at, the same tunnel untagged is taken.
 #[test]
-fn a_vlan_tagged_tunnel_is_decapsulated_and_forwarded_too() {
+fn a_vlan_tagged_tunnel_is_dropped_at_the_edge() {
     let inner = syn(CLIENT4, VIP4, 9000).frame();
     let plain = tunnelled(&inner, PEER4, OWN4, &Tunnel::Gre { key: None });
     let mut tagged = plain[..12].to_vec();
@@ -472,7 +479,10 @@ fn a_vlan_tagged_tunnel_is_decapsulated_and_forwarded_too() {
     let mut direct = Lab::new(ALLOW);
     let want = backend_of(&direct.run(&inner).1, &inner);
     let mut lab = Lab::new(ALLOW);
-    let (v, out) = lab.run(&tagged);
+    let (v, _) = lab.run(&tagged);
+    assert_eq!(v, Verdict::Drop(DropReason::VlanUntaggedPort));
+    assert_eq!(lab.worker.counters.decap_gre, 0);
+    let (v, out) = lab.run(&plain);
     assert_eq!(v, Verdict::Forward);
     assert_eq!(backend_of(&out, &inner), want);
     assert_eq!(lab.worker.counters.decap_gre, 1);

@@ -495,6 +495,26 @@ impl wire::buf::PacketBuf for Mbuf {
     fn reframe(&mut self, front: usize, len: usize) -> Result<&mut [u8], wire::BufError> {
         Mbuf::reframe(self, front, len)
     }
+
+    #[inline(always)]
+    fn rx_ipv4_checksum(&self) -> wire::buf::RxChecksum {
+        rx_ip_checksum(self.raw().ol_flags)
+    }
+}
+
+/// What an mbuf's `ol_flags` say of its IPv4 header checksum.
+#[inline(always)]
+fn rx_ip_checksum(ol_flags: u64) -> wire::buf::RxChecksum {
+    use wire::buf::RxChecksum;
+    // NONE: the checksum field is wrong but the header's integrity was
+    // verified (DPDK's definition): as good as GOOD.
+    match ol_flags & dpdk_sys::SPW_MBUF_F_RX_IP_CKSUM_MASK {
+        dpdk_sys::SPW_MBUF_F_RX_IP_CKSUM_GOOD | dpdk_sys::SPW_MBUF_F_RX_IP_CKSUM_NONE => {
+            RxChecksum::Good
+        }
+        dpdk_sys::SPW_MBUF_F_RX_IP_CKSUM_BAD => RxChecksum::Bad,
+        _ => RxChecksum::Unknown,
+    }
 }
 
 impl<const N: usize> wire::burst::PacketBurst for MbufBurst<N> {
@@ -523,5 +543,26 @@ impl<const N: usize> wire::burst::PacketBurst for MbufBurst<N> {
     #[inline]
     fn drain_each(&mut self, f: impl FnMut(usize, Mbuf)) {
         MbufBurst::drain_each(self, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::buf::RxChecksum;
+
+    #[test]
+    fn ip_checksum_flags() {
+        // DPDK 22.11's values (rte_mbuf_core.h): BAD bit 4, GOOD bit 7, both: NONE.
+        let (bad, good) = (1u64 << 4, 1u64 << 7);
+        assert_eq!(super::rx_ip_checksum(0), RxChecksum::Unknown);
+        assert_eq!(super::rx_ip_checksum(bad), RxChecksum::Bad);
+        assert_eq!(super::rx_ip_checksum(good), RxChecksum::Good);
+        assert_eq!(super::rx_ip_checksum(bad | good), RxChecksum::Good);
+        // Other flags (L4 checksum, RSS hash, VLAN) change nothing.
+        assert_eq!(super::rx_ip_checksum(!(bad | good)), RxChecksum::Unknown);
+        assert_eq!(
+            super::rx_ip_checksum(good | 1 << 8 | 1 << 3),
+            RxChecksum::Good
+        );
     }
 }

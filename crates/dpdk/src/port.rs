@@ -531,6 +531,9 @@ impl Port {
                 "{id} ({driver}) cannot hash TCP/UDP flows (RSS); all traffic lands on RX queue 0"
             );
         }
+        // The NIC verifies IPv4 header checksums where it can (M55): the data
+        // plane then skips its own check (`Mbuf::rx_ipv4_checksum`).
+        conf.rxmode.offloads |= dpdk_sys::SPW_ETH_RX_OFFLOAD_IPV4_CKSUM & info.rx_offload_capa;
         let setup = || -> Result<(), PortError> {
             // SAFETY: EAL is initialised; conf is a fully initialised rte_eth_conf
             // that DPDK copies.

@@ -7,6 +7,20 @@
 
 use crate::error::BufError;
 
+/// What the receiving NIC found of a packet's IPv4 header checksum (DPDK's
+/// `RTE_MBUF_F_RX_IP_CKSUM_*` flags). It describes the outermost IPv4 header as received:
+/// after decapsulation or a rewrite it says nothing of the header now in front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RxChecksum {
+    /// Not verified (no offload, not IPv4, a virtual device, or no NIC at all): software
+    /// must verify it.
+    Unknown,
+    /// Verified right (or the header's integrity verified otherwise).
+    Good,
+    /// Verified wrong.
+    Bad,
+}
+
 /// A packet in a buffer with headroom, as DPDK mbufs and [`MemBuf`] provide.
 ///
 /// Implementations must keep `data()` contiguous. Growing at the tail ([`PacketBuf::append`])
@@ -42,6 +56,12 @@ pub trait PacketBuf {
         }
         self.prepend(front)?;
         Ok(self.data_mut())
+    }
+    /// What the NIC found of the received packet's IPv4 header checksum;
+    /// [`RxChecksum::Unknown`] unless a NIC filled the buffer and said.
+    #[inline(always)]
+    fn rx_ipv4_checksum(&self) -> RxChecksum {
+        RxChecksum::Unknown
     }
     /// Length of the packet in bytes.
     fn len(&self) -> usize {

@@ -79,3 +79,78 @@ pub fn pseudo_header(src: &IpAddr, dst: &IpAddr, proto: u8, len: u32) -> Option<
         _ => None,
     }
 }
+
+/// Whether an IPv4 source address (host order) is martian: one that never
+/// appears as the source of a packet on the wire (RFC 1812 §5.3.7, RFC
+/// 6890): 0.0.0.0/8 ("this network", the unspecified address), 127.0.0.0/8
+/// (loopback), 224.0.0.0/4 (multicast) and 240.0.0.0/4 (reserved, with the
+/// limited broadcast 255.255.255.255). All are told by the first octet: one
+/// table lookup.
+#[inline(always)]
+pub fn is_martian_v4(addr: u32) -> bool {
+    let [first, ..] = addr.to_be_bytes();
+    MARTIAN_V4[usize::from(first)]
+}
+
+/// [`is_martian_v4`]'s table, by first octet.
+static MARTIAN_V4: [bool; 256] = {
+    let mut t = [false; 256];
+    t[0] = true;
+    t[127] = true;
+    let mut i = 224;
+    while i < 256 {
+        t[i] = true;
+        i += 1;
+    }
+    t
+};
+
+/// Whether an IPv6 source address is martian (RFC 4291 §2.5.2, §2.5.3,
+/// §2.7): the unspecified address `::`, the loopback `::1`, or multicast
+/// (`ff00::/8`). IPv4-mapped addresses (`::ffff:a.b.c.d`, which never
+/// appear on the wire either) are told apart by [`is_mapped_v4`].
+#[inline(always)]
+pub fn is_martian_v6(a: &[u8; 16]) -> bool {
+    a[0] == 0xff || u128::from_be_bytes(*a) <= 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn martian_sources() {
+        for (a, martian) in [
+            ("0.0.0.0", true),
+            ("0.1.2.3", true),
+            ("1.0.0.0", false),
+            ("10.1.2.3", false),
+            ("126.255.255.255", false),
+            ("127.0.0.1", true),
+            ("128.0.0.0", false),
+            ("169.254.1.1", false),
+            ("223.255.255.255", false),
+            ("224.0.0.1", true),
+            ("239.1.1.1", true),
+            ("240.0.0.1", true),
+            ("255.255.255.255", true),
+        ] {
+            let v: Ipv4Addr = a.parse().unwrap();
+            assert_eq!(is_martian_v4(u32::from(v)), martian, "{a}");
+        }
+        for (a, martian) in [
+            ("::", true),
+            ("::1", true),
+            ("::2", false),
+            ("64:ff9b::a00:1", false),
+            ("2001:db8::1", false),
+            ("fe80::1", false),
+            ("feff::1", false),
+            ("ff02::1", true),
+            ("ff0e::1:2", true),
+        ] {
+            let v: Ipv6Addr = a.parse().unwrap();
+            assert_eq!(is_martian_v6(&v.octets()), martian, "{a}");
+        }
+    }
+}

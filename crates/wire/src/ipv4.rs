@@ -239,6 +239,126 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
+/// The sum of the 20-byte header `h` of an IPv4 packet without options, for
+/// [`ChecksumTest`]: three loads and three additions (five instructions), where the
+/// checksum's definition has ten 16-bit additions and a fold. Modulo 0xffff every power of
+/// 2^16 is 1, so the sum of the header's ten 16-bit words is congruent to the sum of any
+/// wider words over the same bytes, in either byte order (RFC 1071 §2): here two 64-bit
+/// words and one 32-bit word, a carry out of 64 bits (2^64, congruent to 1) added back.
+#[inline(always)]
+pub fn header_sum(h: &[u8; 20]) -> u64 {
+    // Whole-word copies: one load each (read byte by byte, the compiler may
+    // share some bytes with other reads and assemble the rest).
+    let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 4]);
+    a.copy_from_slice(&h[..8]);
+    b.copy_from_slice(&h[8..16]);
+    c.copy_from_slice(&h[16..]);
+    let (a, b) = (u64::from_le_bytes(a), u64::from_le_bytes(b));
+    let c = u64::from(u32::from_le_bytes(c));
+    // a + b + c with the carries added back: add, adc, adc.
+    let (x, carry) = a.overflowing_add(b);
+    let (y, carry2) = x.overflowing_add(c);
+    let (z, carry3) = y.overflowing_add(u64::from(carry));
+    // After a carry out, `z` < 2^33: adding it back cannot overflow.
+    z + u64::from(carry2 | carry3)
+}
+
+/// Tells from a [`header_sum`] whether the header's checksum verifies (what
+/// [`Packet::verify_checksum`] says), for every header whose first byte is not zero (an
+/// IPv4 header's never is).
+///
+/// The header verifies when the one's-complement sum of its words is 0xffff, that is when
+/// their plain sum is a non-zero multiple of 0xffff (the fold only subtracts multiples of
+/// it): the header sum is congruent to it, and zero only for 20 zero bytes. Divisibility by
+/// the odd 0xffff is one multiplication by its inverse modulo 2^64 and one comparison: the
+/// multiples of 0xffff are exactly the numbers the inverse maps to 0 ..= (2^64 - 1) /
+/// 0xffff. The two constants are fields so that a caller that keeps the test in memory
+/// (a worker's field) has them read as operands of the multiplication and comparison
+/// instead of materialised with two 10-byte `movabs` for each packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChecksumTest {
+    inverse: u64,
+    limit: u64,
+}
+
+impl ChecksumTest {
+    /// The test.
+    pub const NEW: ChecksumTest = ChecksumTest {
+        inverse: inverse_mod_2_64(0xffff),
+        limit: u64::MAX / 0xffff,
+    };
+
+    /// Whether `sum`, a [`header_sum`], is that of a header whose checksum verifies.
+    #[inline(always)]
+    pub const fn verifies(&self, sum: u64) -> bool {
+        sum.wrapping_mul(self.inverse) <= self.limit
+    }
+}
+
+impl Default for ChecksumTest {
+    fn default() -> Self {
+        ChecksumTest::NEW
+    }
+}
+
+/// The inverse of the odd `d` modulo 2^64 (Newton's iteration: each step doubles the
+/// correct low bits, from the 3 that `d` itself has since d·d ≡ 1 mod 8).
+const fn inverse_mod_2_64(d: u64) -> u64 {
+    let mut x = d;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(d.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+const _: () = assert!(0xffffu64.wrapping_mul(inverse_mod_2_64(0xffff)) == 1);
+
+/// Whether the 20-byte header `h` of an IPv4 packet without options (its first byte
+/// non-zero) has a valid header checksum: [`ChecksumTest`] of its [`header_sum`].
+#[inline(always)]
+pub fn header_checksum_ok(h: &[u8; 20]) -> bool {
+    ChecksumTest::NEW.verifies(header_sum(h))
+}
+
+/// IPv4 option types (RFC 791 §3.1).
+pub mod option {
+    /// End of option list.
+    pub const END: u8 = 0;
+    /// No operation (padding).
+    pub const NOP: u8 = 1;
+    /// Loose source and record route.
+    pub const LSRR: u8 = 0x83;
+    /// Strict source and record route.
+    pub const SSRR: u8 = 0x89;
+}
+
+/// The type of the first loose or strict source route option ([`option::LSRR`],
+/// [`option::SSRR`]) among the IPv4 `options` (the header bytes after the first 20), if any.
+/// The walk stops at the end-of-list option; an option whose length is under 2 or runs
+/// past the options is an error ([`ParseError::BadOption`]).
+pub fn source_route(options: &[u8]) -> Result<Option<u8>, ParseError> {
+    let mut rest = options;
+    while let Some((&kind, after)) = rest.split_first() {
+        match kind {
+            option::END => break,
+            option::NOP => rest = after,
+            _ => {
+                let len = usize::from(*after.first().ok_or(ParseError::BadOption)?);
+                if len < 2 || len > rest.len() {
+                    return Err(ParseError::BadOption);
+                }
+                if kind == option::LSRR || kind == option::SSRR {
+                    return Ok(Some(kind));
+                }
+                rest = &rest[len..];
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Raw IPv4 options (copied as bytes; a multiple of 4, at most 40).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Options {
@@ -351,5 +471,84 @@ impl Ipv4Repr {
         p.buffer.as_mut()[field::MIN_HEADER..hl].copy_from_slice(self.options.as_bytes());
         p.fill_checksum();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header with a right checksum, then every single-byte change of it.
+    #[test]
+    fn fast_checksum_is_verify_checksum() {
+        let mut h = [
+            0x45, 0, 0, 60, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 7, 10, 0, 0, 10,
+        ];
+        Packet::new_unchecked(&mut h[..]).fill_checksum();
+        assert!(header_checksum_ok(&h));
+        assert!(Packet::new_unchecked(&h[..]).verify_checksum());
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 1..20 {
+            for v in 0..=255u8 {
+                let mut g = h;
+                g[i] = v;
+                let want = Packet::new_unchecked(&g[..]).verify_checksum();
+                assert_eq!(header_checksum_ok(&g), want, "byte {i} = {v}");
+            }
+        }
+        // Random headers, and random headers given their right checksum (the sum's
+        // carries and the 0x0000 / 0xffff checksum both come up).
+        for _ in 0..20_000 {
+            let mut g = [0u8; 20];
+            for b in &mut g {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *b = seed.to_le_bytes()[3];
+            }
+            // Version 4, 20 bytes (verify_checksum reads IHL words).
+            g[0] = 0x45;
+            let want = Packet::new_unchecked(&g[..]).verify_checksum();
+            assert_eq!(header_checksum_ok(&g), want, "{g:?}");
+            Packet::new_unchecked(&mut g[..]).fill_checksum();
+            assert!(header_checksum_ok(&g), "{g:?}");
+        }
+        // The sums that reach a carry out of 64 bits.
+        let mut g = [0xff; 20];
+        g[..4].copy_from_slice(&[0x45, 0xff, 0xff, 0xff]);
+        assert_eq!(
+            header_checksum_ok(&g),
+            Packet::new_unchecked(&g[..]).verify_checksum()
+        );
+        g[10] = 0;
+        g[11] = 0;
+        assert_eq!(
+            header_checksum_ok(&g),
+            Packet::new_unchecked(&g[..]).verify_checksum()
+        );
+    }
+
+    #[test]
+    fn source_routes_are_found_and_bad_options_refused() {
+        let lsrr = [option::NOP, option::LSRR, 7, 4, 10, 0, 0, 1, 0, 0, 0, 0];
+        assert_eq!(source_route(&lsrr), Ok(Some(option::LSRR)));
+        let ssrr = [option::SSRR, 7, 4, 10, 0, 0, 1, option::END];
+        assert_eq!(source_route(&ssrr), Ok(Some(option::SSRR)));
+        // Record route (7) and a timestamp (0x44) are no source routes.
+        let rr = [7, 7, 4, 0, 0, 0, 0, 0x44, 4, 5, 0, option::END];
+        assert_eq!(source_route(&rr), Ok(None));
+        // After the end of the list, nothing counts.
+        let ended = [option::END, option::LSRR, 3, 4];
+        assert_eq!(source_route(&ended), Ok(None));
+        assert_eq!(source_route(&[]), Ok(None));
+        for bad in [
+            &[option::LSRR][..],
+            &[option::LSRR, 1, 0, 0],
+            &[option::LSRR, 0, 0, 0],
+            &[7, 9, 4, 0],
+            &[option::NOP, option::NOP, option::NOP, 0x44],
+        ] {
+            assert_eq!(source_route(bad), Err(ParseError::BadOption), "{bad:?}");
+        }
     }
 }

@@ -294,6 +294,45 @@ impl ExtHeaderRepr {
     }
 }
 
+/// Routing types (RFC 8200 §4.4; IANA "Routing Types").
+pub mod routing {
+    /// Type 0, the source route deprecated by RFC 5095.
+    pub const TYPE0: u8 = 0;
+    /// The Segment Routing Header (RFC 8754).
+    pub const SRH: u8 = 4;
+}
+
+/// The fixed part of a routing header (RFC 8200 §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoutingRepr {
+    /// Routing type ([`routing`]).
+    pub routing_type: u8,
+    /// Segments left: route segments still to visit before the final destination.
+    pub segments_left: u8,
+    /// Offset of the routing header from the start of the IPv6 payload.
+    pub offset: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// The segments a Segment Routing Header (RFC 8754 §2) still sends its packet to: Segment
+/// List\[Segments Left - 1\] down to Segment List\[0\] (the current destination address is
+/// the active segment). `srh` is the whole routing header. A header too short for its Last
+/// Entry, or whose Segments Left exceeds Last Entry + 1 (RFC 8754 §4.3.1.1), is an error.
+pub fn srh_segments_left(srh: &[u8]) -> Result<impl Iterator<Item = [u8; 16]> + '_, ParseError> {
+    // `parse` checks that the whole header, 8 bytes at least, is there.
+    let e = ExtHeaderRepr::parse(srh)?;
+    if srh[2] != routing::SRH {
+        return Err(ParseError::Unsupported);
+    }
+    let (left, entries) = (usize::from(srh[3]), usize::from(srh[4]) + 1);
+    if left > entries || 8 + 16 * entries > e.header_len() {
+        return Err(ParseError::BadOption);
+    }
+    let list = srh.get(8..8 + 16 * left).ok_or(ParseError::Truncated)?;
+    Ok(list.chunks_exact(16).map(|c| arr::<16>(c, 0)))
+}
+
 /// Result of walking the extension-header chain of an IPv6 payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ExtWalk {
@@ -303,6 +342,8 @@ pub struct ExtWalk {
     pub offset: usize,
     /// The fragment header, if one was found.
     pub fragment: Option<FragmentRepr>,
+    /// The routing header, if one was found (a second one is an error, RFC 8200 §4.1).
+    pub routing: Option<RoutingRepr>,
     /// Number of extension headers stepped over.
     pub count: u8,
 }
@@ -316,6 +357,7 @@ pub struct ExtWalk {
 pub fn walk_extensions(payload: &[u8], mut nh: u8) -> Result<ExtWalk, ParseError> {
     let mut off = 0usize;
     let mut fragment = None;
+    let mut routing = None;
     let mut count = 0u8;
     while is_extension(nh) {
         if usize::from(count) == MAX_EXTENSION_HEADERS {
@@ -346,6 +388,18 @@ pub fn walk_extensions(payload: &[u8], mut nh: u8) -> Result<ExtWalk, ParseError
             }
             _ => {
                 let e = ExtHeaderRepr::parse(rest)?;
+                if nh == proto::IPV6_ROUTE {
+                    // The fixed part is in the 8 bytes `parse` checked.
+                    if routing.is_some() || rest.len() < 4 {
+                        return Err(ParseError::BadOption);
+                    }
+                    routing = Some(RoutingRepr {
+                        routing_type: rest[2],
+                        segments_left: rest[3],
+                        offset: off,
+                        len: e.header_len(),
+                    });
+                }
                 nh = e.next_header;
                 off += e.header_len();
             }
@@ -355,6 +409,7 @@ pub fn walk_extensions(payload: &[u8], mut nh: u8) -> Result<ExtWalk, ParseError
         upper: nh,
         offset: off,
         fragment,
+        routing,
         count,
     })
 }
@@ -385,6 +440,78 @@ mod tests {
         assert_eq!(w.offset, 16);
         assert_eq!(w.count, 2);
         assert_eq!(w.fragment.unwrap().ident, 7);
+    }
+
+    /// A routing header of `routing_type` with `left` segments left and the segment list
+    /// `segments` (Last Entry = its length - 1), then TCP.
+    fn routing_header(routing_type: u8, left: u8, segments: &[[u8; 16]]) -> Vec<u8> {
+        let len_units = u8::try_from(segments.len() * 2).unwrap();
+        let mut b = vec![proto::TCP, len_units, routing_type, left];
+        b.push(u8::try_from(segments.len().max(1) - 1).unwrap());
+        b.extend([0, 0, 0]);
+        for s in segments {
+            b.extend(s);
+        }
+        b
+    }
+
+    #[test]
+    fn walk_reports_the_routing_header() {
+        let seg = |i: u8| [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i];
+        let mut b = vec![proto::IPV6_ROUTE, 0, 1, 4, 0, 0, 0, 0];
+        b.extend(routing_header(routing::SRH, 2, &[seg(1), seg(2), seg(3)]));
+        let w = walk_extensions(&b, proto::IPV6_OPTS).unwrap();
+        let r = w.routing.unwrap();
+        assert_eq!((w.upper, w.offset, w.count), (proto::TCP, 8 + 56, 2));
+        assert_eq!(
+            (r.routing_type, r.segments_left, r.offset, r.len),
+            (4, 2, 8, 56)
+        );
+        let left: Vec<[u8; 16]> = srh_segments_left(&b[r.offset..r.offset + r.len])
+            .unwrap()
+            .collect();
+        assert_eq!(left, vec![seg(1), seg(2)]);
+        // No routing header, no routing facts.
+        let w = walk_extensions(&b[..8], proto::IPV6_OPTS);
+        assert!(w.is_err(), "next header says routing, none follows");
+        // Two routing headers.
+        let mut two = routing_header(routing::TYPE0, 1, &[seg(1)]);
+        two[0] = proto::IPV6_ROUTE;
+        two.extend(routing_header(routing::SRH, 0, &[seg(1)]));
+        assert_eq!(
+            walk_extensions(&two, proto::IPV6_ROUTE),
+            Err(ParseError::BadOption)
+        );
+    }
+
+    #[test]
+    fn srh_segments_left_is_checked() {
+        let seg = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        let h = routing_header(routing::SRH, 0, &[seg]);
+        assert_eq!(srh_segments_left(&h).unwrap().count(), 0);
+        let h = routing_header(routing::SRH, 1, &[seg]);
+        assert_eq!(
+            srh_segments_left(&h).unwrap().collect::<Vec<_>>(),
+            vec![seg]
+        );
+        // More segments left than listed.
+        let h = routing_header(routing::SRH, 2, &[seg]);
+        assert!(matches!(srh_segments_left(&h), Err(ParseError::BadOption)));
+        // A Last Entry beyond the header's length.
+        let mut h = routing_header(routing::SRH, 1, &[seg]);
+        h[4] = 1;
+        assert!(matches!(srh_segments_left(&h), Err(ParseError::BadOption)));
+        // Not an SRH, or cut short.
+        let h = routing_header(routing::TYPE0, 1, &[seg]);
+        assert!(matches!(
+            srh_segments_left(&h),
+            Err(ParseError::Unsupported)
+        ));
+        let h = routing_header(routing::SRH, 1, &[seg]);
+        assert!(matches!(
+            srh_segments_left(&h[..20]),
+            Err(ParseError::Truncated)
+        ));
     }
 
     #[test]

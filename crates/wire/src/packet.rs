@@ -114,6 +114,28 @@ pub struct PacketInfo {
     pub spi: Option<u32>,
     /// ICMP facts, if ICMP / ICMPv6 and not a later fragment.
     pub icmp: Option<IcmpInfo>,
+    /// The source route the packet carries, if any: an IPv4 loose or strict source route
+    /// option, or an IPv6 routing header.
+    pub source_route: Option<SourceRoute>,
+}
+
+/// A source route in a packet's IP header (what a receiver is asked to forward it on by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceRoute {
+    /// An IPv4 loose or strict source route option: its type ([`ipv4::option::LSRR`],
+    /// [`ipv4::option::SSRR`]).
+    V4(u8),
+    /// An IPv6 routing header.
+    V6 {
+        /// Its routing type ([`ipv6::routing`]).
+        routing_type: u8,
+        /// Its segments left.
+        segments_left: u8,
+        /// Its offset from the start of the parsed buffer.
+        offset: u32,
+        /// Its length in bytes.
+        len: u32,
+    },
 }
 
 /// A classified Ethernet frame.
@@ -164,6 +186,8 @@ pub struct V4Flow {
     pub total_len: u16,
     /// TCP flags (empty for UDP).
     pub tcp_flags: Flags,
+    /// Time to live.
+    pub ttl: u8,
 }
 
 /// Length of the Ethernet + IPv4 headers [`parse_v4_flow`] accepts.
@@ -214,6 +238,7 @@ pub fn parse_v4_flow(frame: &[u8]) -> Option<V4Flow> {
         ds: h[15],
         total_len,
         tcp_flags,
+        ttl: h[22],
     })
 }
 
@@ -261,6 +286,7 @@ pub fn parse_ip_v4_flow(ip: &[u8]) -> Option<V4Flow> {
         ds: h[1],
         total_len,
         tcp_flags,
+        ttl: h[8],
     })
 }
 
@@ -285,6 +311,8 @@ pub struct V6Flow {
     pub payload_len: u16,
     /// TCP flags (empty for UDP).
     pub tcp_flags: Flags,
+    /// Hop limit.
+    pub hop_limit: u8,
 }
 
 /// The fast path of [`parse_frame`] for IPv6: `Some` for exactly the frames described at
@@ -338,6 +366,7 @@ pub fn parse_v6_flow(frame: &[u8]) -> Option<V6Flow> {
         traffic_class: (h[14] << 4) | (h[15] >> 4),
         payload_len,
         tcp_flags,
+        hop_limit: h[21],
     })
 }
 
@@ -369,6 +398,12 @@ fn parse_v4(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
             ident: u32::from(p.ident()),
         }
     };
+    // Options are parsed only for what they ask of a receiver (RFC 791 §3.1).
+    let source_route = if hl > ipv4::MIN_HEADER_LEN {
+        ipv4::source_route(p.options())?.map(SourceRoute::V4)
+    } else {
+        None
+    };
     let mut info = PacketInfo {
         l3_offset: base,
         l3_len: crate::cast::len32(tl),
@@ -383,6 +418,7 @@ fn parse_v4(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
         tcp_flags: Flags::default(),
         spi: None,
         icmp: None,
+        source_route,
     };
     if !matches!(fragment, Fragment::Later { .. }) {
         parse_l4(&mut info, &b[hl..tl], IpVersion::V4)?;
@@ -416,6 +452,12 @@ fn parse_v6(b: &[u8], base: u32) -> Result<PacketInfo, ParseError> {
         tcp_flags: Flags::default(),
         spi: None,
         icmp: None,
+        source_route: walk.routing.map(|r| SourceRoute::V6 {
+            routing_type: r.routing_type,
+            segments_left: r.segments_left,
+            offset: base + crate::cast::len32(ipv6::HEADER_LEN + r.offset),
+            len: crate::cast::len32(r.len),
+        }),
     };
     if !matches!(fragment, Fragment::Later { .. }) {
         let l4 = payload.get(walk.offset..).ok_or(ParseError::Truncated)?;

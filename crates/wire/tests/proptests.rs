@@ -32,6 +32,7 @@ fn same_v4_facts(v: &V4Flow, info: &PacketInfo) -> Result<(), TestCaseError> {
     prop_assert_eq!(info.ports, Some((v.src_port, v.dst_port)));
     prop_assert_eq!(info.tcp_flags, v.tcp_flags);
     prop_assert_eq!(info.l3_len, u32::from(v.total_len));
+    prop_assert_eq!(info.ttl, v.ttl);
     Ok(())
 }
 use wire::{arp, esp, geneve, gre, gue, icmpv4, icmpv6, ipv4, ipv6, ndp, reply, tcp, udp, vxlan};
@@ -207,11 +208,26 @@ proptest! {
             }
         }
         let first = kinds.first().copied().unwrap_or(upper);
-        let w = ipv6::walk_extensions(&b[..off], first).unwrap();
+        let walk = ipv6::walk_extensions(&b[..off], first);
+        // A second routing header is refused (RFC 8200 §4.1: at most one).
+        if kinds.iter().filter(|k| **k == proto::IPV6_ROUTE).count() > 1 {
+            prop_assert_eq!(walk, Err(wire::ParseError::BadOption));
+            return Ok(());
+        }
+        let w = walk.unwrap();
         prop_assert_eq!(w.upper, upper);
         prop_assert_eq!(w.offset, off);
         prop_assert_eq!(usize::from(w.count), kinds.len());
         prop_assert_eq!(w.fragment.map(|f| f.ident), frag.map(|f| f.2));
+        // The routing header, where it is: its type and segments left are the
+        // (zero-filled) body's first bytes.
+        let at = kinds.iter().position(|k| *k == proto::IPV6_ROUTE).map(|i| {
+            kinds[..i].iter().enumerate().map(|(j, k)| match *k {
+                proto::IPV6_FRAG => 8,
+                _ => (usize::from(exts[j].1) + 1) * 8,
+            }).sum::<usize>()
+        });
+        prop_assert_eq!(w.routing.map(|r| (r.offset, r.routing_type, r.segments_left)), at.map(|o| (o, 0, 0)));
     }
 
     #[test]
@@ -878,12 +894,31 @@ proptest! {
             prop_assert_eq!(info.ports, Some((v.src_port, v.dst_port)));
             prop_assert_eq!(info.tcp_flags, v.tcp_flags);
             prop_assert_eq!(info.l3_len, 40 + u32::from(v.payload_len));
+            prop_assert_eq!(info.ttl, v.hop_limit);
             prop_assert_eq!(InnerIp::from_parsed(&info, &f).ds, v.traffic_class);
             for a in [Affinity::None, Affinity::ClientIpPortProto, Affinity::ClientIpProto, Affinity::ClientIp] {
                 let k = FlowKey::from_packet(&info, a);
                 prop_assert_eq!(FlowKey::pack_v6(&v.src, &v.dst, v.proto, (v.src_port, v.dst_port), a), k.pack());
             }
         }
+    }
+
+    /// The fast IPv4 header checksum test says what `verify_checksum` says, for headers
+    /// with their checksum right, wrong, or right and then changed anywhere.
+    #[test]
+    fn fast_ipv4_checksum_is_verify_checksum(
+        mut h in any::<[u8; 20]>(), fill in any::<bool>(), at in 0usize..20, xor in any::<u8>(),
+    ) {
+        h[0] = 0x45;
+        if fill {
+            ipv4::Packet::new_unchecked(&mut h[..]).fill_checksum();
+        }
+        if at > 0 {
+            h[at] ^= xor;
+        }
+        let want = ipv4::Packet::new_unchecked(&h[..]).verify_checksum();
+        prop_assert_eq!(ipv4::header_checksum_ok(&h), want);
+        prop_assert_eq!(ipv4::ChecksumTest::NEW.verifies(ipv4::header_sum(&h)), want);
     }
 
     /// `parse_ip_v4_flow` says yes to exactly the option-less, unfragmented IPv4 TCP/UDP

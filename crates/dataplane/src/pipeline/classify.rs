@@ -7,17 +7,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use config::compiled::ZoneId;
 use flowtable::ProtoClass;
-use wire::buf::PacketBuf;
+use wire::buf::{PacketBuf, RxChecksum};
 use wire::encap::{DecapConfig, TunnelKind, parse_tunnel, strip_outer};
 use wire::error::DecapError;
-use wire::ethernet;
+use wire::ethernet::{self, ethertype};
 use wire::flow::FlowKey;
 use wire::geneve::OptionIds;
-use wire::ip::{is_mapped_v4, proto as ipproto, unmap};
+use wire::ip::{is_mapped_v4, is_martian_v4, is_martian_v6, proto as ipproto, unmap};
 use wire::packet::{
-    Frame, IcmpInfo, IpVersion, PacketInfo, V4Flow, V6Flow, parse_frame, parse_ip, parse_v4_flow,
-    parse_v6_flow,
+    Frame, IcmpInfo, IpVersion, PacketInfo, SourceRoute, V4Flow, V6Flow, parse_frame, parse_ip,
+    parse_v4_flow, parse_v6_flow,
 };
+use wire::{ipv4, ipv6};
 
 use super::{Ctx, Inner, Outcome, Pending, RuleRun, Stage, TCP, UDP, Worker};
 use crate::counters::DropReason;
@@ -39,11 +40,21 @@ impl Worker {
     ) -> Stage {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.len() as u64;
-        self.classify_frame(cx, pkt, key, pend)
+        let nic = pkt.rx_ipv4_checksum();
+        self.classify_frame(cx, pkt, key, pend, nic)
     }
 
     /// [`Worker::classify`] after the counting: also what a decapsulated
-    /// packet goes through, exactly as if it had arrived directly (M49).
+    /// packet goes through, exactly as if it had arrived directly (M49),
+    /// its IPv4 header checksum unverified (`nic`: what the NIC found of
+    /// the frame's as received).
+    ///
+    /// The fast parsers' frames take the fast path only when they pass the
+    /// edge checks (M55) every packet must — to this port's MAC, TTL above
+    /// 0, a right IPv4 header checksum — told by a few fixed-offset reads
+    /// (their sources are checked when a flow entry is made,
+    /// [`Worker::source_ok`]); any other frame takes [`Worker::general`],
+    /// which makes every check and names the reason of a drop.
     #[inline(always)]
     fn classify_frame<B: PacketBuf>(
         &mut self,
@@ -51,29 +62,135 @@ impl Worker {
         pkt: &mut B,
         key: &mut flowtable::FlowKey,
         pend: &mut Pending,
+        nic: RxChecksum,
     ) -> Stage {
-        let snap = cx.snap;
-        if let Some(f) = parse_v4_flow(pkt.data()) {
-            return self.v4_flow(cx, pkt, &f, key, pend);
-        }
-        if let Some(f) = parse_v6_flow(pkt.data()) {
+        let data = pkt.data();
+        if let Some(f) = parse_v4_flow(data) {
+            if self.clean_v4(data, &f, nic) {
+                return self.v4_flow(cx, pkt, &f, key, pend);
+            }
+        } else if let Some(f) = parse_v6_flow(data)
+            && self.clean_v6(data, &f)
+        {
             return self.v6_flow(cx, pkt, &f, key, pend);
         }
+        self.general(cx, pkt, key, pend, nic)
+    }
+
+    /// Whether a frame of [`parse_v4_flow`] passes the edge checks (M55)
+    /// that every packet must: to this port's MAC (one 8-byte compare), TTL
+    /// not 0, a right header checksum unless the NIC verified it. Its
+    /// source is checked where a flow entry is about to be made
+    /// ([`Worker::source_ok`]): a packet from a martian source, a VIP or an
+    /// own address never finds an entry, since none is made for it.
+    #[inline(always)]
+    fn clean_v4(&self, data: &[u8], f: &V4Flow, nic: RxChecksum) -> bool {
+        // Read after the parser's reads (whole words: see `header_sum`).
+        let header = data
+            .get(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN)
+            .and_then(|h| <&[u8; 20]>::try_from(h).ok());
+        let checksum_ok = match nic {
+            RxChecksum::Good => true,
+            RxChecksum::Bad => false,
+            RxChecksum::Unknown => {
+                header.is_some_and(|h| self.checksum_test.verifies(ipv4::header_sum(h)))
+            }
+        };
+        self.to_port_mac(data) && f.ttl != 0 && checksum_ok
+    }
+
+    /// [`Worker::clean_v4`] for a frame of [`parse_v6_flow`]: to this
+    /// port's MAC, hop limit not 0.
+    #[inline(always)]
+    fn clean_v6(&self, data: &[u8], f: &V6Flow) -> bool {
+        self.to_port_mac(data) && f.hop_limit != 0
+    }
+
+    /// Whether `frame` is to this port's MAC: its first 8 bytes (the parsers
+    /// have checked there are more), the source MAC's two shifted out,
+    /// against the MAC kept shifted the same way.
+    #[inline(always)]
+    fn to_port_mac(&self, frame: &[u8]) -> bool {
+        frame
+            .first_chunk::<8>()
+            .is_some_and(|b| u64::from_le_bytes(*b) << 16 == self.rx_mac)
+    }
+
+    /// Every frame the fast path does not take: the edge checks (M55) in
+    /// the order a router makes them — the port's VLAN (none), the
+    /// destination MAC, the IP header (checksum, TTL, source routes), the
+    /// source address — each drop under its own reason; then ARP, neighbour
+    /// discovery and the IP packet's rule. Frames to the host (own
+    /// addresses) pass the same checks first.
+    #[inline(never)]
+    fn general<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        key: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+        nic: RxChecksum,
+    ) -> Stage {
+        let snap = cx.snap;
+        let Some(l2) = pkt.data().first_chunk::<{ ethernet::HEADER_LEN }>() else {
+            return Stage::Done(Outcome::Drop(DropReason::Malformed));
+        };
+        if matches!(
+            u16::from_be_bytes([l2[12], l2[13]]),
+            ethertype::VLAN | ethertype::QINQ
+        ) {
+            return Stage::Done(Outcome::Drop(DropReason::VlanUntaggedPort));
+        }
+        let Some(dst) = self.l2_destination(l2) else {
+            return Stage::Done(Outcome::Drop(DropReason::L2ForeignDst));
+        };
+        let foreign = Outcome::Drop(DropReason::L2ForeignDst);
         Stage::Done(match parse_frame(pkt.data()) {
             Err(_) => Outcome::Drop(DropReason::Malformed),
-            Ok(Frame::Arp(eth, req)) => self.arp(snap, pkt, &eth, &req),
-            Ok(Frame::Other(_)) => Outcome::ToHost,
-            Ok(Frame::Ip(_, info)) => match info.icmp {
-                Some(icmp)
-                    if info.version == IpVersion::V6
-                        && info.proto == ipproto::ICMPV6
-                        && is_link_control(icmp.msg_type) =>
-                {
-                    self.link_control(snap, pkt, &info, icmp.msg_type)
-                }
-                _ => return self.ip(cx, pkt, &info, key, pend),
+            Ok(Frame::Arp(eth, req)) => match dst {
+                L2Dst::Port | L2Dst::Broadcast => self.arp(snap, pkt, &eth, &req),
+                L2Dst::NdMulticast => foreign,
             },
+            Ok(Frame::Other(_)) => match dst {
+                L2Dst::Port => Outcome::ToHost,
+                L2Dst::Broadcast | L2Dst::NdMulticast => foreign,
+            },
+            Ok(Frame::Ip(_, info)) => {
+                if dst == L2Dst::Broadcast {
+                    return Stage::Done(foreign);
+                }
+                if let Err(reason) = ip_header_ok(snap, pkt.data(), &info, nic) {
+                    return Stage::Done(Outcome::Drop(reason));
+                }
+                match info.icmp {
+                    Some(icmp)
+                        if info.version == IpVersion::V6
+                            && info.proto == ipproto::ICMPV6
+                            && is_link_control(icmp.msg_type) =>
+                    {
+                        self.link_control(snap, pkt, &info, icmp.msg_type)
+                    }
+                    _ if dst == L2Dst::NdMulticast => foreign,
+                    _ if martian_source(snap, &info) => Outcome::Drop(DropReason::MartianSource),
+                    _ => return self.ip(cx, pkt, &info, key, pend),
+                }
+            }
         })
+    }
+
+    /// What a frame's destination MAC is to this port (`None`: another
+    /// host's unicast, or a multicast the port takes nothing from).
+    fn l2_destination(&self, l2: &[u8; ethernet::HEADER_LEN]) -> Option<L2Dst> {
+        if self.to_port_mac(l2) {
+            Some(L2Dst::Port)
+        } else if l2[..6] == [0xff; 6] {
+            Some(L2Dst::Broadcast)
+        } else if l2[..2] == [0x33, 0x33] {
+            // IPv6 multicast (RFC 2464 §7): solicited-node, all-nodes, …
+            Some(L2Dst::NdMulticast)
+        } else {
+            None
+        }
     }
 
     /// Rule selection and flow key of an IP packet (not link control).
@@ -219,6 +336,10 @@ impl Worker {
                             return self.own(cx, pkt, outer, key_out, pend);
                         }
                         Err(Outcome::Drop(DropReason::NotOurs)) if !snap.gateways.is_empty() => {
+                            // Both ends of a gateway flow find its entry.
+                            if is_martian_v4(f.src) {
+                                return Stage::Done(Outcome::Drop(DropReason::MartianSource));
+                            }
                             return self.gateway_frame(cx, pkt, key_out, pend);
                         }
                         Err(o) => return Stage::Done(o),
@@ -298,6 +419,10 @@ impl Worker {
                 return self.own(cx, pkt, outer, key_out, pend);
             }
             Err(Outcome::Drop(DropReason::NotOurs)) if !snap.gateways.is_empty() => {
+                // Both ends of a gateway flow find its entry.
+                if is_martian_v6(&f.src) {
+                    return Stage::Done(Outcome::Drop(DropReason::MartianSource));
+                }
                 return self.gateway_frame(cx, pkt, key_out, pend);
             }
             Err(o) => return Stage::Done(o),
@@ -407,6 +532,26 @@ impl Worker {
         {
             return Stage::Done(self.gateway_return(cx, pkt, slot, outer.dst_port));
         }
+        self.own_not_returned(cx, pkt, outer, key, pend)
+    }
+
+    /// [`Worker::own`] for what no appliance returned: a tunnel or a packet
+    /// for the host. Apart, so that the returns' way stays as it was.
+    #[inline(never)]
+    fn own_not_returned<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        outer: OuterFacts,
+        key: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        let snap = cx.snap;
+        // The fast path leaves the source's check to packets without a flow
+        // entry (M55); to the host or a tunnel there is none.
+        if martian(snap, outer.src) && !probe_answer(snap, outer.src, outer.proto, outer.dst_port) {
+            return Stage::Done(Outcome::Drop(DropReason::MartianSource));
+        }
         let policy = &snap.tunnel_ingress;
         let tunnel = match outer.proto {
             ipproto::IPIP | ipproto::IPV6 => policy.ipip,
@@ -433,7 +578,8 @@ impl Worker {
         }
         match self.decapsulate(snap, pkt, outer) {
             Ok(()) => {
-                let stage = self.classify_frame(cx, pkt, key, pend);
+                // The NIC's checksum verdict was the outer header's.
+                let stage = self.classify_frame(cx, pkt, key, pend, RxChecksum::Unknown);
                 if matches!(stage, Stage::Lookup) {
                     pend.tunnelled = true;
                 }
@@ -510,6 +656,115 @@ impl Worker {
         } += 1;
         Ok(())
     }
+}
+
+/// What a frame's destination MAC is to the port it arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L2Dst {
+    /// The port's own MAC.
+    Port,
+    /// Broadcast: ARP only.
+    Broadcast,
+    /// An IPv6 multicast MAC (`33:33:…`): neighbour and multicast listener
+    /// discovery only.
+    NdMulticast,
+}
+
+/// The IP header checks of the edge (M55), in order: the IPv4 header
+/// checksum (the NIC's verdict where it gives one), TTL or hop limit 0,
+/// source routes (IPv4 LSRR/SSRR, IPv6 RH0, an SRH sending the packet on to
+/// what is not a VIP of this node, any other routing header with segments
+/// left).
+fn ip_header_ok(
+    snap: &Snapshot,
+    frame: &[u8],
+    info: &PacketInfo,
+    nic: RxChecksum,
+) -> Result<(), DropReason> {
+    if info.version == IpVersion::V4 {
+        let header = frame.get(info.l3_offset as usize..info.l4_offset as usize);
+        let right = match nic {
+            RxChecksum::Good => true,
+            RxChecksum::Bad => false,
+            RxChecksum::Unknown => {
+                header.is_some_and(|h| ipv4::Packet::new_unchecked(h).verify_checksum())
+            }
+        };
+        if !right {
+            return Err(DropReason::Ipv4BadChecksum);
+        }
+    }
+    if info.ttl == 0 {
+        return Err(DropReason::TtlZero);
+    }
+    match info.source_route {
+        None => Ok(()),
+        Some(SourceRoute::V4(_)) => Err(DropReason::IpSourceRoute),
+        Some(SourceRoute::V6 { routing_type, .. }) if routing_type == ipv6::routing::TYPE0 => {
+            Err(DropReason::Ipv6Rh0)
+        }
+        // RFC 8200 §4.4: a routing header with no segment left is ignored.
+        Some(SourceRoute::V6 {
+            segments_left: 0, ..
+        }) => Ok(()),
+        Some(SourceRoute::V6 {
+            routing_type,
+            offset,
+            len,
+            ..
+        }) if routing_type == ipv6::routing::SRH => {
+            let srh = frame.get(offset as usize..offset as usize + len as usize);
+            let segments = srh.and_then(|h| ipv6::srh_segments_left(h).ok());
+            let Some(mut segments) = segments else {
+                return Err(DropReason::Malformed);
+            };
+            if segments.all(|s| snap.rules.is_vip(IpAddr::V6(Ipv6Addr::from(s)))) {
+                Ok(())
+            } else {
+                Err(DropReason::Ipv6SrhForeign)
+            }
+        }
+        Some(SourceRoute::V6 { .. }) => Err(DropReason::IpSourceRoute),
+    }
+}
+
+/// Whether the source of a packet the general path parsed is martian
+/// ([`martian`]), unless it answers a probe of the host's ([`probe_answer`]).
+/// IPv4-mapped IPv6 sources are left to [`Worker::ip`]'s `bad_address`.
+fn martian_source(snap: &Snapshot, info: &PacketInfo) -> bool {
+    let (src, dst) = match info.version {
+        IpVersion::V4 => (unmap(&info.src), unmap(&info.dst)),
+        IpVersion::V6 => (
+            IpAddr::V6(Ipv6Addr::from(info.src)),
+            IpAddr::V6(Ipv6Addr::from(info.dst)),
+        ),
+    };
+    martian(snap, src)
+        && !(snap.is_own(dst) && probe_answer(snap, src, info.proto, info.ports.map(|p| p.1)))
+}
+
+/// Whether a packet from `src` to an own address answers one of the
+/// host's health probes through a VIP (M52): TCP from that VIP to the
+/// probe's source port, which the backend sends back directly. The one
+/// packet from a VIP that comes from outside.
+fn probe_answer(snap: &Snapshot, src: IpAddr, proto: u8, dst_port: Option<u16>) -> bool {
+    proto == TCP
+        && dst_port
+            .and_then(|p| snap.probe_steer(p))
+            .is_some_and(|s| s.vip == wire::ip::to_mapped(&src))
+}
+
+/// Whether `src` may not be the source of a packet from outside (M55):
+/// never a source on the wire ([`is_martian_v4`], [`is_martian_v6`]), or
+/// one of this node's VIPs or own addresses — such a packet has a forged
+/// source (its answer would go to this node, or a backend would answer
+/// itself).
+pub(super) fn martian(snap: &Snapshot, src: IpAddr) -> bool {
+    let never = match src {
+        IpAddr::V4(a) => is_martian_v4(u32::from(a)),
+        IpAddr::V6(a) => is_martian_v6(&a.octets()),
+    };
+    never || snap.rules.is_vip(src) || snap.is_own(src)
 }
 
 /// Hashes a packed flow key, adds the service's tag to it

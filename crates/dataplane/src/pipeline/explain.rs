@@ -112,8 +112,9 @@ impl Worker {
             .and_then(|g| snap.gateways.get(g))
             .map_or(([0; 6], 0), |h| (h.mac, h.port));
         w.set_rx_port(port);
+        w.load_port_mac(snap);
         let mut frame = [0u8; 128];
-        let len = synthetic_frame(&mut frame, snap.local.mac, src_mac, probe);
+        let len = synthetic_frame(&mut frame, w.reply_mac(snap), src_mac, probe);
         let mut storage = [0u8; 512];
         let mut out = Explanation {
             verdict: Verdict::Drop(crate::DropReason::Malformed),
@@ -150,7 +151,12 @@ impl Worker {
             return out;
         };
         // Read-only: `lookup` neither touches nor confirms the entry.
-        let chosen = match flows.lookup(&key, flows.hash(&key)) {
+        let hit = flows.lookup(&key, flows.hash(&key));
+        if hit.is_none() && !w.source_ok(snap, &pkt, &p) {
+            out.verdict = w.count(super::Outcome::Drop(crate::DropReason::MartianSource));
+            return out;
+        }
+        let chosen = match hit {
             Some(hit) if w.follows(snap, plan, &hit, &p, now) => {
                 out.entry = EntryUse::Pinned {
                     slot: hit.entry.backend,

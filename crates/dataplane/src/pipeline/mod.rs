@@ -260,6 +260,14 @@ pub struct Worker {
     /// Port the packets being processed arrived on (index into
     /// `Local::port_macs`), for the source MAC of replies.
     rx_port: usize,
+    /// That port's MAC as the high 48 bits of a little-endian word (shifted
+    /// as `classify`'s compare shifts a frame's first 8 bytes): what the
+    /// destination MAC of a frame it received must be (M55). Set from the
+    /// snapshot for each group ([`Worker::load_port_mac`]).
+    rx_mac: u64,
+    /// The IPv4 header checksum's test, read from here as memory operands
+    /// ([`wire::ipv4::ChecksumTest`]).
+    checksum_test: wire::ipv4::ChecksumTest,
     /// The passes' working arrays, allocated once: on the stack they were
     /// cleared for every group (some 4 KB per burst).
     scratch: Option<Box<Scratch>>,
@@ -349,6 +357,8 @@ impl Worker {
             counters: WorkerCounters::new(children),
             rng: seed | 1,
             rx_port: usize::MAX,
+            rx_mac: 0,
+            checksum_test: wire::ipv4::ChecksumTest::NEW,
             scratch: Some(Scratch::new()),
             last_rule: None,
             budget_tick: None,
@@ -400,13 +410,64 @@ impl Worker {
         self.rx_port = port;
     }
 
-    /// Source MAC of a reply to the packet being processed.
+    /// Source MAC of a reply to the packet being processed: its port's MAC.
     fn reply_mac(&self, snap: &Snapshot) -> MacAddr {
         snap.local
             .port_macs
             .get(self.rx_port)
             .copied()
             .unwrap_or(snap.local.mac)
+    }
+
+    /// Reads the receiving port's MAC ([`Worker::reply_mac`]) from `snap`
+    /// for the frames processed next (once a group, not per packet).
+    fn load_port_mac(&mut self, snap: &Snapshot) {
+        let [a, b, c, d, e, f] = self.reply_mac(snap);
+        self.rx_mac = u64::from_le_bytes([0, 0, a, b, c, d, e, f]);
+    }
+
+    /// Whether the source of a packet about to make a flow entry (or be
+    /// forwarded without one) is acceptable (M55): no martian
+    /// ([`wire::ip::is_martian_v4`], [`wire::ip::is_martian_v6`]), none of
+    /// this node's VIPs or own addresses. Otherwise it is counted as a
+    /// martian source. The fast path makes the check here, once a flow, not
+    /// per packet: a packet from such a source never finds an entry, since
+    /// none is made for it (a gateway flow's entry is found from both ends:
+    /// `classify` checks its packets' sources each time).
+    fn source_ok<B: PacketBuf>(&mut self, snap: &Snapshot, pkt: &B, p: &Pending) -> bool {
+        let (data, l3) = (pkt.data(), usize::from(p.inner.l2_len));
+        let src = if p.inner.v6 {
+            data.get(l3 + 8..l3 + 24)
+                .and_then(|a| <[u8; 16]>::try_from(a).ok())
+                .map(std::net::IpAddr::from)
+        } else {
+            data.get(l3 + 12..l3 + 16)
+                .and_then(|a| <[u8; 4]>::try_from(a).ok())
+                .map(std::net::IpAddr::from)
+        };
+        let martian = src.is_some_and(|a| classify::martian(snap, a));
+        if martian {
+            self.child_drop(p.child, DropReason::MartianSource);
+        }
+        !martian
+    }
+
+    /// [`Worker::finish`] of a packet whose source [`Worker::source_ok`]
+    /// has checked if it has no flow entry (`hit`). Out of line, as
+    /// `finish` is: the passes' loop stays as it was.
+    #[inline(never)]
+    fn finish_checked<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        p: &Pending,
+        key: &flowtable::FlowKey,
+        hit: Option<flowtable::Hit>,
+    ) -> (Outcome, bool) {
+        if hit.is_none() && !self.source_ok(cx.snap, pkt, p) {
+            return (Outcome::Drop(DropReason::MartianSource), false);
+        }
+        self.finish(cx, pkt, p, key, hit)
     }
 
     /// Processes one packet in place: the reference behaviour, which
@@ -421,6 +482,7 @@ impl Worker {
         self.end_rule_run();
         self.fit(snap);
         self.frag_jobs.clear();
+        self.load_port_mac(snap);
         let mut key = flowtable::FlowKey([0; 5]);
         let mut p = Pending::BLANK;
         let cx = Ctx { snap, flows, now };
@@ -428,7 +490,7 @@ impl Worker {
             Stage::Done(o) => o,
             Stage::Lookup => {
                 let hit = flows.lookup(&key, flows.hash(&key));
-                self.finish(cx, pkt, &p, &key, hit).0
+                self.finish_checked(cx, pkt, &p, &key, hit).0
             }
         };
         self.count(outcome)
@@ -483,6 +545,7 @@ impl Worker {
         let cx = Ctx { snap, flows, now };
         let mut sc = self.scratch.take().unwrap_or_else(Scratch::new);
         self.end_rule_run();
+        self.load_port_mac(snap);
         let Scratch {
             stages,
             pending,
@@ -535,7 +598,7 @@ impl Worker {
                     match fast {
                         Some(o) => o,
                         None => {
-                            let (o, wrote) = self.finish(cx, pkt, p, key, hit);
+                            let (o, wrote) = self.finish_checked(cx, pkt, p, key, hit);
                             if wrote {
                                 changed |= bit;
                             }
