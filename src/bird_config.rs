@@ -1,6 +1,7 @@
 //! `spillway bird-config --config FILE`: print a bird.conf for this node's
 //! `[bgp]` (M34): the BIRD that announces the VIPs Spillway decides.
 
+use crate::output::out;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -28,6 +29,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.config.display()
         );
     }
-    print!("{}", control::bird::bird_conf(&c.node.name, bgp));
+    out!("{}", control::bird::bird_conf(&c.node.name, bgp));
     Ok(())
 }
