@@ -960,3 +960,52 @@ fn every_error_and_warning_is_the_one_recorded() {
         );
     }
 }
+
+/// Rules on one VIP are checked against the rules whose port ranges meet
+/// theirs, found by a sweep in port order (issue 38, item 12): every
+/// overlapping pair is told, adjacent in port order or not, and rules on
+/// ports of their own are not, however many share the VIP.
+#[test]
+fn every_overlapping_pair_of_rules_on_a_vip_is_told_and_no_other() {
+    let mut extra = String::new();
+    // 2000 rules on one VIP, a port each: no overlap.
+    for i in 0..2000 {
+        extra.push_str(&rule(
+            &format!("p{i}"),
+            "\"10.0.0.20\"",
+            "TCP",
+            &(2000 + i).to_string(),
+            "",
+        ));
+    }
+    // On another VIP: a wide range, one inside it, one overlapping only
+    // the wide one (past the second's end), one of several ranges whose
+    // last meets the first, and UDP on the same ports (another protocol).
+    for (name, ports, proto) in [
+        ("wide", "\"100-200\"", "TCP"),
+        ("inside", "\"110-120\"", "TCP"),
+        ("tail", "\"150-160\"", "TCP"),
+        ("multi", "\"10,20,199\"", "TCP"),
+        ("udp", "\"100-200\"", "UDP"),
+    ] {
+        extra.push_str(&rule(name, "\"10.0.0.30\"", proto, ports, ""));
+    }
+    let errs = match load(&with(&extra)) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e,
+    };
+    let got: Vec<String> = errs
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    let want = [
+        "forwarding_rules[2002].ports: TCP ports 110-120 overlap rule \"wide\"",
+        "forwarding_rules[2003].ports: TCP ports 150-160 overlap rule \"wide\"",
+        "forwarding_rules[2004].ports: TCP ports 199 overlap rule \"wide\"",
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.starts_with(w), "{g} / {w}");
+    }
+}
