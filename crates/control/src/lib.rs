@@ -53,7 +53,7 @@ pub mod transitions;
 
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
-    build_tables, destructive_change,
+    build_tables, destructive_change, watch_refusal,
 };
 pub use crate::daemon::Manager;
 

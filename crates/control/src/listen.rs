@@ -34,7 +34,7 @@ use crate::{http, socket};
 /// How long a request waits for the management loop's answer (a reload of a
 /// large configuration may take a while; the loop is not stalled meanwhile,
 /// it is working).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the listeners could not start.
 #[derive(Debug, thiserror::Error)]
