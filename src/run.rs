@@ -151,8 +151,11 @@ pub fn run(args: &Args) -> Result<()> {
     let watch = compiled.settings.control.watch_config;
     // Bound before the workers start: a control socket that cannot be set
     // up (in use, something else at its path, unknown group) stops here.
-    let listeners =
-        control::listen::Listeners::start(&compiled.settings.metrics, &compiled.settings.control)?;
+    let listeners = control::listen::Listeners::start(
+        &compiled.settings.metrics,
+        &compiled.settings.control,
+        control::admission::configured_peers(&compiled),
+    )?;
     // The flow table in the EAL's hugepages (DPDK's heap), so that it is on huge pages
     // whether or not the kernel grants transparent ones; on the heap under `--no-huge` or
     // when the hugepages left cannot hold it (`status` and the log say which).

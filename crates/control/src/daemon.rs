@@ -483,6 +483,10 @@ impl Manager {
             other => Err(other.text()),
         };
         if let Ok(published) = &result {
+            // The peers always served over HTTP follow the configuration.
+            if let Some(l) = &self.listeners {
+                l.set_peers(crate::admission::configured_peers(self.core.compiled()));
+            }
             if let Published::Live(generation) = published {
                 self.wait_for_workers(*generation);
             }
@@ -910,6 +914,7 @@ impl Manager {
                     oversized: c.oversized,
                     bad: c.bad,
                     busy: c.busy,
+                    evicted: c.evicted,
                 }
             })
             .collect();

@@ -31,6 +31,7 @@
 //! - [`scripted`]: verdicts set by hand instead of probed, for driving the
 //!   core without a network (`spillway replay`, simulations).
 
+pub mod admission;
 pub mod announce;
 pub mod balance;
 pub mod bird;

@@ -157,7 +157,7 @@ fn status_is_answered_while_a_large_reload_is_read() {
         timeout: config::values::Duration::secs(5),
         watch_config: false,
     };
-    let listeners = Listeners::start(&metrics, &control).unwrap();
+    let listeners = Listeners::start(&metrics, &control, Vec::new()).unwrap();
     let http = listeners.http_addr().unwrap();
     let socket = listeners.socket_path().unwrap().to_owned();
     mgr.serve(listeners);
