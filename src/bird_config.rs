@@ -1,6 +1,7 @@
 //! `spillway bird-config --config FILE`: print a bird.conf for this node's
 //! `[bgp]` (M34): the BIRD that announces the VIPs Spillway decides.
 
+use crate::output::out;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -31,6 +32,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // Validation refused unsafe paths already; the writer checks again.
     let conf = control::bird::bird_conf(&c.node.name, bgp)
         .with_context(|| format!("writing a bird.conf for {}", args.config.display()))?;
-    print!("{conf}");
+    out!("{conf}");
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! It runs exactly what the daemon runs on start and reload
 //! (`config::load`), so a file that passes here loads there on this machine.
 
+use crate::output::{errln, out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,14 +18,14 @@ pub struct Args {
 pub fn run(args: &Args) -> ExitCode {
     match config::load(&args.file) {
         Ok(loaded) => {
-            println!("{}: configuration is valid", args.file.display());
-            print!("{}", loaded.summary());
+            outln!("{}: configuration is valid", args.file.display());
+            out!("{}", loaded.summary());
             ExitCode::SUCCESS
         }
         Err(errors) => {
-            eprintln!("{errors}");
+            errln!("{errors}");
             let n = errors.errors.len();
-            eprintln!(
+            errln!(
                 "{}: {n} error{}; configuration rejected",
                 args.file.display(),
                 if n == 1 { "" } else { "s" }

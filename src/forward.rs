@@ -5,6 +5,7 @@
 //! and it reports exactly what happened — counts, device counters, drops,
 //! mempool balance and cycles per packet.
 
+use crate::output::outln;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -68,7 +69,7 @@ pub fn run(args: &Args) -> Result<()> {
         p.start()?;
     }
     let tx_ref = tx_port.as_ref().unwrap_or(&rx_port);
-    println!(
+    outln!(
         "spillway forward: {} ({}, {}) -> {} ({}, {}); {}; burst {BURST}",
         rx_port.name(),
         rx_port.driver(),
@@ -84,7 +85,7 @@ pub fn run(args: &Args) -> Result<()> {
     let rx_stats = rx_port.stats()?;
     let tx_stats = tx_ref.stats()?;
     let secs = counters.elapsed.as_secs_f64();
-    println!(
+    outln!(
         "forwarded {} of {} packets ({} bytes) in {:.3} s: {:.3} Mpps; {} dropped at TX (device full)",
         counters.c.tx,
         counters.c.rx,
@@ -98,14 +99,14 @@ pub fn run(args: &Args) -> Result<()> {
         counters.c.tx_dropped,
     );
     if counters.c.rx > 0 {
-        println!(
+        outln!(
             "busy cycles per packet: {:.1} over {} bursts (TSC {} MHz)",
             counters.c.busy_cycles as f64 / counters.c.rx as f64,
             counters.c.bursts,
             dpdk::tsc_hz(eal) / 1_000_000
         );
     }
-    println!(
+    outln!(
         "rx port {}: rx {} pkts / {} bytes, missed {}, errors {}, no-mbuf {}",
         rx_port.name(),
         rx_stats.rx_packets,
@@ -114,7 +115,7 @@ pub fn run(args: &Args) -> Result<()> {
         rx_stats.rx_errors,
         rx_stats.rx_nombuf
     );
-    println!(
+    outln!(
         "tx port {}: tx {} pkts / {} bytes, errors {}",
         tx_ref.name(),
         tx_stats.tx_packets,
@@ -126,7 +127,7 @@ pub fn run(args: &Args) -> Result<()> {
     drop(tx_port);
     drop(rx_port);
     let end_in_use = pool.in_use();
-    println!(
+    outln!(
         "mempool {}: {} mbufs in use before, {} after",
         pool.name(),
         start_in_use,

@@ -6,6 +6,7 @@
 mod bird_config;
 mod check_config;
 mod forward;
+mod output;
 mod replay;
 mod run;
 mod zone_health;
@@ -13,6 +14,7 @@ mod zone_health;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use output::errln;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -82,7 +84,13 @@ fn long_version() -> String {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
-    let result = match cli.command {
+    // Whatever the command did, output lost to a write error (not a reader
+    // that went away) makes it fail (`output`).
+    output::exit_code(dispatch(cli.command))
+}
+
+fn dispatch(command: Command) -> ExitCode {
+    let result = match command {
         Command::Forward(args) => forward::run(&args),
         Command::Decap(args) => decap::daemon::run(&args),
         Command::Nva(args) => nva::daemon::run(&args),
@@ -115,7 +123,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("spillway: error: {e:#}");
+            errln!("spillway: error: {e:#}");
             ExitCode::FAILURE
         }
     }

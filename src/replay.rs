@@ -15,6 +15,7 @@
 //! (the configured MACs are used), and the workers' counter publication
 //! delay (the core reads the pipeline's counters as they are).
 
+use crate::output::outln;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::net::IpAddr;
@@ -744,12 +745,12 @@ pub fn run(args: &Args) -> Result<()> {
     drop(io);
 
     let c = &engine.worker.counters;
-    println!(
+    outln!(
         "{}: {seen} packets in, {written} out to {}",
         args.opts.input.display(),
         args.opts.output.display()
     );
-    println!(
+    outln!(
         "{}, dropped {}{}",
         line(c, WorkerCounters::TRAFFIC, Text::Replay),
         c.total_drops(),
@@ -760,41 +761,44 @@ pub fn run(args: &Args) -> Result<()> {
         }
     );
     for change in &mgmt.health_changes {
-        println!("health: {change}");
+        outln!("health: {change}");
     }
     for l in &mgmt.logs {
-        println!("core: {l}");
+        outln!("core: {l}");
     }
     if truncated > 0 {
-        println!(
+        outln!(
             "{truncated} truncated by the capture (snaplen {}) skipped",
             in_header.snaplen
         );
     }
-    println!("flows: {}", line(c, WorkerCounters::FLOWS, Text::Replay));
+    outln!("flows: {}", line(c, WorkerCounters::FLOWS, Text::Replay));
     if c.decap_ipip + c.decap_gre + c.decap_gue + c.decap_geneve > 0 {
-        println!(
+        outln!(
             "tunnels: decapsulated ipip {}, gre {}, gue {}, geneve {}",
-            c.decap_ipip, c.decap_gre, c.decap_gue, c.decap_geneve
+            c.decap_ipip,
+            c.decap_gre,
+            c.decap_gue,
+            c.decap_geneve
         );
     }
     for r in DropReason::ALL {
         if c.dropped(r) > 0 {
-            println!("  drop {}: {}", r.name(), c.dropped(r));
+            outln!("  drop {}: {}", r.name(), c.dropped(r));
         }
     }
     if c.dropped(DropReason::L2ForeignDst) > 0 {
         // Replay has no device to ask for the uplink's MAC (M55).
         let local = &mgmt.snap.local;
         let mac = local.port_macs.get(uplink).copied().unwrap_or(local.mac);
-        println!(
+        outln!(
             "  (frames to another MAC than the uplink's, {}: give the uplink the capture's destination MAC as its `mac`)",
             mac.map(|b| format!("{b:02x}")).join(":")
         );
     }
     for (child, cc) in compiled.children.iter().zip(&c.children) {
         if cc.packets > 0 {
-            println!(
+            outln!(
                 "  rule {}:{}",
                 child.name,
                 line(cc, ChildCounters::ALL, Text::Replay)

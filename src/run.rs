@@ -6,6 +6,7 @@
 //! node's VIPs and keeps forwarding for `[node] shutdown_drain`, then stops
 //! it cleanly; a second one stops it at once (M39).
 
+use crate::output::{err, errln, out, outln};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -157,8 +158,11 @@ pub fn run(args: &Args) -> Result<()> {
     let watch = compiled.settings.control.watch_config;
     // Bound before the workers start: a control socket that cannot be set
     // up (in use, something else at its path, unknown group) stops here.
-    let listeners =
-        control::listen::Listeners::start(&compiled.settings.metrics, &compiled.settings.control)?;
+    let listeners = control::listen::Listeners::start(
+        &compiled.settings.metrics,
+        &compiled.settings.control,
+        control::admission::configured_peers(&compiled),
+    )?;
     // The flow table in the EAL's hugepages (DPDK's heap), so that it is on huge pages
     // whether or not the kernel grants transparent ones; on the heap under `--no-huge` or
     // when the hugepages left cannot hold it (`status` and the log say which).
@@ -230,18 +234,20 @@ pub fn run(args: &Args) -> Result<()> {
             .map_err(|_| anyhow::anyhow!("the link watcher panicked"))
     })?;
     shared.stop.store(true, Ordering::Release);
-    print!("{}", mgr.stats());
+    out!("{}", mgr.stats());
     for l in &links {
-        println!(
+        outln!(
             "port {}: link went down {} times, came up {} times",
-            l.name, l.downs, l.ups
+            l.name,
+            l.downs,
+            l.ups
         );
     }
     // Closing the ports returns the mbufs their rings hold (and flushes
     // file-backed devices); then every mbuf must be back in the pool.
     drop(ports);
     let end_in_use = pool.in_use();
-    println!(
+    outln!(
         "mempool {}: {start_in_use} mbufs in use at start, {end_in_use} at exit",
         pool.name()
     );
@@ -407,13 +413,13 @@ fn ask(command: &str, args: &ClientArgs) -> Result<(bool, String)> {
 pub fn client(command: &str, args: &ClientArgs) -> Result<std::process::ExitCode> {
     let (ok, text) = ask(command, args)?;
     if ok {
-        print!("{text}");
+        out!("{text}");
         Ok(std::process::ExitCode::SUCCESS)
     } else {
         if args.json {
-            print!("{text}");
+            out!("{text}");
         } else {
-            eprint!("{text}");
+            err!("{text}");
         }
         Ok(std::process::ExitCode::FAILURE)
     }
@@ -426,11 +432,11 @@ pub fn client_exit(json: bool, r: Result<std::process::ExitCode>) -> std::proces
     match r {
         Ok(code) => code,
         Err(e) if json => {
-            print!("{}", control::report::json_error(&format!("{e:#}")));
+            out!("{}", control::report::json_error(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("spillway: error: {e:#}");
+            errln!("spillway: error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -464,7 +470,7 @@ pub struct StatsArgs {
 
 /// `spillway stats [--watch [SECS]]`.
 pub fn stats(args: &StatsArgs) -> Result<std::process::ExitCode> {
-    use std::io::{IsTerminal, Write};
+    use std::io::IsTerminal;
     let Some(every) = args.watch else {
         return client("stats", &args.daemon);
     };
@@ -474,25 +480,26 @@ pub fn stats(args: &StatsArgs) -> Result<std::process::ExitCode> {
     let redraw = std::io::stdout().is_terminal() && !args.daemon.json;
     loop {
         let (ok, text) = ask("stats", &args.daemon)?;
-        let mut out = std::io::stdout().lock();
-        if redraw {
-            // Cursor home, clear the screen: the next answer replaces it.
-            write!(out, "\x1b[H\x1b[2J")?;
-        }
+        // Cursor home, clear the screen: the next answer replaces it.
+        let clear = if redraw { "\x1b[H\x1b[2J" } else { "" };
         if !ok {
             if args.daemon.json {
-                write!(out, "{text}")?;
+                out!("{clear}{text}");
             } else {
-                eprint!("{text}");
+                out!("{clear}");
+                err!("{text}");
             }
             return Ok(std::process::ExitCode::FAILURE);
         }
-        write!(out, "{text}")?;
-        if !redraw && !args.daemon.json {
-            writeln!(out)?;
+        let gap = if !redraw && !args.daemon.json {
+            "\n"
+        } else {
+            ""
+        };
+        // One write an answer; a reader gone (`… | head`) ends the loop.
+        if !out!("{clear}{text}{gap}") {
+            return Ok(std::process::ExitCode::SUCCESS);
         }
-        out.flush()?;
-        drop(out);
         std::thread::sleep(std::time::Duration::from_secs_f64(every));
     }
 }

@@ -1,6 +1,7 @@
 //! `spillway zone-health`: the zone health service (M51), and the commands
 //! that talk to it over its control socket.
 
+use crate::output::{err, errln, out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,11 +59,11 @@ pub fn run(args: &Args) -> ExitCode {
     match dispatch(args) {
         Ok(code) => code,
         Err(e) if json => {
-            print!("{}", control::report::json_error(&format!("{e:#}")));
+            out!("{}", control::report::json_error(&format!("{e:#}")));
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("spillway: error: {e:#}");
+            errln!("spillway: error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -84,7 +85,7 @@ fn dispatch(args: &Args) -> Result<ExitCode> {
         }
         Some(ZoneCommand::Check) => {
             let s = load(args)?;
-            println!(
+            outln!(
                 "{}: ok; publishing {} in zone {} on {} (TTL {} s, key {})",
                 args.config
                     .as_ref()
@@ -97,7 +98,7 @@ fn dispatch(args: &Args) -> Result<ExitCode> {
             );
             for z in &s.zones {
                 let vips: Vec<String> = z.vips.iter().map(ToString::to_string).collect();
-                println!("zone {}: {}", z.name, vips.join(", "));
+                outln!("zone {}: {}", z.name, vips.join(", "));
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -121,10 +122,10 @@ fn dispatch(args: &Args) -> Result<ExitCode> {
     let (ok, text) = control::socket::request(&socket, &command)
         .with_context(|| format!("zone-health control socket {}", socket.display()))?;
     if ok {
-        print!("{text}");
+        out!("{text}");
         Ok(ExitCode::SUCCESS)
     } else {
-        eprint!("{text}");
+        err!("{text}");
         Ok(ExitCode::FAILURE)
     }
 }

@@ -467,7 +467,9 @@ fn the_daemon_survives_fuzzed_frames_on_dpdk_ports_without_leaking_mbufs() {
 }
 
 /// M38: editing the file is enough; a broken edit is refused and the
-/// running configuration stays.
+/// running configuration stays; an edit that removes something the
+/// running file sets (here: a service renamed) waits for `spillway
+/// reload`, since a file cut short looks like that too.
 #[test]
 fn the_daemon_reloads_when_its_file_changes() {
     let dir: PathBuf =
@@ -476,37 +478,56 @@ fn the_daemon_reloads_when_its_file_changes() {
     write_pcap(&dir.join("in.pcap"), &[]);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
-    std::fs::write(&cfg, common::pcap_daemon_config(&dir, "dns", true)).expect("config");
+    let first = common::pcap_daemon_config(&dir, "dns", true);
+    std::fs::write(&cfg, &first).expect("config");
     let mut daemon = Daemon::start(&cfg, false);
     let socket_s = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
     let wait_for = |what: &str, daemon: &mut Daemon| status_with(daemon, &socket_s, what);
     wait_for("snapshot generation 1", &mut daemon);
 
-    std::fs::write(&cfg, common::pcap_daemon_config(&dir, "dns2", true)).expect("config");
+    // A service and its rule added.
+    let added = first.replace(
+        "[control]",
+        "[[forwarding_rules]]\nname = \"dns2\"\nvips = [\"10.0.0.11\"]\nprotocol = \"UDP\"\nports = 53\nbackend_service = \"dns2\"\n\n\
+         [[backend_services]]\nname = \"dns2\"\ndelivery = \"gue\"\ngroups = [{ name = \"a\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.0.1.13\" }] }]\n\n[control]",
+    );
+    std::fs::write(&cfg, &added).expect("config");
     let s = wait_for("service dns2", &mut daemon);
     assert!(
-        s.contains("snapshot generation 2, reloads 1 ok / 0 rejected"),
+        s.contains("snapshot generation 2, reloads 1 ok / 0 rejected")
+            && s.contains("service dns:"),
         "{s}"
     );
 
-    std::fs::write(&cfg, "[node]\nname = 3\n").expect("config");
+    // Renamed: the watch does not apply it; `spillway reload` does.
+    std::fs::write(&cfg, common::pcap_daemon_config(&dir, "dns3", true)).expect("config");
     let s = wait_for("reloads 1 ok / 1 rejected", &mut daemon);
     assert!(
-        s.contains("snapshot generation 2") && s.contains("service dns2"),
+        s.contains("the file watch does not apply it")
+            && s.contains("backend_services[dns]")
+            && s.contains("service dns2"),
         "{s}"
     );
+    let out = spillway(&["reload", "--socket", &socket_s]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = wait_for("service dns3", &mut daemon);
+    assert!(s.contains("reloads 2 ok / 1 rejected"), "{s}");
+
+    std::fs::write(&cfg, "[node]\nname = 3\n").expect("config");
+    let s = wait_for("reloads 2 ok / 2 rejected", &mut daemon);
+    assert!(s.contains("service dns3"), "{s}");
     assert!(s.contains("spillway.toml:2:"), "the error is shown: {s}");
     // Nothing more happens while the file stays as it is.
     std::thread::sleep(Duration::from_millis(800));
     let s = text(&spillway(&["status", "--socket", &socket_s]));
-    assert!(s.contains("reloads 1 ok / 1 rejected"), "{s}");
+    assert!(s.contains("reloads 2 ok / 2 rejected"), "{s}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// M38: a file cut short right after `[node]` is a valid
 /// configuration without rules; going live it would withdraw every VIP. The
-/// file watch and `spillway reload` refuse it; `spillway reload --force`
-/// applies it.
+/// file watch refuses it (it removes what the running file sets), and so
+/// does `spillway reload` (no rules); `spillway reload --force` applies it.
 #[test]
 fn a_half_written_file_never_goes_live_unless_forced() {
     let dir: PathBuf =
@@ -536,13 +557,17 @@ fn a_half_written_file_never_goes_live_unless_forced() {
         "{s}"
     );
     assert!(
-        s.contains("no forwarding rules") && s.contains("--force"),
+        s.contains("the file watch does not apply it") && s.contains("spillway reload"),
         "{s}"
     );
-    // The CLI (and SIGHUP) refuse it as well.
+    // The CLI (and SIGHUP) refuse it as well: no rules.
     let out = spillway(&["reload", "--socket", &socket_s]);
     assert!(!out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("reload --force"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no forwarding rules") && text(&out).contains("reload --force"),
+        "{}",
+        text(&out)
+    );
     let s = wait_for("reloads 0 ok / 2 rejected", &mut daemon);
     assert!(s.contains("snapshot generation 1"), "{s}");
     // Forced, it goes live.
@@ -868,11 +893,14 @@ max_connections_per_client = 60
         startup,
     );
 
-    // A reload (the file changes: the watcher picks it up) and a health
-    // transition (the checked server answers 503), timed.
+    // A reload (the file changes, a service renamed: which the file
+    // watch leaves to an operator, so SIGHUP) and a health transition (the
+    // checked server answers 503), timed.
+    let pid = daemon.0.id().to_string();
     let reload_to = |service: &str, deadline: Instant| {
         let t0 = Instant::now();
         std::fs::write(&cfg, with_extras(service)).expect("config");
+        common::run_ok(Command::new("kill").args(["-HUP", &pid]));
         let seen = format!("service {service}:");
         let what = format!("the reload to {service}");
         let at = wait_until(&what, &|| status().contains(&seen), deadline);

@@ -8,6 +8,7 @@
 //! (the table that should have held it). Serde errors carry a span, and the
 //! map turns that into the path of the narrowest node around it.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 
@@ -117,6 +118,10 @@ pub struct SourceMap {
     line_starts: Vec<usize>,
     text: String,
     nodes: Vec<Node>,
+    /// Path -> index of its (first) node in `nodes`: every error and
+    /// warning looks its path up, so a scan of `nodes` each would make
+    /// validation quadratic in the size of the file.
+    by_path: HashMap<String, usize>,
 }
 
 impl SourceMap {
@@ -129,11 +134,15 @@ impl SourceMap {
             line_starts,
             text: text.to_owned(),
             nodes: Vec::new(),
+            by_path: HashMap::new(),
         }
     }
 
     /// Records every node of the parsed document.
     pub(crate) fn record(&mut self, root: &Spanned<DeTable<'_>>) {
+        self.by_path
+            .entry(String::new())
+            .or_insert(self.nodes.len());
         self.nodes.push(Node {
             path: String::new(),
             segs: Vec::new(),
@@ -170,6 +179,7 @@ impl SourceMap {
         at: usize,
         v: &DeValue<'_>,
     ) {
+        self.by_path.entry(path.clone()).or_insert(self.nodes.len());
         self.nodes.push(Node {
             path: path.clone(),
             segs: segs.clone(),
@@ -216,7 +226,7 @@ impl SourceMap {
     fn offset_of(&self, path: &str) -> usize {
         let mut p = path;
         loop {
-            if let Some(n) = self.nodes.iter().find(|n| n.path == p) {
+            if let Some(n) = self.by_path.get(p).and_then(|&i| self.nodes.get(i)) {
                 return n.at;
             }
             // Strip the last `.field` or `[i]`.
@@ -230,7 +240,7 @@ impl SourceMap {
 
     /// Whether the file writes `path` (a default is not written).
     pub(crate) fn contains(&self, path: &str) -> bool {
-        self.nodes.iter().any(|n| n.path == path)
+        self.by_path.contains_key(path)
     }
 
     /// `file:line:col` of a path, for messages that point at another place.

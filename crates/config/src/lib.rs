@@ -20,6 +20,7 @@
 pub mod compiled;
 pub mod error;
 pub mod memory;
+pub mod outline;
 pub mod schema;
 pub mod validate;
 pub mod values;
@@ -30,6 +31,7 @@ use serde::Deserialize;
 
 pub use compiled::{Compiled, RuleIndex, RuleMatch};
 pub use error::{ConfigError, ConfigErrors};
+pub use outline::Outline;
 pub use schema::Config;
 
 /// Facts about the machine that validation checks against, injectable so
@@ -177,6 +179,9 @@ pub struct Loaded {
     pub memory: memory::Estimate,
     /// The memory of the machine it was checked against, if known.
     pub machine: Option<Memory>,
+    /// The file's text and what it defines (the file watch compares it
+    /// with the running file's, M38).
+    pub outline: Outline,
 }
 
 impl Loaded {
@@ -207,6 +212,7 @@ pub fn load_str(file: &str, text: &str, env: &Env) -> Result<Loaded, ConfigError
         });
     }
     map.record(&root);
+    let outline = Outline::of_table(text, root.get_ref());
     let config = deserialize(&map, root)?;
     let warnings = validate::validate(&config, &map, env)?;
     let compiled = compiled::compile(&config);
@@ -216,6 +222,7 @@ pub fn load_str(file: &str, text: &str, env: &Env) -> Result<Loaded, ConfigError
         config,
         compiled,
         warnings,
+        outline,
     })
 }
 

@@ -802,3 +802,217 @@ endpoints = [
         "{s}"
     );
 }
+
+/// A configuration of `n` services (each with a rule of its own) with a
+/// mistake of every kind whose check relates services, rules, health
+/// checks and composites to one another: the checks that were quadratic
+/// in services before they were indexed (issue 38, item 12).
+fn many_mistakes(n: usize) -> String {
+    use std::fmt::Write as _;
+    let mut t = node_table();
+    t.push_str(
+        "\n[[health_checks]]\nname = \"hc\"\ntype = \"TCP\"\nport = 80\n\
+         \n[[health_checks]]\nname = \"hc-unused\"\ntype = \"TCP\"\nport = 81\n\
+         \n[[health_checks]]\nname = \"hc-vip\"\ntype = \"TCP\"\nport = 80\ntarget = \"vip\"\nsource_address = \"10.99.0.1\"\n\
+         \n[[health_checks]]\nname = \"hc-v6-source\"\ntype = \"TCP\"\nport = 80\nsource_address = \"fd00::99\"\n",
+    );
+    let check = |i: usize| match i {
+        11..=13 => "hc-vip",
+        30 => "hc-v6-source",
+        60 => "nohc",
+        _ => "hc",
+    };
+    for i in 0..n {
+        let name = if i == 81 {
+            "s80".to_owned()
+        } else {
+            format!("s{i}")
+        };
+        let delivery = if i == 20 { "geneve" } else { "gue" };
+        let six = if i % 9 == 0 || i == 20 {
+            format!(", address6 = \"fd00::{i:x}\"")
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            t,
+            "\n[[backend_services]]\nname = \"{name}\"\ndelivery = \"{delivery}\"\nhealth_check = \"{}\"\nmaglev_table_size = 251\ngroups = [{{ name = \"g\", region = \"r1\", zone = \"r1-a\", endpoints = [{{ address = \"10.60.{}.{}\", port = 80{six} }}] }}]\n",
+            check(i),
+            i / 200,
+            i % 200 + 1,
+        );
+    }
+    for i in 0..n {
+        // s7 is used by no rule; s11 (a check through VIPs) neither.
+        let service = match i {
+            7 | 11 => "web".to_owned(),
+            50 => "missing".to_owned(),
+            _ => format!("s{i}"),
+        };
+        let vip = match i {
+            71 => "10.50.0.70".to_owned(),
+            13 => "fd00:50::13".to_owned(),
+            _ => format!("10.50.{}.{}", i / 200, i % 200),
+        };
+        let (mode, ports) = match i {
+            20 => (
+                "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.1.0.9\", id = 1 }]",
+                "\"all\"",
+            ),
+            12 => (
+                "\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.1.0.10\", id = 2 }]",
+                "\"all\"",
+            ),
+            _ => ("", "80"),
+        };
+        let _ = write!(
+            t,
+            "\n[[forwarding_rules]]\nname = \"r{i}\"\nvips = [\"{vip}\"]\nprotocol = \"TCP\"\nports = {ports}\nbackend_service = \"{service}\"{mode}\n"
+        );
+    }
+    // A passthrough rule to the appliances' service too.
+    t.push_str("\n[[forwarding_rules]]\nname = \"r20-pass\"\nvips = [\"10.51.0.20\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s20\"\n");
+    t.push_str(
+        "\n[[composite_health_checks]]\nname = \"c1\"\nsources = [{ backend_service = \"s40\" }, { backend_service = \"s41\" }]\ndestination = \"r40\"\n\
+         \n[[composite_health_checks]]\nname = \"c2\"\nsources = [{ backend_service = \"s42\" }]\ndestination = \"r40\"\n\
+         \n[[composite_health_checks]]\nname = \"c3\"\nsources = [{ backend_service = \"c1\" }, { backend_service = \"nothing\" }]\ndestination = \"nope\"\n",
+    );
+    t
+}
+
+/// A valid configuration of `n` services with the warnings that relate
+/// services, rules and health checks: a service and a check used by
+/// nothing, a service used by a composite only.
+fn many_warnings(n: usize) -> String {
+    use std::fmt::Write as _;
+    let mut t = with("");
+    t.push_str(
+        "\n[[health_checks]]\nname = \"hc\"\ntype = \"TCP\"\nport = 80\n\
+         \n[[health_checks]]\nname = \"hc-unused\"\ntype = \"TCP\"\nport = 81\n",
+    );
+    for i in 0..n {
+        let _ = write!(
+            t,
+            "\n[[backend_services]]\nname = \"s{i}\"\ndelivery = \"gue\"\nhealth_check = \"hc\"\nmaglev_table_size = 251\ngroups = [{{ name = \"g\", region = \"r1\", zone = \"r1-a\", endpoints = [{{ address = \"10.60.{}.{}\", port = 80 }}] }}]\n",
+            i / 200,
+            i % 200 + 1,
+        );
+    }
+    for i in (0..n).filter(|i| !matches!(i, 7 | 8)) {
+        let _ = write!(
+            t,
+            "\n[[forwarding_rules]]\nname = \"r{i}\"\nvips = [\"10.50.{}.{}\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s{i}\"\n",
+            i / 200,
+            i % 200
+        );
+    }
+    t.push_str("\n[[composite_health_checks]]\nname = \"c1\"\nsources = [{ backend_service = \"s8\" }]\ndestination = \"r9\"\n");
+    t
+}
+
+/// Every error and warning of the cases above, of the example files and
+/// of [`many_mistakes`], as recorded in `validation.golden` before the
+/// checks were indexed (issue 38, item 12): the same files must get the
+/// same errors, in the same order, with the same words.
+/// `SPILLWAY_BLESS=1` rewrites the file (for a deliberate change).
+#[test]
+fn every_error_and_warning_is_the_one_recorded() {
+    let render = |name: &str, text: &str| -> String {
+        let mut out = format!("== {name}\n");
+        match load(text) {
+            Ok(l) => {
+                for w in &l.warnings {
+                    out.push_str(&format!("{w}\n"));
+                }
+            }
+            Err(e) => out.push_str(&format!("{e}\n")),
+        }
+        out
+    };
+    let mut got = String::new();
+    for c in cases() {
+        got.push_str(&render(c.name, &c.text));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        got.push_str(&render(&name, &text));
+    }
+    got.push_str(&render("many mistakes", &many_mistakes(400)));
+    got.push_str(&render("many warnings", &many_warnings(400)));
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/validation.golden");
+    if std::env::var_os("SPILLWAY_BLESS").is_some() {
+        std::fs::write(&golden, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&golden).unwrap();
+    if got != want {
+        let (g, w): (Vec<_>, Vec<_>) = (got.lines().collect(), want.lines().collect());
+        let first = g
+            .iter()
+            .zip(&w)
+            .position(|(a, b)| a != b)
+            .unwrap_or(g.len().min(w.len()));
+        panic!(
+            "the errors differ from validation.golden from line {}:\n got: {:?}\nwant: {:?}",
+            first + 1,
+            g.get(first),
+            w.get(first)
+        );
+    }
+}
+
+/// Rules on one VIP are checked against the rules whose port ranges meet
+/// theirs, found by a sweep in port order (issue 38, item 12): every
+/// overlapping pair is told, adjacent in port order or not, and rules on
+/// ports of their own are not, however many share the VIP.
+#[test]
+fn every_overlapping_pair_of_rules_on_a_vip_is_told_and_no_other() {
+    let mut extra = String::new();
+    // 2000 rules on one VIP, a port each: no overlap.
+    for i in 0..2000 {
+        extra.push_str(&rule(
+            &format!("p{i}"),
+            "\"10.0.0.20\"",
+            "TCP",
+            &(2000 + i).to_string(),
+            "",
+        ));
+    }
+    // On another VIP: a wide range, one inside it, one overlapping only
+    // the wide one (past the second's end), one of several ranges whose
+    // last meets the first, and UDP on the same ports (another protocol).
+    for (name, ports, proto) in [
+        ("wide", "\"100-200\"", "TCP"),
+        ("inside", "\"110-120\"", "TCP"),
+        ("tail", "\"150-160\"", "TCP"),
+        ("multi", "\"10,20,199\"", "TCP"),
+        ("udp", "\"100-200\"", "UDP"),
+    ] {
+        extra.push_str(&rule(name, "\"10.0.0.30\"", proto, ports, ""));
+    }
+    let errs = match load(&with(&extra)) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e,
+    };
+    let got: Vec<String> = errs
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    let want = [
+        "forwarding_rules[2002].ports: TCP ports 110-120 overlap rule \"wide\"",
+        "forwarding_rules[2003].ports: TCP ports 150-160 overlap rule \"wide\"",
+        "forwarding_rules[2004].ports: TCP ports 199 overlap rule \"wide\"",
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.starts_with(w), "{g} / {w}");
+    }
+}

@@ -137,6 +137,15 @@ pub enum Command {
         /// `spillway reload --force`.
         force: bool,
     },
+    /// The file watch saw the configuration file change and settle, and
+    /// read it (or could not): applied like a reload, unless it removes a
+    /// section or key of the file running or is that file cut short
+    /// ([`watch_refusal`]); never forced. An operator's reload (`spillway
+    /// reload`, SIGHUP) applies such a file.
+    FileChanged {
+        /// The file, loaded.
+        loaded: Result<config::Loaded, String>,
+    },
     /// `spillway drain|undrain node|zone|region NAME` (M37).
     Drain {
         /// What it names.
@@ -297,6 +306,12 @@ pub struct Core {
     live: Arc<Snapshot>,
     reloads_ok: u64,
     reloads_failed: u64,
+    /// File changes the watch did not apply ([`watch_refusal`]), also
+    /// counted in `reloads_failed`.
+    watch_refused: u64,
+    /// What the file the running configuration came from defines, once
+    /// known (the shell tells it at start, every reload after).
+    outline: Option<config::Outline>,
     last_error: Option<String>,
     /// When the last reload was accepted or refused (metrics).
     last_reload: Option<Duration>,
@@ -377,6 +392,8 @@ impl Core {
             live: Arc::new(snap),
             reloads_ok: 0,
             reloads_failed: 0,
+            watch_refused: 0,
+            outline: None,
             last_error: None,
             last_reload: None,
             balance,
@@ -510,7 +527,10 @@ impl Core {
             Command::Status { flows } => Answer::Status(Box::new(self.status(flows))),
             Command::RuleStates => Answer::RuleStates(self.rule_states()),
             Command::Reload { loaded, force } => {
-                Answer::Reload(self.config_loaded(loaded, force, probes))
+                Answer::Reload(self.config_loaded(loaded, force, false, probes))
+            }
+            Command::FileChanged { loaded } => {
+                Answer::Reload(self.config_loaded(loaded, false, true, probes))
             }
             Command::Drain { scope, name, on } => Answer::Drain(self.set_drain(scope, &name, on)),
         }
@@ -615,17 +635,29 @@ impl Core {
     /// from it. Returns what became of it (live, or waiting for large
     /// Maglev tables), or every error (the running configuration stays).
     /// With `force`, also a configuration that [`destructive_change`] would
-    /// refuse (`spillway reload --force`).
+    /// refuse (`spillway reload --force`). From the file watch (`watch`),
+    /// not a file that [`watch_refusal`] refuses.
     fn config_loaded(
         &mut self,
         loaded: Result<config::Loaded, String>,
         force: bool,
+        watch: bool,
         probes: &mut dyn Probes,
     ) -> Result<Published, String> {
         let loaded = match loaded {
             Ok(l) => l,
             Err(e) => return Err(self.reload_failed(e)),
         };
+        if watch
+            && let Some(running) = &self.outline
+            && let Some(why) = watch_refusal(running, &loaded.outline)
+        {
+            self.watch_refused += 1;
+            return Err(self.reload_failed(format!(
+                "{} changed, and the file watch does not apply it: {why}. A file cut short by a half-done write looks like this; if the change is meant, run `spillway reload` (or send SIGHUP)",
+                self.path.display()
+            )));
+        }
         if let Some(why) = destructive_change(&self.compiled, &loaded.compiled) {
             if !force {
                 return Err(self.reload_failed(format!(
@@ -674,6 +706,7 @@ impl Core {
                 }
                 self.out
                     .push(Output::Watch(compiled.settings.control.watch_config));
+                self.outline = Some(loaded.outline);
                 self.reloads_ok += 1;
                 self.last_error = None;
                 self.last_reload = Some(self.now);
@@ -1371,6 +1404,18 @@ impl Core {
         self.builder.slot_of(service, identity)
     }
 
+    /// What the file the running configuration came from defines (the
+    /// shell reads the file at start; every accepted reload sets it after).
+    pub fn set_outline(&mut self, outline: config::Outline) {
+        self.outline = Some(outline);
+    }
+
+    /// File changes the watch did not apply (also counted as rejected
+    /// reloads).
+    pub fn watch_refused(&self) -> u64 {
+        self.watch_refused
+    }
+
     /// Reloads accepted and refused, and the last refusal's reason.
     pub fn reloads(&self) -> (u64, u64, Option<&str>) {
         (
@@ -1505,6 +1550,35 @@ pub fn destructive_change(old: &Compiled, new: &Compiled) -> Option<String> {
     None
 }
 
+/// Why the file watch does not apply a changed file on its own (M38): it
+/// is the running file cut short (a strict prefix of its text), or it
+/// removes a section or key the running file has (a section, a service,
+/// a group, a health check, a setting; [`config::Outline`]). A file cut
+/// short at a line boundary is often a valid configuration whose missing
+/// sections fall back to their defaults: an unasked reload must not take
+/// it for an edit. `None` when the watch may apply it (the reload guard,
+/// [`destructive_change`], still applies).
+pub fn watch_refusal(running: &config::Outline, new: &config::Outline) -> Option<String> {
+    if running.truncated_in(new) {
+        return Some("it is the running file cut short".to_owned());
+    }
+    let removed = running.removed_in(new);
+    if removed.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 8;
+    let mut list = removed
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if removed.len() > SHOWN {
+        list += &format!(" and {} more", removed.len() - SHOWN);
+    }
+    Some(format!("it removes what the running file sets: {list}"))
+}
+
 /// Settings a reload cannot change in a running process (cores, ports, EAL).
 fn settings_needing_restart(old: &Compiled, new: &Compiled) -> Option<&'static str> {
     let (a, b) = (&old.settings.dataplane, &new.settings.dataplane);
@@ -1630,6 +1704,95 @@ mod tests {
         let ag0 = serving(&["\"10.0.0.1\", \"10.0.1.1\""], Some(0));
         let ag0_other = serving(&["\"10.0.0.1\", \"10.0.1.9\""], Some(0));
         assert_eq!(destructive_change(&ag0, &ag0_other), None);
+    }
+
+    /// M38, issue 38 item 7: a file change the watch reads is applied if
+    /// it removes nothing the running file sets; the running file cut
+    /// short, or a change removing a section, is refused, counted and
+    /// applied only by an operator's reload.
+    #[test]
+    fn the_watch_applies_edits_and_leaves_removals_to_an_operator() {
+        let base = "[node]\nname = \"n\"\nregion = \"r\"\nzone = \"z\"\n\n\
+            [[backend_services]]\nname = \"s\"\ndelivery = \"ipip\"\nhealth_check = \"hc\"\ngroups = [{ name = \"g\", region = \"r\", zone = \"z\", endpoints = [{ address = \"10.1.0.1\", port = 80 }] }]\n\n\
+            [[forwarding_rules]]\nname = \"r\"\nvips = [\"10.0.0.1\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"s\"\n\n\
+            [[health_checks]]\nname = \"hc\"\ntype = \"HTTP\"\n";
+        let full = format!("{base}path = \"/healthz\"\n\n[metrics]\nlisten = \"127.0.0.1:9999\"\n");
+        let load = |t: &str| match config::load_str("t.toml", t, &config::Env::default()) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        };
+        let running = load(&full);
+        let mut probes = crate::scripted::ScriptedProbes::new(crate::scripted::State::Healthy);
+        let mut core = match Core::start(
+            Path::new("t.toml"),
+            running.compiled.clone(),
+            Local::default(),
+            dataplane::CookieKey::fixed(1, 0),
+            Duration::ZERO,
+            &mut probes,
+        ) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        core.set_outline(running.outline.clone());
+        let now = Duration::from_secs(1);
+        let watch =
+            |core: &mut Core, probes: &mut crate::scripted::ScriptedProbes, text: &str| match core
+                .command(
+                    now,
+                    Command::FileChanged {
+                        loaded: Ok(load(text)),
+                    },
+                    probes,
+                ) {
+                Answer::Reload(r) => r,
+                other => panic!("{other:?}"),
+            };
+        // Cut short after the health check's type: valid (its path falls
+        // back to "/"), and [metrics] gone.
+        let e = watch(&mut core, &mut probes, base).expect_err("the file cut short");
+        assert!(
+            e.contains("does not apply it: it is the running file cut short"),
+            "{e}"
+        );
+        // Removing the path only (not a truncation): refused too.
+        let e = watch(
+            &mut core,
+            &mut probes,
+            &full.replace("path = \"/healthz\"\n", ""),
+        )
+        .expect_err("a removal");
+        assert!(
+            e.contains("it removes what the running file sets: health_checks[hc].path"),
+            "{e}"
+        );
+        assert_eq!(
+            (core.watch_refused(), core.reloads().0, core.reloads().1),
+            (2, 0, 2)
+        );
+        assert_eq!(core.live().generation, 1, "the running configuration stays");
+        // An edit that removes nothing goes live.
+        let edited = full.replace("/healthz", "/ready");
+        assert!(matches!(
+            watch(&mut core, &mut probes, &edited),
+            Ok(Published::Live(_))
+        ));
+        // An operator's reload applies what the watch refused, and the
+        // watch compares with that file from then on.
+        let r = core.command(
+            now,
+            Command::Reload {
+                loaded: Ok(load(base)),
+                force: false,
+            },
+            &mut probes,
+        );
+        assert!(matches!(r, Answer::Reload(Ok(Published::Live(_)))), "{r:?}");
+        assert!(
+            matches!(watch(&mut core, &mut probes, &full), Ok(Published::Live(_))),
+            "adding back"
+        );
+        assert_eq!(core.watch_refused(), 2);
     }
 
     /// M47: the data port an exception port stands for is fixed at start.

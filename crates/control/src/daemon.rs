@@ -73,6 +73,11 @@ pub struct Manager {
     /// Live entries counted by the ageing's passes (metrics).
     sweep_pass: SweepPass,
     watch: FileWatch,
+    /// A reload being read, validated and compiled off the loop.
+    loading: Option<Loading>,
+    /// An operator's reload asked for while one was being read: it reads
+    /// the file again once that one is done.
+    queued: Option<Queued>,
     probes: LiveProbes,
     listeners: Option<listen::Listeners>,
     /// The thread building the tables of a pending [`Output::BuildTables`].
@@ -107,16 +112,21 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// Polls the configuration file (M38 "file watch"): a change is acted on
 /// once the file has stayed unchanged for [`SETTLE`], so an editor's or a
-/// deployment tool's multi-step write is read whole.
+/// deployment tool's multi-step write is read whole, and read again if it
+/// changes while it is read. What the watch reads is applied only if it
+/// removes nothing the running file sets and is not that file cut short
+/// ([`crate::watch_refusal`]): a writer that stopped half-way (a full disk,
+/// a copy cut off) leaves a file that has settled all the same.
 #[derive(Debug)]
 struct FileWatch {
     enabled: bool,
     seen: Option<Stamp>,
     changed_at: Option<Instant>,
+    settle: Duration,
 }
 
 /// How long a changed file must stay unchanged before it is reloaded.
-const SETTLE: Duration = Duration::from_millis(300);
+pub const SETTLE: Duration = Duration::from_millis(300);
 
 impl FileWatch {
     /// Whether the file changed and has settled since the last call that
@@ -132,7 +142,7 @@ impl FileWatch {
             return false;
         }
         match self.changed_at {
-            Some(t) if t.elapsed() >= SETTLE => {
+            Some(t) if t.elapsed() >= self.settle => {
                 self.changed_at = None;
                 // A file that vanished (mid-rename) is not a new configuration.
                 now.is_some()
@@ -145,6 +155,49 @@ impl FileWatch {
     fn reset(&mut self, path: &Path) {
         self.seen = stamp(path);
         self.changed_at = None;
+    }
+}
+
+/// A reload being read, validated and compiled on a thread of its own
+/// (`spillway-load`): a large file takes seconds, and the loop must go on
+/// ticking and answering meanwhile (M50).
+struct Loading {
+    /// Asked for by the file watch (else by an operator).
+    watch: bool,
+    /// `spillway reload --force`.
+    force: bool,
+    done: Receiver<Read>,
+    /// Control-socket clients waiting for its answer (and whether they
+    /// asked for JSON).
+    waiting: Vec<Waiter>,
+    started: Instant,
+}
+
+/// An operator's reload waiting for the one being read.
+struct Queued {
+    force: bool,
+    waiting: Vec<Waiter>,
+}
+
+/// A client waiting for a reload's answer: where it goes, and whether it
+/// is JSON.
+type Waiter = (tokio::sync::oneshot::Sender<String>, bool);
+
+/// What a load thread read.
+struct Read {
+    loaded: Result<config::Loaded, String>,
+    /// The file changed while it was read: what was read may be torn.
+    torn: bool,
+}
+
+/// Reads, validates and compiles the file at `path` (on a load thread, or
+/// for [`Manager::reload_with`] on the caller's).
+fn read_config(path: &Path) -> Read {
+    let before = stamp(path);
+    let loaded = config::load(path).map_err(|e| e.to_string());
+    Read {
+        loaded,
+        torn: stamp(path) != before,
     }
 }
 
@@ -199,7 +252,7 @@ impl Manager {
             ),
             _ => None,
         };
-        let core = Core::start(
+        let mut core = Core::start(
             path,
             compiled,
             local,
@@ -207,6 +260,19 @@ impl Manager {
             Duration::ZERO,
             &mut probes,
         )?;
+        // What the running file defines, for the file watch to compare
+        // changes with (the file as it is now: the watch takes its stamp
+        // now too).
+        match std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| config::Outline::of(&t))
+        {
+            Some(outline) => core.set_outline(outline),
+            None => log::warn!(
+                "{}: cannot read it again; the file watch compares changes with the first reload's file",
+                path.display()
+            ),
+        }
         let mut shared = Shared::new(core.live().clone(), flows, workers);
         let mut sync_socket = None;
         if let Some(f) = &core.compiled().settings.flow_sync {
@@ -227,7 +293,10 @@ impl Manager {
                 enabled: false,
                 seen: stamp(path),
                 changed_at: None,
+                settle: SETTLE,
             },
+            loading: None,
+            queued: None,
             probes,
             listeners: None,
             build: None,
@@ -252,6 +321,12 @@ impl Manager {
     /// `[control] watch_config`, re-read at every reload).
     pub fn watch_file(&mut self, on: bool) {
         self.watch.enabled = on;
+    }
+
+    /// How long a changed file must stay unchanged before the watch reads
+    /// it (default [`SETTLE`]).
+    pub fn watch_settle(&mut self, settle: Duration) {
+        self.watch.settle = settle;
     }
 
     /// Keeps the drain state (M37) in `path`: restores what it holds now
@@ -368,17 +443,49 @@ impl Manager {
 
     /// [`Manager::reload`]; with `force`, also a configuration that
     /// [`crate::destructive_change`] would refuse (`spillway reload --force`).
+    /// The file is read on the calling thread; the daemon's loop
+    /// ([`Manager::run`]) reads it on a thread of its own.
     pub fn reload_with(&mut self, force: bool) -> Result<Published, String> {
         let t0 = Instant::now();
         // Whatever this reload makes of the file, the watcher need not
         // reload it again.
         self.watch.reset(&self.path);
-        let loaded = config::load(&self.path).map_err(|e| e.to_string());
-        let result = match self.command(Command::Reload { loaded, force }) {
+        let read = read_config(&self.path);
+        self.apply(read, false, force, t0)
+    }
+
+    /// Hands a file read to the core: an operator's reload (`force` or
+    /// not) or the watch's ([`Command::FileChanged`]); waits for the
+    /// workers to pick up what went live.
+    fn apply(
+        &mut self,
+        read: Read,
+        watch: bool,
+        force: bool,
+        t0: Instant,
+    ) -> Result<Published, String> {
+        let loaded = if read.torn && read.loaded.is_ok() {
+            Err(format!(
+                "{} changed while it was read; try again",
+                self.path.display()
+            ))
+        } else {
+            read.loaded
+        };
+        let cmd = if watch {
+            Command::FileChanged { loaded }
+        } else {
+            Command::Reload { loaded, force }
+        };
+        let result = match self.command(cmd) {
             Answer::Reload(r) => r,
             other => Err(other.text()),
         };
         if let Ok(published) = &result {
+            // The peers always served over HTTP follow the configuration.
+            if let Some(l) = &self.listeners {
+                l.set_peers(crate::admission::configured_peers(self.core.compiled()));
+            }
             if let Published::Live(generation) = published {
                 self.wait_for_workers(*generation);
             }
@@ -388,6 +495,100 @@ impl Manager {
             );
         }
         result
+    }
+
+    /// Starts a reload on a `spillway-load` thread, which reads, validates
+    /// and compiles the file while the loop goes on; [`Manager::poll_load`]
+    /// applies it when it is done and answers `waiter` (a control-socket
+    /// client), if any. By an operator (`watch` false: `spillway reload`,
+    /// SIGHUP) or by the file watch. An operator's reload asked for while
+    /// one is being read reads the file again after it (so it sees the file
+    /// as it was when asked, or later); several such are one (forced if any
+    /// was).
+    fn begin_reload(&mut self, watch: bool, force: bool, waiter: Option<Waiter>) {
+        if self.loading.is_some() {
+            if watch {
+                // (The watch does not ask while a reload is read.)
+                return;
+            }
+            let q = self.queued.get_or_insert(Queued {
+                force: false,
+                waiting: Vec::new(),
+            });
+            q.force |= force;
+            q.waiting.extend(waiter);
+            return;
+        }
+        // Whatever this reload makes of the file, the watcher need not
+        // reload it again.
+        self.watch.reset(&self.path);
+        let (tx, done) = std::sync::mpsc::channel();
+        let path = self.path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("spillway-load".into())
+            .spawn(move || {
+                let _ = tx.send(read_config(&path));
+            });
+        let mut loading = Loading {
+            watch,
+            force,
+            done,
+            waiting: waiter.into_iter().collect(),
+            started: Instant::now(),
+        };
+        if let Err(e) = spawned {
+            // No thread to spare: read it here, as before.
+            log::warn!("reload: no load thread ({e}); reading the file on the loop");
+            let read = read_config(&self.path);
+            let result = self.apply(read, watch, force, loading.started);
+            answer_waiting(std::mem::take(&mut loading.waiting), &result);
+            return;
+        }
+        self.loading = Some(loading);
+    }
+
+    /// When the reload being read is done, applies it, answers the clients
+    /// waiting for it and starts the one queued meanwhile; what became of
+    /// it (`None` while none was done, or when the watch's read was torn
+    /// by a write: the watch reads it again once it settles). Called by
+    /// the loop every turn.
+    pub fn poll_load(&mut self) -> Option<Result<Published, String>> {
+        let read = match self.loading.as_ref()?.done.try_recv() {
+            Ok(r) => r,
+            Err(TryRecvError::Empty) => return None,
+            Err(TryRecvError::Disconnected) => Read {
+                loaded: Err("the load thread ended without the configuration".to_owned()),
+                torn: false,
+            },
+        };
+        let loading = self.loading.take()?;
+        let result = if loading.watch && read.torn {
+            log::debug!("{} changed while it was read", self.path.display());
+            None
+        } else {
+            let r = self.apply(read, loading.watch, loading.force, loading.started);
+            answer_waiting(loading.waiting, &r);
+            Some(r)
+        };
+        if let Some(q) = self.queued.take() {
+            let mut waiting = q.waiting.into_iter();
+            self.begin_reload(false, q.force, waiting.next());
+            if let Some(l) = &mut self.loading {
+                l.waiting.extend(waiting);
+            }
+        }
+        result
+    }
+
+    /// The file watch's turn: when the file changed and settled (and no
+    /// reload is being read), starts reading it; whether it did.
+    pub fn poll_watch(&mut self) -> bool {
+        if self.loading.is_some() || !self.watch.due(&self.path) {
+            return false;
+        }
+        log::info!("{} changed; reloading", self.path.display());
+        self.begin_reload(true, false, None);
+        true
     }
 
     /// Waits (briefly) until every running worker's pass uses snapshot
@@ -545,10 +746,7 @@ impl Manager {
         };
         match r {
             socket::Request::Status => ok(json, &self.status()),
-            socket::Request::Reload { force } => match self.reload_with(force) {
-                Ok(p) => ok(json, &report::Reload::of(p)),
-                Err(e) => err(Answer::Reload(Err(e)).text()),
-            },
+            socket::Request::Reload { force } => reload_reply(&self.reload_with(force), json),
             socket::Request::Stats => ok(json, &self.stats()),
             socket::Request::Flows(q) => ok(json, &self.flows(&q)),
             socket::Request::Simulate(q) => ok(json, &self.simulate(&q)),
@@ -662,6 +860,8 @@ impl Manager {
             &metrics::ConfigState {
                 generation: snap.generation,
                 reloads: (ok, rejected),
+                watch_refused: core.watch_refused(),
+                reading: self.loading.is_some(),
                 last_error,
                 last_reload,
             },
@@ -703,6 +903,7 @@ impl Manager {
                     oversized: c.oversized,
                     bad: c.bad,
                     busy: c.busy,
+                    evicted: c.evicted,
                 }
             })
             .collect();
@@ -764,12 +965,10 @@ impl Manager {
             }
             let next_tick = Instant::now() + period;
             if reload.swap(false, Ordering::AcqRel) {
-                let _ = self.reload();
+                self.begin_reload(false, false, None);
             }
-            if self.watch.due(&self.path) {
-                log::info!("{} changed; reloading", self.path.display());
-                let _ = self.reload();
-            }
+            self.poll_watch();
+            self.poll_load();
             self.poll_build();
             self.tick();
             self.answer_until(next_tick);
@@ -810,6 +1009,14 @@ impl Manager {
                     return;
                 }
             };
+            // A reload is read off the loop: its client is answered when
+            // it is done (`poll_load`).
+            if let listen::Job::Command(line) = &call.job
+                && let Some((force, json)) = socket::reload_request(line)
+            {
+                self.begin_reload(false, force, Some((call.reply, json)));
+                continue;
+            }
             let answer = self.answer(&call.job);
             // The client may have given up meanwhile; nothing to do then.
             let _ = call.reply.send(answer);
@@ -924,6 +1131,35 @@ impl SyncSockets {
                 }
             }
         }
+    }
+}
+
+/// A reload's answer to a control-socket client: `ok` (or not) and the
+/// text, for people or as JSON.
+fn reload_reply(result: &Result<Published, String>, json: bool) -> (bool, String) {
+    match (result, json) {
+        (Ok(p), false) => (true, report::Reload::of(*p).to_string()),
+        (Ok(p), true) => (true, report::json_ok(&report::Reload::of(*p))),
+        (Err(e), json) => {
+            let text = Answer::Reload(Err(e.clone())).text();
+            (
+                false,
+                if json {
+                    report::json_error(&text)
+                } else {
+                    text
+                },
+            )
+        }
+    }
+}
+
+/// Answers the clients waiting for a reload (a client that gave up is
+/// not there to read it).
+fn answer_waiting(waiting: Vec<Waiter>, result: &Result<Published, String>) {
+    for (reply, json) in waiting {
+        let (ok, text) = reload_reply(result, json);
+        let _ = reply.send(socket::answer_line(ok, &text));
     }
 }
 

@@ -4,17 +4,12 @@
 //! counters in Prometheus text format (M42). One request per connection
 //! (HTTP/1.0, `Connection: close`).
 //!
-//! This module is the protocol: who may connect, when a request head is
-//! whole, what it asks, and the bytes of each answer. The connections
+//! This module is the protocol: when a request head is whole, what it asks, and the bytes of each answer. The connections
 //! themselves are served by [`crate::listen`], never on the management
 //! loop (M50).
 
-use std::fmt::Write as _;
-use std::net::IpAddr;
-
-use config::values::Prefix;
-
 use crate::listen::{Job, Parsed};
+use std::fmt::Write as _;
 
 /// Largest request head (request line and headers) read; a longer one is
 /// answered 431. `/status` and `/metrics` requests are a few hundred bytes.
@@ -30,13 +25,6 @@ pub(crate) const TIMED_OUT: &[u8] =
     b"HTTP/1.0 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 /// The head is longer than [`MAX_HEAD`].
 pub(crate) const TOO_LARGE: &[u8] = b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-
-/// Whether a client at `addr` may connect (`allow` absent: everyone).
-pub fn allowed(addr: IpAddr, allow: Option<&[Prefix]>) -> bool {
-    // A listener on [::] sees IPv4 clients as ::ffff:a.b.c.d.
-    let addr = addr.to_canonical();
-    allow.is_none_or(|list| list.iter().any(|p| p.contains(addr)))
-}
 
 /// Whether `buf` holds a whole request head (ends with an empty line).
 pub(crate) fn head_complete(buf: &[u8]) -> bool {
@@ -135,20 +123,5 @@ mod tests {
         assert!(!head_complete(b"GET /status HTTP/1.0\r\nHost: a\r\n"));
         assert!(head_complete(b"GET /status HTTP/1.0\r\nHost: a\r\n\r\n"));
         assert!(head_complete(b"GET /status HTTP/1.0\n\n"));
-    }
-
-    #[test]
-    fn the_allow_list_admits_its_prefixes_only() {
-        let allow: Vec<Prefix> = ["10.1.0.0/16", "2001:db8::/32"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
-        let ok = |a: &str| allowed(a.parse().unwrap(), Some(&allow));
-        assert!(ok("10.1.2.3"));
-        assert!(ok("::ffff:10.1.2.3"), "IPv4 seen on an IPv6 listener");
-        assert!(ok("2001:db8::5"));
-        assert!(!ok("10.2.0.1"));
-        assert!(!ok("127.0.0.1"));
-        assert!(allowed("192.0.2.1".parse().unwrap(), None));
     }
 }

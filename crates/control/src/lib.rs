@@ -31,6 +31,7 @@
 //! - [`scripted`]: verdicts set by hand instead of probed, for driving the
 //!   core without a network (`spillway replay`, simulations).
 
+pub mod admission;
 pub mod announce;
 pub mod balance;
 pub mod bird;
@@ -53,7 +54,7 @@ pub mod transitions;
 
 pub use crate::core::{
     Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
-    build_tables, destructive_change,
+    build_tables, destructive_change, watch_refusal,
 };
 pub use crate::daemon::Manager;
 

@@ -3,9 +3,11 @@
 //! (`spillway-listen`) so that no client can delay the management loop.
 //!
 //! The thread owns the sockets. It accepts, refuses connections beyond
-//! `max_connections` (and, for HTTP, from addresses outside `allow` and
-//! beyond `max_connections_per_client` from one client; for the socket,
-//! peers whose credentials are not allowed), reads one request with
+//! `max_connections` (for HTTP: as [`crate::admission`] rules, which also
+//! deny addresses outside `allow`, cap what one client holds, and give a
+//! configured peer the slot of an idle or greedy client when all are
+//! taken; for the socket, peers whose credentials are not allowed are
+//! refused too), reads one request with
 //! one deadline for the whole request (not per read) and a size bound, and
 //! hands the request to the management loop as a [`Call`] over a bounded
 //! channel. The loop computes the answer between ticks and replies; the
@@ -13,14 +15,14 @@
 //! never touches a client's socket, so the worst a client can do is hold a
 //! connection slot for `timeout`, twice. And the worst one HTTP client can
 //! do is hold `max_connections_per_client` of them: the rest stay for the
-//! others, such as the Spillways whose `remote_rule` groups read `/status`.
+//! others; and however many addresses hold them, the Spillways whose
+//! `remote_rule` groups read `/status` (the configured peers) are served.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -29,12 +31,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::Instant;
 
+use crate::admission::{Admission, Policy, Refused};
 use crate::{http, socket};
 
 /// How long a request waits for the management loop's answer (a reload of a
 /// large configuration may take a while; the loop is not stalled meanwhile,
 /// it is working).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the listeners could not start.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +88,7 @@ pub struct Counters {
     oversized: AtomicU64,
     bad: AtomicU64,
     busy: AtomicU64,
+    evicted: AtomicU64,
 }
 
 /// A copy of a listener's [`Counters`].
@@ -108,6 +112,10 @@ pub struct CounterValues {
     pub bad: u64,
     /// Requests the management loop did not take or answer in time.
     pub busy: u64,
+    /// Connections closed to give their slot to a client that may take it
+    /// (HTTP: a configured peer, or a client below its fair share; see
+    /// [`crate::admission`]).
+    pub evicted: u64,
 }
 
 impl Counters {
@@ -127,13 +135,14 @@ impl Counters {
             oversized: v(&self.oversized),
             bad: v(&self.bad),
             busy: v(&self.busy),
+            evicted: v(&self.evicted),
         }
     }
 }
 
 impl CounterValues {
     /// (name, value) pairs, in the order `stats` and `/metrics` show them.
-    pub fn pairs(&self) -> [(&'static str, u64); 8] {
+    pub fn pairs(&self) -> [(&'static str, u64); 9] {
         [
             ("answered", self.answered),
             ("refused", self.refused),
@@ -143,6 +152,7 @@ impl CounterValues {
             ("oversized", self.oversized),
             ("bad", self.bad),
             ("busy", self.busy),
+            ("evicted", self.evicted),
         ]
     }
 }
@@ -176,8 +186,8 @@ pub struct Listeners {
     calls: Receiver<Call>,
     info: Vec<ListenerInfo>,
     http_addr: Option<SocketAddr>,
-    #[cfg(test)]
-    http_clients: Option<Arc<PerClient>>,
+    /// The HTTP listener's slots (to follow a reload's peers).
+    http_admission: Option<Arc<Admission>>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     socket_file: Option<socket::SocketFile>,
@@ -186,8 +196,7 @@ pub struct Listeners {
 /// What the HTTP front needs.
 struct HttpSide {
     listener: std::net::TcpListener,
-    allow: Option<Vec<Prefix>>,
-    clients: Arc<PerClient>,
+    admission: Arc<Admission>,
     ctx: Arc<Ctx>,
 }
 
@@ -202,6 +211,7 @@ struct SocketSide {
 struct Ctx {
     calls: SyncSender<Call>,
     counters: Arc<Counters>,
+    /// The control socket's slots (HTTP's are its [`Admission`]).
     slots: Arc<Semaphore>,
     limits: Limits,
 }
@@ -219,98 +229,16 @@ fn limits(
     }
 }
 
-/// Whose connections a per-client cap counts together: an IPv4 address
-/// (seen as such on an IPv6 listener too), or an IPv6 /64, the least a
-/// host is given (SLAAC, privacy addresses): one host can pick any of its
-/// 2^64 addresses, so a cap per IPv6 address would cap nobody.
-pub(crate) fn client_of(addr: IpAddr) -> IpAddr {
-    match addr.to_canonical() {
-        IpAddr::V6(a) => IpAddr::V6((a.to_bits() & !u128::from(u64::MAX)).into()),
-        v4 => v4,
-    }
-}
-
-/// The connections each client holds, against a cap per client. Only
-/// clients holding at least one are kept, so it never has more entries
-/// than the listener has connections.
-#[derive(Debug)]
-pub(crate) struct PerClient {
-    max: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// A connection's place in its client's count, given back when dropped:
-/// however the connection ends (each early return, a timeout, an error, a
-/// panic, the runtime going away), so no slot can leak.
-#[derive(Debug)]
-pub(crate) struct ClientSlot {
-    clients: Arc<PerClient>,
-    client: IpAddr,
-}
-
-impl PerClient {
-    pub(crate) fn new(max: usize) -> Arc<PerClient> {
-        Arc::new(PerClient {
-            max,
-            held: Mutex::new(HashMap::new()),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
-        // Nothing panics while holding it; if something did, the counts
-        // are still whole (each change is one statement).
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A slot for a connection from `addr`, unless its client holds the
-    /// cap already.
-    pub(crate) fn try_acquire(self: &Arc<Self>, addr: IpAddr) -> Option<ClientSlot> {
-        let client = client_of(addr);
-        let mut held = self.lock();
-        let n = held.get(&client).copied().unwrap_or(0);
-        if n >= self.max {
-            return None;
-        }
-        held.insert(client, n + 1);
-        Some(ClientSlot {
-            clients: self.clone(),
-            client,
-        })
-    }
-
-    /// Connections the client of `addr` holds.
-    #[cfg(test)]
-    pub(crate) fn held(&self, addr: IpAddr) -> usize {
-        self.lock().get(&client_of(addr)).copied().unwrap_or(0)
-    }
-
-    /// Clients holding at least one connection.
-    #[cfg(test)]
-    pub(crate) fn clients(&self) -> usize {
-        self.lock().len()
-    }
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut held = self.clients.lock();
-        if let Some(n) = held.get_mut(&self.client) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&self.client);
-            }
-        }
-    }
-}
-
 impl Listeners {
     /// Binds the control socket (any failure is an error: the daemon
     /// cannot be managed without it) and the HTTP endpoint (a failure is
     /// logged: the data plane does not need it), then serves both on the
-    /// `spillway-listen` thread.
+    /// `spillway-listen` thread. `peers`: the configured peers, always
+    /// served over HTTP ([`crate::admission::configured_peers`]).
     pub fn start(
         metrics: &config::schema::Metrics,
         control: &config::schema::Control,
+        peers: Vec<Prefix>,
     ) -> Result<Listeners, ListenError> {
         let http_limits = limits(
             metrics.max_connections,
@@ -357,11 +285,15 @@ impl Listeners {
                 );
                 Some(HttpSide {
                     listener,
-                    allow: metrics.allow.clone(),
-                    clients: PerClient::new(
+                    admission: Admission::new(
+                        http_limits.max_connections,
                         http_limits
                             .per_client
                             .unwrap_or(http_limits.max_connections),
+                        Policy {
+                            allow: metrics.allow.clone(),
+                            peers,
+                        },
                     ),
                     ctx: ctx(http_limits),
                 })
@@ -375,8 +307,7 @@ impl Listeners {
             }
         };
         let http_addr = http.as_ref().and_then(|h| h.listener.local_addr().ok());
-        #[cfg(test)]
-        let http_clients = http.as_ref().map(|h| h.clients.clone());
+        let http_admission = http.as_ref().map(|h| h.admission.clone());
         let mut info = vec![ListenerInfo {
             name: "control",
             limits: socket_limits,
@@ -407,8 +338,7 @@ impl Listeners {
             calls,
             info,
             http_addr,
-            #[cfg(test)]
-            http_clients,
+            http_admission,
             shutdown: Some(shutdown),
             thread: Some(thread),
             socket_file: Some(socket_file),
@@ -428,6 +358,14 @@ impl Listeners {
     /// The HTTP endpoint's address, if it is listening.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
+    }
+
+    /// Follows a new configuration's peers (HTTP; the other listener
+    /// settings take effect at the next start).
+    pub fn set_peers(&self, peers: Vec<Prefix>) {
+        if let Some(a) = &self.http_admission {
+            a.set_peers(peers);
+        }
     }
 
     /// The control socket's path.
@@ -493,29 +431,38 @@ async fn accept_http(h: HttpSide) {
             }
         };
         let ctx = h.ctx.clone();
-        if !http::allowed(peer.ip(), h.allow.as_deref()) {
-            // Closed at once, without an answer: nothing to learn here.
-            Counters::inc(&ctx.counters.denied);
-            log::debug!("http: {peer} is not in [metrics] allow");
-            continue;
-        }
-        let Ok(permit) = ctx.slots.clone().try_acquire_owned() else {
-            Counters::inc(&ctx.counters.refused);
-            try_write(&mut stream, http::BUSY).await;
-            continue;
-        };
-        // After the listener's own cap: `refused` says the listener is
-        // full, whoever asks; this, that one client is at its share.
-        let Some(client) = h.clients.try_acquire(peer.ip()) else {
-            Counters::inc(&ctx.counters.per_client_limit);
-            log::debug!("http: {peer} holds max_connections_per_client already");
-            try_write(&mut stream, http::BUSY).await;
-            continue;
+        let mut slot = match h.admission.admit(peer.ip()) {
+            Ok((slot, _)) => slot,
+            Err(Refused::Denied) => {
+                // Closed at once, without an answer: nothing to learn here.
+                Counters::inc(&ctx.counters.denied);
+                log::debug!("http: {peer} is not in [metrics] allow");
+                continue;
+            }
+            Err(Refused::PerClient) => {
+                Counters::inc(&ctx.counters.per_client_limit);
+                log::debug!("http: {peer} holds max_connections_per_client already");
+                try_write(&mut stream, http::BUSY).await;
+                continue;
+            }
+            Err(Refused::Full) => {
+                Counters::inc(&ctx.counters.refused);
+                try_write(&mut stream, http::BUSY).await;
+                continue;
+            }
         };
         tokio::spawn(async move {
-            let (_permit, _client) = (permit, client);
             let deadline = Instant::now() + ctx.limits.timeout;
-            serve_connection(stream, Front::Http, &ctx, deadline, Ok(())).await;
+            // Served until done, or until its slot goes to another client.
+            tokio::select! {
+                () = serve_connection(&mut stream, Front::Http, &ctx, deadline, Ok(())) => {}
+                () = slot.evicted() => {
+                    Counters::inc(&ctx.counters.evicted);
+                    log::debug!("http: {peer}'s connection gave its slot to another client");
+                    try_write(&mut stream, http::BUSY).await;
+                }
+            }
+            drop(slot);
         });
     }
 }
@@ -823,6 +770,18 @@ mod tests {
         timeout_ms: u64,
         allow: Option<&str>,
     ) -> (Listeners, socket::tests::Tmp) {
+        listeners_with_peers(name, max, per_client, timeout_ms, allow, &[])
+    }
+
+    /// The same, with configured peers.
+    fn listeners_with_peers(
+        name: &str,
+        max: u32,
+        per_client: u32,
+        timeout_ms: u64,
+        allow: Option<&str>,
+        peers: &[&str],
+    ) -> (Listeners, socket::tests::Tmp) {
         let dir = socket::tests::tmp(&format!("listen-{name}"));
         let metrics = config::schema::Metrics {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -838,7 +797,8 @@ mod tests {
             timeout: config::values::Duration::millis(timeout_ms),
             watch_config: false,
         };
-        let l = Listeners::start(&metrics, &control).unwrap();
+        let peers = peers.iter().map(|p| p.parse().unwrap()).collect();
+        let l = Listeners::start(&metrics, &control, peers).unwrap();
         (l, dir)
     }
 
@@ -1004,48 +964,6 @@ mod tests {
         mgr.join().unwrap();
     }
 
-    #[test]
-    fn client_slots_are_counted_per_address_or_ipv6_64_and_given_back_when_dropped() {
-        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
-        assert_eq!(client_of(ip("10.1.2.3")), ip("10.1.2.3"));
-        assert_eq!(client_of(ip("::ffff:10.1.2.3")), ip("10.1.2.3"));
-        assert_eq!(client_of(ip("2001:db8:1:2:aaaa::7")), ip("2001:db8:1:2::"));
-        let t = PerClient::new(2);
-        let a = ip("10.0.0.1");
-        let a1 = t.try_acquire(a).unwrap();
-        let a2 = t.try_acquire(a).unwrap();
-        assert!(t.try_acquire(a).is_none(), "a third from one address");
-        assert!(
-            t.try_acquire(ip("::ffff:10.0.0.1")).is_none(),
-            "the same address seen on an IPv6 listener"
-        );
-        let b = t.try_acquire(ip("10.0.0.2")).expect("another address");
-        // An IPv6 /64 is one client, whichever of its addresses it uses.
-        let v1 = t.try_acquire(ip("2001:db8:1:2::1")).unwrap();
-        let v2 = t
-            .try_acquire(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"))
-            .unwrap();
-        assert!(t.try_acquire(ip("2001:db8:1:2:abcd::5")).is_none());
-        let w = t.try_acquire(ip("2001:db8:1:3::1")).expect("another /64");
-        assert_eq!(
-            (t.held(a), t.held(ip("2001:db8:1:2::9")), t.clients()),
-            (2, 2, 4)
-        );
-        drop(a1);
-        assert_eq!(t.held(a), 1);
-        let a3 = t.try_acquire(a).expect("a slot given back is a slot again");
-        drop((a2, a3, b, v1, v2, w));
-        assert_eq!(t.clients(), 0, "no client is kept once it holds nothing");
-        // A refused attempt leaves nothing behind either.
-        let t = PerClient::new(1);
-        let x = t.try_acquire(a).unwrap();
-        for _ in 0..3 {
-            assert!(t.try_acquire(a).is_none());
-        }
-        drop(x);
-        assert_eq!(t.clients(), 0);
-    }
-
     /// A TCP connection to `to` from `from` (any address of 127/8 is this
     /// host on Linux).
     fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
@@ -1078,8 +996,8 @@ mod tests {
         let (mut l, _dir) = listeners_per_client("per-client", 8, 2, 2000, None);
         let mgr = answer_in_background(&mut l);
         let addr = l.http_addr().unwrap();
-        let clients = l.http_clients.clone().unwrap();
-        let first: IpAddr = "127.0.0.1".parse().unwrap();
+        let clients = l.http_admission.clone().unwrap();
+        let first: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         let idle: Vec<_> = (0..2).map(|_| connect_from("127.0.0.1", addr)).collect();
         wait_for("two slots held", || clients.held(first) == 2);
         // A third from the same address: 503, closed, counted.
@@ -1123,8 +1041,8 @@ mod tests {
             }
         });
         let addr = l.http_addr().unwrap();
-        let clients = l.http_clients.clone().unwrap();
-        let me: IpAddr = "127.0.0.1".parse().unwrap();
+        let clients = l.http_admission.clone().unwrap();
+        let me: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         let status = b"GET /status HTTP/1.0\r\n\r\n";
         // The client's next request is answered (retried while the slot is
         // not back yet: the listener may see the next connection before the
@@ -1204,6 +1122,45 @@ mod tests {
             "{h:?}"
         );
         wait_for("every slot given back", || clients.clients() == 0);
+        drop(l);
+        mgr.join().unwrap();
+    }
+
+    /// Issue 38 item 6: idle connections hold every slot; a configured
+    /// peer takes the oldest one's slot and is answered, the idle client
+    /// is told 503 and closed, and it is counted.
+    #[test]
+    fn a_peer_takes_an_idle_clients_slot_when_all_are_taken() {
+        let (mut l, _dir) = listeners_with_peers("evict", 2, 2, 5000, None, &["127.0.0.9/32"]);
+        let mgr = answer_in_background(&mut l);
+        let addr = l.http_addr().unwrap();
+        let slots = l.http_admission.clone().unwrap();
+        let first = connect_from("127.0.0.1", addr);
+        wait_for("a slot held", || slots.len() == 1);
+        let _second = connect_from("127.0.0.3", addr);
+        wait_for("two slots held", || slots.len() == 2);
+        // Another client is refused (each holds one: no fair share to
+        // take from): 503.
+        assert_eq!(
+            ask(connect_from("127.0.0.2", addr), b"").as_bytes(),
+            http::BUSY
+        );
+        // The peer is answered.
+        let answer = ask(
+            connect_from("127.0.0.9", addr),
+            b"GET /status HTTP/1.0\r\n\r\n",
+        );
+        assert!(answer.ends_with("\r\n\r\nrule web HEALTHY\n"), "{answer}");
+        // The oldest idle connection was told and closed.
+        let mut first = first;
+        first
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = first.read_to_end(&mut got);
+        assert_eq!(got, http::BUSY);
+        let h = counters(&l, "http");
+        assert_eq!((h.evicted, h.refused, h.answered), (1, 1, 1), "{h:?}");
         drop(l);
         mgr.join().unwrap();
     }

@@ -756,6 +756,10 @@ pub struct ConfigState<'a> {
     pub generation: u32,
     /// Reloads accepted and refused.
     pub reloads: (u64, u64),
+    /// File changes the watch did not apply (M38; also refused reloads).
+    pub watch_refused: u64,
+    /// A reload's file is being read, validated and compiled off the loop.
+    pub reading: bool,
     /// The last refusal's reason, while the last reload was refused.
     pub last_error: Option<&'a str>,
     /// When the last reload was decided.
@@ -776,6 +780,16 @@ pub fn config(x: &mut Exposition, s: &ConfigState<'_>) {
             (label("result", "ok"), s.reloads.0),
             (label("result", "rejected"), s.reloads.1),
         ],
+    );
+    x.one_gauge(
+        "config_reload_reading",
+        "1 while a reload's file is being read, validated and compiled (off the management loop, which goes on answering).",
+        s.reading,
+    );
+    x.one_counter(
+        "config_watch_refused_total",
+        "File changes the file watch did not apply: the running file cut short, or a change removing a section or setting it has (run `spillway reload` to apply one); also counted as rejected reloads.",
+        s.watch_refused,
     );
     x.one_gauge(
         "config_last_reload_success",

@@ -787,6 +787,8 @@ pub struct Listener {
     pub bad: u64,
     /// The management core did not answer in time.
     pub busy: u64,
+    /// Closed to give their slot to a client that may take it (HTTP).
+    pub evicted: u64,
 }
 
 /// Per-second rates of the scalar counters over `interval_s`.
@@ -902,16 +904,20 @@ impl Display for Stats {
             .counters
             .stats(self.expired, self.rules.iter().map(String::as_str));
         for l in &self.listeners {
-            let per_client = match l.per_client_limit {
-                Some(n) => format!(
-                    "{} refused per client (over {n} from one client); ",
-                    l.per_client_refused
+            // Only HTTP has a per-client cap, and evicts.
+            let (per_client, evicted) = match l.per_client_limit {
+                Some(n) => (
+                    format!(
+                        "{} refused per client (over {n} from one client); ",
+                        l.per_client_refused
+                    ),
+                    format!("; {} evicted", l.evicted),
                 ),
-                None => String::new(),
+                None => (String::new(), String::new()),
             };
             let _ = writeln!(
                 out,
-                "listener {}: {} answered; {} refused (over {} connections); {per_client}{} denied; {} timed out; {} oversized; {} bad; {} busy",
+                "listener {}: {} answered; {} refused (over {} connections); {per_client}{} denied; {} timed out; {} oversized; {} bad; {} busy{evicted}",
                 l.name,
                 l.answered,
                 l.refused,

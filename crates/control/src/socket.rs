@@ -395,13 +395,30 @@ pub fn dispatch(mgr: &mut Manager, line: &str) -> String {
         Err(e) if json => (false, crate::report::json_error(&e)),
         Err(e) => (false, e),
     };
+    answer_line(ok, &text)
+}
+
+/// The whole answer: `ok` or `error`, then the text.
+pub fn answer_line(ok: bool, text: &str) -> String {
     format!("{}\n{text}", if ok { "ok" } else { "error" })
+}
+
+/// Whether `line` asks for a reload: (`--force`, JSON). The daemon's loop
+/// answers it once the file is read off the loop.
+pub fn reload_request(line: &str) -> Option<(bool, bool)> {
+    let (line, json) = strip_json(line);
+    match Request::parse(line) {
+        Ok(Request::Reload { force }) => Some((force, json)),
+        _ => None,
+    }
 }
 
 /// Sends `command` to the daemon at `path` and returns (ok, text).
 pub fn request(path: &Path, command: &str) -> std::io::Result<(bool, String)> {
     let mut s = connect(path)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    // As long as the daemon may take to answer (a reload of a large file
+    // is read and validated meanwhile), and a little more.
+    s.set_read_timeout(Some(crate::listen::ANSWER_TIMEOUT + Duration::from_secs(5)))?;
     s.write_all(format!("{command}\n").as_bytes())?;
     let mut out = String::new();
     std::io::Read::read_to_string(&mut s, &mut out)?;

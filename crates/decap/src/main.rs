@@ -1,6 +1,7 @@
 //! `spillway-decap`: the backend-side decapsulator as a binary of its own,
 //! for backend hosts that should not need DPDK (`spillway decap` is the same).
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -22,7 +23,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The message, not a debug dump: this is what an operator reads.
         Err(e) => {
-            eprintln!("spillway-decap: error: {e:#}");
+            // Not eprintln!, which panics when stderr is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "spillway-decap: error: {e:#}");
             ExitCode::FAILURE
         }
     }

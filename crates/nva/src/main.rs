@@ -1,6 +1,7 @@
 //! `spillway-nva`: the reference appliance as a binary of its own, for
 //! appliance hosts that should not need DPDK (`spillway nva` is the same).
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -22,7 +23,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The message, not a debug dump: this is what an operator reads.
         Err(e) => {
-            eprintln!("spillway-nva: error: {e:#}");
+            // Not eprintln!, which panics when stderr is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "spillway-nva: error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use config::values::Duration as Span;
+use config::values::{Duration as Span, Prefix};
 use dnsupdate::{Key, Name};
 use serde::Deserialize;
 
@@ -25,11 +25,55 @@ struct File {
     zones: Vec<Zone>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[metrics]`: the HTTP endpoint, with the daemon's `[metrics]` limits
+/// and the same admission rules ([`control::admission`]).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Metrics {
     #[serde(default)]
     listen: Option<SocketAddr>,
+    #[serde(default)]
+    allow: Option<Vec<Prefix>>,
+    #[serde(default = "d_max_connections")]
+    max_connections: u32,
+    #[serde(default)]
+    max_connections_per_client: Option<u32>,
+    #[serde(default = "d_http_timeout")]
+    timeout: Span,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            listen: None,
+            allow: None,
+            max_connections: d_max_connections(),
+            max_connections_per_client: None,
+            timeout: d_http_timeout(),
+        }
+    }
+}
+
+fn d_max_connections() -> u32 {
+    64
+}
+fn d_http_timeout() -> Span {
+    Span::secs(5)
+}
+
+/// The HTTP endpoint's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Http {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// Client addresses admitted (absent: every address).
+    pub allow: Option<Vec<Prefix>>,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Connections served at once from one client.
+    pub per_client: usize,
+    /// Time a client has to send its request, and again to read the answer.
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,6 +274,8 @@ pub struct Settings {
     pub socket_group: Option<String>,
     /// Where `GET /metrics` is served, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The HTTP endpoint, if there is one.
+    pub http: Option<Http>,
     /// Zones, in file order.
     pub zones: Vec<ZoneSpec>,
 }
@@ -458,6 +504,7 @@ impl Settings {
                 "icmp = false and kind = \"none\": nothing would be probed".to_owned(),
             );
         }
+        let http = check_metrics(&f.metrics, &mut err);
         let control_ok = !f.control.socket.as_os_str().is_empty();
         if !control_ok {
             err("control.socket", "a path".to_owned());
@@ -493,6 +540,7 @@ impl Settings {
                     socket: f.control.socket,
                     socket_group: f.control.socket_group,
                     metrics_listen: f.metrics.listen,
+                    http,
                     zones,
                 })
             }
@@ -504,6 +552,84 @@ impl Settings {
     pub fn zone(&self, name: &str) -> Option<&ZoneSpec> {
         self.zones.iter().find(|z| z.name == name)
     }
+}
+
+/// `[metrics]` checked as the daemon's is (allow-list, limits, timeout);
+/// the endpoint's settings, if it listens.
+fn check_metrics(m: &Metrics, err: &mut impl FnMut(&str, String)) -> Option<Http> {
+    use config::validate::{MAX_LISTENER_CONNECTIONS, MAX_LISTENER_TIMEOUT};
+    if let Some(l) = m.listen
+        && l.port() == 0
+    {
+        err(
+            "metrics.listen",
+            "port 0 is not a port to listen on".to_owned(),
+        );
+    }
+    match &m.allow {
+        Some(allow) if allow.is_empty() => err(
+            "metrics.allow",
+            "an empty allow-list admits nobody: leave `allow` out to admit every address"
+                .to_owned(),
+        ),
+        Some(allow) => {
+            for (k, pre) in allow.iter().enumerate() {
+                if pre.has_host_bits() {
+                    err(
+                        &format!("metrics.allow[{k}]"),
+                        format!(
+                            "{pre} has bits set beyond /{}: write the network address",
+                            pre.len
+                        ),
+                    );
+                }
+            }
+        }
+        None => {}
+    }
+    if !(1..=MAX_LISTENER_CONNECTIONS).contains(&m.max_connections) {
+        err(
+            "metrics.max_connections",
+            format!(
+                "{}: expected 1-{MAX_LISTENER_CONNECTIONS}",
+                m.max_connections
+            ),
+        );
+    }
+    let per_client = m
+        .max_connections_per_client
+        .unwrap_or(config::schema::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)
+        .min(m.max_connections);
+    if let Some(n) = m.max_connections_per_client
+        && (n == 0 || n > m.max_connections)
+    {
+        err(
+            "metrics.max_connections_per_client",
+            format!(
+                "{n}: expected 1-{} (at most max_connections)",
+                m.max_connections
+            ),
+        );
+    }
+    let timeout = m.timeout.get();
+    if timeout.is_zero() || timeout > MAX_LISTENER_TIMEOUT {
+        err(
+            "metrics.timeout",
+            format!(
+                "{}: expected more than 0s and at most {}s",
+                m.timeout,
+                MAX_LISTENER_TIMEOUT.as_secs()
+            ),
+        );
+    }
+    let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+    m.listen.map(|listen| Http {
+        listen,
+        allow: m.allow.clone(),
+        max_connections: usize_of(m.max_connections.max(1)),
+        per_client: usize_of(per_client.max(1)),
+        timeout,
+    })
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! an ICMP echo (the balancer answers for its VIPs) and a TCP connection or
 //! HTTP GET through its port (a backend behind it answers).
 
+use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use health::probe::Prober;
@@ -18,17 +18,53 @@ const ECHO_REPLY_V4: u8 = 0;
 const ECHO_REQUEST_V6: u8 = 128;
 const ECHO_REPLY_V6: u8 = 129;
 
-/// Identifiers of our echo requests: distinct per probe, so that replies
-/// to another probe (or another program) are never taken for ours.
-static NEXT_IDENT: AtomicU16 = AtomicU16::new(1);
+/// What names us in an echo request's data, before the token.
+const TAG: &[u8] = b"spillway zone-health ";
 
-/// The echo request with `ident` and `seq`: 8 bytes of header and a
-/// payload naming us (checksummed for IPv4; the kernel fills ICMPv6's).
-fn echo_request(v6: bool, ident: u16, seq: u16) -> Vec<u8> {
+/// What makes an echo request ours, each part drawn from the OS's random
+/// source for each probe: its identifier and sequence number (32 bits that
+/// anyone who could forge a reply from the VIP's address would otherwise
+/// guess: a predictable identifier and `seq = 1` let a forged reply keep a
+/// dead zone published), and a 128-bit token in its data, which the reply
+/// must echo whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Echo {
+    ident: u16,
+    seq: u16,
+    token: [u8; 16],
+}
+
+impl Echo {
+    /// A fresh one, from the OS's random source (`/dev/urandom`).
+    fn random() -> Result<Echo, String> {
+        let mut b = [0u8; 20];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut b))
+            .map_err(|e| format!("the OS's random source: {e}"))?;
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&b[4..]);
+        Ok(Echo {
+            ident: u16::from_be_bytes([b[0], b[1]]),
+            seq: u16::from_be_bytes([b[2], b[3]]),
+            token,
+        })
+    }
+
+    /// The data of the request, which the reply carries back.
+    fn data(&self) -> Vec<u8> {
+        let mut d = TAG.to_vec();
+        d.extend_from_slice(&self.token);
+        d
+    }
+}
+
+/// The echo request `e`: 8 bytes of header and its data (checksummed for
+/// IPv4; the kernel fills ICMPv6's).
+fn echo_request(v6: bool, e: &Echo) -> Vec<u8> {
     let mut m = vec![if v6 { ECHO_REQUEST_V6 } else { ECHO_REQUEST_V4 }, 0, 0, 0];
-    m.extend(ident.to_be_bytes());
-    m.extend(seq.to_be_bytes());
-    m.extend(b"spillway zone-health");
+    m.extend(e.ident.to_be_bytes());
+    m.extend(e.seq.to_be_bytes());
+    m.extend(e.data());
     if !v6 {
         let sum = checksum(&m);
         m[2..4].copy_from_slice(&sum.to_be_bytes());
@@ -49,8 +85,9 @@ fn checksum(b: &[u8]) -> u16 {
 }
 
 /// Whether `packet` (what a raw socket received: IPv4 with its header,
-/// ICMPv6 without) is the reply to our `ident` / `seq`.
-fn is_our_reply(packet: &[u8], v6: bool, ident: u16, seq: u16) -> bool {
+/// ICMPv6 without) is the reply to `e`: its identifier, its sequence
+/// number and its data, token included.
+fn is_our_reply(packet: &[u8], v6: bool, e: &Echo) -> bool {
     let icmp = if v6 {
         packet
     } else {
@@ -61,8 +98,9 @@ fn is_our_reply(packet: &[u8], v6: bool, ident: u16, seq: u16) -> bool {
     icmp.len() >= 8
         && icmp[0] == want
         && icmp[1] == 0
-        && icmp[4..6] == ident.to_be_bytes()
-        && icmp[6..8] == seq.to_be_bytes()
+        && icmp[4..6] == e.ident.to_be_bytes()
+        && icmp[6..8] == e.seq.to_be_bytes()
+        && icmp[8..] == e.data()[..]
 }
 
 /// Sends one echo request to `addr` and waits up to `timeout` for its
@@ -74,16 +112,15 @@ pub fn ping(addr: IpAddr, timeout: Duration) -> Result<Duration, String> {
     } else {
         (Domain::IPV4, Protocol::ICMPV4)
     };
+    let echo = Echo::random()?;
     let sock = Socket::new(domain, Type::RAW, Some(proto))
         .map_err(|e| format!("ICMP socket (needs CAP_NET_RAW): {e}"))?;
     let peer = SockAddr::from(SocketAddr::new(addr, 0));
     // A connected raw socket receives only what comes from the peer.
     sock.connect(&peer)
         .map_err(|e| format!("ICMP to {addr}: {e}"))?;
-    let ident = NEXT_IDENT.fetch_add(1, Ordering::Relaxed) ^ (std::process::id() & 0xffff) as u16;
-    let seq = 1;
     let start = Instant::now();
-    sock.send(&echo_request(v6, ident, seq))
+    sock.send(&echo_request(v6, &echo))
         .map_err(|e| format!("ICMP echo to {addr}: {e}"))?;
     let mut buf = [0u8; 1500];
     loop {
@@ -96,7 +133,7 @@ pub fn ping(addr: IpAddr, timeout: Duration) -> Result<Duration, String> {
         match std::io::Read::read(&mut &sock, &mut buf) {
             Ok(n) => {
                 let got = &buf[..n];
-                if is_our_reply(got, v6, ident, seq) {
+                if is_our_reply(got, v6, &echo) {
                     return Ok(start.elapsed());
                 }
             }
@@ -179,23 +216,75 @@ fn kind_name(c: &Check) -> &'static str {
 mod tests {
     use super::*;
 
+    /// An IPv4 packet as a raw socket gets it: a 20-byte header, then
+    /// `icmp`.
+    fn v4_packet(icmp: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x45];
+        p.extend([0u8; 19]);
+        p.extend(icmp);
+        p
+    }
+
     #[test]
     fn echo_requests_and_replies() {
-        let r = echo_request(false, 0x1234, 1);
+        let e = Echo::random().unwrap();
+        let r = echo_request(false, &e);
         assert_eq!(checksum(&r), 0, "a checksummed message sums to zero");
-        // An IPv4 reply as a raw socket gets it: a 20-byte header first.
-        let mut reply = vec![0x45; 1];
-        reply.extend([0u8; 19]);
         let mut icmp = r.clone();
         icmp[0] = ECHO_REPLY_V4;
-        reply.extend(&icmp);
-        assert!(is_our_reply(&reply, false, 0x1234, 1));
-        assert!(!is_our_reply(&reply, false, 0x1235, 1), "another probe's");
-        assert!(!is_our_reply(&reply, false, 0x1234, 2));
-        assert!(!is_our_reply(&reply[..25], false, 0x1234, 1), "cut short");
-        let mut v6 = echo_request(true, 7, 1);
-        assert!(!is_our_reply(&v6, true, 7, 1), "a request is no reply");
+        let reply = v4_packet(&icmp);
+        assert!(is_our_reply(&reply, false, &e));
+        assert!(!is_our_reply(&reply[..25], false, &e), "cut short");
+        let mut v6 = echo_request(true, &e);
+        assert!(!is_our_reply(&v6, true, &e), "a request is no reply");
         v6[0] = ECHO_REPLY_V6;
-        assert!(is_our_reply(&v6, true, 7, 1));
+        assert!(is_our_reply(&v6, true, &e));
+    }
+
+    /// Issue 38 item 11: a reply must match the probe's random identifier,
+    /// sequence number and token; a forger that knows the format but not
+    /// the token (or guesses the identifier, or `seq = 1`) is ignored.
+    #[test]
+    fn a_reply_without_the_probes_own_token_is_not_ours() {
+        let e = Echo::random().unwrap();
+        let reply = |ident: u16, seq: u16, token: &[u8; 16]| {
+            let mut m = vec![ECHO_REPLY_V4, 0, 0, 0];
+            m.extend(ident.to_be_bytes());
+            m.extend(seq.to_be_bytes());
+            m.extend(TAG);
+            m.extend(token);
+            v4_packet(&m)
+        };
+        assert!(is_our_reply(&reply(e.ident, e.seq, &e.token), false, &e));
+        let mut other = e.token;
+        other[15] ^= 1;
+        assert!(
+            !is_our_reply(&reply(e.ident, e.seq, &other), false, &e),
+            "another token"
+        );
+        assert!(!is_our_reply(
+            &reply(e.ident ^ 1, e.seq, &e.token),
+            false,
+            &e
+        ));
+        assert!(!is_our_reply(
+            &reply(e.ident, e.seq ^ 1, &e.token),
+            false,
+            &e
+        ));
+        // With the token's bytes missing or extra.
+        let mut short = reply(e.ident, e.seq, &e.token);
+        short.pop();
+        assert!(!is_our_reply(&short, false, &e));
+        let mut long = reply(e.ident, e.seq, &e.token);
+        long.push(0);
+        assert!(!is_our_reply(&long, false, &e));
+        // Every probe draws its own: 64 probes, 64 identifiers and tokens
+        // (a repeat has odds of about 2^-21 and 2^-116).
+        let probes: Vec<Echo> = (0..64).map(|_| Echo::random().unwrap()).collect();
+        let tokens: std::collections::HashSet<[u8; 16]> = probes.iter().map(|p| p.token).collect();
+        assert_eq!(tokens.len(), 64);
+        let seqs: std::collections::HashSet<u16> = probes.iter().map(|p| p.seq).collect();
+        assert!(seqs.len() > 1, "the sequence number is not fixed");
     }
 }

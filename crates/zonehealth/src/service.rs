@@ -74,9 +74,11 @@ const ATTEMPTS: usize = 3;
 
 /// Longest command line.
 const MAX_LINE: usize = 1024;
-/// Connections served at once; more are turned away.
+/// Control-socket connections served at once; more are turned away (its
+/// peers are the host's operators, by their credentials; the HTTP
+/// endpoint's limits are `[metrics]`'s).
 const MAX_CONNECTIONS: usize = 16;
-/// Time a client has to send its line.
+/// Time a control-socket client has to send its line.
 const LINE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Engine {
@@ -645,16 +647,17 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
         }
     }
 
-    if let Some(addr) = settings.metrics_listen {
+    if let Some(h) = settings.http.clone() {
+        let addr = h.listen;
         let http = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| StartError::Setup(format!("[metrics] listen {addr}: {e}")))?;
-        if !addr.ip().is_loopback() {
+        if !addr.ip().is_loopback() && h.allow.is_none() {
             log::warn!(
-                "[metrics] listen {addr} is not a loopback address: anyone who reaches it reads the zones' state"
+                "[metrics] listen {addr} is not a loopback address: anyone who reaches it reads the zones' state (set [metrics] allow to narrow it)"
             );
         }
-        tokio::spawn(serve_metrics(http, commands_tx.clone()));
+        tokio::spawn(serve_metrics(http, commands_tx.clone(), h));
     }
     let peers = file.peers();
     let control = commands_tx.clone();
@@ -738,62 +741,117 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
 const MAX_HEAD: usize = 8192;
 
 /// `GET /metrics` (OpenMetrics text) and `GET /status` (the JSON of
-/// `status --json`), one request per connection, for scrapers: at most
-/// [`MAX_CONNECTIONS`] at once, [`LINE_TIMEOUT`] to send the request.
-async fn serve_metrics(listener: tokio::net::TcpListener, commands: mpsc::Sender<Command>) {
-    let accept = async move || listener.accept().await.map(|(s, _)| s);
-    serve_connections(accept, b"", move |mut stream: tokio::net::TcpStream| {
+/// `status --json`), one request per connection, for scrapers, admitted as
+/// the daemon's HTTP listener admits ([`control::admission`]: `allow`,
+/// `max_connections`, `max_connections_per_client`; when every slot is
+/// taken, a client below its fair share takes one from a client holding
+/// two more); the whole request within `timeout`, the answer taken within
+/// `timeout` again.
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    commands: mpsc::Sender<Command>,
+    h: crate::config::Http,
+) {
+    use control::admission::{Admission, Policy, Refused};
+    let slots = Admission::new(
+        h.max_connections,
+        h.per_client,
+        Policy {
+            allow: h.allow.clone(),
+            // No other service depends on this one's answers.
+            peers: Vec::new(),
+        },
+    );
+    loop {
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of descriptors, say: do not spin.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut slot = match slots.admit(peer.ip()) {
+            Ok((slot, _)) => slot,
+            // Closed at once, without an answer.
+            Err(Refused::Denied) => continue,
+            Err(Refused::PerClient | Refused::Full) => {
+                try_write(&mut stream, BUSY).await;
+                continue;
+            }
+        };
         let commands = commands.clone();
-        async move {
-            let head = tokio::time::timeout(LINE_TIMEOUT, async {
-                let mut buf = Vec::with_capacity(512);
-                let mut chunk = [0u8; 512];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() <= MAX_HEAD {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                buf
-            })
-            .await
-            .unwrap_or_default();
-            let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-            let command = match line.strip_suffix(b"\r").unwrap_or(line) {
-                b"GET /metrics HTTP/1.1" | b"GET /metrics HTTP/1.0" => Some((
-                    "metrics",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )),
-                b"GET /status HTTP/1.1" | b"GET /status HTTP/1.0" => {
-                    Some(("status json", "application/json"))
-                }
-                _ => None,
-            };
-            let (status, kind, body) = match command {
-                None => (
-                    "404 Not Found",
-                    "text/plain",
-                    "GET /metrics or /status\n".to_owned(),
-                ),
-                Some((c, kind)) => {
-                    match ask(&commands, c.to_owned()).await {
-                        Some((true, body)) => ("200 OK", kind, body),
-                        _ => (
-                            "503 Service Unavailable",
-                            "text/plain",
-                            "the service is busy\n".to_owned(),
-                        ),
-                    }
-                }
-            };
-            let answer = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = tokio::time::timeout(LINE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
+        let timeout = h.timeout;
+        tokio::spawn(async move {
+            tokio::select! {
+                () = http_exchange(&mut stream, &commands, timeout) => {}
+                () = slot.evicted() => try_write(&mut stream, BUSY).await,
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Every slot taken, or this one given to another client.
+const BUSY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// Writes `msg` if the socket takes it right away; never waits for a
+/// client that does not read.
+async fn try_write(stream: &mut tokio::net::TcpStream, msg: &[u8]) {
+    let _ = tokio::time::timeout(Duration::ZERO, stream.write_all(msg)).await;
+}
+
+/// One request and its answer.
+async fn http_exchange(
+    stream: &mut tokio::net::TcpStream,
+    commands: &mpsc::Sender<Command>,
+    timeout: Duration,
+) {
+    let head = tokio::time::timeout(timeout, async {
+        let mut buf = Vec::with_capacity(512);
+        let mut chunk = [0u8; 512];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() <= MAX_HEAD {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
         }
+        buf
     })
-    .await;
+    .await
+    .unwrap_or_default();
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let command = match line.strip_suffix(b"\r").unwrap_or(line) {
+        b"GET /metrics HTTP/1.1" | b"GET /metrics HTTP/1.0" => Some((
+            "metrics",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )),
+        b"GET /status HTTP/1.1" | b"GET /status HTTP/1.0" => {
+            Some(("status json", "application/json"))
+        }
+        _ => None,
+    };
+    let (status, kind, body) = match command {
+        None => (
+            "404 Not Found",
+            "text/plain",
+            "GET /metrics or /status\n".to_owned(),
+        ),
+        Some((c, kind)) => match ask(commands, c.to_owned()).await {
+            Some((true, body)) => ("200 OK", kind, body),
+            _ => (
+                "503 Service Unavailable",
+                "text/plain",
+                "the service is busy\n".to_owned(),
+            ),
+        },
+    };
+    let answer = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(timeout, stream.write_all(answer.as_bytes())).await;
 }
 
 /// Accepts connections for ever, each handled by `handle` on a task of its

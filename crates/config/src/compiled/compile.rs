@@ -1,6 +1,7 @@
 //! Config → snapshot: names resolved to dense indices, regions ordered by
 //! preference, zones interned, and the rule index built.
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::rules::build_index;
@@ -13,14 +14,33 @@ use super::{IngressPolicy, url_host};
 use crate::schema::{Config, DeliveryMode, GeneveOptions, HealthCheckTarget, Protocol, RuleMode};
 use crate::values::Prefix;
 
-fn intern(list: &mut Vec<String>, name: &str) -> u32 {
-    match list.iter().position(|n| n == name) {
-        Some(i) => dense(i),
-        None => {
-            list.push(name.to_owned());
-            dense(list.len() - 1)
+/// Names in order of first appearance, each with its index.
+#[derive(Default)]
+struct Interned {
+    list: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl Interned {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.index.get(name) {
+            return i;
         }
+        let i = dense(self.list.len());
+        self.list.push(name.to_owned());
+        self.index.insert(name.to_owned(), i);
+        i
     }
+}
+
+/// Name -> index of the first entry of that name (validation made names
+/// unique): looked up once per reference, so compiling stays O(n log n).
+fn positions<'a, T>(items: &'a [T], name: impl Fn(&'a T) -> &'a str) -> HashMap<&'a str, usize> {
+    let mut m = HashMap::with_capacity(items.len());
+    for (i, x) in items.iter().enumerate() {
+        m.entry(name(x)).or_insert(i);
+    }
+    m
 }
 
 /// Compiles a config that passed `validate` (unresolvable names cannot
@@ -31,38 +51,35 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
     if regions.is_empty() {
         regions.push(cfg.node.region.clone());
     }
+    let preferred: HashSet<&str> = regions.iter().map(String::as_str).collect();
     let mut others: Vec<&str> = cfg
         .backend_services
         .iter()
         .flat_map(|s| &s.groups)
         .map(|g| g.region.as_str())
         .chain([cfg.node.region.as_str()])
-        .filter(|r| !regions.iter().any(|x| x == r))
+        .filter(|r| !preferred.contains(r))
         .collect();
     others.sort_unstable();
     others.dedup();
     regions.extend(others.into_iter().map(str::to_owned));
+    let region_index = positions(&regions, String::as_str);
 
-    let mut zones: Vec<String> = Vec::new();
-    let node_zone = ZoneId(intern(&mut zones, &cfg.node.zone));
+    let mut zones = Interned::default();
+    let node_zone = ZoneId(zones.intern(&cfg.node.zone));
 
-    let hc_id = |name: &str| {
-        cfg.health_checks
-            .iter()
-            .position(|h| h.name == name)
-            .map(|i| HealthCheckId(dense(i)))
-    };
-    let svc_id = |name: &str| {
-        ServiceId(
-            cfg.backend_services
-                .iter()
-                .position(|s| s.name == name)
-                .map_or(0, dense),
-        )
-    };
-    let region_id = |regions: &[String], name: &str| {
-        RegionId(regions.iter().position(|r| r == name).map_or(0, dense))
-    };
+    let checks = positions(&cfg.health_checks, |h| h.name.as_str());
+    let hc_id = |name: &str| checks.get(name).map(|&i| HealthCheckId(dense(i)));
+    let service_index = positions(&cfg.backend_services, |s| s.name.as_str());
+    let svc_id = |name: &str| ServiceId(service_index.get(name).map_or(0, |&i| dense(i)));
+    let region_id = |name: &str| RegionId(region_index.get(name).map_or(0, |&i| dense(i)));
+    // Services an appliance (gateway) rule sends to: fail open by default.
+    let gateway_services: HashSet<&str> = cfg
+        .forwarding_rules
+        .iter()
+        .filter(|r| r.mode == RuleMode::Gateway)
+        .map(|r| r.backend_service.as_str())
+        .collect();
 
     let mut services = Vec::new();
     let mut groups = Vec::new();
@@ -110,8 +127,8 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             groups.push(Group {
                 name: g.name.clone(),
                 service: sid,
-                region: region_id(&regions, &g.region),
-                zone: ZoneId(intern(&mut zones, &g.zone)),
+                region: region_id(&g.region),
+                zone: ZoneId(zones.intern(&g.zone)),
                 capacity_scaler: g.capacity_scaler,
                 max_rate: g.max_rate,
                 endpoints: ge_start..dense(endpoints.len()),
@@ -143,11 +160,9 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             hash: s.hash,
             health_check: check,
             aggregation: s.aggregation,
-            fail_open: s.fail_open.unwrap_or_else(|| {
-                cfg.forwarding_rules
-                    .iter()
-                    .any(|r| r.mode == RuleMode::Gateway && r.backend_service == s.name)
-            }),
+            fail_open: s
+                .fail_open
+                .unwrap_or_else(|| gateway_services.contains(s.name.as_str())),
             no_backend_action: s.no_backend_action,
             balancing: Balancing {
                 mode: s.balancing_mode,
@@ -163,12 +178,9 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         });
     }
 
-    let composite_of = |rule: &str| {
-        cfg.composite_health_checks
-            .iter()
-            .position(|c| c.destination == rule)
-            .map(|i| CompositeId(dense(i)))
-    };
+    let destinations = positions(&cfg.composite_health_checks, |c| c.destination.as_str());
+    let composite_of = |rule: &str| destinations.get(rule).map(|&i| CompositeId(dense(i)));
+    let rule_names = positions(&cfg.forwarding_rules, |r| r.name.as_str());
     let mut rules = Vec::new();
     let mut children = Vec::new();
     for (ri, r) in cfg.forwarding_rules.iter().enumerate() {
@@ -272,10 +284,9 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 })
                 .collect(),
             destination: RuleId(
-                cfg.forwarding_rules
-                    .iter()
-                    .position(|r| r.name == c.destination)
-                    .map_or(0, dense),
+                rule_names
+                    .get(c.destination.as_str())
+                    .map_or(0, |&i| dense(i)),
             ),
         })
         .collect();
@@ -284,7 +295,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         .client_zones
         .iter()
         .flat_map(|z| z.prefixes.iter().map(move |p| (*p, z.zone.as_str())))
-        .map(|(p, z)| (p, ZoneId(intern(&mut zones, z))))
+        .map(|(p, z)| (p, ZoneId(zones.intern(z))))
         .collect();
     client_zones.sort_by(|a, b| b.0.len.cmp(&a.0.len).then(a.0.cmp(&b.0)));
 
@@ -292,7 +303,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
     Compiled {
         node: NodeInfo {
             name: cfg.node.name.clone(),
-            region: region_id(&regions, &cfg.node.region),
+            region: region_id(&cfg.node.region),
             zone: node_zone,
             availability_group: cfg.node.availability_group,
             shutdown_drain: cfg.node.shutdown_drain.get(),
@@ -311,7 +322,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         health_checks: cfg.health_checks.clone(),
         composites,
         regions,
-        zones,
+        zones: zones.list,
         client_zones,
         gateways,
         settings: Settings {
@@ -408,7 +419,7 @@ fn vip_probes(
         .into_iter()
         .flat_map(|r| r.lo..=r.hi);
     let mut out = Vec::new();
-    for (si, svc) in services.iter().enumerate() {
+    for svc in services {
         let vip_check = svc
             .health_check
             .and_then(|c| cfg.health_checks.get(c.index()))
@@ -416,7 +427,7 @@ fn vip_probes(
         if !vip_check {
             continue;
         }
-        let vips = super::rules::service_vips(rules, children, si);
+        let vips = super::rules::service_vips(rules, children, &svc.rules);
         for id in svc.endpoint_ids() {
             let Some(port) = endpoints.get(id.index()).and_then(|e| e.health_port) else {
                 continue;

@@ -154,7 +154,11 @@ pub struct Compiled {
 impl Compiled {
     /// The distinct VIPs of service `s`'s rules, in rule order.
     pub fn service_vips(&self, s: ServiceId) -> Vec<IpAddr> {
-        rules::service_vips(&self.rules, &self.children, s.index())
+        let of = self
+            .services
+            .get(s.index())
+            .map_or(&[][..], |x| &x.rules[..]);
+        rules::service_vips(&self.rules, &self.children, of)
     }
 }
 

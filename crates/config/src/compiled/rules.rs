@@ -206,6 +206,7 @@ pub struct ChildRule {
 /// Builds the per-VIP index from the served child rules.
 pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     let mut vips: Vec<VipRules> = Vec::new();
+    let mut at: std::collections::HashMap<IpAddr, usize> = std::collections::HashMap::new();
     for (ci, c) in children.iter().enumerate() {
         if !c.served {
             continue;
@@ -219,9 +220,10 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
             service: rule.service,
             gateway: rule.mode == RuleMode::Gateway,
         };
-        let entry = match vips.iter().position(|v| v.addr == c.vip) {
-            Some(i) => &mut vips[i],
+        let entry = match at.get(&c.vip) {
+            Some(&i) => &mut vips[i],
             None => {
+                at.insert(c.vip, vips.len());
                 vips.push(VipRules {
                     addr: c.vip,
                     tcp: Vec::new(),
@@ -258,18 +260,16 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     RuleIndex { vips, keys }
 }
 
-/// The distinct VIPs of the rules of service `service` (its index), in rule
-/// order, both addresses of an availability-group pair included.
-pub(super) fn service_vips(rules: &[Rule], children: &[ChildRule], service: usize) -> Vec<IpAddr> {
-    let mut vips: Vec<IpAddr> = Vec::new();
-    for r in rules.iter().filter(|r| r.service.index() == service) {
-        for c in r.children.iter().filter_map(|c| children.get(c.index())) {
-            if !vips.contains(&c.vip) {
-                vips.push(c.vip);
-            }
-        }
-    }
-    vips
+/// The distinct VIPs of rules `of` (a service's), in rule order, both
+/// addresses of an availability-group pair included.
+pub(super) fn service_vips(rules: &[Rule], children: &[ChildRule], of: &[RuleId]) -> Vec<IpAddr> {
+    let mut seen = std::collections::HashSet::new();
+    of.iter()
+        .filter_map(|r| rules.get(r.index()))
+        .flat_map(|r| r.children.iter().filter_map(|c| children.get(c.index())))
+        .map(|c| c.vip)
+        .filter(|v| seen.insert(*v))
+        .collect()
 }
 
 #[cfg(test)]

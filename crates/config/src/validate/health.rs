@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::{Checker, MAX_COMPOSITE_SOURCES};
 use std::net::IpAddr;
 
-use crate::schema::{Config, HealthCheck, HealthCheckTarget, HealthCheckType, PortRole, RuleMode};
+use crate::schema::{HealthCheck, HealthCheckTarget, HealthCheckType, PortRole, RuleMode};
 
 impl Checker<'_> {
     pub(super) fn health_checks(&mut self) {
@@ -100,11 +100,10 @@ impl Checker<'_> {
             if let Some(src) = h.source_address
                 && h.target == HealthCheckTarget::Endpoint
             {
-                let other = cfg
-                    .backend_services
-                    .iter()
-                    .filter(|s| s.health_check.as_deref() == Some(h.name.as_str()))
-                    .flat_map(|s| s.groups.iter().flat_map(|g| g.endpoints.iter()))
+                let ix = self.index;
+                let other = ix
+                    .services_of_check(cfg, &h.name)
+                    .flat_map(|(_, s)| s.groups.iter().flat_map(|g| g.endpoints.iter()))
                     .find(|e| e.address.is_ipv4() != src.is_ipv4());
                 if let Some(e) = other {
                     self.err(
@@ -116,11 +115,7 @@ impl Checker<'_> {
                     );
                 }
             }
-            if !cfg
-                .backend_services
-                .iter()
-                .any(|s| s.health_check.as_deref() == Some(h.name.as_str()))
-            {
+            if !self.index.services_of_check.contains_key(h.name.as_str()) {
                 self.warn(
                     &format!("{p}.name"),
                     format!("health check {:?} is used by no backend service", h.name),
@@ -144,15 +139,10 @@ impl Checker<'_> {
             );
         }
         let mut vips: Vec<IpAddr> = Vec::new();
-        for (si, s) in cfg.backend_services.iter().enumerate() {
-            if s.health_check.as_deref() != Some(h.name.as_str()) {
-                continue;
-            }
-            let rules: Vec<_> = cfg
-                .forwarding_rules
-                .iter()
-                .filter(|r| r.backend_service == s.name)
-                .collect();
+        let mut seen = HashSet::new();
+        let ix = self.index;
+        for (si, s) in ix.services_of_check(cfg, &h.name) {
+            let rules: Vec<_> = ix.rules_of(cfg, &s.name).collect();
             if let Some(g) = rules.iter().find(|r| r.mode == RuleMode::Gateway) {
                 self.err(
                     &format!("backend_services[{si}].health_check"),
@@ -171,8 +161,8 @@ impl Checker<'_> {
                     ),
                 );
             }
-            for v in service_vips(cfg, &s.name) {
-                if !vips.contains(&v) {
+            for v in ix.service_vips(cfg, &s.name) {
+                if seen.insert(v) {
                     vips.push(v);
                 }
             }
@@ -206,16 +196,22 @@ impl Checker<'_> {
             .map(|r| usize::from(r.hi - r.lo) + 1)
             .sum();
         let mut needed = 0usize;
+        let vip_checks: HashSet<&str> = cfg
+            .health_checks
+            .iter()
+            .filter(|h| h.target == HealthCheckTarget::Vip)
+            .map(|h| h.name.as_str())
+            .collect();
         for s in &cfg.backend_services {
-            let vip_check = cfg.health_checks.iter().any(|h| {
-                Some(h.name.as_str()) == s.health_check.as_deref()
-                    && h.target == HealthCheckTarget::Vip
-            });
-            if !vip_check {
+            if !s
+                .health_check
+                .as_deref()
+                .is_some_and(|h| vip_checks.contains(h))
+            {
                 continue;
             }
             let endpoints: usize = s.groups.iter().map(|g| g.endpoints.len()).sum();
-            let vips = service_vips(cfg, &s.name).len();
+            let vips = self.index.service_vips(cfg, &s.name).len();
             needed = needed.saturating_add(endpoints.saturating_mul(vips));
         }
         if needed > available {
@@ -301,7 +297,7 @@ impl Checker<'_> {
                     );
                 }
             }
-            if !cfg.forwarding_rules.iter().any(|r| r.name == c.destination) {
+            if !self.index.rule_names.contains(c.destination.as_str()) {
                 self.err(
                     &format!("{p}.destination"),
                     format!("no forwarding rule is named {:?}", c.destination),
@@ -320,21 +316,4 @@ impl Checker<'_> {
             }
         }
     }
-}
-
-/// The distinct VIPs of the rules of service `name`, in rule order.
-fn service_vips(cfg: &Config, name: &str) -> Vec<IpAddr> {
-    let mut vips: Vec<IpAddr> = Vec::new();
-    for r in cfg
-        .forwarding_rules
-        .iter()
-        .filter(|r| r.backend_service == name)
-    {
-        for v in &r.vips {
-            if !vips.contains(v) {
-                vips.push(*v);
-            }
-        }
-    }
-    vips
 }

@@ -10,7 +10,7 @@
 //! methods of the one `Checker`; this module runs them and holds what
 //! several share.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::Env;
@@ -80,16 +80,95 @@ struct Checker<'a> {
     map: &'a SourceMap,
     cfg: &'a Config,
     env: &'a Env,
+    index: &'a Index<'a>,
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigError>,
 }
 
+/// Who refers to whom, by name, built once: the checks that relate
+/// services, rules, health checks and composites look here rather than
+/// scan every other entry, so validation stays O(n log n) in the size of
+/// the file (a reload of tens of thousands of services runs it).
+#[derive(Default)]
+struct Index<'a> {
+    /// Service name -> its rules' indices, in file order.
+    rules_of: HashMap<&'a str, Vec<usize>>,
+    /// Health check name -> the indices of the services using it.
+    services_of_check: HashMap<&'a str, Vec<usize>>,
+    /// Services some composite takes as a source.
+    composite_sources: HashSet<&'a str>,
+    /// Rule names.
+    rule_names: HashSet<&'a str>,
+}
+
+impl<'a> Index<'a> {
+    fn new(cfg: &'a Config) -> Self {
+        let mut ix = Index::default();
+        for (i, r) in cfg.forwarding_rules.iter().enumerate() {
+            ix.rules_of
+                .entry(r.backend_service.as_str())
+                .or_default()
+                .push(i);
+            ix.rule_names.insert(r.name.as_str());
+        }
+        for (i, s) in cfg.backend_services.iter().enumerate() {
+            if let Some(h) = &s.health_check {
+                ix.services_of_check.entry(h.as_str()).or_default().push(i);
+            }
+        }
+        ix.composite_sources = cfg
+            .composite_health_checks
+            .iter()
+            .flat_map(|c| &c.sources)
+            .map(|x| x.backend_service.as_str())
+            .collect();
+        ix
+    }
+
+    /// The rules of service `name`, in file order.
+    fn rules_of<'c>(
+        &'c self,
+        cfg: &'c Config,
+        name: &str,
+    ) -> impl Iterator<Item = &'c crate::schema::ForwardingRule> {
+        self.rules_of
+            .get(name)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(|&i| cfg.forwarding_rules.get(i))
+    }
+
+    /// The services using health check `name`, with their indices.
+    fn services_of_check<'c>(
+        &'c self,
+        cfg: &'c Config,
+        name: &str,
+    ) -> impl Iterator<Item = (usize, &'c crate::schema::BackendService)> {
+        self.services_of_check
+            .get(name)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(|&i| cfg.backend_services.get(i).map(|s| (i, s)))
+    }
+
+    /// The distinct VIPs of the rules of service `name`, in rule order.
+    fn service_vips(&self, cfg: &Config, name: &str) -> Vec<IpAddr> {
+        let mut seen = HashSet::new();
+        self.rules_of(cfg, name)
+            .flat_map(|r| r.vips.iter().copied())
+            .filter(|v| seen.insert(*v))
+            .collect()
+    }
+}
+
 /// Checks `cfg`; returns its warnings, or every error.
 pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>, ConfigErrors> {
+    let index = Index::new(cfg);
     let mut c = Checker {
         map,
         cfg,
         env,
+        index: &index,
         errors: Vec::new(),
         warnings: Vec::new(),
     };

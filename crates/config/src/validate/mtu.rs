@@ -26,10 +26,10 @@ impl Checker<'_> {
                 // UDP, the base header and the flow cookie option.
                 DeliveryMode::Geneve => 8 + 8 + 8,
             };
-            let v6_vip = cfg
-                .forwarding_rules
-                .iter()
-                .any(|r| r.backend_service == svc.name && r.vips.iter().any(|v| v.is_ipv6()));
+            let v6_vip = self
+                .index
+                .rules_of(cfg, &svc.name)
+                .any(|r| r.vips.iter().any(|v| v.is_ipv6()));
             if !v6_vip {
                 continue;
             }

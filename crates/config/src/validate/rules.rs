@@ -10,6 +10,7 @@ use crate::schema::{DeliveryMode, Protocol, RuleMode};
 impl Checker<'_> {
     pub(super) fn rules(&mut self) {
         let cfg = self.cfg;
+        let ix = self.index;
         let rules = &cfg.forwarding_rules;
         self.names(
             "forwarding rule",
@@ -139,10 +140,9 @@ impl Checker<'_> {
                     }
                     if let Some(s) = svc
                         && cfg.backend_services[s].delivery == DeliveryMode::Geneve
-                        && let Some(other) = rules.iter().find(|o| {
-                            o.mode == RuleMode::Passthrough
-                                && o.backend_service == cfg.backend_services[s].name
-                        })
+                        && let Some(other) = ix
+                            .rules_of(cfg, &cfg.backend_services[s].name)
+                            .find(|o| o.mode == RuleMode::Passthrough)
                     {
                         self.err(
                             &format!("{p}.backend_service"),
@@ -205,23 +205,54 @@ impl Checker<'_> {
     /// one pair, because the data plane selects by destination address.
     fn rule_overlaps(&mut self) {
         let rules = &self.cfg.forwarding_rules;
-        // Only rules sharing a VIP can conflict: pair them per VIP rather
-        // than comparing every rule with every other.
-        let mut by_vip: HashMap<IpAddr, Vec<usize>> = HashMap::new();
+        // Only rules sharing a VIP and a protocol can conflict, and of
+        // those (but L3_DEFAULT ones) only rules whose port ranges meet: a
+        // sweep over each VIP's ranges in port order finds exactly those
+        // pairs, rather than comparing every rule with every other (many
+        // rules may share one VIP, each on ports of its own).
+        let mut by_vip: HashMap<(IpAddr, Protocol), Vec<usize>> = HashMap::new();
         for (i, r) in rules.iter().enumerate() {
             for v in &r.vips {
-                let list = by_vip.entry(*v).or_default();
-                if !list.contains(&i) {
+                let list = by_vip.entry((*v, r.protocol)).or_default();
+                // (Rules are visited in order: a rule giving one VIP twice
+                // would come right after itself.)
+                if list.last() != Some(&i) {
                     list.push(i);
                 }
             }
         }
         let mut pairs = std::collections::BTreeSet::new();
-        for list in by_vip.values() {
-            for (x, &j) in list.iter().enumerate() {
-                for &i in &list[..x] {
-                    pairs.insert((i.min(j), i.max(j)));
+        for ((_, protocol), list) in &by_vip {
+            if *protocol == Protocol::L3Default {
+                // Every L3_DEFAULT rule after the first is an error.
+                for (x, &j) in list.iter().enumerate() {
+                    for &i in &list[..x] {
+                        pairs.insert((i.min(j), i.max(j)));
+                    }
                 }
+                continue;
+            }
+            let mut ranges: Vec<(u16, u16, usize)> = list
+                .iter()
+                .flat_map(|&i| {
+                    rules[i]
+                        .ports
+                        .ranges()
+                        .into_iter()
+                        .map(move |r| (r.lo, r.hi, i))
+                })
+                .collect();
+            ranges.sort_unstable();
+            // The ranges begun so far that reach the current one's start.
+            let mut open: Vec<(u16, usize)> = Vec::new();
+            for (lo, hi, i) in ranges {
+                open.retain(|&(end, _)| end >= lo);
+                for &(_, j) in &open {
+                    if j != i {
+                        pairs.insert((i.min(j), i.max(j)));
+                    }
+                }
+                open.push((hi, i));
             }
         }
         for (i, j) in pairs {

@@ -124,14 +124,8 @@ impl Checker<'_> {
                     "endpoint weights are ignored with MAGLEV; use WEIGHTED_MAGLEV",
                 );
             }
-            let used = cfg
-                .forwarding_rules
-                .iter()
-                .any(|r| r.backend_service == s.name)
-                || cfg
-                    .composite_health_checks
-                    .iter()
-                    .any(|c| c.sources.iter().any(|x| x.backend_service == s.name));
+            let used = self.index.rules_of.contains_key(s.name.as_str())
+                || self.index.composite_sources.contains(s.name.as_str());
             if !used {
                 self.warn(
                     &format!("{p}.name"),
@@ -247,6 +241,11 @@ impl Checker<'_> {
                 .enumerate()
                 .map(|(g, gr)| (format!("{p}.groups[{g}].name"), gr.name.as_str())),
         );
+        // Appliances of a gateway rule have one address each.
+        let gateway = self
+            .index
+            .rules_of(self.cfg, &s.name)
+            .any(|r| r.mode == crate::schema::RuleMode::Gateway);
         let first_kind = s.groups[0].kind;
         let prefs = &self.cfg.node.region_preference;
         let mut seen: HashMap<(IpAddr, Option<u16>), String> = HashMap::new();
@@ -370,9 +369,6 @@ impl Checker<'_> {
                             ),
                         );
                     }
-                    let gateway = self.cfg.forwarding_rules.iter().any(|r| {
-                        r.backend_service == s.name && r.mode == crate::schema::RuleMode::Gateway
-                    });
                     if gateway {
                         self.err(
                             &format!("{ep_p}.address6"),
