@@ -111,16 +111,23 @@ impl Checker<'_> {
 /// `[`, `]`, `\`), which would make BIRD read other files than the one
 /// Spillway writes.
 fn bird_text_problem(value: &str, pattern: bool) -> Option<String> {
+    const ENDS: &str = "where it would end the string or comment and inject configuration";
     let bad = value.chars().find(|&c| {
         c == '"' || c.is_control() || (pattern && matches!(c, '*' | '?' | '[' | ']' | '\\'))
     })?;
-    let what = match bad {
-        '"' => "a double quote".to_owned(),
-        '\n' | '\r' => "a line break".to_owned(),
-        c if c.is_control() => format!("the control character U+{:04X}", u32::from(c)),
-        c => format!("the glob character {c:?}"),
+    let (what, harm) = match bad {
+        '"' => ("a double quote".to_owned(), ENDS),
+        '\n' | '\r' => ("a line break".to_owned(), ENDS),
+        c if c.is_control() => (
+            format!("the control character U+{:04X}", u32::from(c)),
+            ENDS,
+        ),
+        c => (
+            format!("the glob character {c:?}"),
+            "where BIRD's include would read other files than the one Spillway writes",
+        ),
     };
     Some(format!(
-        "{value:?} contains {what}: it is written into bird.conf, where it would end the string or comment and inject configuration; use a plain path"
+        "{value:?} contains {what}: it is written into bird.conf, {harm}; use a plain path"
     ))
 }
