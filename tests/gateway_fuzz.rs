@@ -554,7 +554,7 @@ impl Netns {
                 ns.ip(&["link", "set", i, "up"]);
             }
         }
-        ns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"]);
+        ns.sysctl("net.ipv6.conf.all.disable_ipv6=1");
         ns
     }
 
@@ -562,11 +562,10 @@ impl Netns {
         common::run_ok(Command::new("ip").arg("-n").arg(&self.0).args(args));
     }
 
-    fn exec(&self, args: &[&str]) {
+    /// Sets a sysctl in the namespace.
+    fn sysctl(&self, setting: &str) {
         common::run_ok(
-            Command::new("ip")
-                .args(["netns", "exec", &self.0])
-                .args(args),
+            Command::new("ip").args(["netns", "exec", &self.0, "sysctl", "-q", "-w", setting]),
         );
     }
 

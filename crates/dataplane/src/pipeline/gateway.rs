@@ -348,7 +348,7 @@ impl Worker {
                 return Err(DropReason::GatewayMismatchBudget);
             }
         }
-        let r = self.return_checked(cx, pkt, slot, udp_port);
+        let r = self.return_checked(cx, pkt, (slot, be), udp_port);
         if r.is_err()
             && let Some((_, n)) = self.return_budget.get_mut(slot as usize)
         {
@@ -363,7 +363,7 @@ impl Worker {
         &mut self,
         cx: Ctx<'_>,
         pkt: &mut B,
-        slot: u32,
+        (slot, be): (u32, &crate::snapshot::Backend),
         udp_port: Option<u16>,
     ) -> Result<u16, DropReason> {
         let snap = cx.snap;
@@ -371,10 +371,6 @@ impl Worker {
         let Some(udp_port) = udp_port else {
             return Err(DropReason::GatewayMalformed);
         };
-        let be = snap
-            .backends
-            .get(slot as usize)
-            .ok_or(DropReason::GatewayUnknownSource)?;
         let svc = be.service as usize;
         let plan = snap
             .services
