@@ -380,27 +380,10 @@ impl Sync {
         }
         let window = i32::try_from(period).unwrap_or(i32::MAX);
         let mut entries = std::mem::take(&mut self.refresh);
-        flows.scan(|k, e| {
-            if !e.flags.contains(LEARNED)
-                && tick_age(tick, e.last_seen) <= window
-                && let Some(s) = self.entry(
-                    k,
-                    key_hash(&k.0),
-                    e.backend,
-                    e.cookie,
-                    e.flags.bits(),
-                    tick,
-                    e.last_seen,
-                )
-            {
-                entries.push(s);
-            }
-            if entries.len() >= DUMP_MAX {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        });
+        let carried = |e: &flowtable::Entry| {
+            !e.flags.contains(LEARNED) && tick_age(tick, e.last_seen) <= window
+        };
+        self.collect(flows, tick, carried, &mut entries);
         if !entries.is_empty() {
             self.counters.refreshes += 1;
         }
@@ -429,6 +412,37 @@ impl Sync {
             let copies = self.send_all(&w, out);
             self.counters.entries_sent += n * copies;
         }
+    }
+
+    /// The entries of `flows` that `keep` takes, as they travel, added to
+    /// `entries` (up to [`DUMP_MAX`] in all): a dump's or a refresh's.
+    fn collect(
+        &self,
+        flows: &FlowTable,
+        tick: Tick,
+        keep: impl Fn(&flowtable::Entry) -> bool,
+        entries: &mut Vec<SyncEntry>,
+    ) {
+        flows.scan(|k, e| {
+            if keep(e)
+                && let Some(s) = self.entry(
+                    k,
+                    key_hash(&k.0),
+                    e.backend,
+                    e.cookie,
+                    e.flags.bits(),
+                    tick,
+                    e.last_seen,
+                )
+            {
+                entries.push(s);
+            }
+            if entries.len() >= DUMP_MAX {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
     }
 
     /// An entry for the wire; `None` for a slot without an identity (a
@@ -672,25 +686,7 @@ impl Sync {
         }
         let mut entries = Vec::new();
         if self.dumped.get(to) != Some(&Some(epoch)) {
-            flows.scan(|k, e| {
-                let hash = key_hash(&k.0);
-                if let Some(s) = self.entry(
-                    k,
-                    hash,
-                    e.backend,
-                    e.cookie,
-                    e.flags.bits(),
-                    tick,
-                    e.last_seen,
-                ) {
-                    entries.push(s);
-                }
-                if entries.len() >= DUMP_MAX {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            });
+            self.collect(flows, tick, |_| true, &mut entries);
             self.counters.dumps += 1;
             if let Some(d) = self.dumped.get_mut(to) {
                 *d = Some(epoch);
