@@ -725,17 +725,10 @@ fn daemon_relays_no_fuzzed_return_outside_the_appliances_flows() {
     use std::sync::{Arc, Mutex};
     let dir = tmp("daemon");
     let ns = Netns::new();
-    let eal = [
-        "--no-huge".to_string(),
-        "--no-shconf".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=lib.eal:warning".into(),
-        "--vdev=net_pcap0,rx_iface_in=uA,tx_iface=uA".into(),
-        "--vdev=net_pcap1,rx_iface_in=bA,tx_iface=bA".into(),
-    ];
+    let eal = common::test_eal_args(&[
+        "net_pcap0,rx_iface_in=uA,tx_iface=uA",
+        "net_pcap1,rx_iface_in=bA,tx_iface=bA",
+    ]);
     let socket = dir.join("ctl.sock");
     let cfg = config(("net_pcap0", "net_pcap1"), &eal)
         + &format!("[control]\nsocket = \"{}\"\n", socket.display());

@@ -42,17 +42,10 @@ impl Drop for TempDir {
 /// UDP 10.0.0.10:53 to a GUE service of two endpoints.
 fn memif_config(dir: &Path) -> String {
     let d = dir.display();
-    let eal_args = [
-        "--no-huge".to_string(),
-        "--no-shconf".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=lib.eal:warning".into(),
-        format!("--vdev=net_memif0,role=server,id=0,socket={d}/memif.sock,mac={DAEMON_MAC}"),
-        "--vdev=net_null0,no-rx=1".into(),
-    ];
+    let eal_args = common::test_eal_args(&[
+        format!("net_memif0,role=server,id=0,socket={d}/memif.sock,mac={DAEMON_MAC}"),
+        "net_null0,no-rx=1".into(),
+    ]);
     Config::new()
         .node(node("t", "r", "z").str("shutdown_drain", "0s"))
         .dataplane("management_core", 0)

@@ -44,6 +44,9 @@ import pcap  # noqa: E402  (scripts/pcap.py: pcap read/write, checksums)
 MODES = ("l2dsr", "ipip", "gre", "gre-key", "gue", "geneve")
 KINDS = ("ack", "syn", "udp", "ipv6", "ipv6-syn", "ipv6-udp")
 GEN_MAC = "3c:fd:fe:11:22:33"
+# The DUT uplink's MAC the generators address (on the bench, the NIC's own). A replay has no NIC
+# to read it from, so the replayed configuration names it: its edge takes only frames to it (M55).
+DUT_MAC = "02:00:00:00:00:01"
 FLOWS = 32
 FAILURES = []
 CHECKS = [0]
@@ -144,7 +147,7 @@ def frame(m, kind, flow, style):
     else:
         ip = ipv4_header(src, dst, proto, len(seg)) + seg
         ethertype = 0x0800
-    eth = bytes.fromhex("020000000001") + bytes.fromhex("3cfdfe000001") + struct.pack("!H", ethertype)
+    eth = bytes.fromhex(DUT_MAC.replace(":", "")) + bytes.fromhex("3cfdfe000001") + struct.pack("!H", ethertype)
     return eth + ip + b"\x00" * pad, ip
 
 
@@ -252,7 +255,7 @@ def check_lua_pcaps(binary, lua, config, m, mode, tmp):
     for kind in KINDS:
         path = os.path.join(tmp, "lua-%s-%s.pcap" % (mode, kind))
         env = dict(os.environ, SPW_KIND=kind, SPW_FLOWS=str(FLOWS), SPW_WRITE_PCAP=path,
-                   SPW_DST_MAC="02:00:00:00:00:01")
+                   SPW_DST_MAC=DUT_MAC)
         res = subprocess.run([lua, os.path.join(ROOT, "perf", "pktgen", "spillway.lua")], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
         check(res.returncode == 0, "spillway.lua SPW_WRITE_PCAP for %s: %s" % (kind, res.stdout))
@@ -345,10 +348,13 @@ def main():
         check_dut_devices(binary, tmp)
         for mode in MODES:
             config = os.path.join(tmp, "dut-%s.toml" % mode)
+            text = subprocess.run([os.path.join(ROOT, "perf", "bare-metal", "dut-config.sh"), "--mode", mode,
+                                   "--gen-mac", GEN_MAC, "--mgmt", "0", "--workers", "1", "--flows", "65536"],
+                                  stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+            uplink = 'role = "uplink"\n'
+            check(uplink in text, "dut-config.sh --mode %s: no uplink port" % mode)
             with open(config, "w") as f:
-                subprocess.run([os.path.join(ROOT, "perf", "bare-metal", "dut-config.sh"), "--mode", mode,
-                                "--gen-mac", GEN_MAC, "--mgmt", "0", "--workers", "1", "--flows", "65536"],
-                               stdout=f, check=True)
+                f.write(text.replace(uplink, uplink + 'mac = "%s"\n' % DUT_MAC, 1))
             res = subprocess.run([binary, "check-config", config], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, universal_newlines=True)
             check(res.returncode == 0, "dut-config.sh --mode %s: check-config says\n%s" % (mode, res.stdout))

@@ -205,6 +205,25 @@ pub fn dns_query(i: u16) -> Vec<u8> {
 /// only frames to it (M55).
 pub const PCAP0_MAC: [u8; 6] = [0x02, 0x70, 0x63, 0x61, 0x70, 0x00];
 
+/// The EAL arguments of a test daemon without hugepages (256 MB of
+/// ordinary memory, no PCI, no telemetry, EAL's warnings only), with
+/// `vdevs` (each what follows `--vdev=`).
+pub fn test_eal_args<S: AsRef<str>>(vdevs: &[S]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--no-huge",
+        "--no-shconf",
+        "-m",
+        "256",
+        "--no-pci",
+        "--no-telemetry",
+        "--log-level=lib.eal:warning",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(vdevs.iter().map(|v| format!("--vdev={}", v.as_ref())));
+    a
+}
+
 /// The node, data plane and ports of a daemon on two `net_pcap` ports in
 /// `dir` with `--no-huge`: the uplink reads `uplink_rx` (in `dir`) and
 /// writes `up-out.pcap`, the backend port reads `empty.pcap` and writes
@@ -212,17 +231,10 @@ pub const PCAP0_MAC: [u8; 6] = [0x02, 0x70, 0x63, 0x61, 0x70, 0x00];
 pub fn pcap_daemon_base(dir: &std::path::Path, uplink_rx: &str) -> testkit::config::Config {
     use testkit::config::{Config, node, port, strings};
     let d = dir.display();
-    let eal_args = [
-        "--no-huge".to_string(),
-        "--no-shconf".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-pci".into(),
-        "--no-telemetry".into(),
-        "--log-level=lib.eal:warning".into(),
-        format!("--vdev=net_pcap0,rx_pcap={d}/{uplink_rx},tx_pcap={d}/up-out.pcap"),
-        format!("--vdev=net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-    ];
+    let eal_args = test_eal_args(&[
+        format!("net_pcap0,rx_pcap={d}/{uplink_rx},tx_pcap={d}/up-out.pcap"),
+        format!("net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+    ]);
     Config::new()
         // Exit at the first SIGTERM (the shutdown test sets its own).
         .node(node("t", "r", "z").str("shutdown_drain", "0s"))

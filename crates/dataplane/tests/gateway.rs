@@ -108,15 +108,14 @@ fn compile(cfg: &Config) -> Arc<config::Compiled> {
 
 impl Lab {
     fn new(nvas: &[&str], affinity: &str) -> Lab {
+        Lab::of(&config(nvas, affinity), local(nvas, true))
+    }
+
+    /// The node running `cfg` on `local`, every endpoint healthy.
+    fn of(cfg: &Config, local: Local) -> Lab {
         let mut builder = SnapshotBuilder::new();
         let snap = builder
-            .build(
-                compile(&config(nvas, affinity)),
-                local(nvas, true),
-                |_| EndpointHealth::HEALTHY,
-                0,
-                1,
-            )
+            .build(compile(cfg), local, |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
         let worker = Worker::new(7, snap.compiled.children.len());
@@ -144,8 +143,13 @@ impl Lab {
     }
 
     fn run(&mut self, frame: &[u8]) -> (Verdict, Vec<u8>) {
+        self.run_on(0, frame)
+    }
+
+    /// `frame` as received on port `port`.
+    fn run_on(&mut self, port: usize, frame: &[u8]) -> (Verdict, Vec<u8>) {
         let mut buf = MemBuf::new(vec![0u8; 2048 + frame.len()], 128, frame).expect("fits");
-        self.worker.set_rx_port(0);
+        self.worker.set_rx_port(port);
         let v = self
             .worker
             .process(&self.snap, &self.flows, self.now, &mut buf);
@@ -919,28 +923,7 @@ impl Lab {
             neighbours,
             ..Local::default()
         };
-        let mut builder = SnapshotBuilder::new();
-        let snap = builder
-            .build(compile(&cfg), local, |_| EndpointHealth::HEALTHY, 0, 1)
-            .expect("snapshot");
-        let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
-        let worker = Worker::new(7, snap.compiled.children.len());
-        Lab {
-            snap,
-            builder,
-            flows,
-            worker,
-            now: 1,
-        }
-    }
-
-    fn run_on(&mut self, port: usize, frame: &[u8]) -> (Verdict, Vec<u8>) {
-        let mut buf = MemBuf::new(vec![0u8; 2048 + frame.len()], 128, frame).expect("fits");
-        self.worker.set_rx_port(port);
-        let v = self
-            .worker
-            .process(&self.snap, &self.flows, self.now, &mut buf);
-        (v, buf.data().to_vec())
+        Lab::of(&cfg, local)
     }
 }
 
