@@ -6,7 +6,7 @@ between them, grouped into the pipeline's stages. Everything is inlined into
 `Worker::process_burst`, so callgrind places instructions by the source file
 they come from, which is what the stages are told apart by.
 
-  python3 perf/budget.py SHORT.annotate LONG.annotate PACKETS [MODE] [RESULTS_JSON]
+  python3 perf/budget.py SHORT.annotate LONG.annotate PACKETS [MODE] [RESULTS_JSON] [KIND]
 
 The two inputs are `callgrind_annotate --inclusive=no --auto=no --threshold=99.99` of
 each run. Standard library only. Prints a Markdown table and the total.
@@ -76,9 +76,9 @@ def stage_of(path: str) -> str:
     return OTHER
 
 
-def tx_line(mode: str, results: Path) -> str:
+def tx_line(mode: str, results: Path, kind: str = "ack") -> str:
     """What the DPDK rows say about RX and TX, which this harness leaves out."""
-    kind = {"gateway": "forward", "gateway-return": "return"}.get(mode, "ack")
+    kind = {"gateway": "forward", "gateway-return": "return"}.get(mode, kind)
     label = f"testpmd io {kind} 4,096 flows 1w"
     try:
         rows = json.loads(results.read_text())["results"]
@@ -102,6 +102,7 @@ def main() -> int:
     packets = int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else "gue"
     results = Path(sys.argv[5]) if len(sys.argv) > 5 else None
+    kind = sys.argv[6] if len(sys.argv) > 6 else "ack"
     if packets <= 0:
         raise SystemExit("budget.py: PACKETS must be positive")
     t1, f1 = per_file(short_run)
@@ -133,12 +134,13 @@ def main() -> int:
         if len(top) > 4 and abs(rest) >= 0.5:
             shown += f", the rest {rest:.1f}"
         print(f"| {name} | {shown} | {s:.0f} |")
-    print(f"| **total** ({mode}) | callgrind's program totals | **{total:.1f}** |")
+    label = mode if kind == "ack" else f"{mode} {kind}"
+    print(f"| **total** ({label}) | callgrind's program totals | **{total:.1f}** |")
     if abs(placed - total) > 1:
         print(f"\n(the rows add up to {placed:.1f}: lines below callgrind_annotate's threshold are missing)")
     if results is not None:
         print()
-        print(tx_line(mode, results))
+        print(tx_line(mode, results, kind))
     return 0
 
 

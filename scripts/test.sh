@@ -42,6 +42,11 @@ perf/bench.sh --quick --debug
 
 perf/check-profiles.sh
 
+# The instruction budget (perf/budget.toml): fails when a row grows more than 2 % over its
+# checked-in Ir/packet, printing where that row's instructions go.
+say "instruction budget (perf/budget-check.sh)"
+perf/budget-check.sh
+
 if [ -x scripts/fuzz-smoke.sh ]; then
     say "fuzz smoke"
     scripts/fuzz-smoke.sh

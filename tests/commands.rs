@@ -45,6 +45,11 @@ const NOT_FROM_DEBIAN: &[(&str, &str)] = &[
          and installs cargo-nextest, fuzz-smoke.sh installs cargo-fuzz",
     ),
     (
+        "rustc",
+        "the Rust compiler, from rustup with cargo: perf/budget_check.py asks its version, which \
+         instruction counts depend on",
+    ),
+    (
         "sudo",
         "lib.sh's as_root and pktgen/check.sh use it only when not root; as root nothing is needed",
     ),
@@ -117,6 +122,13 @@ const DYNAMIC: &[Dynamic] = &[
         runs: &["sudo"],
         wraps: true,
         why: "empty as root, sudo otherwise",
+    },
+    Dynamic {
+        file: "perf/budget_check.py",
+        text: "row.command()",
+        runs: &[],
+        wraps: false,
+        why: "Row.command(): this repository's perf/budget.sh and a row's arguments",
     },
     Dynamic {
         file: "perf/bench.sh",

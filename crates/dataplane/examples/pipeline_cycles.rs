@@ -7,8 +7,12 @@
 //!
 //! Arguments: delivery mode, flow count, bursts of 32, flow-table capacity
 //! (default 1,048,576; perf/bench.sh uses 65,536 up to 32,768 flows), and
-//! `syn` to send SYNs instead of ACKs (with more flows than the table holds,
-//! every SYN is a new flow: the flow-creation path). Same
+//! the kind of packets (default `ack`): `syn` sends SYNs instead of ACKs
+//! (with more flows than the table holds, every SYN is a new flow that
+//! evicts an entry: the full-table insert), `v6` IPv6 ACKs to an IPv6 VIP,
+//! `churn` every flow's SYN then every flow's RST, `new` a SYN of a flow
+//! never seen per packet (an insert into a table with room: the set is
+//! sent once, with no warm-up pass, so FLOWS must cover the bursts). Same
 //! packets and set-up as benches/pipeline.rs (re-loading each frame is
 //! included). The mode may also be `gateway` (gateway mode, M31: both
 //! directions of every flow from the gateway endpoint to 8 appliances in
@@ -20,7 +24,7 @@
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-use common::{BURST, Bench};
+use common::{BURST, Bench, Kind};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -31,11 +35,26 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let capacity: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
-    let syn = args.get(5).is_some_and(|a| a == "syn");
-    let mut b = Bench::new(mode, 8, flows, syn, capacity);
-    // One pass over the set (gateway sets hold two packets per flow).
-    for _ in 0..(b.packets() / BURST + 1) {
-        b.burst();
+    let kind_name = args.get(5).map_or("ack", String::as_str);
+    let Some(kind) = Kind::parse(kind_name) else {
+        eprintln!("pipeline_cycles: unknown kind '{kind_name}' (ack, syn, v6, churn, new)");
+        std::process::exit(2);
+    };
+    let mut b = Bench::new(mode, 8, flows, kind, capacity);
+    if kind == Kind::New {
+        // Every packet measured must be a flow's first.
+        if bursts.saturating_mul(BURST) > b.packets() {
+            eprintln!(
+                "pipeline_cycles: `new` needs FLOWS >= 32 x BURSTS ({flows} < {})",
+                bursts * BURST
+            );
+            std::process::exit(2);
+        }
+    } else {
+        // One pass over the set (gateway sets hold two packets per flow).
+        for _ in 0..(b.packets() / BURST + 1) {
+            b.burst();
+        }
     }
     let (t, cpu) = (std::time::Instant::now(), cpu_ns());
     for _ in 0..bursts {
@@ -44,9 +63,8 @@ fn main() {
     let n = (bursts * BURST) as f64;
     let wall = t.elapsed().as_nanos() as f64 / n;
     let cpu = (cpu_ns() - cpu) as f64 / n;
-    let kind = if syn { "syn" } else { "ack" };
     println!(
-        "{mode} {kind} {flows} flows: {n} packets, {cpu:.1} ns/packet of CPU time ({wall:.1} wall clock)"
+        "{mode} {kind_name} {flows} flows: {n} packets, {cpu:.1} ns/packet of CPU time ({wall:.1} wall clock)"
     );
     // Every packet must have been forwarded (sent back, for the return):
     // a mode that drops measures the drop path.

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 //! The pipeline benchmark's set-up, shared by benches/pipeline.rs and
 //! examples/pipeline_cycles.rs: a one-rule configuration, 60-byte TCP
-//! frames of N flows, and a burst driver over in-memory buffers.
+//! frames of N flows (74-byte IPv6 ones for [`Kind::V6`]), and a burst
+//! driver over in-memory buffers.
 //!
 //! Two modes are gateway mode's (M30-M32) rather than a delivery mode:
 //! `gateway` (frames from the gateway endpoint's MAC to servers anywhere,
@@ -13,25 +14,67 @@
 #![allow(dead_code)]
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use dataplane::nexthop::NextHop;
 use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, node, port, rule, service};
-use testkit::packet::{ACK, DST_MAC, Packet, SRC_MAC, SYN, v4};
+use testkit::packet::{ACK, DST_MAC, Packet, RST, SRC_MAC, SYN, v4};
 use wire::buf::{MemBuf, PacketBuf};
 
 pub const BURST: usize = 32;
 
-/// One TCP rule on 198.18.10.10:80 to `endpoints` endpoints
-/// (10.1.0.0, 10.1.0.1, …) delivered by `delivery` (`l2dsr` ones with a
-/// static MAC each: off the port's subnet, nothing could resolve them).
-pub fn config(delivery: &str, endpoints: usize) -> String {
+/// What a set's packets are (perf/README.md's packet-set kinds, where they
+/// share a name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// TCP ACKs of established flows.
+    Ack,
+    /// SYNs of known flows: after the first pass each finds its half-open
+    /// entry (with more flows than the table holds, each is a new flow that
+    /// evicts one: the full-table insert).
+    Syn,
+    /// IPv6 TCP ACKs to an IPv6 VIP, IPv6 endpoints (74-byte frames).
+    V6,
+    /// Each flow's SYN, then each flow's RST: every SYN after the first pass
+    /// finds its flow closed and opens it again (half the packets insert).
+    Churn,
+    /// A SYN of a flow never seen: every packet inserts into a table with
+    /// room. The set is not repeated (the caller sends at most one pass).
+    New,
+}
+
+impl Kind {
+    /// The kind named `s` (`ack`, `syn`, `v6`, `churn`, `new`).
+    pub fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "ack" => Kind::Ack,
+            "syn" => Kind::Syn,
+            "v6" => Kind::V6,
+            "churn" => Kind::Churn,
+            "new" => Kind::New,
+            _ => return None,
+        })
+    }
+}
+
+/// The IPv6 VIP of [`Kind::V6`] sets.
+pub const VIP6: &str = "2001:db8:18::10";
+
+/// One TCP rule on 198.18.10.10:80 (`v6`: [`VIP6`] port 80) to `endpoints`
+/// endpoints (10.1.0.0, 10.1.0.1, …; `v6`: fd00:0:1::1, fd00:0:1::2, …)
+/// delivered by `delivery` (`l2dsr` ones with a static MAC each: off the
+/// port's subnet, nothing could resolve them).
+pub fn config(delivery: &str, endpoints: usize, v6: bool) -> String {
     let eps: Vec<String> = (0..endpoints)
         .map(|i| {
-            let addr = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
+            let addr = if v6 {
+                format!("fd00:0:1::{:x}", i + 1)
+            } else {
+                format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256)
+            };
             if delivery == "l2dsr" {
                 let [_, a, b, c] = u32::try_from(i).unwrap_or(u32::MAX).to_be_bytes();
                 format!("{{ address = \"{addr}\", mac = \"02:00:00:{a:02x}:{b:02x}:{c:02x}\" }}")
@@ -46,10 +89,16 @@ pub fn config(delivery: &str, endpoints: usize) -> String {
         .dataplane("new_flow_budget", u32::MAX)
         .port(
             port("up", "net_null0", "uplink")
-                .strs("addresses", &["198.18.1.2/24"])
+                .strs("addresses", &["198.18.1.2/24", "fd00::2/64"])
                 .str("gateway_mac", "02:00:00:00:00:fe"),
         )
-        .rule(rule("web", &["198.18.10.10"], "TCP", "80", "web"))
+        .rule(rule(
+            "web",
+            &[if v6 { VIP6 } else { "198.18.10.10" }],
+            "TCP",
+            "80",
+            "web",
+        ))
         .service(
             service("web", delivery)
                 .child(group("a", "r", "z").set("endpoints", endpoint_list(&eps))),
@@ -122,19 +171,44 @@ pub fn echo(sent: &[u8]) -> Vec<u8> {
     f
 }
 
-/// A 60-byte TCP segment (ACK, or SYN) of flow `i` to the VIP: from
+/// A 60-byte TCP segment with `flags` of flow `i` to the VIP: from
 /// 10.100.0.0 + `i` / 256, port 1024 + `i` % 256; seq and ack 1, checksum
 /// left zero (the pipeline forwards without checking it).
-pub fn frame(i: u32, syn: bool) -> Vec<u8> {
+pub fn tcp_frame(i: u32, flags: u8) -> Vec<u8> {
     let client = Ipv4Addr::from(0x0a64_0000 + (i >> 8));
     let sport = 1024 + u16::from(i.to_le_bytes()[0]);
-    let flags = if syn { SYN } else { ACK };
     Packet::tcp(client.into(), v4("198.18.10.10"), sport, 80, flags)
         .ack(1)
         .tcp_checksum(false)
         .macs(DST_MAC, SRC_MAC)
         .min_frame(60)
         .frame()
+}
+
+/// Flow `i`'s IPv6 TCP ACK to [`VIP6`]: from 2001:db8:c11e:: + `i` / 256,
+/// port 1024 + `i` % 256 (74 bytes, the IPv6 minimum).
+pub fn v6_frame(i: u32) -> Vec<u8> {
+    let client = Ipv6Addr::from(0x2001_0db8_c11e_u128 << 80 | u128::from(i >> 8));
+    let sport = 1024 + u16::from(i.to_le_bytes()[0]);
+    let vip: Ipv6Addr = VIP6.parse().expect("VIP6");
+    Packet::tcp(client.into(), vip.into(), sport, 80, ACK)
+        .ack(1)
+        .tcp_checksum(false)
+        .macs(DST_MAC, SRC_MAC)
+        .frame()
+}
+
+/// The frames of `flows` flows of `kind`, in the order they are sent.
+pub fn frames(kind: Kind, flows: u32) -> Vec<Vec<u8>> {
+    match kind {
+        Kind::Ack => (0..flows).map(|i| tcp_frame(i, ACK)).collect(),
+        Kind::Syn | Kind::New => (0..flows).map(|i| tcp_frame(i, SYN)).collect(),
+        Kind::V6 => (0..flows).map(v6_frame).collect(),
+        Kind::Churn => (0..flows)
+            .map(|i| tcp_frame(i, SYN))
+            .chain((0..flows).map(|i| tcp_frame(i, RST | ACK)))
+            .collect(),
+    }
 }
 
 pub struct Bench {
@@ -154,13 +228,14 @@ pub struct Bench {
 
 impl Bench {
     /// `delivery`: a delivery mode, or `gateway` / `gateway-return` (then
-    /// `endpoints` appliances, and `flows` flows of two packets each).
-    pub fn new(delivery: &str, endpoints: usize, flows: u32, syn: bool, capacity: usize) -> Bench {
+    /// `endpoints` appliances, and `flows` flows of two packets each, and
+    /// `kind` is ignored).
+    pub fn new(delivery: &str, endpoints: usize, flows: u32, kind: Kind, capacity: usize) -> Bench {
         let gateway = delivery.starts_with("gateway");
         let text = if gateway {
             gateway_config(endpoints)
         } else {
-            config(delivery, endpoints)
+            config(delivery, endpoints, kind == Kind::V6)
         };
         let loaded = config::load_str("bench.toml", &text, &config::Env::default())
             .unwrap_or_else(|e| panic!("{e}"));
@@ -190,7 +265,7 @@ impl Bench {
                 .map(|i| gateway_frame(i % flows, i >= flows))
                 .collect()
         } else {
-            (0..flows).map(|i| frame(i, syn)).collect()
+            frames(kind, flows)
         };
         let mut worker = Worker::new(1, compiled.children.len());
         if gateway {
