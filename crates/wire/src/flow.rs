@@ -349,17 +349,31 @@ impl FlowKey {
         ports: (u16, u16),
         affinity: Affinity,
     ) -> [u64; 5] {
-        let w = |a: &[u8; 16], i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&a[i * 8..i * 8 + 8]);
-            u64::from_be_bytes(b)
-        };
+        Self::pack_v6_with(src, dst, proto, ports, affinity.last_word())
+    }
+
+    /// [`FlowKey::pack_v6`] with the affinity's part worked out beforehand, as
+    /// [`FlowKey::pack_v4_with`].
+    #[inline(always)]
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the halves of a 128-bit address"
+    )]
+    pub const fn pack_v6_with(
+        src: &[u8; 16],
+        dst: &[u8; 16],
+        proto: u8,
+        ports: (u16, u16),
+        last: LastWord,
+    ) -> [u64; 5] {
+        // Whole 16-byte loads: no slicing, nothing to check.
+        let (s, d) = (u128::from_be_bytes(*src), u128::from_be_bytes(*dst));
         [
-            w(src, 0),
-            w(src, 1),
-            w(dst, 0),
-            w(dst, 1),
-            affinity.last_word().of(proto, ports),
+            (s >> 64) as u64,
+            s as u64,
+            (d >> 64) as u64,
+            d as u64,
+            last.of(proto, ports),
         ]
     }
 

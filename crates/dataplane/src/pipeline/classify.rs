@@ -427,12 +427,12 @@ impl Worker {
             }
             Err(o) => return Stage::Done(o),
         };
-        let words = FlowKey::pack_v6(
+        let words = FlowKey::pack_v6_with(
             &f.src,
             &f.dst,
             f.proto,
             (f.src_port, f.dst_port),
-            plan.affinity,
+            plan.affinity.last_word(),
         );
         let hash = store_key(words, plan.flow_tag, key_out);
         *pend = Pending::fast(
