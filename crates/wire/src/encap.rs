@@ -877,8 +877,8 @@ pub fn parse_geneve_return_v4(frame: &[u8], ids: &OptionIds) -> Option<GeneveRet
     if tl < INNER - IP || tl > frame.len() - IP {
         return None;
     }
-    let ip_header = h.get(IP..UDP)?;
-    if crate::checksum::fold(crate::checksum::add(0, ip_header)) != 0xffff {
+    let ip_header: &[u8; 20] = h.get(IP..UDP)?.try_into().ok()?;
+    if !ipv4::header_checksum_ok(ip_header) {
         return None;
     }
     // The UDP length is the rest of the IP packet; a zero checksum is "none" over IPv4

@@ -136,6 +136,36 @@ fn ipv6_repr() -> impl Strategy<Value = ipv6::Ipv6Repr> {
         })
 }
 
+/// The Internet checksum's sum the plain way: big-endian 16-bit words added
+/// one by one, odd length padded with zero.
+fn plain_sum(acc: u64, data: &[u8]) -> u64 {
+    data.chunks(2)
+        .map(|p| u64::from(u16::from_be_bytes([p[0], p.get(1).copied().unwrap_or(0)])))
+        .fold(acc, |a, w| a + w)
+}
+
+proptest! {
+    /// `checksum::add` sums words as they lie in memory and folds them
+    /// byte-swapped: folded, it is the plain sum's fold, also when a sum is
+    /// built in pieces (split at an even offset) and when it is all ones.
+    #[test]
+    fn checksum_add_folds_to_the_plain_sum(
+        acc in prop_oneof![Just(0u64), 0u64..1 << 40],
+        data in prop_oneof![
+            vec(any::<u8>(), 0..200),
+            vec(Just(0xffu8), 0..40),
+            vec(Just(0u8), 0..40),
+        ],
+        split in 0usize..100,
+    ) {
+        use wire::checksum::{add, fold};
+        prop_assert_eq!(fold(add(acc, &data)), fold(plain_sum(acc, &data)));
+        let at = (2 * split).min(data.len() & !1);
+        let (a, b) = data.split_at(at);
+        prop_assert_eq!(fold(add(add(acc, a), b)), fold(plain_sum(acc, &data)));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
