@@ -119,6 +119,10 @@ pub struct Backend {
     /// by their own next hop and headers (`None`: every packet goes to
     /// `addr`).
     pub v6: Option<Box<Path>>,
+    /// Its service delivers by `l2dsr`, and it is neither an appliance nor
+    /// another Spillway's rule: an established flow's packet to it has its
+    /// MACs rewritten on the fast path (its `encap` is `None`).
+    pub l2dsr: bool,
 }
 
 /// A backend's second address and how to reach it (a dual-stack
@@ -1046,6 +1050,7 @@ impl SnapshotBuilder {
                     assigned: generation,
                     encap: None,
                     gateway_encap: None,
+                    l2dsr: false,
                     max_ip_len: u32::MAX,
                     remote: compiled
                         .groups
@@ -1169,6 +1174,7 @@ impl SnapshotBuilder {
             };
             // A dual-stack backend's IPv6 path: the same, to its IPv6 address.
             let delivery = services.get(be.service as usize).map(|p| p.delivery);
+            be.l2dsr = !gateway && !be.remote && delivery == Some(Delivery::L2dsr);
             let remote = be.remote;
             if let (Some(v6), Some(delivery)) = (be.v6.as_deref_mut(), delivery) {
                 v6.encap = (v6.mac != [0; 6] && !remote)

@@ -36,6 +36,10 @@ impl Worker {
         let be = snap.backends.get(slot)?;
         let (encap, max_ip_len) = be.encap_for(p.inner.v6);
         let Some(t) = encap else {
+            // Not a gateway rule's packet: an `l2dsr` backend's, perhaps.
+            if p.gateway == 0 {
+                return self.l2dsr_established(cx, pkt, p, hit);
+            }
             // An appliance of a gateway rule (its template has the endpoint).
             return self.gateway_established(cx, pkt, p, hit);
         };
@@ -64,6 +68,53 @@ impl Worker {
         let sent = wire::encap::encapsulate_with(pkt, t, &p.inner.ip(), p.hash, hit.entry.cookie)
             .map(|_| ())
             .map_err(|_| DropReason::EncapFailed);
+        Some(self.delivered(sent, slot, p.child, pkt.len()))
+    }
+
+    /// [`Worker::finish_established`] to a backend of an `l2dsr` service
+    /// ([`crate::snapshot::Backend::l2dsr`]): the same checks, then the
+    /// frame's MACs rewritten in place, to the backend's next hop from the
+    /// node's, as [`crate::delivery::deliver`] does on the long way (which
+    /// an unresolved next hop takes, to be dropped as `no_neighbour`). Out
+    /// of line: the tunnelled modes' path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn l2dsr_established<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        p: &Pending,
+        hit: &Hit,
+    ) -> Option<Outcome> {
+        let Ctx { snap, flows, now } = cx;
+        let slot = hit.entry.backend as usize;
+        let be = snap.backends.get(slot)?;
+        let (_, max_ip_len) = be.encap_for(p.inner.v6);
+        let (_, mac) = be.address_for(p.inner.v6);
+        if !be.l2dsr
+            || mac == [0; 6]
+            || !matches!(be.state, BackendState::Active)
+            || be.service as usize != p.svc
+            || p.svc >= snap.services.len()
+            || hit.entry.flags.bits() & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED) != 0
+            || !be.holds_entry_of(hit.entry.generation)
+            || p.inner.ip_len > max_ip_len
+        {
+            return None;
+        }
+        if p.class == ProtoClass::Tcp && !p.is_icmp_error {
+            let set = tcp_flag_bits(p.tcp_flags);
+            let (syn_only, was_closed) = (bare_syn(p.tcp_flags), closed(hit.entry.flags));
+            if set & !hit.entry.flags.bits() != 0 || syn_only && was_closed {
+                return None;
+            }
+        }
+        self.counters.flow_hits += 1;
+        if hit.entry.last_seen != now {
+            flows.touch(hit.slot, now);
+        }
+        let sent = wire::encap::l2dsr_rewrite(pkt.data_mut(), mac, snap.local.mac)
+            .map_err(|_| DropReason::Malformed);
         Some(self.delivered(sent, slot, p.child, pkt.len()))
     }
 
