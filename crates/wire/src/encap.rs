@@ -209,6 +209,9 @@ impl InnerIp {
 
 /// Longest GENEVE options a [`Template`] carries (endpoint ID and cookie).
 const TEMPLATE_OPTIONS: usize = 20;
+/// The options of a passthrough packet's GENEVE header: the flow cookie's option alone
+/// (a 4-byte option header and the 4-byte cookie).
+const COOKIE_ONLY: usize = 8;
 
 /// The tunnel part of a [`Template`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -547,6 +550,21 @@ fn encapsulate_template<B: PacketBuf>(
                 h[8..].copy_from_slice(options);
                 h[12..20].copy_from_slice(&id.to_be_bytes());
                 h[24..].copy_from_slice(&cookie.to_be_bytes());
+                if let Some(b) = d.get_mut(g..g + N) {
+                    b.copy_from_slice(&h);
+                }
+            } else if let (None, false, true, COOKIE_ONLY) =
+                (endpoint_id, *has_endpoint, has_cookie, ol)
+            {
+                // A flow cookie alone (the usual passthrough packet): the base header and
+                // the option in one write of fixed size, the same bytes as below.
+                const N: usize = geneve::BASE_HEADER_LEN + COOKIE_ONLY;
+                let mut h = [0u8; N];
+                h[..8].copy_from_slice(&[crate::cast::len8(ol / 4), 0, e0, e1, v0, v1, v2, 0]);
+                if let Some(o) = options.first_chunk::<COOKIE_ONLY>() {
+                    h[8..].copy_from_slice(o);
+                }
+                h[12..].copy_from_slice(&cookie.to_be_bytes());
                 if let Some(b) = d.get_mut(g..g + N) {
                     b.copy_from_slice(&h);
                 }
