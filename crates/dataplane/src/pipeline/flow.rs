@@ -91,6 +91,9 @@ impl Worker {
         let be = snap.backends.get(slot)?;
         let (_, max_ip_len) = be.encap_for(p.inner.v6);
         let (_, mac) = be.address_for(p.inner.v6);
+        // The checks of `finish_established`, written out again (as
+        // `gateway_established` does): shared through one inlined helper
+        // they move the tunnelled modes' code and cost them instructions.
         if !be.l2dsr
             || mac == [0; 6]
             || !matches!(be.state, BackendState::Active)
