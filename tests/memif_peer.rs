@@ -24,6 +24,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use testkit::config::{Config, endpoint_list, group, node, port, rule, service, strings};
+use testkit::testpmd::MemifPeer;
 
 const DAEMON_MAC: &str = "02:00:00:00:00:01";
 
@@ -68,67 +69,14 @@ fn memif_config(dir: &Path) -> String {
         .build()
 }
 
-/// A `dpdk-testpmd` memif client flooding the VIP; killed on drop.
-struct Peer(Child);
-
-impl Peer {
-    fn start(socket: &Path) -> Peer {
-        Peer(
-            Command::new("dpdk-testpmd")
-                .args([
-                    "-l",
-                    "0,1",
-                    "--no-huge",
-                    "--no-shconf",
-                    "-m",
-                    "64",
-                    "--no-pci",
-                    "--no-telemetry",
-                    "--log-level=lib.eal:warning",
-                    &format!(
-                        "--vdev=net_memif0,role=client,id=0,socket={}",
-                        socket.display()
-                    ),
-                    "--",
-                    "--forward-mode=txonly",
-                    &format!("--eth-peer=0,{DAEMON_MAC}"),
-                    "--tx-ip=192.0.2.1,10.0.0.10",
-                    "--tx-udp=1024,53",
-                    "--total-num-mbufs=2048",
-                    "--txd=256",
-                    "--rxd=256",
-                ])
-                // Non-interactive testpmd forwards until a line on stdin.
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run dpdk-testpmd (Debian package dpdk, scripts/setup.sh)"),
-        )
-    }
-
-    fn check_running(&mut self) {
-        if let Some(status) = self.0.try_wait().expect("wait for testpmd") {
-            let mut err = String::new();
-            if let Some(e) = self.0.stderr.as_mut() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("testpmd exited by itself ({status}):\n{err}");
-        }
-    }
-
-    fn stop(mut self, signal: &str) {
-        drop(self.0.stderr.take());
-        common::run_ok(Command::new("kill").args([signal, &self.0.id().to_string()]));
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// What the peer floods: UDP from 192.0.2.1:1024 to the VIP's port 53, to
+/// the daemon's MAC.
+fn peer_tx_args() -> [String; 3] {
+    [
+        format!("--eth-peer=0,{DAEMON_MAC}"),
+        "--tx-ip=192.0.2.1,10.0.0.10".into(),
+        "--tx-udp=1024,53".into(),
+    ]
 }
 
 /// `spillway run`, its log lines read as they come.
@@ -270,16 +218,16 @@ fn daemon_forwards_through_100_memif_peer_restarts() {
     });
     // Peers 0..cycles come and go; the last one stays until the daemon stops.
     for cycle in 0..=cycles {
-        let mut peer = Peer::start(&memif);
+        let mut peer = MemifPeer::start(&memif, &peer_tx_args());
         wait_for(&format!("link up with peer {cycle}"), || {
             daemon.check_running();
-            peer.check_running();
+            peer.check_running(&format!("in cycle {cycle}"));
             daemon.count("link up") > cycle
         });
         let before = forwarded(&ctl);
         wait_for(&format!("forwarding from peer {cycle}"), || {
             daemon.check_running();
-            peer.check_running();
+            peer.check_running(&format!("in cycle {cycle}"));
             forwarded(&ctl) > before + 100
         });
         if cycle == cycles {

@@ -20,15 +20,12 @@
 
 mod common;
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dpdk::{MbufBurst, Port, PortConfig, create_vdev};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use testkit::testpmd::MemifPeer;
 
 /// A directory for the memif socket, removed on drop (also on failure).
 struct TempDir(PathBuf);
@@ -44,77 +41,6 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A `dpdk-testpmd` memif client flooding our port; killed on drop.
-struct Peer {
-    child: Child,
-}
-
-impl Peer {
-    fn start(socket: &Path) -> Peer {
-        let child = Command::new("dpdk-testpmd")
-            .args([
-                "-l",
-                "0,1",
-                "--no-huge",
-                "--no-shconf",
-                "-m",
-                "64",
-                "--no-pci",
-                "--no-telemetry",
-                "--log-level=lib.eal:warning",
-                &format!(
-                    "--vdev=net_memif0,role=client,id=0,socket={}",
-                    socket.display()
-                ),
-                "--",
-                "--forward-mode=txonly",
-                "--total-num-mbufs=2048",
-                "--txd=256",
-                "--rxd=256",
-            ])
-            // Non-interactive testpmd forwards until a line on stdin: keep
-            // the pipe open until we stop it.
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run dpdk-testpmd (Debian package dpdk, scripts/setup.sh)");
-        Peer { child }
-    }
-
-    /// Panics with the peer's output if it has exited by itself.
-    fn check_running(&mut self, what: &str) {
-        if let Some(status) = self.child.try_wait().expect("wait for testpmd") {
-            let mut out = String::new();
-            let mut err = String::new();
-            if let Some(o) = self.child.stdout.as_mut() {
-                let _ = o.read_to_string(&mut out);
-            }
-            if let Some(e) = self.child.stderr.as_mut() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("testpmd exited ({status}) {what}\n--- stdout:\n{out}--- stderr:\n{err}---");
-        }
-    }
-
-    fn stop(mut self, signal: Signal) {
-        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits i32"));
-        let _ = kill(pid, signal);
-        // Its output is not read while it runs: drain it so that it can
-        // never block on a full pipe while exiting.
-        drop(self.child.stdout.take());
-        drop(self.child.stderr.take());
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -178,7 +104,7 @@ fn memif_server_survives_peer_restarts_under_traffic() {
         });
         let alive = || assert!(!worker.is_finished(), "the worker stopped");
         for cycle in 0..cycles {
-            let mut peer = Peer::start(&socket);
+            let mut peer = MemifPeer::start::<&str>(&socket, &[]);
             let before = received.load(Ordering::Relaxed);
             wait_for(
                 &format!("traffic from peer {cycle}"),
@@ -192,18 +118,14 @@ fn memif_server_survives_peer_restarts_under_traffic() {
                 port.link().up,
                 "link up while traffic flows (cycle {cycle})"
             );
-            let signal = if cycle % 2 == 0 {
-                Signal::SIGTERM
-            } else {
-                Signal::SIGKILL
-            };
+            let signal = if cycle % 2 == 0 { "-TERM" } else { "-KILL" };
             peer.stop(signal);
             wait_for(&format!("link down after peer {cycle}"), alive, || {
                 !port.link().up
             });
         }
         // Still forwarding after the last restart.
-        let mut peer = Peer::start(&socket);
+        let mut peer = MemifPeer::start::<&str>(&socket, &[]);
         let before = received.load(Ordering::Relaxed);
         wait_for(
             "traffic after the last restart",
@@ -213,7 +135,7 @@ fn memif_server_survives_peer_restarts_under_traffic() {
             },
             || received.load(Ordering::Relaxed) > before + 1000,
         );
-        peer.stop(Signal::SIGTERM);
+        peer.stop("-TERM");
         stop.store(true, Ordering::Relaxed);
         worker.join().expect("worker");
     });

@@ -10,6 +10,7 @@
 //! * [`config`]: configuration text (TOML) for the common shapes.
 //! * [`pcap`]: classic pcap files, written and read.
 //! * [`mutate`]: a seeded frame mutator for robustness tests.
+//! * [`testpmd`]: a `dpdk-testpmd` memif client, the peer of memif tests.
 //!
 //! # Packets
 //!
@@ -99,3 +100,4 @@ pub mod config;
 pub mod mutate;
 pub mod packet;
 pub mod pcap;
+pub mod testpmd;
