@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use testkit::config::{Config, endpoint_list, group, node, port, rule, service, strings};
+use testkit::config::{endpoint_list, group, rule, service};
 use testkit::testpmd::MemifPeer;
 
 const DAEMON_MAC: &str = "02:00:00:00:00:01";
@@ -43,30 +43,21 @@ impl Drop for TempDir {
 /// UDP 10.0.0.10:53 to a GUE service of two endpoints.
 fn memif_config(dir: &Path) -> String {
     let d = dir.display();
-    let eal_args = common::test_eal_args(&[
-        format!("net_memif0,role=server,id=0,socket={d}/memif.sock,mac={DAEMON_MAC}"),
-        "net_null0,no-rx=1".into(),
-    ]);
-    Config::new()
-        .node(node("t", "r", "z").str("shutdown_drain", "0s"))
-        .dataplane("management_core", 0)
-        .dataplane("worker_cores", "[1]")
-        .dataplane("mbufs", 4095)
-        .dataplane("queue_descriptors", 256)
-        .dataplane("flow_table_capacity", 4096)
-        .dataplane("eal_args", strings(&eal_args))
-        .port(port("up", "net_memif0", "uplink").strs("addresses", &["10.0.0.2/24"]))
-        .port(
-            port("be", "net_null0", "backend")
-                .strs("addresses", &["10.0.1.2/30"])
-                .str("gateway_mac", "02:00:00:00:00:fe"),
-        )
-        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "dns").set("ports", 53))
-        .service(service("dns", "gue").child(
+    common::daemon_base(
+        (
+            "net_memif0",
+            format!("net_memif0,role=server,id=0,socket={d}/memif.sock,mac={DAEMON_MAC}"),
+        ),
+        ("net_null0", "net_null0,no-rx=1".into()),
+    )
+    .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "dns").set("ports", 53))
+    .service(
+        service("dns", "gue").child(
             group("a", "r", "z").set("endpoints", endpoint_list(&["10.0.1.11", "10.0.1.12"])),
-        ))
-        .raw(&format!("[control]\nsocket = \"{d}/ctl.sock\"\n"))
-        .build()
+        ),
+    )
+    .raw(&format!("[control]\nsocket = \"{d}/ctl.sock\"\n"))
+    .build()
 }
 
 /// What the peer floods: UDP from 192.0.2.1:1024 to the VIP's port 53, to

@@ -224,17 +224,14 @@ pub fn test_eal_args<S: AsRef<str>>(vdevs: &[S]) -> Vec<String> {
     a
 }
 
-/// The node, data plane and ports of a daemon on two `net_pcap` ports in
-/// `dir` with `--no-huge`: the uplink reads `uplink_rx` (in `dir`) and
-/// writes `up-out.pcap`, the backend port reads `empty.pcap` and writes
-/// `out.pcap`. Rules, services and `[control]` are the caller's.
-pub fn pcap_daemon_base(dir: &std::path::Path, uplink_rx: &str) -> testkit::config::Config {
+/// The node, data plane and ports of a test daemon with `--no-huge`: one
+/// worker on core 1, a small pool and table, the uplink (10.0.0.2/24) on
+/// `uplink` and the backend port (10.0.1.2/30, its next hop a static MAC) on
+/// `backend`, each `(device, what follows --vdev=)`. Rules, services and
+/// `[control]` are the caller's.
+pub fn daemon_base(uplink: (&str, String), backend: (&str, String)) -> testkit::config::Config {
     use testkit::config::{Config, node, port, strings};
-    let d = dir.display();
-    let eal_args = test_eal_args(&[
-        format!("net_pcap0,rx_pcap={d}/{uplink_rx},tx_pcap={d}/up-out.pcap"),
-        format!("net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-    ]);
+    let eal_args = test_eal_args(&[uplink.1, backend.1]);
     Config::new()
         // Exit at the first SIGTERM (the shutdown test sets its own).
         .node(node("t", "r", "z").str("shutdown_drain", "0s"))
@@ -243,16 +240,33 @@ pub fn pcap_daemon_base(dir: &std::path::Path, uplink_rx: &str) -> testkit::conf
         .dataplane("mbufs", 4095)
         .dataplane("queue_descriptors", 256)
         .dataplane("flow_table_capacity", 4096)
-        // The tests' bursts of new flows in one second all get entries,
-        // whatever the default budget for this small table.
-        .dataplane("new_flow_budget", 100000)
         .dataplane("eal_args", strings(&eal_args))
-        .port(port("up", "net_pcap0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(port("up", uplink.0, "uplink").strs("addresses", &["10.0.0.2/24"]))
         .port(
-            port("be", "net_pcap1", "backend")
+            port("be", backend.0, "backend")
                 .strs("addresses", &["10.0.1.2/30"])
                 .str("gateway_mac", "02:00:00:00:00:fe"),
         )
+}
+
+/// [`daemon_base`] on two `net_pcap` ports in `dir`: the uplink reads
+/// `uplink_rx` (in `dir`) and writes `up-out.pcap`, the backend port reads
+/// `empty.pcap` and writes `out.pcap`.
+pub fn pcap_daemon_base(dir: &std::path::Path, uplink_rx: &str) -> testkit::config::Config {
+    let d = dir.display();
+    daemon_base(
+        (
+            "net_pcap0",
+            format!("net_pcap0,rx_pcap={d}/{uplink_rx},tx_pcap={d}/up-out.pcap"),
+        ),
+        (
+            "net_pcap1",
+            format!("net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+        ),
+    )
+    // The tests' bursts of new flows in one second all get entries,
+    // whatever the default budget for this small table.
+    .dataplane("new_flow_budget", 100000)
 }
 
 /// A daemon on two `net_pcap` ports in `dir` (`in.pcap` in on the uplink,
