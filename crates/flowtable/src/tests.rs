@@ -553,6 +553,76 @@ fn a_table_fills_to_its_nominal_capacity() {
 }
 
 #[test]
+fn occupancy_hints_follow_every_insert_removal_sweep_and_eviction() {
+    // A tiny table: evictions, and every slot filled and emptied many times over.
+    let t = tiny(Timeouts::default());
+    let mut held: Vec<(u64, SlotRef)> = Vec::new();
+    let mut now = 0;
+    for step in 0..5_000u64 {
+        let r = mix64(step);
+        match r % 4 {
+            0 | 1 => {
+                let i = r >> 8;
+                let flags = if r & 0x10 == 0 { tcp() } else { udp() };
+                if let InsertOutcome::Inserted { slot, .. } =
+                    t.insert(&key(i), hash(i), entry(i as u32, flags), now)
+                {
+                    held.push((i, slot));
+                }
+            }
+            2 if !held.is_empty() => {
+                let (_, slot) = held.swap_remove((r >> 8) as usize % held.len());
+                let _ = t.remove(slot);
+            }
+            _ => {
+                now += (r >> 8) as u32 % 200;
+                let _ = t.sweep(now, 2);
+            }
+        }
+        assert!(t.occupancy_hints_exact(), "step {step}");
+    }
+    // The hints choose where a key goes exactly as the control words did: the 100,000-key
+    // fill of `a_table_fills_to_its_nominal_capacity` still finds 64 full pairs (checked
+    // there), and a table filled then emptied is free again everywhere.
+    for (_, slot) in held.drain(..) {
+        let _ = t.remove(slot);
+    }
+    let _ = t.sweep(now + 1_000_000, 2);
+    assert_eq!(t.occupancy().live, 0);
+    assert!(t.occupancy_hints_exact());
+}
+
+#[test]
+fn stale_occupancy_hints_never_lose_a_free_slot_nor_overwrite_an_entry() {
+    let t = tiny(Timeouts::default());
+    // Hints saying "full" over empty buckets (two removals caught between their steps): the
+    // insert still finds a free slot (the victim scan sees them EMPTY) and evicts nothing.
+    t.force_occupancy_hints(0, 0x7f);
+    t.force_occupancy_hints(1, 0x7f);
+    let (slot, ev) = inserted(t.insert(&key(1), hash(1), entry(1, tcp()), 5));
+    assert_eq!(ev, Evicted::Nothing);
+    assert_eq!(t.lookup(&key(1), hash(1)).map(|h| h.slot), Some(slot));
+    // Hints saying "free" over occupied slots (claims that raced removals): no entry is
+    // overwritten, and the new keys go to slots that were EMPTY.
+    for i in 2..10u64 {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(i as u32, established()), 5));
+    }
+    t.force_occupancy_hints(0, 0);
+    t.force_occupancy_hints(1, 0);
+    for i in 10..14u64 {
+        let _ = inserted(t.insert(&key(i), hash(i), entry(i as u32, established()), 5));
+    }
+    assert_eq!(t.occupancy().live, 13);
+    for i in 1..14u64 {
+        assert_eq!(
+            t.lookup(&key(i), hash(i)).map(|h| h.entry.backend),
+            Some(i as u32),
+            "key {i}"
+        );
+    }
+}
+
+#[test]
 fn burst_lookups_match_single_lookups() {
     let t = FlowTable::new(Config::with_capacity(10_000)).unwrap();
     // Present: even keys below 2000; absent: odd ones and everything above.

@@ -3,10 +3,14 @@
 
 use super::lookup::Found;
 use super::{
-    BUCKET_SLOTS, BUSY, CLAIM_ROUNDS, EMPTY, EntryFlags, Evicted, FlowKey, FlowTable, Header,
+    BUCKET_SLOTS, BUSY, CLAIM_ROUNDS, EMPTY, EntryFlags, Evicted, FlowKey, FlowTable,
     InsertOutcome, LIVE, LOCK, NewEntry, Place, SlotRef, Tick, W_BACKEND, W_COOKIE, W_SEEN,
-    flags_of, hint_of, hint_shift, index32, lo32, pack, second_first, state, tick_age, version,
+    flags_of, hint_of, hint_shift, index32, lo32, pack, second_first, state, tick_age, used_bit,
+    version,
 };
+
+/// Every slot of a bucket, as a slot mask.
+const ALL_SLOTS: u32 = (1 << BUCKET_SLOTS) - 1;
 use crate::sync::{AtomicU64, Ordering, fence, spin_loop};
 
 /// The rank of a displaceable entry of `age` ticks (higher goes first): those not opened by a
@@ -75,21 +79,25 @@ impl FlowTable {
         let (Some(h1), Some(h2)) = (self.header(p.b1), self.header(p.b2)) else {
             return InsertOutcome::Full;
         };
+        // Set once a victim scan has seen an EMPTY slot the occupancy hints did not name (a
+        // removal between its two steps): from then on every slot is tried.
+        let mut every_slot = false;
         for _ in 0..CLAIM_ROUNDS {
-            // Two-choice placement, see `second_first`.
-            let free = |h: &Header| {
-                h.ctrl
-                    .iter()
-                    .filter(|c| state(c.load(Ordering::Relaxed)) == EMPTY)
-                    .count()
-            };
-            let order = if second_first(free(h1), free(h2)) {
-                [(p.b2, h2), (p.b1, h1)]
+            // Two-choice placement, see `second_first`, by the occupancy hints (see `Header`).
+            let (f1, f2) = (h1.free_hint(), h2.free_hint());
+            let order = if second_first(f1.count_ones() as usize, f2.count_ones() as usize) {
+                [(p.b2, h2, f2), (p.b1, h1, f1)]
             } else {
-                [(p.b1, h1), (p.b2, h2)]
+                [(p.b1, h1, f1), (p.b2, h2, f2)]
             };
-            for (b, h) in order {
-                for (i, ctrl) in h.ctrl.iter().enumerate() {
+            for (b, h, free) in order {
+                let mut candidates = if every_slot { ALL_SLOTS } else { free };
+                while candidates != 0 {
+                    let i = candidates.trailing_zeros() as usize;
+                    candidates &= candidates - 1;
+                    let Some(ctrl) = h.ctrl.get(i) else {
+                        break;
+                    };
                     let c = ctrl.load(Ordering::Acquire);
                     if state(c) == EMPTY
                         && let Some(slot) =
@@ -105,7 +113,7 @@ impl FlowTable {
             // No free slot: look for a victim among the 14 live entries.
             let mut victim: Option<(usize, &AtomicU64, u64, Evicted, i64)> = None;
             let mut saw_empty = false;
-            for (b, h) in order {
+            for (b, h, _) in order {
                 for (i, ctrl) in h.ctrl.iter().enumerate() {
                     let c = ctrl.load(Ordering::Acquire);
                     if state(c) != LIVE {
@@ -134,6 +142,11 @@ impl FlowTable {
                         victim = Some((idx, ctrl, c, kind, score));
                     }
                 }
+            }
+            // An EMPTY slot the hints did not name: try every slot before evicting anyone.
+            if saw_empty && !every_slot {
+                every_slot = true;
+                continue;
             }
             let Some((idx, ctrl, c, kind, _)) = victim else {
                 if saw_empty {
@@ -176,15 +189,17 @@ impl FlowTable {
             Ordering::Relaxed,
         )
         .ok()?;
-        // The slot's tag byte, while it is BUSY and before it turns LIVE (see `Header`). Only
-        // the holder of a slot's claim writes its byte; other bytes and the lock bit may
-        // change concurrently, hence the compare-exchange loop (it never waits for anyone).
+        // The slot's tag byte and occupancy bit, while it is BUSY and before it turns LIVE
+        // (see `Header`). Only the holder of a slot's claim writes its byte; other bytes, bits
+        // and the lock bit may change concurrently, hence the compare-exchange loop (it never
+        // waits for anyone).
         let shift = hint_shift(idx % BUCKET_SLOTS);
-        let byte = u64::from(hint_of(p.tag)) << shift;
+        let byte = (u64::from(hint_of(p.tag)) << shift) | used_bit(idx % BUCKET_SLOTS);
+        let mask = (0xff << shift) | used_bit(idx % BUCKET_SLOTS);
         let _ = header
             .meta
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
-                (m & (0xff << shift) != byte).then_some(m & !(0xff << shift) | byte)
+                (m & mask != byte).then_some(m & !mask | byte)
             });
         // Seqlock write side: the release fence keeps the data stores below from becoming
         // visible before the BUSY claim, so a reader that sees any of them re-reads a changed

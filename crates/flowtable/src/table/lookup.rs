@@ -1,15 +1,13 @@
 //! Lookups: one at a time, or in stages over a burst so that its cache misses overlap, each
 //! slot read under its seqlock so that a lookup never waits for a writer.
 
+use super::Header;
 use super::{
-    BUCKET_SLOTS, EMPTY, Entry, EntryFlags, FlowKey, FlowTable, Hit, LIVE, Place, READ_RETRIES,
-    SlotRef, W_BACKEND, W_COOKIE, W_SEEN, flags_of, hint_of, index32, lo32, second_first,
-    slot_mask, state, tag_of, version,
+    BUCKET_SLOTS, Entry, EntryFlags, FlowKey, FlowTable, Hit, LIVE, Place, READ_RETRIES, SlotRef,
+    W_BACKEND, W_COOKIE, W_SEEN, flags_of, hint_of, index32, lo32, second_first, slot_mask, state,
+    tag_of, version,
 };
 use crate::sync::{AtomicU64, Ordering, fence};
-// Only a doc link names it.
-#[cfg(doc)]
-use super::Header;
 
 /// A flow-table lookup in stages (see [`FlowTable::begin`], [`FlowTable::screen`],
 /// [`FlowTable::complete`]): the key's two buckets, its tag, and the candidate slots found in
@@ -193,16 +191,11 @@ impl FlowTable {
         }
     }
 
-    /// Prefetches the slot line an insert of a key placed at `p` would most likely claim.
+    /// Prefetches the slot line an insert of a key placed at `p` would most likely claim (by
+    /// the occupancy hints, as the insert chooses).
     #[inline]
     fn prefetch_free_slot(&self, p: &Place) {
-        let free = |b: usize| -> u32 {
-            self.header(b).map_or(0, |h| {
-                h.ctrl.iter().enumerate().fold(0, |m, (i, c)| {
-                    m | (u32::from(state(c.load(Ordering::Relaxed)) == EMPTY) << i)
-                })
-            })
-        };
+        let free = |b: usize| -> u32 { self.header(b).map_or(0, Header::free_hint) };
         let (f1, f2) = (free(p.b1), free(p.b2));
         // Same preference as `insert_locked`.
         let (b, f) = if second_first(f1.count_ones() as usize, f2.count_ones() as usize) {

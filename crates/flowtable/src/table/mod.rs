@@ -3,7 +3,7 @@
 //! sweep in submodules. Written against `super::sync` (std atomics, or shuttle's with the
 //! `shuttle` feature that the concurrency tests build it with).
 
-use super::sync::{Array, AtomicU64, AtomicUsize, alloc_slice, allocated_bytes, padded};
+use super::sync::{Array, AtomicU64, AtomicUsize, Ordering, alloc_slice, allocated_bytes, padded};
 use crate::memory::MemoryProvider;
 use crate::placement::PlacementKey;
 
@@ -105,9 +105,9 @@ const fn pack(version: u32, tag: u16, flags: u8, state: u64) -> u64 {
 }
 
 /// One bucket's header: a cache line with the control words of its seven slots and a meta
-/// word: the insert lock for keys whose primary bucket this is (bit 0) and one byte per slot
-/// (byte `1 + i` for slot `i`) holding the low byte of the tag its last occupant was claimed
-/// with.
+/// word: the insert lock for keys whose primary bucket this is (bit 0), one occupancy bit per
+/// slot (bit `1 + i` for slot `i`, see [`used_bit`]) and one byte per slot (byte `1 + i`)
+/// holding the low byte of the tag its last occupant was claimed with.
 ///
 /// The tag bytes let a lookup pick its candidate slots from one word instead of seven control
 /// words. They are hints, never trusted alone: a candidate's control word is still checked
@@ -116,14 +116,42 @@ const fn pack(version: u32, tag: u16, flags: u8, state: u64) -> u64 {
 /// its tag's: `claim` writes the byte while it holds the slot BUSY (only the claimer of a slot
 /// writes its byte) and before the release store that makes it LIVE, so any lookup ordered
 /// after that store sees the byte (and one that is not may linearise before the insert).
+///
+/// The occupancy bits let an insert (and the screening that prefetches the slot it will
+/// claim) count a bucket's free slots and find its first from one word instead of seven
+/// control words. They are hints too: `claim` sets a slot's bit (with its tag byte) once it
+/// holds the slot, and a removal clears it after emptying the slot. So a bit can be set over
+/// an EMPTY slot only for the moment between a removal's two steps, and (when a claim of the
+/// emptied slot sets its bit before the removal clears it) a bit can stay clear over an
+/// occupied slot until that occupant is removed. Neither costs more than time: an insert
+/// claims only a slot whose control word it read EMPTY, and one that finds no free slot its
+/// hints name reads every control word (the victim scan) before it evicts or gives up.
 #[repr(C, align(64))]
 struct Header {
     ctrl: [AtomicU64; BUCKET_SLOTS],
     meta: AtomicU64,
 }
 
+impl Header {
+    /// The slots the occupancy bits say are free (bit `i`: slot `i`), from the meta word alone.
+    #[inline(always)]
+    #[allow(clippy::cast_possible_truncation, reason = "seven bits")]
+    fn free_hint(&self) -> u32 {
+        ((!self.meta.load(Ordering::Relaxed) & USED_BITS) >> 1) as u32
+    }
+}
+
 /// The insert-lock bit of [`Header::meta`].
 const LOCK: u64 = 1;
+
+/// Slot `i`'s occupancy bit in [`Header::meta`] (byte 0, above the lock bit).
+#[inline(always)]
+const fn used_bit(i: usize) -> u64 {
+    1 << (1 + i)
+}
+
+/// All seven occupancy bits of [`Header::meta`].
+const USED_BITS: u64 = 0xfe;
 
 /// Bit offset of slot `i`'s tag byte in [`Header::meta`].
 #[inline]
@@ -292,6 +320,38 @@ impl FlowTable {
     #[inline(always)]
     fn slot_in(&self, b: usize, i: usize) -> Option<&Slot> {
         self.buckets.get(b).and_then(|k| k.slots.get(i))
+    }
+
+    /// Whether every bucket's occupancy bits name exactly its non-EMPTY slots (true whenever
+    /// no change is in flight and no claim raced a removal of the same slot; tests).
+    #[cfg(test)]
+    #[cfg(not(feature = "shuttle"))]
+    pub(crate) fn occupancy_hints_exact(&self) -> bool {
+        self.buckets.iter().all(|k| {
+            let h = &k.header;
+            let used = h.ctrl.iter().enumerate().fold(0, |m, (i, c)| {
+                m | if state(c.load(Ordering::Relaxed)) == EMPTY {
+                    0
+                } else {
+                    used_bit(i)
+                }
+            });
+            h.meta.load(Ordering::Relaxed) & USED_BITS == used
+        })
+    }
+
+    /// Overwrites bucket `b`'s occupancy bits with `used` (bit `i`: slot `i`), as a removal
+    /// caught between its two steps or a claim that raced one leaves them (tests).
+    #[cfg(test)]
+    #[cfg(not(feature = "shuttle"))]
+    pub(crate) fn force_occupancy_hints(&self, b: usize, used: u32) {
+        if let Some(h) = self.header(b) {
+            let m = h.meta.load(Ordering::Relaxed);
+            h.meta.store(
+                (m & !USED_BITS) | ((u64::from(used) << 1) & USED_BITS),
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// Nominal capacity.

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use super::lookup::Read;
 use super::{
     EMPTY, Entry, EntryFlags, FlowKey, FlowTable, LIVE, Occupancy, READ_RETRIES, SweepStats, Tick,
-    W_BACKEND, W_COOKIE, W_SEEN, flags_of, lo32, pack, state, tick_age, version,
+    W_BACKEND, W_COOKIE, W_SEEN, flags_of, lo32, pack, state, tick_age, used_bit, version,
 };
 use crate::sync::{Ordering, fence};
 
@@ -43,6 +43,8 @@ impl FlowTable {
                         .compare_exchange(c, empty, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                     {
+                        // After the slot is EMPTY, never before (see `Header`).
+                        h.meta.fetch_and(!used_bit(i), Ordering::Relaxed);
                         stats.expired += 1;
                         continue;
                     }

@@ -3,7 +3,7 @@
 
 use super::{
     BUCKET_SLOTS, EMPTY, EntryFlags, FlowKey, FlowTable, Hit, LIVE, SlotRef, Tick, W_SEEN,
-    flags_of, lo32, pack, state, tag_of, version,
+    flags_of, lo32, pack, state, tag_of, used_bit, version,
 };
 use crate::sync::Ordering;
 
@@ -107,7 +107,12 @@ impl FlowTable {
             }
             let empty = pack(version(c).wrapping_add(1), 0, 0, EMPTY);
             match ctrl.compare_exchange(c, empty, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // After the slot is EMPTY, never before (see `Header`).
+                    h.meta
+                        .fetch_and(!used_bit(idx % BUCKET_SLOTS), Ordering::Relaxed);
+                    return true;
+                }
                 // A concurrent flag update of the same occupant: try again with its flags.
                 Err(actual) => c = actual,
             }
