@@ -4,9 +4,9 @@
 use super::lookup::Found;
 use super::{
     BUCKET_SLOTS, BUSY, CLAIM_ROUNDS, EMPTY, EntryFlags, Evicted, FlowKey, FlowTable,
-    InsertOutcome, LIVE, LOCK, NewEntry, Place, SlotRef, Tick, W_BACKEND, W_COOKIE, W_SEEN,
-    flags_of, hint_of, hint_shift, index32, lo32, pack, second_first, state, tick_age, used_bit,
-    version,
+    InsertOutcome, LIVE, LOCK, NewEntry, Place, SlotRef, Tick, Timeouts, W_BACKEND, W_COOKIE,
+    W_SEEN, flags_of, hint_of, hint_shift, index32, lo32, pack, second_first, state, tick_age,
+    used_bit, version,
 };
 
 /// Every slot of a bucket, as a slot mask.
@@ -25,6 +25,74 @@ const fn eviction_rank(flags: EntryFlags, age: i64) -> i64 {
         (2 << 40) + age
     } else {
         (1 << 40) + 2 * age + flags.is_half_open() as i64
+    }
+}
+
+/// Rank of an expired entry: above every displaceable one, most overdue first.
+const EXPIRED_RANK: i64 = 4 << 40;
+
+/// What the victim scan needs of an entry's flags, for each of the 256 flag bytes, worked
+/// out once per table from its timeouts: an insert that evicts ranks 14 entries, and
+/// deriving each one's timeout and rank from its flags bit by bit was most of its cost.
+pub(super) struct Fates([Fate; 256]);
+
+/// See [`Fates`]: an entry's timeout, and its rank as `base + step × age` if it is
+/// displaceable before it expires (`step` 0: it is not).
+#[derive(Clone, Copy, Default)]
+struct Fate {
+    timeout: u32,
+    step: u8,
+    base: i64,
+}
+
+impl Fates {
+    pub(super) fn new(timeouts: &Timeouts) -> Box<Fates> {
+        let mut fates = Box::new(Fates([Fate::default(); 256]));
+        for (bits, f) in (0..=u8::MAX).zip(fates.0.iter_mut()) {
+            let flags = EntryFlags(bits);
+            let base = eviction_rank(flags, 0);
+            *f = Fate {
+                timeout: timeouts.for_flags(flags),
+                // 1 or 2 (`eviction_rank`); `fates_rank_as_the_flags_say` checks it.
+                step: if flags.is_evictable() {
+                    u8::try_from(eviction_rank(flags, 1) - base).unwrap_or(0)
+                } else {
+                    0
+                },
+                base,
+            };
+        }
+        fates
+    }
+
+    #[inline(always)]
+    fn of(&self, flags: u8) -> Fate {
+        self.0[usize::from(flags)]
+    }
+
+    /// Whether a rank is an expired entry's or a displaced one's.
+    fn kind(rank: i64) -> Evicted {
+        if rank >= EXPIRED_RANK {
+            Evicted::Expired
+        } else {
+            Evicted::HalfOpen
+        }
+    }
+}
+
+impl Fate {
+    /// The rank of an entry of `age` ticks with these flags as a victim, `None` if it may not
+    /// be displaced.
+    #[inline(always)]
+    fn rank(self, age: i64) -> Option<i64> {
+        let timeout = i64::from(self.timeout);
+        if age >= timeout {
+            Some(EXPIRED_RANK + age - timeout)
+        } else if self.step != 0 {
+            Some(self.base + i64::from(self.step) * age)
+        } else {
+            None
+        }
     }
 }
 
@@ -110,36 +178,29 @@ impl FlowTable {
                     }
                 }
             }
-            // No free slot: look for a victim among the 14 live entries.
-            let mut victim: Option<(usize, &AtomicU64, u64, Evicted, i64)> = None;
+            // No free slot: look for a victim among the 14 live entries, the highest ranked
+            // (the first of equals): expired entries first (most overdue first), then the
+            // displaceable ones by what they proved, each kind oldest first.
+            let mut best: Option<(i64, usize, usize, u64)> = None;
             let mut saw_empty = false;
-            for (b, h, _) in order {
-                for (i, ctrl) in h.ctrl.iter().enumerate() {
+            for (b, _, _) in order {
+                let Some(k) = self.buckets.get(b) else {
+                    continue;
+                };
+                for (i, (ctrl, s)) in k.header.ctrl.iter().zip(&k.slots).enumerate() {
                     let c = ctrl.load(Ordering::Acquire);
                     if state(c) != LIVE {
                         // Freed since the first scan (removal, sweep): claim it next round.
                         saw_empty |= state(c) == EMPTY;
                         continue;
                     }
-                    let idx = b * BUCKET_SLOTS + i;
-                    let Some(s) = self.slot(idx) else {
-                        continue;
-                    };
                     let seen = lo32(s.words[W_SEEN].load(Ordering::Relaxed));
                     let age = i64::from(tick_age(now, seen));
-                    let flags = EntryFlags(flags_of(c));
-                    let timeout = i64::from(self.timeouts.for_flags(flags));
-                    // Rank: expired entries first (most overdue first), then the
-                    // displaceable ones by what they proved, each kind oldest first.
-                    let (kind, score) = if age >= timeout {
-                        (Evicted::Expired, (4 << 40) + age - timeout)
-                    } else if flags.is_evictable() {
-                        (Evicted::HalfOpen, eviction_rank(flags, age))
-                    } else {
+                    let Some(score) = self.fates.of(flags_of(c)).rank(age) else {
                         continue;
                     };
-                    if victim.is_none_or(|v| score > v.4) {
-                        victim = Some((idx, ctrl, c, kind, score));
+                    if best.is_none_or(|v| score > v.0) {
+                        best = Some((score, b, i, c));
                     }
                 }
             }
@@ -148,7 +209,10 @@ impl FlowTable {
                 every_slot = true;
                 continue;
             }
-            let Some((idx, ctrl, c, kind, _)) = victim else {
+            let Some((idx, ctrl, c, kind)) = best.and_then(|(score, b, i, c)| {
+                let ctrl = self.header(b)?.ctrl.get(i)?;
+                Some((b * BUCKET_SLOTS + i, ctrl, c, Fates::kind(score)))
+            }) else {
                 if saw_empty {
                     continue;
                 }
@@ -224,5 +288,45 @@ impl FlowTable {
             index: index32(idx),
             version: v,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table gives every flag byte and age the rank the flags themselves give.
+    #[test]
+    fn fates_rank_as_the_flags_say() {
+        let timeouts = Timeouts::default();
+        let fates = Fates::new(&timeouts);
+        for bits in 0..=u8::MAX {
+            let flags = EntryFlags(bits);
+            let timeout = i64::from(timeouts.for_flags(flags));
+            for age in [
+                0,
+                1,
+                2,
+                3,
+                7,
+                30,
+                119,
+                120,
+                121,
+                3_599,
+                3_600,
+                86_400,
+                1 << 30,
+            ] {
+                let want = if age >= timeout {
+                    Some(EXPIRED_RANK + age - timeout)
+                } else if flags.is_evictable() {
+                    Some(eviction_rank(flags, age))
+                } else {
+                    None
+                };
+                assert_eq!(fates.of(bits).rank(age), want, "flags {bits:#x}, age {age}");
+            }
+        }
     }
 }

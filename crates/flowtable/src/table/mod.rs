@@ -189,6 +189,8 @@ pub struct FlowTable {
     nbuckets: u64,
     capacity: usize,
     timeouts: Timeouts,
+    /// The victim scan's view of `timeouts` ([`insert::Fates`]).
+    fates: Box<insert::Fates>,
     spin_limit: u32,
     /// Next bucket for [`FlowTable::sweep`].
     sweep_cursor: AtomicUsize,
@@ -269,6 +271,7 @@ impl FlowTable {
             nbuckets: nbuckets as u64,
             capacity: config.capacity,
             timeouts: config.timeouts,
+            fates: insert::Fates::new(&config.timeouts),
             spin_limit: config.insert_spin_limit,
             sweep_cursor: AtomicUsize::new(0),
             placement,
