@@ -539,6 +539,13 @@ impl Rules {
         self.index.lookup(dst, proto, port)
     }
 
+    /// The rule for a packet, or whether its destination is a VIP at all
+    /// (`RuleIndex::select`: one search).
+    #[inline]
+    pub fn select(&self, dst: IpAddr, proto: u8, port: Option<u16>) -> Result<RuleMatch, bool> {
+        self.index.select(dst, proto, port)
+    }
+
     /// The rule for a real IP fragment (`RuleIndex::lookup_fragment`).
     #[inline]
     pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {

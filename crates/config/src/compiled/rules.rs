@@ -89,7 +89,24 @@ impl RuleIndex {
     /// a packet without a port matches only all-port rules. No allocation.
     #[inline]
     pub fn lookup(&self, dst: IpAddr, proto: u8, dst_port: Option<u16>) -> Option<RuleMatch> {
-        let v = self.find(dst)?;
+        Self::rule_at(self.find(dst)?, proto, dst_port)
+    }
+
+    /// [`RuleIndex::lookup`], telling apart when no rule matches whether
+    /// `dst` is a VIP at all (`Err(true)`: "VIP, no rule"; `Err(false)`:
+    /// not a VIP) with the one search: what the data plane asks of every
+    /// packet, where `lookup` then [`RuleIndex::is_vip`] searched twice for
+    /// a packet to no VIP (gateway traffic, anything not ours).
+    #[inline]
+    pub fn select(&self, dst: IpAddr, proto: u8, dst_port: Option<u16>) -> Result<RuleMatch, bool> {
+        match self.find(dst) {
+            Some(v) => Self::rule_at(v, proto, dst_port).ok_or(true),
+            None => Err(false),
+        }
+    }
+
+    #[inline]
+    fn rule_at(v: &VipRules, proto: u8, dst_port: Option<u16>) -> Option<RuleMatch> {
         let specific = match proto {
             TCP => Some(&v.tcp),
             UDP => Some(&v.udp),
@@ -409,15 +426,20 @@ mod tests {
             match (load(&text), case.expect) {
                 (Ok(l), Ok(probes)) => {
                     for (dst, proto, port, want) in probes {
-                        let got = l
-                            .compiled
-                            .rule_index
-                            .lookup(dst.parse().unwrap(), proto, port)
-                            .map(|m| {
-                                let child = &l.compiled.children[m.child.index()];
-                                assert_eq!(child.rule, m.rule);
-                                child.name.as_str()
-                            });
+                        let idx = &l.compiled.rule_index;
+                        let addr = dst.parse().unwrap();
+                        // `select` is `lookup`, and `is_vip` when no rule takes it.
+                        assert_eq!(
+                            idx.select(addr, proto, port),
+                            idx.lookup(addr, proto, port).ok_or(idx.is_vip(addr)),
+                            "{}: {dst} proto {proto} port {port:?}",
+                            case.name
+                        );
+                        let got = idx.lookup(addr, proto, port).map(|m| {
+                            let child = &l.compiled.children[m.child.index()];
+                            assert_eq!(child.rule, m.rule);
+                            child.name.as_str()
+                        });
                         assert_eq!(
                             got, want,
                             "{}: {dst} proto {proto} port {port:?}",

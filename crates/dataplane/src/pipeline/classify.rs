@@ -464,23 +464,22 @@ impl Worker {
         fragment: bool,
         len: usize,
     ) -> Result<(usize, usize, &'s ServicePlan), Outcome> {
-        let index = &snap.rules;
-        let rule = if fragment {
-            index.lookup_fragment(dst, proto)
-        } else {
-            index.lookup(dst, proto, port)
-        };
-        let Some(m) = rule else {
-            let vip = index.is_vip(dst);
-            return Err(if vip && fragment {
-                Outcome::Drop(DropReason::FragmentNoRule)
-            } else if vip {
-                Outcome::Drop(DropReason::NoRule)
-            } else if snap.is_own(dst) {
-                Outcome::ToHost
-            } else {
-                Outcome::Drop(DropReason::NotOurs)
-            });
+        // A fragment matches as a packet without ports
+        // (`RuleIndex::lookup_fragment`); a packet no rule takes is told
+        // apart by whether its destination is a VIP, from the same search.
+        let m = match snap.rules.select(dst, proto, port.filter(|_| !fragment)) {
+            Ok(m) => m,
+            Err(vip) => {
+                return Err(if vip && fragment {
+                    Outcome::Drop(DropReason::FragmentNoRule)
+                } else if vip {
+                    Outcome::Drop(DropReason::NoRule)
+                } else if snap.is_own(dst) {
+                    Outcome::ToHost
+                } else {
+                    Outcome::Drop(DropReason::NotOurs)
+                });
+            }
         };
         if m.gateway {
             return Err(Outcome::Drop(DropReason::GatewayVip));
