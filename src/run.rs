@@ -95,7 +95,11 @@ pub fn run(args: &Args) -> Result<()> {
         };
         let mut port =
             Port::configure(eal, id, &cfg, &pool).with_context(|| format!("port {:?}", p.name))?;
-        if let Some(mac) = p.mac {
+        // A device that cannot change its MAC (net_pcap) may still be
+        // configured with the one it has.
+        if let Some(mac) = p.mac
+            && port.mac() != mac.0
+        {
             port.set_mac(mac.0)
                 .with_context(|| format!("port {:?}: mac {mac}", p.name))?;
         }

@@ -748,6 +748,8 @@ flow_table_capacity = {capacity}
 name = "uplink"
 device = "net_pcap0"
 role = "uplink"
+# The frames' destination (DEFAULT_DST_MAC): others are dropped (M55).
+mac = "02:00:00:00:00:01"
 addresses = ["10.0.0.2/16"]
 gateway_mac = "02:00:00:00:00:fe"
 

@@ -43,9 +43,32 @@ struct Args {
     /// queue: OUT's stem gets `.0`, `.1`, ... before the extension.
     #[arg(long, default_value_t = 1)]
     shards: u32,
+    /// The frames' destination MAC: the receiving port's (a Spillway port
+    /// drops frames to any other unicast MAC). Default 02:00:00:00:00:01.
+    #[arg(long, value_parser = parse_mac)]
+    dst_mac: Option<[u8; 6]>,
     /// The pcap to write.
     #[arg(long)]
     out: PathBuf,
+}
+
+/// `aa:bb:cc:dd:ee:ff` (hex, colons).
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        let part = parts
+            .next()
+            .ok_or_else(|| format!("{s:?}: not six bytes"))?;
+        if part.len() != 2 {
+            return Err(format!("{s:?}: {part:?} is not two hex digits"));
+        }
+        *b = u8::from_str_radix(part, 16).map_err(|e| format!("{s:?}: {part:?}: {e}"))?;
+    }
+    if parts.next().is_some() {
+        return Err(format!("{s:?}: more than six bytes"));
+    }
+    Ok(mac)
 }
 
 /// `dir/name.pcap` -> `dir/name.{shard}.pcap`.
@@ -62,7 +85,10 @@ fn main() -> Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.shards >= 1, "--shards must be at least 1");
     let vip = args.vip.unwrap_or_else(|| args.kind.default_vip());
-    let spec = Spec::new(args.kind, args.flows, vip, args.dport)?;
+    let mut spec = Spec::new(args.kind, args.flows, vip, args.dport)?;
+    if let Some(mac) = args.dst_mac {
+        spec.dst_mac = mac;
+    }
     for shard in 0..args.shards {
         let path = if args.shards == 1 {
             args.out.clone()
@@ -96,5 +122,22 @@ mod tests {
             Path::new("/tmp/a/ack.1.pcap")
         );
         assert_eq!(shard_path(Path::new("x"), 0), Path::new("x.0"));
+    }
+
+    #[test]
+    fn macs_parse_whole_or_not_at_all() {
+        assert_eq!(
+            parse_mac("02:70:63:61:70:0a"),
+            Ok([0x02, 0x70, 0x63, 0x61, 0x70, 0x0a])
+        );
+        for bad in [
+            "",
+            "02:70:63:61:70",
+            "02:70:63:61:70:00:01",
+            "2:70:63:61:70:00",
+            "0g:00:00:00:00:00",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
     }
 }
