@@ -750,7 +750,10 @@ device = "net_pcap0"
 role = "uplink"
 # The frames' destination (DEFAULT_DST_MAC): others are dropped (M55).
 mac = "02:00:00:00:00:01"
-addresses = ["10.0.0.2/16"]
+# The endpoints (10.0.1.0/24) are off this subnet, reached through the
+# gateway: a replay resolves no on-link neighbour (M47).
+addresses = ["10.0.0.2/24"]
+gateway = "10.0.0.1"
 gateway_mac = "02:00:00:00:00:fe"
 
 [[forwarding_rules]]
