@@ -129,9 +129,15 @@ struct Opts {
     /// not named stays unresolved (M47).
     #[arg(long, value_name = "IP=MAC", value_parser = parse_neighbour)]
     neighbour: Vec<(IpAddr, config::values::MacAddr)>,
-    /// Seed of the flow-cookie generator.
+    /// Seed of the flow-cookie generator (and of the flow table's
+    /// placement, unless `--placement-seed` gives that its own).
     #[arg(long, default_value_t = 0x5350_494c_4c57_4159)]
     seed: u64,
+    /// Seed of the flow table's placement key alone: two replays that
+    /// differ only in `--seed` then fill the table alike, and only their
+    /// cookies differ (perf/flood.sh tells an entry's packets by that).
+    #[arg(long)]
+    placement_seed: Option<u64>,
 }
 
 /// A change at a given capture time.
@@ -618,10 +624,11 @@ pub fn run(args: &Args) -> Result<()> {
     let mut mgmt = Mgmt::start(args, loaded.compiled, events)?;
     let compiled = mgmt.snap.compiled.clone();
     let capacity = compiled.settings.dataplane.flow_table_capacity;
-    // A placement fixed by `--seed`: the output depends on the input and the
-    // seed only, also where the table fills (a daemon's is random).
+    // A placement fixed by the seeds: the output depends on the input and
+    // the seeds only, also where the table fills (a daemon's is random).
+    let placement = args.opts.placement_seed.unwrap_or(args.opts.seed);
     let flows = FlowTable::new(flowtable::Config {
-        placement: Some(flowtable::PlacementKey::fixed(args.opts.seed, 0)),
+        placement: Some(flowtable::PlacementKey::fixed(placement, 0)),
         ..dataplane::flow_table_config(&compiled.settings.dataplane)
     })
     .with_context(|| format!("flow table of {capacity} entries"))?;
