@@ -8,10 +8,10 @@ use super::{
     W_SEEN, flags_of, hint_of, hint_shift, index32, lo32, pack, second_first, state, tick_age,
     used_bit, version,
 };
+use crate::sync::{AtomicU64, Ordering, fence, spin_loop};
 
 /// Every slot of a bucket, as a slot mask.
 const ALL_SLOTS: u32 = (1 << BUCKET_SLOTS) - 1;
-use crate::sync::{AtomicU64, Ordering, fence, spin_loop};
 
 /// The rank of a displaceable entry of `age` ticks (higher goes first): those not opened by a
 /// SYN (a mid-stream segment, a datagram, a fragment: what spoofed one-packet floods send)
