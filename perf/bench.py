@@ -70,6 +70,16 @@ SYNFLOOD_SYNS_PER_ACK = 2
 GATEWAY_APPLIANCES = 4
 GATEWAY_ENDPOINT = "10.0.0.1"
 GATEWAY_ENDPOINT_MAC = "02:00:00:00:00:fe"  # packetset's frames' source
+GATEWAY_ENDPOINT_ID = 0x1
+GATEWAY_COOKIE_SEED = 0x6761_7465_7761_7921
+GENEVE_PORT = 6081
+FLOW_COUNTS = [1, 4096, 65536, 1048576]
+VIP4 = "198.18.10.10"
+VIP6 = "2001:db8:18::10"
+DPORT = 80
+# What an mbuf of the default size (2048 + 128 headroom) costs in a pool on
+# hugepages, with its header and the mempool's per-object overhead, rounded up.
+MBUF_BYTES = 2496
 
 
 def net_pcap_mac(index: int) -> str:
@@ -85,16 +95,7 @@ def net_pcap_mac(index: int) -> str:
 
 UPLINK_MAC = net_pcap_mac(0)
 APPLIANCE_PORT_MAC = net_pcap_mac(1)
-GATEWAY_ENDPOINT_ID = 0x1
-GATEWAY_COOKIE_SEED = 0x6761_7465_7761_7921
-GENEVE_PORT = 6081
-FLOW_COUNTS = [1, 4096, 65536, 1048576]
-VIP4 = "198.18.10.10"
-VIP6 = "2001:db8:18::10"
-DPORT = 80
-# What an mbuf of the default size (2048 + 128 headroom) costs in a pool on
-# hugepages, with its header and the mempool's per-object overhead, rounded up.
-MBUF_BYTES = 2496
+
 
 # Processes this harness started: killed (by pid) on any exit.
 CHILDREN: list[subprocess.Popen] = []
