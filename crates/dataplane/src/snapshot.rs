@@ -533,23 +533,11 @@ impl Rules {
     }
 
     /// The rule for a packet to `dst` with protocol `proto` and destination
-    /// port `port` (`RuleIndex::lookup`).
-    #[inline]
-    pub fn lookup(&self, dst: IpAddr, proto: u8, port: Option<u16>) -> Option<RuleMatch> {
-        self.index.lookup(dst, proto, port)
-    }
-
-    /// The rule for a packet, or whether its destination is a VIP at all
-    /// (`RuleIndex::select`: one search).
+    /// port `port` (`None` for a fragment: `RuleIndex::lookup_fragment`), or
+    /// whether `dst` is a VIP at all (`RuleIndex::select`: one search).
     #[inline]
     pub fn select(&self, dst: IpAddr, proto: u8, port: Option<u16>) -> Result<RuleMatch, bool> {
         self.index.select(dst, proto, port)
-    }
-
-    /// The rule for a real IP fragment (`RuleIndex::lookup_fragment`).
-    #[inline]
-    pub fn lookup_fragment(&self, dst: IpAddr, proto: u8) -> Option<RuleMatch> {
-        self.index.lookup_fragment(dst, proto)
     }
 
     /// Whether `addr` is a VIP this node serves.

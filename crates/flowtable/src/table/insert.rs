@@ -70,6 +70,12 @@ impl Fates {
         self.0[usize::from(flags)]
     }
 
+    /// The idle timeout of an entry with flag byte `flags` ([`Timeouts::for_flags`]).
+    #[inline(always)]
+    pub(super) fn timeout(&self, flags: u8) -> Tick {
+        self.of(flags).timeout
+    }
+
     /// Whether a rank is an expired entry's or a displaced one's.
     fn kind(rank: i64) -> Evicted {
         if rank >= EXPIRED_RANK {
@@ -209,6 +215,8 @@ impl FlowTable {
                 every_slot = true;
                 continue;
             }
+            // The victim's control word is found again from its place, not kept as a
+            // reference through the scan: that cost every insert 14 instructions (registers).
             let Some((idx, ctrl, c, kind)) = best.and_then(|(score, b, i, c)| {
                 let ctrl = self.header(b)?.ctrl.get(i)?;
                 Some((b * BUCKET_SLOTS + i, ctrl, c, Fates::kind(score)))
@@ -326,6 +334,7 @@ mod tests {
                     None
                 };
                 assert_eq!(fates.of(bits).rank(age), want, "flags {bits:#x}, age {age}");
+                assert_eq!(i64::from(fates.timeout(bits)), timeout, "flags {bits:#x}");
             }
         }
     }

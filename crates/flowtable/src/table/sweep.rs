@@ -37,7 +37,7 @@ impl FlowTable {
                 let seen = lo32(s.words[W_SEEN].load(Ordering::Relaxed));
                 let flags = EntryFlags(flags_of(c));
                 let age = tick_age(now, seen);
-                if i64::from(age) >= i64::from(self.timeouts.for_flags(flags)) {
+                if i64::from(age) >= i64::from(self.fates.timeout(flags.bits())) {
                     let empty = pack(version(c).wrapping_add(1), 0, 0, EMPTY);
                     if ctrl
                         .compare_exchange(c, empty, Ordering::AcqRel, Ordering::Relaxed)
