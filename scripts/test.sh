@@ -11,7 +11,8 @@ start=$SECONDS
 scripts/setup.sh
 ensure_cargo
 
-say "commit subjects (scripts/check-commits.sh)"
+say "commits: subjects, scopes, bodies (scripts/check-commits.sh)"
+scripts/check-commits.sh --self-test
 scripts/check-commits.sh
 
 say "cargo fmt --check"

@@ -167,6 +167,13 @@ const DYNAMIC: &[Dynamic] = &[
         why: "the spillway binary this workspace builds",
     },
     Dynamic {
+        file: "scripts/check-commits.sh",
+        text: "\"$me\"",
+        runs: &[],
+        wraps: false,
+        why: "its self-test runs the script itself in a scratch repository",
+    },
+    Dynamic {
         file: "perf/bench.py",
         text: "args.plot_python",
         runs: &["python3"],
