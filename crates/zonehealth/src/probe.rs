@@ -66,22 +66,10 @@ fn echo_request(v6: bool, e: &Echo) -> Vec<u8> {
     m.extend(e.seq.to_be_bytes());
     m.extend(e.data());
     if !v6 {
-        let sum = checksum(&m);
+        let sum = wire::checksum::checksum(&m);
         m[2..4].copy_from_slice(&sum.to_be_bytes());
     }
     m
-}
-
-/// The Internet checksum (RFC 1071).
-fn checksum(b: &[u8]) -> u16 {
-    let mut sum: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !u16::try_from(sum).unwrap_or(u16::MAX)
 }
 
 /// Whether `packet` (what a raw socket received: IPv4 with its header,
@@ -229,7 +217,11 @@ mod tests {
     fn echo_requests_and_replies() {
         let e = Echo::random().unwrap();
         let r = echo_request(false, &e);
-        assert_eq!(checksum(&r), 0, "a checksummed message sums to zero");
+        assert_eq!(
+            wire::checksum::checksum(&r),
+            0,
+            "a checksummed message sums to zero"
+        );
         let mut icmp = r.clone();
         icmp[0] = ECHO_REPLY_V4;
         let reply = v4_packet(&icmp);
