@@ -101,16 +101,12 @@ impl Worker {
     #[inline(never)]
     pub(super) fn echo<B: PacketBuf>(&mut self, cx: Ctx<'_>, pkt: &mut B) -> Outcome {
         let Ctx { snap, now, .. } = cx;
-        if self.echo_tick != Some(now) {
-            self.echo_tick = Some(now);
-            self.echo_left = snap.echo_budget;
-        }
-        if self.echo_left == 0 {
+        if !self.echoes.available(now, snap.echo_budget) {
             return Outcome::Drop(DropReason::EchoRateLimited);
         }
         match reply::echo_reply(pkt, self.reply_mac(snap)) {
             Ok(()) => {
-                self.echo_left -= 1;
+                self.echoes.spend();
                 Outcome::EchoReply
             }
             Err(_) => Outcome::Drop(DropReason::EchoUnanswerable),
@@ -144,17 +140,13 @@ impl Worker {
             }
         }
         self.child_drop(p.child, DropReason::TooBig);
-        if self.too_big_tick != Some(now) {
-            self.too_big_tick = Some(now);
-            self.too_big_left = snap.too_big_budget;
-        }
-        if self.too_big_left == 0 {
+        if !self.too_big.available(now, snap.too_big_budget) {
             return Outcome::Drop(DropReason::TooBigRateLimited);
         }
         let mtu = u16::try_from(max).unwrap_or(u16::MAX);
         match reply::too_big(pkt, self.reply_mac(snap), mtu) {
             Ok(()) => {
-                self.too_big_left -= 1;
+                self.too_big.spend();
                 Outcome::TooBig
             }
             Err(ReplyError::Parse(_)) => Outcome::Drop(DropReason::Malformed),

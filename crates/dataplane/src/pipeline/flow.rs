@@ -305,12 +305,8 @@ impl Worker {
         // deny entries to real connections of the other. Beyond it, a new
         // flow is forwarded by Maglev alone.
         let syn = p.class == ProtoClass::Tcp && bare_syn(p.tcp_flags);
-        if self.budget_tick != Some(now) {
-            self.budget_tick = Some(now);
-            self.budget_left = [snap.new_flow_budget; 2];
-        }
-        let budget = &mut self.budget_left[usize::from(syn)];
-        if *budget == 0 {
+        let budget = &mut self.new_flows[usize::from(syn)];
+        if !budget.available(now, snap.new_flow_budget) {
             self.counters.over_budget += 1;
             return Some((slot, stateless(snap, plan, fkey, p)));
         }
@@ -349,8 +345,7 @@ impl Worker {
                     };
                     q.push(flow, &mut self.counters);
                 }
-                let left = &mut self.budget_left[usize::from(syn)];
-                *left = left.saturating_sub(1);
+                self.new_flows[usize::from(syn)].spend();
                 self.counters.new_flows += 1;
                 if let Some(c) = self.counters.children.get_mut(p.child) {
                     c.new_flows += 1;

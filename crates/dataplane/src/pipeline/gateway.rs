@@ -338,21 +338,16 @@ impl Worker {
             .ok_or(DropReason::GatewayUnknownSource)?;
         return_source(snap, be, self.rx_port, pkt.data())?;
         let budget = snap.gateway_mismatch_budget;
-        let spent = self.return_budget.get_mut(slot as usize);
-        if let Some((tick, n)) = spent {
-            if *tick != cx.now {
-                *tick = cx.now;
-                *n = 0;
-            }
-            if *n >= budget {
-                return Err(DropReason::GatewayMismatchBudget);
-            }
+        if let Some(b) = self.return_budget.get_mut(slot as usize)
+            && !b.available(cx.now, budget)
+        {
+            return Err(DropReason::GatewayMismatchBudget);
         }
         let r = self.return_checked(cx, pkt, (slot, be), udp_port);
         if r.is_err()
-            && let Some((_, n)) = self.return_budget.get_mut(slot as usize)
+            && let Some(b) = self.return_budget.get_mut(slot as usize)
         {
-            *n = n.saturating_add(1);
+            b.spend();
         }
         r
     }

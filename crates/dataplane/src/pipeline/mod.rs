@@ -62,6 +62,7 @@ use crate::snapshot::Snapshot;
 use crate::sync::SyncQueue;
 
 mod answer;
+mod budget;
 mod classify;
 mod count;
 pub mod explain;
@@ -274,28 +275,23 @@ pub struct Worker {
     /// The rule of the group's last fast-path packet. Cleared (and its
     /// counts added to its child rule's) at the end of every group.
     last_rule: Option<RuleRun>,
-    /// The tick `budget_left` belongs to.
-    budget_tick: Option<Tick>,
-    /// New flow entries this worker may still create in `budget_tick`
-    /// (M15): for flows opened by a SYN, and for all others.
-    budget_left: [u32; 2],
-    /// The tick `too_big_left` belongs to, and the ICMP too-big errors this
-    /// worker may still send in it (M48).
-    too_big_tick: Option<Tick>,
-    too_big_left: u32,
-    /// Likewise for ICMP echo replies.
-    echo_tick: Option<Tick>,
-    echo_left: u32,
+    /// New flow entries this worker may still create in a tick (M15): for
+    /// flows opened by a SYN (`[1]`), and for all others (`[0]`).
+    new_flows: [budget::TickBudget; 2],
+    /// ICMP too-big errors it may still send in a tick (M48).
+    too_big: budget::TickBudget,
+    /// ICMP echo replies it may still send in a tick.
+    echoes: budget::TickBudget,
     /// Where ARP/NDP sightings go (M47); none in replays and tests that
     /// do not resolve.
     neighbours: Option<Arc<NeighbourQueues>>,
     /// Where new flow entries go for flow-state sync (M36); none without
     /// `[flow_sync]`.
     sync: Option<Arc<SyncQueue>>,
-    /// Per backend slot (appliances): the tick and the returns refused in
-    /// it, against [`Snapshot::gateway_mismatch_budget`] (M53). Grown with
-    /// the snapshot, between bursts.
-    return_budget: Vec<(Tick, u32)>,
+    /// Per backend slot (appliances): the returns it may still refuse in a
+    /// tick, against [`Snapshot::gateway_mismatch_budget`] (M53). Grown
+    /// with the snapshot, between bursts.
+    return_budget: Vec<budget::TickBudget>,
     /// Packets of the current burst to fragment (M48), by
     /// [`Verdict::Fragment`] index: capacity reserved once, never grown.
     frag_jobs: Vec<fragment::FragJob>,
@@ -361,12 +357,9 @@ impl Worker {
             checksum_test: wire::ipv4::ChecksumTest::NEW,
             scratch: Some(Scratch::new()),
             last_rule: None,
-            budget_tick: None,
-            budget_left: [0; 2],
-            too_big_tick: None,
-            too_big_left: 0,
-            echo_tick: None,
-            echo_left: 0,
+            new_flows: Default::default(),
+            too_big: budget::TickBudget::default(),
+            echoes: budget::TickBudget::default(),
             neighbours: None,
             sync: None,
             return_budget: Vec::new(),
@@ -379,7 +372,8 @@ impl Worker {
     #[inline]
     fn fit(&mut self, snap: &Snapshot) {
         if self.return_budget.len() < snap.backends.len() {
-            self.return_budget.resize(snap.backends.len(), (0, 0));
+            self.return_budget
+                .resize(snap.backends.len(), budget::TickBudget::default());
         }
     }
 
