@@ -31,7 +31,7 @@ PACKAGES=(
     python3               # scripts/pcap.py, the lab's HTTP and echo servers, perf/bench.py and its checks
     knot                  # knotd: the authoritative DNS server of crates/zonehealth/tests/knot.rs and the zones lab
     bind9-dnsutils        # dig: tests/lab_zones.rs and scripts/lab-bgp.sh zones resolve the published name
-    python3-scapy         # ICMP too-big bytes compared with scapy's (dataplane/tests/too_big_scapy.rs), tests/lab_mtu.rs
+    python3-scapy         # ICMP too-big bytes compared with scapy's (crates/dataplane/tests/mtu.rs), tests/lab_mtu.rs
     python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)

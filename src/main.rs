@@ -1,7 +1,8 @@
 //! `spillway`: the L4 passthrough / GENEVE gateway load balancer.
 //!
-//! This binary is thin: it parses the command line and wires the crates
-//! together.
+//! It parses the command line and wires the crates together; two commands
+//! keep logic of their own here: `forward`'s port-to-port loop and
+//! `replay`, which drives the management core's tick on a capture's clock.
 
 mod bird_config;
 mod check_config;
