@@ -339,13 +339,11 @@ fn watch_links(ports: &[(PortRole, Port)], names: &[String], stop: &AtomicBool) 
     }
 }
 
-/// Eight bytes from the OS's random source.
+/// Eight bytes from the OS's random source (the one every random value of
+/// the project comes from: `getrandom`).
 fn os_random() -> Option<u64> {
-    use std::io::Read;
     let mut b = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .ok()?;
+    getrandom::fill(&mut b).ok()?;
     Some(u64::from_ne_bytes(b))
 }
 

@@ -2,7 +2,6 @@
 //! an ICMP echo (the balancer answers for its VIPs) and a TCP connection or
 //! HTTP GET through its port (a backend behind it answers).
 
-use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -35,12 +34,11 @@ struct Echo {
 }
 
 impl Echo {
-    /// A fresh one, from the OS's random source (`/dev/urandom`).
+    /// A fresh one, from the OS's random source (`getrandom`, as every
+    /// random value of the project).
     fn random() -> Result<Echo, String> {
         let mut b = [0u8; 20];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut b))
-            .map_err(|e| format!("the OS's random source: {e}"))?;
+        getrandom::fill(&mut b).map_err(|e| format!("the OS's random source: {e}"))?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&b[4..]);
         Ok(Echo {
