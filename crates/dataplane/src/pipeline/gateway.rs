@@ -28,7 +28,7 @@
 use std::net::IpAddr;
 
 use config::compiled::Delivery;
-use flowtable::{EntryFlags, Hit, ProtoClass};
+use flowtable::Hit;
 use wire::buf::PacketBuf;
 use wire::encap::{DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer};
 use wire::ethernet::MacAddr;
@@ -42,10 +42,10 @@ use wire::packet::{
 use wire::tcp::Flags;
 
 use super::classify::{class_of, store_key};
-use super::flow::{bare_syn, closed, tcp_flag_bits};
+use super::flow::admits;
 use super::{Ctx, Inner, Outcome, Pending, Stage, Worker};
 use crate::counters::DropReason;
-use crate::snapshot::{BackendState, GatewayHop, ServicePlan, Snapshot};
+use crate::snapshot::{GatewayHop, ServicePlan, Snapshot};
 
 /// An untagged Ethernet header's length.
 const ETH_HEADER: usize = wire::ethernet::HEADER_LEN;
@@ -195,30 +195,13 @@ impl Worker {
         let slot = hit.entry.backend as usize;
         let be = snap.backends.get(slot)?;
         let t = be.gateway_encap.as_ref()?;
-        // The checks of `finish_established`, written out again: shared
-        // through one inlined helper they cost the passthrough path 11
-        // instructions a packet (perf/RESULTS.md, second round).
-        if !matches!(be.state, BackendState::Active)
-            || be.service as usize != p.svc
-            || p.svc >= snap.services.len()
-            // Unconfirmed or learned from a peer: the long way updates it.
-            || hit.entry.flags.bits() & (EntryFlags::UNCONFIRMED | crate::sync::LEARNED) != 0
-            || !be.holds_entry_of(hit.entry.generation)
-            // Too big once encapsulated (M48): answered on the long way.
-            || p.inner.ip_len > be.max_ip_len
-            // The first packet this way (the long way marks the entry, M53),
-            // or an ICMP error (its cookie is its own).
-            || hit.entry.marks & sent_mark(p.reversed) == 0
+        // The first packet this way (the long way marks the entry, M53), or
+        // an ICMP error (its cookie is its own): the long way.
+        if hit.entry.marks & sent_mark(p.reversed) == 0
             || p.is_icmp_error
+            || !admits(snap, be, p, hit, be.max_ip_len)
         {
             return None;
-        }
-        if p.class == ProtoClass::Tcp {
-            let set = tcp_flag_bits(p.tcp_flags);
-            let (syn_only, was_closed) = (bare_syn(p.tcp_flags), closed(hit.entry.flags));
-            if set & !hit.entry.flags.bits() != 0 || syn_only && was_closed {
-                return None;
-            }
         }
         self.counters.flow_hits += 1;
         if hit.entry.last_seen != now {
