@@ -23,7 +23,7 @@ pub mod memory;
 pub mod outline;
 pub mod schema;
 pub mod validate;
-pub mod values;
+pub use values;
 
 use std::path::Path;
 

@@ -1056,7 +1056,7 @@ pub struct Metrics {
 }
 
 /// `[metrics] max_connections_per_client` when absent.
-pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: u32 = 8;
+pub use values::listener::DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
 
 impl Metrics {
     /// The per-client cap in effect: as set, else the default, never more

@@ -27,7 +27,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 use std::str::FromStr;
 
-pub use config::values::Prefix;
+pub use values::Prefix;
 use wire::ethernet::ethertype;
 use wire::geneve::{self, OptionIds};
 use wire::gre::{self, GreRepr};

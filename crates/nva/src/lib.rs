@@ -30,7 +30,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
-pub use config::values::Prefix;
+pub use values::Prefix;
 use wire::ethernet::ethertype;
 use wire::geneve::{self, OptionIds};
 use wire::packet::{IpVersion, parse_ip};

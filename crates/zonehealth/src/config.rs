@@ -7,9 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use config::values::{Duration as Span, Prefix};
 use dnsupdate::{Key, Name};
 use serde::Deserialize;
+use values::{Duration as Span, Prefix};
 
 /// The file, as written.
 #[derive(Debug, Deserialize)]
@@ -557,7 +557,9 @@ impl Settings {
 /// `[metrics]` checked as the daemon's is (allow-list, limits, timeout);
 /// the endpoint's settings, if it listens.
 fn check_metrics(m: &Metrics, err: &mut impl FnMut(&str, String)) -> Option<Http> {
-    use config::validate::{MAX_LISTENER_CONNECTIONS, MAX_LISTENER_TIMEOUT};
+    use values::listener::{
+        MAX_CONNECTIONS as MAX_LISTENER_CONNECTIONS, MAX_TIMEOUT as MAX_LISTENER_TIMEOUT,
+    };
     if let Some(l) = m.listen
         && l.port() == 0
     {
@@ -598,7 +600,7 @@ fn check_metrics(m: &Metrics, err: &mut impl FnMut(&str, String)) -> Option<Http
     }
     let per_client = m
         .max_connections_per_client
-        .unwrap_or(config::schema::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)
+        .unwrap_or(values::listener::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)
         .min(m.max_connections);
     if let Some(n) = m.max_connections_per_client
         && (n == 0 || n > m.max_connections)

@@ -47,10 +47,9 @@ pub const MAX_TABLE_SIZE: u32 = 16_777_216;
 /// every second (M29).
 pub const MAX_REBUILD_TIME: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most connections a management listener serves at once (M50).
-pub const MAX_LISTENER_CONNECTIONS: u32 = 4096;
-/// Longest a management listener waits for a request (M50): longer only
-/// lets slow clients hold connection slots longer.
-pub const MAX_LISTENER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub use values::listener::MAX_CONNECTIONS as MAX_LISTENER_CONNECTIONS;
+/// Longest a management listener waits for a request (M50).
+pub use values::listener::MAX_TIMEOUT as MAX_LISTENER_TIMEOUT;
 
 /// Whether an endpoint of family `endpoint` can carry traffic to a VIP of
 /// family `vip` with `delivery` (M4, M8).

@@ -1,6 +1,10 @@
-//! Small value types of the schema that TOML has no native form for:
-//! durations (`"30s"`), port sets (`"80,443"`, `"8000-8100"`, `"all"`),
-//! prefixes (`"10.0.0.0/24"`) and MAC addresses.
+//! Spillway's vocabulary, the floor every configuration file stands on: the
+//! small value types TOML has no native form for — durations (`"30s"`), port
+//! sets (`"80,443"`, `"8000-8100"`, `"all"`), prefixes (`"10.0.0.0/24"`) and
+//! MAC addresses — and the limits of a management listener ([`listener`]).
+//! The daemon's `config` re-exports them as `config::values`; the
+//! backend-side decapsulator, the reference appliance and the zone health
+//! service use them without the daemon's schema.
 //!
 //! Each parses in its `Deserialize` impl, so a malformed value is reported by
 //! the TOML deserializer with the value's span (file:line:col) and never
@@ -490,6 +494,20 @@ impl<T: FromStr<Err = String>> Visitor<'_> for FromStrVisitor<T> {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
         v.parse().map_err(E::custom)
     }
+}
+
+/// The limits of a management listener (M50), the same for every listener
+/// of the project (the daemon's control socket and `/metrics`, the zone
+/// health service's): what validation accepts.
+pub mod listener {
+    /// Most connections a management listener serves at once.
+    pub const MAX_CONNECTIONS: u32 = 4096;
+    /// Longest a management listener waits for a request: longer only lets
+    /// slow clients hold connection slots longer.
+    pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Connections one client may hold at once when the file does not say
+    /// (`max_connections_per_client`).
+    pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: u32 = 8;
 }
 
 #[cfg(test)]
