@@ -4,32 +4,16 @@
 //! counters in Prometheus text format (M42). One request per connection
 //! (HTTP/1.0, `Connection: close`).
 //!
-//! This module is the protocol: when a request head is whole, what it asks, and the bytes of each answer. The connections
+//! This module is what a request asks for; how a head is read and an
+//! answer framed is the admin floor's ([`admin::http`]). The connections
 //! themselves are served by [`crate::listen`], never on the management
 //! loop (M50).
 
+pub use admin::http::{
+    BUSY, MAX_HEAD, TIMED_OUT, TOO_LARGE, UNAVAILABLE, head_complete, metrics_response, response,
+};
+
 use crate::listen::{Job, Parsed};
-use std::fmt::Write as _;
-
-/// Largest request head (request line and headers) read; a longer one is
-/// answered 431. `/status` and `/metrics` requests are a few hundred bytes.
-pub const MAX_HEAD: usize = 8192;
-
-/// Over `max_connections`.
-pub(crate) const BUSY: &[u8] =
-    b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-/// The management loop did not take the request or answer it in time.
-pub(crate) const UNAVAILABLE: &[u8] = BUSY;
-/// The head did not arrive within `timeout`.
-pub(crate) const TIMED_OUT: &[u8] =
-    b"HTTP/1.0 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-/// The head is longer than [`MAX_HEAD`].
-pub(crate) const TOO_LARGE: &[u8] = b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-
-/// Whether `buf` holds a whole request head (ends with an empty line).
-pub(crate) fn head_complete(buf: &[u8]) -> bool {
-    buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n")
-}
 
 /// What a request head asks for.
 pub(crate) fn parse(head: &[u8]) -> Parsed {
@@ -50,31 +34,6 @@ pub(crate) fn parse(head: &[u8]) -> Parsed {
         (Some(_), Some(_)) => Parsed::Answer(response("405 Method Not Allowed", "")),
         _ => Parsed::Bad(response("400 Bad Request", "")),
     }
-}
-
-/// A whole response.
-pub(crate) fn response(code: &str, body: &str) -> Vec<u8> {
-    with_type(code, "text/plain; version=0.0.4", body)
-}
-
-/// The answer to `GET /metrics`: OpenMetrics text (M42), which Prometheus
-/// asks for and parses by this content type.
-pub(crate) fn metrics_response(body: &str) -> Vec<u8> {
-    with_type(
-        "200 OK",
-        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        body,
-    )
-}
-
-fn with_type(code: &str, content_type: &str, body: &str) -> Vec<u8> {
-    let mut out = String::with_capacity(body.len() + 128);
-    let _ = write!(
-        out,
-        "HTTP/1.0 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    out.into_bytes()
 }
 
 #[cfg(test)]
@@ -115,13 +74,5 @@ mod tests {
             crate::remote::parse_status(&text, "web"),
             Some(health::State::Healthy)
         );
-    }
-
-    #[test]
-    fn heads_end_with_an_empty_line() {
-        assert!(!head_complete(b"GET /status HTTP/1.0\r\n"));
-        assert!(!head_complete(b"GET /status HTTP/1.0\r\nHost: a\r\n"));
-        assert!(head_complete(b"GET /status HTTP/1.0\r\nHost: a\r\n\r\n"));
-        assert!(head_complete(b"GET /status HTTP/1.0\n\n"));
     }
 }

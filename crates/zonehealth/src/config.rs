@@ -26,7 +26,7 @@ struct File {
 }
 
 /// `[metrics]`: the HTTP endpoint, with the daemon's `[metrics]` limits
-/// and the same admission rules ([`control::admission`]).
+/// and the same admission rules ([`admin::admission`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Metrics {

@@ -29,7 +29,7 @@ pub enum StartError {
         /// its path
         path: String,
         /// why
-        source: control::socket::BindError,
+        source: admin::unix::BindError,
     },
     /// the runtime or the prober
     #[error("{0}")]
@@ -570,18 +570,16 @@ pub fn run(settings: Settings) -> Result<(), StartError> {
 
 async fn serve(settings: Settings) -> Result<(), StartError> {
     let gid = match &settings.socket_group {
-        Some(g) => {
-            Some(
-                control::socket::resolve_group(g).map_err(|source| StartError::Socket {
-                    path: settings.socket.display().to_string(),
-                    source,
-                })?,
-            )
-        }
+        Some(g) => Some(
+            admin::unix::resolve_group(g).map_err(|source| StartError::Socket {
+                path: settings.socket.display().to_string(),
+                source,
+            })?,
+        ),
         None => None,
     };
     let (listener, file) =
-        control::socket::bind(&settings.socket, gid).map_err(|source| StartError::Socket {
+        admin::unix::bind(&settings.socket, gid).map_err(|source| StartError::Socket {
             path: settings.socket.display().to_string(),
             source,
         })?;
@@ -737,12 +735,9 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
     }
 }
 
-/// Longest HTTP request head read.
-const MAX_HEAD: usize = 8192;
-
 /// `GET /metrics` (OpenMetrics text) and `GET /status` (the JSON of
 /// `status --json`), one request per connection, for scrapers, admitted as
-/// the daemon's HTTP listener admits ([`control::admission`]: `allow`,
+/// the daemon's HTTP listener admits ([`admin::admission`]: `allow`,
 /// `max_connections`, `max_connections_per_client`; when every slot is
 /// taken, a client below its fair share takes one from a client holding
 /// two more); the whole request within `timeout`, the answer taken within
@@ -752,7 +747,7 @@ async fn serve_metrics(
     commands: mpsc::Sender<Command>,
     h: crate::config::Http,
 ) {
-    use control::admission::{Admission, Policy, Refused};
+    use admin::admission::{Admission, Policy, Refused};
     let slots = Admission::new(
         h.max_connections,
         h.per_client,
@@ -811,7 +806,7 @@ async fn http_exchange(
     let head = tokio::time::timeout(timeout, async {
         let mut buf = Vec::with_capacity(512);
         let mut chunk = [0u8; 512];
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() <= MAX_HEAD {
+        while !admin::http::head_complete(&buf) && buf.len() <= admin::http::MAX_HEAD {
             match stream.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),

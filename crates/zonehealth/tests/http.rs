@@ -1,5 +1,5 @@
 //! Issue 38 item 11: zone-health's HTTP endpoint (`[metrics]`) admits
-//! clients as the daemon's does ([`control::admission`]). Before, it served
+//! clients as the daemon's does ([`admin::admission`]). Before, it served
 //! 16 connections at once with no cap per client and no allow-list: one
 //! address holding 16 idle connections kept every scraper out. Now one
 //! client holds at most `max_connections_per_client` (default 8) and the

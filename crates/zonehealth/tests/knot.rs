@@ -309,7 +309,7 @@ fn start_service(config: &Path) -> PathBuf {
 }
 
 fn ask(sock: &Path, command: &str) -> (bool, String) {
-    control::socket::request(sock, command).unwrap()
+    admin::unix::request(sock, command, std::time::Duration::from_secs(35)).unwrap()
 }
 
 fn status(sock: &Path) -> serde_json::Value {
@@ -419,7 +419,9 @@ fn the_service_fails_over_fails_open_and_keeps_manual_removals() {
     }
     // An endless line is cut off (answered, or the connection reset while
     // the client still writes).
-    if let Ok((ok, text)) = control::socket::request(&sock, &"x".repeat(5000)) {
+    if let Ok((ok, text)) =
+        admin::unix::request(&sock, &"x".repeat(5000), std::time::Duration::from_secs(35))
+    {
         assert!(!ok && text.contains("too long"), "{text}");
     }
     assert_eq!(status(&sock)["removed"].as_array().map(Vec::len), Some(0));
