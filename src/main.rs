@@ -15,6 +15,7 @@ mod zone_health;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use control::socket::Request;
 use output::errln;
 
 #[derive(Parser, Debug)]
@@ -99,7 +100,7 @@ fn dispatch(command: Command) -> ExitCode {
         Command::CheckConfig(args) => return check_config::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Status(args) => {
-            return run::client_exit(args.json, run::client("status", &args));
+            return run::client_exit(args.json, run::client(&Request::Status, &args));
         }
         Command::Stats(args) => return run::client_exit(args.daemon.json, run::stats(&args)),
         Command::Flows(args) => return run::client_exit(args.daemon.json, run::flows(&args)),
@@ -107,12 +108,8 @@ fn dispatch(command: Command) -> ExitCode {
             return run::client_exit(args.daemon.json, run::simulate(&args));
         }
         Command::Reload(args) => {
-            let command = if args.force {
-                "reload --force"
-            } else {
-                "reload"
-            };
-            return run::client_exit(args.client.json, run::client(command, &args.client));
+            let request = Request::Reload { force: args.force };
+            return run::client_exit(args.client.json, run::client(&request, &args.client));
         }
         Command::Drain(args) => return run::client_exit(args.daemon.json, run::drain(true, &args)),
         Command::Undrain(args) => {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
+use control::socket::Request;
 use control::{Manager, Shared};
 use dataplane::{BURST, BusyPoll, Engine, Local, Routes, Worker, WorkerLoop};
 use dpdk::{DpdkIo, Eal, MbufBurst, Mempool, MempoolConfig, Port, PortConfig};
@@ -388,19 +389,18 @@ fn socket_of(args: &ClientArgs) -> Result<PathBuf> {
                 .control
                 .socket
         }
-        (None, None) => PathBuf::from("/run/spillway/control.sock"),
+        (None, None) => PathBuf::from(config::schema::DEFAULT_CONTROL_SOCKET),
     })
 }
 
-/// Sends `command` (with the word `json` after it under `--json`); whether
+/// Sends `request` (with the word `json` after it under `--json`); whether
 /// the daemon said ok, and its answer.
-fn ask(command: &str, args: &ClientArgs) -> Result<(bool, String)> {
+fn ask(request: &Request, args: &ClientArgs) -> Result<(bool, String)> {
     let socket = socket_of(args)?;
-    let command = if args.json {
-        format!("{command} json")
-    } else {
-        command.to_owned()
-    };
+    let mut command = request.to_line();
+    if args.json {
+        command += " json";
+    }
     control::socket::request(&socket, &command).with_context(|| {
         format!(
             "cannot reach spillway at {} (is it running?)",
@@ -412,8 +412,8 @@ fn ask(command: &str, args: &ClientArgs) -> Result<(bool, String)> {
 /// `spillway status|stats|reload|…`: asks the running daemon and prints its
 /// answer (an error on stderr, or under `--json` on stdout as the JSON
 /// object it is).
-pub fn client(command: &str, args: &ClientArgs) -> Result<std::process::ExitCode> {
-    let (ok, text) = ask(command, args)?;
+pub fn client(request: &Request, args: &ClientArgs) -> Result<std::process::ExitCode> {
+    let (ok, text) = ask(request, args)?;
     if ok {
         out!("{text}");
         Ok(std::process::ExitCode::SUCCESS)
@@ -474,14 +474,14 @@ pub struct StatsArgs {
 pub fn stats(args: &StatsArgs) -> Result<std::process::ExitCode> {
     use std::io::IsTerminal;
     let Some(every) = args.watch else {
-        return client("stats", &args.daemon);
+        return client(&Request::Stats, &args.daemon);
     };
     if !(0.1..=86400.0).contains(&every) {
         bail!("--watch {every}: between 0.1 and 86400 seconds");
     }
     let redraw = std::io::stdout().is_terminal() && !args.daemon.json;
     loop {
-        let (ok, text) = ask("stats", &args.daemon)?;
+        let (ok, text) = ask(&Request::Stats, &args.daemon)?;
         // Cursor home, clear the screen: the next answer replaces it.
         let clear = if redraw { "\x1b[H\x1b[2J" } else { "" };
         if !ok {
@@ -565,7 +565,7 @@ pub fn flows(args: &FlowsArgs) -> Result<std::process::ExitCode> {
             .and_then(|s| control::flows::STATES.into_iter().find(|x| *x == s)),
         limit: args.limit,
     };
-    client(&q.to_command(), &args.daemon)
+    client(&Request::Flows(q), &args.daemon)
 }
 
 /// `spillway simulate` arguments: where the daemon is, and the flow.
@@ -608,7 +608,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<std::process::ExitCode> {
     }
     // Checked here too, so that a mistake is told before the daemon is asked.
     let q = control::simulate::SimQuery::parse(&words).map_err(|e| anyhow::anyhow!(e))?;
-    client(&q.to_command(), &args.daemon)
+    client(&Request::Simulate(q), &args.daemon)
 }
 
 /// What `spillway drain` and `undrain` name.
@@ -648,8 +648,12 @@ pub fn drain(on: bool, args: &DrainArgs) -> Result<std::process::ExitCode> {
         DrainScope::Zone => control::drain::Scope::Zone,
         DrainScope::Region => control::drain::Scope::Region,
     };
-    let verb = if on { "drain" } else { "undrain" };
-    client(&format!("{verb} {scope} {}", args.name), &args.daemon)
+    let request = Request::Drain {
+        scope,
+        name: args.name.clone(),
+        on,
+    };
+    client(&request, &args.daemon)
 }
 
 #[cfg(test)]

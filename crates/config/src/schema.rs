@@ -1114,8 +1114,12 @@ pub struct Control {
     pub watch_config: bool,
 }
 
+/// `[control] socket` when absent: where `spillway status` and the other
+/// client commands look without `--socket` or `--config`.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/spillway/control.sock";
+
 fn d_socket() -> PathBuf {
-    PathBuf::from("/run/spillway/control.sock")
+    PathBuf::from(DEFAULT_CONTROL_SOCKET)
 }
 
 impl Default for Control {

@@ -109,6 +109,22 @@ fn drain(on: bool, args: &str) -> Result<Request, String> {
 }
 
 impl Request {
+    /// The command line [`Request::parse`] reads back as this request: what
+    /// the CLI sends (then the word `json` for a JSON answer).
+    pub fn to_line(&self) -> String {
+        match self {
+            Request::Status => "status".to_owned(),
+            Request::Stats => "stats".to_owned(),
+            Request::Reload { force: false } => "reload".to_owned(),
+            Request::Reload { force: true } => "reload --force".to_owned(),
+            Request::Flows(q) => q.to_command(),
+            Request::Simulate(q) => q.to_command(),
+            Request::Drain { scope, name, on } => {
+                format!("{} {scope} {name}", if *on { "drain" } else { "undrain" })
+            }
+        }
+    }
+
     /// Parses a command line (without its `json` word, see
     /// [`strip_json`]); `Err` is the error's text for people. Every
     /// command is one arm here.
@@ -270,6 +286,46 @@ pub(crate) mod tests {
                 Request::parse(bad).unwrap_err().starts_with("usage: "),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn every_request_reads_back_from_its_line() {
+        let flows = |q: &str| match Request::parse(q) {
+            Ok(r) => r,
+            Err(e) => panic!("{q}: {e}"),
+        };
+        let requests = [
+            Request::Status,
+            Request::Stats,
+            Request::Reload { force: false },
+            Request::Reload { force: true },
+            flows("flows"),
+            flows(
+                "flows vip=10.0.0.1 client=2001:db8::1 service=web proto=6 state=established limit=7",
+            ),
+            flows("simulate src=192.0.2.1 dst=10.0.0.10 proto=tcp sport=5 dport=53 established"),
+            flows("simulate src=192.0.2.1 dst=10.0.0.10 proto=udp dport=53"),
+            flows("simulate src=2001:db8::1 dst=2001:db8::10 proto=icmpv6 json"),
+            Request::Drain {
+                scope: crate::drain::Scope::Region,
+                name: "eu-west".into(),
+                on: true,
+            },
+            Request::Drain {
+                scope: crate::drain::Scope::Node,
+                name: "lb1".into(),
+                on: false,
+            },
+        ];
+        for r in requests {
+            let line = r.to_line();
+            assert_eq!(Request::parse(&line), Ok(r.clone()), "{line}");
+            // The CLI's `--json` word does not change what is asked.
+            let with_json = format!("{line} json");
+            let (bare, json) = strip_json(&with_json);
+            assert!(json, "{line}");
+            assert_eq!(Request::parse(bare), Ok(r), "{line} json");
         }
     }
 
