@@ -196,7 +196,7 @@ pub fn list(
             .and_then(|b| compiled.services.get(b.service as usize))
             .map_or("?", |s| s.name.as_str());
         let (client, vip) = (key.src_addr(), key.dst_addr());
-        let state = flag_names(e.flags);
+        let state = state_of(e.flags);
         let ok = q.vip.is_none_or(|a| a.to_canonical() == vip)
             && q.client.is_none_or(|a| a.to_canonical() == client)
             && q.backend.is_none_or(|a| backend.is_some_and(|b| b.addr.to_canonical() == a.to_canonical()))
@@ -297,7 +297,9 @@ fn proto_name(p: u8) -> &'static str {
     }
 }
 
-fn flag_names(f: EntryFlags) -> &'static str {
+/// The name of an entry's state (one of [`STATES`]): what `flows` lists
+/// and filters by, and what `simulate` reports of an entry it finds.
+pub(crate) fn state_of(f: EntryFlags) -> &'static str {
     if f.contains(EntryFlags::RST) {
         "rst"
     } else if f.contains(EntryFlags::FIN) {
@@ -314,6 +316,14 @@ fn flag_names(f: EntryFlags) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_entry_state_is_one_a_query_can_name() {
+        for bits in 0..=u8::MAX {
+            let state = state_of(EntryFlags::from_bits(bits));
+            assert!(STATES.contains(&state), "{bits:#04x}: {state}");
+        }
+    }
 
     #[test]
     fn queries_parse_and_round_trip() {

@@ -265,20 +265,6 @@ fn delivery_name(d: config::compiled::Delivery) -> String {
     }
 }
 
-fn entry_state(f: EntryFlags) -> &'static str {
-    if f.contains(EntryFlags::RST) {
-        "rst"
-    } else if f.contains(EntryFlags::FIN) {
-        "fin"
-    } else if f.is_half_open() {
-        "half-open"
-    } else if f.contains(EntryFlags::ESTABLISHED) {
-        "established"
-    } else {
-        "open"
-    }
-}
-
 fn state_name(s: dataplane::BackendState) -> &'static str {
     match s {
         dataplane::BackendState::Active => "active",
@@ -413,7 +399,7 @@ impl Report {
             EntryUse::Pinned { slot, flags } => {
                 r.flow_entry = "pinned";
                 r.entry_backend = entry_backend(slot);
-                r.entry_state = Some(entry_state(flags));
+                r.entry_state = Some(crate::flows::state_of(flags));
                 let st = r.backend.as_ref().map_or("?", |b| b.state);
                 let persist = match st {
                     "active" => String::new(),
@@ -426,7 +412,7 @@ impl Report {
                 };
                 why.push(format!(
                     "an existing flow-table entry ({}{}) pins the flow to backend {}{persist}",
-                    entry_state(flags),
+                    crate::flows::state_of(flags),
                     if flags.contains(EntryFlags::UNCONFIRMED) {
                         ", unconfirmed"
                     } else {
@@ -438,10 +424,10 @@ impl Report {
             EntryUse::Stale { slot, flags } => {
                 r.flow_entry = "replaced";
                 r.entry_backend = entry_backend(slot);
-                r.entry_state = Some(entry_state(flags));
+                r.entry_state = Some(crate::flows::state_of(flags));
                 why.push(format!(
                     "an entry ({}) names backend {} ({}), which no longer takes this {}: it is replaced by a new pick",
-                    entry_state(flags),
+                    crate::flows::state_of(flags),
                     r.entry_backend.map_or("?".into(), |a| a.to_string()),
                     snap.backends
                         .get(slot as usize)
