@@ -25,7 +25,6 @@ use wire::tcp::Flags;
 use super::answer::no_backend;
 use super::flow::answerable;
 use super::{Ctx, Pending, Stage, TCP, UDP, Verdict, Worker};
-use crate::delivery;
 use crate::snapshot::{Pick, Snapshot};
 
 /// The flow to explain: its first packet's addresses, protocol and ports.
@@ -184,26 +183,7 @@ impl Worker {
         out.backend = Some(slot);
         // `Worker::finish`'s delivery, on the synthetic packet (a new
         // flow's cookie would be random: 0 stands for it).
-        let endpoint_id = match p.gateway {
-            0 => None,
-            g => snap.gateways.get(usize::from(g) - 1).map(|h| h.id),
-        };
-        let sent = delivery::deliver(
-            snap,
-            plan,
-            p.svc,
-            (slot, cookie),
-            endpoint_id,
-            p.hash,
-            &p.inner.ip(),
-            &mut pkt,
-        );
-        let o = w.delivered(
-            sent,
-            slot as usize,
-            p.child,
-            wire::buf::PacketBuf::len(&pkt),
-        );
+        let o = w.deliver(snap, plan, &p, (slot, cookie), &mut pkt);
         out.verdict = w.count(o);
         out
     }

@@ -192,16 +192,31 @@ impl Worker {
         {
             return (self.too_big(cx, pkt, p, max_ip_len, (slot, cookie)), wrote);
         }
-        // A gateway rule's packet carries its endpoint's ID (M30); an ICMP
-        // error a cookie of its own, which binds its addresses and length to
-        // the flow it quotes (M53: what the appliance may hand back).
+        // A gateway rule's ICMP error carries a cookie of its own, which
+        // binds its addresses and length to the flow it quotes (M53: what
+        // the appliance may hand back).
+        if p.gateway != 0 && p.is_icmp_error {
+            cookie = icmp_error_cookie(snap, p, fkey, pkt.data());
+        }
+        (self.deliver(snap, plan, p, (slot, cookie), pkt), wrote)
+    }
+
+    /// Delivers packet `p` of service `plan` to backend `slot` with flow
+    /// cookie `cookie` (M8; a gateway rule's packet with its endpoint's
+    /// ID, M30) and counts it: the long way's delivery, [`Worker::finish`]'s
+    /// and the explanation's ([`super::explain`]).
+    pub(super) fn deliver<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        plan: &ServicePlan,
+        p: &Pending,
+        (slot, cookie): (u32, u32),
+        pkt: &mut B,
+    ) -> Outcome {
         let endpoint_id = match p.gateway {
             0 => None,
             g => snap.gateways.get(usize::from(g) - 1).map(|h| h.id),
         };
-        if p.gateway != 0 && p.is_icmp_error {
-            cookie = icmp_error_cookie(snap, p, fkey, pkt.data());
-        }
         let sent = delivery::deliver(
             snap,
             plan,
@@ -212,8 +227,7 @@ impl Worker {
             &p.inner.ip(),
             pkt,
         );
-        let outcome = self.delivered(sent, slot as usize, p.child, pkt.len());
-        (outcome, wrote)
+        self.delivered(sent, slot as usize, p.child, pkt.len())
     }
 
     /// Whether packet `p` follows its flow's entry `hit` (else the entry is
