@@ -11,10 +11,9 @@ use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId};
 use config::schema::SessionAffinity;
 use flowtable::Tick;
 use maglev::MaglevTable;
-use wire::encap::Template;
 use wire::flow::Affinity;
 
-use super::sizing::ticks;
+use super::sizing::{TickBudgets, max_ip_len, ticks};
 use super::tables::{Selection, TableKey, select, table_key};
 use super::{
     Backend, BackendState, EndpointHealth, GatewayHop, Local, Path, ProbeSteer, RegionTables,
@@ -207,6 +206,12 @@ impl SnapshotBuilder {
     /// service without one gets a single table over its eligible
     /// endpoints, fail-open per M23). Only tables whose endpoints or
     /// weights changed since the last build are built.
+    ///
+    /// In stages: the services' endpoints onto backend slots and their
+    /// plans (`place_services`), the plans of VIPs of their own
+    /// (`place_vip_plans`), the backends that left the configuration
+    /// (`drain_departed`), then each backend's outer headers
+    /// (`attach_templates`).
     pub fn build_with_plans(
         &mut self,
         compiled: Arc<Compiled>,
@@ -219,84 +224,122 @@ impl SnapshotBuilder {
         for rec in &mut self.slots {
             rec.seen = false;
         }
-        let generation = self.generation.wrapping_add(1);
+        let inputs = Inputs {
+            compiled: &compiled,
+            local: &local,
+            health: &health,
+            plans,
+            gateway_svc: (0..compiled.services.len())
+                .map(|i| compiled.gateways.iter().any(|g| g.service.index() == i))
+                .collect(),
+            generation: self.generation.wrapping_add(1),
+            now,
+            ticks_per_second,
+        };
         let mut used: HashMap<TableKey, Arc<MaglevTable>> = HashMap::new();
-        let mut services = Vec::with_capacity(compiled.services.len());
-        // Services of gateway rules (M31): their backends are appliances.
-        let gateway_svc: Vec<bool> = (0..compiled.services.len())
-            .map(|i| compiled.gateways.iter().any(|g| g.service.index() == i))
-            .collect();
-        let mut appliances: Vec<(IpAddr, u32)> = Vec::new();
-        let mut slots_of: Vec<Vec<u32>> = Vec::with_capacity(compiled.services.len());
-        // Backend slot of every endpoint, by its index in `compiled.endpoints`.
-        let mut endpoint_slot: Vec<u32> = vec![u32::MAX; compiled.endpoints.len()];
+        let Placed {
+            mut services,
+            slots_of,
+            endpoint_slot,
+            mut appliances,
+        } = self.place_services(&inputs, &mut used)?;
+        let child_plans = self.place_vip_plans(&inputs, &slots_of, &mut services, &mut used)?;
+        self.drain_departed(&inputs, &mut appliances);
+        // Keep the tables this snapshot uses, drop the rest.
+        self.tables = used;
+        self.generation = inputs.generation;
+        let mut backends: Vec<Backend> = self.slots.iter().map(|r| r.backend.clone()).collect();
+        for be in &mut backends {
+            let gateway = inputs.is_gateway_svc(be.service as usize);
+            attach_templates(be, &services, gateway, &local);
+        }
+        // An address listed twice (two gateway services) answers for its
+        // first slot.
+        appliances.sort_by_key(|&(a, _)| a);
+        appliances.dedup_by_key(|&mut (a, _)| a);
+        let probe_steering = probe_steering(&compiled, &endpoint_slot);
+        let budgets = TickBudgets::of(&compiled.settings.dataplane, ticks_per_second);
+        Ok(Snapshot {
+            generation: self.generation,
+            new_flow_budget: budgets.new_flow,
+            too_big_budget: budgets.too_big,
+            echo_budget: budgets.echo,
+            cookie_key: self.cookie_key,
+            appliance_port: config::schema::egress_port(&compiled.settings.ports).map(|(i, _)| i),
+            gateway_mismatch_budget: budgets.gateway_mismatch,
+            rules: Rules::from_config(&compiled),
+            tunnel_ingress: compiled.tunnel_ingress.clone(),
+            gateways: gateway_hops(&compiled, &local),
+            appliances,
+            probe_steering,
+            child_plans,
+            compiled,
+            services,
+            backends,
+            local,
+        })
+    }
+
+    /// Every service's endpoints onto backend slots (each keeps its slot,
+    /// or takes a removed backend's, or a new one), and the service's plan
+    /// over them.
+    fn place_services<H: Fn(ConfigEndpointId) -> EndpointHealth>(
+        &mut self,
+        inputs: &Inputs<'_, H>,
+        used: &mut HashMap<TableKey, Arc<MaglevTable>>,
+    ) -> Result<Placed, SnapshotError> {
+        let compiled = inputs.compiled;
+        let mut placed = Placed {
+            services: Vec::with_capacity(compiled.services.len()),
+            slots_of: Vec::with_capacity(compiled.services.len()),
+            endpoint_slot: vec![u32::MAX; compiled.endpoints.len()],
+            appliances: Vec::new(),
+        };
         for (svc_index, svc) in compiled.services.iter().enumerate() {
             let svc_id = u32::try_from(svc_index).unwrap_or(u32::MAX);
-            let drain_ticks = ticks(svc.connection_draining_timeout, ticks_per_second);
-            let sel = select(
-                &compiled,
-                svc,
-                &health,
-                plans.get(svc_index).and_then(Option::as_ref),
-                &local,
-            );
+            let drain_ticks = ticks(svc.connection_draining_timeout, inputs.ticks_per_second);
+            let plan = inputs.plans.get(svc_index).and_then(Option::as_ref);
+            let sel = select(compiled, svc, inputs.health, plan, inputs.local);
             // Backend slot of every endpoint, by its index within the service.
             let mut slot_of: Vec<u32> = Vec::new();
             for ep_id in svc.endpoint_ids() {
                 let Some(ep) = compiled.endpoints.get(ep_id.0 as usize) else {
                     continue;
                 };
-                let h = health(ep_id);
-                let backend = Backend {
-                    addr: ep.address,
-                    mac: local
-                        .mac_of(endpoint_hop(&compiled, ep))
-                        .unwrap_or_default(),
-                    service: svc_id,
-                    // Failing open, every endpoint serves as if healthy: its
-                    // flows stay on it instead of moving at every packet.
-                    state: if h.healthy || sel.fail_open {
-                        BackendState::Active
-                    } else {
-                        BackendState::Unhealthy {
-                            until: now.wrapping_add(drain_ticks),
-                        }
-                    },
-                    assigned: generation,
-                    encap: None,
-                    gateway_encap: None,
-                    l2dsr: false,
-                    max_ip_len: u32::MAX,
-                    remote: compiled
-                        .groups
-                        .get(ep.group.0 as usize)
-                        .is_some_and(|g| g.remote.is_some()),
-                    v6: ep.address6.map(|addr| {
-                        Box::new(Path {
-                            addr,
-                            mac: crate::nexthop::endpoint_hop6(&compiled, ep)
-                                .and_then(|h| local.mac_of(h))
-                                .unwrap_or_default(),
-                            encap: None,
-                            max_ip_len: u32::MAX,
-                        })
-                    }),
-                };
+                let h = (inputs.health)(ep_id);
+                // Failing open, every endpoint serves as if healthy: its
+                // flows stay on it instead of moving at every packet.
+                let backend =
+                    configured_backend(inputs, ep, svc_id, h.healthy || sel.fail_open, drain_ticks);
                 let slot = self.slot_for(&svc.name, &ep.identity, backend, drain_ticks);
-                if gateway_svc.get(svc_index).copied().unwrap_or(false) {
-                    appliances.push((ep.address, slot));
+                if inputs.is_gateway_svc(svc_index) {
+                    placed.appliances.push((ep.address, slot));
                 }
                 slot_of.push(slot);
-                if let Some(s) = endpoint_slot.get_mut(ep_id.0 as usize) {
+                if let Some(s) = placed.endpoint_slot.get_mut(ep_id.0 as usize) {
                     *s = slot;
                 }
             }
-            let plan = plans.get(svc_index).and_then(Option::as_ref);
-            services.push(self.service_plan(svc, sel, &slot_of, plan, &mut used)?);
-            slots_of.push(slot_of);
+            placed
+                .services
+                .push(self.service_plan(svc, sel, &slot_of, plan, used)?);
+            placed.slots_of.push(slot_of);
         }
-        // VIPs whose endpoints' verdicts differ from their service's (M52,
-        // M8): plans of their own, which their child rules take.
+        Ok(placed)
+    }
+
+    /// VIPs whose endpoints' verdicts differ from their service's (M52,
+    /// M8): plans of their own, appended to `services`, which their child
+    /// rules take. Returns the plan of each child rule (its index in
+    /// `services`).
+    fn place_vip_plans<H: Fn(ConfigEndpointId) -> EndpointHealth>(
+        &mut self,
+        inputs: &Inputs<'_, H>,
+        slots_of: &[Vec<u32>],
+        services: &mut Vec<ServicePlan>,
+        used: &mut HashMap<TableKey, Arc<MaglevTable>>,
+    ) -> Result<Vec<u32>, SnapshotError> {
+        let compiled = inputs.compiled;
         let mut child_plans: Vec<u32> = compiled
             .children
             .iter()
@@ -313,8 +356,8 @@ impl SnapshotBuilder {
             else {
                 continue;
             };
-            let sel = select(&compiled, svc, &health, Some(&plan), &local);
-            let sp = self.service_plan(svc, sel, slot_of, Some(&plan), &mut used)?;
+            let sel = select(compiled, svc, inputs.health, Some(&plan), inputs.local);
+            let sp = self.service_plan(svc, sel, slot_of, Some(&plan), used)?;
             let index = u32::try_from(services.len()).unwrap_or(u32::MAX);
             services.push(sp);
             for (c, child) in compiled.children.iter().enumerate() {
@@ -331,8 +374,14 @@ impl SnapshotBuilder {
             }
             self.vip_plans.push((svc_index, vip, plan));
         }
-        // Backends that left the configuration drain, then go; a removed
-        // backend's slot is free for a new endpoint.
+        Ok(child_plans)
+    }
+
+    /// Backends that left the configuration drain, then go; a removed
+    /// backend's slot is free for a new endpoint. A draining appliance
+    /// stays in `appliances`.
+    fn drain_departed<H>(&mut self, inputs: &Inputs<'_, H>, appliances: &mut Vec<(IpAddr, u32)>) {
+        let now = inputs.now;
         for (i, rec) in self.slots.iter_mut().enumerate().filter(|(_, r)| !r.seen) {
             rec.backend.state = match rec.backend.state {
                 BackendState::Active | BackendState::Unhealthy { .. } => BackendState::Draining {
@@ -349,8 +398,12 @@ impl SnapshotBuilder {
             // checked against the service it belongs to, which it is
             // pointed at again should the file have moved it.
             if let BackendState::Draining { .. } = rec.backend.state
-                && let Some(svc) = compiled.services.iter().position(|s| s.name == rec.key.0)
-                && gateway_svc.get(svc).copied().unwrap_or(false)
+                && let Some(svc) = inputs
+                    .compiled
+                    .services
+                    .iter()
+                    .position(|s| s.name == rec.key.0)
+                && inputs.is_gateway_svc(svc)
             {
                 rec.backend.service = u32::try_from(svc).unwrap_or(u32::MAX);
                 appliances.push((rec.backend.addr, u32::try_from(i).unwrap_or(u32::MAX)));
@@ -358,101 +411,6 @@ impl SnapshotBuilder {
         }
         self.free.sort_unstable_by(|a, b| b.cmp(a));
         self.free.dedup();
-        // Keep the tables this snapshot uses, drop the rest.
-        self.tables = used;
-        self.generation = generation;
-        let mut backends: Vec<Backend> = self.slots.iter().map(|r| r.backend.clone()).collect();
-        for be in &mut backends {
-            // No template while the next hop is unresolved: such packets
-            // leave the established fast path for `delivery::deliver`, which
-            // drops them (`no_neighbour`), so the fast path tests nothing.
-            let gateway = gateway_svc
-                .get(be.service as usize)
-                .copied()
-                .unwrap_or(false);
-            let template = services
-                .get(be.service as usize)
-                .filter(|_| be.mac != [0; 6])
-                .and_then(|p| crate::delivery::template(&local, be, p.delivery, gateway));
-            let overhead = template.as_ref().map_or(0, Template::overhead);
-            be.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
-                u32::from(m).saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX))
-            });
-            // A remote rule's packets take the long way, where a packet that
-            // arrived tunnelled is held back from it (M49): the fast path
-            // tests nothing for it.
-            let usable = template.filter(|_| !be.remote);
-            (be.encap, be.gateway_encap) = if gateway {
-                (None, usable)
-            } else {
-                (usable, None)
-            };
-            // A dual-stack backend's IPv6 path: the same, to its IPv6 address.
-            let delivery = services.get(be.service as usize).map(|p| p.delivery);
-            be.l2dsr = !gateway && !be.remote && delivery == Some(Delivery::L2dsr);
-            let remote = be.remote;
-            if let (Some(v6), Some(delivery)) = (be.v6.as_deref_mut(), delivery) {
-                v6.encap = (v6.mac != [0; 6] && !remote)
-                    .then(|| crate::delivery::template_to(&local, v6.addr, v6.mac, delivery))
-                    .flatten();
-                let overhead = v6.encap.as_ref().map_or(0, Template::overhead);
-                v6.max_ip_len = local.egress_mtu.map_or(u32::MAX, |m| {
-                    u32::from(m).saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX))
-                });
-            }
-        }
-        // An address listed twice (two gateway services) answers for its
-        // first slot.
-        appliances.sort_by_key(|&(a, _)| a);
-        appliances.dedup_by_key(|&mut (a, _)| a);
-        let per_second = compiled.settings.dataplane.new_flow_budget_per_worker();
-        let too_big = compiled.settings.dataplane.icmp_too_big_rate;
-        let echo = compiled.settings.dataplane.icmp_echo_rate;
-        let mut probe_steering: Vec<ProbeSteer> = compiled
-            .vip_probes
-            .iter()
-            .filter_map(|p| {
-                let slot = *endpoint_slot.get(p.endpoint.0 as usize)?;
-                let ep = compiled.endpoints.get(p.endpoint.0 as usize)?;
-                (slot != u32::MAX).then_some(ProbeSteer {
-                    source_port: p.source_port,
-                    vip: wire::ip::to_mapped(&p.vip),
-                    slot,
-                    svc: ep.service.0,
-                })
-            })
-            .collect();
-        probe_steering.sort_by_key(|p| p.source_port);
-        Ok(Snapshot {
-            generation: self.generation,
-            new_flow_budget: (per_second / ticks_per_second.max(1)).max(1),
-            // A rate below the tick rate still sends some: one a tick.
-            too_big_budget: if too_big == 0 {
-                0
-            } else {
-                (too_big / ticks_per_second.max(1)).max(1)
-            },
-            echo_budget: if echo == 0 {
-                0
-            } else {
-                (echo / ticks_per_second.max(1)).max(1)
-            },
-            cookie_key: self.cookie_key,
-            appliance_port: config::schema::egress_port(&compiled.settings.ports).map(|(i, _)| i),
-            gateway_mismatch_budget: (compiled.settings.dataplane.gateway_mismatch_rate
-                / ticks_per_second.max(1))
-            .max(1),
-            rules: Rules::from_config(&compiled),
-            tunnel_ingress: compiled.tunnel_ingress.clone(),
-            gateways: gateway_hops(&compiled, &local),
-            appliances,
-            probe_steering,
-            child_plans,
-            compiled,
-            services,
-            backends,
-            local,
-        })
     }
 
     /// Every endpoint with a backend slot: (service, identity, slot).
@@ -529,6 +487,141 @@ impl SnapshotBuilder {
         self.by_identity.insert(key, slot);
         slot
     }
+}
+
+/// What one build reads besides the builder's own state.
+struct Inputs<'a, H> {
+    compiled: &'a Compiled,
+    local: &'a Local,
+    health: &'a H,
+    /// Each service's locality plan, indexed like `compiled.services`.
+    plans: &'a [Option<locality::Plan>],
+    /// Services of gateway rules (M31): their backends are appliances.
+    gateway_svc: Vec<bool>,
+    /// The generation of the snapshot being built.
+    generation: u32,
+    now: Tick,
+    ticks_per_second: u32,
+}
+
+impl<H> Inputs<'_, H> {
+    /// Whether service `svc` is a gateway rule's (its backends appliances).
+    fn is_gateway_svc(&self, svc: usize) -> bool {
+        self.gateway_svc.get(svc).copied().unwrap_or(false)
+    }
+}
+
+/// The services' endpoints placed on backend slots
+/// ([`SnapshotBuilder::place_services`]).
+struct Placed {
+    /// The plan of each service, indexed like `compiled.services`.
+    services: Vec<ServicePlan>,
+    /// Backend slot of every endpoint, by service and index within it.
+    slots_of: Vec<Vec<u32>>,
+    /// Backend slot of every endpoint, by its index in `compiled.endpoints`.
+    endpoint_slot: Vec<u32>,
+    /// The appliances (backends of gateway services): (address, slot).
+    appliances: Vec<(IpAddr, u32)>,
+}
+
+/// Endpoint `ep` of service `svc_id` as this build configures it: its
+/// addresses and their next hops' MACs, and its state (`serving`: healthy,
+/// or its service failing open). Its templates come last
+/// ([`attach_templates`]).
+fn configured_backend<H>(
+    inputs: &Inputs<'_, H>,
+    ep: &config::compiled::Endpoint,
+    svc_id: u32,
+    serving: bool,
+    drain_ticks: Tick,
+) -> Backend {
+    let (compiled, local) = (inputs.compiled, inputs.local);
+    Backend {
+        addr: ep.address,
+        mac: local.mac_of(endpoint_hop(compiled, ep)).unwrap_or_default(),
+        service: svc_id,
+        state: if serving {
+            BackendState::Active
+        } else {
+            BackendState::Unhealthy {
+                until: inputs.now.wrapping_add(drain_ticks),
+            }
+        },
+        assigned: inputs.generation,
+        encap: None,
+        gateway_encap: None,
+        l2dsr: false,
+        max_ip_len: u32::MAX,
+        remote: compiled
+            .groups
+            .get(ep.group.0 as usize)
+            .is_some_and(|g| g.remote.is_some()),
+        v6: ep.address6.map(|addr| {
+            Box::new(Path {
+                addr,
+                mac: crate::nexthop::endpoint_hop6(compiled, ep)
+                    .and_then(|h| local.mac_of(h))
+                    .unwrap_or_default(),
+                encap: None,
+                max_ip_len: u32::MAX,
+            })
+        }),
+    }
+}
+
+/// `be`'s precomputed outer headers for its service's delivery mode
+/// (`gateway`: it is an appliance of a gateway rule) and the largest inner
+/// packet that fits with them; the same for a dual-stack backend's IPv6
+/// path.
+fn attach_templates(be: &mut Backend, services: &[ServicePlan], gateway: bool, local: &Local) {
+    // No template while the next hop is unresolved: such packets
+    // leave the established fast path for `delivery::deliver`, which
+    // drops them (`no_neighbour`), so the fast path tests nothing.
+    let template = services
+        .get(be.service as usize)
+        .filter(|_| be.mac != [0; 6])
+        .and_then(|p| crate::delivery::template(local, be, p.delivery, gateway));
+    be.max_ip_len = max_ip_len(local, template.as_ref());
+    // A remote rule's packets take the long way, where a packet that
+    // arrived tunnelled is held back from it (M49): the fast path
+    // tests nothing for it.
+    let usable = template.filter(|_| !be.remote);
+    (be.encap, be.gateway_encap) = if gateway {
+        (None, usable)
+    } else {
+        (usable, None)
+    };
+    // A dual-stack backend's IPv6 path: the same, to its IPv6 address.
+    let delivery = services.get(be.service as usize).map(|p| p.delivery);
+    be.l2dsr = !gateway && !be.remote && delivery == Some(Delivery::L2dsr);
+    let remote = be.remote;
+    if let (Some(v6), Some(delivery)) = (be.v6.as_deref_mut(), delivery) {
+        v6.encap = (v6.mac != [0; 6] && !remote)
+            .then(|| crate::delivery::template_to(local, v6.addr, v6.mac, delivery))
+            .flatten();
+        v6.max_ip_len = max_ip_len(local, v6.encap.as_ref());
+    }
+}
+
+/// The host's probes through VIPs (M52) whose endpoint has a backend slot,
+/// sorted by source port ([`Snapshot::probe_steer`]).
+fn probe_steering(compiled: &Compiled, endpoint_slot: &[u32]) -> Vec<ProbeSteer> {
+    let mut probe_steering: Vec<ProbeSteer> = compiled
+        .vip_probes
+        .iter()
+        .filter_map(|p| {
+            let slot = *endpoint_slot.get(p.endpoint.0 as usize)?;
+            let ep = compiled.endpoints.get(p.endpoint.0 as usize)?;
+            (slot != u32::MAX).then_some(ProbeSteer {
+                source_port: p.source_port,
+                vip: wire::ip::to_mapped(&p.vip),
+                slot,
+                svc: ep.service.0,
+            })
+        })
+        .collect();
+    probe_steering.sort_by_key(|p| p.source_port);
+    probe_steering
 }
 
 /// The gateway endpoints of `compiled` whose rule this node serves, with

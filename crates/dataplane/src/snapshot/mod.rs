@@ -6,8 +6,9 @@
 //! and their small lookups. The management core's side is beside it:
 //! `local.rs` the balancer's own addresses ([`Local`]) and its next hops'
 //! MACs, `build.rs` the [`SnapshotBuilder`], `tables.rs` what each Maglev
-//! table is built from ([`TableKey`]), `sizing.rs` configured durations as
-//! ticks and the flow table's settings ([`flow_table_config`]).
+//! table is built from ([`TableKey`]), `sizing.rs` configured durations and
+//! rates as ticks and per-tick budgets, and the flow table's settings
+//! ([`flow_table_config`]).
 //!
 //! Flow entries name backends by **slot**: an index into
 //! [`Snapshot::backends`] that the builder keeps stable for a (service name,
