@@ -1,94 +1,15 @@
-//! Delivery to a backend (M8): the tunnel and outer headers of each
-//! mode, precomputed per backend (`wire::encap::Template`) when the snapshot
-//! is built.
+//! Delivery to a backend (M8), per packet: with the outer headers
+//! precomputed for the backend when the snapshot was built
+//! ([`Backend::encap`](crate::snapshot::Backend::encap), made in
+//! `snapshot/templates.rs`), or, for a backend without them, built here from
+//! the same pieces. It reads the snapshot; the snapshot never calls it.
 
-use std::net::IpAddr;
-
-use config::compiled::Delivery;
 use wire::buf::PacketBuf;
-use wire::encap::{self, InnerIp, Outer, Template, Tunnel, UdpChecksum};
-use wire::ethernet::MacAddr;
-use wire::geneve::{GatewayOptions, OptionIds};
+use wire::encap::{self, InnerIp};
 
 use crate::counters::DropReason;
-use crate::snapshot::{Backend, Local, ServicePlan, Snapshot};
-
-/// The tunnel of a delivery mode (`None` for `l2dsr`), carrying `cookie`
-/// where the mode has one, and for gateway rules (M30) the gateway
-/// endpoint's ID.
-fn tunnel(delivery: Delivery, cookie: u32, endpoint_id: Option<u64>) -> Option<Tunnel> {
-    Some(match delivery {
-        Delivery::L2dsr => return None,
-        Delivery::Ipip => Tunnel::IpIp,
-        Delivery::Gre { key } => Tunnel::Gre { key },
-        Delivery::Gue { port } => Tunnel::Gue { port },
-        Delivery::Geneve {
-            port,
-            option_class,
-            endpoint_id_type,
-            flow_cookie_type,
-        } => Tunnel::Geneve {
-            port,
-            vni: 0,
-            ids: OptionIds {
-                class: option_class,
-                endpoint_type: endpoint_id_type,
-                cookie_type: flow_cookie_type,
-            },
-            options: GatewayOptions {
-                endpoint_id,
-                cookie: Some(cookie),
-            },
-        },
-    })
-}
-
-/// The outer headers towards `addr` (next hop `mac`), from this node's
-/// tunnel source of that family.
-fn outer(local: &Local, (addr, mac): (IpAddr, MacAddr), hash: u64) -> Result<Outer, DropReason> {
-    let src_ip = match addr {
-        IpAddr::V4(_) => local.tunnel_src_v4.map(IpAddr::V4),
-        IpAddr::V6(_) => local.tunnel_src_v6.map(IpAddr::V6),
-    }
-    .ok_or(DropReason::NoTunnelSource)?;
-    Ok(Outer {
-        src_mac: local.mac,
-        dst_mac: mac,
-        src_ip,
-        dst_ip: addr,
-        ttl: 64,
-        dont_fragment: true,
-        flow_hash: hash,
-        src_port_min: encap::DEFAULT_SRC_PORTS.0,
-        src_port_max: encap::DEFAULT_SRC_PORTS.1,
-        udp_checksum: UdpChecksum::Auto,
-    })
-}
-
-/// The precomputed outer headers for packets of `delivery` to `be` (`None`
-/// for `l2dsr`, or without a tunnel source of the backend's family); with
-/// room for the endpoint-ID option for an appliance of a gateway rule.
-pub(crate) fn template(
-    local: &Local,
-    be: &Backend,
-    delivery: Delivery,
-    gateway: bool,
-) -> Option<Template> {
-    let t = tunnel(delivery, 0, gateway.then_some(0))?;
-    Template::new(&outer(local, (be.addr, be.mac), 0).ok()?, &t).ok()
-}
-
-/// The precomputed outer headers for packets of `delivery` to `addr` by next
-/// hop `mac` (a dual-stack backend's IPv6 path).
-pub(crate) fn template_to(
-    local: &Local,
-    addr: IpAddr,
-    mac: MacAddr,
-    delivery: Delivery,
-) -> Option<Template> {
-    let t = tunnel(delivery, 0, None)?;
-    Template::new(&outer(local, (addr, mac), 0).ok()?, &t).ok()
-}
+use crate::snapshot::templates::{outer, tunnel};
+use crate::snapshot::{ServicePlan, Snapshot};
 
 /// Sends the packet on its way to backend `slot` per the delivery mode of
 /// service `svc` (`plan`), with the flow's `cookie` where the mode carries

@@ -15,6 +15,7 @@ use wire::flow::Affinity;
 
 use super::sizing::{TickBudgets, max_ip_len, ticks};
 use super::tables::{Selection, TableKey, select, table_key};
+use super::templates::{template, template_to};
 use super::{
     Backend, BackendState, EndpointHealth, GatewayHop, Local, Path, ProbeSteer, RegionTables,
     Rules, ServicePlan, SlotTable, Snapshot, tick_reached,
@@ -580,7 +581,7 @@ fn attach_templates(be: &mut Backend, services: &[ServicePlan], gateway: bool, l
     let template = services
         .get(be.service as usize)
         .filter(|_| be.mac != [0; 6])
-        .and_then(|p| crate::delivery::template(local, be, p.delivery, gateway));
+        .and_then(|p| template(local, be, p.delivery, gateway));
     be.max_ip_len = max_ip_len(local, template.as_ref());
     // A remote rule's packets take the long way, where a packet that
     // arrived tunnelled is held back from it (M49): the fast path
@@ -597,7 +598,7 @@ fn attach_templates(be: &mut Backend, services: &[ServicePlan], gateway: bool, l
     let remote = be.remote;
     if let (Some(v6), Some(delivery)) = (be.v6.as_deref_mut(), delivery) {
         v6.encap = (v6.mac != [0; 6] && !remote)
-            .then(|| crate::delivery::template_to(local, v6.addr, v6.mac, delivery))
+            .then(|| template_to(local, v6.addr, v6.mac, delivery))
             .flatten();
         v6.max_ip_len = max_ip_len(local, v6.encap.as_ref());
     }

@@ -6,9 +6,11 @@
 //! and their small lookups. The management core's side is beside it:
 //! `local.rs` the balancer's own addresses ([`Local`]) and its next hops'
 //! MACs, `build.rs` the [`SnapshotBuilder`], `tables.rs` what each Maglev
-//! table is built from ([`TableKey`]), `sizing.rs` configured durations and
-//! rates as ticks and per-tick budgets, and the flow table's settings
-//! ([`flow_table_config`]).
+//! table is built from ([`TableKey`]), `templates.rs` the outer headers of
+//! each delivery mode (the builder's per-backend templates, and the pieces
+//! `delivery::deliver` builds from without one), `sizing.rs` configured
+//! durations and rates as ticks and per-tick budgets, and the flow table's
+//! settings ([`flow_table_config`]).
 //!
 //! Flow entries name backends by **slot**: an index into
 //! [`Snapshot::backends`] that the builder keeps stable for a (service name,
@@ -43,6 +45,7 @@ mod build;
 mod local;
 mod sizing;
 mod tables;
+pub(crate) mod templates;
 
 pub use build::{SnapshotBuilder, SnapshotError, affinity};
 pub use local::{DEFAULT_MAC, Local};
