@@ -7,9 +7,11 @@
 //! counters, cookie generator and rule run are discarded): `classify` (rule
 //! selection, the flow key and hash, the client's zone), then the flow
 //! table's read-only `lookup`, then the `finish` pass's own decisions —
-//! whether the entry is followed ([`Worker::follows`]), the backend of a new
-//! flow ([`ServicePlan::pick_detail`], which [`ServicePlan::pick`] is), the
-//! no-backend answer (`no_backend`, on the synthetic packet). What is left
+//! whether the entry is followed (`Worker::follows`), the backend of a new
+//! flow ([`crate::snapshot::ServicePlan::pick_detail`], which
+//! [`crate::snapshot::ServicePlan::pick`] is), the delivery
+//! (`Worker::deliver`) and the no-backend answer (`no_backend`, on the
+//! synthetic packet). What is left
 //! out is what changes state: no entry is inserted, touched, flagged or
 //! removed, no shared counter moves, no real packet is touched.
 
