@@ -11,7 +11,9 @@ use super::{
     RegionId, Rule, RuleId, Service, ServiceId, Settings, VipProbe, ZoneId, dense, flow_tags,
 };
 use super::{IngressPolicy, url_host};
-use crate::schema::{Config, DeliveryMode, GeneveOptions, HealthCheckTarget, Protocol, RuleMode};
+use crate::schema::{
+    BackendService, Config, DeliveryMode, HealthCheckTarget, Protocol, RemoteRule, RuleMode,
+};
 use crate::values::Prefix;
 
 /// Names in order of first appearance, each with its index.
@@ -45,8 +47,53 @@ fn positions<'a, T>(items: &'a [T], name: impl Fn(&'a T) -> &'a str) -> HashMap<
 
 /// Compiles a config that passed `validate` (unresolvable names cannot
 /// occur; should one, it would resolve to index 0 rather than panic).
+///
+/// Read it as the list of stages, in order. Zones are interned as they are
+/// met (the node's, then the groups', then the client zones'), so that
+/// order is part of the output.
 pub(crate) fn compile(cfg: &Config) -> Compiled {
-    // Regions: the preference order, then the rest by name.
+    let regions = region_order(cfg);
+    let names = Names::new(cfg, &regions);
+    let mut zones = Interned::default();
+    let node_zone = ZoneId(zones.intern(&cfg.node.zone));
+    let Backends {
+        mut services,
+        groups,
+        endpoints,
+    } = backends(cfg, &names, &mut zones);
+    let (rules, children) = forwarding_rules(cfg, &names, &mut services);
+    let rule_index = build_index(&rules, &children);
+    let mut gateways = gateway_endpoints(&rules);
+    assign_flow_tags(&mut services, &mut gateways, &rules);
+    gateways.sort_by_key(|g| g.address);
+    let composites = composites(cfg, &names, &services);
+    let client_zones = client_zones(cfg, &mut zones);
+    let vip_probes = vip_probes(cfg, &services, &endpoints, &rules, &children);
+    let node = node_info(cfg, &names, node_zone);
+    Compiled {
+        node,
+        rules,
+        children,
+        rule_index,
+        services,
+        groups,
+        endpoints,
+        health_checks: cfg.health_checks.clone(),
+        composites,
+        regions,
+        zones: zones.list,
+        client_zones,
+        gateways,
+        settings: settings(cfg),
+        vip_probes,
+        tunnel_ingress: ingress_policy(cfg),
+    }
+}
+
+/// The regions in the order a [`RegionId`] numbers them: the node's
+/// preference (its own region when none is given), then every other
+/// region a group or the node names, by name.
+fn region_order(cfg: &Config) -> Vec<String> {
     let mut regions: Vec<String> = cfg.node.region_preference.clone();
     if regions.is_empty() {
         regions.push(cfg.node.region.clone());
@@ -63,16 +110,48 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
     others.sort_unstable();
     others.dedup();
     regions.extend(others.into_iter().map(str::to_owned));
-    let region_index = positions(&regions, String::as_str);
+    regions
+}
 
-    let mut zones = Interned::default();
-    let node_zone = ZoneId(zones.intern(&cfg.node.zone));
+/// Region and service names → their dense ids, for the stages that
+/// resolve references.
+struct Names<'a> {
+    regions: HashMap<&'a str, usize>,
+    services: HashMap<&'a str, usize>,
+}
 
+impl<'a> Names<'a> {
+    fn new(cfg: &'a Config, regions: &'a [String]) -> Self {
+        Names {
+            regions: positions(regions, String::as_str),
+            services: positions(&cfg.backend_services, |s| s.name.as_str()),
+        }
+    }
+
+    fn region(&self, name: &str) -> RegionId {
+        RegionId(self.regions.get(name).map_or(0, |&i| dense(i)))
+    }
+
+    fn service(&self, name: &str) -> ServiceId {
+        ServiceId(self.services.get(name).map_or(0, |&i| dense(i)))
+    }
+}
+
+/// Services, groups and endpoints, each dense and in file order: a
+/// service's groups and a group's endpoints are contiguous ranges.
+#[derive(Default)]
+struct Backends {
+    services: Vec<Service>,
+    groups: Vec<Group>,
+    endpoints: Vec<Endpoint>,
+}
+
+/// The backend services with their groups and endpoints. Services have
+/// no rules and no flow tag yet: [`forwarding_rules`] and
+/// [`assign_flow_tags`] fill those in.
+fn backends(cfg: &Config, names: &Names<'_>, zones: &mut Interned) -> Backends {
     let checks = positions(&cfg.health_checks, |h| h.name.as_str());
     let hc_id = |name: &str| checks.get(name).map(|&i| HealthCheckId(dense(i)));
-    let service_index = positions(&cfg.backend_services, |s| s.name.as_str());
-    let svc_id = |name: &str| ServiceId(service_index.get(name).map_or(0, |&i| dense(i)));
-    let region_id = |name: &str| RegionId(region_index.get(name).map_or(0, |&i| dense(i)));
     // Services an appliance (gateway) rule sends to: fail open by default.
     let gateway_services: HashSet<&str> = cfg
         .forwarding_rules
@@ -81,77 +160,38 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         .map(|r| r.backend_service.as_str())
         .collect();
 
-    let mut services = Vec::new();
-    let mut groups = Vec::new();
-    let mut endpoints = Vec::new();
+    let mut b = Backends::default();
     for (si, s) in cfg.backend_services.iter().enumerate() {
         let sid = ServiceId(dense(si));
         let check = s.health_check.as_deref().and_then(hc_id);
         let check_port = check.and_then(|c| cfg.health_checks[c.index()].port);
-        let g_start = dense(groups.len());
-        let e_start = dense(endpoints.len());
+        let g_start = dense(b.groups.len());
+        let e_start = dense(b.endpoints.len());
         for g in &s.groups {
-            let gid = GroupId(dense(groups.len()));
-            let ge_start = dense(endpoints.len());
-            for e in &g.endpoints {
-                let identity = match (e.address, e.port) {
-                    (a, None) => a.to_string(),
-                    (IpAddr::V4(a), Some(p)) => format!("{a}:{p}"),
-                    (IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-                };
-                endpoints.push(Endpoint {
-                    address: e.address,
-                    address6: e.address6,
-                    port: e.port,
-                    health_port: check_port.or(e.port),
-                    weight: e.weight,
-                    mac: e.mac,
-                    identity,
-                    group: gid,
-                    service: sid,
-                });
-            }
+            let gid = GroupId(dense(b.groups.len()));
+            let ge_start = dense(b.endpoints.len());
+            b.endpoints.extend(
+                g.endpoints
+                    .iter()
+                    .map(|e| endpoint(e, check_port, gid, sid)),
+            );
             if let Some(r) = &g.remote {
-                endpoints.push(Endpoint {
-                    address: r.vip,
-                    address6: None,
-                    port: None,
-                    health_port: None,
-                    weight: 100,
-                    mac: None,
-                    identity: format!("remote:{}", r.rule),
-                    group: gid,
-                    service: sid,
-                });
+                b.endpoints.push(remote_endpoint(r, gid, sid));
             }
-            groups.push(Group {
+            b.groups.push(Group {
                 name: g.name.clone(),
                 service: sid,
-                region: region_id(&g.region),
+                region: names.region(&g.region),
                 zone: ZoneId(zones.intern(&g.zone)),
                 capacity_scaler: g.capacity_scaler,
                 max_rate: g.max_rate,
-                endpoints: ge_start..dense(endpoints.len()),
+                endpoints: ge_start..dense(b.endpoints.len()),
                 remote: g.remote.clone(),
             });
         }
-        let geneve = s.geneve.unwrap_or_else(GeneveOptions::default);
-        services.push(Service {
+        b.services.push(Service {
             name: s.name.clone(),
-            delivery: match s.delivery {
-                DeliveryMode::L2dsr => Delivery::L2dsr,
-                DeliveryMode::Ipip => Delivery::Ipip,
-                DeliveryMode::Gre => Delivery::Gre { key: s.gre_key },
-                DeliveryMode::Gue => Delivery::Gue {
-                    port: s.gue_port.unwrap_or(GUE_PORT),
-                },
-                DeliveryMode::Geneve => Delivery::Geneve {
-                    port: geneve.port,
-                    option_class: geneve.option_class,
-                    endpoint_id_type: geneve.endpoint_id_type,
-                    flow_cookie_type: geneve.flow_cookie_type,
-                },
-            },
+            delivery: delivery(s),
             session_affinity: s.session_affinity,
             connection_persistence: s.connection_persistence,
             connection_draining_timeout: s.connection_draining_timeout.get(),
@@ -171,21 +211,90 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
             },
             locality: s.locality,
             kind: s.groups.first().map(|g| g.kind).unwrap_or_default(),
-            groups: g_start..dense(groups.len()),
-            endpoints: e_start..dense(endpoints.len()),
+            groups: g_start..dense(b.groups.len()),
+            endpoints: e_start..dense(b.endpoints.len()),
             rules: Vec::new(),
             flow_tag: 0,
         });
     }
+    b
+}
 
+/// A configured endpoint; probed on the service's check port if it has
+/// one, else on its own port.
+fn endpoint(
+    e: &crate::schema::Endpoint,
+    check_port: Option<u16>,
+    group: GroupId,
+    service: ServiceId,
+) -> Endpoint {
+    let identity = match (e.address, e.port) {
+        (a, None) => a.to_string(),
+        (IpAddr::V4(a), Some(p)) => format!("{a}:{p}"),
+        (IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+    };
+    Endpoint {
+        address: e.address,
+        address6: e.address6,
+        port: e.port,
+        health_port: check_port.or(e.port),
+        weight: e.weight,
+        mac: e.mac,
+        identity,
+        group,
+        service,
+    }
+}
+
+/// The endpoint standing for a `remote_rule` group: the peer's VIP, last
+/// in its group, never probed here.
+fn remote_endpoint(r: &RemoteRule, group: GroupId, service: ServiceId) -> Endpoint {
+    Endpoint {
+        address: r.vip,
+        address6: None,
+        port: None,
+        health_port: None,
+        weight: 100,
+        mac: None,
+        identity: format!("remote:{}", r.rule),
+        group,
+        service,
+    }
+}
+
+/// A service's delivery mode with its defaults resolved.
+fn delivery(s: &BackendService) -> Delivery {
+    let geneve = s.geneve.unwrap_or_default();
+    match s.delivery {
+        DeliveryMode::L2dsr => Delivery::L2dsr,
+        DeliveryMode::Ipip => Delivery::Ipip,
+        DeliveryMode::Gre => Delivery::Gre { key: s.gre_key },
+        DeliveryMode::Gue => Delivery::Gue {
+            port: s.gue_port.unwrap_or(GUE_PORT),
+        },
+        DeliveryMode::Geneve => Delivery::Geneve {
+            port: geneve.port,
+            option_class: geneve.option_class,
+            endpoint_id_type: geneve.endpoint_id_type,
+            flow_cookie_type: geneve.flow_cookie_type,
+        },
+    }
+}
+
+/// The forwarding rules and their child rules (one per VIP, M5), in file
+/// order; each rule is recorded in its service's `rules`.
+fn forwarding_rules(
+    cfg: &Config,
+    names: &Names<'_>,
+    services: &mut [Service],
+) -> (Vec<Rule>, Vec<ChildRule>) {
     let destinations = positions(&cfg.composite_health_checks, |c| c.destination.as_str());
     let composite_of = |rule: &str| destinations.get(rule).map(|&i| CompositeId(dense(i)));
-    let rule_names = positions(&cfg.forwarding_rules, |r| r.name.as_str());
     let mut rules = Vec::new();
     let mut children = Vec::new();
     for (ri, r) in cfg.forwarding_rules.iter().enumerate() {
         let rid = RuleId(dense(ri));
-        let service = svc_id(&r.backend_service);
+        let service = names.service(&r.backend_service);
         if let Some(s) = services.get_mut(service.index()) {
             s.rules.push(rid);
         }
@@ -220,14 +329,12 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 .unwrap_or(r.mode == RuleMode::Passthrough && r.protocol != Protocol::L3Default),
         });
     }
+    (rules, children)
+}
 
-    let rule_index = build_index(&rules, &children);
-    // Gateway endpoints (M31), each with a flow tag of its own: tenants
-    // behind different endpoints never share a flow entry. Tags are drawn
-    // with the services' from one set of names, so none collides with a
-    // service's; an endpoint's name is its rule's and its ID, so it keeps
-    // its tag (and its flows) across reloads that reorder the file.
-    let mut gateways: Vec<GatewayEndpoint> = rules
+/// The gateway endpoints (M31) of every rule, in rule order, untagged.
+fn gateway_endpoints(rules: &[Rule]) -> Vec<GatewayEndpoint> {
+    rules
         .iter()
         .enumerate()
         .flat_map(|(i, r)| {
@@ -241,33 +348,43 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                     flow_tag: 0,
                 })
         })
-        .collect();
-    {
-        let gateway_names: Vec<String> = gateways
-            .iter()
-            .map(|g| {
-                let rule = rules.get(g.rule.index()).map_or("", |r| r.name.as_str());
-                format!("{rule}\0gateway\0{:#x}", g.id)
-            })
-            .collect();
-        let names: Vec<&str> = services
-            .iter()
-            .map(|s| s.name.as_str())
-            .chain(gateway_names.iter().map(String::as_str))
-            .collect();
-        let tags = flow_tags(&names);
-        let (svc_tags, gw_tags) = tags.split_at(services.len().min(tags.len()));
-        for (s, &t) in services.iter_mut().zip(svc_tags) {
-            s.flow_tag = t;
-        }
-        for (g, &t) in gateways.iter_mut().zip(gw_tags) {
-            g.flow_tag = t;
-        }
-    }
-    gateways.sort_by_key(|g| g.address);
+        .collect()
+}
 
-    let composites = cfg
-        .composite_health_checks
+/// Flow tags for the services and the gateway endpoints, each a tag of its
+/// own: tenants behind different endpoints never share a flow entry. Tags
+/// are drawn with the services' from one set of names, so none collides
+/// with a service's; an endpoint's name is its rule's and its ID, so it
+/// keeps its tag (and its flows) across reloads that reorder the file.
+/// `gateways` in rule order, as [`gateway_endpoints`] made them.
+fn assign_flow_tags(services: &mut [Service], gateways: &mut [GatewayEndpoint], rules: &[Rule]) {
+    let gateway_names: Vec<String> = gateways
+        .iter()
+        .map(|g| {
+            let rule = rules.get(g.rule.index()).map_or("", |r| r.name.as_str());
+            format!("{rule}\0gateway\0{:#x}", g.id)
+        })
+        .collect();
+    let names: Vec<&str> = services
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(gateway_names.iter().map(String::as_str))
+        .collect();
+    let tags = flow_tags(&names);
+    let (svc_tags, gw_tags) = tags.split_at(services.len().min(tags.len()));
+    for (s, &t) in services.iter_mut().zip(svc_tags) {
+        s.flow_tag = t;
+    }
+    for (g, &t) in gateways.iter_mut().zip(gw_tags) {
+        g.flow_tag = t;
+    }
+}
+
+/// The composite health checks, each source's aggregation defaulting to
+/// its service's.
+fn composites(cfg: &Config, names: &Names<'_>, services: &[Service]) -> Vec<Composite> {
+    let rule_names = positions(&cfg.forwarding_rules, |r| r.name.as_str());
+    cfg.composite_health_checks
         .iter()
         .map(|c| Composite {
             name: c.name.clone(),
@@ -275,7 +392,7 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                 .sources
                 .iter()
                 .map(|s| {
-                    let sid = svc_id(&s.backend_service);
+                    let sid = names.service(&s.backend_service);
                     let own = services
                         .get(sid.index())
                         .map(|x| x.aggregation)
@@ -289,8 +406,12 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
                     .map_or(0, |&i| dense(i)),
             ),
         })
-        .collect();
+        .collect()
+}
 
+/// Client prefixes with their zones, longest prefix first (the order
+/// [`Compiled::client_zone`] matches in).
+fn client_zones(cfg: &Config, zones: &mut Interned) -> Vec<(Prefix, ZoneId)> {
     let mut client_zones: Vec<(Prefix, ZoneId)> = cfg
         .client_zones
         .iter()
@@ -298,46 +419,38 @@ pub(crate) fn compile(cfg: &Config) -> Compiled {
         .map(|(p, z)| (p, ZoneId(zones.intern(z))))
         .collect();
     client_zones.sort_by(|a, b| b.0.len.cmp(&a.0.len).then(a.0.cmp(&b.0)));
+    client_zones
+}
 
-    let vip_probes = vip_probes(cfg, &services, &endpoints, &rules, &children);
-    Compiled {
-        node: NodeInfo {
-            name: cfg.node.name.clone(),
-            region: region_id(&cfg.node.region),
-            zone: node_zone,
-            availability_group: cfg.node.availability_group,
-            shutdown_drain: cfg.node.shutdown_drain.get(),
-            capacity_share: cfg
-                .node
-                .capacity_share
-                .unwrap_or_else(|| default_capacity_share(cfg)),
-            capacity_share_set: cfg.node.capacity_share.is_some(),
-        },
-        rules,
-        children,
-        rule_index,
-        services,
-        groups,
-        endpoints,
-        health_checks: cfg.health_checks.clone(),
-        composites,
-        regions,
-        zones: zones.list,
-        client_zones,
-        gateways,
-        settings: Settings {
-            dataplane: cfg.dataplane.clone(),
-            ports: cfg.ports.clone(),
-            exception_for: exception_for(&cfg.ports),
-            bgp: cfg.bgp.clone(),
-            flow_sync: cfg.flow_sync.clone(),
-            flow_sync_key: cfg.flow_sync.as_ref().and_then(|f| f.resolve_key().ok()),
-            metrics: cfg.metrics.clone(),
-            control: cfg.control.clone(),
-            neighbours: cfg.neighbours.clone(),
-        },
-        vip_probes,
-        tunnel_ingress: ingress_policy(cfg),
+/// `[node]`, resolved.
+fn node_info(cfg: &Config, names: &Names<'_>, zone: ZoneId) -> NodeInfo {
+    NodeInfo {
+        name: cfg.node.name.clone(),
+        region: names.region(&cfg.node.region),
+        zone,
+        availability_group: cfg.node.availability_group,
+        shutdown_drain: cfg.node.shutdown_drain.get(),
+        capacity_share: cfg
+            .node
+            .capacity_share
+            .unwrap_or_else(|| default_capacity_share(cfg)),
+        capacity_share_set: cfg.node.capacity_share.is_some(),
+    }
+}
+
+/// The node-wide sections, carried over with what they imply resolved
+/// (exception ports' data ports, the flow-sync key).
+fn settings(cfg: &Config) -> Settings {
+    Settings {
+        dataplane: cfg.dataplane.clone(),
+        ports: cfg.ports.clone(),
+        exception_for: exception_for(&cfg.ports),
+        bgp: cfg.bgp.clone(),
+        flow_sync: cfg.flow_sync.clone(),
+        flow_sync_key: cfg.flow_sync.as_ref().and_then(|f| f.resolve_key().ok()),
+        metrics: cfg.metrics.clone(),
+        control: cfg.control.clone(),
+        neighbours: cfg.neighbours.clone(),
     }
 }
 
