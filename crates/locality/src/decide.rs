@@ -67,13 +67,23 @@ fn finite_nonneg(x: f64) -> f64 {
     if x.is_finite() && x > 0.0 { x } else { 0.0 }
 }
 
+/// The arguments of one [`decide`] call, for the steps that need more than
+/// the service.
+struct Round<'a> {
+    node: &'a NodeSpec,
+    svc: &'a ServiceSpec,
+    obs: &'a Observation,
+    prev: Option<&'a Plan>,
+    tuning: &'a Tuning,
+}
+
 /// Decides how `svc`'s new connections are shared out this round.
 ///
 /// `obs` holds one observation per endpoint (already smoothed when called
 /// from [`crate::Planner`]); `prev` is the plan published last round (for
 /// hysteresis; `None` on the first round). Pure and deterministic: the same
 /// arguments give the same plan. The semantics are in the crate
-/// documentation.
+/// documentation; the body is the list of steps, each a function below.
 pub fn decide(
     node: &NodeSpec,
     svc: &ServiceSpec,
@@ -81,6 +91,49 @@ pub fn decide(
     prev: Option<&Plan>,
     tuning: &Tuning,
 ) -> Result<Plan, InputError> {
+    check(svc, obs)?;
+    let round = Round {
+        node,
+        svc,
+        obs,
+        prev,
+        tuning,
+    };
+    let regions = region_order(node, svc);
+    let group_region = group_regions(svc, &regions);
+    let scaler = group_scalers(svc);
+    let health = resolved_health(svc, obs);
+    let base = base_weights(svc, obs, &scaler);
+    let eligibility = eligibility(svc, &base, &health);
+    let eligible = eligible_endpoints(eligibility, &base, &health);
+    let demand = demand(obs);
+    let mut groups = group_tallies(svc, obs, &health, &base, &eligible);
+    group_capacities(&round, &mut groups, &scaler, demand);
+    let agg = region_tallies(svc, &groups, &group_region, regions.len(), &base, &eligible);
+    let (candidates, degraded) = candidates(svc, eligibility, &agg);
+    let (frac, overloaded) = region_fractions(&round, &regions, &agg, &candidates, demand);
+    let shares = region_shares(&round, &regions, &agg, &frac, demand);
+    let status = region_status(svc, &regions, &agg, &candidates, &frac);
+    let fractions: Vec<f64> = shares.iter().map(|s| s.fraction).collect();
+    Ok(Plan {
+        thresholds: thresholds(&fractions),
+        regions: shares,
+        status,
+        demand,
+        eligibility: if candidates.is_empty() {
+            Eligibility::Nothing
+        } else {
+            eligibility
+        },
+        degraded,
+        overloaded,
+        health: service_health(svc, &health),
+    })
+}
+
+/// One observation per endpoint, and a service shape [`ServiceSpec::check`]
+/// accepts: the later steps index by endpoint and group without checking.
+fn check(svc: &ServiceSpec, obs: &Observation) -> Result<(), InputError> {
     let n = svc.endpoints.len();
     if obs.endpoints.len() != n {
         return Err(InputError::EndpointCount {
@@ -88,9 +141,12 @@ pub fn decide(
             want: n,
         });
     }
-    svc.check()?;
+    svc.check()
+}
 
-    // Regions nearest first: the node's order, then the rest by id.
+/// The service's regions nearest first: the node's order, then the rest by
+/// id. A region's place in this list is its index in every later step.
+fn region_order(node: &NodeSpec, svc: &ServiceSpec) -> Vec<RegionId> {
     let mut regions: Vec<RegionId> = Vec::new();
     for r in &node.region_order {
         if !regions.contains(r) && svc.groups.iter().any(|g| g.region == *r) {
@@ -106,13 +162,20 @@ pub fn decide(
     rest.sort_unstable();
     rest.dedup();
     regions.extend(rest);
-    let group_region: Vec<usize> = svc
-        .groups
+    regions
+}
+
+/// Each group's index in `regions`.
+fn group_regions(svc: &ServiceSpec, regions: &[RegionId]) -> Vec<usize> {
+    svc.groups
         .iter()
         .map(|g| regions.iter().position(|r| *r == g.region).unwrap_or(0))
-        .collect();
-    let scaler: Vec<f64> = svc
-        .groups
+        .collect()
+}
+
+/// Each group's `capacity_scaler` clamped to [0, 1] (NaN: 0, drained).
+fn group_scalers(svc: &ServiceSpec) -> Vec<f64> {
+    svc.groups
         .iter()
         .map(|g| {
             if g.capacity_scaler.is_nan() {
@@ -121,21 +184,25 @@ pub fn decide(
                 g.capacity_scaler.clamp(0.0, 1.0)
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Health as far as eligibility goes: without anything resolving it, an
-    // endpoint is healthy.
-    let health: Vec<Health> = obs
-        .endpoints
+/// Health as far as eligibility goes: without anything resolving it, an
+/// endpoint is healthy.
+fn resolved_health(svc: &ServiceSpec, obs: &Observation) -> Vec<Health> {
+    obs.endpoints
         .iter()
         .map(|o| match o.health {
             Health::Unknown if !svc.health_checked => Health::Healthy,
             h => h,
         })
-        .collect();
-    // Base weights: (weight, or 1 when unweighted) × scaler × 1000.
-    let base: Vec<u32> = svc
-        .endpoints
+        .collect()
+}
+
+/// Base weights: (weight, or 1 when unweighted) × scaler × 1000; 0 for a
+/// weight-0 endpoint or a drained group.
+fn base_weights(svc: &ServiceSpec, obs: &Observation, scaler: &[f64]) -> Vec<u32> {
+    svc.endpoints
         .iter()
         .zip(&obs.endpoints)
         .map(|(e, o)| {
@@ -152,11 +219,15 @@ pub fn decide(
                 positive_weight(w * s * SCALER_RESOLUTION)
             }
         })
-        .collect();
-    // Tiers over the endpoints that could take connections at all (positive
-    // weight, group not drained).
-    let usable_with = |want: Health| (0..n).any(|i| base[i] > 0 && health[i] == want);
-    let eligibility = if usable_with(Health::Healthy) {
+        .collect()
+}
+
+/// Which health qualifies this round, decided service-wide in tiers over
+/// the endpoints that could take connections at all (positive weight,
+/// group not drained).
+fn eligibility(svc: &ServiceSpec, base: &[u32], health: &[Health]) -> Eligibility {
+    let usable_with = |want: Health| (0..base.len()).any(|i| base[i] > 0 && health[i] == want);
+    if usable_with(Health::Healthy) {
         Eligibility::Healthy
     } else if usable_with(Health::Unknown) {
         Eligibility::Unknown
@@ -164,24 +235,41 @@ pub fn decide(
         Eligibility::FailOpen
     } else {
         Eligibility::Nothing
-    };
+    }
+}
+
+/// Whether each endpoint may take new connections: a positive base weight
+/// and a health the tier admits.
+fn eligible_endpoints(eligibility: Eligibility, base: &[u32], health: &[Health]) -> Vec<bool> {
     let health_ok = |h: Health| match eligibility {
         Eligibility::Healthy => h == Health::Healthy,
         Eligibility::Unknown => h == Health::Unknown,
         Eligibility::FailOpen => true,
         Eligibility::Nothing => false,
     };
-
-    let eligible: Vec<bool> = (0..n)
+    (0..base.len())
         .map(|i| base[i] > 0 && health_ok(health[i]))
-        .collect();
+        .collect()
+}
 
-    let demand = match obs.demand {
+/// The service's demand: the data plane's figure when it gives one, else
+/// the sum of the endpoints' measured rates.
+fn demand(obs: &Observation) -> f64 {
+    match obs.demand {
         Some(d) => finite_nonneg(d),
         None => obs.endpoints.iter().map(|o| finite_nonneg(o.rate)).sum(),
-    };
+    }
+}
 
-    // Group tallies.
+/// Per-group counts, loads and utilization sums; capacity is left at 0
+/// for [`group_capacities`].
+fn group_tallies(
+    svc: &ServiceSpec,
+    obs: &Observation,
+    health: &[Health],
+    base: &[u32],
+    eligible: &[bool],
+) -> Vec<GroupAgg> {
     let mut groups = vec![GroupAgg::default(); svc.groups.len()];
     for (i, (e, o)) in svc.endpoints.iter().zip(&obs.endpoints).enumerate() {
         let g = &mut groups[e.group as usize];
@@ -203,13 +291,39 @@ pub fn decide(
             }
         }
     }
-    let idle = tuning.idle_rate.max(demand * IDLE_SHARE);
-    for (gi, g) in groups.iter_mut().enumerate() {
-        g.capacity = group_capacity(svc, gi, g, scaler[gi], node.capacity_share, idle);
-    }
+    groups
+}
 
-    // Region tallies.
-    let mut agg: Vec<RegionAgg> = (0..regions.len()).map(|_| RegionAgg::default()).collect();
+/// Each group's capacity ([`group_capacity`]). A step after the tallies:
+/// `UTILIZATION` scales from the group's measured load, and what counts as
+/// too little load to scale from depends on the demand.
+fn group_capacities(round: &Round<'_>, groups: &mut [GroupAgg], scaler: &[f64], demand: f64) {
+    let idle = round.tuning.idle_rate.max(demand * IDLE_SHARE);
+    for (gi, g) in groups.iter_mut().enumerate() {
+        g.capacity = group_capacity(
+            round.svc,
+            gi,
+            g,
+            scaler[gi],
+            round.node.capacity_share,
+            idle,
+        );
+    }
+}
+
+/// Per-region tallies: the groups' counts and loads summed, capacity per
+/// region and per zone over groups with eligible endpoints, and the
+/// eligible endpoints with their base weights (in endpoint order, zones
+/// sorted by id).
+fn region_tallies(
+    svc: &ServiceSpec,
+    groups: &[GroupAgg],
+    group_region: &[usize],
+    regions: usize,
+    base: &[u32],
+    eligible: &[bool],
+) -> Vec<RegionAgg> {
+    let mut agg: Vec<RegionAgg> = (0..regions).map(|_| RegionAgg::default()).collect();
     for (gi, g) in groups.iter().enumerate() {
         let r = &mut agg[group_region[gi]];
         r.total += g.total;
@@ -248,9 +362,17 @@ pub fn decide(
     for r in &mut agg {
         r.zones.sort_by_key(|z| z.zone);
     }
+    agg
+}
 
-    // Candidates (M19, M24, M26): usable regions not UNHEALTHY by
-    // aggregation; if there are none, every usable region (degraded).
+/// Failover (M19, M24, M26): the candidate regions, nearest first — usable
+/// regions not UNHEALTHY by aggregation; if there are none, every usable
+/// region, and the plan is degraded (the `bool`).
+fn candidates(
+    svc: &ServiceSpec,
+    eligibility: Eligibility,
+    agg: &[RegionAgg],
+) -> (Vec<usize>, bool) {
     let effective_health: Vec<AggregateHealth> = agg
         .iter()
         .map(|r| match eligibility {
@@ -264,136 +386,103 @@ pub fn decide(
         })
         .collect();
     let usable: Vec<bool> = agg.iter().map(|r| r.eligible > 0).collect();
-    let preferred: Vec<bool> = (0..regions.len())
+    let preferred: Vec<bool> = (0..agg.len())
         .map(|r| usable[r] && effective_health[r] != AggregateHealth::Unhealthy)
         .collect();
     let degraded = !preferred.contains(&true) && usable.contains(&true);
-    let candidates: Vec<usize> = (0..regions.len())
+    let candidates: Vec<usize> = (0..agg.len())
         .filter(|&r| if degraded { usable[r] } else { preferred[r] })
         .collect();
+    (candidates, degraded)
+}
 
-    // Water-fill nearest first (M24, M26); overflow in proportion to
-    // capacity.
+/// Each region's fraction of new connections: spilled over the candidates
+/// ([`spill`]), small fractions dropped ([`normalize`]), then held at last
+/// round's when they barely moved ([`hold`]). All 0 without candidates;
+/// the `bool` says the candidates together are overloaded.
+fn region_fractions(
+    round: &Round<'_>,
+    regions: &[RegionId],
+    agg: &[RegionAgg],
+    candidates: &[usize],
+    demand: f64,
+) -> (Vec<f64>, bool) {
     let mut frac = vec![0.0f64; regions.len()];
     let mut overloaded = false;
     if let Some(&first) = candidates.first() {
-        if demand <= 0.0 {
-            frac[first] = 1.0;
-        } else {
-            let mut remaining = demand;
-            for &r in &candidates {
-                if remaining <= 0.0 {
-                    break;
-                }
-                let take = remaining.min(agg[r].capacity);
-                frac[r] = take / demand;
-                remaining -= take;
-            }
-            if remaining > demand * 1e-12 {
-                overloaded = true;
-                let total: f64 = candidates.iter().map(|&r| agg[r].capacity).sum();
-                for &r in &candidates {
-                    frac[r] = if total > 0.0 {
-                        agg[r].capacity / total
-                    } else {
-                        // No capacity anywhere (UTILIZATION: every region
-                        // reports itself beyond target): keep to the nearest.
-                        f64::from(u8::from(r == first))
-                    };
-                }
-            }
-        }
-        normalize(&mut frac, tuning.min_fraction);
+        overloaded = spill(&mut frac, agg, candidates, first, demand);
+        normalize(&mut frac, round.tuning.min_fraction);
         hold(
             &mut frac,
-            &regions,
-            &candidates,
-            prev,
-            tuning.region_band(demand),
+            regions,
+            candidates,
+            round.prev,
+            round.tuning.region_band(demand),
         );
     }
+    (frac, overloaded)
+}
 
-    // Selection sets per region.
+/// Spillover (M24, M26): water-fills `demand` over the candidates nearest
+/// first (`first` is the nearest); when even all of them cannot take it,
+/// shares it in proportion to capacity and returns `true` (overloaded).
+fn spill(
+    frac: &mut [f64],
+    agg: &[RegionAgg],
+    candidates: &[usize],
+    first: usize,
+    demand: f64,
+) -> bool {
+    if demand <= 0.0 {
+        frac[first] = 1.0;
+        return false;
+    }
+    let mut remaining = demand;
+    for &r in candidates {
+        if remaining <= 0.0 {
+            break;
+        }
+        let take = remaining.min(agg[r].capacity);
+        frac[r] = take / demand;
+        remaining -= take;
+    }
+    let overloaded = remaining > demand * 1e-12;
+    if overloaded {
+        let total: f64 = candidates.iter().map(|&r| agg[r].capacity).sum();
+        for &r in candidates {
+            frac[r] = if total > 0.0 {
+                agg[r].capacity / total
+            } else {
+                // No capacity anywhere (UTILIZATION: every region
+                // reports itself beyond target): keep to the nearest.
+                f64::from(u8::from(r == first))
+            };
+        }
+    }
+    overloaded
+}
+
+/// The selection sets of each region with a positive fraction, in region
+/// order.
+fn region_shares(
+    round: &Round<'_>,
+    regions: &[RegionId],
+    agg: &[RegionAgg],
+    frac: &[f64],
+    demand: f64,
+) -> Vec<RegionShare> {
     let mut shares = Vec::new();
     for (r, &f) in frac.iter().enumerate() {
         if f <= 0.0 {
             continue;
         }
         let a = &agg[r];
-        let all: Vec<Weighted> = a
-            .members
-            .iter()
-            .map(|&(endpoint, weight, _)| Weighted { endpoint, weight })
-            .collect();
-        let prev_share = prev.and_then(|p| p.regions.iter().find(|s| s.region == regions[r]));
+        let prev_share = round
+            .prev
+            .and_then(|p| p.regions.iter().find(|s| s.region == regions[r]));
         let to_region = demand * f;
-        let zone_share = |z: ZoneId| {
-            obs.zone_demand
-                .iter()
-                .filter(|(x, _)| *x == z)
-                .map(|(_, s)| finite_nonneg(*s))
-                .sum::<f64>()
-        };
-        let zone_share_known = !obs.zone_demand.is_empty();
-
-        // Default set: cross-zone, or the node's zone first (M28 off).
-        let mut node_zone_share = None;
-        let mut endpoints = all.clone();
-        if !svc.locality.cross_zone
-            && let Some(z) = a.zones.iter().find(|z| z.zone == node.zone)
-        {
-            // All of this node's traffic to the region counts as the node
-            // zone's unless the data plane says otherwise.
-            let share = if zone_share_known {
-                zone_share(z.zone)
-            } else {
-                1.0
-            };
-            let p = pinned_share(1.0, z, a, to_region * share);
-            let p = held(
-                p,
-                prev_share.and_then(|s| s.node_zone_share),
-                tuning.hysteresis,
-            );
-            if let Some(set) = blend(&a.members, z, a.weight, p) {
-                endpoints = set;
-                node_zone_share = Some(p);
-            }
-        }
-
-        // Zone variants (M27).
-        let mut zone_variants = Vec::new();
-        if svc.locality.zonal_affinity {
-            let spill = if svc.locality.zonal_spill_ratio.is_nan() {
-                0.0
-            } else {
-                svc.locality.zonal_spill_ratio.clamp(0.0, 1.0)
-            };
-            for z in &a.zones {
-                let zone_demand = if zone_share_known {
-                    to_region * zone_share(z.zone)
-                } else if a.capacity.is_finite() && z.capacity.is_finite() && a.capacity > 0.0 {
-                    // Unknown: assume clients sit where capacity is.
-                    to_region * z.capacity / a.capacity
-                } else {
-                    0.0
-                };
-                let p = pinned_share(1.0 - spill, z, a, zone_demand);
-                let prev_p = prev_share
-                    .and_then(|s| s.zone_variants.iter().find(|v| v.zone == z.zone))
-                    .map(|v| v.in_zone_share);
-                let p = held(p, prev_p, tuning.hysteresis);
-                if let Some(set) = blend(&a.members, z, a.weight, p)
-                    && set != endpoints
-                {
-                    zone_variants.push(ZoneVariant {
-                        zone: z.zone,
-                        in_zone_share: p,
-                        endpoints: set,
-                    });
-                }
-            }
-        }
+        let (endpoints, node_zone_share) = default_set(round, a, prev_share, to_region);
+        let zone_variants = zone_variants(round, a, prev_share, to_region, &endpoints);
         shares.push(RegionShare {
             region: regions[r],
             fraction: f,
@@ -402,8 +491,113 @@ pub fn decide(
             zone_variants,
         });
     }
+    shares
+}
 
-    let status = (0..regions.len())
+/// The share of the service's demand from client zone `z` (by the data
+/// plane's figures; 0 for a zone it does not name).
+fn zone_share(obs: &Observation, z: ZoneId) -> f64 {
+    obs.zone_demand
+        .iter()
+        .filter(|(x, _)| *x == z)
+        .map(|(_, s)| finite_nonneg(*s))
+        .sum::<f64>()
+}
+
+/// A region's default selection set: cross-zone, or the node's zone first
+/// (M28 off), with the share pinned to the node's zone (`None`: none,
+/// plain cross-zone).
+fn default_set(
+    round: &Round<'_>,
+    a: &RegionAgg,
+    prev_share: Option<&RegionShare>,
+    to_region: f64,
+) -> (Vec<Weighted>, Option<f64>) {
+    if !round.svc.locality.cross_zone
+        && let Some(z) = a.zones.iter().find(|z| z.zone == round.node.zone)
+    {
+        // All of this node's traffic to the region counts as the node
+        // zone's unless the data plane says otherwise.
+        let share = if round.obs.zone_demand.is_empty() {
+            1.0
+        } else {
+            zone_share(round.obs, z.zone)
+        };
+        let p = pinned_share(1.0, z, a, to_region * share);
+        let p = held(
+            p,
+            prev_share.and_then(|s| s.node_zone_share),
+            round.tuning.hysteresis,
+        );
+        if let Some(set) = blend(&a.members, z, a.weight, p) {
+            return (set, Some(p));
+        }
+    }
+    let all = a
+        .members
+        .iter()
+        .map(|&(endpoint, weight, _)| Weighted { endpoint, weight })
+        .collect();
+    (all, None)
+}
+
+/// Zone variants (M27): for each zone of the region under zonal
+/// affinity, the set its clients use, kept only where it differs from
+/// the region's default set `endpoints`.
+fn zone_variants(
+    round: &Round<'_>,
+    a: &RegionAgg,
+    prev_share: Option<&RegionShare>,
+    to_region: f64,
+    endpoints: &[Weighted],
+) -> Vec<ZoneVariant> {
+    let mut zone_variants = Vec::new();
+    let locality = &round.svc.locality;
+    if !locality.zonal_affinity {
+        return zone_variants;
+    }
+    let spill_ratio = if locality.zonal_spill_ratio.is_nan() {
+        0.0
+    } else {
+        locality.zonal_spill_ratio.clamp(0.0, 1.0)
+    };
+    let zone_share_known = !round.obs.zone_demand.is_empty();
+    for z in &a.zones {
+        let zone_demand = if zone_share_known {
+            to_region * zone_share(round.obs, z.zone)
+        } else if a.capacity.is_finite() && z.capacity.is_finite() && a.capacity > 0.0 {
+            // Unknown: assume clients sit where capacity is.
+            to_region * z.capacity / a.capacity
+        } else {
+            0.0
+        };
+        let p = pinned_share(1.0 - spill_ratio, z, a, zone_demand);
+        let prev_p = prev_share
+            .and_then(|s| s.zone_variants.iter().find(|v| v.zone == z.zone))
+            .map(|v| v.in_zone_share);
+        let p = held(p, prev_p, round.tuning.hysteresis);
+        if let Some(set) = blend(&a.members, z, a.weight, p)
+            && set != endpoints
+        {
+            zone_variants.push(ZoneVariant {
+                zone: z.zone,
+                in_zone_share: p,
+                endpoints: set,
+            });
+        }
+    }
+    zone_variants
+}
+
+/// What the plan reports of every region, candidate or not.
+fn region_status(
+    svc: &ServiceSpec,
+    regions: &[RegionId],
+    agg: &[RegionAgg],
+    candidates: &[usize],
+    frac: &[f64],
+) -> Vec<RegionStatus> {
+    (0..regions.len())
         .map(|r| {
             let a = &agg[r];
             let utilization = match svc.capacity {
@@ -433,32 +627,22 @@ pub fn decide(
                 fraction: frac[r],
             }
         })
-        .collect();
-    let fractions: Vec<f64> = shares.iter().map(|s| s.fraction).collect();
+        .collect()
+}
+
+/// The service's health by aggregation over all its endpoints.
+fn service_health(svc: &ServiceSpec, health: &[Health]) -> AggregateHealth {
     let (healthy, unknown) = health.iter().fold((0u32, 0u32), |(h, u), x| match x {
         Health::Healthy => (h + 1, u),
         Health::Unknown => (h, u + 1),
         Health::Unhealthy => (h, u),
     });
-    Ok(Plan {
-        thresholds: thresholds(&fractions),
-        regions: shares,
-        status,
-        demand,
-        eligibility: if candidates.is_empty() {
-            Eligibility::Nothing
-        } else {
-            eligibility
-        },
-        degraded,
-        overloaded,
-        health: aggregate(
-            healthy.into(),
-            unknown.into(),
-            u64::try_from(n).unwrap_or(u64::MAX),
-            &svc.aggregation,
-        ),
-    })
+    aggregate(
+        healthy.into(),
+        unknown.into(),
+        u64::try_from(health.len()).unwrap_or(u64::MAX),
+        &svc.aggregation,
+    )
 }
 
 /// A group's capacity in packets per second (M25); infinite when unlimited
