@@ -454,13 +454,39 @@ fn slot_state(s: dataplane::BackendState) -> i8 {
 
 /// Per service, region, group and endpoint (M42): traffic, health,
 /// eligibility, weights, measured rate against capacity, and where new
-/// connections go (spillover).
+/// connections go (spillover). The families come in this order: each
+/// section below adds its own.
 pub fn services(x: &mut Exposition, s: &Services<'_>) {
+    service_traffic(x, s);
+    service_plans(x, s);
+    service_regions(x, s);
+    let slots = endpoint_slots(s);
+    endpoint_families(x, s, &slots);
+    group_families(x, s, &slots);
+}
+
+/// `v[i]`, or `?` for an index past the list.
+fn name_of(v: &[String], i: usize) -> String {
+    v.get(i).cloned().unwrap_or_else(|| "?".into())
+}
+
+/// Each service with its plan, for the services that have one.
+fn planned<'a>(
+    s: &'a Services<'_>,
+) -> impl Iterator<Item = (&'a config::compiled::Service, &'a Plan)> {
+    s.compiled
+        .services
+        .iter()
+        .zip(s.plans)
+        .filter_map(|(svc, p)| p.as_ref().map(|p| (svc, p)))
+}
+
+/// Traffic per service: the sum of its child rules' counters (the live
+/// snapshot's children, which the counters are indexed by, matched to
+/// the management core's services by name).
+fn service_traffic(x: &mut Exposition, s: &Services<'_>) {
     let c = &s.compiled;
     let snap = s.snap;
-    let name_of = |v: &[String], i: usize| v.get(i).cloned().unwrap_or_else(|| "?".into());
-    // Traffic per service: the sum of its child rules' counters (the live
-    // snapshot's children, which the counters are indexed by).
     let per_service = |get: fn(&ChildCounters) -> u64| {
         c.services.iter().map(move |svc| {
             let n: u64 = snap
@@ -495,21 +521,20 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
         "New flows to the service's rules.",
         per_service(|cc| cc.new_flows),
     );
-    let planned = || {
-        c.services
-            .iter()
-            .zip(s.plans)
-            .filter_map(|(svc, p)| p.as_ref().map(|p| (svc, p)))
-    };
+}
+
+/// Each planned service's plan as a whole: health, eligibility tier,
+/// degraded, overloaded, spillover.
+fn service_plans(x: &mut Exposition, s: &Services<'_>) {
     x.gauge(
         "service_healthy",
         "The service's aggregated health over all its endpoints (M19): 1 healthy, 0 unhealthy, -1 unknown.",
-        planned().map(|(svc, p)| (label("service", &svc.name), plan_health(p.health))),
+        planned(s).map(|(svc, p)| (label("service", &svc.name), plan_health(p.health))),
     );
     x.gauge(
         "service_eligibility",
         "Which endpoints take new connections: 1 for the current one of healthy, unknown (no verdict yet), fail_open (all unhealthy, all used), nothing.",
-        planned().flat_map(|(svc, p)| {
+        planned(s).flat_map(|(svc, p)| {
             [
                 (Eligibility::Healthy, "healthy"),
                 (Eligibility::Unknown, "unknown"),
@@ -526,28 +551,35 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
     x.gauge(
         "service_degraded",
         "1 when every region is unhealthy and the healthy endpoints left are used anyway.",
-        planned().map(|(svc, p)| (label("service", &svc.name), p.degraded)),
+        planned(s).map(|(svc, p)| (label("service", &svc.name), p.degraded)),
     );
     x.gauge(
         "service_overloaded",
         "1 when every candidate region is at capacity (new connections shared by capacity).",
-        planned().map(|(svc, p)| (label("service", &svc.name), p.overloaded)),
+        planned(s).map(|(svc, p)| (label("service", &svc.name), p.overloaded)),
     );
     x.gauge(
         "service_spillover_ratio",
         "Fraction of new connections sent past the service's nearest region (spillover and failover, M24-M26).",
-        planned().filter(|(_, p)| p.is_serving()).map(|(svc, p)| {
+        planned(s).filter(|(_, p)| p.is_serving()).map(|(svc, p)| {
             let nearest = p.status.first().map_or(0.0, |r| r.fraction);
             (label("service", &svc.name), (1.0 - nearest).max(0.0))
         }),
     );
+}
+
+/// Each planned service's regions as its plan reports them: health,
+/// endpoint counts, rate, capacity, utilization, share of new
+/// connections.
+fn service_regions(x: &mut Exposition, s: &Services<'_>) {
+    let c = &s.compiled;
     let region = |svc: &config::compiled::Service, r: &locality::RegionStatus| {
         vec![
             ("service", svc.name.clone()),
             ("region", name_of(&c.regions, r.region.index())),
         ]
     };
-    let regions = || planned().flat_map(move |(svc, p)| p.status.iter().map(move |r| (svc, r)));
+    let regions = || planned(s).flat_map(move |(svc, p)| p.status.iter().map(move |r| (svc, r)));
     x.gauge(
         "service_region_healthy",
         "The service's aggregated health in the region: 1 healthy, 0 unhealthy, -1 unknown.",
@@ -590,7 +622,40 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
         "The region's share of the service's new connections.",
         regions().map(|(svc, r)| (region(svc, r), r.fraction)),
     );
-    // Groups and endpoints.
+}
+
+/// A group's labels: service, group, region, zone.
+fn group_labels(c: &Compiled, g: &config::compiled::Group) -> Labels {
+    let svc = c
+        .services
+        .get(g.service.index())
+        .map_or("?", |s| s.name.as_str());
+    vec![
+        ("service", svc.to_owned()),
+        ("group", g.name.clone()),
+        ("region", name_of(&c.regions, g.region.index())),
+        ("zone", name_of(&c.zones, g.zone.index())),
+    ]
+}
+
+/// Each endpoint's backend slot (indexed like the management core's
+/// endpoints), looked up once for the endpoint and group families.
+fn endpoint_slots(s: &Services<'_>) -> Vec<Option<u32>> {
+    let c = &s.compiled;
+    c.endpoints
+        .iter()
+        .map(|e| {
+            let svc = c.services.get(e.service.index())?;
+            (s.slot_of)(&svc.name, &e.identity)
+        })
+        .collect()
+}
+
+/// Per endpoint: its backend slot's traffic, its weight, whether it
+/// takes new connections, and its slot's state.
+fn endpoint_families(x: &mut Exposition, s: &Services<'_>, slots: &[Option<u32>]) {
+    let c = &s.compiled;
+    let snap = s.snap;
     let weights: std::collections::HashMap<usize, u16> = s
         .probed
         .iter()
@@ -608,32 +673,11 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
         })
         .collect();
     let backends = &s.counters.backends;
-    let group_labels = |g: &config::compiled::Group| {
-        let svc = c
-            .services
-            .get(g.service.index())
-            .map_or("?", |s| s.name.as_str());
-        vec![
-            ("service", svc.to_owned()),
-            ("group", g.name.clone()),
-            ("region", name_of(&c.regions, g.region.index())),
-            ("zone", name_of(&c.zones, g.zone.index())),
-        ]
-    };
-    // Each endpoint's backend slot, looked up once for every family below.
-    let slots: Vec<Option<u32>> = c
-        .endpoints
-        .iter()
-        .map(|e| {
-            let svc = c.services.get(e.service.index())?;
-            (s.slot_of)(&svc.name, &e.identity)
-        })
-        .collect();
     let endpoints = || {
         c.endpoints.iter().enumerate().filter_map(|(i, e)| {
             let g = c.groups.get(e.group.index())?;
             let svc = c.services.get(e.service.index())?;
-            let mut l = group_labels(g);
+            let mut l = group_labels(c, g);
             l.push(("endpoint", e.identity.clone()));
             Some((i, e, svc, slots.get(i).copied().flatten(), l))
         })
@@ -688,6 +732,13 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
             Some((l, slot_state(b.state)))
         }),
     );
+}
+
+/// Per group: its endpoints' packets together, and its configured
+/// capacity_scaler and max_rate.
+fn group_families(x: &mut Exposition, s: &Services<'_>, slots: &[Option<u32>]) {
+    let c = &s.compiled;
+    let backends = &s.counters.backends;
     x.counter(
         "group_packets_total",
         "Packets forwarded to the group's endpoints.",
@@ -698,7 +749,7 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
                 .iter()
                 .filter_map(|slot| backends.get((*slot)? as usize).map(|b| b.packets))
                 .sum();
-            (group_labels(g), n)
+            (group_labels(c, g), n)
         }),
     );
     x.gauge(
@@ -706,14 +757,14 @@ pub fn services(x: &mut Exposition, s: &Services<'_>) {
         "The group's configured capacity_scaler (a drain does not change it: see spillway_drained).",
         c.groups
             .iter()
-            .map(|g| (group_labels(g), g.capacity_scaler)),
+            .map(|g| (group_labels(c, g), g.capacity_scaler)),
     );
     x.gauge(
         "group_max_rate_pps",
         "RATE: the group's configured max_rate (no sample without one).",
         c.groups
             .iter()
-            .filter_map(|g| g.max_rate.map(|r| (group_labels(g), r))),
+            .filter_map(|g| g.max_rate.map(|r| (group_labels(c, g), r))),
     );
 }
 
