@@ -31,6 +31,9 @@ pub struct Tracker {
     failures: u32,
     healthy_threshold: u32,
     unhealthy_threshold: u32,
+    /// Successes that make an [`State::Unknown`] tracker healthy (the
+    /// healthy threshold unless [`Tracker::first_success_decides`]).
+    unknown_threshold: u32,
 }
 
 impl Tracker {
@@ -42,6 +45,35 @@ impl Tracker {
             failures: 0,
             healthy_threshold: healthy_threshold.max(1),
             unhealthy_threshold: unhealthy_threshold.max(1),
+            unknown_threshold: healthy_threshold.max(1),
+        }
+    }
+
+    /// This tracker, made healthy by its first success while still
+    /// [`State::Unknown`] (the healthy threshold then applies only to
+    /// coming back from unhealthy). For a watcher that decides nothing on
+    /// half a picture (the zone health service, M51): waiting for a
+    /// threshold's worth of successes would only delay its first decision.
+    #[must_use]
+    pub fn first_success_decides(mut self) -> Self {
+        self.unknown_threshold = 1;
+        self
+    }
+
+    /// Back to [`State::Unknown`] with no results, thresholds kept (what it
+    /// tracks stopped being probed; what it said is stale).
+    pub fn restart(&mut self) {
+        self.state = State::Unknown;
+        self.successes = 0;
+        self.failures = 0;
+    }
+
+    /// Results in a row that agree with the last one (0 before the first).
+    pub const fn run(&self) -> u32 {
+        if self.successes > 0 {
+            self.successes
+        } else {
+            self.failures
         }
     }
 
@@ -56,7 +88,12 @@ impl Tracker {
         if success {
             self.failures = 0;
             self.successes = self.successes.saturating_add(1);
-            if self.successes >= self.healthy_threshold {
+            let needed = if self.state == State::Unknown {
+                self.unknown_threshold
+            } else {
+                self.healthy_threshold
+            };
+            if self.successes >= needed {
                 self.state = State::Healthy;
             }
         } else {
@@ -137,5 +174,25 @@ mod tests {
         let mut t = Tracker::new(0, 0);
         assert_eq!(t.record(true).map(|x| x.to), Some(H));
         assert_eq!(t.record(false).map(|x| x.to), Some(U));
+    }
+
+    #[test]
+    fn first_success_decides_only_while_unknown() {
+        let mut t = Tracker::new(2, 3).first_success_decides();
+        assert_eq!(
+            run(&mut t, &[false, true]),
+            [K, H],
+            "one success from unknown"
+        );
+        assert_eq!(t.run(), 1);
+        assert_eq!(run(&mut t, &[false, false, false]), [H, H, U]);
+        assert_eq!(t.run(), 3);
+        assert_eq!(run(&mut t, &[true, true]), [U, H], "the threshold back");
+        t.restart();
+        assert_eq!((t.state(), t.run()), (K, 0));
+        assert_eq!(run(&mut t, &[true]), [H], "restarted: unknown again");
+        // Without it, unknown waits for the healthy threshold.
+        let mut plain = Tracker::new(2, 3);
+        assert_eq!(run(&mut plain, &[true, true]), [K, H]);
     }
 }

@@ -263,7 +263,6 @@ impl Engine {
         if self.removed.borrow().contains(&spec.name) {
             return false;
         }
-        let p = self.settings.probe.clone();
         let Some(v) = self
             .zones
             .zones
@@ -276,7 +275,7 @@ impl Engine {
             Ok(()) => (true, "ok".to_owned()),
             Err(e) => (false, e),
         };
-        let changed = v.record(ok, text.clone(), &p);
+        let changed = v.record(ok, text.clone());
         if changed {
             log::info!(
                 "zone {} VIP {}: {} ({text})",
@@ -689,7 +688,7 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
 
     let client = Client::new(settings.server, settings.key.clone(), settings.dns_timeout);
     let mut engine = Engine {
-        zones: Zones::new(&settings.zones),
+        zones: Zones::new(&settings.zones, &settings.probe),
         settings: settings.clone(),
         client,
         removed: removed_tx,

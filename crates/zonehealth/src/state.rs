@@ -3,7 +3,8 @@
 //!
 //! A VIP is unknown until its first probe succeeds (healthy) or
 //! `unhealthy_threshold` fail in a row (unhealthy); then it changes state
-//! after the threshold's worth of results in a row against it. A zone is
+//! after the threshold's worth of results in a row against it (`health`'s
+//! `Tracker`, as the daemon's endpoints). A zone is
 //! healthy while every VIP of it is. What is published:
 //! - the VIPs of the healthy zones not removed by an operator;
 //! - if none is healthy, every not-removed zone's VIPs (fail-open: DNS
@@ -15,6 +16,8 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+
+use health::{State, Tracker};
 
 use crate::config::{ProbeSettings, ZoneSpec};
 
@@ -40,56 +43,55 @@ impl Health {
     }
 }
 
-/// One VIP's probe history.
+/// One VIP's probe history: its state from `health`'s [`Tracker`] (the
+/// daemon's endpoints' rules, M16), except that the first success of an
+/// unknown VIP is enough — nothing is decided on half a picture anyway
+/// ([`Zones::plan`]), and a restarted service should know its zones in one
+/// round of probes.
 #[derive(Debug, Clone)]
 pub struct VipHealth {
     /// The VIP.
     pub addr: IpAddr,
     /// Its state.
     pub state: Health,
-    /// Results in a row that agree with the last one.
-    pub run: u32,
-    /// Whether the last result was a success.
-    pub last_ok: bool,
     /// The last result, for people ("ok", or why not).
     pub last: String,
     /// Probes done.
     pub probes: u64,
+    tracker: Tracker,
 }
 
 impl VipHealth {
-    fn new(addr: IpAddr) -> VipHealth {
+    fn new(addr: IpAddr, p: &ProbeSettings) -> VipHealth {
         VipHealth {
             addr,
             state: Health::Unknown,
-            run: 0,
-            last_ok: false,
             last: "not probed yet".to_owned(),
             probes: 0,
+            tracker: Tracker::new(p.healthy_threshold, p.unhealthy_threshold)
+                .first_success_decides(),
         }
     }
 
     /// Takes one probe result; whether the state changed.
-    pub fn record(&mut self, ok: bool, what: String, p: &ProbeSettings) -> bool {
+    pub fn record(&mut self, ok: bool, what: String) -> bool {
         self.probes += 1;
-        self.run = if ok == self.last_ok && self.probes > 1 {
-            self.run.saturating_add(1)
-        } else {
-            1
-        };
-        self.last_ok = ok;
         self.last = what;
-        let next = match (self.state, ok) {
-            (Health::Unknown, true) => Health::Healthy,
-            (Health::Unknown | Health::Healthy, false) if self.run >= p.unhealthy_threshold => {
-                Health::Unhealthy
-            }
-            (Health::Unhealthy, true) if self.run >= p.healthy_threshold => Health::Healthy,
-            (s, _) => s,
+        let changed = self.tracker.record(ok).is_some();
+        self.state = match self.tracker.state() {
+            State::Unknown => Health::Unknown,
+            State::Healthy => Health::Healthy,
+            State::Unhealthy => Health::Unhealthy,
         };
-        let changed = next != self.state;
-        self.state = next;
         changed
+    }
+
+    /// Forgets its history.
+    fn restart(&mut self) {
+        self.state = Health::Unknown;
+        self.last = "not probed yet".to_owned();
+        self.probes = 0;
+        self.tracker.restart();
     }
 }
 
@@ -118,7 +120,7 @@ impl ZoneHealth {
     /// stopped, what they said is stale).
     pub fn reset(&mut self) {
         for v in &mut self.vips {
-            *v = VipHealth::new(v.addr);
+            v.restart();
         }
     }
 }
@@ -142,14 +144,14 @@ pub struct Zones {
 }
 
 impl Zones {
-    /// Every VIP unknown.
-    pub fn new(specs: &[ZoneSpec]) -> Zones {
+    /// Every VIP unknown, judged by `probe`'s thresholds.
+    pub fn new(specs: &[ZoneSpec], probe: &ProbeSettings) -> Zones {
         Zones {
             zones: specs
                 .iter()
                 .map(|z| ZoneHealth {
                     name: z.name.clone(),
-                    vips: z.vips.iter().map(|&a| VipHealth::new(a)).collect(),
+                    vips: z.vips.iter().map(|&a| VipHealth::new(a, probe)).collect(),
                 })
                 .collect(),
             settled: false,
@@ -218,28 +220,30 @@ mod tests {
     }
 
     fn zones() -> Zones {
-        Zones::new(&[
-            ZoneSpec {
-                name: "a".into(),
-                vips: vec!["198.18.10.20".parse().unwrap()],
-                port: Some(80),
-            },
-            ZoneSpec {
-                name: "b".into(),
-                vips: vec![
-                    "198.18.10.21".parse().unwrap(),
-                    "2001:db8::21".parse().unwrap(),
-                ],
-                port: Some(80),
-            },
-        ])
+        Zones::new(
+            &[
+                ZoneSpec {
+                    name: "a".into(),
+                    vips: vec!["198.18.10.20".parse().unwrap()],
+                    port: Some(80),
+                },
+                ZoneSpec {
+                    name: "b".into(),
+                    vips: vec![
+                        "198.18.10.21".parse().unwrap(),
+                        "2001:db8::21".parse().unwrap(),
+                    ],
+                    port: Some(80),
+                },
+            ],
+            &probe(),
+        )
     }
 
     fn feed(z: &mut Zones, zone: usize, ok: bool, times: usize) {
-        let p = probe();
         for _ in 0..times {
             for v in &mut z.zones[zone].vips {
-                v.record(ok, if ok { "ok" } else { "timeout" }.into(), &p);
+                v.record(ok, if ok { "ok" } else { "timeout" }.into());
             }
         }
     }
@@ -251,17 +255,17 @@ mod tests {
     #[test]
     fn thresholds() {
         let p = probe();
-        let mut v = VipHealth::new("192.0.2.1".parse().unwrap());
-        assert!(!v.record(false, "x".into(), &p));
-        assert!(!v.record(false, "x".into(), &p));
-        assert!(v.record(false, "x".into(), &p), "third failure: unhealthy");
+        let mut v = VipHealth::new("192.0.2.1".parse().unwrap(), &p);
+        assert!(!v.record(false, "x".into()));
+        assert!(!v.record(false, "x".into()));
+        assert!(v.record(false, "x".into()), "third failure: unhealthy");
         assert_eq!(v.state, Health::Unhealthy);
-        assert!(!v.record(true, "ok".into(), &p));
-        assert!(!v.record(false, "x".into(), &p), "a run broken");
-        assert!(!v.record(true, "ok".into(), &p));
-        assert!(v.record(true, "ok".into(), &p), "two successes in a row");
-        assert!(!v.record(false, "x".into(), &p));
-        assert!(!v.record(false, "x".into(), &p));
+        assert!(!v.record(true, "ok".into()));
+        assert!(!v.record(false, "x".into()), "a run broken");
+        assert!(!v.record(true, "ok".into()));
+        assert!(v.record(true, "ok".into()), "two successes in a row");
+        assert!(!v.record(false, "x".into()));
+        assert!(!v.record(false, "x".into()));
         assert_eq!(v.state, Health::Healthy);
     }
 
