@@ -23,6 +23,14 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The flow table's shuttle build (its test needs the feature, so the run above skips it).
 cargo clippy -p flowtable --all-targets --features shuttle --quiet -- -D warnings
 
+# The crates of decisions without I/O, built alone: their clippy.toml refuses
+# sockets, clocks, threads and files, and without its `probers` feature the
+# health crate has no tokio, rustls or socket2 to import (docs/architecture.md,
+# "Rules the graph keeps").
+say "decisions without I/O, built alone (health without probers, locality)"
+cargo clippy -p health --no-default-features --quiet -- -D warnings
+cargo clippy -p locality --quiet -- -D warnings
+
 filter=()
 if (( $(hugepages_free) < 64 )); then
     say "NOTICE: no free hugepages: the hugepage variants of the DPDK tests are skipped; the --no-huge ones run"

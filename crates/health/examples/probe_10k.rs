@@ -25,6 +25,8 @@
 //!   counts folded by phase within the interval show how evenly probe starts
 //!   are spread.
 
+// A load test of the probers: sockets and clocks are its own.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // example: small values
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // example: fail loudly
 

@@ -19,6 +19,7 @@ pub enum HealthError {
     #[error("cannot spawn the health-check thread: {0}")]
     Thread(#[source] std::io::Error),
     /// cannot set up TLS for HTTPS checks: {0}
+    #[cfg(feature = "probers")]
     #[error("cannot set up TLS for HTTPS checks: {0}")]
     Tls(#[source] rustls::Error),
     /// the health-check thread panicked

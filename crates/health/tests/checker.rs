@@ -2,6 +2,9 @@
 //! are short (50–150 ms intervals); assertions are about outcomes and
 //! tolerant counts, never about speed.
 
+// Tests drive the probers against real servers: sockets and clocks are
+// theirs (clippy.toml keeps them out of the crate's decisions only).
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 #![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
