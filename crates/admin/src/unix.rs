@@ -294,27 +294,10 @@ pub fn connect(path: &Path) -> std::io::Result<UnixStream> {
 mod tests {
     use super::*;
 
-    /// A directory of its own, removed even when the test fails.
-    struct Tmp(PathBuf);
+    use testkit::tmp::TempDir;
 
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    impl std::ops::Deref for Tmp {
-        type Target = Path;
-        fn deref(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    fn tmp(name: &str) -> Tmp {
-        let d = std::env::temp_dir().join(format!("spw-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Tmp(d)
+    fn tmp(name: &str) -> TempDir {
+        TempDir::new(name)
     }
 
     #[test]

@@ -194,29 +194,12 @@ pub fn request(path: &Path, command: &str) -> std::io::Result<(bool, String)> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    /// A directory of its own, removed even when the test fails.
-    pub(crate) struct Tmp(pub(crate) PathBuf);
-
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    impl std::ops::Deref for Tmp {
-        type Target = Path;
-        fn deref(&self) -> &Path {
-            &self.0
-        }
-    }
+    /// A scratch directory of the socket tests (and the listeners').
+    pub(crate) type Tmp = testkit::tmp::TempDir;
 
     pub(crate) fn tmp(name: &str) -> Tmp {
-        let d = std::env::temp_dir().join(format!("spw-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Tmp(d)
+        Tmp::new(name)
     }
 
     #[test]

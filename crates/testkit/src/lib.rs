@@ -101,3 +101,4 @@ pub mod mutate;
 pub mod packet;
 pub mod pcap;
 pub mod testpmd;
+pub mod tmp;
