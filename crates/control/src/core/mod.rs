@@ -98,18 +98,31 @@ pub enum Output {
 }
 
 /// Writes a log line into `$out` (a `Vec<Output>`) as [`Output::Log`], the
-/// calling module as its target: `say!(out, Warn, "…{x}")` is what
-/// `log::warn!("…{x}")` was.
+/// calling module as its target ([`log_target`]): `say!(out, Warn, "…{x}")`
+/// is what `log::warn!("…{x}")` was.
 macro_rules! say {
     ($out:expr, $level:ident, $($arg:tt)+) => {
         $out.push($crate::core::Output::Log {
             level: log::Level::$level,
-            target: module_path!(),
+            target: $crate::core::log_target(module_path!()),
             text: format!($($arg)+),
         })
     };
 }
 pub(crate) use say;
+
+/// The target of a log line that [`say!`] writes from `module`: the core's
+/// own files (`control::core::…`) all write as `control::core`, the module
+/// they were before the core was split in files, so that one target still
+/// names (and filters) every line the core writes; other modules
+/// (`control::balance`) write as themselves.
+pub(crate) fn log_target(module: &'static str) -> &'static str {
+    if module.starts_with("control::core::") {
+        "control::core"
+    } else {
+        module
+    }
+}
 
 /// A control command whose answer is the core's business: `spillway
 /// status`, HTTP `/status`, and reloads (`spillway reload [--force]`,
@@ -1628,6 +1641,29 @@ fn listeners_differ(old: &Compiled, new: &Compiled) -> bool {
         || c.socket_group != d.socket_group
         || c.max_connections != d.max_connections
         || c.timeout != d.timeout
+}
+
+#[cfg(test)]
+mod log_target_tests {
+    use super::{Output, log_target};
+
+    /// The core's lines keep the target they had when the core was one
+    /// file; other modules' lines are their own.
+    #[test]
+    fn the_core_logs_as_one_module() {
+        let mut out = Vec::new();
+        say!(out, Info, "a line");
+        assert!(matches!(
+            out.as_slice(),
+            [Output::Log {
+                target: "control::core",
+                ..
+            }]
+        ));
+        assert_eq!(log_target("control::core"), "control::core");
+        assert_eq!(log_target("control::balance"), "control::balance");
+        assert_eq!(log_target("control::core_x"), "control::core_x");
+    }
 }
 
 #[cfg(test)]
