@@ -1,0 +1,163 @@
+//! The `spillway status` report, made of the live snapshot, the core's
+//! counters and its parts' state.
+
+use dataplane::BackendState;
+
+use super::neighbours::mac_text;
+use super::{Core, FlowUse};
+
+impl Core {
+    /// `spillway status`.
+    pub(super) fn status(&self, flows: FlowUse) -> crate::report::Status {
+        use crate::report;
+        let snap = &self.live;
+        let name = |v: &[String], i: usize| v.get(i).map_or("?", String::as_str).to_owned();
+        let mut st = report::Status {
+            node: self.compiled.node.name.clone(),
+            region: name(&self.compiled.regions, self.compiled.node.region.index()),
+            zone: name(&self.compiled.zones, self.compiled.node.zone.index()),
+            availability_group: self.compiled.node.availability_group,
+            uptime_s: self.tick_now(),
+            generation: snap.generation,
+            reloads_ok: self.reloads_ok,
+            reloads_rejected: self.reloads_failed,
+            flow_table: report::FlowTable {
+                live: flows.live,
+                capacity: flows.capacity,
+                half_open: flows.half_open,
+                memory: flows.memory,
+            },
+            building: self.pending.as_ref().map(|p| report::Building {
+                tables: p.tables,
+                slots: p.slots,
+                seconds: self.now.saturating_sub(p.started).as_secs_f64(),
+            }),
+            rules: Vec::new(),
+            // The live snapshot's own configuration names its services (a
+            // reloaded one may still be waiting for its tables).
+            services: snap
+                .compiled
+                .services
+                .iter()
+                .zip(&snap.services)
+                .map(|(svc, plan)| report::Service {
+                    name: svc.name.clone(),
+                    delivery: svc.delivery.to_string(),
+                    eligible_backends: Some(plan.eligible_slots().len()),
+                    health: None,
+                    eligibility: None,
+                    degraded: false,
+                    overloaded: false,
+                    regions: Vec::new(),
+                })
+                .collect(),
+            drain_ignored: Vec::new(),
+            backends: snap
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let (state, until) = match b.state {
+                        BackendState::Active => ("active", None),
+                        BackendState::Unhealthy { until } => ("unhealthy", Some(until)),
+                        BackendState::Draining { until } => ("draining", Some(until)),
+                        BackendState::Removed => ("removed", None),
+                    };
+                    report::Backend {
+                        index: i,
+                        address: b.addr,
+                        address6: b.v6.as_ref().map(|p| p.addr),
+                        state,
+                        until,
+                        // M47: its next hop has no MAC: no new flows, its
+                        // packets dropped.
+                        neighbour_resolved: (b.mac != [0; 6]
+                            && b.v6.as_ref().is_none_or(|p| p.mac != [0; 6]))
+                            || b.state == BackendState::Removed,
+                    }
+                })
+                .collect(),
+            // M31: an unresolved endpoint's traffic is not recognised.
+            gateways: snap
+                .gateways
+                .iter()
+                .map(|g| report::Gateway {
+                    address: g.address,
+                    id: g.id,
+                    rule: snap
+                        .compiled
+                        .children
+                        .get(g.child)
+                        .map_or("?", |c| c.name.as_str())
+                        .to_owned(),
+                    port: g.port,
+                    mac: (g.mac != [0; 6]).then(|| mac_text(g.mac)),
+                })
+                .collect(),
+            neighbours: self
+                .neighbours
+                .entries()
+                .iter()
+                .map(|e| report::Neighbour {
+                    address: e.hop.addr,
+                    port: e.hop.port,
+                    state: e.state.name(),
+                    mac: e.mac.map(mac_text),
+                })
+                .collect(),
+            neighbour_totals: None,
+            remote_rules: Vec::new(),
+            health: Vec::new(),
+            shutting_down_s: self
+                .shutdown_at
+                .map(|t| t.saturating_sub(self.now).as_secs_f64().ceil()),
+            drained: self
+                .drained
+                .iter()
+                .map(|(scope, name)| report::Drained {
+                    scope: scope.to_string(),
+                    name: name.to_string(),
+                })
+                .collect(),
+            flow_sync: self.sync.as_ref().map(crate::sync::Sync::status),
+            cluster: self.balance.cluster(self.now),
+            bgp: None,
+            speaker: None,
+            last_reload_error: self.last_error.clone(),
+        };
+        let n = &self.neighbours;
+        if !n.entries().is_empty() || n.ignored > 0 {
+            st.neighbour_totals = Some(report::NeighbourTotals {
+                resolved: n.resolved_total,
+                failed: n.failed_total,
+                mac_changes: n.mac_changes,
+                ignored: n.ignored,
+            });
+        }
+        self.balance.status(&self.compiled, &mut st);
+        if let Some(d) = self.announcements.current() {
+            let (up, down) = self.announcement_counts();
+            st.bgp = Some(report::Bgp {
+                announcements: up,
+                withdrawals: down,
+                vips: d
+                    .iter()
+                    .map(|(vip, why)| report::BgpVip {
+                        vip: *vip,
+                        announced: why.announced(),
+                        why: why.to_string(),
+                    })
+                    .collect(),
+            });
+            for v in st.rules.iter_mut().flat_map(|r| r.vips.iter_mut()) {
+                if v.served {
+                    v.bgp = d
+                        .iter()
+                        .find(|(a, _)| *a == v.vip)
+                        .map(|(_, w)| w.to_string());
+                }
+            }
+        }
+        st
+    }
+}
