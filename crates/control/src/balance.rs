@@ -18,7 +18,7 @@ use health::{Aggregate, HealthSnapshot, State};
 use locality::{EndpointObs, Health, NodeSpec, Observation, Plan, Planner, ServiceSpec};
 
 use crate::cluster::Cluster;
-use crate::core::{Output, Probes, say};
+use crate::ports::{Output, Probes, say};
 use crate::remote::RemoteKey;
 
 /// How often plans are recomputed (M29: at least every second).

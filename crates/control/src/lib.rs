@@ -44,6 +44,7 @@ pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod neighbours;
+pub mod ports;
 pub mod remote;
 pub mod report;
 pub mod scripted;

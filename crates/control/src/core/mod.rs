@@ -19,8 +19,10 @@
 //! other concern is a file of its own, with the `impl Core` block of its
 //! inputs and accessors:
 //!
-//! - `outputs`: what the core asks of its shell, [`Output`]s (and the
-//!   `say!` macro that writes log lines as outputs) and the [`Probes`] port;
+//! - what the core asks of its shell — [`Output`]s, the `say!` macro that
+//!   writes log lines as outputs, the [`Probes`] port — is
+//!   [`crate::ports`], below both the core and its health part
+//!   ([`crate::balance`]), re-exported here;
 //! - `commands`: the control [`Command`]s and their [`Answer`]s, and
 //!   [`Core::command`], which hands each to its concern;
 //! - `reload`: a configuration loaded, validated, guarded
@@ -54,14 +56,13 @@ mod draining;
 mod flow_sync;
 mod health_states;
 mod neighbours;
-mod outputs;
 mod publish;
 mod reload;
 mod status;
 
+pub(crate) use crate::ports::say;
+pub use crate::ports::{Output, Probes};
 pub use commands::{Answer, Command, FlowUse};
-pub use outputs::{Output, Probes};
-pub(crate) use outputs::{log_target, say};
 pub use publish::{BuiltTables, INLINE_TABLE_SLOTS, Published, build_tables};
 pub use reload::{destructive_change, watch_refusal};
 
@@ -293,4 +294,24 @@ impl Core {
 /// Whole seconds since start, as workers count.
 fn tick(now: Duration) -> u32 {
     u32::try_from(now.as_secs()).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Output, say};
+
+    /// Every file of the core logs as `control::core` (one target names and
+    /// filters all its lines, as when it was one file).
+    #[test]
+    fn the_core_logs_as_control_core() {
+        let mut out = Vec::new();
+        say!(out, Info, "a line");
+        assert!(matches!(
+            out.as_slice(),
+            [Output::Log {
+                target: "control::core",
+                ..
+            }]
+        ));
+    }
 }

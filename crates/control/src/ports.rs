@@ -2,6 +2,10 @@
 //! input (a snapshot to publish, tables to build, a frame or datagram to
 //! send, a log line…), the `say!` macro that writes a log line as one, and
 //! the [`Probes`] port through which it tells the probers what to probe.
+//!
+//! Its own module, below [`crate::core`] and [`crate::balance`] (the core's
+//! health and locality part), which both write outputs: neither imports
+//! the other for them, so the two make no circle.
 
 use dataplane::Snapshot;
 use dataplane::snapshot::TableKey;
@@ -16,11 +20,11 @@ pub enum Output {
     /// Make this snapshot the one workers use.
     Publish(Arc<Snapshot>),
     /// Build these Maglev tables (off the loop: they are large) and hand
-    /// them back with [`Core::tables_built`](super::Core::tables_built)
+    /// them back with [`Core::tables_built`](crate::Core::tables_built)
     /// and the same `build`.
     BuildTables {
         /// Names this build in
-        /// [`Core::tables_built`](super::Core::tables_built).
+        /// [`Core::tables_built`](crate::Core::tables_built).
         build: u64,
         /// The tables to build.
         tables: Vec<TableKey>,
@@ -67,9 +71,9 @@ pub enum Output {
 /// is what `log::warn!("…{x}")` was.
 macro_rules! say {
     ($out:expr, $level:ident, $($arg:tt)+) => {
-        $out.push($crate::core::Output::Log {
+        $out.push($crate::ports::Output::Log {
             level: log::Level::$level,
-            target: $crate::core::log_target(module_path!()),
+            target: $crate::ports::log_target(module_path!()),
             text: format!($($arg)+),
         })
     };
@@ -101,7 +105,7 @@ pub trait Probes {
     ) -> Result<HealthSnapshot, health::HealthError>;
 
     /// Poll these remote rules from now on (their verdicts come back with
-    /// [`Core::remote_verdicts`](super::Core::remote_verdicts); UNKNOWN
+    /// [`Core::remote_verdicts`](crate::Core::remote_verdicts); UNKNOWN
     /// until the first).
     fn poll_remotes(&mut self, keys: Vec<RemoteKey>);
 }
@@ -114,15 +118,18 @@ mod tests {
     /// file; other modules' lines are their own.
     #[test]
     fn the_core_logs_as_one_module() {
+        // A line written here is this module's; one written in any of the
+        // core's files is the core's.
         let mut out = Vec::new();
         say!(out, Info, "a line");
         assert!(matches!(
             out.as_slice(),
             [Output::Log {
-                target: "control::core",
+                target: "control::ports::tests",
                 ..
             }]
         ));
+        assert_eq!(log_target("control::core::reload"), "control::core");
         assert_eq!(log_target("control::core"), "control::core");
         assert_eq!(log_target("control::balance"), "control::balance");
         assert_eq!(log_target("control::core_x"), "control::core_x");
