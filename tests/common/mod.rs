@@ -8,6 +8,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod lab;
+pub mod replay;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Output};
