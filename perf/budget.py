@@ -3,7 +3,7 @@
 `pipeline_cycles` (perf/budget.sh makes them): each source file's
 instructions in the longer run minus the shorter one's, over the packets
 between them, grouped into the pipeline's stages. Everything is inlined into
-`Worker::process_burst`, so callgrind places instructions by the source file
+`Pipeline::process_burst`, so callgrind places instructions by the source file
 they come from, which is what the stages are told apart by.
 
   python3 perf/budget.py SHORT.annotate LONG.annotate PACKETS [MODE] [RESULTS_JSON] [KIND]

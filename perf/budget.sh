@@ -12,7 +12,7 @@
 #                                  the table measures the insert that evicts)
 #
 # Builds `pipeline_cycles` (release), runs it under callgrind for 1,000 and
-# 2,000 bursts of 32, counting only what `Worker::process_burst` executes (the
+# 2,000 bursts of 32, counting only what `Pipeline::process_burst` executes (the
 # data plane's work: the harness's re-loading of each frame, which a NIC's DMA
 # does on the daemon, is not counted), and hands both `callgrind_annotate`
 # outputs to perf/budget.py: a source file's instructions per packet are its
@@ -62,7 +62,7 @@ short=1000
 long=2000
 for n in "$short" "$long"; do
     say "callgrind: pipeline_cycles $mode $flows $n $capacity $kind"
-    valgrind --tool=callgrind --toggle-collect='*Worker::process_burst*' --callgrind-out-file="$work/cg.$n" "$bin" "$mode" "$flows" "$n" "$capacity" "$kind" \
+    valgrind --tool=callgrind --toggle-collect='*Pipeline::process_burst*' --callgrind-out-file="$work/cg.$n" "$bin" "$mode" "$flows" "$n" "$capacity" "$kind" \
         >"$work/run.$n.log" 2>&1 || { cat "$work/run.$n.log" >&2; die "pipeline_cycles failed under callgrind"; }
     callgrind_annotate --inclusive=no --auto=no --threshold=99.99 "$work/cg.$n" >"$work/annotate.$n"
 done

@@ -29,8 +29,8 @@ use control::scripted::State;
 use control::{Core, Output, ScriptedProbes};
 use dataplane::counters::{Text, line};
 use dataplane::{
-    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Routes, Snapshot, VecBurst, Worker,
-    WorkerCounters,
+    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Pipeline, Routes, Snapshot,
+    VecBurst, WorkerCounters,
 };
 use flowtable::FlowTable;
 use pcap_file::TsResolution;
@@ -632,7 +632,7 @@ pub fn run(args: &Args) -> Result<()> {
         ..dataplane::flow_table_config(&compiled.settings.dataplane)
     })
     .with_context(|| format!("flow table of {capacity} entries"))?;
-    let worker = Worker::new(args.opts.seed, compiled.children.len());
+    let worker = Pipeline::new(args.opts.seed, compiled.children.len());
     // The configured ports, plus an uplink when none is configured; a frame
     // arrives on the data port it is addressed to (`arrival_ports`), else
     // on the (first) uplink.

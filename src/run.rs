@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
 use control::socket::Request;
 use control::{Manager, Shared};
-use dataplane::{BURST, BusyPoll, Engine, Local, Routes, Worker, WorkerLoop};
+use dataplane::{BURST, BusyPoll, Engine, Local, Pipeline, Routes, WorkerLoop};
 use dpdk::{DpdkIo, Eal, MbufBurst, Mempool, MempoolConfig, Port, PortConfig};
 
 #[derive(clap::Args, Debug)]
@@ -365,7 +365,7 @@ fn worker(
     let seed = fixed_seed
         .or_else(os_random)
         .unwrap_or_else(|| dpdk::tsc() ^ (index as u64) << 8);
-    let pipeline = Worker::new(seed, 0);
+    let pipeline = Pipeline::new(seed, 0);
     let mut engine = Engine::with_routes(pipeline, roles, routes, BURST, MbufBurst::<BURST>::new);
     WorkerLoop {
         index,

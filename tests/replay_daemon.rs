@@ -118,7 +118,7 @@ fn daemon_model(
 ) -> Vec<String> {
     use control::scripted::State;
     use control::{Core, Output, ScriptedProbes};
-    use dataplane::{Engine, Local, PacketIo, VecBurst, Worker};
+    use dataplane::{Engine, Local, PacketIo, Pipeline, VecBurst};
     use wire::buf::{MemBuf, PacketBuf};
     use wire::burst::PacketBurst;
 
@@ -163,7 +163,7 @@ fn daemon_model(
     .expect("core");
     let mut live = core.live().clone();
     let mut engine = Engine::new(
-        Worker::new(seed, children),
+        Pipeline::new(seed, children),
         &[config::schema::PortRole::Uplink],
         dataplane::BURST,
         || VecBurst::with_capacity(dataplane::BURST),

@@ -16,7 +16,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
-use dataplane::{Verdict, Worker};
+use dataplane::{Pipeline, Verdict};
 use flowtable::FlowTable;
 use libfuzzer_sys::fuzz_target;
 use wire::buf::{MemBuf, PacketBuf};
@@ -83,7 +83,7 @@ fn world() -> &'static World {
 }
 
 /// One packet through the pipeline; checks it had exactly one outcome.
-fn run(worker: &mut Worker, flows: &FlowTable, buf: &mut MemBuf<Vec<u8>>) -> Verdict {
+fn run(worker: &mut Pipeline, flows: &FlowTable, buf: &mut MemBuf<Vec<u8>>) -> Verdict {
     let w = world();
     let before = outcomes(worker);
     let rx = worker.counters.rx_packets;
@@ -93,7 +93,7 @@ fn run(worker: &mut Worker, flows: &FlowTable, buf: &mut MemBuf<Vec<u8>>) -> Ver
     v
 }
 
-fn outcomes(w: &Worker) -> u64 {
+fn outcomes(w: &Pipeline) -> u64 {
     let c = &w.counters;
     c.forwarded + c.total_drops() + c.to_host + c.replies() + c.gateway_returned
 }
@@ -197,7 +197,7 @@ fuzz_target!(|data: &[u8]| {
     let (a, b) = rest.split_at(split.min(rest.len()));
     let w = world();
     let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("table");
-    let mut worker = Worker::new(1, w.snap.compiled.children.len());
+    let mut worker = Pipeline::new(1, w.snap.compiled.children.len());
     worker.set_rx_port(0);
 
     // Step 1: `a` from an endpoint (or a stranger).

@@ -7,7 +7,7 @@
 #![no_main]
 use std::sync::OnceLock;
 
-use dataplane::{Verdict, Worker};
+use dataplane::{Pipeline, Verdict};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common/world.rs"]
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
 
 fn one(data: &[u8]) {
     let w = world();
-    let mut worker = Worker::new(1, w.snap.compiled.children.len());
+    let mut worker = Pipeline::new(1, w.snap.compiled.children.len());
     let Ok(mut buf) = MemBuf::new([0u8; 4096 + 256], 128, data) else {
         return;
     };

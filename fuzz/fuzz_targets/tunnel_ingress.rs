@@ -10,7 +10,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
-use dataplane::{Verdict, Worker};
+use dataplane::{Pipeline, Verdict};
 use libfuzzer_sys::fuzz_target;
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{
@@ -106,7 +106,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let received = buf.data().to_vec();
     let w = world();
-    let mut worker = Worker::new(1, w.snap.compiled.children.len());
+    let mut worker = Pipeline::new(1, w.snap.compiled.children.len());
     let v = worker.process(&w.snap, &w.flows, 1, &mut buf);
     let c = &worker.counters;
     assert_eq!(c.rx_packets, 1);

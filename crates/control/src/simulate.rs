@@ -1,7 +1,7 @@
 //! `spillway simulate`: which rule, service and backend a flow would take,
 //! and why, from the live snapshot and flow table, changing nothing.
 //!
-//! The decision is the data plane's own ([`dataplane::Worker::explain`]:
+//! The decision is the data plane's own ([`dataplane::Pipeline::explain`]:
 //! the pipeline's passes on a synthetic first packet, the flow table only
 //! read); this module parses the query and words the answer, for people or
 //! as JSON.
@@ -16,7 +16,7 @@ use std::net::IpAddr;
 
 use config::Compiled;
 use config::compiled::ZoneId;
-use dataplane::{EntryUse, Explanation, Probe, Snapshot, Verdict, Worker};
+use dataplane::{EntryUse, Explanation, Pipeline, Probe, Snapshot, Verdict};
 use flowtable::{EntryFlags, FlowTable, Tick};
 use wire::flow::Affinity;
 use wire::ip::proto;
@@ -172,7 +172,7 @@ pub fn answer(
     now: Tick,
     drained: &Drained,
 ) -> Report {
-    let e = Worker::explain(snap, flows, now, &q.probe);
+    let e = Pipeline::explain(snap, flows, now, &q.probe);
     Report::of(&q.probe, &e, snap, drained)
 }
 

@@ -127,7 +127,7 @@ struct Asking {
 
 /// The sync state of the management core.
 #[derive(Debug)]
-pub struct Sync {
+pub struct SyncState {
     /// The sessions with the peers, indexed as `peers`.
     sessions: Peers,
     peers: Vec<SocketAddr>,
@@ -178,14 +178,14 @@ pub fn random_epoch() -> Result<u64, getrandom::Error> {
     Ok(u64::from_be_bytes(b).max(1))
 }
 
-impl Sync {
+impl SyncState {
     /// Sync for node `node_name` with `compiled`'s `[flow_sync]`, at
     /// `epoch` ([`random_epoch`]); `None` without it (or without a usable
     /// key, which validation refused).
-    pub fn new(compiled: &Compiled, node_name: &str, epoch: u64) -> Option<Sync> {
+    pub fn new(compiled: &Compiled, node_name: &str, epoch: u64) -> Option<SyncState> {
         let f = compiled.settings.flow_sync.as_ref()?;
         let key = compiled.settings.flow_sync_key.as_ref()?;
-        Some(Sync {
+        Some(SyncState {
             sessions: Peers::new(
                 flowsync::node_id(node_name),
                 epoch,

@@ -11,7 +11,7 @@ use wire::burst::PacketBurst;
 pub use wire::burst::PacketIo;
 use wire::ethernet::MacAddr;
 
-use crate::pipeline::{Verdict, Worker};
+use crate::pipeline::{Pipeline, Verdict};
 use crate::snapshot::{Local, Snapshot};
 
 /// Default burst size (docs/requirements.md §1).
@@ -126,7 +126,7 @@ impl Routes {
 /// only in [`Engine::new`].
 pub struct Engine<B: PacketBurst> {
     /// The pipeline and its counters.
-    pub worker: Worker,
+    pub worker: Pipeline,
     roles: Vec<PortRole>,
     routes: Routes,
     rx: B,
@@ -138,14 +138,19 @@ impl<B: PacketBurst> Engine<B> {
     /// An engine over ports with `roles`, every exception port standing for
     /// the uplink, with bursts made by `burst` (each holding at most
     /// `capacity` packets).
-    pub fn new(worker: Worker, roles: &[PortRole], capacity: usize, burst: impl Fn() -> B) -> Self {
+    pub fn new(
+        worker: Pipeline,
+        roles: &[PortRole],
+        capacity: usize,
+        burst: impl Fn() -> B,
+    ) -> Self {
         Engine::with_routes(worker, roles, Routes::new(roles), capacity, burst)
     }
 
     /// An engine over ports with `roles` that sends packets by `routes`
     /// (`Routes::with_exceptions` for several exception ports).
     pub fn with_routes(
-        worker: Worker,
+        worker: Pipeline,
         roles: &[PortRole],
         routes: Routes,
         capacity: usize,
@@ -306,13 +311,13 @@ fn readdress(host: HostPath, port: usize, local: &Local) -> Option<(MacAddr, Mac
 }
 
 /// Sends job `job`'s packet (a [`Verdict::Fragment`], M48) on port `port`
-/// as fragments ([`Worker::fragment`], which counts the outcome), all in one
+/// as fragments ([`Pipeline::fragment`], which counts the outcome), all in one
 /// TX burst and in order: when the burst has no room for them all, what it
 /// holds is sent first.
 #[cold]
 #[inline(never)]
 fn send_fragments<I: PacketIo>(
-    worker: &mut Worker,
+    worker: &mut Pipeline,
     snap: &Snapshot,
     job: u16,
     m: <I::Burst as PacketBurst>::Pkt,

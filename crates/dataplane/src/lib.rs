@@ -29,7 +29,7 @@ pub use cookie::CookieKey;
 pub use counters::{ChildCounters, DropReason, WorkerCounters};
 pub use engine::{BURST, Engine, HostPath, PacketIo, Routes, VecBurst};
 pub use pipeline::explain::{EntryUse, Explanation, Probe};
-pub use pipeline::{Verdict, Worker};
+pub use pipeline::{Pipeline, Verdict};
 pub use snapshot::{
     Backend, BackendState, EndpointHealth, Local, Pick, Rules, ServicePlan, Snapshot,
     SnapshotBuilder, SnapshotError, flow_table_config,

@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use proptest::prelude::*;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
@@ -97,7 +97,7 @@ struct Side {
     snap: Snapshot,
     builder: SnapshotBuilder,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
 }
 
 fn side(delivery: &str) -> Side {
@@ -114,7 +114,7 @@ fn side(delivery: &str) -> Side {
         snap,
         builder,
         flows: FlowTable::new(flowtable::Config::with_capacity(64)).expect("table"),
-        worker: Worker::new(9, compiled.children.len()),
+        worker: Pipeline::new(9, compiled.children.len()),
     }
 }
 

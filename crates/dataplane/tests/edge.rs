@@ -8,15 +8,15 @@
 //! gateway rule. What still passes is shown next to each: the same frame
 //! made right, ARP broadcasts and neighbour discovery multicast.
 //!
-//! Each frame goes through [`Worker::process`] and, on a twin worker,
-//! through [`Worker::process_burst`]: both must decide alike. Verdicts are
+//! Each frame goes through [`Pipeline::process`] and, on a twin worker,
+//! through [`Pipeline::process_burst`]: both must decide alike. Verdicts are
 //! compared by their names (`"drop ttl_zero"`).
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use dataplane::nexthop::NextHop;
-use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{ACK, Packet, SYN, arp_request, encap, outer, v4, v6};
@@ -67,8 +67,8 @@ fn compile(cfg: &Config) -> Arc<config::Compiled> {
 /// packets one at a time, the other in bursts.
 struct Lab {
     snap: Snapshot,
-    one: (Worker, FlowTable),
-    burst: (Worker, FlowTable),
+    one: (Pipeline, FlowTable),
+    burst: (Pipeline, FlowTable),
     rx_port: Option<usize>,
 }
 
@@ -90,7 +90,7 @@ impl Lab {
             .expect("snapshot");
         let side = || {
             (
-                Worker::new(7, snap.compiled.children.len()),
+                Pipeline::new(7, snap.compiled.children.len()),
                 FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table"),
             )
         };

@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{Packet, SYN, encap, outer, v4};
@@ -55,7 +55,7 @@ impl PacketBuf for NicBuf {
 struct Lab {
     snap: Snapshot,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
 }
 
 impl Lab {
@@ -83,7 +83,7 @@ impl Lab {
             .expect("snapshot");
         Lab {
             flows: FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows"),
-            worker: Worker::new(3, snap.compiled.children.len()),
+            worker: Pipeline::new(3, snap.compiled.children.len()),
             snap,
         }
     }
@@ -98,7 +98,7 @@ impl Lab {
         let v = self.worker.process(&self.snap, &self.flows, 1, &mut one);
         let mut burst = [buf()];
         let mut vb = [Verdict::ToHost];
-        let mut w = Worker::new(3, self.snap.compiled.children.len());
+        let mut w = Pipeline::new(3, self.snap.compiled.children.len());
         let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows");
         w.process_burst(&self.snap, &flows, 1, &mut burst, &mut vb);
         assert_eq!(v, vb[0], "process and process_burst disagree");

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use config::schema::PortRole;
 use dataplane::{
-    DropReason, EndpointHealth, Engine, HostPath, Local, PacketIo, Routes, SnapshotBuilder,
-    VecBurst, Worker,
+    DropReason, EndpointHealth, Engine, HostPath, Local, PacketIo, Pipeline, Routes,
+    SnapshotBuilder, VecBurst,
 };
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
@@ -164,7 +164,7 @@ fn setup_text(text: &str) -> Setup {
         .build(compiled.clone(), local, |_| EndpointHealth::HEALTHY, 0, 1)
         .expect("snapshot");
     let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flows");
-    let worker = Worker::new(1, compiled.children.len());
+    let worker = Pipeline::new(1, compiled.children.len());
     Setup {
         engine: Engine::with_routes(worker, &roles, routes, 32, || VecBurst::with_capacity(32)),
         snap,
@@ -469,7 +469,7 @@ fn an_exception_port_without_a_data_port_drops_and_counts() {
     assert_eq!(routes.host(1), HostPath::FromHost(None));
     assert_eq!(routes.host(0), HostPath::NoHost);
     let mut s = setup(true);
-    s.engine = Engine::with_routes(Worker::new(1, 1), &roles, routes, 32, || {
+    s.engine = Engine::with_routes(Pipeline::new(1, 1), &roles, routes, 32, || {
         VecBurst::with_capacity(32)
     });
     s.io = MemIo::new(2);

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 #![allow(clippy::cast_possible_truncation)] // test values are small
-//! `Worker::explain` (`spillway simulate`): the pipeline's decision for a
+//! `Pipeline::explain` (`spillway simulate`): the pipeline's decision for a
 //! flow, without forwarding it — checked against what the pipeline then
 //! does with that flow's real first packet.
 
@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use dataplane::{
-    DropReason, EndpointHealth, EntryUse, Explanation, Local, Probe, Snapshot, SnapshotBuilder,
-    Verdict, Worker,
+    DropReason, EndpointHealth, EntryUse, Explanation, Local, Pipeline, Probe, Snapshot,
+    SnapshotBuilder, Verdict,
 };
 use flowtable::FlowTable;
 use testkit::config::{Config, Table, endpoint_list, group, port, rule, service};
@@ -71,7 +71,7 @@ struct Lab {
     builder: SnapshotBuilder,
     snap: Snapshot,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
 }
 
 impl Lab {
@@ -82,7 +82,7 @@ impl Lab {
             .build(c.clone(), local(&c), |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
-        let worker = Worker::new(7, snap.compiled.children.len());
+        let worker = Pipeline::new(7, snap.compiled.children.len());
         Lab {
             builder,
             snap,
@@ -110,7 +110,7 @@ impl Lab {
     }
 
     fn explain(&self, p: &Probe, now: u32) -> Explanation {
-        Worker::explain(&self.snap, &self.flows, now, p)
+        Pipeline::explain(&self.snap, &self.flows, now, p)
     }
 
     fn run(&mut self, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
@@ -320,11 +320,11 @@ fn a_spilling_plan_sends_each_flow_to_the_region_explain_names() {
         )
         .expect("snapshot");
     let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flows");
-    let mut w = Worker::new(3, snap.compiled.children.len());
+    let mut w = Pipeline::new(3, snap.compiled.children.len());
     let mut per_region = [0; 2];
     for i in 0..200 {
         let p = probe(client(i), 1000 + i as u16, 6, 80);
-        let e = Worker::explain(&snap, &flows, 1, &p);
+        let e = Pipeline::explain(&snap, &flows, 1, &p);
         let pick = e.pick.expect("pick");
         per_region[pick.region] += 1;
         let far = snap.backends[pick.slot as usize].addr == IpAddr::from([10, 0, 1, 13]);

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use dataplane::nexthop::NextHop;
-use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{ACK, Packet, SYN, encap, outer, v4, v6};
@@ -70,7 +70,7 @@ struct Lab {
     snap: Snapshot,
     builder: SnapshotBuilder,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
     now: u32,
 }
 
@@ -118,7 +118,7 @@ impl Lab {
             .build(compile(cfg), local, |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
-        let worker = Worker::new(7, snap.compiled.children.len());
+        let worker = Pipeline::new(7, snap.compiled.children.len());
         Lab {
             snap,
             builder,
@@ -156,7 +156,7 @@ impl Lab {
         (v, buf.data().to_vec())
     }
 
-    /// `frames` as one burst ([`Worker::process_burst`]).
+    /// `frames` as one burst ([`Pipeline::process_burst`]).
     fn run_burst(&mut self, frames: &[Vec<u8>]) -> Vec<(Verdict, Vec<u8>)> {
         let mut bufs: Vec<_> = frames
             .iter()

@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::Arc;
 
-use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{ACK, Packet, SYN};
@@ -57,7 +57,7 @@ fn v4_only(delivery: &str, mtu: u16) -> Config {
 struct Lab {
     snap: Snapshot,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
 }
 
 impl Lab {
@@ -71,7 +71,7 @@ impl Lab {
             .build(compiled, local, |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(1024)).expect("flow table");
-        let mut worker = Worker::new(7, snap.compiled.children.len());
+        let mut worker = Pipeline::new(7, snap.compiled.children.len());
         worker.counters.resize_backends(snap.backends.len());
         Lab {
             snap,
@@ -121,7 +121,7 @@ impl Lab {
         }
     }
 
-    /// [`Worker::fragment`] with at most `buffers` buffers to take.
+    /// [`Pipeline::fragment`] with at most `buffers` buffers to take.
     fn fragment(&mut self, job: u16, pkt: MemBuf<[u8; 2048]>, buffers: usize) -> Vec<Vec<u8>> {
         let mut left = buffers;
         let mut alloc = || {

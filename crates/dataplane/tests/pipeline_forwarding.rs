@@ -14,7 +14,7 @@ mod common;
 use std::net::Ipv6Addr;
 
 use common::*;
-use dataplane::{DropReason, EndpointHealth, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Pipeline, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, rule, service};
 use testkit::packet::{ACK, Packet, SYN};
@@ -242,7 +242,7 @@ fn ipv6_vips_are_served_over_ipv6_tunnels() {
         .build(compiled(&cfg), v6_local, |_| EndpointHealth::HEALTHY, 0, 1)
         .expect("snapshot");
     let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("table");
-    let mut worker = Worker::new(1, snap.compiled.children.len());
+    let mut worker = Pipeline::new(1, snap.compiled.children.len());
     // Ethernet/IPv6/TCP SYN [2001:db8::7]:40000 -> [fd00::10]:443.
     let frame = Packet::tcp(CLIENT6.into(), VIP6.into(), 40000, 443, SYN)
         .seq(0)

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{Packet, SYN, encap, outer, v4, v6};
@@ -52,7 +52,7 @@ const ALLOW: &str = "[tunnel_ingress]\nallow = [\"192.0.2.200/32\", \"2001:db8:9
 struct Lab {
     snap: Snapshot,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
 }
 
 impl Lab {
@@ -76,7 +76,7 @@ impl Lab {
             .build(compiled, local, |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
-        let worker = Worker::new(7, snap.compiled.children.len());
+        let worker = Pipeline::new(7, snap.compiled.children.len());
         Lab {
             snap,
             flows,
@@ -142,7 +142,7 @@ fn tunnels() -> Vec<(Tunnel, TunnelKind)> {
     ]
 }
 
-fn decapsulated(w: &Worker, kind: TunnelKind) -> u64 {
+fn decapsulated(w: &Pipeline, kind: TunnelKind) -> u64 {
     let c = &w.counters;
     match kind {
         TunnelKind::IpIp => c.decap_ipip,

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use config::schema::PortRole;
 use dataplane::{
-    DropReason, EndpointHealth, Engine, Idle, Local, PacketIo, Shared, Snapshot, SnapshotBuilder,
-    VecBurst, Worker, WorkerLoop,
+    DropReason, EndpointHealth, Engine, Idle, Local, PacketIo, Pipeline, Shared, Snapshot,
+    SnapshotBuilder, VecBurst, WorkerLoop,
 };
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
@@ -129,7 +129,7 @@ fn the_loop_swaps_snapshots_between_passes_publishes_by_its_clock_and_stops() {
     let shared = Shared::new(Arc::new(first), flows, 1);
     // Not running yet: nobody to wait for.
     assert!(shared.workers_on(new_generation));
-    let mut engine = Engine::new(Worker::new(1, 0), &[PortRole::Uplink], 32, || {
+    let mut engine = Engine::new(Pipeline::new(1, 0), &[PortRole::Uplink], 32, || {
         VecBurst::with_capacity(32)
     });
     let mut io = ScriptIo {

@@ -85,12 +85,12 @@ endpoints = [{ address = "10.0.2.11" }, { address = "10.0.2.12" }]
 
 /// A snapshot and a flow table to run the pipeline on.
 /// What the worker loop does with a [`dataplane::Verdict::Fragment`] (M48):
-/// [`dataplane::Worker::fragment`] with in-memory buffers. The fragments
+/// [`dataplane::Pipeline::fragment`] with in-memory buffers. The fragments
 /// sent (none when it was dropped, and counted); each is a tunnel frame
 /// whose inner packet is at most `max_inner` bytes.
 #[allow(dead_code)] // only the targets with an egress MTU reach it
 pub fn fragments<S: AsRef<[u8]> + AsMut<[u8]>>(
-    worker: &mut dataplane::Worker,
+    worker: &mut dataplane::Pipeline,
     snap: &Snapshot,
     job: u16,
     pkt: wire::buf::MemBuf<S>,

@@ -95,6 +95,6 @@ impl Core {
 
     /// The flow-sync counters, with `[flow_sync]`.
     pub fn sync_counters(&self) -> Option<crate::sync::SyncCounters> {
-        self.sync.as_ref().map(crate::sync::Sync::counters)
+        self.sync.as_ref().map(crate::sync::SyncState::counters)
     }
 }

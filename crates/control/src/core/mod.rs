@@ -110,7 +110,7 @@ pub struct Core {
     /// Derived and consumed health states, for their transitions.
     transitions: crate::transitions::Transitions,
     /// Flow-state sync with the peers (M36); `None` without `[flow_sync]`.
-    sync: Option<crate::sync::Sync>,
+    sync: Option<crate::sync::SyncState>,
     out: Vec<Output>,
 }
 
@@ -153,7 +153,7 @@ impl Core {
         let sync = match &compiled.settings.flow_sync {
             Some(_) => {
                 let epoch = crate::sync::random_epoch().map_err(crate::StartError::Random)?;
-                crate::sync::Sync::new(&compiled, &compiled.node.name, epoch)
+                crate::sync::SyncState::new(&compiled, &compiled.node.name, epoch)
             }
             None => None,
         };

@@ -119,7 +119,7 @@ impl Core {
                     name: name.to_string(),
                 })
                 .collect(),
-            flow_sync: self.sync.as_ref().map(crate::sync::Sync::status),
+            flow_sync: self.sync.as_ref().map(crate::sync::SyncState::status),
             cluster: self.balance.cluster(self.now),
             bgp: None,
             speaker: None,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use config::schema::PortRole;
 use control::{Answer, Command, Core, FlowUse, Output, Published, ScriptedProbes};
 use dataplane::snapshot::TableKey;
-use dataplane::{Engine, Local, PacketIo, Snapshot, VecBurst, Worker, WorkerCounters};
+use dataplane::{Engine, Local, PacketIo, Pipeline, Snapshot, VecBurst, WorkerCounters};
 use flowtable::FlowTable;
 use health::State;
 use wire::buf::{MemBuf, PacketBuf};
@@ -263,7 +263,7 @@ impl World {
         let engines = (0..pipelines)
             .map(|i| {
                 let mut e = Engine::new(
-                    Worker::new(seed ^ (i as u64) << 8, children),
+                    Pipeline::new(seed ^ (i as u64) << 8, children),
                     &[PortRole::Uplink],
                     dataplane::BURST,
                     || VecBurst::with_capacity(dataplane::BURST),

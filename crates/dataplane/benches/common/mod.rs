@@ -18,7 +18,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use dataplane::nexthop::NextHop;
-use dataplane::{EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, node, port, rule, service};
 use testkit::packet::{ACK, DST_MAC, Packet, RST, SRC_MAC, SYN, v4};
@@ -214,7 +214,7 @@ pub fn frames(kind: Kind, flows: u32) -> Vec<Vec<u8>> {
 pub struct Bench {
     snap: Snapshot,
     flows: FlowTable,
-    worker: Worker,
+    worker: Pipeline,
     frames: Vec<Vec<u8>>,
     bufs: Vec<MemBuf<[u8; 256]>>,
     verdicts: [Verdict; BURST],
@@ -267,7 +267,7 @@ impl Bench {
         } else {
             frames(kind, flows)
         };
-        let mut worker = Worker::new(1, compiled.children.len());
+        let mut worker = Pipeline::new(1, compiled.children.len());
         if gateway {
             // The port the endpoint's frames arrive on, as the engine sets
             // it (the other modes keep the set-up they were measured with).

@@ -14,11 +14,11 @@ use wire::icmpv6::msg;
 use wire::packet::PacketInfo;
 use wire::{ReplyError, ndp, reply};
 
-use super::{Ctx, Outcome, Pending, Worker};
+use super::{Ctx, Outcome, Pending, Pipeline};
 use crate::counters::DropReason;
 use crate::snapshot::{ServicePlan, Snapshot};
 
-impl Worker {
+impl Pipeline {
     /// Answers ARP requests for VIPs and the balancer's own addresses.
     pub(super) fn arp<B: PacketBuf>(
         &mut self,
@@ -92,7 +92,7 @@ impl Worker {
     }
 }
 
-impl Worker {
+impl Pipeline {
     /// An echo request to a VIP no rule takes ICMP for, whose rules let it
     /// answer ping: the echo reply, back out the port it came in on, within
     /// the worker's budget per tick; beyond it, or when it cannot be
@@ -116,7 +116,7 @@ impl Worker {
     /// A packet whose encapsulation would exceed the egress MTU: `max` is the
     /// largest inner IP packet that fits (M48). IPv4 without DF is split
     /// into fragments that fit, each sent to backend `to` (slot, cookie) in
-    /// a tunnel of its own (RFC 4459 §4, see [`Worker::fragment`]);
+    /// a tunnel of its own (RFC 4459 §4, see [`Pipeline::fragment`]);
     /// IPv4 with DF and every IPv6 packet are turned into the ICMP error
     /// advertising `max`, back out the port they came in on, within the
     /// worker's budget per tick; beyond it they are dropped and counted.

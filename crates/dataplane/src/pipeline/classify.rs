@@ -20,7 +20,7 @@ use wire::packet::{
 };
 use wire::{ipv4, ipv6};
 
-use super::{Ctx, Inner, Outcome, Pending, RuleRun, Stage, TCP, UDP, Worker};
+use super::{Ctx, Inner, Outcome, Pending, Pipeline, RuleRun, Stage, TCP, UDP};
 use crate::counters::DropReason;
 use crate::snapshot::{ServicePlan, Snapshot};
 
@@ -28,7 +28,7 @@ use crate::snapshot::{ServicePlan, Snapshot};
 #[allow(clippy::cast_possible_truncation, reason = "14 bytes")]
 const ETH_LEN: u8 = ethernet::HEADER_LEN as u8;
 
-impl Worker {
+impl Pipeline {
     /// Everything up to the flow table: parse, answer what is answered in
     /// place, select the rule, compute the flow key.
     pub(super) fn classify<B: PacketBuf>(
@@ -44,7 +44,7 @@ impl Worker {
         self.classify_frame(cx, pkt, key, pend, nic)
     }
 
-    /// [`Worker::classify`] after the counting: also what a decapsulated
+    /// [`Pipeline::classify`] after the counting: also what a decapsulated
     /// packet goes through, exactly as if it had arrived directly (M49),
     /// its IPv4 header checksum unverified (`nic`: what the NIC found of
     /// the frame's as received).
@@ -53,7 +53,7 @@ impl Worker {
     /// edge checks (M55) every packet must — to this port's MAC, TTL above
     /// 0, a right IPv4 header checksum — told by a few fixed-offset reads
     /// (their sources are checked when a flow entry is made,
-    /// [`Worker::source_ok`]); any other frame takes [`Worker::general`],
+    /// [`Pipeline::source_ok`]); any other frame takes [`Pipeline::general`],
     /// which makes every check and names the reason of a drop.
     #[inline(always)]
     fn classify_frame<B: PacketBuf>(
@@ -81,7 +81,7 @@ impl Worker {
     /// that every packet must: to this port's MAC (one 8-byte compare), TTL
     /// not 0, a right header checksum unless the NIC verified it. Its
     /// source is checked where a flow entry is about to be made
-    /// ([`Worker::source_ok`]): a packet from a martian source, a VIP or an
+    /// ([`Pipeline::source_ok`]): a packet from a martian source, a VIP or an
     /// own address never finds an entry, since none is made for it.
     #[inline(always)]
     fn clean_v4(&self, data: &[u8], f: &V4Flow, nic: RxChecksum) -> bool {
@@ -99,7 +99,7 @@ impl Worker {
         self.to_port_mac(data) && f.ttl != 0 && checksum_ok
     }
 
-    /// [`Worker::clean_v4`] for a frame of [`parse_v6_flow`]: to this
+    /// [`Pipeline::clean_v4`] for a frame of [`parse_v6_flow`]: to this
     /// port's MAC, hop limit not 0.
     #[inline(always)]
     fn clean_v6(&self, data: &[u8], f: &V6Flow) -> bool {
@@ -290,7 +290,7 @@ impl Worker {
         Stage::Lookup
     }
 
-    /// [`Worker::ip`] for a packet of the fast path ([`parse_v4_flow`]):
+    /// [`Pipeline::ip`] for a packet of the fast path ([`parse_v4_flow`]):
     /// the same decisions, from the facts in registers.
     #[inline(always)]
     fn v4_flow<B: PacketBuf>(
@@ -391,7 +391,7 @@ impl Worker {
         Stage::Lookup
     }
 
-    /// [`Worker::ip`] for an IPv6 packet of the fast path
+    /// [`Pipeline::ip`] for an IPv6 packet of the fast path
     /// ([`parse_v6_flow`]).
     #[inline(always)]
     fn v6_flow<B: PacketBuf>(
@@ -503,7 +503,7 @@ pub(super) struct OuterFacts {
     fragment: bool,
 }
 
-impl Worker {
+impl Pipeline {
     /// A packet to one of the node's own addresses: a tunnel packet of a
     /// kind `[tunnel_ingress]` accepts loses its outer headers and is
     /// classified again as if its inner packet had arrived directly (M49),
@@ -534,7 +534,7 @@ impl Worker {
         self.own_not_returned(cx, pkt, outer, key, pend)
     }
 
-    /// [`Worker::own`] for what no appliance returned: a tunnel or a packet
+    /// [`Pipeline::own`] for what no appliance returned: a tunnel or a packet
     /// for the host. Apart, so that the returns' way stays as it was.
     #[inline(never)]
     fn own_not_returned<B: PacketBuf>(
@@ -729,7 +729,7 @@ fn ip_header_ok(
 
 /// Whether the source of a packet the general path parsed is martian
 /// ([`martian`]), unless it answers a probe of the host's ([`probe_answer`]).
-/// IPv4-mapped IPv6 sources are left to [`Worker::ip`]'s `bad_address`.
+/// IPv4-mapped IPv6 sources are left to [`Pipeline::ip`]'s `bad_address`.
 fn martian_source(snap: &Snapshot, info: &PacketInfo) -> bool {
     let (src, dst) = match info.version {
         IpVersion::V4 => (unmap(&info.src), unmap(&info.dst)),

@@ -2,10 +2,10 @@
 //! each child rule and backend took. Counters are the worker's own (no
 //! atomics); the worker loop publishes them.
 
-use super::{Outcome, Verdict, Worker};
+use super::{Outcome, Pipeline, Verdict};
 use crate::counters::DropReason;
 
-impl Worker {
+impl Pipeline {
     /// Counts an outcome once, under its own counter.
     #[inline(always)]
     pub(super) fn count(&mut self, outcome: Outcome) -> Verdict {
@@ -59,7 +59,7 @@ impl Worker {
                 c.gateway_returned += 1;
                 Verdict::ForwardTo(port)
             }
-            // Counted by `Worker::fragment`, which decides it.
+            // Counted by `Pipeline::fragment`, which decides it.
             Outcome::Fragment(job) => Verdict::Fragment(job),
         }
     }

@@ -3,14 +3,14 @@
 //! take, and why.
 //!
 //! Nothing here decides anything of its own. A synthetic packet of the flow
-//! goes through the pipeline's own passes on a throwaway [`Worker`] (its
+//! goes through the pipeline's own passes on a throwaway [`Pipeline`] (its
 //! counters, cookie generator and rule run are discarded): `classify` (rule
 //! selection, the flow key and hash, the client's zone), then the flow
 //! table's read-only `lookup`, then the `finish` pass's own decisions —
-//! whether the entry is followed (`Worker::follows`), the backend of a new
+//! whether the entry is followed (`Pipeline::follows`), the backend of a new
 //! flow ([`crate::snapshot::ServicePlan::pick_detail`], which
 //! [`crate::snapshot::ServicePlan::pick`] is), the delivery
-//! (`Worker::deliver`) and the no-backend answer (`no_backend`, on the
+//! (`Pipeline::deliver`) and the no-backend answer (`no_backend`, on the
 //! synthetic packet). What is left
 //! out is what changes state: no entry is inserted, touched, flagged or
 //! removed, no shared counter moves, no real packet is touched.
@@ -26,7 +26,7 @@ use wire::tcp::Flags;
 
 use super::answer::no_backend;
 use super::flow::answerable;
-use super::{Ctx, Pending, Stage, TCP, UDP, Verdict, Worker};
+use super::{Ctx, Pending, Pipeline, Stage, TCP, UDP, Verdict};
 use crate::snapshot::{Pick, Snapshot};
 
 /// The flow to explain: its first packet's addresses, protocol and ports.
@@ -95,12 +95,12 @@ pub struct Explanation {
     pub backend: Option<u32>,
 }
 
-impl Worker {
+impl Pipeline {
     /// Explains what the pipeline would do with `probe`'s first packet
     /// against `snap` and `flows` at tick `now`, changing nothing: see the
     /// module's documentation.
     pub fn explain(snap: &Snapshot, flows: &FlowTable, now: Tick, probe: &Probe) -> Explanation {
-        let mut w = Worker::new(0, snap.rules.children());
+        let mut w = Pipeline::new(0, snap.rules.children());
         // Through a gateway rule (M31) the packet must come from one of
         // the rule's endpoints: the first that takes the protocol stands
         // for them. Its source MAC is read only for a destination no
@@ -172,7 +172,7 @@ impl Worker {
                         flags: hit.entry.flags,
                     };
                 }
-                // `Worker::new_flow`'s pick (budgets and the insert aside).
+                // `Pipeline::new_flow`'s pick (budgets and the insert aside).
                 out.pick = plan.pick_detail(p.hash, p.client_zone);
                 out.pick.map(|pk| (pk.slot, 0))
             }
@@ -183,7 +183,7 @@ impl Worker {
             return out;
         };
         out.backend = Some(slot);
-        // `Worker::finish`'s delivery, on the synthetic packet (a new
+        // `Pipeline::finish`'s delivery, on the synthetic packet (a new
         // flow's cookie would be random: 0 stands for it).
         let o = w.deliver(snap, plan, &p, (slot, cookie), &mut pkt);
         out.verdict = w.count(o);

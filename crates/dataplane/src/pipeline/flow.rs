@@ -9,20 +9,20 @@ use wire::tcp::Flags;
 use config::compiled::Delivery;
 
 use super::answer::no_backend;
-use super::{Ctx, Outcome, Pending, TCP, Worker, gateway};
+use super::{Ctx, Outcome, Pending, Pipeline, TCP, gateway};
 use crate::counters::DropReason;
 use crate::delivery;
 use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
 use crate::sync::NewFlow;
 
-impl Worker {
-    /// [`Worker::finish`] for the usual packet, kept apart so that the
+impl Pipeline {
+    /// [`Pipeline::finish`] for the usual packet, kept apart so that the
     /// general path's many live values do not crowd the usual one's
     /// registers: an entry to an active backend that this packet neither
     /// changes (no new TCP flag bits) nor replaces (not a SYN reopening a
     /// closed tuple), delivered through the backend's precomputed outer
     /// headers. `None`, having done nothing, when the packet needs
-    /// [`Worker::finish`].
+    /// [`Pipeline::finish`].
     #[inline(always)]
     pub(super) fn finish_established<B: PacketBuf>(
         &mut self,
@@ -72,7 +72,7 @@ impl Worker {
         Some(self.delivered(sent, slot, p.child, pkt.len()))
     }
 
-    /// [`Worker::finish_established`] to a backend of an `l2dsr` service
+    /// [`Pipeline::finish_established`] to a backend of an `l2dsr` service
     /// ([`crate::snapshot::Backend::l2dsr`]): the same checks, then the
     /// frame's MACs rewritten in place, to the backend's next hop from the
     /// node's, as [`crate::delivery::deliver`] does on the long way (which
@@ -203,7 +203,7 @@ impl Worker {
 
     /// Delivers packet `p` of service `plan` to backend `slot` with flow
     /// cookie `cookie` (M8; a gateway rule's packet with its endpoint's
-    /// ID, M30) and counts it: the long way's delivery, [`Worker::finish`]'s
+    /// ID, M30) and counts it: the long way's delivery, [`Pipeline::finish`]'s
     /// and the explanation's ([`super::explain`]).
     pub(super) fn deliver<B: PacketBuf>(
         &mut self,
@@ -232,7 +232,7 @@ impl Worker {
 
     /// Whether packet `p` follows its flow's entry `hit` (else the entry is
     /// stale: removed, and a backend picked anew). Shared by
-    /// [`Worker::finish`] and the explanation ([`super::explain`]).
+    /// [`Pipeline::finish`] and the explanation ([`super::explain`]).
     #[inline(always)]
     pub(super) fn follows(
         &self,
@@ -417,7 +417,7 @@ fn icmp_error_cookie(snap: &Snapshot, p: &Pending, fkey: &flowtable::FlowKey, fr
 /// service, confirmed and this node's, of the backend's generation, a packet
 /// that fits once encapsulated (`max_ip_len`, M48) and, for TCP, sets no new
 /// flag and does not reopen a closed tuple. Anything else takes
-/// [`Worker::finish`], which decides exactly as the short paths where both
+/// [`Pipeline::finish`], which decides exactly as the short paths where both
 /// apply.
 #[inline(always)]
 pub(super) fn admits(
@@ -485,7 +485,7 @@ pub(super) fn closed(flags: EntryFlags) -> bool {
     flags.contains(EntryFlags::FIN) || flags.contains(EntryFlags::RST)
 }
 
-/// [`Worker::keeps`] for a backend that is not active.
+/// [`Pipeline::keeps`] for a backend that is not active.
 #[cold]
 #[inline(never)]
 fn keeps_inactive(state: BackendState, plan: &ServicePlan, class: ProtoClass, now: Tick) -> bool {

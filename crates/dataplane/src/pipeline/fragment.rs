@@ -10,21 +10,21 @@
 //! fragmented by a router.
 //!
 //! The fragments need buffers of their own, which the pipeline does not
-//! have (it works in place, over a burst). So [`Worker::finish`] decides
+//! have (it works in place, over a burst). So [`Pipeline::finish`] decides
 //! everything about the packet (its flow, backend and cookie) and leaves a
 //! job ([`Verdict::Fragment`]); the worker loop, which has the packet I/O,
-//! then calls [`Worker::fragment`] with a way to take buffers from the pool
+//! then calls [`Pipeline::fragment`] with a way to take buffers from the pool
 //! (on DPDK, mbufs from the port's mempool: a rare path, counted, no heap)
 //! and sends the fragments together, in order, in one TX burst.
 //!
-//! [`Worker::finish`]: super::Worker
+//! [`Pipeline::finish`]: super::Pipeline
 //! [`Verdict::Fragment`]: super::Verdict::Fragment
 
 use wire::buf::PacketBuf;
 use wire::encap::InnerIp;
 use wire::frag::{self, FragError};
 
-use super::{Outcome, Pending, Worker};
+use super::{Outcome, Pending, Pipeline};
 use crate::counters::DropReason;
 use crate::delivery;
 use crate::snapshot::Snapshot;
@@ -36,7 +36,7 @@ pub(super) const FRAG_JOBS: usize = 2 * crate::engine::BURST;
 /// The most fragments a packet is split into ([`wire::frag::MAX_FRAGMENTS`]).
 pub const MAX_FRAGMENTS: usize = frag::MAX_FRAGMENTS;
 
-/// What [`Worker::finish`](super::Worker) decided about a packet to
+/// What [`Pipeline::finish`](super::Pipeline) decided about a packet to
 /// fragment.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FragJob {
@@ -54,7 +54,7 @@ pub(super) struct FragJob {
     max: u32,
 }
 
-impl Worker {
+impl Pipeline {
     /// Leaves packet `p`, too big for backend `to` (slot, cookie) once
     /// encapsulated (more than `max` bytes) and without DF, to be
     /// fragmented after the burst.

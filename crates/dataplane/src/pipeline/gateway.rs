@@ -43,7 +43,7 @@ use wire::tcp::Flags;
 
 use super::classify::{class_of, store_key};
 use super::flow::admits;
-use super::{Ctx, Inner, Outcome, Pending, Stage, Worker};
+use super::{Ctx, Inner, Outcome, Pending, Pipeline, Stage};
 use crate::counters::DropReason;
 use crate::snapshot::{GatewayHop, ServicePlan, Snapshot};
 
@@ -54,7 +54,7 @@ const ETH_HEADER: usize = wire::ethernet::HEADER_LEN;
 #[allow(clippy::cast_possible_truncation, reason = "14 bytes")]
 const ETH_LEN: u8 = wire::ethernet::HEADER_LEN as u8;
 
-/// What [`Worker::gateway_flow`] needs of a fast-path packet
+/// What [`Pipeline::gateway_flow`] needs of a fast-path packet
 /// ([`parse_v4_flow`], [`parse_v6_flow`]: unfragmented TCP or UDP, never
 /// an ICMP error, never an IPv4-mapped address).
 struct FlowFacts<'a> {
@@ -72,8 +72,8 @@ enum Addrs<'a> {
     V6(&'a [u8; 16], &'a [u8; 16]),
 }
 
-impl Worker {
-    /// [`Worker::gateway`] for a frame of the fast path, parsed again by
+impl Pipeline {
+    /// [`Pipeline::gateway`] for a frame of the fast path, parsed again by
     /// the fast path's parser (fixed offsets: cheaper than passing its
     /// facts through the passthrough path's code, which stays as it was).
     #[cold]
@@ -124,7 +124,7 @@ impl Worker {
         }
     }
 
-    /// [`Worker::gateway`] for a packet of the fast path: the same decisions
+    /// [`Pipeline::gateway`] for a packet of the fast path: the same decisions
     /// and the same key and facts, from the fast parse (`tests/gateway.rs`
     /// and the wire crate's fast-parse property tests hold them equal).
     #[inline(always)]
@@ -176,10 +176,10 @@ impl Worker {
         Stage::Lookup
     }
 
-    /// [`Worker::finish_established`] for a gateway rule's packet (M30): the
+    /// [`Pipeline::finish_established`] for a gateway rule's packet (M30): the
     /// same tests, then the appliance's template with the packet's endpoint
     /// ID filled in. `None`, having done nothing, when the packet needs
-    /// [`Worker::finish`] (which decides exactly as this does where both
+    /// [`Pipeline::finish`] (which decides exactly as this does where both
     /// apply).
     #[cold]
     #[inline(never)]
@@ -335,7 +335,7 @@ impl Worker {
         r
     }
 
-    /// [`Worker::returned`] after the source checks: the Geneve headers, the
+    /// [`Pipeline::returned`] after the source checks: the Geneve headers, the
     /// flow and what the inner packet claims to be.
     fn return_checked<B: PacketBuf>(
         &mut self,

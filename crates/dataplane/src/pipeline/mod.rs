@@ -12,7 +12,7 @@
 //!
 //! # How to read this
 //!
-//! Start with [`Worker::process`]: one packet, start to finish. It is the
+//! Start with [`Pipeline::process`]: one packet, start to finish. It is the
 //! reference behaviour; everything else here is a faster way to the same
 //! result (`tests/burst.rs` checks that a burst decides exactly what its
 //! packets decide one at a time). A packet goes through the passes in order,
@@ -36,7 +36,7 @@
 //! simulate`): the decisions are the ones above, shared, not copies.
 //!
 //! What exists only for speed, and can be skipped on a first reading:
-//! [`Worker::process_burst`] runs the passes over groups of [`GROUP`]
+//! [`Pipeline::process_burst`] runs the passes over groups of [`GROUP`]
 //! packets so that the flow table's cache misses overlap (staged lookups;
 //! a bitmap of changed hashes sends a packet whose flow an earlier one of
 //! its group changed to a fresh lookup); IPv4 and IPv6 TCP/UDP take parsers
@@ -90,7 +90,7 @@ pub enum Verdict {
     /// Dropped (and counted) for this reason.
     Drop(DropReason),
     /// Too big once encapsulated and allowed to be fragmented (IPv4 without
-    /// DF, M48): [`Worker::fragment`] with this job splits it, encapsulates
+    /// DF, M48): [`Pipeline::fragment`] with this job splits it, encapsulates
     /// each fragment and counts the outcome; the worker loop sends them
     /// together, in order. Not counted until then.
     Fragment(u16),
@@ -113,7 +113,7 @@ enum Outcome {
     /// Returned by an appliance, sent back out this port (M32).
     Returned(u16),
     /// To be fragmented after the burst (M48): job `0` of
-    /// [`Worker::fragment`].
+    /// [`Pipeline::fragment`].
     Fragment(u16),
 }
 
@@ -252,9 +252,12 @@ struct Ctx<'a> {
     now: Tick,
 }
 
-/// One worker's private state: counters and the generator of flow cookies.
+/// The per-packet pipeline of one worker thread (the thread's loop is
+/// [`crate::WorkerLoop`]): its private state — counters, the generator of
+/// flow cookies, per-tick budgets, scratch — and the passes packets go
+/// through.
 #[derive(Debug)]
-pub struct Worker {
+pub struct Pipeline {
     /// What this worker did.
     pub counters: WorkerCounters,
     rng: u64,
@@ -264,7 +267,7 @@ pub struct Worker {
     /// That port's MAC as the high 48 bits of a little-endian word (shifted
     /// as `classify`'s compare shifts a frame's first 8 bytes): what the
     /// destination MAC of a frame it received must be (M55). Set from the
-    /// snapshot for each group ([`Worker::load_port_mac`]).
+    /// snapshot for each group ([`Pipeline::load_port_mac`]).
     rx_mac: u64,
     /// The IPv4 header checksum's test, read from here as memory operands
     /// ([`wire::ipv4::ChecksumTest`]).
@@ -316,7 +319,7 @@ struct RuleRun {
     bytes: u64,
 }
 
-/// What [`Worker::process_group`]'s passes hand each other. Entries are
+/// What [`Pipeline::process_group`]'s passes hand each other. Entries are
 /// written before they are read within a group, never read from an earlier
 /// group.
 struct Scratch {
@@ -345,11 +348,11 @@ impl std::fmt::Debug for Scratch {
     }
 }
 
-impl Worker {
+impl Pipeline {
     /// A worker whose flow cookies come from `seed` (distinct per worker;
     /// fixed for deterministic replays).
-    pub fn new(seed: u64, children: usize) -> Worker {
-        Worker {
+    pub fn new(seed: u64, children: usize) -> Pipeline {
+        Pipeline {
             counters: WorkerCounters::new(children),
             rng: seed | 1,
             rx_port: usize::MAX,
@@ -413,7 +416,7 @@ impl Worker {
             .unwrap_or(snap.local.mac)
     }
 
-    /// Reads the receiving port's MAC ([`Worker::reply_mac`]) from `snap`
+    /// Reads the receiving port's MAC ([`Pipeline::reply_mac`]) from `snap`
     /// for the frames processed next (once a group, not per packet).
     fn load_port_mac(&mut self, snap: &Snapshot) {
         let [a, b, c, d, e, f] = self.reply_mac(snap);
@@ -446,7 +449,7 @@ impl Worker {
         !martian
     }
 
-    /// [`Worker::finish`] of a packet whose source [`Worker::source_ok`]
+    /// [`Pipeline::finish`] of a packet whose source [`Pipeline::source_ok`]
     /// has checked if it has no flow entry (`hit`). Out of line, as
     /// `finish` is: the passes' loop stays as it was.
     #[inline(never)]
@@ -465,7 +468,7 @@ impl Worker {
     }
 
     /// Processes one packet in place: the reference behaviour, which
-    /// [`Worker::process_burst`] reproduces exactly, faster.
+    /// [`Pipeline::process_burst`] reproduces exactly, faster.
     pub fn process<B: PacketBuf>(
         &mut self,
         snap: &Snapshot,

@@ -11,7 +11,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use dataplane::{DropReason, EndpointHealth, Local, Snapshot, SnapshotBuilder, Verdict, Worker};
+use dataplane::{DropReason, EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use testkit::config::{Config, Table, endpoint_list, group, port, rule, service};
 use testkit::packet::{ACK, FIN, PSH, Packet, RST, SYN, arp_request, v6};
@@ -107,7 +107,7 @@ pub struct Lab {
     pub builder: SnapshotBuilder,
     pub snap: Snapshot,
     pub flows: FlowTable,
-    pub worker: Worker,
+    pub worker: Pipeline,
 }
 
 impl Lab {
@@ -133,7 +133,7 @@ impl Lab {
             ..flowtable::Config::with_capacity(capacity)
         })
         .expect("flow table");
-        let worker = Worker::new(7, snap.compiled.children.len());
+        let worker = Pipeline::new(7, snap.compiled.children.len());
         Lab {
             builder,
             snap,
