@@ -79,7 +79,7 @@ impl FlowQuery {
                 "client" => q.client = Some(addr()?),
                 "backend" => q.backend = Some(addr()?),
                 "service" => q.service = Some(v.to_owned()),
-                "proto" => q.proto = Some(crate::simulate::parse_proto(v)?),
+                "proto" => q.proto = Some(parse_proto(v)?),
                 "state" => {
                     q.state =
                         Some(STATES.into_iter().find(|s| *s == v).ok_or_else(|| {
@@ -294,6 +294,19 @@ fn proto_name(p: u8) -> &'static str {
         proto::ESP => "esp",
         proto::ICMPV6 => "icmpv6",
         _ => "ip",
+    }
+}
+
+/// The protocol number of `tcp`, `udp`, `icmp`, `icmpv6` or a number.
+pub fn parse_proto(v: &str) -> Result<u8, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "tcp" => Ok(proto::TCP),
+        "udp" => Ok(proto::UDP),
+        "icmp" => Ok(proto::ICMP),
+        "icmpv6" => Ok(proto::ICMPV6),
+        n => n.parse::<u8>().map_err(|_| {
+            format!("proto={v:?}: not tcp, udp, icmp, icmpv6 or a protocol number 0-255")
+        }),
     }
 }
 

@@ -13,7 +13,7 @@ pub use admin::http::{
     BUSY, MAX_HEAD, TIMED_OUT, TOO_LARGE, UNAVAILABLE, head_complete, metrics_response, response,
 };
 
-use crate::listen::{Job, Parsed};
+use crate::job::{Job, Parsed};
 
 /// What a request head asks for.
 pub(crate) fn parse(head: &[u8]) -> Parsed {

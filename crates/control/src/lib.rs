@@ -41,6 +41,7 @@ pub mod daemon;
 pub mod drain;
 pub mod flows;
 pub mod http;
+pub mod job;
 pub mod listen;
 pub mod metrics;
 pub mod neighbours;

@@ -32,12 +32,9 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::time::Instant;
 
 use crate::admission::{Admission, Policy, Refused};
+use crate::job::Parsed;
+pub use crate::job::{ANSWER_TIMEOUT, Job};
 use crate::{http, socket};
-
-/// How long a request waits for the management loop's answer (a reload of a
-/// large configuration may take a while; the loop is not stalled meanwhile,
-/// it is working).
-pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the listeners could not start.
 #[derive(Debug, thiserror::Error)]
@@ -54,17 +51,6 @@ pub enum ListenError {
     /// the thread's runtime could not be built
     #[error("listener thread")]
     Runtime(#[source] std::io::Error),
-}
-
-/// What a client asked of the management core.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Job {
-    /// A control-socket command line, as sent (see [`socket::dispatch`]).
-    Command(String),
-    /// HTTP `GET /status`: the exported rule states.
-    ExportedStatus,
-    /// HTTP `GET /metrics`.
-    Metrics,
 }
 
 /// A request handed to the management loop, with where its answer goes.
@@ -517,17 +503,6 @@ async fn try_write<S: AsyncWrite + Unpin>(stream: &mut S, msg: &[u8]) {
 pub(crate) enum Front {
     Http,
     Control,
-}
-
-/// What a complete request turned out to be.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Parsed {
-    /// For the management loop.
-    Job(Job),
-    /// Answered here (an HTTP 404 or 405).
-    Answer(Vec<u8>),
-    /// Not a request (answered here, counted as bad).
-    Bad(Vec<u8>),
 }
 
 impl Front {

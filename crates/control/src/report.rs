@@ -338,7 +338,7 @@ pub struct FlowSync {
     /// Peers in session (a handshake confirmed their epoch, M54).
     pub sessions: usize,
     /// Its counters.
-    pub counters: crate::sync::SyncCounters,
+    pub counters: SyncCounters,
     /// Peers whose entries this node still waits for.
     pub waiting_for: usize,
 }
@@ -1062,6 +1062,67 @@ impl Display for Drain {
         }
         Ok(())
     }
+}
+
+/// Flow-state sync's counters (M36), kept by [`crate::sync`], for
+/// `status` and the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SyncCounters {
+    /// Datagrams sent (entries and requests, dumps included).
+    pub sent: u64,
+    /// Entries sent.
+    pub entries_sent: u64,
+    /// Datagrams received and accepted.
+    pub received: u64,
+    /// Entries inserted into the flow table.
+    pub applied: u64,
+    /// Entries whose flow already had a local entry (kept).
+    pub existing: u64,
+    /// Entries that refreshed one learned before (its idle timer and state).
+    pub refreshed: u64,
+    /// Refreshes sent (each: the entries this node carried since the last).
+    pub refreshes: u64,
+    /// Entries not inserted: no local slot for their endpoint, a backend
+    /// that takes no flows here, or a full / contended table.
+    pub unresolved: u64,
+    /// Dump requests answered.
+    pub dumps: u64,
+    /// Handshakes completed: a peer's hello reply took, its session is
+    /// (re)established.
+    pub handshakes: u64,
+    /// Peers' hellos answered.
+    pub hellos: u64,
+    /// Dropped: from a source that is no configured peer.
+    pub drop_source: u64,
+    /// Dropped: the tag does not verify (another key, or altered).
+    pub drop_auth: u64,
+    /// Dropped: another format version (a node of another release).
+    pub drop_version: u64,
+    /// Dropped: authenticated but malformed (length, magic, kind, entries,
+    /// key or hash).
+    pub drop_malformed: u64,
+    /// Dropped: this node's own datagram (a peer list naming itself).
+    pub drop_own: u64,
+    /// Dropped: a sender ID that is not the one bound to the source's
+    /// address (or is another peer's).
+    pub drop_identity: u64,
+    /// Dropped: made for an earlier epoch of this node (before it started).
+    pub drop_stale: u64,
+    /// Dropped: not of the peer's confirmed epoch (an earlier life of the
+    /// peer, or one a handshake has not confirmed yet).
+    pub drop_epoch: u64,
+    /// Dropped: a sequence below the replay window.
+    pub drop_old: u64,
+    /// Dropped: a sequence seen before in the session (a replay).
+    pub drop_replay: u64,
+    /// Dropped: a hello reply to no outstanding challenge.
+    pub drop_handshake: u64,
+    /// Dropped: a hello not answered (one was, for that peer, just before).
+    pub drop_limited: u64,
+    /// Rate summaries sent (datagrams, each to one peer).
+    pub rates_sent: u64,
+    /// Rate summaries received (datagrams).
+    pub rates_received: u64,
 }
 
 #[cfg(test)]

@@ -39,18 +39,8 @@ pub struct SimQuery {
     pub json: bool,
 }
 
-/// The protocol number of `tcp`, `udp`, `icmp`, `icmpv6` or a number.
-pub fn parse_proto(v: &str) -> Result<u8, String> {
-    match v.to_ascii_lowercase().as_str() {
-        "tcp" => Ok(proto::TCP),
-        "udp" => Ok(proto::UDP),
-        "icmp" => Ok(proto::ICMP),
-        "icmpv6" => Ok(proto::ICMPV6),
-        n => n.parse::<u8>().map_err(|_| {
-            format!("proto={v:?}: not tcp, udp, icmp, icmpv6 or a protocol number 0-255")
-        }),
-    }
-}
+/// The protocol words of `simulate` are those of `flows`.
+pub use crate::flows::parse_proto;
 
 impl SimQuery {
     /// Parses the words after `simulate`.

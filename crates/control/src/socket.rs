@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::Manager;
-use crate::listen::{Job, Parsed};
+use crate::job::{Job, Parsed};
 
 /// Longest command line read (a `flows` query is under 200 bytes).
 pub const MAX_LINE: usize = 4096;
@@ -187,7 +187,7 @@ pub fn request(path: &Path, command: &str) -> std::io::Result<(bool, String)> {
     admin::unix::request(
         path,
         command,
-        crate::listen::ANSWER_TIMEOUT + Duration::from_secs(5),
+        crate::job::ANSWER_TIMEOUT + Duration::from_secs(5),
     )
 }
 
