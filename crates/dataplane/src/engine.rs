@@ -11,11 +11,9 @@ use wire::burst::PacketBurst;
 pub use wire::burst::PacketIo;
 use wire::ethernet::MacAddr;
 
+pub use crate::pipeline::BURST;
 use crate::pipeline::{Pipeline, Verdict};
 use crate::snapshot::{Local, Snapshot};
-
-/// Default burst size (docs/requirements.md §1).
-pub const BURST: usize = 32;
 
 /// Where each kind of packet leaves, from the ports' roles and the data port
 /// each exception port stands for (M47). Computed once; a burst costs one

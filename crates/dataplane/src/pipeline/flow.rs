@@ -9,7 +9,7 @@ use wire::tcp::Flags;
 use config::compiled::Delivery;
 
 use super::answer::no_backend;
-use super::{Ctx, Outcome, Pending, Pipeline, TCP, gateway};
+use super::{Ctx, Outcome, Pending, Pipeline, TCP};
 use crate::counters::DropReason;
 use crate::delivery;
 use crate::snapshot::{BackendState, ServicePlan, Snapshot, tick_reached};
@@ -328,7 +328,7 @@ impl Pipeline {
                 if p.gateway != 0 {
                     // Before the packet leaves: its return is accepted only
                     // this way (M53).
-                    flows.mark(entry, gateway::sent_mark(p.reversed));
+                    flows.mark(entry, sent_mark(p.reversed));
                 }
                 if let Some(q) = &self.sync {
                     let flow = NewFlow {
@@ -449,10 +449,18 @@ pub(super) fn admits(
     true
 }
 
+/// The flow-entry mark of packets the balancer sent to an appliance against
+/// (`reversed`) or along their key's order (M53): a return the other way
+/// than any packet it sent is not the appliance's to send.
+#[inline(always)]
+pub(super) const fn sent_mark(reversed: bool) -> u32 {
+    if reversed { 2 } else { 1 }
+}
+
 /// Marks gateway packet `p`'s direction on its flow's entry (M53), once.
 #[inline]
 fn mark_sent(flows: &flowtable::FlowTable, hit: &Hit, p: &Pending) {
-    let bit = gateway::sent_mark(p.reversed);
+    let bit = sent_mark(p.reversed);
     if hit.entry.marks & bit == 0 {
         flows.mark(hit.slot, bit);
     }

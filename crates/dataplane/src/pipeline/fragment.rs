@@ -31,7 +31,7 @@ use crate::snapshot::Snapshot;
 
 /// Fragmentation jobs one burst can hold (more are dropped and counted):
 /// twice the largest burst the worker loop receives.
-pub(super) const FRAG_JOBS: usize = 2 * crate::engine::BURST;
+pub(super) const FRAG_JOBS: usize = 2 * super::BURST;
 
 /// The most fragments a packet is split into ([`wire::frag::MAX_FRAGMENTS`]).
 pub const MAX_FRAGMENTS: usize = frag::MAX_FRAGMENTS;

@@ -42,7 +42,7 @@ use wire::packet::{
 use wire::tcp::Flags;
 
 use super::classify::{class_of, store_key};
-use super::flow::admits;
+use super::flow::{admits, sent_mark};
 use super::{Ctx, Inner, Outcome, Pending, Pipeline, Stage};
 use crate::counters::DropReason;
 use crate::snapshot::{GatewayHop, ServicePlan, Snapshot};
@@ -571,14 +571,6 @@ impl Claim {
             Claim::Packet { reversed } | Claim::IcmpError { reversed, .. } => reversed,
         }
     }
-}
-
-/// The flow-entry mark of packets the balancer sent to an appliance against
-/// (`reversed`) or along their key's order (M53): a return the other way
-/// than any packet it sent is not the appliance's to send.
-#[inline(always)]
-pub(super) const fn sent_mark(reversed: bool) -> u32 {
-    if reversed { 2 } else { 1 }
 }
 
 /// The longest ICMP error relayed: RFC 1812 §4.3.2.3 (IPv4, 576 bytes) and

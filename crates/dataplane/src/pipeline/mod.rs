@@ -117,6 +117,10 @@ enum Outcome {
     Fragment(u16),
 }
 
+/// Default burst size (docs/requirements.md §1): packets the engine
+/// receives and hands the pipeline at a time.
+pub const BURST: usize = 32;
+
 /// Packets classified together before their flow-table lookups (the
 /// prefetch distance of the staged lookups, [`FlowTable::begin`]).
 pub const GROUP: usize = 32;
