@@ -42,26 +42,7 @@ pub const HEADER_LEN: usize = 12;
 /// Largest message over TCP (its 16-bit length prefix).
 pub const MAX_LEN: usize = 65535;
 
-/// Why bytes are not a DNS message this client accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ParseError {
-    /// a section, name or record runs past the end
-    #[error("truncated")]
-    Truncated,
-    /// a name with a bad label type, a forward or looping pointer, or over
-    /// 255 bytes
-    #[error("malformed name")]
-    BadName,
-    /// record data that does not fit its type (an A record not 4 bytes …)
-    #[error("malformed record data")]
-    BadRdata,
-    /// bytes after the last record
-    #[error("trailing bytes after the last record")]
-    Trailing,
-    /// a TSIG record that is not the last of the message, or more than one
-    #[error("misplaced TSIG record")]
-    MisplacedTsig,
-}
+pub use crate::name::ParseError;
 
 /// A response code, with TSIG's extended codes (RFC 8945 §5.3.2).
 #[derive(Clone, Copy, PartialEq, Eq)]

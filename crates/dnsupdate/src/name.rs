@@ -4,7 +4,28 @@
 
 use std::fmt;
 
-use crate::message::ParseError;
+/// Why bytes are not a DNS message this client accepts. Defined here, with
+/// names (the first thing of a message parsed, below [`crate::message`]);
+/// every part of a message reports through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// a section, name or record runs past the end
+    #[error("truncated")]
+    Truncated,
+    /// a name with a bad label type, a forward or looping pointer, or over
+    /// 255 bytes
+    #[error("malformed name")]
+    BadName,
+    /// record data that does not fit its type (an A record not 4 bytes …)
+    #[error("malformed record data")]
+    BadRdata,
+    /// bytes after the last record
+    #[error("trailing bytes after the last record")]
+    Trailing,
+    /// a TSIG record that is not the last of the message, or more than one
+    #[error("misplaced TSIG record")]
+    MisplacedTsig,
+}
 
 /// Longest label (RFC 1035 §2.3.4).
 pub const MAX_LABEL: usize = 63;
