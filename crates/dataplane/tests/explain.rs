@@ -4,68 +4,21 @@
 //! flow, without forwarding it — checked against what the pipeline then
 //! does with that flow's real first packet.
 
+mod common;
+
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 
 use dataplane::{
-    DropReason, EndpointHealth, EntryUse, Explanation, Local, Pipeline, Probe, Snapshot,
-    SnapshotBuilder, Verdict,
+    DropReason, EndpointHealth, EntryUse, Explanation, Pipeline, Probe, Snapshot, SnapshotBuilder,
+    Verdict,
 };
 use flowtable::FlowTable;
-use testkit::config::{Config, Table, endpoint_list, group, port, rule, service};
+use testkit::config::{Config, endpoint_list, group, port, rule, service};
 use testkit::packet::{ACK, Packet, SYN};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{DecapConfig, parse_tunnel};
 
-const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
-const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const ROUTER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
-const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x77];
-const EPS: [&str; 3] = ["10.0.1.11", "10.0.1.12", "10.0.1.13"];
-
-fn web(delivery: &str) -> Table {
-    service("web", delivery)
-        .str("connection_persistence", "DEFAULT_FOR_PROTOCOL")
-        .str("connection_draining_timeout", "10s")
-        .child(group("a", "r", "z").set("endpoints", endpoint_list(&EPS)))
-}
-
-fn config(web: Table) -> Config {
-    let l2dsr = web.to_string().contains("l2dsr");
-    let addrs: &[&str] = if l2dsr {
-        &["10.0.0.2/24", "10.0.1.2/24"]
-    } else {
-        &["10.0.0.2/24"]
-    };
-    Config::new()
-        .port(port("up", "net_ring0", "uplink").strs("addresses", addrs))
-        .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
-        .rule(rule("dns", &["10.0.0.10"], "UDP", "53", "web"))
-        .service(web)
-}
-
-fn compiled(cfg: &Config) -> Arc<config::Compiled> {
-    match config::load_str("test.toml", &cfg.build(), &config::Env::default()) {
-        Ok(l) => Arc::new(l.compiled),
-        Err(e) => panic!("test config rejected:\n{e}"),
-    }
-}
-
-fn local(c: &config::Compiled) -> Local {
-    Local {
-        mac: LB_MAC,
-        next_hop_mac: ROUTER_MAC,
-        tunnel_src_v4: Some(Ipv4Addr::new(10, 0, 1, 2)),
-        tunnel_src_v6: None,
-        own_addrs: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))],
-        port_macs: Vec::new(),
-        egress_mtu: None,
-        neighbours: dataplane::nexthop::next_hops(c)
-            .into_iter()
-            .map(|h| (h, ROUTER_MAC))
-            .collect(),
-    }
-}
+use common::{CLIENT_MAC, LB_MAC, THREE, VIP, compiled, config, resolved, web, with_web};
 
 struct Lab {
     builder: SnapshotBuilder,
@@ -79,7 +32,7 @@ impl Lab {
         let mut builder = SnapshotBuilder::new();
         let c = compiled(cfg);
         let snap = builder
-            .build(c.clone(), local(&c), |_| EndpointHealth::HEALTHY, 0, 1)
+            .build(c.clone(), resolved(&c), |_| EndpointHealth::HEALTHY, 0, 1)
             .expect("snapshot");
         let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
         let worker = Pipeline::new(7, snap.compiled.children.len());
@@ -98,7 +51,7 @@ impl Lab {
             .builder
             .build(
                 c.clone(),
-                local(&c),
+                resolved(&c),
                 move |id| EndpointHealth {
                     healthy: health(&c2.endpoints[id.index()].address.to_string()),
                     weight: None,
@@ -164,7 +117,7 @@ fn client(i: u32) -> Ipv4Addr {
 
 #[test]
 fn no_rule_not_ours_and_own_addresses_end_before_the_flow_table() {
-    let lab = Lab::new(&config(web("gue")));
+    let lab = Lab::new(&config("gue", &THREE));
     let e = lab.explain(&probe(client(1), 1000, 6, 81), 1);
     assert_eq!(e.verdict, Verdict::Drop(DropReason::NoRule));
     assert_eq!((e.child, e.backend), (None, None));
@@ -187,7 +140,7 @@ fn no_rule_not_ours_and_own_addresses_end_before_the_flow_table() {
 #[test]
 fn each_delivery_explains_the_backend_the_packet_then_takes() {
     for delivery in ["gue", "ipip", "gre", "geneve"] {
-        let mut lab = Lab::new(&config(web(delivery)));
+        let mut lab = Lab::new(&config(delivery, &THREE));
         for i in 0..40 {
             let p = probe(client(i), 2000 + i as u16, 6, 80);
             let e = lab.explain(&p, 1);
@@ -204,7 +157,7 @@ fn each_delivery_explains_the_backend_the_packet_then_takes() {
         assert_eq!(lab.worker.counters.new_flows, 40);
     }
     // l2dsr: rewritten to the backend's MAC (all one router here): forwarded.
-    let lab = Lab::new(&config(web("l2dsr")));
+    let lab = Lab::new(&config("l2dsr", &THREE));
     let e = lab.explain(&probe(client(1), 1, 17, 53), 1);
     assert_eq!(e.verdict, Verdict::Forward);
 }
@@ -214,7 +167,7 @@ fn each_delivery_explains_the_backend_the_packet_then_takes() {
 /// the tuple, and UDP, are picked anew.
 #[test]
 fn a_pinned_flow_keeps_its_backend_and_a_stale_one_is_picked_anew() {
-    let cfg = config(web("gue"));
+    let cfg = config("gue", &THREE);
     let mut lab = Lab::new(&cfg);
     let c = client(7);
     let (_, out) = lab.run(&syn(c, 3333, SYN), 1);
@@ -245,13 +198,13 @@ fn a_pinned_flow_keeps_its_backend_and_a_stale_one_is_picked_anew() {
 
 #[test]
 fn without_an_eligible_backend_it_is_dropped_or_reset() {
-    let cfg = config(web("gue"));
+    let cfg = config("gue", &THREE);
     let mut lab = Lab::new(&cfg);
     lab.rebuild(&cfg, |_| false, 1);
     let e = lab.explain(&probe(client(1), 1, 6, 80), 2);
     assert_eq!(e.verdict, Verdict::Drop(DropReason::NoBackend));
     assert_eq!((e.pick, e.backend), (None, None));
-    let cfg = config(web("gue").str("no_backend_action", "reset"));
+    let cfg = with_web(web("gue", &THREE).str("no_backend_action", "reset"), "53");
     let mut lab = Lab::new(&cfg);
     lab.rebuild(&cfg, |_| false, 1);
     assert_eq!(
@@ -262,7 +215,7 @@ fn without_an_eligible_backend_it_is_dropped_or_reset() {
     let e = lab.explain(&probe(client(1), 1, 17, 53), 2);
     assert_eq!(e.verdict, Verdict::Drop(DropReason::NoBackend));
     // Fail-open: every endpoint unhealthy, all used.
-    let cfg = config(web("gue").set("fail_open", true));
+    let cfg = with_web(web("gue", &THREE).set("fail_open", true), "53");
     let mut lab = Lab::new(&cfg);
     lab.rebuild(&cfg, |_| false, 1);
     let e = lab.explain(&probe(client(1), 1, 6, 80), 2);
@@ -279,8 +232,8 @@ fn a_spilling_plan_sends_each_flow_to_the_region_explain_names() {
         .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web"))
         .service(
             service("web", "gue")
-                .child(group("a", "r", "z").set("endpoints", endpoint_list(&EPS[..2])))
-                .child(group("b", "far", "z2").set("endpoints", endpoint_list(&EPS[2..]))),
+                .child(group("a", "r", "z").set("endpoints", endpoint_list(&THREE[..2])))
+                .child(group("b", "far", "z2").set("endpoints", endpoint_list(&THREE[2..]))),
         );
     let c = compiled(&cfg);
     let region =
@@ -312,7 +265,7 @@ fn a_spilling_plan_sends_each_flow_to_the_region_explain_names() {
     let snap = builder
         .build_with_plans(
             c.clone(),
-            local(&c),
+            resolved(&c),
             |_| EndpointHealth::HEALTHY,
             &[Some(plan)],
             0,
