@@ -13,7 +13,7 @@ use flowtable::Tick;
 use maglev::MaglevTable;
 use wire::flow::Affinity;
 
-use super::sizing::{TickBudgets, max_ip_len, ticks};
+use super::sizing::{TickLimits, max_ip_len, ticks};
 use super::tables::{Selection, TableKey, select, table_key};
 use super::templates::{template, template_to};
 use super::{
@@ -259,7 +259,7 @@ impl SnapshotBuilder {
         appliances.sort_by_key(|&(a, _)| a);
         appliances.dedup_by_key(|&mut (a, _)| a);
         let probe_steering = probe_steering(&compiled, &endpoint_slot);
-        let budgets = TickBudgets::of(&compiled.settings.dataplane, ticks_per_second);
+        let budgets = TickLimits::of(&compiled.settings.dataplane, ticks_per_second);
         Ok(Snapshot {
             generation: self.generation,
             new_flow_budget: budgets.new_flow,

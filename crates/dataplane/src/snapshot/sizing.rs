@@ -39,8 +39,8 @@ pub(super) fn max_ip_len(local: &Local, encap: Option<&Template>) -> u32 {
 }
 
 /// What a worker may create or send per tick, from the per-second rates of
-/// `[dataplane]`.
-pub(super) struct TickBudgets {
+/// `[dataplane]`: the limits each worker's `TickBudget`s (pipeline) spend against.
+pub(super) struct TickLimits {
     /// New flow entries ([`Snapshot::new_flow_budget`](super::Snapshot::new_flow_budget)).
     pub(super) new_flow: u32,
     /// ICMP too-big errors.
@@ -51,13 +51,13 @@ pub(super) struct TickBudgets {
     pub(super) gateway_mismatch: u32,
 }
 
-impl TickBudgets {
+impl TickLimits {
     /// The budgets of `dp` at `ticks_per_second` ticks a second.
-    pub(super) fn of(dp: &config::schema::Dataplane, ticks_per_second: u32) -> TickBudgets {
+    pub(super) fn of(dp: &config::schema::Dataplane, ticks_per_second: u32) -> TickLimits {
         let per_second = dp.new_flow_budget_per_worker();
         let too_big = dp.icmp_too_big_rate;
         let echo = dp.icmp_echo_rate;
-        TickBudgets {
+        TickLimits {
             new_flow: (per_second / ticks_per_second.max(1)).max(1),
             // A rate below the tick rate still sends some: one a tick.
             too_big: if too_big == 0 {
