@@ -26,10 +26,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use config::schema::PortRole;
 use control::scripted::State;
-use control::{Core, Output, ScriptedProbes};
+use control::{Core, Inputs, Recorder, ScriptedProbes};
 use dataplane::counters::{Text, line};
 use dataplane::{
-    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Pipeline, Routes, Snapshot,
+    BURST, ChildCounters, DropReason, Engine, Local, PacketIo, Pipeline, Routes, Snapshot, Tick,
     VecBurst, WorkerCounters,
 };
 use flowtable::FlowTable;
@@ -156,13 +156,12 @@ enum Change {
 }
 
 /// `--neighbour`'s next hops answer, each on the port it is resolved on.
-fn answer_neighbours(core: &mut Core, args: &Args, now: Duration) {
+fn neighbour_answers(core: &Core, args: &Args) -> Vec<(usize, IpAddr, MacAddr)> {
     if args.opts.neighbour.is_empty() {
-        return;
+        return Vec::new();
     }
     let hops = dataplane::nexthop::next_hops(core.compiled());
-    let seen: Vec<_> = args
-        .opts
+    args.opts
         .neighbour
         .iter()
         .flat_map(|(ip, mac)| {
@@ -170,8 +169,7 @@ fn answer_neighbours(core: &mut Core, args: &Args, now: Duration) {
                 .filter(move |h| h.addr == *ip)
                 .map(move |h| (h.port, *ip, mac.0))
         })
-        .collect();
-    core.sightings(now, seen);
+        .collect()
 }
 
 /// `--neighbour IP=MAC`.
@@ -336,11 +334,11 @@ fn addresses(compiled: &config::compiled::Compiled) -> Vec<IpAddr> {
     out
 }
 
-/// The management core on the capture's clock, its probers scripted, and
-/// the snapshot it last published.
+/// The management core on the capture's clock, its shell (probers
+/// scripted, outputs recorded), and the snapshot it last published.
 struct Mgmt {
     core: Core,
-    probes: ScriptedProbes,
+    shell: Recorder,
     snap: Arc<Snapshot>,
     /// The capture time of the next tick.
     next_tick: Duration,
@@ -348,8 +346,6 @@ struct Mgmt {
     addresses: Vec<(IpAddr, bool)>,
     /// "second S: ADDRESS down|up" for each scripted change, in order.
     health_changes: Vec<String>,
-    /// What the core logged, with the capture time.
-    logs: Vec<String>,
     /// The timed changes, each reload's file as loaded at the start, and
     /// how many have happened.
     events: Vec<(Event, Option<Result<config::Loaded, String>>)>,
@@ -401,7 +397,7 @@ impl Mgmt {
         }
         // The all-zero cookie key, as the builder of tests and replays: a
         // replay's cookies depend on `--seed` only.
-        let core = Core::start(
+        let mut core = Core::start(
             &args.opts.config,
             compiled,
             local,
@@ -410,17 +406,15 @@ impl Mgmt {
             &mut probes,
         )
         .context("starting the management core")?;
-        let mut core = core;
-        answer_neighbours(&mut core, args, Duration::ZERO);
+        core.sightings(Duration::ZERO, neighbour_answers(&core, args));
         let snap = core.live().clone();
         let mut m = Mgmt {
             core,
-            probes,
+            shell: Recorder::new(probes),
             snap,
             next_tick: PERIOD,
             addresses,
             health_changes: Vec::new(),
-            logs: Vec::new(),
             events,
             done,
             set,
@@ -429,34 +423,31 @@ impl Mgmt {
         Ok(m)
     }
 
-    /// Carries out what the core asked for: snapshots to publish, Maglev
-    /// tables to build (built here, at once), log lines.
+    /// Carries out what the core asked for: the last snapshot published
+    /// is the one the pipeline uses; tables are built at once; log lines
+    /// are kept for the report. No ports to send on (`--neighbour` stands
+    /// for the answers), no BGP speaker to drive, no sync peers.
     fn pump(&mut self) {
-        let Self {
-            core,
-            snap,
-            logs,
-            probes,
-            ..
-        } = self;
-        core.drain(|core, out| match out {
-            Output::Publish(s) => *snap = s,
-            // No ports to send on (`--neighbour` stands for the answers), no
-            // BGP speaker to drive, no sync peers.
-            Output::Watch(_)
-            | Output::Transmit { .. }
-            | Output::Announce(_)
-            | Output::SyncSend { .. } => {}
-            Output::Log { level, text, .. } => logs.push(format!(
+        self.core.carry_out(&mut self.shell);
+        self.took_published();
+    }
+
+    fn took_published(&mut self) {
+        if let Some(s) = self.shell.published.drain(..).next_back() {
+            self.snap = s;
+        }
+        self.shell.sent.clear();
+    }
+
+    /// What the core logged, with the capture time.
+    fn logs(&self) -> impl Iterator<Item = String> + '_ {
+        self.shell.logs.iter().map(|(at, level, text)| {
+            format!(
                 "{:.3} s: {}: {text}",
-                core.now().as_secs_f64(),
+                at.as_secs_f64(),
                 level.as_str().to_lowercase()
-            )),
-            Output::BuildTables { build, tables } => {
-                let built = control::build_tables(tables);
-                core.tables_built(core.now(), build, built, probes);
-            }
-        });
+            )
+        })
     }
 
     /// Ticks through capture time up to `until` (every tick due by then),
@@ -500,7 +491,7 @@ impl Mgmt {
                         "{:.3} s: remote rule {rule} {state}",
                         now.as_secs_f64()
                     ));
-                    self.probes.set_remote(&rule, state);
+                    self.shell.probes.set_remote(&rule, state);
                 }
                 Change::Down(a) | Change::Up(a) => {
                     let down = matches!(what, Change::Down(_));
@@ -512,7 +503,7 @@ impl Mgmt {
                     // The endpoints of services without a check follow the
                     // configuration the core runs (back if refused).
                     if let Ok(l) = &loaded {
-                        self.probes.report_unchecked(&l.compiled);
+                        self.shell.probes.report_unchecked(&l.compiled);
                     }
                     let answer = self.core.command(
                         now,
@@ -520,11 +511,11 @@ impl Mgmt {
                             loaded,
                             force: false,
                         },
-                        &mut self.probes,
+                        &mut self.shell.probes,
                     );
                     if !answer.ok() {
                         let running = self.core.compiled().clone();
-                        self.probes.report_unchecked(&running);
+                        self.shell.probes.report_unchecked(&running);
                     }
                     for a in addresses(self.core.compiled()) {
                         if !self.addresses.iter().any(|(x, _)| *x == a) {
@@ -545,7 +536,7 @@ impl Mgmt {
 
     fn step(&mut self, args: &Args, now: Duration, flows: &FlowTable, counters: &WorkerCounters) {
         self.changes(now);
-        let second = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
+        let second = Tick::at(now).get();
         for (a, down) in &mut self.addresses {
             let is = match self.set.iter().find(|(x, _)| x == a) {
                 Some(&(_, d)) => d,
@@ -558,7 +549,7 @@ impl Mgmt {
                 } else {
                     (State::Healthy, "up")
                 };
-                self.probes.set_state(*a, state);
+                self.shell.probes.set_state(*a, state);
                 // Whole seconds (`--down` windows, most `--at`s), or to
                 // the millisecond.
                 let when = if now.subsec_nanos() == 0 {
@@ -569,17 +560,16 @@ impl Mgmt {
                 self.health_changes.push(format!("{when}: {a} {word}"));
             }
         }
-        if self.probes.generation() != self.core.health_generation() {
-            self.core.health(now, self.probes.snapshot());
-        }
-        // `--neighbour`: the next hop answers every tick (so it never ages
-        // out).
-        answer_neighbours(&mut self.core, args, now);
-        let probes = &self.probes;
-        self.core.remote_verdicts(now, |k| probes.remote_state(k));
-        self.core.tick(now, || counters.clone());
-        self.pump();
-        flows.sweep(self.core.tick_now(), control::daemon::SWEEP_BUDGET);
+        let inputs = Inputs {
+            flows,
+            // `--neighbour`: the next hop answers every tick (so it never
+            // ages out).
+            sightings: neighbour_answers(&self.core, args),
+            counters: &|| counters.clone(),
+            sync_queue: None,
+        };
+        self.core.step(now, inputs, &mut self.shell);
+        self.took_published();
     }
 }
 
@@ -697,7 +687,7 @@ pub fn run(args: &Args) -> Result<()> {
             let start = *first_ts.get_or_insert(p.timestamp);
             p.timestamp.saturating_sub(start)
         });
-        let pkt_tick = rel.map(|r| u32::try_from(r.as_secs()).unwrap_or(u32::MAX));
+        let pkt_tick = rel.map(|r| Tick::at(r).get());
         // A burst holds packets of one management period: the core ticks
         // (and may publish) between bursts, as it does between a DPDK
         // worker's polls.
@@ -770,7 +760,7 @@ pub fn run(args: &Args) -> Result<()> {
     for change in &mgmt.health_changes {
         outln!("health: {change}");
     }
-    for l in &mgmt.logs {
+    for l in mgmt.logs() {
         outln!("core: {l}");
     }
     if truncated > 0 {

@@ -106,9 +106,9 @@ fn random_config(rng: &mut Rng) -> (String, Vec<String>) {
 }
 
 /// The daemon's pipeline on the same inputs, packet by packet: the
-/// management core ticking every 50 ms of capture time (health, remote
-/// verdicts, periodic work with the workers' counters, the flow table
-/// aged) and one worker polling each packet alone with the snapshot last
+/// management core stepping every 50 ms of capture time
+/// ([`control::Core::step`]: the flow table aged, health and remote
+/// verdicts, periodic work with the workers' counters) and one worker polling each packet alone with the snapshot last
 /// published. Where each packet went (in transmit order).
 fn daemon_model(
     text: &str,
@@ -117,7 +117,7 @@ fn daemon_model(
     seed: u64,
 ) -> Vec<String> {
     use control::scripted::State;
-    use control::{Core, Output, ScriptedProbes};
+    use control::{Core, Inputs, Recorder, ScriptedProbes};
     use dataplane::{Engine, Local, PacketIo, Pipeline, VecBurst};
     use wire::buf::{MemBuf, PacketBuf};
     use wire::burst::PacketBurst;
@@ -162,6 +162,7 @@ fn daemon_model(
     )
     .expect("core");
     let mut live = core.live().clone();
+    let mut shell = Recorder::new(probes);
     let mut engine = Engine::new(
         Pipeline::new(seed, children),
         &[config::schema::PortRole::Uplink],
@@ -181,38 +182,20 @@ fn daemon_model(
                 } else {
                     State::Healthy
                 };
-                probes.set_state(addr.parse().expect("address"), s);
+                shell.probes.set_state(addr.parse().expect("address"), s);
                 done += 1;
             }
-            if probes.generation() != core.health_generation() {
-                core.health(next, probes.snapshot());
+            let counters = engine.worker.counters.clone();
+            let inputs = Inputs {
+                flows: &flows,
+                sightings: Vec::new(),
+                counters: &|| counters.clone(),
+                sync_queue: None,
+            };
+            core.step(next, inputs, &mut shell);
+            if let Some(s) = shell.published.drain(..).next_back() {
+                live = s;
             }
-            core.remote_verdicts(next, |k| probes.remote_state(k));
-            core.tick(next, || engine.worker.counters.clone());
-            loop {
-                let outs = core.outputs();
-                if outs.is_empty() {
-                    break;
-                }
-                for o in outs {
-                    match o {
-                        Output::Publish(s) => live = s,
-                        Output::BuildTables { build, tables } => {
-                            let built = tables
-                                .into_iter()
-                                .map(|k| {
-                                    k.build()
-                                        .map(|m| (k, std::sync::Arc::new(m)))
-                                        .map_err(|e| e.to_string())
-                                })
-                                .collect();
-                            core.tables_built(next, build, built, &mut probes);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            flows.sweep(core.tick_now(), 1 << 14);
             next += period;
         }
         io.0 = Some(frame.clone());

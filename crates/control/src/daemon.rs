@@ -12,11 +12,11 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use config::Compiled;
-use dataplane::{Local, WorkerCounters};
+use dataplane::{Local, Tick, WorkerCounters};
 use flowtable::FlowTable;
 use health::{HealthChecker, HealthSnapshot};
 
-use crate::core::{Answer, BuiltTables, Command, Core, FlowUse, Output, Probes, Published};
+use crate::core::{Answer, BuiltTables, Command, Core, FlowUse, Inputs, Probes, Published, Shell};
 use crate::remote::{RemoteKey, RemotePoller};
 use crate::{Shared, StartError, flows, listen, metrics, report, socket};
 
@@ -51,6 +51,14 @@ impl Probes for LiveProbes {
     fn poll_remotes(&mut self, keys: Vec<RemoteKey>) {
         self.remote = RemotePoller::start(keys);
     }
+
+    fn verdicts_since(&self, generation: u64) -> Option<HealthSnapshot> {
+        self.checker.as_ref()?.changed_since(generation)
+    }
+
+    fn remote_verdict(&self, key: &RemoteKey) -> (health::State, String) {
+        self.remote.state(key)
+    }
 }
 
 impl LiveProbes {
@@ -69,9 +77,6 @@ pub struct Manager {
     core: Core,
     shared: Arc<Shared>,
     started: Instant,
-    sweep_stats: flowtable::SweepStats,
-    /// Live entries counted by the ageing's passes (metrics).
-    sweep_pass: SweepPass,
     watch: FileWatch,
     /// A reload being read, validated and compiled off the loop.
     loading: Option<Loading>,
@@ -201,9 +206,6 @@ fn read_config(path: &Path) -> Read {
     }
 }
 
-/// Buckets aged per management tick: bounded so a tick stays short.
-pub const SWEEP_BUDGET: usize = 1 << 14;
-
 /// How long a reload's answer waits for the workers to pick up its
 /// snapshot ([`Manager::reload_with`]).
 const WORKER_PICKUP: Duration = Duration::from_millis(200);
@@ -287,8 +289,6 @@ impl Manager {
             core,
             shared: shared.clone(),
             started,
-            sweep_stats: flowtable::SweepStats::default(),
-            sweep_pass: SweepPass::default(),
             watch: FileWatch {
                 enabled: false,
                 seen: stamp(path),
@@ -356,7 +356,7 @@ impl Manager {
 
     /// The current tick.
     pub fn now(&self) -> u32 {
-        u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
+        Tick::at(self.clock()).get()
     }
 
     /// The core's clock: time since start.
@@ -366,71 +366,31 @@ impl Manager {
 
     /// Carries out what the core asked for.
     fn pump(&mut self) {
+        let (core, mut shell) = self.split();
+        core.carry_out(&mut shell);
+    }
+
+    /// The core, and the daemon's shell around it.
+    fn split(&mut self) -> (&mut Core, DaemonShell<'_>) {
         let Manager {
             core,
             shared,
-            started,
             watch,
             probes,
-            build: pending,
+            build,
             speaker,
             sync_socket,
             ..
         } = self;
-        core.drain(|core, out| match out {
-            Output::Publish(snap) => shared.snapshot.store(snap),
-            Output::Watch(on) => watch.enabled = on,
-            Output::Transmit { port, frame } => {
-                // A worker sends it; a full outbox loses it (the next
-                // request or announcement follows within seconds).
-                let queued = dataplane::neighbour::OutFrame::new(port, &frame)
-                    .is_some_and(|f| shared.neighbours.outbox.push(f).is_ok());
-                if !queued {
-                    shared
-                        .neighbours
-                        .outbox_lost
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    log::debug!("neighbour frame for port {port} not queued");
-                }
-            }
-            Output::Log {
-                level,
-                target,
-                text,
-            } => log::log!(target: target, level, "{text}"),
-            Output::Announce(desired) => {
-                if let Some(sp) = speaker {
-                    sp.set(crate::announce::announced(&desired));
-                }
-            }
-            Output::SyncSend { to, datagram } => {
-                // Never waits: a datagram the socket does not take is lost
-                // (the flow's entry is re-created from its packets there).
-                if let Some(s) = sync_socket
-                    && let Err(e) = s.send(to, &datagram)
-                {
-                    log::debug!("flow sync to {to}: {e}");
-                }
-            }
-            Output::BuildTables { build, tables } => {
-                let (tx, done) = std::sync::mpsc::channel();
-                let spawned = std::thread::Builder::new()
-                    .name("spillway-maglev".into())
-                    .spawn(move || {
-                        let _ = tx.send(crate::core::build_tables(tables));
-                    });
-                match spawned {
-                    Ok(_) => *pending = Some((build, done)),
-                    // Fed back: the core reverts and may ask for more.
-                    Err(e) => core.tables_built(
-                        started.elapsed(),
-                        build,
-                        Err(format!("starting a Maglev build thread: {e}")),
-                        probes,
-                    ),
-                }
-            }
-        });
+        let shell = DaemonShell {
+            shared,
+            watch,
+            probes,
+            build,
+            speaker,
+            sync_socket,
+        };
+        (core, shell)
     }
 
     /// Re-reads, validates and compiles the configuration file and, if it is
@@ -635,56 +595,33 @@ impl Manager {
         self.core.building()
     }
 
-    /// Periodic work: advance the clock, age a slice of the flow table,
-    /// hand the probers' verdicts to the core and let it retire draining
-    /// backends and replan.
+    /// Periodic work: advances the workers' clock and has the core take a
+    /// management step ([`Core::step`]: the flow table aged, the probers'
+    /// verdicts, what workers saw of neighbours, plans, flow sync).
     pub fn tick(&mut self) {
         let now = self.clock();
-        let tick = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
-        self.shared.now.store(tick, Ordering::Relaxed);
-        let s = self.shared.flows.sweep(tick, SWEEP_BUDGET);
-        self.sweep_stats.expired += s.expired;
-        self.sweep_pass.add(&s);
-        if let Some(c) = &self.probes.checker
-            && let Some(h) = c.changed_since(self.core.health_generation())
-        {
-            self.core.health(now, h);
-        }
-        let remote = &self.probes.remote;
-        self.core.remote_verdicts(now, |k| remote.state(k));
+        self.shared.set_tick(Tick::at(now));
         // What workers saw of neighbours (M47); at most a queue's worth.
         let q = &self.shared.neighbours;
-        let seen: Vec<_> = std::iter::from_fn(|| q.sightings.pop())
+        let sightings: Vec<_> = std::iter::from_fn(|| q.sightings.pop())
             .take(dataplane::neighbour::SIGHTINGS)
             .map(|s| (usize::from(s.port), s.ip, s.mac))
             .collect();
-        if !seen.is_empty() {
-            self.core.sightings(now, seen);
-        }
-        let shared = &self.shared;
+        let shared = self.shared.clone();
         let children = shared.snapshot.load().compiled.children.len();
-        self.core.tick(now, || sum_published(shared, children));
+        let counters = || sum_published(&shared, children);
+        let inputs = Inputs {
+            flows: &shared.flows,
+            sightings,
+            counters: &counters,
+            sync_queue: shared.flow_sync.as_deref(),
+        };
+        let (core, mut shell) = self.split();
+        core.step(now, inputs, &mut shell);
         let at = Instant::now();
         if self.rates.due(at) {
-            self.rates.push(at, sum_published(shared, children));
+            self.rates.push(at, sum_published(&shared, children));
         }
-        self.flow_sync(now);
-        self.pump();
-    }
-
-    /// Flow-state sync (M36): datagrams received since the last tick (a
-    /// bounded number), then the workers' new entries batched out.
-    fn flow_sync(&mut self, now: Duration) {
-        let Some(queue) = self.shared.flow_sync.clone() else {
-            return;
-        };
-        if let Some(s) = &mut self.sync_socket {
-            s.connect_due(now);
-            let core = &mut self.core;
-            let flows = &self.shared.flows;
-            s.receive(|from, d| core.sync_received(now, from, d, flows));
-        }
-        self.core.flow_sync(now, &queue, &self.shared.flows);
     }
 
     /// Sum of every worker's last published counters (indexed like the live
@@ -847,8 +784,8 @@ impl Manager {
         metrics::flow_table(
             &mut x,
             self.shared.flows.capacity(),
-            self.sweep_pass.last,
-            self.sweep_stats.expired as u64,
+            self.core.ageing().last_pass,
+            self.core.ageing().expired as u64,
         );
         let (ok, rejected, last_error) = core.reloads();
         // The core's clock counts from start; the wall clock dates it.
@@ -910,7 +847,7 @@ impl Manager {
         report::Stats {
             rates: self.rates.rates(Instant::now(), &c),
             counters: c,
-            expired: self.sweep_stats.expired,
+            expired: self.core.ageing().expired,
             rules: live.children.iter().map(|ch| ch.name.clone()).collect(),
             listeners,
         }
@@ -1195,28 +1132,6 @@ fn sync_socket(
     Ok(s.into())
 }
 
-/// Live and half-open entries of the flow table counted by the ageing as it
-/// sweeps (a slice a tick), so that `/metrics` need not scan the table.
-#[derive(Debug, Default)]
-struct SweepPass {
-    /// The pass in progress so far.
-    live: usize,
-    half_open: usize,
-    /// The last full pass's counts.
-    last: Option<(usize, usize)>,
-}
-
-impl SweepPass {
-    fn add(&mut self, s: &flowtable::SweepStats) {
-        self.live += s.live;
-        self.half_open += s.half_open;
-        if s.wrapped {
-            self.last = Some((self.live, self.half_open));
-            (self.live, self.half_open) = (0, 0);
-        }
-    }
-}
-
 /// Every worker's last published counters, in worker order.
 fn published(shared: &Shared) -> Vec<WorkerCounters> {
     shared
@@ -1245,4 +1160,91 @@ fn sum(shared: &Shared, workers: &[WorkerCounters], children: usize) -> WorkerCo
         .outbox_lost
         .load(std::sync::atomic::Ordering::Relaxed);
     total
+}
+
+/// The daemon's shell, as the core's outputs reach it: snapshots stored
+/// where workers load them, frames queued for workers, Maglev builds on a
+/// thread, the BGP speaker, the flow-sync sockets, the file watch, the
+/// `log` crate.
+struct DaemonShell<'a> {
+    shared: &'a Shared,
+    watch: &'a mut FileWatch,
+    probes: &'a mut LiveProbes,
+    build: &'a mut Option<(u64, Receiver<Result<BuiltTables, String>>)>,
+    speaker: &'a mut Option<crate::bird::Speaker>,
+    sync_socket: &'a mut Option<SyncSockets>,
+}
+
+impl Shell for DaemonShell<'_> {
+    fn probes(&mut self) -> &mut dyn Probes {
+        self.probes
+    }
+
+    fn publish(&mut self, snapshot: Arc<dataplane::Snapshot>) {
+        self.shared.snapshot.store(snapshot);
+    }
+
+    fn build_tables(
+        &mut self,
+        build: u64,
+        tables: Vec<dataplane::snapshot::TableKey>,
+    ) -> Option<Result<BuiltTables, String>> {
+        let (tx, done) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("spillway-maglev".into())
+            .spawn(move || {
+                let _ = tx.send(crate::core::build_tables(tables));
+            });
+        match spawned {
+            Ok(_) => {
+                *self.build = Some((build, done));
+                None
+            }
+            // Fed back: the core reverts and may ask for more.
+            Err(e) => Some(Err(format!("starting a Maglev build thread: {e}"))),
+        }
+    }
+
+    fn transmit(&mut self, port: usize, frame: Vec<u8>) {
+        // A worker sends it; a full outbox loses it (the next request or
+        // announcement follows within seconds).
+        let n = &self.shared.neighbours;
+        let queued = dataplane::neighbour::OutFrame::new(port, &frame)
+            .is_some_and(|f| n.outbox.push(f).is_ok());
+        if !queued {
+            n.outbox_lost.fetch_add(1, Ordering::Relaxed);
+            log::debug!("neighbour frame for port {port} not queued");
+        }
+    }
+
+    fn sync_send(&mut self, to: std::net::SocketAddr, datagram: Vec<u8>) {
+        // Never waits: a datagram the socket does not take is lost (the
+        // flow's entry is re-created from its packets there).
+        if let Some(s) = self.sync_socket
+            && let Err(e) = s.send(to, &datagram)
+        {
+            log::debug!("flow sync to {to}: {e}");
+        }
+    }
+
+    fn sync_receive(&mut self, now: Duration, take: &mut dyn FnMut(std::net::SocketAddr, &[u8])) {
+        if let Some(s) = self.sync_socket {
+            s.connect_due(now);
+            s.receive(take);
+        }
+    }
+
+    fn announce(&mut self, desired: crate::announce::Desired) {
+        if let Some(sp) = self.speaker {
+            sp.set(crate::announce::announced(&desired));
+        }
+    }
+
+    fn watch(&mut self, on: bool) {
+        self.watch.enabled = on;
+    }
+
+    fn log(&mut self, _now: Duration, level: log::Level, target: &'static str, text: String) {
+        log::log!(target: target, level, "{text}");
+    }
 }

@@ -55,15 +55,15 @@ pub mod sync;
 pub mod transitions;
 
 pub use crate::core::{
-    Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Output, Probes, Published,
-    build_tables, destructive_change, watch_refusal,
+    Ageing, Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Inputs, Output,
+    Probes, Published, SWEEP_BUDGET, Shell, build_tables, destructive_change, watch_refusal,
 };
 pub use crate::daemon::Manager;
 
 /// How often the management core ticks: the daemon's loop period, and the
 /// capture-time period at which `spillway replay` ticks its core.
 pub const TICK_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
-pub use crate::scripted::ScriptedProbes;
+pub use crate::scripted::{Recorder, ScriptedProbes};
 
 pub use dataplane::worker::Shared;
 

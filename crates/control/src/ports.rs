@@ -1,16 +1,23 @@
 //! What the core asks of its shell: the [`Output`]s it drains after each
 //! input (a snapshot to publish, tables to build, a frame or datagram to
-//! send, a log line…), the `say!` macro that writes a log line as one, and
-//! the [`Probes`] port through which it tells the probers what to probe.
+//! send, a log line…), the `say!` macro that writes a log line as one, the
+//! [`Probes`] port through which it tells the probers what to probe and
+//! reads their verdicts, and the [`Shell`] every driver of the core (the
+//! daemon, `spillway replay`, the simulation) is: what carries the outputs
+//! out.
 //!
 //! Its own module, below [`crate::core`] and [`crate::balance`] (the core's
 //! health and locality part), which both write outputs: neither imports
 //! the other for them, so the two make no circle.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
 use dataplane::Snapshot;
 use dataplane::snapshot::TableKey;
-use health::HealthSnapshot;
-use std::sync::Arc;
+use health::{HealthSnapshot, State};
+use maglev::MaglevTable;
 
 use crate::remote::RemoteKey;
 
@@ -108,6 +115,70 @@ pub trait Probes {
     /// [`Core::remote_verdicts`](crate::Core::remote_verdicts); UNKNOWN
     /// until the first).
     fn poll_remotes(&mut self, keys: Vec<RemoteKey>);
+
+    /// Every target's status, if any changed since `generation` (the
+    /// health generation the core last saw); `None` when none did.
+    fn verdicts_since(&self, generation: u64) -> Option<HealthSnapshot>;
+
+    /// Remote rule `key`'s latest verdict, and why.
+    fn remote_verdict(&self, key: &RemoteKey) -> (State, String);
+}
+
+/// Maglev tables built off the loop, with what each was built from.
+pub type BuiltTables = Vec<(TableKey, Arc<MaglevTable>)>;
+
+/// Builds the Maglev tables an [`Output::BuildTables`] asks for (the daemon
+/// does it on a thread, `replay` and the simulation at once); the result is
+/// what [`Core::tables_built`](crate::Core::tables_built) takes.
+pub fn build_tables(keys: Vec<TableKey>) -> Result<BuiltTables, String> {
+    keys.into_iter()
+        .map(|k| match k.build() {
+            Ok(t) => Ok((k, Arc::new(t))),
+            Err(e) => Err(format!("a Maglev table of {} slots: {e}", k.size)),
+        })
+        .collect()
+}
+
+/// A driver of the core: what carries out its [`Output`]s, one method
+/// each, and owns its probers. The daemon, `spillway replay` and the
+/// simulation each implement it, and [`Core::step`](crate::Core::step) and
+/// [`Core::carry_out`](crate::Core::carry_out) call it: the order of a
+/// management tick and of its outputs is the core's, not each driver's.
+pub trait Shell {
+    /// The probers the core tells what to probe and reads verdicts from.
+    fn probes(&mut self) -> &mut dyn Probes;
+
+    /// Makes `snapshot` the one workers use.
+    fn publish(&mut self, snapshot: Arc<Snapshot>);
+
+    /// Builds `tables` for `build`. `Some` is what became of them when that
+    /// is known at once (built on the spot, or a build that could not
+    /// start); `None` when they come later, through
+    /// [`Core::tables_built`](crate::Core::tables_built).
+    fn build_tables(
+        &mut self,
+        build: u64,
+        tables: Vec<TableKey>,
+    ) -> Option<Result<BuiltTables, String>>;
+
+    /// Sends `frame` on port `port` ([`Output::Transmit`]).
+    fn transmit(&mut self, port: usize, frame: Vec<u8>);
+
+    /// Sends a flow-sync `datagram` to peer `to` ([`Output::SyncSend`]).
+    fn sync_send(&mut self, to: SocketAddr, datagram: Vec<u8>);
+
+    /// Hands each flow-sync datagram received since the last step to
+    /// `take` (a bounded number). Nothing, for a shell without peers.
+    fn sync_receive(&mut self, _now: Duration, _take: &mut dyn FnMut(SocketAddr, &[u8])) {}
+
+    /// Makes the BGP speaker announce what `desired` marks announced.
+    fn announce(&mut self, desired: crate::announce::Desired);
+
+    /// Reloads when the configuration file changes, or stops doing so.
+    fn watch(&mut self, on: bool);
+
+    /// Writes a log line the core wrote at `now`.
+    fn log(&mut self, now: Duration, level: log::Level, target: &'static str, text: String);
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! The probers, scripted: health verdicts by endpoint address and remote
-//! rule verdicts by rule name, set by hand instead of probed. What drives
-//! the [`Core`](crate::Core) without a network: `spillway replay` (on the
+//! rule verdicts by rule name, set by hand instead of probed; and a shell
+//! that records what the core asks for ([`Recorder`]). What drives the
+//! [`Core`](crate::Core) without a network: `spillway replay` (on the
 //! capture's clock) and the simulation tests.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use config::compiled::{Compiled, EndpointId};
 use config::schema::GroupKind;
@@ -13,7 +15,11 @@ use config::schema::GroupKind;
 use health::HealthSnapshot;
 pub use health::State;
 
-use crate::core::Probes;
+use dataplane::Snapshot;
+use dataplane::snapshot::TableKey;
+
+use crate::announce::Desired;
+use crate::ports::{BuiltTables, Probes, Shell, build_tables};
 use crate::remote::RemoteKey;
 
 /// Scripted verdicts: an endpoint's state by address, a remote rule's by
@@ -216,5 +222,94 @@ impl Probes for ScriptedProbes {
 
     fn poll_remotes(&mut self, keys: Vec<RemoteKey>) {
         self.remote_keys = keys;
+    }
+
+    fn verdicts_since(&self, generation: u64) -> Option<HealthSnapshot> {
+        (generation != self.generation).then(|| self.snapshot())
+    }
+
+    fn remote_verdict(&self, key: &RemoteKey) -> (State, String) {
+        self.remote_state(key)
+    }
+}
+
+/// A shell that keeps what the core asks for instead of doing it, over
+/// scripted probers: the snapshots published, the log lines with their
+/// time, the frames and datagrams to send, the announcements and the
+/// watch. Maglev tables are built at once, or held (a build "in
+/// progress") until the driver hands them back. The shell of
+/// `spillway replay` and of the simulation tests.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// The probers.
+    pub probes: ScriptedProbes,
+    /// Snapshots published since the driver last took them, in order.
+    pub published: Vec<Arc<Snapshot>>,
+    /// Log lines: when, level, text.
+    pub logs: Vec<(Duration, log::Level, String)>,
+    /// Frames to send: port, frame.
+    pub sent: Vec<(usize, Vec<u8>)>,
+    /// Flow-sync datagrams to send: peer, datagram.
+    pub sync_out: Vec<(SocketAddr, Vec<u8>)>,
+    /// The BGP announcements asked for, in order.
+    pub announced: Vec<Desired>,
+    /// The last [`crate::Output::Watch`].
+    pub watching: Option<bool>,
+    /// Whether table builds are held instead of built at once.
+    pub hold_builds: bool,
+    /// Held table builds, for [`crate::Core::tables_built`].
+    pub held: Vec<(u64, Vec<TableKey>)>,
+}
+
+impl Recorder {
+    /// A recorder over `probes`, building tables at once.
+    pub fn new(probes: ScriptedProbes) -> Recorder {
+        Recorder {
+            probes,
+            ..Recorder::default()
+        }
+    }
+}
+
+impl Shell for Recorder {
+    fn probes(&mut self) -> &mut dyn Probes {
+        &mut self.probes
+    }
+
+    fn publish(&mut self, snapshot: Arc<Snapshot>) {
+        self.published.push(snapshot);
+    }
+
+    fn build_tables(
+        &mut self,
+        build: u64,
+        tables: Vec<TableKey>,
+    ) -> Option<Result<BuiltTables, String>> {
+        if self.hold_builds {
+            self.held.push((build, tables));
+            None
+        } else {
+            Some(build_tables(tables))
+        }
+    }
+
+    fn transmit(&mut self, port: usize, frame: Vec<u8>) {
+        self.sent.push((port, frame));
+    }
+
+    fn sync_send(&mut self, to: SocketAddr, datagram: Vec<u8>) {
+        self.sync_out.push((to, datagram));
+    }
+
+    fn announce(&mut self, desired: Desired) {
+        self.announced.push(desired);
+    }
+
+    fn watch(&mut self, on: bool) {
+        self.watching = Some(on);
+    }
+
+    fn log(&mut self, now: Duration, level: log::Level, _target: &'static str, text: String) {
+        self.logs.push((now, level, text));
     }
 }

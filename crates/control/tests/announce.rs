@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use control::announce::Why;
-use control::{Core, Output, ScriptedProbes};
-use dataplane::{Local, WorkerCounters};
+use control::{Core, Recorder, ScriptedProbes};
+use dataplane::Local;
 use health::State;
 
 const TEXT: &str = r#"
@@ -60,55 +60,59 @@ fn local() -> Local {
 }
 
 /// The announcements among the core's outputs since the last call.
-fn announced(core: &mut Core) -> Vec<Vec<(IpAddr, Why)>> {
-    core.outputs()
-        .into_iter()
-        .filter_map(|o| match o {
-            Output::Announce(d) => Some(d),
-            _ => None,
-        })
-        .collect()
+fn announced(core: &mut Core, shell: &mut Recorder) -> Vec<Vec<(IpAddr, Why)>> {
+    core.carry_out(shell);
+    shell.announced.drain(..).collect()
 }
 
-fn start(text: &str, probes: &mut ScriptedProbes) -> Core {
-    sim::start_core(sim::loaded(text).compiled, local(), 1, probes)
+/// A core on `text`, every endpoint UNKNOWN, and its shell.
+fn start(text: &str) -> (Core, Recorder) {
+    let mut probes = ScriptedProbes::new(State::Unknown);
+    let core = sim::start_core(sim::loaded(text).compiled, local(), 1, &mut probes);
+    (core, Recorder::new(probes))
 }
 
-/// Sets both endpoints to `s` and ticks at `secs`.
-fn verdict(core: &mut Core, probes: &mut ScriptedProbes, s: State, secs: u64) {
+/// Sets both endpoints to `s` and steps at `secs`.
+fn verdict(core: &mut Core, shell: &mut Recorder, s: State, secs: u64) {
     for a in ["10.1.0.1", "10.1.0.2"] {
-        probes.set_state(a.parse().unwrap(), s);
+        shell.probes.set_state(a.parse().unwrap(), s);
     }
-    let now = Duration::from_secs(secs);
-    core.health(now, probes.snapshot());
-    core.tick(now, WorkerCounters::default);
+    sim::step_alone(core, shell, Duration::from_secs(secs));
 }
 
 #[test]
 fn the_decision_is_output_at_start_and_at_each_change_only() {
     let vip: IpAddr = "198.51.100.1".parse().unwrap();
-    let mut probes = ScriptedProbes::new(State::Unknown);
-    let mut core = start(&format!("{TEXT}{BGP}"), &mut probes);
-    let a = announced(&mut core);
+    let (mut core, mut shell) = start(&format!("{TEXT}{BGP}"));
+    let a = announced(&mut core, &mut shell);
     assert_eq!(
         a,
         [vec![(vip, Why::NotHealthy(health::Aggregate::Unknown))]],
         "at start, before any verdict: withdrawn"
     );
-    verdict(&mut core, &mut probes, State::Healthy, 1);
-    assert_eq!(announced(&mut core), [vec![(vip, Why::Healthy)]]);
-    verdict(&mut core, &mut probes, State::Healthy, 2);
-    assert!(announced(&mut core).is_empty(), "no change, no output");
+    verdict(&mut core, &mut shell, State::Healthy, 1);
+    assert_eq!(
+        announced(&mut core, &mut shell),
+        [vec![(vip, Why::Healthy)]]
+    );
+    verdict(&mut core, &mut shell, State::Healthy, 2);
+    assert!(
+        announced(&mut core, &mut shell).is_empty(),
+        "no change, no output"
+    );
     // The node's only VIP unhealthy: fail-open keeps it.
-    verdict(&mut core, &mut probes, State::Unhealthy, 3);
-    assert_eq!(announced(&mut core), [vec![(vip, Why::FailOpen)]]);
+    verdict(&mut core, &mut shell, State::Unhealthy, 3);
+    assert_eq!(
+        announced(&mut core, &mut shell),
+        [vec![(vip, Why::FailOpen)]]
+    );
     assert_eq!(core.announcement_counts(), (1, 0));
     let status = core.command(
         Duration::from_secs(4),
         control::Command::Status {
             flows: control::FlowUse::default(),
         },
-        &mut probes,
+        &mut shell.probes,
     );
     assert!(
         status
@@ -121,9 +125,8 @@ fn the_decision_is_output_at_start_and_at_each_change_only() {
 
 #[test]
 fn without_bgp_nothing_is_output() {
-    let mut probes = ScriptedProbes::new(State::Unknown);
-    let mut core = start(TEXT, &mut probes);
-    verdict(&mut core, &mut probes, State::Healthy, 1);
-    assert!(announced(&mut core).is_empty());
+    let (mut core, mut shell) = start(TEXT);
+    verdict(&mut core, &mut shell, State::Healthy, 1);
+    assert!(announced(&mut core, &mut shell).is_empty());
     assert!(core.announcement().is_none());
 }

@@ -9,8 +9,8 @@ mod sim;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use control::{Core, ScriptedProbes};
-use dataplane::{BackendState, Local, WorkerCounters};
+use control::{Core, Recorder, ScriptedProbes};
+use dataplane::{BackendState, Local};
 use health::State;
 
 const TEXT: &str = r#"
@@ -80,12 +80,11 @@ fn each_family_takes_new_flows_by_its_own_addresses_health() {
     let mut core = sim::start_core(sim::loaded(TEXT).compiled, local(), 1, &mut probes);
     // Both addresses of each endpoint are probed.
     assert_eq!(probes.targets().len(), 6);
-    let step = |core: &mut Core, probes: &ScriptedProbes, secs: u64| {
-        let now = Duration::from_secs(secs);
-        core.health(now, probes.snapshot());
-        core.tick(now, WorkerCounters::default);
+    let mut shell = Recorder::new(probes);
+    let step = |core: &mut Core, shell: &mut Recorder, secs: u64| {
+        sim::step_alone(core, shell, Duration::from_secs(secs));
     };
-    step(&mut core, &probes, 1);
+    step(&mut core, &mut shell, 1);
     let all: Vec<IpAddr> = ["10.1.0.1", "10.1.0.2", "10.1.0.3"]
         .iter()
         .map(|a| a.parse().unwrap())
@@ -95,8 +94,10 @@ fn each_family_takes_new_flows_by_its_own_addresses_health() {
 
     // Endpoint 1's IPv6 address stops answering: the IPv6 rule's new flows
     // leave it, the IPv4 rule's do not, and it stays active.
-    probes.set_state("fd01::1".parse().unwrap(), State::Unhealthy);
-    step(&mut core, &probes, 2);
+    shell
+        .probes
+        .set_state("fd01::1".parse().unwrap(), State::Unhealthy);
+    step(&mut core, &mut shell, 2);
     assert_eq!(eligible(&core, 0), all, "IPv4 rule");
     assert_eq!(eligible(&core, 1), all[1..], "IPv6 rule");
     assert_eq!(core.live().backends[0].state, BackendState::Active);
@@ -110,7 +111,7 @@ fn each_family_takes_new_flows_by_its_own_addresses_health() {
         .command(
             Duration::from_secs(2),
             control::Command::Status { flows },
-            &mut probes,
+            &mut shell.probes,
         )
         .text();
     assert!(
@@ -119,8 +120,10 @@ fn each_family_takes_new_flows_by_its_own_addresses_health() {
     );
 
     // Both of its addresses fail: no rule's new flows, and it is unhealthy.
-    probes.set_state("10.1.0.1".parse().unwrap(), State::Unhealthy);
-    step(&mut core, &probes, 3);
+    shell
+        .probes
+        .set_state("10.1.0.1".parse().unwrap(), State::Unhealthy);
+    step(&mut core, &mut shell, 3);
     assert_eq!(eligible(&core, 0), all[1..]);
     assert_eq!(eligible(&core, 1), all[1..]);
     assert!(matches!(
@@ -129,9 +132,13 @@ fn each_family_takes_new_flows_by_its_own_addresses_health() {
     ));
 
     // Back: every rule takes it again.
-    probes.set_state("10.1.0.1".parse().unwrap(), State::Healthy);
-    probes.set_state("fd01::1".parse().unwrap(), State::Healthy);
-    step(&mut core, &probes, 4);
+    shell
+        .probes
+        .set_state("10.1.0.1".parse().unwrap(), State::Healthy);
+    shell
+        .probes
+        .set_state("fd01::1".parse().unwrap(), State::Healthy);
+    step(&mut core, &mut shell, 4);
     assert_eq!(eligible(&core, 0), all);
     assert_eq!(eligible(&core, 1), all);
 }

@@ -1647,7 +1647,7 @@ fn a_backend_failing_one_vip_takes_new_flows_only_on_the_other() {
     let before = w.open(200, "10.0.0.11", 80);
     assert!(on(&before, one) > 0, "every backend takes flows at first");
     // 10.1.0.1 lacks 10.0.0.11: its probes through that VIP fail.
-    w.probes.set_state_via(one, alt, State::Unhealthy);
+    w.shell.probes.set_state_via(one, alt, State::Unhealthy);
     w.advance(SEC);
     let status = w.status();
     assert!(
@@ -1674,7 +1674,7 @@ fn a_backend_failing_one_vip_takes_new_flows_only_on_the_other() {
         }
     }
     // Back on 10.0.0.11: new flows there reach it again.
-    w.probes.set_state_via(one, alt, State::Healthy);
+    w.shell.probes.set_state_via(one, alt, State::Healthy);
     w.advance(SEC);
     let again = w.open(200, "10.0.0.11", 80);
     assert!(on(&again, one) > 20, "{again:?}");

@@ -23,6 +23,7 @@ pub mod nexthop;
 pub mod pipeline;
 pub mod snapshot;
 pub mod sync;
+pub mod tick;
 pub mod worker;
 
 pub use cookie::CookieKey;
@@ -34,4 +35,5 @@ pub use snapshot::{
     Backend, BackendState, EndpointHealth, Local, Pick, Rules, ServicePlan, Snapshot,
     SnapshotBuilder, SnapshotError, flow_table_config,
 };
+pub use tick::Tick;
 pub use worker::{BusyPoll, Clock, Idle, Shared, WorkerLoop};

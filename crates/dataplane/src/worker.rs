@@ -51,6 +51,13 @@ pub struct Shared {
     pub flow_sync: Option<Arc<SyncQueue>>,
 }
 
+impl Shared {
+    /// Advances the coarse tick workers stamp flows with.
+    pub fn set_tick(&self, tick: crate::Tick) {
+        self.now.store(tick.get(), Ordering::Relaxed);
+    }
+}
+
 /// A worker's [`Shared::using`] slot, on a cache line of its own so that its
 /// writes never disturb another worker's.
 #[derive(Debug)]

@@ -17,17 +17,17 @@ impl Core {
         }
     }
 
-    /// Input: periodic flow-sync work at `now` (M36): the workers' new
+    /// Periodic flow-sync work of [`Core::step`] at `now` (M36): the workers' new
     /// entries from `queue` are batched into [`Output::SyncSend`]s, and
     /// dumps asked for continue. Nothing without `[flow_sync]`.
-    pub fn flow_sync(
+    pub(super) fn flow_sync(
         &mut self,
         now: Duration,
         queue: &dataplane::sync::SyncQueue,
         flows: &FlowTable,
     ) {
         self.advance(now);
-        let tick = self.tick_now();
+        let tick = self.tick_now().get();
         let Some(s) = &mut self.sync else { return };
         let mut sends = Vec::new();
         s.poll(self.now, tick, queue, flows, &mut sends);
@@ -47,7 +47,7 @@ impl Core {
         flows: &FlowTable,
     ) {
         self.advance(now);
-        let tick = self.tick_now();
+        let tick = self.tick_now().get();
         let Some(s) = &mut self.sync else { return };
         let mut sends = Vec::new();
         let news = s.received(

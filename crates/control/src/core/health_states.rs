@@ -32,15 +32,15 @@ impl Core {
         self.balance.probed()
     }
 
-    /// Input: new health statuses (acted on at the next [`Core::tick`]).
-    pub fn health(&mut self, now: Duration, h: HealthSnapshot) {
+    /// Input of [`Core::step`]: new health statuses.
+    pub(super) fn health(&mut self, now: Duration, h: HealthSnapshot) {
         self.advance(now);
         self.balance.health(h);
     }
 
-    /// Input: the latest verdict on each remote rule and why (acted on at
-    /// the next [`Core::tick`]).
-    pub fn remote_verdicts(
+    /// Input of [`Core::step`]: the latest verdict on each remote rule and
+    /// why.
+    pub(super) fn remote_verdicts(
         &mut self,
         now: Duration,
         state: impl Fn(&RemoteKey) -> (State, String),

@@ -44,8 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::Compiled;
-use dataplane::snapshot::tick_reached;
-use dataplane::{BackendState, Local, Snapshot, SnapshotBuilder, WorkerCounters};
+use dataplane::{BackendState, Local, Snapshot, SnapshotBuilder, Tick, WorkerCounters};
 
 use crate::balance::Balance;
 use crate::neighbours::{Announcer, Neighbours, Timings};
@@ -59,12 +58,14 @@ mod neighbours;
 mod publish;
 mod reload;
 mod status;
+mod step;
 
 pub(crate) use crate::ports::say;
-pub use crate::ports::{Output, Probes};
+pub use crate::ports::{Output, Probes, Shell};
 pub use commands::{Answer, Command, FlowUse};
 pub use publish::{BuiltTables, INLINE_TABLE_SLOTS, Published, build_tables};
 pub use reload::{destructive_change, watch_refusal};
+pub use step::{Ageing, Inputs, SWEEP_BUDGET};
 
 use self::neighbours::{announced, next_hops};
 use self::publish::PendingBuild;
@@ -111,6 +112,8 @@ pub struct Core {
     transitions: crate::transitions::Transitions,
     /// Flow-state sync with the peers (M36); `None` without `[flow_sync]`.
     sync: Option<crate::sync::SyncState>,
+    /// What the flow table's ageing counted.
+    ageing: Ageing,
     out: Vec<Output>,
 }
 
@@ -147,7 +150,7 @@ impl Core {
             local.clone(),
             |id| balance.endpoint_health(id),
             balance.plans(),
-            tick(now),
+            Tick::at(now).get(),
             1,
         )?;
         let sync = match &compiled.settings.flow_sync {
@@ -182,6 +185,7 @@ impl Core {
             announcements: crate::announce::Announcements::default(),
             transitions: crate::transitions::Transitions::default(),
             sync,
+            ageing: Ageing::default(),
             out,
         };
         core.neighbours_changed();
@@ -200,31 +204,14 @@ impl Core {
         std::mem::take(&mut self.out)
     }
 
-    /// Hands every output to `carry_out`, in order, until none is left:
-    /// carrying one out may give the core an input (tables built at once, a
-    /// build that could not start) that asks for more. What every driver of
-    /// the core (the daemon's shell, `replay`, the simulation) runs after an
-    /// input.
-    pub fn drain(&mut self, mut carry_out: impl FnMut(&mut Core, Output)) {
-        loop {
-            let outs = self.outputs();
-            if outs.is_empty() {
-                return;
-            }
-            for out in outs {
-                carry_out(self, out);
-            }
-        }
-    }
-
     /// The time of the latest input.
     pub fn now(&self) -> Duration {
         self.now
     }
 
     /// The coarse tick workers stamp flows with (seconds since start).
-    pub fn tick_now(&self) -> u32 {
-        tick(self.now)
+    pub fn tick_now(&self) -> Tick {
+        Tick::at(self.now)
     }
 
     fn advance(&mut self, now: Duration) {
@@ -254,18 +241,20 @@ impl Core {
         self.builder.slot_of(service, identity)
     }
 
-    /// Input: periodic work at `now`: retire draining backends whose period
-    /// is over, act on health and remote verdicts, replan (every
-    /// [`crate::balance::PLAN_PERIOD`]). `counters`, the workers' counters
-    /// summed, is asked for only when plans are recomputed.
-    pub fn tick(&mut self, now: Duration, counters: impl FnOnce() -> WorkerCounters) {
+    /// The periodic part of a [`Core::step`] at `now`: retire draining
+    /// backends whose period is over, act on health and remote verdicts,
+    /// replan (every [`crate::balance::PLAN_PERIOD`]). `counters`, the
+    /// workers' counters summed, is asked for only when plans are
+    /// recomputed.
+    fn tick(&mut self, now: Duration, counters: impl FnOnce() -> WorkerCounters) {
         self.advance(now);
         let tick = self.tick_now();
         // Rebuild only when a draining backend's period is over (the builder
         // then retires it), not every tick of the draining period.
-        let retire_due = self.live.backends.iter().any(
-            |b| matches!(b.state, BackendState::Draining { until } if tick_reached(tick, until)),
-        );
+        let retire_due =
+            self.live.backends.iter().any(
+                |b| matches!(b.state, BackendState::Draining { until } if tick.reached(until)),
+            );
         let replan = self.balance.tick(
             &self.compiled,
             &self.builder,
@@ -289,11 +278,6 @@ impl Core {
         self.announce();
         self.track_states();
     }
-}
-
-/// Whole seconds since start, as workers count.
-fn tick(now: Duration) -> u32 {
-    u32::try_from(now.as_secs()).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use config::Compiled;
 use dataplane::EndpointHealth;
-use dataplane::snapshot::TableKey;
-use maglev::MaglevTable;
 
 use super::{Core, Output, Probes, say};
 
@@ -19,20 +17,7 @@ use super::{Core, Output, Probes, say};
 /// milliseconds of building) are built on the management loop itself.
 pub const INLINE_TABLE_SLOTS: u64 = 1 << 21;
 
-/// Maglev tables built off the loop, with what each was built from.
-pub type BuiltTables = Vec<(TableKey, Arc<MaglevTable>)>;
-
-/// Builds the Maglev tables an [`Output::BuildTables`] asks for (the shell
-/// does it on a thread, `replay` and the simulation at once); the result is
-/// what [`Core::tables_built`] takes.
-pub fn build_tables(keys: Vec<TableKey>) -> Result<BuiltTables, String> {
-    keys.into_iter()
-        .map(|k| match k.build() {
-            Ok(t) => Ok((k, Arc::new(t))),
-            Err(e) => Err(format!("a Maglev table of {} slots: {e}", k.size)),
-        })
-        .collect()
-}
+pub use crate::ports::{BuiltTables, build_tables};
 
 /// What became of a snapshot to publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +156,7 @@ impl Core {
                 self.local.clone(),
                 captured(health),
                 plans,
-                self.tick_now(),
+                self.tick_now().get(),
                 1,
             )
             .map_err(|e| e.to_string())?;

@@ -17,7 +17,7 @@ impl Core {
             region: name(&self.compiled.regions, self.compiled.node.region.index()),
             zone: name(&self.compiled.zones, self.compiled.node.zone.index()),
             availability_group: self.compiled.node.availability_group,
-            uptime_s: self.tick_now(),
+            uptime_s: self.tick_now().get(),
             generation: snap.generation,
             reloads_ok: self.reloads_ok,
             reloads_rejected: self.reloads_failed,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::schema::PortRole;
-use control::{Answer, Command, Core, FlowUse, Output, Published, ScriptedProbes};
+use control::{Answer, Command, Core, FlowUse, Published, Recorder, ScriptedProbes};
 use dataplane::snapshot::TableKey;
 use dataplane::{Engine, Local, PacketIo, Pipeline, Snapshot, VecBurst, WorkerCounters};
 use flowtable::FlowTable;
@@ -127,13 +127,14 @@ impl Went {
 /// The simulated node.
 pub struct World {
     pub core: Core,
-    pub probes: ScriptedProbes,
+    /// The core's shell: scripted probers, outputs recorded (and moved to
+    /// the fields below after each input).
+    pub shell: Recorder,
     pub flows: FlowTable,
     pub live: Arc<Snapshot>,
     pub now: Duration,
     pub rng: Rng,
     pub builds: Builds,
-    held: Vec<(u64, Vec<TableKey>)>,
     engines: Vec<Engine<VecBurst<Pkt>>>,
     ios: Vec<MemIo>,
     /// Every snapshot published, in order.
@@ -208,6 +209,19 @@ pub fn start_core(
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// One management step at `now` of a core without pipelines: no traffic,
+/// an empty flow table, no flow sync.
+pub fn step_alone(core: &mut Core, shell: &mut Recorder, now: Duration) {
+    let flows = FlowTable::new(flowtable::Config::with_capacity(64)).expect("flow table");
+    let inputs = control::Inputs {
+        flows: &flows,
+        sightings: Vec::new(),
+        counters: &WorkerCounters::default,
+        sync_queue: None,
+    };
+    core.step(now, inputs, shell);
+}
+
 /// The node's addresses: tunnels leave from 10.0.1.2.
 pub fn local() -> Local {
     Local {
@@ -276,14 +290,13 @@ impl World {
             .collect();
         let mut w = World {
             core,
-            probes,
+            shell: Recorder::new(probes),
             flows,
             published: vec![live.clone()],
             live,
             now: Duration::ZERO,
             rng: Rng::new(seed),
             builds: Builds::Inline,
-            held: Vec::new(),
             engines,
             ios: (0..pipelines).map(|_| MemIo::default()).collect(),
             watching: None,
@@ -303,61 +316,52 @@ impl World {
 
     /// The coarse tick workers use.
     pub fn tick(&self) -> u32 {
-        u32::try_from(self.now.as_secs()).unwrap_or(u32::MAX)
+        dataplane::Tick::at(self.now).get()
     }
 
     /// Carries out what the core asked for.
     fn pump(&mut self) {
-        let World {
-            core,
-            live,
-            published,
-            watching,
-            logs,
-            builds,
-            held,
-            probes,
-            now,
-            sent,
-            segment,
-            answers,
-            sync_out,
-            ..
-        } = self;
-        core.drain(|core, out| match out {
-            Output::SyncSend { to, datagram } => sync_out.push((to, datagram)),
-            Output::Transmit { port, frame } => {
-                // A neighbour on the segment answers a request for it.
-                if let Some(arp) = arp_request_target(&frame) {
-                    answers.extend(segment.iter().filter(|n| n.0 == port && n.1 == arp));
-                }
-                sent.push((*now, port, frame));
+        self.shell.hold_builds = self.builds == Builds::Held;
+        self.core.carry_out(&mut self.shell);
+        self.took_outputs();
+    }
+
+    /// Moves what the shell recorded into the world: snapshots published,
+    /// log lines, frames sent (a neighbour on the segment answers a request
+    /// for it at the next step), datagrams to the peers.
+    fn took_outputs(&mut self) {
+        for s in self.shell.published.drain(..) {
+            self.live = s.clone();
+            self.published.push(s);
+        }
+        self.watching = self.shell.watching;
+        self.logs.extend(
+            self.shell
+                .logs
+                .drain(..)
+                .map(|(_, level, text)| (level, text)),
+        );
+        for (port, frame) in self.shell.sent.drain(..) {
+            if let Some(arp) = arp_request_target(&frame) {
+                let segment = &self.segment;
+                self.answers
+                    .extend(segment.iter().filter(|n| n.0 == port && n.1 == arp));
             }
-            Output::Publish(s) => {
-                *live = s.clone();
-                published.push(s);
-            }
-            Output::Watch(on) => *watching = Some(on),
-            Output::Announce(_) => {}
-            Output::Log { level, text, .. } => logs.push((level, text)),
-            Output::BuildTables { build, tables } => match builds {
-                Builds::Held => held.push((build, tables)),
-                Builds::Inline => {
-                    core.tables_built(*now, build, control::build_tables(tables), probes);
-                }
-            },
-        });
+            self.sent.push((self.now, port, frame));
+        }
+        self.sync_out.append(&mut self.shell.sync_out);
+        self.shell.announced.clear();
     }
 
     fn build(&mut self, build: u64, tables: Vec<TableKey>) {
         let built = control::build_tables(tables);
         self.core
-            .tables_built(self.now, build, built, &mut self.probes);
+            .tables_built(self.now, build, built, &mut self.shell.probes);
     }
 
     /// Completes every held table build.
     pub fn finish_builds(&mut self) {
-        for (b, t) in std::mem::take(&mut self.held) {
+        for (b, t) in std::mem::take(&mut self.shell.held) {
             self.build(b, t);
         }
         self.pump();
@@ -365,7 +369,7 @@ impl World {
 
     /// Whether a build is held.
     pub fn builds_held(&self) -> bool {
-        !self.held.is_empty()
+        !self.shell.held.is_empty()
     }
 
     fn counters(engines: &[Engine<VecBurst<Pkt>>], children: usize) -> WorkerCounters {
@@ -380,33 +384,26 @@ impl World {
         total
     }
 
-    /// One management tick at the current time: health and remote
-    /// verdicts in, periodic work, outputs carried out; a flow-table sweep.
+    /// One management tick at the current time, as the daemon takes it
+    /// ([`Core::step`]), the probers having gone round once a second.
     pub fn step(&mut self) {
         let now = self.now;
         // The probers go round once a second of virtual time.
         if now.as_secs() != self.last_round {
             self.last_round = now.as_secs();
-            self.probes.probe_round();
-        }
-        if self.probes.generation() != self.core.health_generation() {
-            self.core.health(now, self.probes.snapshot());
-        }
-        let probes = &self.probes;
-        self.core.remote_verdicts(now, |k| probes.remote_state(k));
-        let answers = std::mem::take(&mut self.answers);
-        if !answers.is_empty() {
-            self.core.sightings(now, answers);
-            self.pump();
+            self.shell.probes.probe_round();
         }
         let engines = &self.engines;
         let children = self.live.compiled.children.len();
-        self.core.tick(now, || Self::counters(engines, children));
-        if let Some(q) = &self.sync_queue {
-            self.core.flow_sync(now, q, &self.flows);
-        }
-        self.pump();
-        self.flows.sweep(self.tick(), 1 << 14);
+        let inputs = control::Inputs {
+            flows: &self.flows,
+            sightings: std::mem::take(&mut self.answers),
+            counters: &|| Self::counters(engines, children),
+            sync_queue: self.sync_queue.as_deref(),
+        };
+        self.shell.hold_builds = self.builds == Builds::Held;
+        self.core.step(now, inputs, &mut self.shell);
+        self.took_outputs();
     }
 
     /// Hands the core a flow-sync datagram from `from` (M36).
@@ -434,25 +431,33 @@ impl World {
 
     /// Scripts endpoint `addr`'s health verdict (seen at the next step).
     pub fn set_health(&mut self, addr: &str, s: State) {
-        self.probes.set_state(addr.parse().expect("address"), s);
+        self.shell
+            .probes
+            .set_state(addr.parse().expect("address"), s);
     }
 
     /// Scripts every endpoint's verdict.
     pub fn all_health(&mut self, s: State) {
-        let addrs: Vec<IpAddr> = self.probes.targets().iter().map(|t| t.addr.ip()).collect();
+        let addrs: Vec<IpAddr> = self
+            .shell
+            .probes
+            .targets()
+            .iter()
+            .map(|t| t.addr.ip())
+            .collect();
         for a in addrs {
-            self.probes.set_state(a, s);
+            self.shell.probes.set_state(a, s);
         }
     }
 
     /// Scripts remote rule `rule`'s exported state.
     pub fn set_remote(&mut self, rule: &str, s: State) {
-        self.probes.set_remote(rule, s);
+        self.shell.probes.set_remote(rule, s);
     }
 
     /// Hands `cmd` to the core now, as the daemon does; its answer.
     pub fn command(&mut self, cmd: Command) -> Answer {
-        let a = self.core.command(self.now, cmd, &mut self.probes);
+        let a = self.core.command(self.now, cmd, &mut self.shell.probes);
         self.pump();
         a
     }
@@ -461,8 +466,14 @@ impl World {
     /// the command the daemon gives the core for `spillway reload`; the
     /// answer, whose [`Answer::text`] is what `spillway reload` prints.
     pub fn reload_answer(&mut self, text: &str, force: bool) -> Answer {
+        self.reload_named("sim.toml", text, force)
+    }
+
+    /// [`World::reload_answer`] of a file named `name` (its messages name
+    /// it).
+    pub fn reload_named(&mut self, name: &str, text: &str, force: bool) -> Answer {
         let loaded =
-            config::load_str("sim.toml", text, &config::Env::default()).map_err(|e| e.to_string());
+            config::load_str(name, text, &config::Env::default()).map_err(|e| e.to_string());
         self.command(Command::Reload { loaded, force })
     }
 
