@@ -11,7 +11,7 @@
 //!   (`env`, `exec`, `sudo`, `xargs`, `timeout`, `ip netns exec`, the lab's
 //!   `nsx`, lib.sh's `as_root`), and the names `command -v` looks up;
 //! - Python (`*.py`): the first element of the command of `subprocess.*` and
-//!   of bench.py's `sh([…])`, and `shutil.which("…")`.
+//!   of perf/benchlib's `sh([…])`, and `shutil.which("…")`.
 //!
 //! Each command must then be a shell builtin or function, one of
 //! [`NOT_FROM_DEBIAN`] (with the reason), or a program under /usr/bin,
@@ -138,29 +138,44 @@ const DYNAMIC: &[Dynamic] = &[
         why: "for py in python3 /usr/bin/python3",
     },
     Dynamic {
-        file: "perf/bench.py",
+        file: "perf/benchlib/machine.py",
+        text: "cmd",
+        runs: &[],
+        wraps: false,
+        why: "sh(cmd) runs its callers' command lists (scanned: sh is a Python runner)",
+    },
+    Dynamic {
+        file: "perf/benchlib/runner.py",
         text: "cmd",
         runs: &["dpdk-testpmd"],
         wraps: false,
-        why: "sh(cmd), Runner.start(cmd) and packetset's run: command lists of the spillway and \
-              packetset binaries this workspace builds and of dpdk-testpmd",
+        why: "Runner.start(cmd), packetset's run and spillway replay's: command lists of the \
+              spillway and packetset binaries this workspace builds and of dpdk-testpmd",
     },
     Dynamic {
-        file: "perf/bench.py",
+        file: "perf/benchlib/warmups.py",
+        text: "cmd",
+        runs: &[],
+        wraps: false,
+        why: "SynFloodWarmup.flows_json: the spillway binary this workspace builds",
+    },
+    Dynamic {
+        file: "perf/benchlib/runner.py",
         text: "str(self.paths[\"spillway\"])",
         runs: &[],
         wraps: false,
         why: "the spillway binary this workspace builds",
     },
     Dynamic {
-        file: "perf/bench.py",
+        file: "perf/benchlib/warmups.py",
         text: "str(self.spillway)",
         runs: &[],
         wraps: false,
-        why: "the spillway binary this workspace builds (the gateway return case's stats)",
+        why: "the spillway binary this workspace builds (the gateway return and synflood \
+              warm-ups' stats)",
     },
     Dynamic {
-        file: "perf/bench.py",
+        file: "perf/benchlib/runner.py",
         text: "str(self.paths[binary_key])",
         runs: &[],
         wraps: false,
@@ -277,8 +292,8 @@ const SHELL_WRAPPERS: &[(&str, bool, usize)] = &[
     ("progress", true, 1),
 ];
 
-/// Python calls whose first argument is a command (list): bench.py's `sh`
-/// helper runs `subprocess.run(cmd)`.
+/// Python calls whose first argument is a command (list): the benchmark
+/// harness's `sh` helper (perf/benchlib/machine.py) runs `subprocess.run(cmd)`.
 const PY_RUNNERS: &[&str] = &[
     "subprocess.run(",
     "subprocess.Popen(",
