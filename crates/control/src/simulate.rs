@@ -255,15 +255,6 @@ fn delivery_name(d: config::compiled::Delivery) -> String {
     }
 }
 
-fn state_name(s: dataplane::BackendState) -> &'static str {
-    match s {
-        dataplane::BackendState::Active => "active",
-        dataplane::BackendState::Unhealthy { .. } => "unhealthy",
-        dataplane::BackendState::Draining { .. } => "draining",
-        dataplane::BackendState::Removed => "removed",
-    }
-}
-
 fn pct(f: f64) -> String {
     format!("{:.1}%", f * 100.0)
 }
@@ -292,7 +283,7 @@ impl Report {
                 let group = ep.and_then(|ep| c.groups.get(ep.group.0 as usize));
                 BackendInfo {
                     address: b.addr,
-                    state: state_name(b.state),
+                    state: dataplane::BackendState::name(b.state),
                     group: group.map(|g| g.name.clone()),
                     zone: group.and_then(|g| zone_name(c, g.zone)),
                     region: group.and_then(|g| name(&c.regions, g.region.0 as usize)),
@@ -421,7 +412,7 @@ impl Report {
                     r.entry_backend.map_or("?".into(), |a| a.to_string()),
                     snap.backends
                         .get(slot as usize)
-                        .map_or("gone", |b| state_name(b.state)),
+                        .map_or("gone", |b| dataplane::BackendState::name(b.state)),
                     if probe.proto == proto::TCP && !probe.established {
                         "new connection (a SYN)"
                     } else {

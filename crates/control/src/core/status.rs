@@ -57,12 +57,7 @@ impl Core {
                 .iter()
                 .enumerate()
                 .map(|(i, b)| {
-                    let (state, until) = match b.state {
-                        BackendState::Active => ("active", None),
-                        BackendState::Unhealthy { until } => ("unhealthy", Some(until)),
-                        BackendState::Draining { until } => ("draining", Some(until)),
-                        BackendState::Removed => ("removed", None),
-                    };
+                    let (state, until) = (b.state.name(), b.state.until());
                     report::Backend {
                         index: i,
                         address: b.addr,

@@ -94,6 +94,26 @@ pub enum BackendState {
     Removed,
 }
 
+impl BackendState {
+    /// Its name, as `status`, `simulate` and the metrics say it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendState::Active => "active",
+            BackendState::Unhealthy { .. } => "unhealthy",
+            BackendState::Draining { .. } => "draining",
+            BackendState::Removed => "removed",
+        }
+    }
+
+    /// The last tick its flows may stay, when it is unhealthy or draining.
+    pub const fn until(self) -> Option<Tick> {
+        match self {
+            BackendState::Unhealthy { until } | BackendState::Draining { until } => Some(until),
+            BackendState::Active | BackendState::Removed => None,
+        }
+    }
+}
+
 /// One backend slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
