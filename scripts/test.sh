@@ -25,11 +25,19 @@ cargo clippy -p flowtable --all-targets --features shuttle --quiet -- -D warning
 
 # The crates of decisions without I/O, built alone: their clippy.toml refuses
 # sockets, clocks, threads and files, and without its `probers` feature the
-# health crate has no tokio, rustls or socket2 to import (docs/architecture.md,
-# "Rules the graph keeps").
-say "decisions without I/O, built alone (health without probers, locality)"
+# health crate has no tokio, rustls or socket2 to import; the management
+# core's decisions (control-core) stand on no runtime, socket or metrics
+# crate either (docs/architecture.md, "Rules the graph keeps").
+say "decisions without I/O, built alone (health without probers, locality, control-core)"
 cargo clippy -p health --no-default-features --quiet -- -D warnings
 cargo clippy -p locality --quiet -- -D warnings
+cargo clippy -p control-core --all-targets --quiet -- -D warnings
+io_crates=$(cargo tree -p control-core -e normal --prefix none | awk '{print $1}' | sort -u |
+    grep -xE 'tokio|socket2|nix|prometheus-client|rustls|mio' || true)
+if [ -n "$io_crates" ]; then
+    echo "control-core depends on I/O crates: $io_crates" >&2
+    exit 1
+fi
 
 filter=()
 if (( $(hugepages_free) < 64 )); then

@@ -34,14 +34,7 @@ const MAX_ANSWER: usize = 1 << 20;
 /// How often the poller looks at its stop flag while it waits.
 const STEP: Duration = Duration::from_millis(50);
 
-/// A remote rule: where its state is published, and its name there.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct RemoteKey {
-    /// `http://host:port/status`.
-    pub url: String,
-    /// The rule's name on the remote.
-    pub rule: String,
-}
+pub use control_core::RemoteKey;
 
 #[derive(Default)]
 struct Entry {

@@ -87,6 +87,7 @@
 pub mod aggregate;
 pub mod error;
 pub mod state;
+pub mod status;
 pub mod target;
 
 // The I/O: probers, their TLS, the checker thread (feature `probers`).
@@ -99,9 +100,10 @@ pub mod tls;
 
 pub use aggregate::{Aggregate, Counts, aggregate, aggregate_counts, composite};
 #[cfg(feature = "probers")]
-pub use checker::{Counters, EndpointStatus, HealthChecker, HealthSnapshot, THREAD_NAME};
+pub use checker::{HealthChecker, THREAD_NAME};
 pub use error::HealthError;
 #[cfg(feature = "probers")]
 pub use probe::{ProbeError, ProbeOk, Prober, UTILIZATION_HEADER, WEIGHT_HEADER};
 pub use state::{State, Tracker, Transition};
+pub use status::{Counters, EndpointStatus, HealthSnapshot};
 pub use target::{Check, ProbeKind, Target, Via, targets_from_compiled};

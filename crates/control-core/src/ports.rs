@@ -19,7 +19,14 @@ use dataplane::snapshot::TableKey;
 use health::{HealthSnapshot, State};
 use maglev::MaglevTable;
 
-use crate::remote::RemoteKey;
+/// A remote rule: where its state is published, and its name there.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteKey {
+    /// `http://host:port/status`.
+    pub url: String,
+    /// The rule's name on the remote.
+    pub rule: String,
+}
 
 /// What the core asks its shell to do.
 #[derive(Debug)]
@@ -88,15 +95,16 @@ macro_rules! say {
 pub(crate) use say;
 
 /// The target of a log line that [`say!`] writes from `module`: the core's
-/// own files (`control::core::…`) all write as `control::core`, the module
-/// they were before the core was split in files, so that one target still
-/// names (and filters) every line the core writes; other modules
-/// (`control::balance`) write as themselves.
+/// own files (`control_core::core::…`) all write as `control::core`, and
+/// its health part as `control::balance`: the targets they had when the
+/// core was one file of the `control` crate, which operators' log filters
+/// name; other modules write as themselves.
 pub(crate) fn log_target(module: &'static str) -> &'static str {
-    if module.starts_with("control::core::") {
-        "control::core"
-    } else {
-        module
+    match module {
+        "control_core::core" => "control::core",
+        m if m.starts_with("control_core::core::") => "control::core",
+        "control_core::balance" => "control::balance",
+        m => m,
     }
 }
 
@@ -196,13 +204,13 @@ mod tests {
         assert!(matches!(
             out.as_slice(),
             [Output::Log {
-                target: "control::ports::tests",
+                target: "control_core::ports::tests",
                 ..
             }]
         ));
-        assert_eq!(log_target("control::core::reload"), "control::core");
-        assert_eq!(log_target("control::core"), "control::core");
-        assert_eq!(log_target("control::balance"), "control::balance");
-        assert_eq!(log_target("control::core_x"), "control::core_x");
+        assert_eq!(log_target("control_core::core::reload"), "control::core");
+        assert_eq!(log_target("control_core::core"), "control::core");
+        assert_eq!(log_target("control_core::balance"), "control::balance");
+        assert_eq!(log_target("control_core::core_x"), "control_core::core_x");
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use health::{Aggregate, HealthSnapshot, State};
 
 use super::{Core, say};
-use crate::remote::RemoteKey;
+use crate::ports::RemoteKey;
 
 impl Core {
     /// The remote rules to poll.

@@ -18,8 +18,8 @@ use health::{Aggregate, HealthSnapshot, State};
 use locality::{EndpointObs, Health, NodeSpec, Observation, Plan, Planner, ServiceSpec};
 
 use crate::cluster::Cluster;
+use crate::ports::RemoteKey;
 use crate::ports::{Output, Probes, say};
-use crate::remote::RemoteKey;
 
 /// How often plans are recomputed (M29: at least every second).
 pub const PLAN_PERIOD: Duration = Duration::from_secs(1);

@@ -19,8 +19,8 @@ use dataplane::Snapshot;
 use dataplane::snapshot::TableKey;
 
 use crate::announce::Desired;
+use crate::ports::RemoteKey;
 use crate::ports::{BuiltTables, Probes, Shell, build_tables};
-use crate::remote::RemoteKey;
 
 /// Scripted verdicts: an endpoint's state by address, a remote rule's by
 /// rule name, [`ScriptedProbes::default_state`] for whatever is not
@@ -169,7 +169,6 @@ impl ScriptedProbes {
                 utilization: None,
                 last_latency: None,
                 last_reason: "scripted".into(),
-                changed_at: None,
                 counters: health::Counters {
                     probes_ok: self.rounds,
                     ..health::Counters::default()
@@ -188,7 +187,6 @@ impl ScriptedProbes {
                         utilization: None,
                         last_latency: None,
                         last_reason: "scripted".into(),
-                        changed_at: None,
                         counters: health::Counters::default(),
                     }),
             )

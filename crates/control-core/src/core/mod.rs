@@ -8,7 +8,7 @@
 //! Nothing here reads a clock, sleeps, spawns a thread or touches a file or
 //! socket: time is always an argument (`now`, since the daemon started), and
 //! the probers are reached through the [`Probes`] port. The daemon
-//! ([`crate::daemon`]) owns threads, sockets, clocks and files and feeds
+//! (`control::daemon`) owns threads, sockets, clocks and files and feeds
 //! this; the simulation harness (`tests/sim`) feeds it a virtual clock and
 //! scripted verdicts. Log lines are outputs too ([`Output::Log`]): the shell
 //! writes them, the harness reads them.
