@@ -1244,6 +1244,175 @@ spillway_rule_new_flows_total{rule="web-ag0"} 48
 spillway_rule_dropped_packets_total{rule="web-ag0"} 49
 "#;
 
+    /// Every shape of family and value the writer takes (counters and
+    /// gauges, with and without labels, empty, integers at their bounds,
+    /// fractions, non-finite values left out, label values to escape) and
+    /// the families not in `tests/metrics_text.rs`, as recorded in
+    /// `tests/metrics_shapes.golden` while `prometheus-client` wrote them
+    /// (issue 40). `SPILLWAY_BLESS=1` rewrites the file.
+    #[test]
+    fn every_value_shape_is_written_as_recorded() {
+        let mut x = Exposition::new();
+        x.one_counter("plain_total", "A counter.", 7);
+        x.one_counter("no_suffix", "A counter named without _total.", u64::MAX);
+        x.counter("empty_total", "No samples.", []);
+        x.gauge::<u64>("empty_gauge", "No samples.", []);
+        x.gauge(
+            "counts",
+            "Counts as gauges.",
+            [0, 1, i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX].map(|v| (label("v", v), v)),
+        );
+        x.gauge(
+            "ints",
+            "Signed.",
+            [i64::MIN, -1, 0, 1, i64::MAX].map(|v| (label("v", v), v)),
+        );
+        let reals = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            0.1,
+            0.3,
+            1.0 / 3.0,
+            2.0 / 3.0,
+            1e-7,
+            1.5e-5,
+            0.000123,
+            123456.789,
+            12345678.9,
+            1e15,
+            1e16,
+            1e17,
+            1e21,
+            1e22,
+            1.7976931348623157e308,
+            2.2250738585072014e-308,
+            5e-324,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        x.gauge(
+            "reals",
+            "Fractions.",
+            reals.iter().enumerate().map(|(i, &v)| (label("i", i), v)),
+        );
+        // Bit patterns spread over the range (an LCG), finite ones only.
+        let mut seed: u64 = 0x5eed;
+        let spread: Vec<(Labels, f64)> = (0..200)
+            .map(|i| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (label("i", i), f64::from_bits(seed))
+            })
+            .collect();
+        x.gauge("spread", "Fractions of all sizes.", spread);
+        // Rates and ratios as scrapes show them: fractions of 1e-3 to 1e9.
+        let moderate: Vec<(Labels, f64)> = (0..200)
+            .map(|i| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let unit = (seed >> 11) as f64 / (1u64 << 53) as f64;
+                (label("i", i), unit * 10f64.powi(i % 13 - 3))
+            })
+            .collect();
+        x.gauge("moderate", "Fractions of usual sizes.", moderate);
+        x.gauge(
+            "labels",
+            "Label values to escape.",
+            [
+                (label("v", ""), 1u8),
+                (label("v", "a\\b\"c\nd"), 2),
+                (label("v", "zürich ✓"), 3),
+                (
+                    vec![
+                        ("a", "1".to_owned()),
+                        ("b", "2".to_owned()),
+                        ("c", "3".to_owned()),
+                    ],
+                    4,
+                ),
+            ],
+        );
+        x.one_gauge("bool", "A flag.", true);
+        x.one_gauge("small", "An i8.", -1i8);
+        flow_table(&mut x, 1000, Some((333, 7)), 12);
+        config(
+            &mut x,
+            &ConfigState {
+                generation: 9,
+                reloads: (3, 1),
+                watch_refused: 1,
+                reading: false,
+                last_error: Some("spillway.toml:3: bad \"thing\"\nsecond line"),
+                last_reload: Some(
+                    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
+                ),
+            },
+        );
+        listeners(
+            &mut x,
+            &[crate::listen::ListenerInfo {
+                name: "http",
+                limits: crate::listen::Limits {
+                    max_connections: 4,
+                    per_client: Some(2),
+                    timeout: std::time::Duration::from_secs(1),
+                },
+                counters: std::sync::Arc::default(),
+            }],
+        );
+        sync(
+            &mut x,
+            Some(crate::sync::SyncCounters {
+                applied: 7,
+                drop_auth: 3,
+                handshakes: 8,
+                ..Default::default()
+            }),
+        );
+        cluster(
+            &mut x,
+            &crate::report::Cluster {
+                nodes: 3,
+                peers_heard: 1,
+                silent: vec!["192.0.2.3:7700".parse().unwrap()],
+                left: Vec::new(),
+                capacity_share: 2.0 / 3.0,
+                fallback_share: 1.0 / 3.0,
+                fallback_configured: false,
+            },
+        );
+        let speaker = crate::bird::SpeakerStatus {
+            reachable: Some(true),
+            in_sync: true,
+            updates: 4,
+            failures: 1,
+            ..Default::default()
+        };
+        bgp(
+            &mut x,
+            Some(&vec![(
+                "198.51.100.1".parse().unwrap(),
+                crate::announce::Why::Healthy,
+            )]),
+            (2, 1),
+            Some(&speaker),
+        );
+        let got = x.text();
+        let golden =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/metrics_shapes.golden");
+        if std::env::var_os("SPILLWAY_BLESS").is_some() {
+            std::fs::write(&golden, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(&golden).unwrap();
+        assert!(got == want, "differs from {}:\n{got}", golden.display());
+    }
+
     #[test]
     fn families_are_written_whole_as_openmetrics() {
         let mut x = Exposition::new();

@@ -915,3 +915,110 @@ async fn read_line(stream: &mut tokio::net::UnixStream) -> Result<String, String
         .map(|s| s.trim().to_owned())
         .map_err(|_| "the command is not UTF-8 text".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Three zones: one healthy, one unhealthy with a VIP still unknown,
+    /// one removed by an operator.
+    fn engine() -> Engine {
+        let text = r#"
+[dns]
+server = "192.0.2.53"
+zone = "lab.test"
+name = "www.lab.test"
+[dns.tsig]
+name = "spillway-zones"
+secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0ISE="
+[probe]
+port = 80
+[[zones]]
+name = "a"
+vips = ["198.18.10.20", "2001:db8::20"]
+[[zones]]
+name = "b_2"
+vips = ["198.18.10.21", "198.18.10.22"]
+[[zones]]
+name = "c"
+vips = ["198.18.10.23"]
+"#;
+        let settings = Arc::new(Settings::parse(text, std::path::Path::new(".")).unwrap());
+        let mut zones = Zones::new(&settings.zones, &settings.probe);
+        for v in &mut zones.zones[0].vips {
+            v.record(true, "ok".to_owned());
+        }
+        for _ in 0..settings.probe.unhealthy_threshold {
+            zones.zones[1].vips[0].record(false, "timed out".to_owned());
+        }
+        let client = Client::new(settings.server, settings.key.clone(), settings.dns_timeout);
+        let (removed, _) = watch::channel(BTreeSet::from(["c".to_owned()]));
+        Engine {
+            settings,
+            client,
+            zones,
+            removed,
+            published: Some(BTreeSet::from([
+                "198.18.10.20".parse().unwrap(),
+                "2001:db8::20".parse().unwrap(),
+            ])),
+            fail_open: false,
+            updates: 3,
+            errors: 1,
+            last_update: None,
+            last_error: None,
+            last_sync_ok: true,
+            started: Instant::now(),
+        }
+    }
+
+    /// `metrics` and `GET /metrics` byte for byte, as the service wrote
+    /// them before issue 40 (operators scrape them; external checks read
+    /// them).
+    #[test]
+    fn metrics_text_is_unchanged() {
+        assert_eq!(
+            engine().metrics(),
+            "\
+# HELP spillway_zone_health_zone_state Each zone's state (1 for the state it is in).
+# TYPE spillway_zone_health_zone_state gauge
+spillway_zone_health_zone_state{zone=\"a\",state=\"healthy\"} 1
+spillway_zone_health_zone_state{zone=\"a\",state=\"unhealthy\"} 0
+spillway_zone_health_zone_state{zone=\"a\",state=\"unknown\"} 0
+spillway_zone_health_zone_state{zone=\"a\",state=\"removed\"} 0
+spillway_zone_health_zone_state{zone=\"b_2\",state=\"healthy\"} 0
+spillway_zone_health_zone_state{zone=\"b_2\",state=\"unhealthy\"} 1
+spillway_zone_health_zone_state{zone=\"b_2\",state=\"unknown\"} 0
+spillway_zone_health_zone_state{zone=\"b_2\",state=\"removed\"} 0
+spillway_zone_health_zone_state{zone=\"c\",state=\"healthy\"} 0
+spillway_zone_health_zone_state{zone=\"c\",state=\"unhealthy\"} 0
+spillway_zone_health_zone_state{zone=\"c\",state=\"unknown\"} 0
+spillway_zone_health_zone_state{zone=\"c\",state=\"removed\"} 1
+# HELP spillway_zone_health_published_records Records the name holds as last read or written.
+# TYPE spillway_zone_health_published_records gauge
+spillway_zone_health_published_records 2
+# HELP spillway_zone_health_fail_open 1 while no zone is healthy and every zone's records are published.
+# TYPE spillway_zone_health_fail_open gauge
+spillway_zone_health_fail_open 0
+# HELP spillway_zone_health_updates Updates the server accepted.
+# TYPE spillway_zone_health_updates counter
+spillway_zone_health_updates_total 3
+# HELP spillway_zone_health_errors Failed reads and updates.
+# TYPE spillway_zone_health_errors counter
+spillway_zone_health_errors_total 1
+# HELP spillway_zone_health_last_sync_ok 1 if the last exchange with the server succeeded.
+# TYPE spillway_zone_health_last_sync_ok gauge
+spillway_zone_health_last_sync_ok 1
+# HELP spillway_zone_health_vip_healthy 1 while a VIP passes its probes.
+# TYPE spillway_zone_health_vip_healthy gauge
+spillway_zone_health_vip_healthy{zone=\"a\",vip=\"198.18.10.20\"} 1
+spillway_zone_health_vip_healthy{zone=\"a\",vip=\"2001:db8::20\"} 1
+spillway_zone_health_vip_healthy{zone=\"b_2\",vip=\"198.18.10.21\"} 0
+spillway_zone_health_vip_healthy{zone=\"b_2\",vip=\"198.18.10.22\"} 0
+spillway_zone_health_vip_healthy{zone=\"c\",vip=\"198.18.10.23\"} 0
+# EOF
+"
+        );
+    }
+}
