@@ -10,10 +10,13 @@
 //!   list, per-client caps, fair eviction).
 //! - [`http`]: one request per connection: when a head is whole, how an
 //!   answer is framed.
+//! - [`openmetrics`]: the text of a `/metrics` answer: families of
+//!   counters and gauges, written as the OpenMetrics format says.
 //!
 //! The limits these listeners accept are in `values::listener`, below
 //! every configuration file.
 
 pub mod admission;
 pub mod http;
+pub mod openmetrics;
 pub mod unix;

@@ -1,217 +1,18 @@
 //! `GET /metrics`: the management core's view of the counters as
 //! OpenMetrics text (M42). Each scrape gathers its families into an
 //! [`Exposition`] from state the shell and the core hold (nothing here is
-//! updated per packet), and `prometheus-client` writes them: its encoder
-//! keeps the format's rules (family headers, `_total` counters, `# EOF`).
+//! updated per packet), and the admin floor's writer
+//! ([`admin::openmetrics`]) writes them: the format's rules (family
+//! headers, `_total` counters, `# EOF`) are kept there, for every
+//! `/metrics` of the project.
 
 use std::time::SystemTime;
 
+pub use admin::openmetrics::{Exposition, Labels, Value};
 use config::Compiled;
 use dataplane::{BURST, ChildCounters, DropReason, WorkerCounters};
 use health::{Aggregate, EndpointStatus, State};
 use locality::{AggregateHealth, Eligibility, Plan};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
-
-/// A sample's labels: names and (unescaped) values.
-pub type Labels = Vec<(&'static str, String)>;
-
-/// A sample's value.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value {
-    /// A count.
-    Count(u64),
-    /// A signed integer (states, flags).
-    Int(i64),
-    /// A measurement (rates, ratios); not written unless finite.
-    Real(f64),
-}
-
-impl From<u64> for Value {
-    fn from(v: u64) -> Self {
-        Value::Count(v)
-    }
-}
-impl From<u32> for Value {
-    fn from(v: u32) -> Self {
-        Value::Count(v.into())
-    }
-}
-impl From<u8> for Value {
-    fn from(v: u8) -> Self {
-        Value::Count(v.into())
-    }
-}
-impl From<i8> for Value {
-    fn from(v: i8) -> Self {
-        Value::Int(v.into())
-    }
-}
-impl From<i64> for Value {
-    fn from(v: i64) -> Self {
-        Value::Int(v)
-    }
-}
-impl From<f64> for Value {
-    fn from(v: f64) -> Self {
-        Value::Real(v)
-    }
-}
-impl From<bool> for Value {
-    fn from(v: bool) -> Self {
-        Value::Count(v.into())
-    }
-}
-
-#[derive(Debug)]
-struct Family {
-    /// After `spillway_`; a counter's ends with `_total`.
-    name: String,
-    help: String,
-    counter: bool,
-    samples: Vec<(Labels, Value)>,
-}
-
-/// One scrape's metric families, in the order they are added.
-#[derive(Debug, Default)]
-pub struct Exposition {
-    families: Vec<Family>,
-}
-
-impl Exposition {
-    /// An empty exposition.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A counter family `spillway_<name>` (`name` ends with `_total`).
-    pub fn counter(
-        &mut self,
-        name: &str,
-        help: &str,
-        samples: impl IntoIterator<Item = (Labels, u64)>,
-    ) {
-        self.push(
-            name,
-            help,
-            true,
-            samples.into_iter().map(|(l, v)| (l, v.into())),
-        );
-    }
-
-    /// A gauge family `spillway_<name>`.
-    pub fn gauge<V: Into<Value>>(
-        &mut self,
-        name: &str,
-        help: &str,
-        samples: impl IntoIterator<Item = (Labels, V)>,
-    ) {
-        self.push(
-            name,
-            help,
-            false,
-            samples.into_iter().map(|(l, v)| (l, v.into())),
-        );
-    }
-
-    /// A counter without labels.
-    pub fn one_counter(&mut self, name: &str, help: &str, v: u64) {
-        self.counter(name, help, [(Labels::new(), v)]);
-    }
-
-    /// A gauge without labels.
-    pub fn one_gauge(&mut self, name: &str, help: &str, v: impl Into<Value>) {
-        self.gauge(name, help, [(Labels::new(), v)]);
-    }
-
-    fn push(
-        &mut self,
-        name: &str,
-        help: &str,
-        counter: bool,
-        samples: impl Iterator<Item = (Labels, Value)>,
-    ) {
-        self.families.push(Family {
-            name: name.to_owned(),
-            help: help.to_owned(),
-            counter,
-            samples: samples.collect(),
-        });
-    }
-
-    /// The families' names (after `spillway_`), in order.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.families.iter().map(|f| f.name.as_str())
-    }
-
-    /// The OpenMetrics text, ending with `# EOF`.
-    pub fn text(self) -> String {
-        let mut registry = Registry::with_prefix("spillway");
-        registry.register_collector(Box::new(self));
-        let mut out = String::new();
-        // Writing to a String cannot fail; an encoder error would be a bug
-        // in a family here, and the scrape then shows what came before it.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-        out
-    }
-}
-
-/// A label value as the text format quotes it.
-fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for ch in v.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn write_value(m: &mut MetricEncoder<'_>, counter: bool, v: Value) -> std::fmt::Result {
-    match (counter, v) {
-        (true, Value::Count(n)) => m.encode_counter::<NoLabelSet, u64, u64>(&n, None),
-        (true, Value::Int(n)) => {
-            m.encode_counter::<NoLabelSet, u64, u64>(&u64::try_from(n).unwrap_or(0), None)
-        }
-        (true, Value::Real(x)) => m.encode_counter::<NoLabelSet, f64, f64>(&x, None),
-        (false, Value::Count(n)) => m.encode_gauge(&i64::try_from(n).unwrap_or(i64::MAX)),
-        (false, Value::Int(n)) => m.encode_gauge(&n),
-        (false, Value::Real(x)) => m.encode_gauge(&x),
-    }
-}
-
-impl Collector for Exposition {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for f in &self.families {
-            let (name, kind) = if f.counter {
-                let base = f.name.strip_suffix("_total").unwrap_or(&f.name);
-                (base, MetricType::Counter)
-            } else {
-                (f.name.as_str(), MetricType::Gauge)
-            };
-            let mut m = encoder.encode_descriptor(name, &f.help, None, kind)?;
-            for (labels, v) in &f.samples {
-                if matches!(v, Value::Real(x) if !x.is_finite()) {
-                    continue;
-                }
-                if labels.is_empty() {
-                    write_value(&mut m, f.counter, *v)?;
-                } else {
-                    let labels: Vec<(&str, String)> =
-                        labels.iter().map(|(k, v)| (*k, escape(v))).collect();
-                    let mut s = m.encode_family(&labels)?;
-                    write_value(&mut s, f.counter, *v)?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
 
 fn label(k: &'static str, v: impl ToString) -> Labels {
     vec![(k, v.to_string())]
@@ -1413,29 +1214,6 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         assert!(got == want, "differs from {}:\n{got}", golden.display());
     }
 
-    #[test]
-    fn families_are_written_whole_as_openmetrics() {
-        let mut x = Exposition::new();
-        x.one_counter("a_total", "A.", 1);
-        x.counter(
-            "b_total",
-            "B.",
-            [(label("x", "1"), 2), (label("x", "say \"hi\"\\\n"), 3)],
-        );
-        x.gauge(
-            "c",
-            "C.",
-            [(label("y", "z"), f64::INFINITY), (label("y", "w"), 0.5)],
-        );
-        assert_eq!(
-            x.text(),
-            "# HELP spillway_a A.\n# TYPE spillway_a counter\nspillway_a_total 1\n\
-             # HELP spillway_b B.\n# TYPE spillway_b counter\n\
-             spillway_b_total{x=\"1\"} 2\nspillway_b_total{x=\"say \\\"hi\\\"\\\\\\n\"} 3\n\
-             # HELP spillway_c C.\n# TYPE spillway_c gauge\nspillway_c{y=\"w\"} 0.5\n# EOF\n"
-        );
-    }
-
     /// Every counter family's name ends with `_total` (the encoder would
     /// add it to the sample name otherwise) and no family comes twice.
     #[test]
@@ -1445,9 +1223,10 @@ spillway_rule_dropped_packets_total{rule="web-ag0"} 49
         counters(&mut x, &c, &compiled);
         workers(&mut x, &[c.clone(), c]);
         let mut seen = std::collections::HashSet::new();
-        for f in &x.families {
-            assert!(!f.counter || f.name.ends_with("_total"), "{}", f.name);
-            assert!(seen.insert(f.name.clone()), "{} twice", f.name);
+        for (name, kind) in x.families() {
+            let counter = kind == admin::openmetrics::Kind::Counter;
+            assert!(!counter || name.ends_with("_total"), "{name}");
+            assert!(seen.insert(name.to_owned()), "{name} twice");
         }
     }
 
