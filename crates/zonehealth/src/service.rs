@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use admin::openmetrics::Exposition;
 use dnsupdate::{Client, ClientError, Op, Rdata, rtype};
 use health::probe::Prober;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -449,85 +450,54 @@ impl Engine {
 
     /// The OpenMetrics text exposition.
     fn metrics(&self) -> String {
-        let mut m = String::new();
-        let mut family = |name: &str, kind: &str, help: &str| {
-            let _ = writeln!(
-                m,
-                "# HELP spillway_zone_health_{name} {help}\n# TYPE spillway_zone_health_{name} {kind}"
-            );
-        };
-        family(
-            "zone_state",
-            "gauge",
+        let mut x = Exposition::new();
+        x.gauge(
+            "zone_health_zone_state",
             "Each zone's state (1 for the state it is in).",
+            self.zones.zones.iter().flat_map(|z| {
+                let now = self.zone_state(&z.name, z.state());
+                ["healthy", "unhealthy", "unknown", "removed"].map(|st| {
+                    let labels = vec![("zone", z.name.clone()), ("state", st.to_owned())];
+                    (labels, u8::from(now == st))
+                })
+            }),
         );
-        let _ = &mut family;
-        let mut lines = m;
-        for z in &self.zones.zones {
-            let now = self.zone_state(&z.name, z.state());
-            for st in ["healthy", "unhealthy", "unknown", "removed"] {
-                let _ = writeln!(
-                    lines,
-                    "spillway_zone_health_zone_state{{zone=\"{}\",state=\"{st}\"}} {}",
-                    z.name,
-                    u8::from(now == st)
-                );
-            }
-        }
-        let mut put = |name: &str, kind: &str, help: &str, value: u64| {
-            let suffix = if kind == "counter" { "_total" } else { "" };
-            let _ = writeln!(
-                lines,
-                "# HELP spillway_zone_health_{name} {help}\n# TYPE spillway_zone_health_{name} {kind}\nspillway_zone_health_{name}{suffix} {value}"
-            );
-        };
-        put(
-            "published_records",
-            "gauge",
+        x.one_gauge(
+            "zone_health_published_records",
             "Records the name holds as last read or written.",
             self.published.as_ref().map_or(0, |p| p.len() as u64),
         );
-        put(
-            "fail_open",
-            "gauge",
+        x.one_gauge(
+            "zone_health_fail_open",
             "1 while no zone is healthy and every zone's records are published.",
-            u64::from(self.fail_open),
+            self.fail_open,
         );
-        put(
-            "updates",
-            "counter",
+        x.one_counter(
+            "zone_health_updates_total",
             "Updates the server accepted.",
             self.updates,
         );
-        put(
-            "errors",
-            "counter",
+        x.one_counter(
+            "zone_health_errors_total",
             "Failed reads and updates.",
             self.errors,
         );
-        put(
-            "last_sync_ok",
-            "gauge",
+        x.one_gauge(
+            "zone_health_last_sync_ok",
             "1 if the last exchange with the server succeeded.",
-            u64::from(self.last_sync_ok),
+            self.last_sync_ok,
         );
-        let _ = writeln!(
-            lines,
-            "# HELP spillway_zone_health_vip_healthy 1 while a VIP passes its probes.\n# TYPE spillway_zone_health_vip_healthy gauge"
+        x.gauge(
+            "zone_health_vip_healthy",
+            "1 while a VIP passes its probes.",
+            self.zones.zones.iter().flat_map(|z| {
+                z.vips.iter().map(|v| {
+                    let labels = vec![("zone", z.name.clone()), ("vip", v.addr.to_string())];
+                    (labels, v.state == Health::Healthy)
+                })
+            }),
         );
-        for z in &self.zones.zones {
-            for v in &z.vips {
-                let _ = writeln!(
-                    lines,
-                    "spillway_zone_health_vip_healthy{{zone=\"{}\",vip=\"{}\"}} {}",
-                    z.name,
-                    v.addr,
-                    u8::from(v.state == Health::Healthy)
-                );
-            }
-        }
-        lines.push_str("# EOF\n");
-        lines
+        x.text()
     }
 }
 
