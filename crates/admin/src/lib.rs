@@ -8,6 +8,9 @@
 //!   client's connect.
 //! - [`admission`]: who gets an HTTP listener's connection slots (allow
 //!   list, per-client caps, fair eviction).
+//! - [`accept`]: the accept loops: a slot for each connection (an HTTP
+//!   listener's by [`admission`], a control socket's of a fixed number)
+//!   or the listener's `busy` answer, a task for each served one.
 //! - [`http`]: one request per connection: when a head is whole, how an
 //!   answer is framed.
 //! - [`openmetrics`]: the text of a `/metrics` answer: families of
@@ -16,6 +19,7 @@
 //! The limits these listeners accept are in `values::listener`, below
 //! every configuration file.
 
+pub mod accept;
 pub mod admission;
 pub mod http;
 pub mod openmetrics;
