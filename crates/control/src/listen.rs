@@ -2,14 +2,14 @@
 //! HTTP `/status` `/metrics` endpoint, served on a thread of their own
 //! (`spillway-listen`) so that no client can delay the management loop.
 //!
-//! The thread owns the sockets. It accepts, refuses connections beyond
-//! `max_connections` (for HTTP: as [`crate::admission`] rules, which also
-//! deny addresses outside `allow`, cap what one client holds, and give a
-//! configured peer the slot of an idle or greedy client when all are
-//! taken; for the socket, peers whose credentials are not allowed are
-//! refused too), reads one request with
-//! one deadline for the whole request (not per read) and a size bound, and
-//! hands the request to the management loop as a [`Call`] over a bounded
+//! The thread owns the sockets. It accepts (in the admin floor's loops,
+//! [`admin::accept`]), refuses connections beyond `max_connections` (for
+//! HTTP: as [`crate::admission`] rules, which also deny addresses outside
+//! `allow`, cap what one client holds, and give a configured peer the
+//! slot of an idle or greedy client when all are taken; for the socket,
+//! peers whose credentials are not allowed are refused too), reads one
+//! request with one deadline for the whole request (not per read) and a
+//! size bound, and hands the request to the management loop as a [`Call`] over a bounded
 //! channel. The loop computes the answer between ticks and replies; the
 //! thread writes the answer under a deadline again and closes. The loop
 //! never touches a client's socket, so the worst a client can do is hold a
@@ -26,9 +26,10 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use admin::accept::{self, Event, try_write};
 use config::values::Prefix;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::admission::{Admission, Policy, Refused};
@@ -197,8 +198,6 @@ struct SocketSide {
 struct Ctx {
     calls: SyncSender<Call>,
     counters: Arc<Counters>,
-    /// The control socket's slots (HTTP's are its [`Admission`]).
-    slots: Arc<Semaphore>,
     limits: Limits,
 }
 
@@ -243,7 +242,6 @@ impl Listeners {
             Arc::new(Ctx {
                 calls: tx.clone(),
                 counters: Arc::new(Counters::default()),
-                slots: Arc::new(Semaphore::new(limits.max_connections)),
                 limits,
             })
         };
@@ -393,13 +391,9 @@ async fn serve(http: Option<HttpSide>, sock: SocketSide, stop: oneshot::Receiver
     }
 }
 
-/// Waits a little after a failed `accept` (out of file descriptors, say),
-/// so a persistent failure does not spin.
-async fn accept_failed(what: &str, e: &std::io::Error) {
-    log::warn!("{what}: accept: {e}");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-}
-
+/// Serves the HTTP listener: its connections admitted as
+/// [`crate::admission`] rules ([`admin::accept::admitted`]), each one's
+/// request by one deadline.
 async fn accept_http(h: HttpSide) {
     let listener = match tokio::net::TcpListener::from_std(h.listener) {
         Ok(l) => l,
@@ -408,51 +402,48 @@ async fn accept_http(h: HttpSide) {
             return;
         }
     };
-    loop {
-        let (mut stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                accept_failed("[metrics] listener", &e).await;
-                continue;
-            }
-        };
-        let ctx = h.ctx.clone();
-        let mut slot = match h.admission.admit(peer.ip()) {
-            Ok((slot, _)) => slot,
-            Err(Refused::Denied) => {
-                // Closed at once, without an answer: nothing to learn here.
-                Counters::inc(&ctx.counters.denied);
-                log::debug!("http: {peer} is not in [metrics] allow");
-                continue;
-            }
-            Err(Refused::PerClient) => {
-                Counters::inc(&ctx.counters.per_client_limit);
-                log::debug!("http: {peer} holds max_connections_per_client already");
-                try_write(&mut stream, http::BUSY).await;
-                continue;
-            }
-            Err(Refused::Full) => {
-                Counters::inc(&ctx.counters.refused);
-                try_write(&mut stream, http::BUSY).await;
-                continue;
-            }
-        };
-        tokio::spawn(async move {
-            let deadline = Instant::now() + ctx.limits.timeout;
-            // Served until done, or until its slot goes to another client.
-            tokio::select! {
-                () = serve_connection(&mut stream, Front::Http, &ctx, deadline, Ok(())) => {}
-                () = slot.evicted() => {
-                    Counters::inc(&ctx.counters.evicted);
-                    log::debug!("http: {peer}'s connection gave its slot to another client");
-                    try_write(&mut stream, http::BUSY).await;
-                }
-            }
-            drop(slot);
-        });
+    let counters = h.ctx.counters.clone();
+    let ctx = h.ctx;
+    accept::admitted(
+        async move || listener.accept().await,
+        h.admission,
+        http::BUSY,
+        move |e| http_event(&counters, e),
+        move |stream, _| {
+            let ctx = ctx.clone();
+            Box::pin(async move {
+                let deadline = Instant::now() + ctx.limits.timeout;
+                serve_connection(stream, Front::Http, &ctx, deadline, Ok(())).await;
+            })
+        },
+    )
+    .await;
+}
+
+/// Counts and logs what the HTTP listener's loop did besides serving.
+fn http_event(counters: &Counters, e: Event<'_, SocketAddr>) {
+    match e {
+        Event::AcceptFailed(e) => log::warn!("[metrics] listener: accept: {e}"),
+        Event::Refused(Refused::Denied, peer) => {
+            // Closed at once, without an answer: nothing to learn here.
+            Counters::inc(&counters.denied);
+            log::debug!("http: {peer} is not in [metrics] allow");
+        }
+        Event::Refused(Refused::PerClient, peer) => {
+            Counters::inc(&counters.per_client_limit);
+            log::debug!("http: {peer} holds max_connections_per_client already");
+        }
+        Event::Refused(Refused::Full, _) => Counters::inc(&counters.refused),
+        Event::Evicted(peer) => {
+            Counters::inc(&counters.evicted);
+            log::debug!("http: {peer}'s connection gave its slot to another client");
+        }
     }
 }
 
+/// Serves the control socket: `max_connections` at once
+/// ([`admin::accept::limited`]), each one's peer checked and its request
+/// read by one deadline.
 async fn accept_socket(s: SocketSide) {
     let listener = match tokio::net::UnixListener::from_std(s.listener) {
         Ok(l) => l,
@@ -462,40 +453,33 @@ async fn accept_socket(s: SocketSide) {
         }
     };
     let peers = Arc::new(s.peers);
-    loop {
-        let mut stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                accept_failed("control socket", &e).await;
-                continue;
+    let ctx = s.ctx;
+    accept::limited(
+        async move || listener.accept().await,
+        ctx.limits.max_connections,
+        socket::BUSY,
+        |e| match e {
+            Event::AcceptFailed(e) => log::warn!("control socket: accept: {e}"),
+            Event::Refused(..) => Counters::inc(&ctx.counters.refused),
+            // (Slots of a fixed number are not taken back.)
+            Event::Evicted(_) => {}
+        },
+        |stream, _| {
+            let (ctx, peers) = (ctx.clone(), peers.clone());
+            async move {
+                let deadline = Instant::now() + ctx.limits.timeout;
+                let verdict = match tokio::time::timeout_at(deadline, peers.check(&stream)).await {
+                    Ok(v) => v,
+                    Err(_) => {
+                        Counters::inc(&ctx.counters.timed_out);
+                        return;
+                    }
+                };
+                serve_connection(stream, Front::Control, &ctx, deadline, verdict).await;
             }
-        };
-        let ctx = s.ctx.clone();
-        let Ok(permit) = ctx.slots.clone().try_acquire_owned() else {
-            Counters::inc(&ctx.counters.refused);
-            try_write(&mut stream, socket::BUSY).await;
-            continue;
-        };
-        let peers = peers.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let deadline = Instant::now() + ctx.limits.timeout;
-            let verdict = match tokio::time::timeout_at(deadline, peers.check(&stream)).await {
-                Ok(v) => v,
-                Err(_) => {
-                    Counters::inc(&ctx.counters.timed_out);
-                    return;
-                }
-            };
-            serve_connection(stream, Front::Control, &ctx, deadline, verdict).await;
-        });
-    }
-}
-
-/// Writes `msg` if the socket takes it right away; never waits for a
-/// client that does not read.
-async fn try_write<S: AsyncWrite + Unpin>(stream: &mut S, msg: &[u8]) {
-    let _ = tokio::time::timeout(Duration::ZERO, stream.write_all(msg)).await;
+        },
+    )
+    .await;
 }
 
 /// The two protocols.
