@@ -628,10 +628,15 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
     }
     let peers = file.peers();
     let control = commands_tx.clone();
-    tokio::spawn(serve_connections(
-        async move || listener.accept().await.map(|(s, _)| s),
+    // MAX_CONNECTIONS at once, the others told so; nothing counted. Each
+    // one's exchange is the service's own: its line protocol answers
+    // `error` with a reason where the daemon's socket answers its own.
+    tokio::spawn(admin::accept::limited(
+        async move || listener.accept().await,
+        MAX_CONNECTIONS,
         b"error\ntoo many connections to the control socket; try again\n",
-        move |mut stream: tokio::net::UnixStream| {
+        |_| {},
+        move |mut stream: tokio::net::UnixStream, _| {
             let commands = control.clone();
             async move {
                 let answer = match peers.check(&stream).await {
@@ -706,17 +711,17 @@ async fn serve(settings: Settings) -> Result<(), StartError> {
 
 /// `GET /metrics` (OpenMetrics text) and `GET /status` (the JSON of
 /// `status --json`), one request per connection, for scrapers, admitted as
-/// the daemon's HTTP listener admits ([`admin::admission`]: `allow`,
-/// `max_connections`, `max_connections_per_client`; when every slot is
-/// taken, a client below its fair share takes one from a client holding
-/// two more); the whole request within `timeout`, the answer taken within
-/// `timeout` again.
+/// the daemon's HTTP listener admits ([`admin::accept::admitted`] by
+/// [`admin::admission`]: `allow`, `max_connections`,
+/// `max_connections_per_client`; when every slot is taken, a client below
+/// its fair share takes one from a client holding two more); the whole
+/// request within `timeout`, the answer taken within `timeout` again.
 async fn serve_metrics(
     listener: tokio::net::TcpListener,
     commands: mpsc::Sender<Command>,
     h: crate::config::Http,
 ) {
-    use admin::admission::{Admission, Policy, Refused};
+    use admin::admission::{Admission, Policy};
     let slots = Admission::new(
         h.max_connections,
         h.per_client,
@@ -726,47 +731,31 @@ async fn serve_metrics(
             peers: Vec::new(),
         },
     );
-    loop {
-        let (mut stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(_) => {
-                // Out of descriptors, say: do not spin.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let mut slot = match slots.admit(peer.ip()) {
-            Ok((slot, _)) => slot,
-            // Closed at once, without an answer.
-            Err(Refused::Denied) => continue,
-            Err(Refused::PerClient | Refused::Full) => {
-                try_write(&mut stream, BUSY).await;
-                continue;
-            }
-        };
-        let commands = commands.clone();
-        let timeout = h.timeout;
-        tokio::spawn(async move {
-            tokio::select! {
-                () = http_exchange(&mut stream, &commands, timeout) => {}
-                () = slot.evicted() => try_write(&mut stream, BUSY).await,
-            }
-            drop(slot);
-        });
-    }
+    let timeout = h.timeout;
+    admin::accept::admitted(
+        async move || listener.accept().await,
+        slots,
+        BUSY,
+        // Nothing counted or logged: the service has no listener counters.
+        |_| {},
+        move |stream, _| {
+            let commands = commands.clone();
+            Box::pin(async move { http_exchange(stream, &commands, timeout).await })
+        },
+    )
+    .await;
 }
 
 /// Every slot taken, or this one given to another client.
 const BUSY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
-/// Writes `msg` if the socket takes it right away; never waits for a
-/// client that does not read.
-async fn try_write(stream: &mut tokio::net::TcpStream, msg: &[u8]) {
-    let _ = tokio::time::timeout(Duration::ZERO, stream.write_all(msg)).await;
-}
-
-/// One request and its answer.
+/// One request and its answer. Not the daemon's exchange
+/// (`control::listen`), whose loop it shares: these answers are HTTP/1.1,
+/// a head that is too long or late is answered for what came of it (a
+/// 404, mostly) where the daemon answers 431 or 408, and the engine
+/// answers, not a management loop; scrapers and checks read these answers
+/// as they are.
 async fn http_exchange(
     stream: &mut tokio::net::TcpStream,
     commands: &mpsc::Sender<Command>,
@@ -816,38 +805,6 @@ async fn http_exchange(
         body.len()
     );
     let _ = tokio::time::timeout(timeout, stream.write_all(answer.as_bytes())).await;
-}
-
-/// Accepts connections for ever, each handled by `handle` on a task of its
-/// own while one of [`MAX_CONNECTIONS`] slots is free; a connection beyond
-/// them is sent `busy` (when not empty) and closed. A failed accept (out of
-/// descriptors) is retried after 100 ms.
-async fn serve_connections<S, F>(
-    mut accept: impl AsyncFnMut() -> std::io::Result<S>,
-    busy: &'static [u8],
-    handle: impl Fn(S) -> F,
-) where
-    S: AsyncWriteExt + Unpin,
-    F: Future<Output = ()> + Send + 'static,
-{
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(mut stream) = accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if !busy.is_empty() {
-                let _ = stream.write_all(busy).await;
-            }
-            continue;
-        };
-        let work = handle(stream);
-        tokio::spawn(async move {
-            let _slot = slot;
-            work.await;
-        });
-    }
 }
 
 /// Asks the engine `line`; `None` when the service is stopping.
