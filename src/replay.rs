@@ -505,15 +505,8 @@ impl Mgmt {
                     if let Ok(l) = &loaded {
                         self.shell.probes.report_unchecked(&l.compiled);
                     }
-                    let answer = self.core.command(
-                        now,
-                        control::Command::Reload {
-                            loaded,
-                            force: false,
-                        },
-                        &mut self.shell.probes,
-                    );
-                    if !answer.ok() {
+                    let answer = self.core.reload(now, loaded, false, &mut self.shell.probes);
+                    if answer.is_err() {
                         let running = self.core.compiled().clone();
                         self.shell.probes.report_unchecked(&running);
                     }
@@ -526,7 +519,7 @@ impl Mgmt {
                         "{:.3} s: reload {}: {}",
                         now.as_secs_f64(),
                         path.display(),
-                        answer.text().trim_end().replace('\n', " ")
+                        control::reload_text(&answer).trim_end().replace('\n', " ")
                     ));
                     self.pump();
                 }

@@ -315,7 +315,8 @@ fn through_the_simulation() -> Seen {
     for text in reloads(&dir) {
         w.advance(Duration::from_secs(1));
         let answer = w.reload_named(FILE, &text, false);
-        seen.answers.push(plain(&answer.text(), &[&dir]));
+        seen.answers
+            .push(plain(&control::reload_text(&answer), &[&dir]));
         let (g, b) = sim_state(&w);
         seen.generations.push(g);
         seen.backends.push(b);

@@ -61,7 +61,7 @@ fn watched(mgr: &mut Manager, what: &str) -> Result<Published, String> {
     loop {
         mgr.poll_watch();
         if let Some(r) = mgr.poll_load() {
-            return r;
+            return r.map_err(|e| e.to_string());
         }
         assert!(Instant::now() < deadline, "{what}: the watch never acted");
         std::thread::sleep(Duration::from_millis(5));

@@ -43,8 +43,9 @@ pub mod sync;
 pub mod transitions;
 
 pub use crate::core::{
-    Ageing, Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Inputs, Output,
-    Probes, Published, SWEEP_BUDGET, Shell, build_tables, destructive_change, watch_refusal,
+    Ageing, BuiltTables, Core, DrainError, FlowUse, INLINE_TABLE_SLOTS, Inputs, Output, Probes,
+    Published, ReloadError, SWEEP_BUDGET, Shell, build_tables, destructive_change, reload_text,
+    rule_states_text, watch_refusal,
 };
 pub use crate::ports::RemoteKey;
 pub use crate::scripted::{Recorder, ScriptedProbes};

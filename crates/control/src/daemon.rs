@@ -16,7 +16,7 @@ use dataplane::{Local, Tick, WorkerCounters};
 use flowtable::FlowTable;
 use health::{HealthChecker, HealthSnapshot};
 
-use crate::core::{Answer, BuiltTables, Command, Core, FlowUse, Inputs, Probes, Published, Shell};
+use crate::core::{BuiltTables, Core, FlowUse, Inputs, Probes, Published, ReloadError, Shell};
 use crate::remote::{RemoteKey, RemotePoller};
 use crate::{Shared, StartError, flows, listen, metrics, report, socket};
 
@@ -397,7 +397,7 @@ impl Manager {
     /// valid, publishes a snapshot built from it. Returns what became of it
     /// (live, or waiting for large Maglev tables), or every error (the
     /// running configuration stays).
-    pub fn reload(&mut self) -> Result<Published, String> {
+    pub fn reload(&mut self) -> Result<Published, ReloadError> {
         self.reload_with(false)
     }
 
@@ -405,7 +405,7 @@ impl Manager {
     /// [`crate::destructive_change`] would refuse (`spillway reload --force`).
     /// The file is read on the calling thread; the daemon's loop
     /// ([`Manager::run`]) reads it on a thread of its own.
-    pub fn reload_with(&mut self, force: bool) -> Result<Published, String> {
+    pub fn reload_with(&mut self, force: bool) -> Result<Published, ReloadError> {
         let t0 = Instant::now();
         // Whatever this reload makes of the file, the watcher need not
         // reload it again.
@@ -415,7 +415,7 @@ impl Manager {
     }
 
     /// Hands a file read to the core: an operator's reload (`force` or
-    /// not) or the watch's ([`Command::FileChanged`]); waits for the
+    /// not) or the watch's ([`Core::file_changed`]); waits for the
     /// workers to pick up what went live.
     fn apply(
         &mut self,
@@ -423,7 +423,7 @@ impl Manager {
         watch: bool,
         force: bool,
         t0: Instant,
-    ) -> Result<Published, String> {
+    ) -> Result<Published, ReloadError> {
         let loaded = if read.torn && read.loaded.is_ok() {
             Err(format!(
                 "{} changed while it was read; try again",
@@ -432,15 +432,13 @@ impl Manager {
         } else {
             read.loaded
         };
-        let cmd = if watch {
-            Command::FileChanged { loaded }
+        let now = self.clock();
+        let result = if watch {
+            self.core.file_changed(now, loaded, &mut self.probes)
         } else {
-            Command::Reload { loaded, force }
+            self.core.reload(now, loaded, force, &mut self.probes)
         };
-        let result = match self.command(cmd) {
-            Answer::Reload(r) => r,
-            other => Err(other.text()),
-        };
+        self.pump();
         if let Ok(published) = &result {
             // The peers always served over HTTP follow the configuration.
             if let Some(l) = &self.listeners {
@@ -512,7 +510,7 @@ impl Manager {
     /// it (`None` while none was done, or when the watch's read was torn
     /// by a write: the watch reads it again once it settles). Called by
     /// the loop every turn.
-    pub fn poll_load(&mut self) -> Option<Result<Published, String>> {
+    pub fn poll_load(&mut self) -> Option<Result<Published, ReloadError>> {
         let read = match self.loading.as_ref()?.done.try_recv() {
             Ok(r) => r,
             Err(TryRecvError::Empty) => return None,
@@ -633,25 +631,11 @@ impl Manager {
         )
     }
 
-    /// Hands `cmd` to the core; its answer.
-    fn command(&mut self, cmd: Command) -> Answer {
-        let now = self.clock();
-        let answer = self.core.command(now, cmd, &mut self.probes);
-        self.pump();
-        answer
-    }
-
     /// `spillway status`.
     pub fn status(&mut self) -> report::Status {
         let flows = FlowUse::of(&self.shared.flows);
-        let mut st = match self.command(Command::Status { flows }) {
-            Answer::Status(st) => *st,
-            // The core answers `Status` with a status; never reached.
-            other => {
-                log::error!("status: the core answered {other:?}");
-                return report::Status::default();
-            }
-        };
+        let now = self.clock();
+        let mut st = self.core.status(now, flows);
         st.speaker = self.speaker.as_ref().map(|sp| sp.status().report());
         st
     }
@@ -688,14 +672,12 @@ impl Manager {
             socket::Request::Flows(q) => ok(json, &self.flows(&q)),
             socket::Request::Simulate(q) => ok(json, &self.simulate(&q)),
             socket::Request::Drain { scope, name, on } => {
-                let answer = self.command(Command::Drain {
-                    scope,
-                    name: name.clone(),
-                    on,
-                });
+                let now = self.clock();
+                let answer = self.core.drain(now, scope, &name, on);
+                self.pump();
                 let message = match answer {
-                    Answer::Drain(Ok(t)) => t,
-                    other => return err(other.text()),
+                    Ok(t) => t,
+                    Err(e) => return err(format!("{e}\n")),
                 };
                 let mut warning = None;
                 if let Some(path) = &self.drain_file
@@ -752,7 +734,7 @@ impl Manager {
     /// Every forwarding rule's exported state (M21), one `rule <name>
     /// <STATE>` line each.
     pub fn exported_status(&mut self) -> String {
-        self.command(Command::RuleStates).text()
+        crate::rule_states_text(&self.core.rule_states())
     }
 
     /// Counters as OpenMetrics text (M42).
@@ -1073,12 +1055,12 @@ impl SyncSockets {
 
 /// A reload's answer to a control-socket client: `ok` (or not) and the
 /// text, for people or as JSON.
-fn reload_reply(result: &Result<Published, String>, json: bool) -> (bool, String) {
+fn reload_reply(result: &Result<Published, ReloadError>, json: bool) -> (bool, String) {
     match (result, json) {
         (Ok(p), false) => (true, report::Reload::of(*p).to_string()),
         (Ok(p), true) => (true, report::json_ok(&report::Reload::of(*p))),
         (Err(e), json) => {
-            let text = Answer::Reload(Err(e.clone())).text();
+            let text = crate::reload_text(&Err(e.clone()));
             (
                 false,
                 if json {
@@ -1093,7 +1075,7 @@ fn reload_reply(result: &Result<Published, String>, json: bool) -> (bool, String
 
 /// Answers the clients waiting for a reload (a client that gave up is
 /// not there to read it).
-fn answer_waiting(waiting: Vec<Waiter>, result: &Result<Published, String>) {
+fn answer_waiting(waiting: Vec<Waiter>, result: &Result<Published, ReloadError>) {
     for (reply, json) in waiting {
         let (ok, text) = reload_reply(result, json);
         let _ = reply.send(socket::answer_line(ok, &text));

@@ -45,8 +45,9 @@ pub mod socket;
 
 pub use crate::daemon::Manager;
 pub use control_core::core::{
-    Ageing, Answer, BuiltTables, Command, Core, FlowUse, INLINE_TABLE_SLOTS, Inputs, Output,
-    Probes, Published, SWEEP_BUDGET, Shell, build_tables, destructive_change, watch_refusal,
+    Ageing, BuiltTables, Core, DrainError, FlowUse, INLINE_TABLE_SLOTS, Inputs, Output, Probes,
+    Published, ReloadError, SWEEP_BUDGET, Shell, build_tables, destructive_change, reload_text,
+    rule_states_text, watch_refusal,
 };
 pub use control_core::{
     announce, balance, cluster, core, neighbours, ports, scripted, sync, transitions,

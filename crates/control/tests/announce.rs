@@ -107,19 +107,12 @@ fn the_decision_is_output_at_start_and_at_each_change_only() {
         [vec![(vip, Why::FailOpen)]]
     );
     assert_eq!(core.announcement_counts(), (1, 0));
-    let status = core.command(
-        Duration::from_secs(4),
-        control::Command::Status {
-            flows: control::FlowUse::default(),
-        },
-        &mut shell.probes,
-    );
+    let status = core
+        .status(Duration::from_secs(4), control::FlowUse::default())
+        .to_string();
     assert!(
-        status
-            .text()
-            .contains("VIP 198.51.100.1: announced (fail-open"),
-        "{}",
-        status.text()
+        status.contains("VIP 198.51.100.1: announced (fail-open"),
+        "{status}"
     );
 }
 

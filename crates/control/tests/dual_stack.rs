@@ -107,13 +107,7 @@ fn each_family_takes_new_flows_by_its_own_addresses_health() {
         capacity: 0,
         memory: "heap",
     };
-    let status = core
-        .command(
-            Duration::from_secs(2),
-            control::Command::Status { flows },
-            &mut shell.probes,
-        )
-        .text();
+    let status = core.status(Duration::from_secs(2), flows).to_string();
     assert!(
         status.contains("health s/[fd01::1]:80: UNHEALTHY"),
         "{status}"

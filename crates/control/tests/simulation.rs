@@ -9,7 +9,7 @@ mod sim;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use control::{Answer, Published};
+use control::{Published, reload_text};
 use dataplane::BackendState;
 use health::{Aggregate, State};
 use log::Level;
@@ -648,9 +648,9 @@ fn reloads_accepted_rejected_and_rolled_back() {
                A half-written or truncated file looks like this; if the change is meant, run \
                `spillway reload --force`";
     // What `spillway reload` prints, and the log line.
-    assert!(!answer.ok());
+    assert!(answer.is_err());
     assert_eq!(
-        answer.text(),
+        reload_text(&answer),
         format!("reload rejected; the running configuration stays:\n{why}\n")
     );
     assert_eq!(
@@ -682,12 +682,12 @@ fn reloads_accepted_rejected_and_rolled_back() {
     let answer = w.reload_answer(&four, false);
     assert_eq!(
         answer,
-        Answer::Reload(Ok(Published::Live(generation))),
+        Ok(Published::Live(generation)),
         "{}",
-        answer.text()
+        reload_text(&answer)
     );
     assert_eq!(
-        answer.text(),
+        reload_text(&answer),
         format!("reloaded: generation {generation} is live\n")
     );
     let status = w.status();
@@ -1059,12 +1059,26 @@ fn zone_of(a: Option<IpAddr>) -> Option<char> {
     }
 }
 
-fn drain(w: &mut World, scope: control::drain::Scope, name: &str, on: bool) -> Answer {
-    w.command(control::Command::Drain {
-        scope,
-        name: name.to_owned(),
-        on,
-    })
+/// A drain's answer as the control socket words it: ok or not, and the
+/// text.
+fn drain(w: &mut World, scope: control::drain::Scope, name: &str, on: bool) -> Drained {
+    match w.drain(scope, name, on) {
+        Ok(t) => Drained(true, format!("{t}\n")),
+        Err(e) => Drained(false, format!("{e}\n")),
+    }
+}
+
+#[derive(Debug)]
+struct Drained(bool, String);
+
+impl Drained {
+    fn ok(&self) -> bool {
+        self.0
+    }
+
+    fn text(&self) -> String {
+        self.1.clone()
+    }
 }
 
 /// What counts toward a service's health percentage (M19, M20): its

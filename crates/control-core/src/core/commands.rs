@@ -1,7 +1,9 @@
-//! The control commands whose answers are the core's business
-//! ([`Command`]), what it answers ([`Answer`]), and [`Core::command`],
-//! which hands each command to the concern it belongs to (status, rule
-//! states, reload, drain).
+//! The control commands whose answers are the core's business, one typed
+//! method each — [`Core::status`], [`Core::reload`],
+//! [`Core::file_changed`], [`Core::drain`] (rule states are
+//! [`Core::rule_states`]) — their errors ([`ReloadError`], [`DrainError`])
+//! and how the daemon words their answers ([`reload_text`],
+//! [`rule_states_text`]).
 
 use std::time::Duration;
 
@@ -10,91 +12,85 @@ use health::Aggregate;
 
 use super::{Core, Probes, Published};
 
-/// A control command whose answer is the core's business: `spillway
-/// status`, HTTP `/status`, and reloads (`spillway reload [--force]`,
-/// SIGHUP, the file watch). The shell parses requests and answers those
-/// made of state it owns itself (`stats`, `flows`, `/metrics`).
-// A command is made once per request and moved once: boxing the loaded
-// configuration would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Command {
-    /// `spillway status`, with the flow table's use now (the table is the
-    /// shell's, shared with workers).
-    Status {
-        /// The flow table's use.
-        flows: FlowUse,
+/// Why a reload was refused: the running configuration stays. Its text is
+/// what `spillway reload` prints after "reload rejected; the running
+/// configuration stays:" ([`reload_text`]), and what `status` shows as
+/// the last error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read, parsed or validated: the loader's
+    /// message, as the shell passed it in.
+    #[error("{0}")]
+    Load(String),
+    /// The file watch does not apply this change ([`watch_refusal`](super::watch_refusal)).
+    #[error(
+        "{file} changed, and the file watch does not apply it: {why}. A file cut short by a half-done write looks like this; if the change is meant, run `spillway reload` (or send SIGHUP)"
+    )]
+    WatchRefused {
+        /// The configuration file.
+        file: String,
+        /// What it lost.
+        why: String,
     },
-    /// HTTP `GET /status`: every forwarding rule's exported state (M21).
-    RuleStates,
-    /// A reload: the configuration file as the shell read it (or why it
-    /// could not). With `force`, also a configuration that
-    /// [`destructive_change`](super::destructive_change) would refuse.
-    Reload {
-        /// The file, loaded.
-        loaded: Result<config::Loaded, String>,
-        /// `spillway reload --force`.
-        force: bool,
+    /// A change that looks like an accident, without `--force`
+    /// ([`destructive_change`](super::destructive_change)).
+    #[error(
+        "{file}: {why}. A half-written or truncated file looks like this; if the change is meant, run `spillway reload --force`"
+    )]
+    Destructive {
+        /// The configuration file.
+        file: String,
+        /// What it would remove.
+        why: String,
     },
-    /// The file watch saw the configuration file change and settle, and
-    /// read it (or could not): applied like a reload, unless it removes a
-    /// section or key of the file running or is that file cut short
-    /// ([`watch_refusal`](super::watch_refusal)); never forced. An
-    /// operator's reload (`spillway reload`, SIGHUP) applies such a file.
-    FileChanged {
-        /// The file, loaded.
-        loaded: Result<config::Loaded, String>,
-    },
-    /// `spillway drain|undrain node|zone|region NAME` (M37).
-    Drain {
-        /// What it names.
-        scope: crate::drain::Scope,
-        /// The node's, zone's or region's name.
+    /// The probers refused the new health checks.
+    #[error("health checks: {0}")]
+    Health(String),
+    /// The new snapshot could not be built.
+    #[error("{0}")]
+    Snapshot(String),
+}
+
+/// Why a drain or undrain was refused: a name the configuration does not
+/// have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DrainError {
+    /// `drain node` names another node.
+    #[error("this is node {this:?}, not {name:?}")]
+    NotThisNode {
+        /// This node's name.
+        this: String,
+        /// The name given.
         name: String,
-        /// Drain (true) or undrain.
-        on: bool,
+    },
+    /// No zone or region of that name.
+    #[error("unknown {scope} {name:?} (the configuration's {scope}s: {known})")]
+    Unknown {
+        /// Zone or region.
+        scope: crate::drain::Scope,
+        /// The name given.
+        name: String,
+        /// The configuration's names, comma-separated.
+        known: String,
     },
 }
 
-/// The core's answer to a [`Command`]: what it found or did, and
-/// ([`Answer::text`]) how the daemon words it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
-    /// The `status` report.
-    Status(Box<crate::report::Status>),
-    /// Every forwarding rule's exported state, in configuration order.
-    RuleStates(Vec<(String, Aggregate)>),
-    /// What became of a reload: live, or waiting for large Maglev tables;
-    /// or every error (the running configuration stays).
-    Reload(Result<Published, String>),
-    /// What a drain or undrain did, or why it was refused (an unknown
-    /// name).
-    Drain(Result<String, String>),
+/// What `spillway reload` says of a reload: its first line and, refused,
+/// why.
+pub fn reload_text(result: &Result<Published, ReloadError>) -> String {
+    match result {
+        Ok(p) => format!("reloaded: {p}\n"),
+        Err(e) => format!("reload rejected; the running configuration stays:\n{e}\n"),
+    }
 }
 
-impl Answer {
-    /// Whether the command succeeded (the control socket's `ok` / `error`).
-    pub fn ok(&self) -> bool {
-        !matches!(self, Answer::Reload(Err(_)) | Answer::Drain(Err(_)))
-    }
-
-    /// The answer for people: what the control socket sends after its
-    /// `ok` / `error` line, and the body of HTTP `/status` (`rule <name>
-    /// <STATE>` lines, what `remote_rule` groups read).
-    pub fn text(&self) -> String {
-        match self {
-            Answer::Status(s) => s.to_string(),
-            Answer::RuleStates(states) => states
-                .iter()
-                .map(|(rule, state)| format!("rule {rule} {state}\n"))
-                .collect(),
-            Answer::Reload(Ok(p)) => format!("reloaded: {p}\n"),
-            Answer::Reload(Err(e)) => {
-                format!("reload rejected; the running configuration stays:\n{e}\n")
-            }
-            Answer::Drain(Ok(t) | Err(t)) => format!("{t}\n"),
-        }
-    }
+/// The body of HTTP `/status`: `rule <name> <STATE>` lines, what
+/// `remote_rule` groups read.
+pub fn rule_states_text(states: &[(String, Aggregate)]) -> String {
+    states
+        .iter()
+        .map(|(rule, state)| format!("rule {rule} {state}\n"))
+        .collect()
 }
 
 /// The flow table's use, as `status` shows it.
@@ -125,20 +121,54 @@ impl FlowUse {
 }
 
 impl Core {
-    /// Input: a control command at `now`; its answer. A reload may ask the
-    /// probers to follow the new configuration.
-    pub fn command(&mut self, now: Duration, cmd: Command, probes: &mut dyn Probes) -> Answer {
+    /// `spillway status` at `now`, with the flow table's use (the table is
+    /// the shell's, shared with workers).
+    pub fn status(&mut self, now: Duration, flows: FlowUse) -> crate::report::Status {
         self.advance(now);
-        match cmd {
-            Command::Status { flows } => Answer::Status(Box::new(self.status(flows))),
-            Command::RuleStates => Answer::RuleStates(self.rule_states()),
-            Command::Reload { loaded, force } => {
-                Answer::Reload(self.config_loaded(loaded, force, false, probes))
-            }
-            Command::FileChanged { loaded } => {
-                Answer::Reload(self.config_loaded(loaded, false, true, probes))
-            }
-            Command::Drain { scope, name, on } => Answer::Drain(self.set_drain(scope, &name, on)),
-        }
+        self.status_report(flows)
+    }
+
+    /// A reload at `now` (`spillway reload [--force]`, SIGHUP): the
+    /// configuration file as the shell read it, or why it could not. With
+    /// `force`, also a configuration that
+    /// [`destructive_change`](super::destructive_change) would refuse. May
+    /// ask the probers to follow the new configuration.
+    pub fn reload(
+        &mut self,
+        now: Duration,
+        loaded: Result<config::Loaded, String>,
+        force: bool,
+        probes: &mut dyn Probes,
+    ) -> Result<Published, ReloadError> {
+        self.advance(now);
+        self.config_loaded(loaded, force, false, probes)
+    }
+
+    /// The file watch saw the configuration file change and settle, and
+    /// read it (or could not): applied like a reload, unless it removes a
+    /// section or key of the file running or is that file cut short
+    /// ([`watch_refusal`](super::watch_refusal)); never forced. An
+    /// operator's reload applies such a file.
+    pub fn file_changed(
+        &mut self,
+        now: Duration,
+        loaded: Result<config::Loaded, String>,
+        probes: &mut dyn Probes,
+    ) -> Result<Published, ReloadError> {
+        self.advance(now);
+        self.config_loaded(loaded, false, true, probes)
+    }
+
+    /// `spillway drain|undrain node|zone|region NAME` at `now` (M37): what
+    /// it did, or why it was refused; the plans follow at the next tick.
+    pub fn drain(
+        &mut self,
+        now: Duration,
+        scope: crate::drain::Scope,
+        name: &str,
+        on: bool,
+    ) -> Result<String, DrainError> {
+        self.advance(now);
+        self.set_drain(scope, name, on)
     }
 }

@@ -65,7 +65,8 @@ impl Core {
         scope: crate::drain::Scope,
         name: &str,
         on: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, super::DrainError> {
+        use super::DrainError;
         use crate::drain::Scope;
         let c = &self.compiled;
         let known: Vec<&str> = match scope {
@@ -77,11 +78,15 @@ impl Core {
         let undrain_removed = !on && self.drained.contains(scope, name);
         if !known.contains(&name) && !undrain_removed {
             return Err(match scope {
-                Scope::Node => format!("this is node {:?}, not {name:?}", c.node.name),
-                _ => format!(
-                    "unknown {scope} {name:?} (the configuration's {scope}s: {})",
-                    known.join(", ")
-                ),
+                Scope::Node => DrainError::NotThisNode {
+                    this: c.node.name.clone(),
+                    name: name.to_owned(),
+                },
+                _ => DrainError::Unknown {
+                    scope,
+                    name: name.to_owned(),
+                    known: known.join(", "),
+                },
             });
         }
         let verb = if on { "drained" } else { "undrained" };

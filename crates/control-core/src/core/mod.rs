@@ -1,9 +1,10 @@
 //! The management core's decisions, without I/O (sans-I/O): a state machine
-//! fed with time and inputs — a tick, health verdicts, remote rule verdicts,
-//! Maglev tables built, control [`Command`]s (a configuration loaded or not,
-//! `status`) — that says what to do as [`Output`]s: publish a snapshot,
-//! build tables off the loop, follow the file or not, log a line; and
-//! answers each command ([`Answer`]) with the text the daemon sends.
+//! fed with time and inputs — a management step ([`Core::step`]: the flow
+//! table aged, health and remote verdicts, periodic work), Maglev tables
+//! built, control commands (a configuration loaded or not, `status`, a
+//! drain) — that says what to do as [`Output`]s its [`Shell`] carries out:
+//! publish a snapshot, build tables off the loop, follow the file or not,
+//! log a line; and answers each command with a typed result.
 //!
 //! Nothing here reads a clock, sleeps, spawns a thread or touches a file or
 //! socket: time is always an argument (`now`, since the daemon started), and
@@ -15,16 +16,21 @@
 //!
 //! # Layout
 //!
-//! The [`Core`] type, its state, its start and its tick are here; each
+//! The [`Core`] type, its state, its start and its periodic work are here; each
 //! other concern is a file of its own, with the `impl Core` block of its
 //! inputs and accessors:
 //!
-//! - what the core asks of its shell — [`Output`]s, the `say!` macro that
-//!   writes log lines as outputs, the [`Probes`] port — is
+//! - what the core asks of its shell — [`Output`]s, the [`Shell`] that
+//!   carries them out, the `say!` macro that writes log lines as outputs,
+//!   the [`Probes`] port — is
 //!   [`crate::ports`], below both the core and its health part
 //!   ([`crate::balance`]), re-exported here;
-//! - `commands`: the control [`Command`]s and their [`Answer`]s, and
-//!   [`Core::command`], which hands each to its concern;
+//! - `step`: one management tick in the order every driver shares
+//!   ([`Core::step`]) and the one drain of outputs ([`Core::carry_out`]);
+//! - `commands`: the control commands, one typed method each
+//!   ([`Core::reload`], [`Core::file_changed`], [`Core::status`],
+//!   [`Core::drain`]), their errors ([`ReloadError`], [`DrainError`]) and
+//!   how their answers are worded;
 //! - `reload`: a configuration loaded, validated, guarded
 //!   ([`destructive_change`], [`watch_refusal`]) and made live, or refused;
 //! - `publish`: snapshots made of the configuration, health and plans, at
@@ -62,7 +68,7 @@ mod step;
 
 pub(crate) use crate::ports::say;
 pub use crate::ports::{Output, Probes, Shell};
-pub use commands::{Answer, Command, FlowUse};
+pub use commands::{DrainError, FlowUse, ReloadError, reload_text, rule_states_text};
 pub use publish::{BuiltTables, INLINE_TABLE_SLOTS, Published, build_tables};
 pub use reload::{destructive_change, watch_refusal};
 pub use step::{Ageing, Inputs, SWEEP_BUDGET};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use config::Compiled;
 
-use super::{Core, Output, Probes, Published, announced, next_hops, say};
+use super::{Core, Output, Probes, Published, ReloadError, announced, next_hops, say};
 use crate::neighbours::Timings;
 
 impl Core {
@@ -26,27 +26,27 @@ impl Core {
         force: bool,
         watch: bool,
         probes: &mut dyn Probes,
-    ) -> Result<Published, String> {
+    ) -> Result<Published, ReloadError> {
         let loaded = match loaded {
             Ok(l) => l,
-            Err(e) => return Err(self.reload_failed(e)),
+            Err(e) => return Err(self.reload_failed(ReloadError::Load(e))),
         };
         if watch
             && let Some(running) = &self.outline
             && let Some(why) = watch_refusal(running, &loaded.outline)
         {
             self.watch_refused += 1;
-            return Err(self.reload_failed(format!(
-                "{} changed, and the file watch does not apply it: {why}. A file cut short by a half-done write looks like this; if the change is meant, run `spillway reload` (or send SIGHUP)",
-                self.path.display()
-            )));
+            return Err(self.reload_failed(ReloadError::WatchRefused {
+                file: self.path.display().to_string(),
+                why,
+            }));
         }
         if let Some(why) = destructive_change(&self.compiled, &loaded.compiled) {
             if !force {
-                return Err(self.reload_failed(format!(
-                    "{}: {why}. A half-written or truncated file looks like this; if the change is meant, run `spillway reload --force`",
-                    self.path.display()
-                )));
+                return Err(self.reload_failed(ReloadError::Destructive {
+                    file: self.path.display().to_string(),
+                    why,
+                }));
             }
             say!(self.out, Warn, "reload forced although {why}");
         }
@@ -63,7 +63,7 @@ impl Core {
             {
                 say!(self.out, Error, "health checks: {h}");
             }
-            return Err(self.reload_failed(format!("health checks: {e}")));
+            return Err(self.reload_failed(ReloadError::Health(e.to_string())));
         }
         let previous = std::mem::replace(&mut self.compiled, compiled.clone());
         self.neighbours.set_hops(
@@ -123,12 +123,12 @@ impl Core {
                 {
                     say!(self.out, Error, "health checks: {h}");
                 }
-                Err(self.reload_failed(e))
+                Err(self.reload_failed(ReloadError::Snapshot(e)))
             }
         }
     }
 
-    fn reload_failed(&mut self, e: String) -> String {
+    fn reload_failed(&mut self, e: ReloadError) -> ReloadError {
         self.reloads_failed += 1;
         self.last_reload = Some(self.now);
         say!(
@@ -136,7 +136,7 @@ impl Core {
             Error,
             "reload rejected; the running configuration stays:\n{e}"
         );
-        self.last_error = Some(e.clone());
+        self.last_error = Some(e.to_string());
         e
     }
 
@@ -301,7 +301,6 @@ mod tests {
     use dataplane::Local;
 
     use super::*;
-    use crate::core::{Answer, Command};
 
     /// A node serving `vips` (one TCP rule each), availability group `ag`.
     fn serving(vips: &[&str], ag: Option<u8>) -> Compiled {
@@ -405,18 +404,10 @@ mod tests {
         };
         core.set_outline(running.outline.clone());
         let now = Duration::from_secs(1);
-        let watch =
-            |core: &mut Core, probes: &mut crate::scripted::ScriptedProbes, text: &str| match core
-                .command(
-                    now,
-                    Command::FileChanged {
-                        loaded: Ok(load(text)),
-                    },
-                    probes,
-                ) {
-                Answer::Reload(r) => r,
-                other => panic!("{other:?}"),
-            };
+        let watch = |core: &mut Core, probes: &mut crate::scripted::ScriptedProbes, text: &str| {
+            core.file_changed(now, Ok(load(text)), probes)
+                .map_err(|e| e.to_string())
+        };
         // Cut short after the health check's type: valid (its path falls
         // back to "/"), and [metrics] gone.
         let e = watch(&mut core, &mut probes, base).expect_err("the file cut short");
@@ -448,15 +439,8 @@ mod tests {
         ));
         // An operator's reload applies what the watch refused, and the
         // watch compares with that file from then on.
-        let r = core.command(
-            now,
-            Command::Reload {
-                loaded: Ok(load(base)),
-                force: false,
-            },
-            &mut probes,
-        );
-        assert!(matches!(r, Answer::Reload(Ok(Published::Live(_)))), "{r:?}");
+        let r = core.reload(now, Ok(load(base)), false, &mut probes);
+        assert!(matches!(r, Ok(Published::Live(_))), "{r:?}");
         assert!(
             matches!(watch(&mut core, &mut probes, &full), Ok(Published::Live(_))),
             "adding back"

@@ -8,7 +8,7 @@ use super::{Core, FlowUse};
 
 impl Core {
     /// `spillway status`.
-    pub(super) fn status(&self, flows: FlowUse) -> crate::report::Status {
+    pub(super) fn status_report(&self, flows: FlowUse) -> crate::report::Status {
         use crate::report;
         let snap = &self.live;
         let name = |v: &[String], i: usize| v.get(i).map_or("?", String::as_str).to_owned();

@@ -8,9 +8,9 @@
 //! Scenarios build a [`World`] from configuration text (written with
 //! `testkit::config`), open [`Flow`]s (a SYN, then data packets), change the
 //! world (health, reloads, time) and ask where each flow's packets went
-//! ([`World::send`]). Reloads, `status` and the exported rule states go
-//! through [`Core::command`], as the daemon's do; what the core logs is in
-//! [`World::logs`].
+//! ([`World::send`]). Reloads, drains, `status` and the exported rule
+//! states go to the core's typed commands, as the daemon's do; what the
+//! core logs is in [`World::logs`].
 
 #![allow(clippy::cast_possible_truncation)] // test values are small
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::schema::PortRole;
-use control::{Answer, Command, Core, FlowUse, Published, Recorder, ScriptedProbes};
+use control::{Core, FlowUse, Published, Recorder, ReloadError, ScriptedProbes};
 use dataplane::snapshot::TableKey;
 use dataplane::{Engine, Local, PacketIo, Pipeline, Snapshot, VecBurst, WorkerCounters};
 use flowtable::FlowTable;
@@ -455,40 +455,54 @@ impl World {
         self.shell.probes.set_remote(rule, s);
     }
 
-    /// Hands `cmd` to the core now, as the daemon does; its answer.
-    pub fn command(&mut self, cmd: Command) -> Answer {
-        let a = self.core.command(self.now, cmd, &mut self.shell.probes);
-        self.pump();
-        a
-    }
-
-    /// A reload with `text` (`Err` for a text that does not load), through
-    /// the command the daemon gives the core for `spillway reload`; the
-    /// answer, whose [`Answer::text`] is what `spillway reload` prints.
-    pub fn reload_answer(&mut self, text: &str, force: bool) -> Answer {
+    /// A reload with `text` (`Err` for a text that does not load), as the
+    /// daemon hands `spillway reload` to the core; what became of it
+    /// ([`control::reload_text`] is what `spillway reload` prints).
+    pub fn reload_answer(&mut self, text: &str, force: bool) -> Result<Published, ReloadError> {
         self.reload_named("sim.toml", text, force)
     }
 
     /// [`World::reload_answer`] of a file named `name` (its messages name
     /// it).
-    pub fn reload_named(&mut self, name: &str, text: &str, force: bool) -> Answer {
+    pub fn reload_named(
+        &mut self,
+        name: &str,
+        text: &str,
+        force: bool,
+    ) -> Result<Published, ReloadError> {
         let loaded =
             config::load_str(name, text, &config::Env::default()).map_err(|e| e.to_string());
-        self.command(Command::Reload { loaded, force })
+        let r = self
+            .core
+            .reload(self.now, loaded, force, &mut self.shell.probes);
+        self.pump();
+        r
     }
 
-    /// [`World::reload_answer`], as what became of the reload.
+    /// [`World::reload_answer`], its error as text.
     pub fn reload(&mut self, text: &str, force: bool) -> Result<Published, String> {
-        match self.reload_answer(text, force) {
-            Answer::Reload(r) => r,
-            other => panic!("a reload answered {other:?}"),
-        }
+        self.reload_answer(text, force).map_err(|e| e.to_string())
+    }
+
+    /// `spillway drain|undrain` now, as the daemon hands it to the core:
+    /// what it did, or why not.
+    pub fn drain(
+        &mut self,
+        scope: control::drain::Scope,
+        name: &str,
+        on: bool,
+    ) -> Result<String, control::DrainError> {
+        let r = self.core.drain(self.now, scope, name, on);
+        self.pump();
+        r
     }
 
     /// `spillway status`, as the daemon answers it.
     pub fn status(&mut self) -> String {
         let flows = FlowUse::of(&self.flows);
-        self.command(Command::Status { flows }).text()
+        let st = self.core.status(self.now, flows);
+        self.pump();
+        st.to_string()
     }
 
     /// Sends one packet of `flow` (a SYN when `syn`, else an ACK for TCP)
@@ -564,11 +578,8 @@ impl World {
 
     /// The exported state of `rule`, as HTTP `/status` gives it.
     pub fn rule_state(&mut self, rule: &str) -> health::Aggregate {
-        let states = match self.command(Command::RuleStates) {
-            Answer::RuleStates(s) => s,
-            other => panic!("/status answered {other:?}"),
-        };
-        states
+        self.core
+            .rule_states()
             .into_iter()
             .find(|(r, _)| r == rule)
             .map(|(_, s)| s)
