@@ -62,6 +62,22 @@ pub async fn try_write<S: AsyncWrite + Unpin>(stream: &mut S, msg: &[u8]) {
     let _ = tokio::time::timeout(Duration::ZERO, stream.write_all(msg)).await;
 }
 
+/// The next connection, or `None` after a failed `accept` (noted, then
+/// [`RETRY`] waited).
+async fn next<S, P>(
+    accept: &mut impl AsyncFnMut() -> std::io::Result<(S, P)>,
+    note: &impl Fn(Event<'_, P>),
+) -> Option<(S, P)> {
+    match accept().await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            note(Event::AcceptFailed(&e));
+            tokio::time::sleep(RETRY).await;
+            None
+        }
+    }
+}
+
 /// Accepts for ever, admitting each connection as `admission` rules;
 /// `serve` serves an admitted one on a task of its own until it is done
 /// or its slot goes to another client. (`accept` is best an `async move`
@@ -81,13 +97,8 @@ pub async fn admitted<S, N, F>(
     let note = Arc::new(note);
     let serve = Arc::new(serve);
     loop {
-        let (mut stream, peer) = match accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                note(Event::AcceptFailed(&e));
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
+        let Some((mut stream, peer)) = next(&mut accept, &*note).await else {
+            continue;
         };
         let mut slot = match admission.admit(peer.ip()) {
             Ok((slot, _)) => slot,
@@ -130,13 +141,8 @@ pub async fn limited<S, P, N, W>(
 {
     let slots = Arc::new(Semaphore::new(max));
     loop {
-        let (mut stream, peer) = match accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                note(Event::AcceptFailed(&e));
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
+        let Some((mut stream, peer)) = next(&mut accept, &note).await else {
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             note(Event::Refused(Refused::Full, &peer));

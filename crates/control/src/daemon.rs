@@ -372,25 +372,15 @@ impl Manager {
 
     /// The core, and the daemon's shell around it.
     fn split(&mut self) -> (&mut Core, DaemonShell<'_>) {
-        let Manager {
-            core,
-            shared,
-            watch,
-            probes,
-            build,
-            speaker,
-            sync_socket,
-            ..
-        } = self;
         let shell = DaemonShell {
-            shared,
-            watch,
-            probes,
-            build,
-            speaker,
-            sync_socket,
+            shared: &self.shared,
+            watch: &mut self.watch,
+            probes: &mut self.probes,
+            build: &mut self.build,
+            speaker: &mut self.speaker,
+            sync_socket: &mut self.sync_socket,
         };
-        (core, shell)
+        (&mut self.core, shell)
     }
 
     /// Re-reads, validates and compiles the configuration file and, if it is
