@@ -1,8 +1,8 @@
 //! `spillway`: the L4 passthrough / GENEVE gateway load balancer.
 //!
-//! It parses the command line and wires the crates together; two commands
-//! keep logic of their own here: `forward`'s port-to-port loop and
-//! `replay`, which drives the management core's tick on a capture's clock.
+//! It parses the command line and wires the crates together; one command
+//! keeps logic of its own here: `forward`'s port-to-port loop (`replay`'s
+//! engine is the `replay` crate).
 
 mod bird_config;
 mod check_config;
