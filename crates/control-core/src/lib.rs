@@ -50,6 +50,10 @@ pub use crate::core::{
 pub use crate::ports::RemoteKey;
 pub use crate::scripted::{Recorder, ScriptedProbes};
 
+/// How often the management core steps: the daemon's loop period, and the
+/// capture-time period at which `spillway replay` steps its core.
+pub const TICK_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Why the management core could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

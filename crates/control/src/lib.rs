@@ -53,10 +53,8 @@ pub use control_core::{
     announce, balance, cluster, core, neighbours, ports, scripted, sync, transitions,
 };
 
-/// How often the management core ticks: the daemon's loop period, and the
-/// capture-time period at which `spillway replay` ticks its core.
-pub const TICK_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
 pub use crate::scripted::{Recorder, ScriptedProbes};
+pub use control_core::TICK_PERIOD;
 
 pub use dataplane::worker::Shared;
 

@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::scripted::State;
-use control::{Core, Inputs, Recorder, ScriptedProbes};
+use control_core::scripted::State;
+use control_core::{Core, Inputs, Recorder, ScriptedProbes};
 use dataplane::{Local, Snapshot, Tick, WorkerCounters};
 use flowtable::FlowTable;
 use wire::ethernet::MacAddr;
@@ -216,7 +216,10 @@ impl Mgmt {
         if let Some(s) = self.shell.published.drain(..).next_back() {
             self.snap = s;
         }
+        // Nothing carries these out here; kept, they would only grow.
         self.shell.sent.clear();
+        self.shell.announced.clear();
+        self.shell.sync_out.clear();
     }
 
     /// What the core logged, with the capture time.
@@ -298,7 +301,9 @@ impl Mgmt {
                         "{:.3} s: reload {}: {}",
                         now.as_secs_f64(),
                         path.display(),
-                        control::reload_text(&answer).trim_end().replace('\n', " ")
+                        control_core::reload_text(&answer)
+                            .trim_end()
+                            .replace('\n', " ")
                     ));
                     self.pump();
                 }

@@ -1,12 +1,12 @@
 //! The engine of `spillway replay` (M40): a pcap pushed through the exact
 //! data-plane pipeline offline, what it transmits written to a pcap.
 //!
-//! The snapshots come from the management core itself ([`control::Core`]),
+//! The snapshots come from the management core itself ([`control_core::Core`]),
 //! as the daemon's do: region order, zonal affinity, spillover from the
 //! rates the replayed traffic makes, capacity scalers, drains. The core runs
 //! on the capture's clock (time 0 is the first packet; a management tick
 //! every [`PERIOD`] of capture time, as the daemon ticks), its probers are
-//! scripted ([`control::ScriptedProbes`]): every endpoint and remote rule
+//! scripted ([`control_core::ScriptedProbes`]): every endpoint and remote rule
 //! healthy unless the [`Script`] says otherwise (`--down` for the whole
 //! capture, or from one second of it to another: a backend that fails or
 //! joins mid-capture, as the health checker would report it). Flow cookies
@@ -54,7 +54,7 @@ pub use crate::script::Script;
 pub use crate::summary::Summary;
 
 /// Capture time between management ticks: the daemon's period.
-pub const PERIOD: Duration = control::TICK_PERIOD;
+pub const PERIOD: Duration = control_core::TICK_PERIOD;
 
 /// A replay to run: the configuration, the capture in and out, the script
 /// of health and configuration changes, and the seeds.

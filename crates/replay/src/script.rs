@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use control::scripted::State;
+use control_core::scripted::State;
 
 /// The health and configuration changes of a replay.
 #[derive(Debug, Clone, Default)]
