@@ -8,8 +8,8 @@
 mod common;
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::write_pcap;
@@ -40,21 +40,6 @@ fn show(o: &Output) -> String {
 
 fn config(dir: &Path) -> String {
     common::pcap_daemon_config(dir, "dns", false)
-}
-
-/// The daemon, killed when the test ends however it ends; its directory
-/// removed.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// A client command with `--socket`, for people: its output.
@@ -112,7 +97,7 @@ fn every_control_command_answers_for_people_and_in_json() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start spillway run");
-    let mut daemon = Daemon {
+    let mut daemon = common::Daemon {
         child,
         dir: dir.clone(),
     };

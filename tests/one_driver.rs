@@ -19,7 +19,7 @@ mod common;
 mod sim;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -87,20 +87,6 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-/// The daemon, stopped and its directory removed however the test ends.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn client(socket: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_spillway"))
         .args(args)
@@ -165,7 +151,7 @@ fn through_the_daemon() -> Seen {
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("start spillway run");
-    let mut daemon = Daemon {
+    let mut daemon = common::Daemon {
         child,
         dir: dir.clone(),
     };

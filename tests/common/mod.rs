@@ -287,3 +287,18 @@ pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> 
         ))
         .build()
 }
+
+/// A daemon a test started, killed when the test ends however it ends,
+/// and its directory removed.
+pub struct Daemon {
+    pub child: std::process::Child,
+    pub dir: std::path::PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
