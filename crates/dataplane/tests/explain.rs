@@ -9,8 +9,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr};
 
 use dataplane::{
-    DropReason, EndpointHealth, EntryUse, Explanation, Pipeline, Probe, Snapshot, SnapshotBuilder,
-    Verdict,
+    DropReason, EndpointHealth, EntryUse, Explanation, Pipeline, Probe, SnapshotBuilder, Verdict,
 };
 use flowtable::FlowTable;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
@@ -18,58 +17,20 @@ use testkit::packet::{ACK, Packet, SYN};
 use wire::buf::{MemBuf, PacketBuf};
 use wire::encap::{DecapConfig, parse_tunnel};
 
-use common::{CLIENT_MAC, LB_MAC, THREE, VIP, compiled, config, resolved, web, with_web};
+use common::{CLIENT_MAC, LB_MAC, Lab, THREE, VIP, compiled, config, resolved, web, with_web};
 
-struct Lab {
-    builder: SnapshotBuilder,
-    snap: Snapshot,
-    flows: FlowTable,
-    worker: Pipeline,
+/// What these tests ask of the pipeline tests' lab besides running
+/// packets: the explanation of a flow, the entries the table holds, a
+/// slot's address.
+trait Explain {
+    fn explain(&self, p: &Probe, now: u32) -> Explanation;
+    fn live(&self) -> usize;
+    fn addr(&self, slot: u32) -> IpAddr;
 }
 
-impl Lab {
-    fn new(cfg: &Config) -> Lab {
-        let mut builder = SnapshotBuilder::new();
-        let c = compiled(cfg);
-        let snap = builder
-            .build(c.clone(), resolved(&c), |_| EndpointHealth::HEALTHY, 0, 1)
-            .expect("snapshot");
-        let flows = FlowTable::new(flowtable::Config::with_capacity(4096)).expect("flow table");
-        let worker = Pipeline::new(7, snap.compiled.children.len());
-        Lab {
-            builder,
-            snap,
-            flows,
-            worker,
-        }
-    }
-
-    fn rebuild(&mut self, cfg: &Config, health: impl Fn(&str) -> bool, now: u32) {
-        let c = compiled(cfg);
-        let c2 = c.clone();
-        self.snap = self
-            .builder
-            .build(
-                c.clone(),
-                resolved(&c),
-                move |id| EndpointHealth {
-                    healthy: health(&c2.endpoints[id.index()].address.to_string()),
-                    weight: None,
-                },
-                now,
-                1,
-            )
-            .expect("snapshot");
-    }
-
+impl Explain for Lab {
     fn explain(&self, p: &Probe, now: u32) -> Explanation {
         Pipeline::explain(&self.snap, &self.flows, now, p)
-    }
-
-    fn run(&mut self, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
-        let mut buf = MemBuf::new([0u8; 2048], 128, frame).expect("fits");
-        let v = self.worker.process(&self.snap, &self.flows, now, &mut buf);
-        (v, buf.data().to_vec())
     }
 
     fn live(&self) -> usize {
@@ -84,6 +45,11 @@ impl Lab {
     fn addr(&self, slot: u32) -> IpAddr {
         self.snap.backends[slot as usize].addr
     }
+}
+
+/// The lab on `cfg`, its flow table of 4,096 entries.
+fn lab_on(cfg: &Config) -> Lab {
+    Lab::with(cfg, 4096)
 }
 
 fn probe(src: Ipv4Addr, sport: u16, proto: u8, dport: u16) -> Probe {
@@ -117,7 +83,7 @@ fn client(i: u32) -> Ipv4Addr {
 
 #[test]
 fn no_rule_not_ours_and_own_addresses_end_before_the_flow_table() {
-    let lab = Lab::new(&config("gue", &THREE));
+    let lab = lab_on(&config("gue", &THREE));
     let e = lab.explain(&probe(client(1), 1000, 6, 81), 1);
     assert_eq!(e.verdict, Verdict::Drop(DropReason::NoRule));
     assert_eq!((e.child, e.backend), (None, None));
@@ -140,7 +106,7 @@ fn no_rule_not_ours_and_own_addresses_end_before_the_flow_table() {
 #[test]
 fn each_delivery_explains_the_backend_the_packet_then_takes() {
     for delivery in ["gue", "ipip", "gre", "geneve"] {
-        let mut lab = Lab::new(&config(delivery, &THREE));
+        let mut lab = lab_on(&config(delivery, &THREE));
         for i in 0..40 {
             let p = probe(client(i), 2000 + i as u16, 6, 80);
             let e = lab.explain(&p, 1);
@@ -157,7 +123,7 @@ fn each_delivery_explains_the_backend_the_packet_then_takes() {
         assert_eq!(lab.worker.counters.new_flows, 40);
     }
     // l2dsr: rewritten to the backend's MAC (all one router here): forwarded.
-    let lab = Lab::new(&config("l2dsr", &THREE));
+    let lab = lab_on(&config("l2dsr", &THREE));
     let e = lab.explain(&probe(client(1), 1, 17, 53), 1);
     assert_eq!(e.verdict, Verdict::Forward);
 }
@@ -168,7 +134,7 @@ fn each_delivery_explains_the_backend_the_packet_then_takes() {
 #[test]
 fn a_pinned_flow_keeps_its_backend_and_a_stale_one_is_picked_anew() {
     let cfg = config("gue", &THREE);
-    let mut lab = Lab::new(&cfg);
+    let mut lab = lab_on(&cfg);
     let c = client(7);
     let (_, out) = lab.run(&syn(c, 3333, SYN), 1);
     let first = backend_of(&out);
@@ -199,13 +165,13 @@ fn a_pinned_flow_keeps_its_backend_and_a_stale_one_is_picked_anew() {
 #[test]
 fn without_an_eligible_backend_it_is_dropped_or_reset() {
     let cfg = config("gue", &THREE);
-    let mut lab = Lab::new(&cfg);
+    let mut lab = lab_on(&cfg);
     lab.rebuild(&cfg, |_| false, 1);
     let e = lab.explain(&probe(client(1), 1, 6, 80), 2);
     assert_eq!(e.verdict, Verdict::Drop(DropReason::NoBackend));
     assert_eq!((e.pick, e.backend), (None, None));
     let cfg = with_web(web("gue", &THREE).str("no_backend_action", "reset"), "53");
-    let mut lab = Lab::new(&cfg);
+    let mut lab = lab_on(&cfg);
     lab.rebuild(&cfg, |_| false, 1);
     assert_eq!(
         lab.explain(&probe(client(1), 1, 6, 80), 2).verdict,
@@ -216,7 +182,7 @@ fn without_an_eligible_backend_it_is_dropped_or_reset() {
     assert_eq!(e.verdict, Verdict::Drop(DropReason::NoBackend));
     // Fail-open: every endpoint unhealthy, all used.
     let cfg = with_web(web("gue", &THREE).set("fail_open", true), "53");
-    let mut lab = Lab::new(&cfg);
+    let mut lab = lab_on(&cfg);
     lab.rebuild(&cfg, |_| false, 1);
     let e = lab.explain(&probe(client(1), 1, 6, 80), 2);
     assert_eq!(e.verdict, Verdict::Forward);
