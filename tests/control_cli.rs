@@ -91,16 +91,7 @@ fn every_control_command_answers_for_people_and_in_json() {
     write_pcap(&dir.join("empty.pcap"), &[]);
     let cfg = dir.join("spillway.toml");
     std::fs::write(&cfg, config(&dir)).expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["run", "--config", cfg.to_str().expect("utf-8")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start spillway run");
-    let mut daemon = common::Daemon {
-        child,
-        dir: dir.clone(),
-    };
+    let mut daemon = common::Daemon::start(&dir, &cfg, None);
     let socket = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
     let s = socket.as_str();
 

@@ -19,7 +19,7 @@ mod common;
 mod sim;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -144,17 +144,7 @@ fn through_the_daemon() -> Seen {
     let cfg = dir.join(FILE);
     std::fs::write(&cfg, config(&dir, &["10.0.1.11", "10.0.1.12"], "gue")).expect("config");
     let log = dir.join("daemon.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["run", "--config", cfg.to_str().expect("utf-8")])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("start spillway run");
-    let mut daemon = common::Daemon {
-        child,
-        dir: dir.clone(),
-    };
+    let mut daemon = common::Daemon::start(&dir, &cfg, Some(&log));
     let socket = dir.join("ctl.sock").to_str().expect("utf-8").to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
     let first = loop {

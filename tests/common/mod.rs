@@ -295,6 +295,30 @@ pub struct Daemon {
     pub dir: std::path::PathBuf,
 }
 
+impl Daemon {
+    /// `spillway run --config cfg`, its output dropped, or with `log` its
+    /// log (at `info`) written there; `dir` is removed when it ends.
+    pub fn start(
+        dir: &std::path::Path,
+        cfg: &std::path::Path,
+        log: Option<&std::path::Path>,
+    ) -> Daemon {
+        use std::process::Stdio;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spillway"));
+        cmd.args(["run", "--config", cfg.to_str().expect("utf-8")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(log) = log {
+            cmd.env("RUST_LOG", "info")
+                .stderr(std::fs::File::create(log).expect("log file"));
+        }
+        Daemon {
+            child: cmd.spawn().expect("start spillway run"),
+            dir: dir.to_owned(),
+        }
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
