@@ -67,9 +67,6 @@ pub enum StartError {
     /// the core could not start (its first snapshot, its health checks)
     #[error(transparent)]
     Core(#[from] control_core::StartError),
-    /// health checking could not start
-    #[error("health checks: {0}")]
-    Health(#[from] health::HealthError),
     /// the BGP speaker's driver could not start
     #[error("bgp: {0}")]
     Speaker(crate::bird::BirdError),

@@ -205,11 +205,6 @@ impl Core {
         Ok(core)
     }
 
-    /// Takes what the core asked for since the last call, in order.
-    pub fn outputs(&mut self) -> Vec<Output> {
-        std::mem::take(&mut self.out)
-    }
-
     /// The time of the latest input.
     pub fn now(&self) -> Duration {
         self.now
