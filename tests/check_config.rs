@@ -103,6 +103,15 @@ fn summary_shows_rules_per_vip() {
         s.contains("10.0.0.10: web TCP 80,443 -> web; dns UDP 53 -> web"),
         "{s}"
     );
+    // A rule's source ranges are part of what it takes.
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/reference.toml");
+    let s = stdout(&check(&p));
+    assert!(
+        s.contains(
+            "192.0.2.20: media UDP 5004,8000-8100 -> failover (from 198.51.100.0/24, 203.0.113.0/28 only)"
+        ),
+        "{s}"
+    );
 }
 
 #[test]

@@ -404,6 +404,15 @@ pub struct ForwardingRule {
     /// none of its rules says false.
     #[serde(default)]
     pub answer_ping: Option<bool>,
+    /// Passthrough rules: the clients allowed to reach the rule, as
+    /// prefixes of the VIPs' IP version (`loadBalancerSourceRanges`, a
+    /// cloud firewall's source ranges). Absent: every client. Packets from
+    /// elsewhere, fragments and ICMP errors about their flows included, are
+    /// dropped and counted as `source_not_allowed`. Asked when a flow
+    /// begins, as a stateful firewall does: a flow admitted then keeps
+    /// going until it ends, also after a reload that changes the list.
+    #[serde(default)]
+    pub source_ranges: Option<Vec<Prefix>>,
 }
 
 /// A gateway endpoint of a gateway-mode rule.

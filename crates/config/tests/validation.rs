@@ -93,6 +93,16 @@ fn rule(name: &str, vips: &str, proto: &str, ports: &str, marker: &str) -> Strin
     )
 }
 
+/// Rule `x` on `vips`, TCP 81, with `source_ranges = ranges` (the marked
+/// line).
+fn ranged(vips: &str, ranges: &str) -> String {
+    rule("x", vips, "TCP", "81", "").replacen(
+        "backend_service",
+        &format!("source_ranges = {ranges} #!\nbackend_service"),
+        1,
+    )
+}
+
 /// A Geneve service `nva` of appliances, and `rule_text` pointed at it.
 fn nva(rule_text: &str) -> String {
     format!(
@@ -151,6 +161,11 @@ fn cases() -> Vec<Case> {
         case("same VIP twice", with(&rule("x", "\"10.0.0.11\", \"10.0.0.11\"", "TCP", "81", "").replacen("\"10.0.0.11\"]", "\"10.0.0.11\"] #!", 1)), "forwarding_rules[1].vips[1]", "each availability group needs its own VIP"),
         case("unusable VIP", with(&rule("x", "\"0.0.0.0\"", "TCP", "81", "").replacen("\"0.0.0.0\"]", "\"0.0.0.0\"] #!", 1)), "forwarding_rules[1].vips[0]", "cannot be a VIP"),
         case("IPv4-mapped VIP", with(&(rule("x", "\"::ffff:10.0.0.11\"", "TCP", "81", "").replacen("\"::ffff:10.0.0.11\"]", "\"::ffff:10.0.0.11\"] #!", 1).replace("backend_service = \"web\"", "backend_service = \"web6\"") + "\n[[backend_services]]\nname = \"web6\"\ndelivery = \"ipip\"\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{ address = \"fd00::1\" }] }]\n")), "forwarding_rules[1].vips[0]", "IPv4-mapped IPv6 address, which never appears on the wire: write 10.0.0.11"),
+        case("empty source ranges", with(&ranged("\"10.0.0.11\"", "[]")), "forwarding_rules[1].source_ranges", "an empty list admits no client: omit source_ranges"),
+        case("source range of the other family", with(&ranged("\"10.0.0.11\"", "[\"192.0.2.0/24\", \"2001:db8::/32\"]")), "forwarding_rules[1].source_ranges[1]", "2001:db8::/32 is IPv6 but the rule's VIPs are IPv4: it would admit no client"),
+        case("source range with host bits", with(&ranged("\"10.0.0.11\"", "[\"192.0.2.9/24\"]")), "forwarding_rules[1].source_ranges[0]", "192.0.2.9/24 has host bits set beyond /24: write the network, 192.0.2.0/24"),
+        case("source range not a prefix", with(&ranged("\"10.0.0.11\"", "[\"192.0.2.0/33\"]")), "forwarding_rules[1].source_ranges[0]", "invalid prefix length \"33\""),
+        case("source ranges on a gateway rule", with(&nva(&ranged("\"10.0.0.11\"", "[\"192.0.2.0/24\"]").replace("protocol = \"TCP\"", "protocol = \"L3_DEFAULT\"\nmode = \"gateway\"\ngateway_endpoints = [{ address = \"10.0.0.40\", id = 1 }]").replace("ports = 81", "ports = \"all\""))), "forwarding_rules[1].source_ranges", "source_ranges apply to passthrough rules"),
         case("L3_DEFAULT with ports", with(&rule("x", "\"10.0.0.11\"", "L3_DEFAULT", "\"80\"", " #!")), "forwarding_rules[1].ports", "ports must be \"all\""),
         case("two L3_DEFAULT on a pair", with(&(rule("x", "\"10.0.0.11\"", "L3_DEFAULT", "\"all\"", "") + &rule("y", "\"10.0.0.11\"", "L3_DEFAULT", "\"all\"", "").replacen("protocol = \"L3_DEFAULT\"", "protocol = \"L3_DEFAULT\" #!", 1))), "forwarding_rules[2].protocol", "a second L3_DEFAULT rule on 10.0.0.11: rule \"x\" (t.toml:23:1)"),
         case("overlapping TCP ports", with(&rule("x", "\"10.0.0.10\"", "TCP", "\"all\"", " #!")), "forwarding_rules[1].ports", "TCP ports 80 overlap rule \"web\" (t.toml:16:1) on 10.0.0.10"),

@@ -370,6 +370,27 @@ impl Prefix {
         Ok(p)
     }
 
+    /// The network of the prefix: its address with the host bits cleared
+    /// (`10.0.0.1/24` → `10.0.0.0/24`).
+    pub fn network(&self) -> Prefix {
+        let addr = match self.addr {
+            IpAddr::V4(n) => {
+                let m = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                IpAddr::V4((u32::from(n) & m).into())
+            }
+            IpAddr::V6(n) => {
+                let m = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                IpAddr::V6((u128::from(n) & m).into())
+            }
+        };
+        Prefix {
+            addr,
+            len: self.len,
+        }
+    }
+
     /// Whether bits beyond the prefix length are set (fine for an interface
     /// address, a mistake for a client prefix).
     pub fn has_host_bits(&self) -> bool {
@@ -576,7 +597,24 @@ mod tests {
         assert!(!p.contains("fd00::1".parse().unwrap()));
         assert!(!p.has_host_bits());
         assert!("10.1.0.1/16".parse::<Prefix>().unwrap().has_host_bits());
+        assert_eq!(
+            "10.1.2.3/16"
+                .parse::<Prefix>()
+                .unwrap()
+                .network()
+                .to_string(),
+            "10.1.0.0/16"
+        );
+        assert_eq!(
+            "fd00::1:2/112"
+                .parse::<Prefix>()
+                .unwrap()
+                .network()
+                .to_string(),
+            "fd00::1:0/112"
+        );
         let z: Prefix = "0.0.0.0/0".parse().unwrap();
+        assert_eq!(z.network(), z);
         assert!(z.contains("1.2.3.4".parse().unwrap()));
         let h: Prefix = "fd00::1".parse().unwrap();
         assert_eq!(h.len, 128);

@@ -327,6 +327,7 @@ fn forwarding_rules(
             answer_ping: r
                 .answer_ping
                 .unwrap_or(r.mode == RuleMode::Passthrough && r.protocol != Protocol::L3Default),
+            source_ranges: r.source_ranges.clone(),
         });
     }
     (rules, children)

@@ -30,7 +30,7 @@ pub(crate) use compile::compile;
 fn dense(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
-pub use rules::{ChildRule, L3_DEFAULT_PROTOCOLS, Rule, RuleIndex, RuleMatch};
+pub use rules::{ChildRule, L3_DEFAULT_PROTOCOLS, Rule, RuleIndex, RuleMatch, SourceSet};
 pub use services::{
     Balancing, Composite, DEFAULT_MAX_UTILIZATION, Delivery, Endpoint, GUE_PORT, GatewayEndpoint,
     Group, Service, assign_flow_tags, flow_tags,

@@ -7,7 +7,7 @@ use wire::ip::proto::{self, TCP, UDP};
 
 use super::{ChildRuleId, CompositeId, RuleId, ServiceId};
 use crate::schema::{Protocol, RuleMode};
-use crate::values::PortSpec;
+use crate::values::{PortSpec, Prefix};
 
 /// IP protocol numbers that `L3_DEFAULT` matches (M2).
 pub const L3_DEFAULT_PROTOCOLS: [u8; 6] =
@@ -26,6 +26,91 @@ pub struct RuleMatch {
     pub service: ServiceId,
     /// Whether the rule is a gateway-mode rule (likewise copied).
     pub gateway: bool,
+}
+
+/// The clients a rule admits (`source_ranges`): the union of its prefixes
+/// as sorted, disjoint address ranges, asked with one binary search. Every
+/// prefix of the list allows, so a longest-prefix match would only ever
+/// answer "inside some prefix or not"; the merged ranges answer exactly
+/// that, with no trie to walk.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceSet {
+    /// IPv4 ranges, sorted, neither overlapping nor adjacent: their first
+    /// and last addresses apart, the search reading only the lasts.
+    v4_first: Vec<u32>,
+    v4_last: Vec<u32>,
+    /// IPv6 ranges, likewise.
+    v6_first: Vec<u128>,
+    v6_last: Vec<u128>,
+}
+
+impl SourceSet {
+    /// The set of the addresses inside any of `prefixes`.
+    pub fn from_prefixes(prefixes: &[Prefix]) -> SourceSet {
+        let (v4, v6): (Vec<Prefix>, Vec<Prefix>) = prefixes.iter().partition(|p| p.addr.is_ipv4());
+        let narrow = |x: u128| u32::try_from(x).unwrap_or(u32::MAX);
+        let (v4_first, v4_last) = merged(&v4, 32)
+            .into_iter()
+            .map(|(a, b)| (narrow(a), narrow(b)))
+            .unzip();
+        let (v6_first, v6_last) = merged(&v6, 128).into_iter().unzip();
+        SourceSet {
+            v4_first,
+            v4_last,
+            v6_first,
+            v6_last,
+        }
+    }
+
+    /// Whether `src` lies inside the set. No allocation.
+    #[inline]
+    pub fn contains(&self, src: IpAddr) -> bool {
+        match src {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                let i = self.v4_last.partition_point(|&last| last < a);
+                self.v4_first.get(i).is_some_and(|&first| first <= a)
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                let i = self.v6_last.partition_point(|&last| last < a);
+                self.v6_first.get(i).is_some_and(|&first| first <= a)
+            }
+        }
+    }
+
+    /// Number of disjoint ranges (for summaries: what the search covers).
+    pub fn ranges(&self) -> usize {
+        self.v4_last.len() + self.v6_last.len()
+    }
+}
+
+/// The prefixes of one IP version (`width` bits) as sorted, disjoint,
+/// non-adjacent inclusive ranges of addresses as integers.
+fn merged(prefixes: &[Prefix], width: u32) -> Vec<(u128, u128)> {
+    let mut spans: Vec<(u128, u128)> = prefixes
+        .iter()
+        .map(|p| {
+            let value = match p.addr {
+                IpAddr::V4(a) => u128::from(u32::from(a)),
+                IpAddr::V6(a) => u128::from(a),
+            };
+            let host = match width - u32::from(p.len).min(width) {
+                0 => 0,
+                n => u128::MAX >> (128 - n),
+            };
+            (value & !host, value | host)
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut out: Vec<(u128, u128)> = Vec::with_capacity(spans.len());
+    for (lo, hi) in spans {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug)]
@@ -55,6 +140,11 @@ pub struct RuleIndex {
     /// `addr_key` of each entry of `vips`: searched as integers, not as
     /// `IpAddr`s (whose ordering compares byte by byte).
     keys: Vec<u128>,
+    /// Per child rule (by [`ChildRuleId`]): the clients its rule admits,
+    /// an index into `source_sets`; `None`: every client.
+    child_sources: Vec<Option<u32>>,
+    /// The source sets of the rules with `source_ranges`.
+    source_sets: Vec<SourceSet>,
 }
 
 /// An address as one integer (IPv4 as IPv4-mapped IPv6).
@@ -146,6 +236,19 @@ impl RuleIndex {
         self.lookup(dst, proto, None)
     }
 
+    /// Whether the rule of child rule `child` (an index) admits a packet
+    /// from client `src` (M6: its `source_ranges`, if it has any).
+    #[inline]
+    pub fn admits(&self, child: usize, src: IpAddr) -> bool {
+        match self.child_sources.get(child).copied().flatten() {
+            None => true,
+            Some(set) => self
+                .source_sets
+                .get(set as usize)
+                .is_some_and(|s| s.contains(src)),
+        }
+    }
+
     /// Whether `addr` is a VIP this node serves (it answers ARP/NDP for it
     /// and counts unmatched traffic as "VIP, no rule" rather than "not ours").
     pub fn is_vip(&self, addr: IpAddr) -> bool {
@@ -203,6 +306,9 @@ pub struct Rule {
     pub composite: Option<CompositeId>,
     /// Whether its VIPs may answer ICMP echo themselves.
     pub answer_ping: bool,
+    /// The clients it admits (`source_ranges`, as written); `None`: every
+    /// client.
+    pub source_ranges: Option<Vec<Prefix>>,
 }
 
 /// A rule's presence on one VIP: the unit of metrics (M5).
@@ -274,7 +380,25 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     }
     vips.sort_by_key(|v| addr_key(v.addr));
     let keys = vips.iter().map(|v| addr_key(v.addr)).collect();
-    RuleIndex { vips, keys }
+    let mut source_sets = Vec::new();
+    let mut set_of_rule = std::collections::HashMap::new();
+    let child_sources = children
+        .iter()
+        .map(|c| {
+            let ranges = rules.get(c.rule.index())?.source_ranges.as_deref()?;
+            let set = *set_of_rule.entry(c.rule).or_insert_with(|| {
+                source_sets.push(SourceSet::from_prefixes(ranges));
+                u32::try_from(source_sets.len() - 1).unwrap_or(u32::MAX)
+            });
+            Some(set)
+        })
+        .collect();
+    RuleIndex {
+        vips,
+        keys,
+        child_sources,
+        source_sets,
+    }
 }
 
 /// The distinct VIPs of rules `of` (a service's), in rule order, both
@@ -570,5 +694,66 @@ mod tests {
             accepted > 50 && rejected > 50,
             "{accepted} accepted, {rejected} rejected"
         );
+    }
+
+    /// An address of one small neighbourhood per IP version, so that
+    /// random prefixes there overlap, touch and nest often.
+    fn near(v6: bool, low: u16) -> IpAddr {
+        if v6 {
+            IpAddr::V6(std::net::Ipv6Addr::from(
+                0xfd00_u128 << 112 | u128::from(low),
+            ))
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 | u32::from(low)))
+        }
+    }
+
+    proptest::proptest! {
+        /// A source set admits exactly the addresses inside one of its
+        /// prefixes, and never the same bits of the other IP version.
+        #[test]
+        fn source_set_is_the_union_of_its_prefixes(
+            v6 in proptest::prelude::any::<bool>(),
+            // (low bits, host bits): lengths near the width, where the
+            // ranges are small and meet.
+            specs in proptest::collection::vec((0u16..512, 0u8..11), 1..8),
+            lows in proptest::collection::vec(0u16..600, 32),
+        ) {
+            let width = if v6 { 128 } else { 32 };
+            let prefixes: Vec<Prefix> = specs
+                .iter()
+                .map(|&(low, host)| Prefix { addr: near(v6, low), len: width - host }.network())
+                .collect();
+            let set = SourceSet::from_prefixes(&prefixes);
+            for low in lows {
+                let addr = near(v6, low);
+                let want = prefixes.iter().any(|p| p.contains(addr));
+                proptest::prop_assert_eq!(set.contains(addr), want, "{} in {:?}", addr, prefixes);
+                proptest::prop_assert!(!set.contains(near(!v6, low)), "{:?}", prefixes);
+            }
+        }
+    }
+
+    #[test]
+    fn source_sets_merge_touching_and_nested_prefixes() {
+        let p = |s: &str| s.parse::<Prefix>().unwrap();
+        let set = SourceSet::from_prefixes(&[
+            p("10.0.1.0/24"),
+            p("10.0.0.0/24"),
+            p("10.0.0.128/25"),
+            p("192.0.2.7"),
+        ]);
+        assert_eq!(set.ranges(), 2);
+        assert!(set.contains("10.0.1.255".parse().unwrap()));
+        assert!(!set.contains("10.0.2.0".parse().unwrap()));
+        assert!(set.contains("192.0.2.7".parse().unwrap()));
+        assert!(!set.contains("192.0.2.8".parse().unwrap()));
+        let all6 = SourceSet::from_prefixes(&[p("::/0")]);
+        assert!(all6.contains("2001:db8::1".parse().unwrap()));
+        assert!(
+            SourceSet::from_prefixes(&[p("0.0.0.0/0")])
+                .contains("255.255.255.255".parse().unwrap())
+        );
+        assert!(!SourceSet::default().contains("10.0.0.1".parse().unwrap()));
     }
 }

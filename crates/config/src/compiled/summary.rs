@@ -52,8 +52,15 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
                 } else {
                     String::new()
                 };
+                let from = match &rule.source_ranges {
+                    Some(ranges) => {
+                        let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+                        format!(" (from {} only)", list.join(", "))
+                    }
+                    None => String::new(),
+                };
                 format!(
-                    "{} {}{ports} -> {}{gw}",
+                    "{} {}{ports} -> {}{gw}{from}",
                     rule.name,
                     rule.protocol,
                     c.services[rule.service.index()].name

@@ -5,7 +5,8 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::{Checker, family, family_compatible, ipv4_mapped};
-use crate::schema::{DeliveryMode, Protocol, RuleMode};
+use crate::schema::{DeliveryMode, ForwardingRule, Protocol, RuleMode};
+use crate::values::Prefix;
 
 impl Checker<'_> {
     pub(super) fn rules(&mut self) {
@@ -84,6 +85,9 @@ impl Checker<'_> {
                 && (r.protocol == Protocol::L3Default || r.mode == RuleMode::Gateway)
             {
                 self.err(&format!("{p}.answer_ping"), "only a passthrough TCP or UDP rule's VIPs answer ping themselves: an L3_DEFAULT rule forwards ICMP, a gateway rule's traffic belongs to its appliances");
+            }
+            if let Some(ranges) = &r.source_ranges {
+                self.source_ranges(&p, r, ranges);
             }
             if r.protocol == Protocol::L3Default && !r.ports.is_all() {
                 self.err(&format!("{p}.ports"), format!("L3_DEFAULT matches every port and protocol: ports must be \"all\", not \"{}\"", r.ports));
@@ -198,6 +202,51 @@ impl Checker<'_> {
             }
         }
         self.rule_overlaps();
+    }
+
+    /// A rule's `source_ranges`: networks of its VIPs' IP version, written
+    /// without host bits, on a passthrough rule.
+    fn source_ranges(&mut self, p: &str, r: &ForwardingRule, ranges: &[Prefix]) {
+        let at = format!("{p}.source_ranges");
+        if r.mode == RuleMode::Gateway {
+            self.err(&at, "a gateway rule carries its appliances' traffic from anywhere to anywhere: source_ranges apply to passthrough rules");
+            return;
+        }
+        if ranges.is_empty() {
+            self.err(
+                &at,
+                "an empty list admits no client: omit source_ranges to admit every client",
+            );
+        }
+        let Some(vip) = r.vips.first() else {
+            return;
+        };
+        for (k, range) in ranges.iter().enumerate() {
+            if range.addr.is_ipv4() != vip.is_ipv4() {
+                self.err(
+                    &format!("{at}[{k}]"),
+                    format!(
+                        "{range} is {} but the rule's VIPs are {}: it would admit no client",
+                        family(range.addr),
+                        family(*vip)
+                    ),
+                );
+            } else if range.has_host_bits() {
+                self.err(
+                    &format!("{at}[{k}]"),
+                    format!(
+                        "{range} has host bits set beyond /{}: write the network, {}",
+                        range.len,
+                        range.network()
+                    ),
+                );
+            } else if let Some(v4) = ipv4_mapped(&range.addr) {
+                self.err(
+                    &format!("{at}[{k}]"),
+                    format!("{range} is IPv4-mapped IPv6, which never appears on the wire as a source: an IPv4 client ({v4}) reaches an IPv4 VIP"),
+                );
+            }
+        }
     }
 
     /// M4: no two rules on one address pair share a protocol and a port; at
