@@ -7,7 +7,8 @@
 #   perf/budget.sh MODE FLOWS      another flow count (table capacity as perf/bench.sh sets it)
 #   perf/budget.sh MODE FLOWS KIND [CAPACITY]
 #                                  another kind of packet (delivery modes only): ack (the
-#                                  default), syn, v6, churn, new (pipeline_cycles' kinds);
+#                                  default), syn, v6, churn, new, ranges (pipeline_cycles'
+#                                  kinds; ranges: new's SYNs to a rule with 8 source_ranges);
 #                                  CAPACITY overrides the table's (a `syn` set larger than
 #                                  the table measures the insert that evicts)
 #
@@ -37,8 +38,8 @@ esac
 if ! [[ "$flows" =~ ^[1-9][0-9]*$ ]]; then die "FLOWS must be a positive number, not '$flows'"; fi
 case "$kind" in
     ack) ;;
-    syn|v6|churn|new) [[ "$mode" != gateway* ]] || die "gateway modes have one kind of set (ack), not '$kind'" ;;
-    *) die "unknown kind '$kind' (ack, syn, v6, churn, new)" ;;
+    syn|v6|churn|new|ranges) [[ "$mode" != gateway* ]] || die "gateway modes have one kind of set (ack), not '$kind'" ;;
+    *) die "unknown kind '$kind' (ack, syn, v6, churn, new, ranges)" ;;
 esac
 command -v valgrind >/dev/null || die "valgrind not found: run scripts/setup.sh (Debian package valgrind)"
 command -v callgrind_annotate >/dev/null || die "callgrind_annotate not found (Debian package valgrind)"

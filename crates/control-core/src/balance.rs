@@ -800,6 +800,10 @@ impl Balance {
                         bgp: None,
                     })
                     .collect(),
+                source_ranges: r
+                    .source_ranges
+                    .as_ref()
+                    .map(|v| v.iter().map(ToString::to_string).collect()),
             })
             .collect();
         for (ep, key) in compiled.endpoints.iter().zip(&self.remote_of) {

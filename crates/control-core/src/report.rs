@@ -160,6 +160,9 @@ pub struct Rule {
     pub service: String,
     /// One per VIP (child rule).
     pub vips: Vec<RuleVip>,
+    /// The clients it admits (`source_ranges`); absent: every client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_ranges: Option<Vec<String>>,
 }
 
 /// A rule on one VIP.

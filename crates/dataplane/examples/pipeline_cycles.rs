@@ -11,7 +11,8 @@
 //! (with more flows than the table holds, every SYN is a new flow that
 //! evicts an entry: the full-table insert), `v6` IPv6 ACKs to an IPv6 VIP,
 //! `churn` every flow's SYN then every flow's RST, `new` a SYN of a flow
-//! never seen per packet (an insert into a table with room: the set is
+//! never seen per packet, `ranges` the same to a rule with `source_ranges`
+//! (8 prefixes: a flow's source is asked when it begins) (an insert into a table with room: the set is
 //! sent once, with no warm-up pass, so FLOWS must cover the bursts). Same
 //! packets and set-up as benches/pipeline.rs (re-loading each frame is
 //! included). The mode may also be `gateway` (gateway mode, M31: both
@@ -37,11 +38,11 @@ fn main() {
     let capacity: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
     let kind_name = args.get(5).map_or("ack", String::as_str);
     let Some(kind) = Kind::parse(kind_name) else {
-        eprintln!("pipeline_cycles: unknown kind '{kind_name}' (ack, syn, v6, churn, new)");
+        eprintln!("pipeline_cycles: unknown kind '{kind_name}' (ack, syn, v6, churn, new, ranges)");
         std::process::exit(2);
     };
     let mut b = Bench::new(mode, 8, flows, kind, capacity);
-    if kind == Kind::New {
+    if matches!(kind, Kind::New | Kind::Ranges) {
         // Every packet measured must be a flow's first.
         if bursts.saturating_mul(BURST) > b.packets() {
             eprintln!(

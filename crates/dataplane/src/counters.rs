@@ -327,6 +327,9 @@ drop_reasons! {
     /// `::1`, `ff00::/8`), or one of this node's own addresses or VIPs
     /// (M55).
     MartianSource => "martian_source",
+    /// To a rule with `source_ranges` from a client outside them (a
+    /// fragment, or an ICMP error about a flow of such a client, too).
+    SourceNotAllowed => "source_not_allowed",
 }
 
 counters! {
@@ -922,6 +925,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 48);
+        assert_eq!(DropReason::ALL.len(), 49);
     }
 }

@@ -44,6 +44,10 @@ pub enum Kind {
     /// A SYN of a flow never seen: every packet inserts into a table with
     /// room. The set is not repeated (the caller sends at most one pass).
     New,
+    /// [`Kind::New`] to a rule that admits only [`SOURCE_RANGES`]: a
+    /// flow's source is asked when it begins (its later packets cost what
+    /// [`Kind::Ack`]'s do), so every packet here asks.
+    Ranges,
 }
 
 impl Kind {
@@ -55,10 +59,25 @@ impl Kind {
             "v6" => Kind::V6,
             "churn" => Kind::Churn,
             "new" => Kind::New,
+            "ranges" => Kind::Ranges,
             _ => return None,
         })
     }
 }
+
+/// The web rule's `source_ranges` in [`Kind::Ranges`] sets: as many as
+/// a firewall's list of client networks might hold, the bench's clients
+/// (10.100.0.0/16) in the middle of them.
+pub const SOURCE_RANGES: [&str; 8] = [
+    "10.20.0.0/16",
+    "10.40.0.0/14",
+    "10.64.0.0/11",
+    "10.100.0.0/16",
+    "172.16.0.0/12",
+    "192.0.2.0/24",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+];
 
 /// The IPv6 VIP of [`Kind::V6`] sets.
 pub const VIP6: &str = "2001:db8:18::10";
@@ -66,8 +85,22 @@ pub const VIP6: &str = "2001:db8:18::10";
 /// One TCP rule on 198.18.10.10:80 (`v6`: [`VIP6`] port 80) to `endpoints`
 /// endpoints (10.1.0.0, 10.1.0.1, …; `v6`: fd00:0:1::1, fd00:0:1::2, …)
 /// delivered by `delivery` (`l2dsr` ones with a static MAC each: off the
-/// port's subnet, nothing could resolve them).
-pub fn config(delivery: &str, endpoints: usize, v6: bool) -> String {
+/// port's subnet, nothing could resolve them); for [`Kind::Ranges`] the
+/// rule admits only [`SOURCE_RANGES`].
+pub fn config(delivery: &str, endpoints: usize, kind: Kind) -> String {
+    let v6 = kind == Kind::V6;
+    let web = rule(
+        "web",
+        &[if v6 { VIP6 } else { "198.18.10.10" }],
+        "TCP",
+        "80",
+        "web",
+    );
+    let web = if kind == Kind::Ranges {
+        web.strs("source_ranges", &SOURCE_RANGES)
+    } else {
+        web
+    };
     let eps: Vec<String> = (0..endpoints)
         .map(|i| {
             let addr = if v6 {
@@ -92,13 +125,7 @@ pub fn config(delivery: &str, endpoints: usize, v6: bool) -> String {
                 .strs("addresses", &["198.18.1.2/24", "fd00::2/64"])
                 .str("gateway_mac", "02:00:00:00:00:fe"),
         )
-        .rule(rule(
-            "web",
-            &[if v6 { VIP6 } else { "198.18.10.10" }],
-            "TCP",
-            "80",
-            "web",
-        ))
+        .rule(web)
         .service(
             service("web", delivery)
                 .child(group("a", "r", "z").set("endpoints", endpoint_list(&eps))),
@@ -202,7 +229,7 @@ pub fn v6_frame(i: u32) -> Vec<u8> {
 pub fn frames(kind: Kind, flows: u32) -> Vec<Vec<u8>> {
     match kind {
         Kind::Ack => (0..flows).map(|i| tcp_frame(i, ACK)).collect(),
-        Kind::Syn | Kind::New => (0..flows).map(|i| tcp_frame(i, SYN)).collect(),
+        Kind::Syn | Kind::New | Kind::Ranges => (0..flows).map(|i| tcp_frame(i, SYN)).collect(),
         Kind::V6 => (0..flows).map(v6_frame).collect(),
         Kind::Churn => (0..flows)
             .map(|i| tcp_frame(i, SYN))
@@ -235,7 +262,7 @@ impl Bench {
         let text = if gateway {
             gateway_config(endpoints)
         } else {
-            config(delivery, endpoints, kind == Kind::V6)
+            config(delivery, endpoints, kind)
         };
         let loaded = config::load_str("bench.toml", &text, &config::Env::default())
             .unwrap_or_else(|e| panic!("{e}"));

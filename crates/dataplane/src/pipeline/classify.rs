@@ -216,12 +216,18 @@ impl Pipeline {
                 IpAddr::V6(Ipv6Addr::from(info.dst))
             }
         };
+        let src = match info.version {
+            IpVersion::V4 => unmap(&info.src),
+            IpVersion::V6 => IpAddr::V6(Ipv6Addr::from(info.src)),
+        };
         // An ICMP error to a VIP is routed by the packet it quotes (which the
         // backend sent from the VIP), so PMTU discovery reaches the flow's
-        // backend (M13). A real fragment can never prove its ports: it
-        // takes only an all-port rule (M13, `RuleIndex::lookup_fragment`),
-        // and all fragments of a datagram take one path.
-        let (proto, port, fragment, is_icmp_error) = match &info.icmp {
+        // backend (M13); its client is the quoted packet's destination, as a
+        // stateful firewall relates the error to that client's flow. A real
+        // fragment can never prove its ports: it takes only an all-port rule
+        // (M13, `RuleIndex::lookup_fragment`), and all fragments of a
+        // datagram take one path.
+        let (proto, port, fragment, is_icmp_error, client) = match &info.icmp {
             Some(IcmpInfo {
                 quoted: Some(q), ..
             }) => {
@@ -236,6 +242,7 @@ impl Pipeline {
                     q.ports.map(|(s, _)| s),
                     q.fragment && q.ports.is_none(),
                     true,
+                    unmap(&q.dst),
                 )
             }
             _ => (
@@ -243,16 +250,14 @@ impl Pipeline {
                 info.ports.map(|(_, d)| d),
                 info.fragment.is_fragment(),
                 false,
+                src,
             ),
         };
         let (child, svc, plan) = match self.select(snap, dst, proto, port, fragment, pkt.len()) {
             Ok(x) => x,
             Err(Outcome::ToHost) => {
                 let outer = OuterFacts {
-                    src: match info.version {
-                        IpVersion::V4 => unmap(&info.src),
-                        IpVersion::V6 => IpAddr::V6(Ipv6Addr::from(info.src)),
-                    },
+                    src,
                     proto: info.proto,
                     src_port: info.ports.map(|(s, _)| s),
                     dst_port: info.ports.map(|(_, d)| d),
@@ -270,6 +275,12 @@ impl Pipeline {
             }
             Err(o) => return Stage::Done(o),
         };
+        // Off the fast path, every packet's client is asked (the fast path
+        // asks once a flow, `Pipeline::source_ok`).
+        if !snap.rules.admits(child, client) {
+            self.child_drop(child, DropReason::SourceNotAllowed);
+            return Stage::Done(Outcome::Drop(DropReason::SourceNotAllowed));
+        }
         let key = FlowKey::from_packet(info, plan.affinity);
         let hash = store_key(key.pack(), plan.flow_tag, key_out);
         *pend = Pending {

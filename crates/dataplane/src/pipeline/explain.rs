@@ -153,8 +153,10 @@ impl Pipeline {
         };
         // Read-only: `lookup` neither touches nor confirms the entry.
         let hit = flows.lookup(&key, flows.hash(&key));
-        if hit.is_none() && !w.source_ok(snap, &pkt, &p) {
-            out.verdict = w.count(super::Outcome::Drop(crate::DropReason::MartianSource));
+        if hit.is_none()
+            && let Err(reason) = w.source_ok(snap, &pkt, &p)
+        {
+            out.verdict = w.count(super::Outcome::Drop(reason));
             return out;
         }
         let chosen = match hit {

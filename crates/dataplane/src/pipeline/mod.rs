@@ -428,14 +428,21 @@ impl Pipeline {
     }
 
     /// Whether the source of a packet about to make a flow entry (or be
-    /// forwarded without one) is acceptable (M55): no martian
-    /// ([`wire::ip::is_martian_v4`], [`wire::ip::is_martian_v6`]), none of
-    /// this node's VIPs or own addresses. Otherwise it is counted as a
-    /// martian source. The fast path makes the check here, once a flow, not
-    /// per packet: a packet from such a source never finds an entry, since
-    /// none is made for it (a gateway flow's entry is found from both ends:
-    /// `classify` checks its packets' sources each time).
-    fn source_ok<B: PacketBuf>(&mut self, snap: &Snapshot, pkt: &B, p: &Pending) -> bool {
+    /// forwarded without one) is acceptable: no martian (M55:
+    /// [`wire::ip::is_martian_v4`], [`wire::ip::is_martian_v6`]), none of
+    /// this node's VIPs or own addresses, and a client its rule's
+    /// `source_ranges` admit (M6). Otherwise the reason it is dropped for,
+    /// counted on its child rule. The fast path makes the checks here, once
+    /// a flow, not per packet: a packet from such a source never finds an
+    /// entry, since none is made for it (a gateway flow's entry is found
+    /// from both ends: `classify` checks its packets' sources each time; an
+    /// ICMP error's client, the packet it quotes, was asked in `classify`).
+    fn source_ok<B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        pkt: &B,
+        p: &Pending,
+    ) -> Result<(), DropReason> {
         let (data, l3) = (pkt.data(), usize::from(p.inner.l2_len));
         let src = if p.inner.v6 {
             data.get(l3 + 8..l3 + 24)
@@ -446,11 +453,18 @@ impl Pipeline {
                 .and_then(|a| <[u8; 4]>::try_from(a).ok())
                 .map(std::net::IpAddr::from)
         };
-        let martian = src.is_some_and(|a| classify::martian(snap, a));
-        if martian {
-            self.child_drop(p.child, DropReason::MartianSource);
-        }
-        !martian
+        let Some(src) = src else {
+            return Ok(());
+        };
+        let reason = if classify::martian(snap, src) {
+            DropReason::MartianSource
+        } else if !p.is_icmp_error && !snap.rules.admits(p.child, src) {
+            DropReason::SourceNotAllowed
+        } else {
+            return Ok(());
+        };
+        self.child_drop(p.child, reason);
+        Err(reason)
     }
 
     /// [`Pipeline::finish`] of a packet whose source [`Pipeline::source_ok`]
@@ -465,8 +479,10 @@ impl Pipeline {
         key: &flowtable::FlowKey,
         hit: Option<flowtable::Hit>,
     ) -> (Outcome, bool) {
-        if hit.is_none() && !self.source_ok(cx.snap, pkt, p) {
-            return (Outcome::Drop(DropReason::MartianSource), false);
+        if hit.is_none()
+            && let Err(reason) = self.source_ok(cx.snap, pkt, p)
+        {
+            return (Outcome::Drop(reason), false);
         }
         self.finish(cx, pkt, p, key, hit)
     }

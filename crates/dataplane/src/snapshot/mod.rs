@@ -518,6 +518,13 @@ impl Rules {
         self.index.select(dst, proto, port)
     }
 
+    /// Whether the rule of child rule `child` admits client `src` (its
+    /// `source_ranges`, M6).
+    #[inline]
+    pub fn admits(&self, child: usize, src: IpAddr) -> bool {
+        self.index.admits(child, src)
+    }
+
     /// Whether `addr` is a VIP this node serves.
     #[inline]
     pub fn is_vip(&self, addr: IpAddr) -> bool {
