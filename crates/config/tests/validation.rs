@@ -152,6 +152,7 @@ fn cases() -> Vec<Case> {
         case("duplicate health check name", with("[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 1\n[[health_checks]]\nname = \"h\" #!\ntype = \"TCP\"\nport = 1\n"), "health_checks[1].name", "duplicate health check name"),
         case("duplicate group name", with("[[backend_services]]\nname = \"s2\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"g\"\nregion = \"r1\"\nzone = \"z\"\n[[backend_services.groups]]\nname = \"g\" #!\nregion = \"r1\"\nzone = \"z\"\n"), "backend_services[1].groups[1].name", "duplicate group name \"g\""),
         case("duplicate port name", with("[[ports]]\nname = \"p\"\ndevice = \"a\"\nrole = \"uplink\"\n[[ports]]\nname = \"p\" #!\ndevice = \"b\"\nrole = \"backend\"\n"), "ports[1].name", "duplicate port name"),
+        case("rule named like a child rule", with(&rule("web-ag0", "\"10.0.0.11\"", "TCP", "80", "").replacen("name = \"web-ag0\"", "name = \"web-ag0\" #!", 1)), "forwarding_rules[1].name", "\"web-ag0\" is also the name of rule \"web\"'s child rule for availability group 0"),
         case("malformed name", with(&rule("a b", "\"10.0.0.11\"", "TCP", "80", "").replacen("name = \"a b\"", "name = \"a b\" #!", 1)), "forwarding_rules[1].name", "must be 1-63 characters"),
         // ---- forwarding rules (M1, M4) ----
         case("no VIP", with(&rule("x", "", "TCP", "81", "").replacen("vips = []", "vips = [] #!", 1)), "forwarding_rules[1].vips", "needs one VIP"),
@@ -457,6 +458,29 @@ fn warnings_do_not_reject() {
         "{:?}",
         l.warnings
     );
+}
+
+/// Only the VIPs a node serves are probed (M5, M52), so only they need
+/// probe source ports: one endpoint through web's VIP and both of x's is 3
+/// probes on a node of both groups, 2 on a node of group 0.
+#[test]
+fn probe_ports_are_counted_for_the_served_vips_only() {
+    let text = |node_extra: &str| {
+        format!(
+            "{}{}",
+            with("[dataplane]\nvip_probe_ports = \"61000-61001\"\n[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 80\ntarget = \"vip\"\n")
+                .replace("delivery = \"ipip\"", "delivery = \"ipip\"\nhealth_check = \"h\"")
+                .replacen("zone = \"r1-a\"\n", &format!("zone = \"r1-a\"\n{node_extra}"), 1),
+            rule("x", "\"10.0.0.11\", \"10.0.0.12\"", "TCP", "81", "")
+        )
+    };
+    let both = load(&text("")).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        both.contains("3 probes through VIPs need a source port each, and the range has 2"),
+        "{both}"
+    );
+    let l = load(&text("availability_group = 0\n")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.compiled.vip_probes.len(), 2);
 }
 
 /// A node that announces its VIPs (one of N behind ECMP, perhaps) without

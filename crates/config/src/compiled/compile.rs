@@ -516,9 +516,11 @@ fn default_capacity_share(cfg: &Config) -> f64 {
 
 /// The probes through VIPs (M52): for each service whose check targets
 /// `vip`, each endpoint with a port to probe, each distinct VIP of the
-/// service's rules (in rule order); source ports in `vip_probe_ports`
-/// order. Validation made sure there are ports enough; past them probes
-/// are left out rather than given a port twice.
+/// service's rules that this node serves (in rule order); source ports in
+/// `vip_probe_ports` order. The other availability group's VIPs are left
+/// out (M5): their nodes probe them, and a failure on that path must not
+/// touch this node's group. Validation made sure there are ports enough;
+/// past them probes are left out rather than given a port twice.
 fn vip_probes(
     cfg: &Config,
     services: &[Service],
@@ -541,7 +543,7 @@ fn vip_probes(
         if !vip_check {
             continue;
         }
-        let vips = super::rules::service_vips(rules, children, &svc.rules);
+        let vips = super::rules::service_vips(rules, children, &svc.rules, true);
         for id in svc.endpoint_ids() {
             let Some(port) = endpoints.get(id.index()).and_then(|e| e.health_port) else {
                 continue;

@@ -158,7 +158,7 @@ impl Compiled {
             .services
             .get(s.index())
             .map_or(&[][..], |x| &x.rules[..]);
-        rules::service_vips(&self.rules, &self.children, of)
+        rules::service_vips(&self.rules, &self.children, of, false)
     }
 }
 
@@ -381,5 +381,29 @@ prefixes = ["10.5.0.0/16", "fd00::/8"]
             .map(|&(e, v, p, s)| (e, v.to_owned(), p, s))
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_node_of_one_availability_group_probes_only_its_groups_vips() {
+        use super::fixture::{V6, rule};
+        let rules = format!(
+            "{}[[health_checks]]\nname = \"h\"\ntype = \"TCP\"\nport = 8080\ntarget = \"vip\"\n",
+            rule("b", V6, "TCP", "443"),
+        );
+        let probed = |node: &str| {
+            let text = doc(node, &rules).replace(
+                "delivery = \"gre\"",
+                "delivery = \"gre\"\nhealth_check = \"h\"",
+            );
+            let c = load(&text).unwrap().compiled;
+            let mut vips: Vec<String> = c.vip_probes.iter().map(|p| p.vip.to_string()).collect();
+            vips.sort();
+            vips.dedup();
+            vips
+        };
+        // Rule b's VIPs: fd00::10 (group 0) and fd00::11 (group 1).
+        assert_eq!(probed(""), ["fd00::10", "fd00::11"]);
+        assert_eq!(probed("availability_group = 0"), ["fd00::10"]);
+        assert_eq!(probed("availability_group = 1"), ["fd00::11"]);
     }
 }

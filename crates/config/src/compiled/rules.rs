@@ -401,13 +401,20 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     }
 }
 
-/// The distinct VIPs of rules `of` (a service's), in rule order, both
-/// addresses of an availability-group pair included.
-pub(super) fn service_vips(rules: &[Rule], children: &[ChildRule], of: &[RuleId]) -> Vec<IpAddr> {
+/// The distinct VIPs of rules `of` (a service's), in rule order: both
+/// addresses of an availability-group pair, or with `served_only` those of
+/// the child rules this node serves (M5).
+pub(super) fn service_vips(
+    rules: &[Rule],
+    children: &[ChildRule],
+    of: &[RuleId],
+    served_only: bool,
+) -> Vec<IpAddr> {
     let mut seen = std::collections::HashSet::new();
     of.iter()
         .filter_map(|r| rules.get(r.index()))
         .flat_map(|r| r.children.iter().filter_map(|c| children.get(c.index())))
+        .filter(|c| c.served || !served_only)
         .map(|c| c.vip)
         .filter(|v| seen.insert(*v))
         .collect()

@@ -178,7 +178,8 @@ impl Checker<'_> {
     }
 
     /// `[dataplane] vip_probe_ports`: real ports above the privileged
-    /// ones, enough of them for every probe through a VIP (M52).
+    /// ones, enough of them for every probe through a VIP this node serves
+    /// (M52).
     pub(super) fn vip_probe_ports(&mut self) {
         let cfg = self.cfg;
         let path = "dataplane.vip_probe_ports";
@@ -211,7 +212,11 @@ impl Checker<'_> {
                 continue;
             }
             let endpoints: usize = s.groups.iter().map(|g| g.endpoints.len()).sum();
-            let vips = self.index.service_vips(cfg, &s.name).len();
+            // Only the VIPs this node serves are probed (M5).
+            let vips = self
+                .index
+                .served_vips(cfg, &s.name, cfg.node.availability_group)
+                .len();
             needed = needed.saturating_add(endpoints.saturating_mul(vips));
         }
         if needed > available {

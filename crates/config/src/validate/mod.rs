@@ -152,9 +152,22 @@ impl<'a> Index<'a> {
 
     /// The distinct VIPs of the rules of service `name`, in rule order.
     fn service_vips(&self, cfg: &Config, name: &str) -> Vec<IpAddr> {
+        self.served_vips(cfg, name, None)
+    }
+
+    /// The distinct VIPs of the rules of service `name` in availability
+    /// group `ag` (a rule's `vips[g]` is group g's, M5; `None`: both), in
+    /// rule order.
+    fn served_vips(&self, cfg: &Config, name: &str, ag: Option<u8>) -> Vec<IpAddr> {
         let mut seen = HashSet::new();
         self.rules_of(cfg, name)
-            .flat_map(|r| r.vips.iter().copied())
+            .flat_map(|r| {
+                r.vips
+                    .iter()
+                    .enumerate()
+                    .filter(move |(g, _)| ag.is_none_or(|a| usize::from(a) == *g))
+                    .map(|(_, v)| *v)
+            })
             .filter(|v| seen.insert(*v))
             .collect()
     }

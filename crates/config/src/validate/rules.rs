@@ -20,6 +20,25 @@ impl Checker<'_> {
                 .enumerate()
                 .map(|(i, r)| (format!("forwarding_rules[{i}].name"), r.name.as_str())),
         );
+        // `/status`, the metrics and the transitions name rules and child
+        // rules alike (M5, M21): a rule named like another's child rule
+        // would export two states under one name.
+        for (i, r) in rules.iter().enumerate() {
+            let parent = rules.iter().find_map(|o| {
+                (0..o.vips.len())
+                    .find(|g| r.name == format!("{}-ag{g}", o.name))
+                    .map(|g| (o, g))
+            });
+            if let Some((o, g)) = parent {
+                self.err(
+                    &format!("forwarding_rules[{i}].name"),
+                    format!(
+                        "{:?} is also the name of rule {:?}'s child rule for availability group {g}: status and metrics would show two states under one name",
+                        r.name, o.name
+                    ),
+                );
+            }
+        }
         let services: HashMap<&str, usize> = cfg
             .backend_services
             .iter()
