@@ -172,6 +172,7 @@ fn every_control_command_answers_for_people_and_in_json() {
     assert_eq!(rule["vips"][0]["vip"], "10.0.0.10", "{v}");
     assert_eq!(rule["vips"][0]["child_rule"], "dns-ag0", "{v}");
     assert_eq!(rule["vips"][0]["served"], true, "{v}");
+    assert_eq!(rule["vips"][0]["state"], "HEALTHY", "{v}");
     let svc = &v["services"][0];
     assert_eq!(svc["name"], "dns", "{v}");
     assert_eq!(svc["eligible_backends"], 2, "{v}");
@@ -205,6 +206,7 @@ fn every_control_command_answers_for_people_and_in_json() {
         "service dns: gue (port 6080) (2 eligible backends)",
         "region r: Healthy, 2 endpoints (2 healthy, 0 unknown, 2 eligible)",
         "rule dns: HEALTHY",
+        "  child rule dns-ag0 (VIP 10.0.0.10): HEALTHY",
     ] {
         assert!(text.contains(want), "{want:?} in:\n{text}");
     }

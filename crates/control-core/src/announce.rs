@@ -5,12 +5,15 @@
 //! serves, so announces, group `g`'s VIPs only). It is announced while
 //! - the node is neither drained nor shutting down (these always withdraw),
 //!   and
-//! - `announce = "always"`, or at least one of the rules it serves is
-//!   HEALTHY (the rule's exported state, [`crate::Core::rule_states`]: its
-//!   composite's, else its service's aggregated health, the same state
-//!   `/status` exports). A VIP carrying two rules (TCP 80 and 443, say)
-//!   stays up while either is healthy: withdrawing the /32 would take the
-//!   healthy one down too.
+//! - `announce = "always"`, or at least one of the child rules on it is
+//!   HEALTHY (the child rule's exported state,
+//!   [`crate::Core::child_rule_states`]: its rule's composite's, else its
+//!   service's aggregated health, from the probes through that VIP; the
+//!   same state `/status` exports). Each VIP follows its own child rules
+//!   only, so a path broken through one availability group's VIP
+//!   withdraws that VIP and leaves the other group's alone (M5). A VIP
+//!   carrying two rules (TCP 80 and 443, say) stays up while either is
+//!   healthy: withdrawing the /32 would take the healthy one down too.
 //!
 //! Fail-open (`[bgp] fail_open`, default true): when health alone would
 //! withdraw every VIP of the node and every one of them is known UNHEALTHY,
@@ -105,22 +108,22 @@ pub fn announced(desired: &Desired) -> Vec<IpAddr> {
 }
 
 /// Decides each served VIP's announcement (see the module docs).
-/// `rule_health` is indexed like `compiled.rules` (a missing entry counts
-/// as UNKNOWN).
+/// `child_health` is indexed like `compiled.children` (a missing entry
+/// counts as UNKNOWN).
 pub fn desired(
     compiled: &Compiled,
-    rule_health: &[Aggregate],
+    child_health: &[Aggregate],
     node: NodeState,
     policy: Policy,
 ) -> Desired {
-    // Per VIP, the best state of its rules: HEALTHY over UNKNOWN over
+    // Per VIP, the best state of its child rules: HEALTHY over UNKNOWN over
     // UNHEALTHY.
     let mut best: BTreeMap<IpAddr, Aggregate> = BTreeMap::new();
-    for ch in compiled.children.iter().filter(|c| c.served) {
-        let h = rule_health
-            .get(ch.rule.index())
-            .copied()
-            .unwrap_or(Aggregate::Unknown);
+    for (i, ch) in compiled.children.iter().enumerate() {
+        if !ch.served {
+            continue;
+        }
+        let h = child_health.get(i).copied().unwrap_or(Aggregate::Unknown);
         let e = best.entry(ch.vip).or_insert(Aggregate::Unhealthy);
         *e = better(*e, h);
     }
@@ -319,9 +322,11 @@ mod tests {
         let p = pol(AnnouncePolicy::WhenHealthy, false);
         let v1: IpAddr = "198.51.100.1".parse().unwrap();
         let v8: IpAddr = "198.51.100.8".parse().unwrap();
-        let d = desired(&c, &[U, H, U], NodeState::default(), p);
+        // Per child rule: r0-ag0, r0-ag1, r1-ag0, r1-ag1, r2-ag0, r2-ag1;
+        // the group 1 children's states (served elsewhere) never count.
+        let d = desired(&c, &[U, H, H, H, U, H], NodeState::default(), p);
         assert_eq!(d, vec![(v1, Why::Healthy), (v8, Why::NotHealthy(U))]);
-        let d = desired(&c, &[U, K, H], NodeState::default(), p);
+        let d = desired(&c, &[U, H, K, H, H, U], NodeState::default(), p);
         assert_eq!(d, vec![(v1, Why::NotHealthy(K)), (v8, Why::Healthy)]);
         // A missing health entry is UNKNOWN, never a panic.
         let d = desired(
@@ -331,6 +336,23 @@ mod tests {
             pol(AnnouncePolicy::WhenHealthy, true),
         );
         assert!(up(&d).is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn each_vip_of_a_node_of_both_groups_follows_its_own_child_rule() {
+        // One rule, a VIP per availability group; the node serves both.
+        let c = node(&[("\"198.51.100.1\", \"198.51.100.5\"", 80)], None);
+        let v0: IpAddr = "198.51.100.1".parse().unwrap();
+        let v1: IpAddr = "198.51.100.5".parse().unwrap();
+        let p = pol(AnnouncePolicy::WhenHealthy, true);
+        // Group 1's path is broken: its VIP alone is withdrawn (no
+        // fail-open: group 0's VIP is healthy).
+        let d = desired(&c, &[H, U], NodeState::default(), p);
+        assert_eq!(d, vec![(v0, Why::Healthy), (v1, Why::NotHealthy(U))]);
+        let d = desired(&c, &[U, H], NodeState::default(), p);
+        assert_eq!(d, vec![(v0, Why::NotHealthy(U)), (v1, Why::Healthy)]);
+        let d = desired(&c, &[U, U], NodeState::default(), p);
+        assert_eq!(d, vec![(v0, Why::FailOpen), (v1, Why::FailOpen)]);
     }
 
     #[test]

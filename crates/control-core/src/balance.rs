@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use config::Compiled;
-use config::compiled::{EndpointId, ServiceId};
+use config::compiled::{ChildRule, EndpointId, Rule, ServiceId};
 use dataplane::{EndpointHealth, SnapshotBuilder, WorkerCounters};
 use flowsync::Rate;
 use health::{Aggregate, HealthSnapshot, State};
@@ -341,16 +341,44 @@ impl Balance {
                 .map(|s| s.state)
                 .collect()
         };
-        if relevant.is_empty() {
+        worst(&relevant).or_else(|| self.verdict(id))
+    }
+
+    /// The verdict on endpoint `id` as child rule `child` sees it (M5,
+    /// M52): of an endpoint probed through VIPs, its probes through the
+    /// child's VIP, else (a composite's source behind other rules) through
+    /// the VIPs of the child's availability group; else, and for `None`,
+    /// its verdict. A path broken through one group's VIP thus fails only
+    /// that group's child rules.
+    fn verdict_for(
+        &self,
+        compiled: &Compiled,
+        id: EndpointId,
+        child: Option<&ChildRule>,
+    ) -> Option<State> {
+        let all = self.health.all(id);
+        let Some(ch) = child.filter(|_| all.iter().any(|s| s.vip.is_some())) else {
             return self.verdict(id);
-        }
-        Some(if relevant.contains(&State::Unhealthy) {
-            State::Unhealthy
-        } else if relevant.contains(&State::Unknown) {
-            State::Unknown
+        };
+        let through = |pick: &dyn Fn(IpAddr) -> bool| -> Vec<State> {
+            all.iter()
+                .filter(|s| s.vip.is_some_and(pick))
+                .map(|s| s.state)
+                .collect()
+        };
+        let own = through(&|v| v == ch.vip);
+        let relevant = if own.is_empty() {
+            through(&|v| {
+                compiled
+                    .children
+                    .iter()
+                    .find(|c| c.vip == v)
+                    .is_some_and(|c| c.availability_group == ch.availability_group)
+            })
         } else {
-            State::Healthy
-        })
+            own
+        };
+        worst(&relevant).or_else(|| self.verdict(id))
     }
 
     /// The remote rules to poll.
@@ -597,38 +625,87 @@ impl Balance {
         self.cluster.status(now)
     }
 
-    /// The exported state of every forwarding rule (M21): its composite
-    /// health check's, else its service's aggregated health. A composite
-    /// aggregates each source in this node's own region only (M20): a
-    /// healthy far region must not hide a dead local one, which is what the
-    /// composite's consumers (the rule's export, announcements) stand for.
+    /// The exported state of every forwarding rule (M21), in rule order:
+    /// the best of its served child rules' ([`Balance::child_states`]:
+    /// HEALTHY while one is, else UNKNOWN while one is), so that a rule
+    /// still serving through one availability group's VIP is not failed
+    /// over by a consumer that names the rule (consumers that send to one
+    /// VIP name its child rule); a rule this node serves no VIP of exports
+    /// what its child rules would see over all probes.
     pub fn rule_states(&self, compiled: &Compiled) -> Vec<(String, Aggregate)> {
+        let children = self.child_states(compiled);
         compiled
             .rules
             .iter()
             .map(|r| {
-                let state = match r.composite.and_then(|c| compiled.composites.get(c.index())) {
-                    Some(c) => health::composite(
-                        &c.sources
-                            .iter()
-                            .map(|(s, policy)| self.source_state(compiled, &c.name, *s, *policy))
-                            .collect::<Vec<_>>(),
-                    ),
-                    None => compiled
-                        .services
-                        .get(r.service.index())
-                        .map_or(Aggregate::Unknown, |svc| {
-                            self.service_health(compiled, r.service, svc.aggregation, None)
-                        }),
-                };
+                let served: Vec<Aggregate> = r
+                    .children
+                    .iter()
+                    .filter(|c| compiled.children.get(c.index()).is_some_and(|c| c.served))
+                    .filter_map(|c| children.get(c.index()).copied())
+                    .collect();
+                let state = best(&served).unwrap_or_else(|| self.exported(compiled, r, None));
                 (r.name.clone(), state)
             })
             .collect()
     }
 
+    /// The exported state of every child rule (M5, M21), indexed like
+    /// `compiled.children`: its rule's composite health check's, else its
+    /// rule's service's aggregated health, each from the endpoints'
+    /// verdicts through the child's VIP ([`Balance::verdict_for`]). This
+    /// is what decides the child's VIP's announcement (M35). A composite
+    /// aggregates each source in this node's own region only (M20): a
+    /// healthy far region must not hide a dead local one, which is what the
+    /// composite's consumers (the rule's export, announcements) stand for.
+    pub fn child_states(&self, compiled: &Compiled) -> Vec<Aggregate> {
+        compiled
+            .children
+            .iter()
+            .map(|ch| {
+                compiled
+                    .rules
+                    .get(ch.rule.index())
+                    .map_or(Aggregate::Unknown, |r| self.exported(compiled, r, Some(ch)))
+            })
+            .collect()
+    }
+
+    /// The served child rules' names and exported states, in child order
+    /// (`/status`, metrics).
+    pub fn served_child_states(&self, compiled: &Compiled) -> Vec<(String, Aggregate)> {
+        compiled
+            .children
+            .iter()
+            .zip(self.child_states(compiled))
+            .filter(|(c, _)| c.served)
+            .map(|(c, a)| (c.name.clone(), a))
+            .collect()
+    }
+
+    /// Rule `r`'s state as child rule `child` sees it (`None`: over all
+    /// probes): its composite's, else its service's aggregated health.
+    fn exported(&self, compiled: &Compiled, r: &Rule, child: Option<&ChildRule>) -> Aggregate {
+        match r.composite.and_then(|c| compiled.composites.get(c.index())) {
+            Some(c) => health::composite(
+                &c.sources
+                    .iter()
+                    .map(|(s, policy)| self.source_state(compiled, &c.name, *s, *policy, child))
+                    .collect::<Vec<_>>(),
+            ),
+            None => compiled
+                .services
+                .get(r.service.index())
+                .map_or(Aggregate::Unknown, |svc| {
+                    self.service_health(compiled, r.service, svc.aggregation, None, child)
+                }),
+        }
+    }
+
     /// Every composite's sources (`composite/service`, in this node's
-    /// region) and the composite itself, every rule's exported state, and
-    /// every followed remote rule (`rule@url`), for their transitions.
+    /// region) and the composite itself, every rule's exported state (and
+    /// its child rules' where this node serves both), and every followed
+    /// remote rule (`rule@url`), for their transitions.
     pub fn derived_states(
         &self,
         compiled: &Compiled,
@@ -638,7 +715,7 @@ impl Balance {
         for c in &compiled.composites {
             let mut sources = Vec::new();
             for (s, policy) in &c.sources {
-                let state = self.source_state(compiled, &c.name, *s, *policy);
+                let state = self.source_state(compiled, &c.name, *s, *policy, None);
                 let svc = compiled
                     .services
                     .get(s.index())
@@ -648,9 +725,28 @@ impl Balance {
             }
             out.push((Kind::Composite, c.name.clone(), health::composite(&sources)));
         }
+        // A child rule's own transitions where its rule has two served
+        // (elsewhere the child's state is its rule's, logged once already).
+        let two_served = |c: &ChildRule| {
+            compiled.rules.get(c.rule.index()).is_some_and(|r| {
+                r.children
+                    .iter()
+                    .filter(|k| compiled.children.get(k.index()).is_some_and(|k| k.served))
+                    .count()
+                    > 1
+            })
+        };
+        let children: Vec<(String, Aggregate)> = compiled
+            .children
+            .iter()
+            .zip(self.child_states(compiled))
+            .filter(|(c, _)| c.served && two_served(c))
+            .map(|(c, a)| (c.name.clone(), a))
+            .collect();
         out.extend(
             self.rule_states(compiled)
                 .into_iter()
+                .chain(children)
                 .map(|(name, a)| (Kind::Rule, name, a)),
         );
         for k in &self.remote_keys {
@@ -665,13 +761,15 @@ impl Balance {
     }
 
     /// Composite `composite`'s source `s` (M20): service `s`'s health in
-    /// this node's region, UNKNOWN while it settles after a reload.
+    /// this node's region as `child` sees it, UNKNOWN while it settles
+    /// after a reload.
     fn source_state(
         &self,
         compiled: &Compiled,
         composite: &str,
         s: ServiceId,
         policy: config::schema::Aggregation,
+        child: Option<&ChildRule>,
     ) -> Aggregate {
         let name = compiled
             .services
@@ -680,19 +778,21 @@ impl Balance {
         if self.is_settling(&format!("{composite}/{name}")) {
             return Aggregate::Unknown;
         }
-        self.service_health(compiled, s, policy, Some(compiled.node.region))
+        self.service_health(compiled, s, policy, Some(compiled.node.region), child)
     }
 
     /// Service `s`'s aggregated health under `policy`: over its configured
     /// endpoints in `region` (or all regions) that are not drained (their
-    /// zone or region, M37: they take no new connections). A region where
-    /// it has none is UNHEALTHY there (nothing serves it).
+    /// zone or region, M37: they take no new connections), from their
+    /// verdicts as `child` sees them ([`Balance::verdict_for`]). A region
+    /// where it has none is UNHEALTHY there (nothing serves it).
     fn service_health(
         &self,
         compiled: &Compiled,
         s: ServiceId,
         policy: config::schema::Aggregation,
         region: Option<config::compiled::RegionId>,
+        child: Option<&ChildRule>,
     ) -> Aggregate {
         let Some(svc) = compiled.services.get(s.index()) else {
             return Aggregate::Unknown;
@@ -715,7 +815,7 @@ impl Balance {
         let states: Vec<State> = svc
             .endpoint_ids()
             .filter(in_region)
-            .map(|id| match self.verdict(id) {
+            .map(|id| match self.verdict_for(compiled, id, child) {
                 Some(st) => st,
                 None if svc.health_check.is_none() => State::Healthy,
                 None => State::Unknown,
@@ -726,7 +826,8 @@ impl Balance {
 
     /// Its part of `status`: per service and region, health, shares,
     /// capacity (merged into `services` by name, a service the live
-    /// snapshot lacks added); per rule, its exported state; the remote
+    /// snapshot lacks added); per rule and served child rule, its exported
+    /// state; the remote
     /// rules and the probed endpoints.
     pub fn status(&self, compiled: &Compiled, st: &mut crate::report::Status) {
         use crate::report;
@@ -776,6 +877,7 @@ impl Balance {
             }
         }
         st.drain_ignored = self.drain_ignored.clone();
+        let children = self.child_states(compiled);
         st.rules = self
             .rule_states(compiled)
             .into_iter()
@@ -791,12 +893,15 @@ impl Balance {
                 vips: r
                     .children
                     .iter()
-                    .filter_map(|c| compiled.children.get(c.index()))
-                    .map(|c| report::RuleVip {
+                    .filter_map(|c| {
+                        Some((compiled.children.get(c.index())?, children.get(c.index())?))
+                    })
+                    .map(|(c, state)| report::RuleVip {
                         vip: c.vip,
                         child_rule: c.name.clone(),
                         availability_group: c.availability_group,
                         served: c.served,
+                        state: c.served.then(|| state.to_string()),
                         bgp: None,
                     })
                     .collect(),
@@ -841,6 +946,22 @@ impl Balance {
     pub fn probed(&self) -> &[health::EndpointStatus] {
         &self.health.endpoints
     }
+}
+
+/// The worst of `states` (UNHEALTHY over UNKNOWN over HEALTHY); `None`
+/// for none.
+fn worst(states: &[State]) -> Option<State> {
+    [State::Unhealthy, State::Unknown, State::Healthy]
+        .into_iter()
+        .find(|s| states.contains(s))
+}
+
+/// The best of `states` (HEALTHY over UNKNOWN over UNHEALTHY); `None` for
+/// none.
+fn best(states: &[Aggregate]) -> Option<Aggregate> {
+    [Aggregate::Healthy, Aggregate::Unknown, Aggregate::Unhealthy]
+        .into_iter()
+        .find(|s| states.contains(s))
 }
 
 /// One log line per change of where new connections go.

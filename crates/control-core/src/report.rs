@@ -176,6 +176,10 @@ pub struct RuleVip {
     pub availability_group: u8,
     /// Whether this node serves it.
     pub served: bool,
+    /// The child rule's exported state (`HEALTHY`, `UNHEALTHY`, `UNKNOWN`,
+    /// as HTTP `/status` exports it: M5, M21), which its VIP's announcement
+    /// follows (M35); `null` when not served.
+    pub state: Option<String>,
     /// Its BGP announcement (`announced (healthy)`, `withdrawn (…)`;
     /// `null` without `[bgp]` or when not served).
     pub bgp: Option<String>,
@@ -628,6 +632,15 @@ impl Display for Status {
         }
         for r in &self.rules {
             let _ = writeln!(out, "rule {}: {}", r.name, r.state);
+            for v in &r.vips {
+                if let Some(state) = &v.state {
+                    let _ = writeln!(
+                        out,
+                        "  child rule {} (VIP {}): {state}",
+                        v.child_rule, v.vip
+                    );
+                }
+            }
         }
         for r in &self.remote_rules {
             let _ = writeln!(
@@ -684,9 +697,18 @@ impl Status {
     fn tables(&self, out: &mut String) {
         if !self.rules.is_empty() {
             let mut rows = vec![
-                ["RULE", "STATE", "SERVICE", "VIP", "AG", "SERVED", "BGP"]
-                    .map(String::from)
-                    .to_vec(),
+                [
+                    "RULE",
+                    "STATE",
+                    "SERVICE",
+                    "VIP",
+                    "AG",
+                    "SERVED",
+                    "VIP STATE",
+                    "BGP",
+                ]
+                .map(String::from)
+                .to_vec(),
             ];
             for r in &self.rules {
                 for (i, v) in r.vips.iter().enumerate() {
@@ -706,6 +728,7 @@ impl Status {
                         v.vip.to_string(),
                         v.availability_group.to_string(),
                         if v.served { "yes" } else { "no" }.to_owned(),
+                        v.state.clone().unwrap_or_else(|| "-".to_owned()),
                         v.bgp.clone().unwrap_or_else(|| "-".to_owned()),
                     ]);
                 }

@@ -721,10 +721,10 @@ impl Manager {
         self.listeners.as_ref().map_or(&[], |l| l.info())
     }
 
-    /// Every forwarding rule's exported state (M21), one `rule <name>
-    /// <STATE>` line each.
+    /// Every forwarding rule's and served child rule's exported state
+    /// (M21), one `rule <name> <STATE>` line each.
     pub fn exported_status(&mut self) -> String {
-        crate::rule_states_text(&self.core.rule_states())
+        crate::rule_states_text(&self.core.exported_states())
     }
 
     /// Counters as OpenMetrics text (M42).
@@ -738,7 +738,7 @@ impl Manager {
         let mut x = metrics::Exposition::new();
         metrics::counters(&mut x, &total, &snap.compiled);
         metrics::workers(&mut x, &workers);
-        metrics::rules(&mut x, &core.rule_states());
+        metrics::rules(&mut x, &core.exported_states());
         metrics::transitions(&mut x, core.transitions());
         metrics::listeners(&mut x, self.listener_info());
         metrics::health(&mut x, core.probed());

@@ -137,7 +137,7 @@ pub fn workers(x: &mut Exposition, workers: &[WorkerCounters]) {
 pub fn rules(x: &mut Exposition, rules: &[(String, Aggregate)]) {
     x.gauge(
         "rule_healthy",
-        "Exported rule state (M21): 1 healthy, 0 unhealthy, -1 unknown.",
+        "Exported state of each rule and served child rule (M21): 1 healthy, 0 unhealthy, -1 unknown.",
         rules
             .iter()
             .map(|(rule, a)| (label("rule", rule), aggregate_gauge(*a))),
@@ -150,7 +150,7 @@ pub fn rules(x: &mut Exposition, rules: &[(String, Aggregate)]) {
 pub fn transitions(x: &mut Exposition, t: &crate::transitions::Transitions) {
     x.counter(
         "state_transitions_total",
-        "Transitions of composite sources (in the node's region), composites, rules' exported states and followed remote rules, by kind, name, from and to.",
+        "Transitions of composite sources (in the node's region), composites, rules' and child rules' exported states and followed remote rules, by kind, name, from and to.",
         t.counts().map(|((kind, name, from, to), v)| {
             (
                 vec![

@@ -1693,3 +1693,185 @@ fn a_backend_failing_one_vip_takes_new_flows_only_on_the_other() {
     let again = w.open(200, "10.0.0.11", 80);
     assert!(on(&again, one) > 20, "{again:?}");
 }
+
+/// `[bgp]` for the announcement scenarios (M35).
+const BGP: &str =
+    "[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\n";
+
+/// Rule `web` with a VIP per availability group (10.0.0.10 in group 0,
+/// 10.0.0.11 in group 1) to [`FOUR`] backends checked through the VIP
+/// (M52), on a node of group `ag` (`None`: both) that announces (M35).
+fn two_group_web(ag: Option<u8>) -> String {
+    let mut n = node("n", "r1", "r1-a").strs("region_preference", &["r1"]);
+    if let Some(g) = ag {
+        n = n.set("availability_group", g);
+    }
+    Config::new()
+        .node(n)
+        .dataplane("flow_table_capacity", 8192)
+        .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
+        .port(port("kernel", "net_tap0", "exception"))
+        .rule(rule("web", &["10.0.0.10", "10.0.0.11"], "TCP", "80", "web").set("ports", 80))
+        .service(web_service("DEFAULT_FOR_PROTOCOL", &FOUR))
+        .health_check(
+            health_check("tcp", "TCP")
+                .set("port", 80)
+                .str("target", "vip"),
+        )
+        .raw(BGP)
+        .build()
+}
+
+/// Each VIP's announcement, as (VIP, announced); none before the first
+/// decision.
+fn announced_vips(w: &World) -> Vec<(IpAddr, bool)> {
+    w.core
+        .announcement()
+        .into_iter()
+        .flatten()
+        .map(|(v, why)| (*v, why.announced()))
+        .collect()
+}
+
+/// M5 with M52: on a node of both availability groups, two of four
+/// backends lose group 1's VIP. Group 1's child rule goes UNHEALTHY (2 of
+/// 4 is below 60 %) and its VIP is withdrawn; group 0's child rule stays
+/// HEALTHY, its VIP announced, and its new flows still reach all four;
+/// the rule (what consumers naming it read) is HEALTHY while one child is.
+/// Group 1 recovers: announced again.
+#[test]
+fn availability_groups_fail_independently_on_a_node_of_both() {
+    let mut w = healthy_world(&two_group_web(None), 31);
+    w.advance(SEC);
+    let (v0, v1) = (ip("10.0.0.10"), ip("10.0.0.11"));
+    assert_eq!(announced_vips(&w), [(v0, true), (v1, true)]);
+    for b in &FOUR[..2] {
+        w.shell.probes.set_state_via(ip(b), v1, State::Unhealthy);
+    }
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web-ag1"), Aggregate::Unhealthy);
+    assert_eq!(w.rule_state("web-ag0"), Aggregate::Healthy);
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    assert_eq!(announced_vips(&w), [(v0, true), (v1, false)]);
+    let status = w.status();
+    assert!(
+        status.contains("child rule web-ag0 (VIP 10.0.0.10): HEALTHY")
+            && status.contains("child rule web-ag1 (VIP 10.0.0.11): UNHEALTHY")
+            && status.contains("VIP 10.0.0.11: withdrawn (rule UNHEALTHY)"),
+        "{status}"
+    );
+    assert!(
+        w.logged(Level::Info, "health: rule web-ag1 HEALTHY -> UNHEALTHY"),
+        "{:?}",
+        w.take_logs()
+    );
+    let ag0 = w.open(200, "10.0.0.10", 80);
+    for b in FOUR {
+        assert!(on(&ag0, ip(b)) > 20, "{b} takes group 0's flows: {ag0:?}");
+    }
+    let ag1 = w.open(200, "10.0.0.11", 80);
+    assert!(ag1.iter().all(|(_, b)| b.is_some()), "{ag1:?}");
+    for b in &FOUR[..2] {
+        assert_eq!(on(&ag1, ip(b)), 0, "{b} fails through group 1's VIP");
+    }
+    for b in &FOUR[..2] {
+        w.shell.probes.set_state_via(ip(b), v1, State::Healthy);
+    }
+    w.advance(SEC);
+    assert_eq!(w.rule_state("web-ag1"), Aggregate::Healthy);
+    assert_eq!(announced_vips(&w), [(v0, true), (v1, true)]);
+}
+
+/// M5 with M52: a node of availability group 0 probes only group 0's VIP,
+/// so a path broken through group 1's VIP (every backend failing there)
+/// cannot reach it: its child rule, its rule and its announcement stay
+/// HEALTHY. It exports its served child rule only.
+#[test]
+fn a_node_of_one_group_never_probes_the_other_groups_vip() {
+    let mut w = healthy_world(&two_group_web(Some(0)), 32);
+    w.advance(SEC);
+    let (v0, v1) = (ip("10.0.0.10"), ip("10.0.0.11"));
+    for b in FOUR {
+        w.shell.probes.set_state_via(ip(b), v1, State::Unhealthy);
+    }
+    w.advance(SEC);
+    let status = w.status();
+    for b in FOUR {
+        assert!(
+            status.contains(&format!("health web/{b}:80 via 10.0.0.10: HEALTHY")),
+            "{status}"
+        );
+    }
+    assert!(!status.contains("via 10.0.0.11"), "{status}");
+    assert_eq!(w.rule_state("web"), Aggregate::Healthy);
+    assert_eq!(w.rule_state("web-ag0"), Aggregate::Healthy);
+    let exported: Vec<String> = w
+        .core
+        .exported_states()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(exported, ["web", "web-ag0"]);
+    assert_eq!(announced_vips(&w), [(v0, true)]);
+    let flows = w.open(200, "10.0.0.10", 80);
+    for b in FOUR {
+        assert!(on(&flows, ip(b)) > 20, "{b}: {flows:?}");
+    }
+}
+
+/// M5 with M20: a composite's source checked through its own rule's VIPs
+/// counts, for each child rule of the composite's rule, its probes through
+/// the VIPs of that child's availability group. `db`'s backends fail
+/// through group 1's VIP only: `web-ag1` (the composite's) and `db-ag1` go
+/// UNHEALTHY, group 0's stay HEALTHY and announced.
+#[test]
+fn a_composites_child_rules_follow_their_own_groups_probes() {
+    let composite = "[[composite_health_checks]]\nname = \"web-composite\"\nsources = [{ backend_service = \"db\" }]\ndestination = \"web\"\n";
+    let text = node_r1("n")
+        .port(port("kernel", "net_tap0", "exception"))
+        .rule(rule("web", &["10.0.0.10", "10.0.0.11"], "TCP", "80", "web").set("ports", 80))
+        .rule(rule("db", &["10.0.0.20", "10.0.0.21"], "TCP", "5432", "db").set("ports", 5432))
+        .service(
+            service("web", "ipip")
+                .child(group("a", "r1", "r1-a").set("endpoints", endpoint_list(&FOUR))),
+        )
+        .service(service("db", "ipip").str("health_check", "db").child(
+            group("a", "r1", "r1-a").set("endpoints", endpoint_list(&["10.2.0.1", "10.2.0.2"])),
+        ))
+        .health_check(
+            health_check("db", "TCP")
+                .set("port", 5432)
+                .str("target", "vip"),
+        )
+        .raw(composite)
+        .raw(BGP)
+        .build();
+    let mut w = healthy_world(&text, 33);
+    w.advance(SEC);
+    for b in ["10.2.0.1", "10.2.0.2"] {
+        w.shell
+            .probes
+            .set_state_via(ip(b), ip("10.0.0.21"), State::Unhealthy);
+    }
+    w.advance(SEC);
+    for (rule, want) in [
+        ("web-ag0", Aggregate::Healthy),
+        ("web-ag1", Aggregate::Unhealthy),
+        ("db-ag0", Aggregate::Healthy),
+        ("db-ag1", Aggregate::Unhealthy),
+        ("web", Aggregate::Healthy),
+        ("db", Aggregate::Healthy),
+    ] {
+        assert_eq!(w.rule_state(rule), want, "{rule}");
+    }
+    let up: Vec<(IpAddr, bool)> = announced_vips(&w);
+    assert_eq!(
+        up,
+        [
+            (ip("10.0.0.10"), true),
+            (ip("10.0.0.11"), false),
+            (ip("10.0.0.20"), true),
+            (ip("10.0.0.21"), false)
+        ]
+    );
+}

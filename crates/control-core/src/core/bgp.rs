@@ -1,13 +1,11 @@
-//! The VIPs' BGP announcement (M35): decided from the rules' exported
-//! states, the node's drain and shutdown; each change is logged and given
-//! to the shell as [`Output::Announce`].
-
-use health::Aggregate;
+//! The VIPs' BGP announcement (M35): decided from the child rules'
+//! exported states, the node's drain and shutdown; each change is logged
+//! and given to the shell as [`Output::Announce`].
 
 use super::{Core, Output, say};
 
 impl Core {
-    /// Decides the VIPs' announcement (M35) from the rules' exported
+    /// Decides the VIPs' announcement (M35) from the child rules' exported
     /// states; a change is logged (once per VIP) and output as
     /// [`Output::Announce`]. Without `[bgp]` nothing is announced (and
     /// what was, after a reload dropped `[bgp]`, is withdrawn).
@@ -15,8 +13,7 @@ impl Core {
         use crate::announce::{NodeState, Policy, desired};
         let next = match Policy::of(&self.compiled) {
             Some(policy) => {
-                let health: Vec<Aggregate> =
-                    self.rule_states().into_iter().map(|(_, a)| a).collect();
+                let health = self.balance.child_states(&self.compiled);
                 let node = NodeState {
                     drained: self.node_drained(),
                     shutting_down: self.shutting_down(),

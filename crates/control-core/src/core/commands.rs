@@ -84,8 +84,8 @@ pub fn reload_text(result: &Result<Published, ReloadError>) -> String {
     }
 }
 
-/// The body of HTTP `/status`: `rule <name> <STATE>` lines, what
-/// `remote_rule` groups read.
+/// The body of HTTP `/status`: `rule <name> <STATE>` lines (rules, then
+/// served child rules), what `remote_rule` groups read.
 pub fn rule_states_text(states: &[(String, Aggregate)]) -> String {
     states
         .iter()

@@ -1,7 +1,8 @@
 //! Health as the core sees it: the probers' and remote rules' verdicts in
-//! (acted on at the next tick, by [`crate::balance`]), every rule's
-//! exported state out (HTTP `/status`, M21), and the transitions of the
-//! derived and consumed states, logged once and counted.
+//! (acted on at the next tick, by [`crate::balance`]), every rule's and
+//! served child rule's exported state out (HTTP `/status`, M21), and the
+//! transitions of the derived and consumed states, logged once and
+//! counted.
 
 use std::time::Duration;
 
@@ -22,9 +23,22 @@ impl Core {
         self.balance.health_generation()
     }
 
-    /// Every forwarding rule's exported state (M21).
+    /// Every forwarding rule's exported state (M21), in rule order.
     pub fn rule_states(&self) -> Vec<(String, Aggregate)> {
         self.balance.rule_states(&self.compiled)
+    }
+
+    /// Every served child rule's exported state (M5, M21), in child order.
+    pub fn child_rule_states(&self) -> Vec<(String, Aggregate)> {
+        self.balance.served_child_states(&self.compiled)
+    }
+
+    /// What HTTP `/status` and the metrics export (M21): every rule's
+    /// state, then every served child rule's.
+    pub fn exported_states(&self) -> Vec<(String, Aggregate)> {
+        let mut all = self.rule_states();
+        all.extend(self.child_rule_states());
+        all
     }
 
     /// Every probed endpoint's latest status.

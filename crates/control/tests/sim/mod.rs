@@ -576,10 +576,11 @@ impl World {
         self.logs.iter().any(|(l, t)| *l == level && t == text)
     }
 
-    /// The exported state of `rule`, as HTTP `/status` gives it.
+    /// The exported state of `rule` (or served child rule), as HTTP
+    /// `/status` gives it.
     pub fn rule_state(&mut self, rule: &str) -> health::Aggregate {
         self.core
-            .rule_states()
+            .exported_states()
             .into_iter()
             .find(|(r, _)| r == rule)
             .map(|(_, s)| s)
