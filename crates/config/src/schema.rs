@@ -777,7 +777,8 @@ fn d_weight() -> u16 {
 pub struct RemoteRule {
     /// The remote Spillway's status URL (`http://host:port/status`).
     pub status_url: String,
-    /// Name of the forwarding rule there whose exported state decides.
+    /// Name of the forwarding rule there whose exported state decides, or
+    /// of one of its child rules (`web-ag0`: the state through that VIP).
     pub rule: String,
     /// The remote rule's VIP, where packets go.
     pub vip: IpAddr,
@@ -804,9 +805,9 @@ pub enum HealthCheckTarget {
     /// The endpoint's own address.
     #[default]
     Endpoint,
-    /// Each VIP of the service's rules, delivered to the endpoint through
-    /// the service's delivery mode, as clients' packets are: health is kept
-    /// per (endpoint, VIP).
+    /// Each VIP of the service's rules that this node serves (M5),
+    /// delivered to the endpoint through the service's delivery mode, as
+    /// clients' packets are: health is kept per (endpoint, VIP).
     Vip,
 }
 
