@@ -13,8 +13,8 @@
 # Everything lives in namespaces this script creates, named by a per-run tag,
 # with addresses from 198.18.0.0/15 that never leave them.
 #
-#   scripts/lab-bgp.sh up [sync] [capacity] [zones] DIR [BIN]   build the lab (tests/lab_bgp.rs,
-#                                                               tests/lab_zones.rs)
+#   scripts/lab-bgp.sh up [sync] [capacity] [zones] [ag] DIR [BIN]   build the lab
+#                                                   (tests/lab_bgp.rs, tests/lab_zones.rs)
 #   scripts/lab-bgp.sh down DIR                                 remove it
 #
 #   client 198.18.0.100 -- router 198.18.0.1, AS 65000, BIRD (ECMP into its kernel)
@@ -50,6 +50,13 @@
 # DIR/zone-health.toml configures `spillway zone-health` to publish
 # www.lab.test from the client namespace (the test starts it, socket
 # DIR/zone-health.sock).
+#
+# With `ag`, the nodes are two availability groups (M5): node 1 has
+# `availability_group = 0`, node 2 `availability_group = 1`. Rule web gets a
+# second VIP, $VIP_AG1 (group 1), and web's check probes through the VIPs
+# (target = "vip", M52); rule spare gets $VIP2_AG1, so that each node keeps
+# a healthy VIP of its own when web fails on its side (no fail-open). The
+# backends carry both on lo.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -59,6 +66,8 @@ source "$here/lib.sh"
 VIP=198.18.10.10
 VIP2=198.18.10.11
 VIP3=198.18.10.12
+VIP_AG1=198.18.10.13
+VIP2_AG1=198.18.10.14
 VIP_A=198.18.10.20
 VIP_B=198.18.10.21
 DNS=198.18.5.53
@@ -70,9 +79,15 @@ nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 # node N's configuration; ENDPOINTS: the backends' TOML lines, EXTRA web's
 # further ones, SYNC 1 for [flow_sync], CAPACITY 1 for the capped service,
-# ZONES 1 for the zone's own VIP.
+# ZONES 1 for the zone's own VIP, AG 1 for availability groups.
 node_toml() {
-    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7 capacity=$8 zones=$9
+    local n=$1 T=$2 addr=$3 dir=$4 endpoints=$5 extra=$6 sync=$7 capacity=$8 zones=$9 ag=${10}
+    local web_vips="\"$VIP\"" spare_vips="\"$VIP2\"" target=""
+    if [ "$ag" = 1 ]; then
+        web_vips+=", \"$VIP_AG1\""
+        spare_vips+=", \"$VIP2_AG1\""
+        target='target = "vip"'
+    fi
     cat <<TOML
 [node]
 name = "node$n"
@@ -80,6 +95,9 @@ region = "lab"
 zone = "lab-a"
 shutdown_drain = "5s"
 TOML
+    if [ "$ag" = 1 ]; then
+        echo "availability_group = $((n - 1))"
+    fi
     if [ "$capacity" = 1 ]; then
         echo 'region_preference = ["lab", "far"]'
     fi
@@ -109,14 +127,14 @@ role = "exception"
 
 [[forwarding_rules]]
 name = "web"
-vips = ["$VIP"]
+vips = [$web_vips]
 protocol = "TCP"
 ports = 80
 backend_service = "web"
 
 [[forwarding_rules]]
 name = "spare"
-vips = ["$VIP2"]
+vips = [$spare_vips]
 protocol = "TCP"
 ports = 80
 backend_service = "spare"
@@ -151,6 +169,7 @@ interval = "500ms"
 timeout = "400ms"
 healthy_threshold = 1
 unhealthy_threshold = 1
+$target
 
 [[health_checks]]
 name = "spare-check"
@@ -401,7 +420,7 @@ start_bird() {
 }
 
 lab_up() {
-    local dir=$1 bin=$2 sync=$3 capacity=$4 zones=$5
+    local dir=$1 bin=$2 sync=$3 capacity=$4 zones=$5 ag=$6
     command -v bird >/dev/null || die "bird not found: scripts/setup.sh installs bird2"
     if [ "$capacity" = 1 ]; then
         command -v nft >/dev/null || die "nft not found: scripts/setup.sh installs nftables"
@@ -464,6 +483,10 @@ lab_up() {
             nsx "$B" ip addr add "$VIP_A/32" dev lo
             nsx "$B" ip addr add "$VIP_B/32" dev lo
         fi
+        if [ "$ag" = 1 ]; then
+            nsx "$B" ip addr add "$VIP_AG1/32" dev lo
+            nsx "$B" ip addr add "$VIP2_AG1/32" dev lo
+        fi
         if [ "$capacity" = 1 ] && [ "$i" != 3 ]; then
             count_capped "$B" prerouting
         fi
@@ -507,7 +530,8 @@ BIRD
 
     for n in 1 2; do
         local ns="spb${T}n$n" addr="198.18.1.$((n + 1))"
-        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" "$capacity" "$zones" >"$dir/node$n.toml"
+        node_toml "$n" "$T" "$addr" "$dir" "$endpoints" "$extra" "$sync" "$capacity" "$zones" "$ag" \
+            >"$dir/node$n.toml"
         "$bin/spillway" bird-config --config "$dir/node$n.toml" >"$dir/n$n/bird.conf"
         start_node "$ns" "$n" "$dir" "$bin"
         node_host "$ns" "$T" "$n" "$addr"
@@ -533,12 +557,17 @@ up)
         zones=1
         shift
     fi
+    ag=0
+    if [ "${2:-}" = ag ]; then
+        ag=1
+        shift
+    fi
     dir="$2"
     # A failed start leaves nothing behind.
     trap 'lab_down "$dir"' EXIT
-    lab_up "$dir" "${3:-$root/target/release}" "$sync" "$capacity" "$zones"
+    lab_up "$dir" "${3:-$root/target/release}" "$sync" "$capacity" "$zones" "$ag"
     trap "" EXIT
     ;;
 down) lab_down "$2" ;;
-*) die "usage: $0 up [sync] [capacity] [zones] DIR [BIN] | down DIR" ;;
+*) die "usage: $0 up [sync] [capacity] [zones] [ag] DIR [BIN] | down DIR" ;;
 esac

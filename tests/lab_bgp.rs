@@ -371,6 +371,143 @@ fn lab_vips_are_announced_through_bird_and_spread_by_ecmp() {
     eprintln!("node 2 status:\n{status}");
 }
 
+/// Rule web's VIP of availability group 1 in the `ag` lab (group 0's is
+/// [`VIP`]).
+const VIP_AG1: &str = "198.18.10.13";
+
+/// `n` HTTP requests to `vip`:80 on fresh connections (from the client
+/// namespace, which the caller's thread must be in): each answer's body or
+/// "FAILED: …".
+fn requests_to(vip: &str, n: usize) -> Vec<String> {
+    let to: SocketAddr = format!("{vip}:80").parse().expect("vip");
+    (0..n)
+        .map(|_| {
+            lab::answer(
+                TcpStream::connect_timeout(&to, lab::TIMEOUT)
+                    .and_then(|s| lab::get_on(s, lab::TIMEOUT)),
+            )
+        })
+        .collect()
+}
+
+/// HTTP `GET /status` of the balancer whose namespace the calling thread is
+/// in (`[metrics] listen`, port 9469): the rule lines a `remote_rule` group
+/// reads.
+fn rule_status_here() -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect_timeout(
+        &"127.0.0.1:9469".parse().expect("status address"),
+        lab::TIMEOUT,
+    )
+    .expect("connect to /status");
+    s.set_read_timeout(Some(lab::TIMEOUT)).expect("timeout");
+    s.write_all(b"GET /status HTTP/1.0\r\n\r\n")
+        .expect("status request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("status answer");
+    out
+}
+
+/// Availability groups fail independently (M5 with M35 and M52): node 1
+/// serves group 0 (web's VIP 198.18.10.10), node 2 group 1 (198.18.10.13);
+/// web is checked through its VIPs. Backend 1 loses group 1's VIP from its
+/// loopback, so the path through that VIP is broken for it (1 of 2 healthy
+/// is below 60 %): node 2 marks web-ag1 UNHEALTHY and withdraws its VIP.
+/// Node 1 never probes group 1's VIP: web-ag0 stays HEALTHY, its VIP
+/// announced, and real connections to it keep reaching both backends,
+/// backend 1 included. Backend 1 gets the VIP back: group 1 is announced
+/// and answers again.
+#[test]
+fn lab_availability_groups_fail_independently() {
+    let lab = Lab::up(&LAB_BGP_SH, &["ag"], &[]);
+    lab.wait_via(VIP, &[1], "group 0 healthy");
+    lab.wait_via(VIP_AG1, &[2], "group 1 healthy");
+    let both = lab
+        .in_client(|| (requests_to(VIP, 40), requests_to(VIP_AG1, 40)))
+        .join()
+        .expect("client");
+    eprintln!(
+        "before: group 0 {:?}, group 1 {:?}",
+        lab::spread(&both.0),
+        lab::spread(&both.1)
+    );
+    assert!(lab::failed(&both.0).is_empty() && lab::failed(&both.1).is_empty());
+    // Each node probes only the VIPs of its own group.
+    let n1 = lab.node(1, &["status"]);
+    assert!(
+        n1.contains("via 198.18.10.10: ") && !n1.contains(&format!("via {VIP_AG1}")),
+        "{n1}"
+    );
+    let n2 = lab.node(2, &["status"]);
+    assert!(
+        n2.contains(&format!("via {VIP_AG1}: ")) && !n2.contains("via 198.18.10.10"),
+        "{n2}"
+    );
+
+    // Group 1's path breaks on backend 1.
+    lab.ip(
+        "b1",
+        &["addr", "del", &format!("{VIP_AG1}/32"), "dev", "lo"],
+    );
+    let t0 = Instant::now();
+    lab.wait_via(VIP_AG1, &[], "group 1 broken on backend 1");
+    eprintln!("group 1's VIP withdrawn after {:?}", t0.elapsed());
+    let n2 = lab.wait_status_on(
+        "n2/control.sock",
+        "node2.log",
+        &[&format!("child rule web-ag1 (VIP {VIP_AG1}): UNHEALTHY")],
+        Duration::from_secs(30),
+    );
+    assert!(
+        n2.contains(&format!(
+            "health web/198.18.1.11:80 via {VIP_AG1}: UNHEALTHY"
+        )) && n2.contains(&format!("VIP {VIP_AG1}: withdrawn (rule UNHEALTHY)")),
+        "{n2}"
+    );
+    // Group 0 is untouched: announced, HEALTHY, serving on both backends.
+    assert_eq!(lab.via(VIP), [1], "{}", lab.route(VIP));
+    let n1 = lab.node(1, &["status"]);
+    assert!(
+        n1.contains("child rule web-ag0 (VIP 198.18.10.10): HEALTHY")
+            && n1.contains("rule web: HEALTHY")
+            && n1.contains("VIP 198.18.10.10: announced (healthy)")
+            && !n1.contains("UNHEALTHY"),
+        "{n1}"
+    );
+    let exported = lab.in_ns("n1", rule_status_here).join().expect("n1");
+    assert!(
+        exported.contains("rule web HEALTHY\n") && exported.contains("rule web-ag0 HEALTHY\n"),
+        "{exported}"
+    );
+    assert!(!exported.contains("web-ag1"), "{exported}");
+    let exported = lab.in_ns("n2", rule_status_here).join().expect("n2");
+    assert!(exported.contains("rule web-ag1 UNHEALTHY\n"), "{exported}");
+    let answers = lab
+        .in_client(|| requests_to(VIP, 60))
+        .join()
+        .expect("client");
+    eprintln!("group 0 after the break: {:?}", lab::spread(&answers));
+    assert!(lab::failed(&answers).is_empty(), "{answers:?}");
+    assert!(
+        answers.iter().any(|a| a == "backend1") && answers.iter().any(|a| a == "backend2"),
+        "backend 1 still takes group 0's connections: {answers:?}"
+    );
+
+    // Backend 1 has group 1's VIP again: announced, answering.
+    lab.ip(
+        "b1",
+        &["addr", "add", &format!("{VIP_AG1}/32"), "dev", "lo"],
+    );
+    lab.wait_via(VIP_AG1, &[2], "group 1 repaired");
+    let answers = lab
+        .in_client(|| requests_to(VIP_AG1, 40))
+        .join()
+        .expect("client");
+    eprintln!("group 1 after the repair: {:?}", lab::spread(&answers));
+    assert!(lab::failed(&answers).is_empty(), "{answers:?}");
+    assert_eq!(lab.via(VIP), [1], "{}", lab.route(VIP));
+}
+
 /// How many connections of the scenario below: enough that ECMP gives node 1
 /// dozens, of which Maglev moves about a third to the new backend.
 const SYNC_CONNECTIONS: usize = 80;
