@@ -318,3 +318,100 @@ fn memory_is_estimated_and_a_flow_table_beyond_the_machine_is_refused() {
         stderr(&out)
     );
 }
+
+/// M25: check-config says what limits each service's capacity, and warns
+/// where `UTILIZATION` has nothing to measure it by (a TCP check, no check:
+/// no limit, or only the rates) and of a service with no health check. A
+/// rate under `UTILIZATION` is a second limit ("or both"), not an error.
+#[test]
+fn capacity_limits_are_shown_and_utilization_without_a_source_is_warned() {
+    let lab =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/lab.toml"))
+            .expect("lab.toml");
+    let run = |name: &str, text: &str| {
+        assert_ne!(text, lab, "{name}: the edit applies");
+        let out = check(&tmp(name, text));
+        let s = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{name}: {s}{}", stderr(&out));
+        s
+    };
+    let s = stdout(&check(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config/lab.toml"),
+    ));
+    assert!(
+        s.contains("Maglev M = 65537, capacity by utilization (target 0.8)\n"),
+        "{s}"
+    );
+
+    // Both limits: whichever is reached first; no warning.
+    let both = run(
+        "both.toml",
+        &lab.replacen(
+            "name = \"lab-a\"\n",
+            "name = \"lab-a\"\nmax_rate = 50000\nmax_utilization = 0.6\n",
+            1,
+        ),
+    );
+    assert!(
+        both.contains("capacity by rate or utilization (target 0.8), whichever is reached first\n"),
+        "{both}"
+    );
+    assert!(both.contains("warnings: 0"), "{both}");
+
+    // A TCP check reports no utilization: no limit at all, said twice.
+    let tcp = run(
+        "tcp.toml",
+        &lab.replacen(
+            "type = \"HTTP\"\npath = \"/healthz\"\n",
+            "type = \"TCP\"\n",
+            1,
+        ),
+    );
+    assert!(
+        tcp.contains(
+            "capacity unlimited (utilization unknown: a TCP health check cannot report it)"
+        ),
+        "{tcp}"
+    );
+    assert!(
+        tcp.contains("backend_services[0].health_check: balancing_mode UTILIZATION (the default), but health check \"http-80\" is TCP, which cannot report utilization: it has no capacity limit"),
+        "{tcp}"
+    );
+    assert!(tcp.contains("warnings: 1"), "{tcp}");
+
+    // No health check at all, with a rate: only the rate limits.
+    let none = run(
+        "none.toml",
+        &lab.replacen(
+            "health_check = \"http-80\"\n",
+            "max_rate_per_endpoint = 1000\n",
+            1,
+        ),
+    );
+    assert!(
+        none.contains("capacity by rate only (utilization unknown: no health check)"),
+        "{none}"
+    );
+    assert!(
+        none.contains("backend_services[0].name: service \"web\" has no health check: every endpoint counts as healthy, failing or not, and nothing reports utilization: under balancing_mode UTILIZATION (the default) only its rates limit its capacity"),
+        "{none}"
+    );
+    // The unused check is warned of too.
+    assert!(none.contains("warnings: 2"), "{none}");
+
+    // RATE takes no utilization target: refused, saying what to use.
+    let out = check(&tmp(
+        "rate.toml",
+        &lab.replacen(
+            "health_check = \"http-80\"\n",
+            "health_check = \"http-80\"\nbalancing_mode = \"RATE\"\nmax_rate_per_endpoint = 1000\nmax_utilization = 0.5\n",
+            1,
+        ),
+    ));
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("backend_services[0].max_utilization: max_utilization is a target of balancing_mode UTILIZATION; RATE counts packets per second only (to limit by rate and utilization together, use UTILIZATION with max_rate or max_rate_per_endpoint)"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -680,13 +680,19 @@ pub struct BackendService {
     /// `drop` (default) or `reset`.
     #[serde(default)]
     pub no_backend_action: NoBackendAction,
-    /// `UTILIZATION` (default) or `RATE`.
+    /// What a group's capacity counts (M25). `UTILIZATION` (default): the
+    /// utilization its endpoints report to an HTTP(S) health check, and
+    /// also packets per second where `max_rate_per_endpoint` or the group's
+    /// `max_rate` is set — the capacity is then reached when either is
+    /// ("or both"). `RATE`: packets per second only.
     #[serde(default)]
     pub balancing_mode: BalancingMode,
-    /// `RATE`: packets per second per endpoint.
+    /// Packets per second per endpoint. `RATE` needs this or a `max_rate`
+    /// on every group; `UTILIZATION` takes it as a second limit.
     #[serde(default)]
     pub max_rate_per_endpoint: Option<u64>,
-    /// `UTILIZATION`: target utilization (0 < x ≤ 1); default 0.8.
+    /// `UTILIZATION` only: target utilization (0 < x ≤ 1) of each group
+    /// that sets none of its own; default 0.8.
     #[serde(default)]
     pub max_utilization: Option<f64>,
     /// Zonal affinity and cross-zone balancing.
@@ -730,9 +736,15 @@ pub struct BackendGroup {
     /// Share of the group's capacity in use, 0.0–1.0 (0 drains it); default 1.
     #[serde(default = "d_scaler")]
     pub capacity_scaler: f64,
-    /// `RATE`: packets per second for the whole group.
+    /// Packets per second for the whole group. `RATE`: needed unless the
+    /// service sets `max_rate_per_endpoint`; `UTILIZATION`: a second limit
+    /// besides utilization, whichever is reached first.
     #[serde(default)]
     pub max_rate: Option<u64>,
+    /// `UTILIZATION` only: the group's target utilization (0 < x ≤ 1);
+    /// default: the service's `max_utilization`.
+    #[serde(default)]
+    pub max_utilization: Option<f64>,
     /// `endpoints` groups: the endpoints.
     #[serde(default)]
     pub endpoints: Vec<Endpoint>,

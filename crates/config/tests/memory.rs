@@ -6,20 +6,24 @@
 
 use config::memory::{self, Bytes};
 use config::{Env, Memory, load_str};
-use testkit::config::{Config, endpoint_list, group, node, rule, service};
+use testkit::config::{Config, endpoint_list, group, health_check, node, rule, service};
 
-/// A node, one service of two endpoints and its rule.
+/// A node, one service of two endpoints and its rule; the service has an
+/// HTTP health check, so that it is warned of nothing (M25).
 fn base() -> String {
     Config::new()
         .node(node("n1", "r1", "r1-a"))
         .rule(rule("web", &["10.0.0.10"], "TCP", "80", "web").set("ports", 80))
-        .service(service("web", "ipip").child(group("g", "r1", "r1-a").set(
-            "endpoints",
-            endpoint_list(&[
-                r#"{ address = "10.1.0.1", port = 80 }"#,
-                r#"{ address = "10.1.0.2", port = 80 }"#,
-            ]),
-        )))
+        .service(service("web", "ipip").str("health_check", "hc").child(
+            group("g", "r1", "r1-a").set(
+                "endpoints",
+                endpoint_list(&[
+                    r#"{ address = "10.1.0.1", port = 80 }"#,
+                    r#"{ address = "10.1.0.2", port = 80 }"#,
+                ]),
+            ),
+        ))
+        .health_check(health_check("hc", "HTTP"))
         .build()
 }
 

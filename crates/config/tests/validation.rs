@@ -39,6 +39,20 @@ fn load(text: &str) -> Result<config::Loaded, ConfigErrors> {
     load_str("t.toml", text, &machine())
 }
 
+/// The warning every configuration made from [`svc`] gets: its service has
+/// no health check (M25; `the_base_config_of_the_cases_is_valid`).
+const NO_HEALTH_CHECK: &str = "backend_services[0].name: service \"web\" has no health check";
+
+/// `l`'s warnings other than [`NO_HEALTH_CHECK`]: what the tests of other
+/// warnings look at.
+fn other_warnings(l: &config::Loaded) -> Vec<&str> {
+    l.warnings
+        .iter()
+        .map(String::as_str)
+        .filter(|w| !w.contains(NO_HEALTH_CHECK))
+        .collect()
+}
+
 /// Ten services of one table of 16777213 slots (128 MiB counting a
 /// rebuild); the first one's size is marked.
 fn ten_huge_services() -> String {
@@ -195,7 +209,11 @@ fn cases() -> Vec<Case> {
         case("Geneve options with gre", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"gre\"\ngeneve = { port = 6081 } #!"), "backend_services[0].geneve", "geneve options apply to delivery \"geneve\""),
         case("Geneve option types equal", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"geneve\"\ngeneve = { endpoint_id_type = 3 } #!"), "backend_services[0].geneve.flow_cookie_type", "need distinct types"),
         case("RATE without a rate", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nbalancing_mode = \"RATE\"").replace("[[backend_services.groups]]", "[[backend_services.groups]] #!"), "backend_services[0].groups[0].max_rate", "balancing_mode RATE needs max_rate"),
-        case("max_rate with UTILIZATION", node_then_svc(&node_table()).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\nmax_rate = 1000 #!\nendpoints"), "backend_services[0].groups[0].max_rate", "max_rate applies to balancing_mode RATE"),
+        case("max_utilization with RATE", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nbalancing_mode = \"RATE\"\nmax_rate_per_endpoint = 1000\nmax_utilization = 0.7 #!"), "backend_services[0].max_utilization", "RATE counts packets per second only (to limit by rate and utilization together, use UTILIZATION with max_rate"),
+        case("group max_utilization with RATE", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nbalancing_mode = \"RATE\"").replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\nmax_rate = 1000\nmax_utilization = 0.7 #!\nendpoints"), "backend_services[0].groups[0].max_utilization", "max_utilization is a target of balancing_mode UTILIZATION"),
+        case("group max_utilization above 1", node_then_svc(&node_table()).replace("zone = \"r1-a\"\nendpoints", "zone = \"r1-a\"\nmax_rate = 1000\nmax_utilization = 1.5 #!\nendpoints"), "backend_services[0].groups[0].max_utilization", "1.5 is out of range: 0 < max_utilization <= 1.0"),
+        case("zero rate per endpoint with UTILIZATION", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nmax_rate_per_endpoint = 0 #!"), "backend_services[0].max_rate_per_endpoint", "a rate of 0 would refuse every connection"),
+        case("max_utilization on a remote_rule group", with("[[backend_services]]\nname = \"s\"\ndelivery = \"gre\"\n[[backend_services.groups]]\nname = \"a\"\nregion = \"r1\"\nzone = \"z\"\nkind = \"remote_rule\"\nmax_utilization = 0.5 #!\nremote = { status_url = \"http://10.9.0.1:9469/status\", rule = \"web\", vip = \"10.9.0.10\" }\n"), "backend_services[1].groups[0].max_utilization", "a remote_rule group reports no utilization"),
         case("max_utilization zero", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nmax_utilization = 0.0 #!"), "backend_services[0].max_utilization", "0 < max_utilization <= 1.0"),
         case("zonal affinity without client zones", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true } #!"), "backend_services[0].locality.zonal_affinity", "needs [[client_zones]]"),
         case("spill ratio out of range", node_then_svc(&node_table()).replace("delivery = \"ipip\"", "delivery = \"ipip\"\nlocality = { zonal_affinity = true, zonal_spill_ratio = 2.0 } #!") + "[[client_zones]]\nzone = \"r1-a\"\nprefixes = [\"10.0.0.0/8\"]\n", "backend_services[0].locality.zonal_spill_ratio", "2 is out of range 0.0-1.0"),
@@ -376,7 +394,11 @@ fn every_rule_rejects_its_config_naming_field_line_and_reason() {
 #[test]
 fn the_base_config_of_the_cases_is_valid() {
     let l = load(&with("")).unwrap_or_else(|e| panic!("{e}"));
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    // Warned only that its service has no health check, which keeps the
+    // cases short.
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert!(l.warnings[0].contains(NO_HEALTH_CHECK), "{:?}", l.warnings);
+    assert!(other_warnings(&l).is_empty(), "{:?}", l.warnings);
 }
 
 /// M47: one exception port per data port; `for_port` defaults to the uplink.
@@ -389,7 +411,7 @@ fn exception_ports_compile_to_the_data_port_each_stands_for() {
         "[[ports]]\nname = \"k-up\"\ndevice = \"t0\"\nrole = \"exception\"\n",
     );
     let l = load(&with(ports)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert!(other_warnings(&l).is_empty(), "{:?}", other_warnings(&l));
     assert_eq!(
         l.compiled.settings.exception_for,
         vec![Some(2), None, None, Some(1)]
@@ -400,11 +422,11 @@ fn exception_ports_compile_to_the_data_port_each_stands_for() {
     let l = load(&with(alone)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(l.compiled.settings.exception_for, vec![None]);
     assert!(
-        l.warnings
+        other_warnings(&l)
             .iter()
             .any(|w| w.contains("ports[0].role: no port has role \"uplink\"")),
         "{:?}",
-        l.warnings
+        other_warnings(&l)
     );
 }
 
@@ -452,11 +474,11 @@ fn syntax_errors_are_all_reported_with_positions() {
 fn warnings_do_not_reject() {
     let text = with("[[health_checks]]\nname = \"unused\"\ntype = \"TCP\"\nport = 80\n");
     let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(other_warnings(&l).len(), 1, "{:?}", other_warnings(&l));
     assert!(
-        l.warnings[0].contains("t.toml:23:8: health_checks[0].name: health check \"unused\" is used by no backend service"),
+        other_warnings(&l)[0].contains("t.toml:23:8: health_checks[0].name: health check \"unused\" is used by no backend service"),
         "{:?}",
-        l.warnings
+        other_warnings(&l)
     );
 }
 
@@ -496,13 +518,13 @@ fn announcing_rate_capacity_without_peers_or_a_share_is_a_warning() {
                 1,
             );
     let l = load(&rate).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(other_warnings(&l).len(), 1, "{:?}", other_warnings(&l));
     assert!(
-        l.warnings[0].contains(
+        other_warnings(&l)[0].contains(
             "node.capacity_share: this node announces its VIPs but has no [flow_sync] peers"
         ),
         "{:?}",
-        l.warnings
+        other_warnings(&l)
     );
     let shared = rate.replacen(
         "zone = \"r1-a\"\n",
@@ -510,14 +532,14 @@ fn announcing_rate_capacity_without_peers_or_a_share_is_a_warning() {
         1,
     );
     let l = load(&shared).unwrap_or_else(|e| panic!("{e}"));
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert!(other_warnings(&l).is_empty(), "{:?}", other_warnings(&l));
     assert!((l.compiled.node.capacity_share - 0.5).abs() < 1e-12);
     // The default share: 1 / (peers + 1).
     let synced = format!(
         "{rate}\n[flow_sync]\nlisten = \"192.0.2.1:7700\"\npeers = [\"192.0.2.2:7700\", \"192.0.2.3:7700\"]\nkey = \"hex:000102030405060708090a0b0c0d0e0f\"\n"
     );
     let l = load(&synced).unwrap_or_else(|e| panic!("{e}"));
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert!(other_warnings(&l).is_empty(), "{:?}", other_warnings(&l));
     assert!((l.compiled.node.capacity_share - 1.0 / 3.0).abs() < 1e-12);
     assert!(!l.compiled.node.capacity_share_set);
 }
@@ -526,11 +548,12 @@ fn announcing_rate_capacity_without_peers_or_a_share_is_a_warning() {
 fn a_worker_on_the_management_core_is_a_warning() {
     let text = with("[dataplane]\nmanagement_core = 1\nworker_cores = [0, 1]\n");
     let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(other_warnings(&l).len(), 1, "{:?}", other_warnings(&l));
     assert!(
-        l.warnings[0].contains("dataplane.worker_cores[1]: core 1 is also the management core"),
+        other_warnings(&l)[0]
+            .contains("dataplane.worker_cores[1]: core 1 is also the management core"),
         "{:?}",
-        l.warnings
+        other_warnings(&l)
     );
 }
 
@@ -548,12 +571,12 @@ fn a_per_client_cap_that_reserves_nothing_is_a_warning() {
         ("max_connections = 4\n", "metrics.max_connections"),
     ] {
         let l = load(&with(&format!("[metrics]\n{metrics}"))).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        assert_eq!(other_warnings(&l).len(), 1, "{:?}", other_warnings(&l));
         assert!(
-            l.warnings[0].contains(&format!("{path}: max_connections_per_client "))
-                && l.warnings[0].contains("one client can hold every slot"),
+            other_warnings(&l)[0].contains(&format!("{path}: max_connections_per_client "))
+                && other_warnings(&l)[0].contains("one client can hold every slot"),
             "{:?}",
-            l.warnings
+            other_warnings(&l)
         );
     }
     for (metrics, per_client) in [
@@ -566,7 +589,11 @@ fn a_per_client_cap_that_reserves_nothing_is_a_warning() {
         ),
     ] {
         let l = load(&with(&format!("[metrics]\n{metrics}"))).unwrap_or_else(|e| panic!("{e}"));
-        assert!(l.warnings.is_empty(), "{metrics}: {:?}", l.warnings);
+        assert!(
+            other_warnings(&l).is_empty(),
+            "{metrics}: {:?}",
+            other_warnings(&l)
+        );
         assert_eq!(l.config.metrics.per_client(), per_client, "{metrics}");
     }
 }
@@ -589,17 +616,21 @@ fn a_metrics_listener_off_loopback_is_a_warning() {
     ] {
         let text = with(&format!("[metrics]\nlisten = \"{listen}\"\n{allow}"));
         let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        assert_eq!(other_warnings(&l).len(), 1, "{:?}", other_warnings(&l));
         assert!(
-            l.warnings[0].contains(&format!("metrics.listen: {listen} is not a loopback address: /status and /metrics are served to {who}")),
+            other_warnings(&l)[0].contains(&format!("metrics.listen: {listen} is not a loopback address: /status and /metrics are served to {who}")),
             "{:?}",
-            l.warnings
+            other_warnings(&l)
         );
     }
     for listen in ["127.0.0.1:9469", "[::1]:9469", "127.0.0.5:80"] {
         let l = load(&with(&format!("[metrics]\nlisten = \"{listen}\"\n")))
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(l.warnings.is_empty(), "{listen}: {:?}", l.warnings);
+        assert!(
+            other_warnings(&l).is_empty(),
+            "{listen}: {:?}",
+            other_warnings(&l)
+        );
     }
 }
 
@@ -716,12 +747,17 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
     ];
     for (path, text) in cases {
         let l = load(&text).unwrap_or_else(|e| panic!("{path}: rejected:\n{e}\n{text}"));
-        assert_eq!(l.warnings.len(), 1, "{path}: {:?}\n{text}", l.warnings);
+        assert_eq!(
+            other_warnings(&l).len(),
+            1,
+            "{path}: {:?}\n{text}",
+            other_warnings(&l)
+        );
         assert!(
-            l.warnings[0].contains(&format!(": {path}: "))
-                && l.warnings[0].contains("not used by this version"),
+            other_warnings(&l)[0].contains(&format!(": {path}: "))
+                && other_warnings(&l)[0].contains("not used by this version"),
             "{path}: {:?}",
-            l.warnings
+            other_warnings(&l)
         );
         assert!(
             l.summary().contains("not used by this version"),
@@ -740,7 +776,7 @@ fn fields_not_used_by_this_version_are_warnings_naming_them() {
         "backend_service = \"web\"\nmode = \"passthrough\"\n",
     );
     let l = load(&quiet).unwrap_or_else(|e| panic!("{e}"));
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert!(other_warnings(&l).is_empty(), "{:?}", l.warnings);
 }
 
 #[test]

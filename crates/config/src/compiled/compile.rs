@@ -185,6 +185,7 @@ fn backends(cfg: &Config, names: &Names<'_>, zones: &mut Interned) -> Backends {
                 zone: ZoneId(zones.intern(&g.zone)),
                 capacity_scaler: g.capacity_scaler,
                 max_rate: g.max_rate,
+                max_utilization: g.max_utilization,
                 endpoints: ge_start..dense(b.endpoints.len()),
                 remote: g.remote.clone(),
             });

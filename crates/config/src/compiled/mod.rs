@@ -17,6 +17,7 @@ use std::net::IpAddr;
 use crate::schema::HealthCheck;
 use crate::values::Prefix;
 
+mod capacity;
 mod compile;
 mod rules;
 mod services;
@@ -30,6 +31,7 @@ pub(crate) use compile::compile;
 fn dense(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
+pub use capacity::{CapacityLimits, UtilizationSource};
 pub use rules::{ChildRule, L3_DEFAULT_PROTOCOLS, Rule, RuleIndex, RuleMatch, SourceSet};
 pub use services::{
     Balancing, Composite, DEFAULT_MAX_UTILIZATION, Delivery, Endpoint, GUE_PORT, GatewayEndpoint,

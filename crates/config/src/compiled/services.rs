@@ -73,9 +73,10 @@ pub const DEFAULT_MAX_UTILIZATION: f64 = 0.8;
 pub struct Balancing {
     /// RATE or UTILIZATION.
     pub mode: BalancingMode,
-    /// RATE: per-endpoint packets per second.
+    /// Per-endpoint packets per second (RATE, or UTILIZATION's second
+    /// limit).
     pub max_rate_per_endpoint: Option<u64>,
-    /// UTILIZATION: target (0, 1].
+    /// UTILIZATION: target (0, 1] of the groups that set none.
     pub max_utilization: f64,
 }
 
@@ -150,8 +151,11 @@ pub struct Group {
     pub zone: ZoneId,
     /// 0.0–1.0.
     pub capacity_scaler: f64,
-    /// RATE: packets per second of the group.
+    /// Packets per second of the group (RATE, or UTILIZATION's second
+    /// limit).
     pub max_rate: Option<u64>,
+    /// UTILIZATION: the group's own target; `None`: the service's.
+    pub max_utilization: Option<f64>,
     /// Its endpoints.
     pub endpoints: Range<u32>,
     /// `remote_rule` groups: the remote rule (its VIP is also the group's

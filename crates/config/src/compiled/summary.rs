@@ -78,10 +78,13 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
         c.health_checks.len(),
         c.composites.len()
     );
-    for svc in &c.services {
+    for (i, svc) in c.services.iter().enumerate() {
+        let capacity = c
+            .capacity_limits(super::ServiceId(super::dense(i)))
+            .map_or_else(String::new, |l| format!(", capacity {l}"));
         let _ = writeln!(
             s,
-            "  {}: {}, {} groups, {} endpoints, Maglev M = {}",
+            "  {}: {}, {} groups, {} endpoints, Maglev M = {}{capacity}",
             svc.name,
             svc.delivery,
             svc.groups.len(),

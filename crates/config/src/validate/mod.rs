@@ -17,6 +17,7 @@ use crate::Env;
 use crate::error::{ConfigError, ConfigErrors, SourceMap};
 use crate::schema::{Config, DeliveryMode};
 
+mod capacity;
 mod health;
 mod listeners;
 mod locality;

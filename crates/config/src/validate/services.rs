@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::{Checker, MAX_TABLE_SIZE, MAX_WEIGHT, ipv4_mapped, valid_name};
-use crate::schema::{BackendService, BalancingMode, DeliveryMode, GroupKind, LoadBalancing};
+use crate::schema::{BackendService, DeliveryMode, GroupKind, LoadBalancing};
 
 impl Checker<'_> {
     pub(super) fn services(&mut self) {
@@ -93,7 +93,12 @@ impl Checker<'_> {
                     format!("{} healthy endpoints required but the service has {n_endpoints}: it can never be healthy", s.aggregation.min_healthy_count),
                 );
             }
-            self.capacity(&p, s);
+            let check = s
+                .health_check
+                .as_deref()
+                .and_then(|h| checks.get(h))
+                .copied();
+            self.capacity(&p, s, check);
             let l = &s.locality;
             if !(0.0..=1.0).contains(&l.zonal_spill_ratio) {
                 self.err(
@@ -172,56 +177,6 @@ impl Checker<'_> {
                     &format!("{p}.geneve.flow_cookie_type"),
                     format!("option type {} is also endpoint_id_type: the two options need distinct types", g.flow_cookie_type),
                 );
-            }
-        }
-    }
-
-    fn capacity(&mut self, p: &str, s: &BackendService) {
-        match s.balancing_mode {
-            BalancingMode::Rate => {
-                if s.max_utilization.is_some() {
-                    self.err(
-                        &format!("{p}.max_utilization"),
-                        "max_utilization applies to balancing_mode UTILIZATION, not RATE",
-                    );
-                }
-                if s.max_rate_per_endpoint == Some(0) {
-                    self.err(&format!("{p}.max_rate_per_endpoint"), "a rate of 0 would refuse every connection; use capacity_scaler = 0 to drain");
-                }
-                if s.max_rate_per_endpoint.is_none() {
-                    for (g, group) in s.groups.iter().enumerate() {
-                        if group.max_rate.is_none() {
-                            self.err(
-                                &format!("{p}.groups[{g}].max_rate"),
-                                "balancing_mode RATE needs max_rate on every group, or max_rate_per_endpoint on the service",
-                            );
-                        }
-                    }
-                }
-            }
-            BalancingMode::Utilization => {
-                if let Some(u) = s.max_utilization
-                    && !(u > 0.0 && u <= 1.0)
-                {
-                    self.err(
-                        &format!("{p}.max_utilization"),
-                        format!("{u} is out of range: 0 < max_utilization <= 1.0"),
-                    );
-                }
-                if s.max_rate_per_endpoint.is_some() {
-                    self.err(
-                        &format!("{p}.max_rate_per_endpoint"),
-                        "max_rate_per_endpoint applies to balancing_mode RATE, not UTILIZATION",
-                    );
-                }
-                for (g, group) in s.groups.iter().enumerate() {
-                    if group.max_rate.is_some() {
-                        self.err(
-                            &format!("{p}.groups[{g}].max_rate"),
-                            "max_rate applies to balancing_mode RATE, not UTILIZATION",
-                        );
-                    }
-                }
             }
         }
     }
