@@ -33,6 +33,7 @@ fn service(capacity: CapacityMode, locality: Locality) -> (NodeSpec, ServiceSpec
                 zone: ZoneId(r * 10 + g % 2),
                 capacity_scaler: if g == 3 { 0.5 } else { 1.0 },
                 max_rate: None,
+                max_utilization: None,
             });
             for k in 0..per_group {
                 svc.endpoints.push(EndpointSpec {
@@ -73,6 +74,7 @@ fn bench_decide(c: &mut Criterion) {
     };
     let util = CapacityMode::Utilization {
         max_utilization: 0.8,
+        max_rate_per_endpoint: None,
     };
     let affinity = Locality {
         zonal_affinity: true,

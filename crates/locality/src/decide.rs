@@ -646,7 +646,8 @@ fn service_health(svc: &ServiceSpec, health: &[Health]) -> AggregateHealth {
 }
 
 /// A group's capacity in packets per second (M25); infinite when unlimited
-/// or not estimable.
+/// or not estimable. Under `UTILIZATION` with a rate set too, the smaller
+/// of the two: the group is full when either limit is reached.
 fn group_capacity(
     svc: &ServiceSpec,
     gi: usize,
@@ -658,41 +659,80 @@ fn group_capacity(
     if g.eligible == 0 || scaler <= 0.0 {
         return 0.0;
     }
+    let group = &svc.groups[gi];
     match svc.capacity {
         CapacityMode::Rate {
             max_rate_per_endpoint,
+        } => rate_capacity(
+            max_rate_per_endpoint,
+            group.max_rate,
+            g,
+            scaler,
+            capacity_share,
+        ),
+        CapacityMode::Utilization {
+            max_utilization,
+            max_rate_per_endpoint,
         } => {
-            let mut cap = f64::INFINITY;
-            if let Some(r) = max_rate_per_endpoint {
-                cap = r as f64 * f64::from(g.eligible);
-            }
-            if let Some(m) = svc.groups[gi].max_rate {
-                // The group's rate is its endpoints' together: an
-                // ineligible endpoint takes its share of it away.
-                cap = cap.min(m as f64 * f64::from(g.eligible) / f64::from(g.total.max(1)));
-            }
-            let share = if capacity_share.is_finite() && capacity_share > 0.0 {
-                capacity_share.min(1.0)
-            } else {
-                1.0
-            };
-            cap * scaler * share
-        }
-        CapacityMode::Utilization { max_utilization } => {
-            if g.util_weight <= 0.0 {
-                // Nothing reported yet: no limit known.
-                return f64::INFINITY;
-            }
-            let target = finite_nonneg(max_utilization).min(1.0) * scaler;
-            let u = g.util_sum / g.util_weight;
-            if g.load <= idle {
-                // Too little of our traffic to scale from: room while below
-                // target (the next rounds measure how much), none otherwise.
-                return if u < target { f64::INFINITY } else { 0.0 };
-            }
-            g.load * target / u.max(UTIL_FLOOR)
+            let target = group.max_utilization.unwrap_or(max_utilization);
+            let by_utilization = utilization_capacity(target, g, scaler, idle);
+            let by_rate = rate_capacity(
+                max_rate_per_endpoint,
+                group.max_rate,
+                g,
+                scaler,
+                capacity_share,
+            );
+            by_utilization.min(by_rate)
         }
     }
+}
+
+/// The capacity the rates allow: `per_endpoint × eligible endpoints`,
+/// capped by the group's `max_rate` pro rata to its eligible endpoints,
+/// times the scaler and this node's share of the cluster's capacity;
+/// infinite with neither rate set.
+fn rate_capacity(
+    per_endpoint: Option<u64>,
+    group_max: Option<u64>,
+    g: &GroupAgg,
+    scaler: f64,
+    capacity_share: f64,
+) -> f64 {
+    let mut cap = f64::INFINITY;
+    if let Some(r) = per_endpoint {
+        cap = r as f64 * f64::from(g.eligible);
+    }
+    if let Some(m) = group_max {
+        // The group's rate is its endpoints' together: an ineligible
+        // endpoint takes its share of it away.
+        cap = cap.min(m as f64 * f64::from(g.eligible) / f64::from(g.total.max(1)));
+    }
+    let share = if capacity_share.is_finite() && capacity_share > 0.0 {
+        capacity_share.min(1.0)
+    } else {
+        1.0
+    };
+    cap * scaler * share
+}
+
+/// The capacity the utilization target allows: the group's load scaled
+/// from its reported utilization to `target × scaler`; infinite while
+/// nothing reports a utilization. No capacity share: the utilization
+/// already counts every node's traffic.
+fn utilization_capacity(target: f64, g: &GroupAgg, scaler: f64, idle: f64) -> f64 {
+    if g.util_weight <= 0.0 {
+        // Nothing reported yet: no limit known.
+        return f64::INFINITY;
+    }
+    let target = finite_nonneg(target).min(1.0) * scaler;
+    let u = g.util_sum / g.util_weight;
+    if g.load <= idle {
+        // Too little of our traffic to scale from: room while below
+        // target (the next rounds measure how much), none otherwise.
+        return if u < target { f64::INFINITY } else { 0.0 };
+    }
+    g.load * target / u.max(UTIL_FLOOR)
 }
 
 /// Drops fractions below `min` and rescales the rest to sum to 1.

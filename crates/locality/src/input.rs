@@ -73,10 +73,15 @@ pub enum CapacityMode {
     /// Utilization reported by the endpoints (0.0–1.0). A group at average
     /// utilization `u` carrying `L` packets per second is assumed to scale
     /// linearly: it can carry `L · t / u` at target `t = max_utilization ·
-    /// capacity_scaler`.
+    /// capacity_scaler`. Where a rate is set too (`max_rate_per_endpoint`,
+    /// a group's `max_rate`), the group's capacity is the smaller of the
+    /// two: it is full when either limit is reached.
     Utilization {
-        /// Target utilization in (0, 1].
+        /// Target utilization in (0, 1] of groups that set none
+        /// ([`GroupSpec::max_utilization`]).
         max_utilization: f64,
+        /// Per-endpoint packets per second, a second limit; `None`: none.
+        max_rate_per_endpoint: Option<u64>,
     },
 }
 
@@ -89,8 +94,12 @@ pub struct GroupSpec {
     pub zone: ZoneId,
     /// 0.0–1.0; 0 drains the group (no new connections, M11, M25).
     pub capacity_scaler: f64,
-    /// `RATE`: packets per second of the whole group.
+    /// Packets per second of the whole group (`RATE`, or a second limit
+    /// under `UTILIZATION`).
     pub max_rate: Option<u64>,
+    /// `UTILIZATION`: the group's own target in (0, 1]; `None`: the
+    /// service's.
+    pub max_utilization: Option<f64>,
 }
 
 /// One endpoint's static shape.
@@ -145,6 +154,7 @@ impl ServiceSpec {
                 zone: g.zone,
                 capacity_scaler: g.capacity_scaler,
                 max_rate: g.max_rate,
+                max_utilization: g.max_utilization,
             })
             .collect();
         let endpoints = c
@@ -162,6 +172,7 @@ impl ServiceSpec {
                 },
                 BalancingMode::Utilization => CapacityMode::Utilization {
                     max_utilization: s.balancing.max_utilization,
+                    max_rate_per_endpoint: s.balancing.max_rate_per_endpoint,
                 },
             },
             aggregation: s.aggregation,
@@ -207,9 +218,10 @@ impl ServiceSpec {
         }
     }
 
-    /// The default `UTILIZATION` mode (target 0.8).
+    /// The default `UTILIZATION` mode (target 0.8, no rate).
     pub const DEFAULT_UTILIZATION: CapacityMode = CapacityMode::Utilization {
         max_utilization: DEFAULT_MAX_UTILIZATION,
+        max_rate_per_endpoint: None,
     };
 }
 

@@ -70,7 +70,14 @@
 //!   floored at 0.01. When a group carries too little to scale from
 //!   (≤ [`Tuning::idle_rate`] or 0.1 % of the demand) it is taken to have
 //!   room (unlimited) while `u < t` and none otherwise; the next rounds then
-//!   measure it. No report at all: unlimited.
+//!   measure it. No report at all: unlimited (status shows the
+//!   utilization as unknown).
+//! * `UTILIZATION` with a rate too (`max_rate_per_endpoint` or the group's
+//!   `max_rate`, the clouds' "or both"): the smaller of the two capacities
+//!   above, each in packets per second against the same measured rates —
+//!   the group is full when either limit is reached. A group's own
+//!   `max_utilization` overrides the service's target; the node's capacity
+//!   share applies to the rate part only.
 //!
 //! **Spillover (M26).** Demand `D` is the service's total measured rate
 //! over *all* its endpoints (not the nearest region's), so it does not

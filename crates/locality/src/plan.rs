@@ -108,8 +108,10 @@ pub struct RegionStatus {
     pub capacity: f64,
     /// Measured (smoothed) packets per second to the region's endpoints.
     pub load: f64,
-    /// `RATE`: load ÷ capacity; `UTILIZATION`: the weighted mean utilization
-    /// its eligible endpoints report. `None` when not defined.
+    /// `RATE`: load ÷ capacity; `UTILIZATION` (with a rate or not): the
+    /// weighted mean utilization its eligible endpoints report. `None` when
+    /// not defined: `RATE` without a limit, or `UTILIZATION` that no
+    /// endpoint reports (unknown: no utilization limit applies).
     pub utilization: Option<f64>,
     /// Whether it was a candidate for new connections this round.
     pub candidate: bool,

@@ -44,7 +44,10 @@ fn case() -> impl Strategy<Value = Case> {
         proptest::option::of(1u64..1000).prop_map(|r| CapacityMode::Rate {
             max_rate_per_endpoint: r
         }),
-        (0.05f64..=1.0).prop_map(|t| CapacityMode::Utilization { max_utilization: t }),
+        (0.05f64..=1.0).prop_map(|t| CapacityMode::Utilization {
+            max_utilization: t,
+            max_rate_per_endpoint: None,
+        }),
     ];
     let svc_knobs = (
         mode,
@@ -87,6 +90,7 @@ fn case() -> impl Strategy<Value = Case> {
                     zone: ZoneId(region * 10 + zone),
                     capacity_scaler: scaler,
                     max_rate,
+                    max_utilization: None,
                 });
                 for k in 0..n {
                     let weight = [100u16, 0, 1, 1000, 250][(seed as usize + gi + k) % 5];

@@ -440,6 +440,127 @@ fn utilization_region_can_take_target_over_utilization_of_its_load() {
     assert_eq!(fraction(&p, A), 1.0);
 }
 
+/// A UTILIZATION service at target `t` with a rate limit too: `per_endpoint`
+/// pps per endpoint (M25, "or both").
+fn util_and_rate_service(t: f64, per_endpoint: Option<u64>) -> ServiceSpec {
+    ServiceSpec::new(locality::CapacityMode::Utilization {
+        max_utilization: t,
+        max_rate_per_endpoint: per_endpoint,
+    })
+}
+
+/// Region A (10 endpoints) carrying 900 pps at utilization 0.9, and an
+/// idle region B with room.
+fn util_and_rate_obs(svc: &ServiceSpec, a: std::ops::Range<usize>) -> Vec<EndpointObs> {
+    let mut obs = all_healthy(svc);
+    load(&mut obs, a.clone(), 900.0);
+    for (i, o) in obs.iter_mut().enumerate() {
+        o.utilization = Some(if a.contains(&i) { 0.9 } else { 0.1 });
+    }
+    obs
+}
+
+/// M25 "or both": with a rate and a utilization target, a group's capacity
+/// is the smaller of what each allows — whichever is reached first binds.
+/// At 900 pps and utilization 0.9, target 0.6 allows 600 pps; 100 pps per
+/// endpoint allows 1000 (utilization binds), 50 allows 500 (the rate
+/// binds). The spill follows the binding limit.
+#[test]
+fn rate_and_utilization_together_bind_whichever_is_reached_first() {
+    for (per_endpoint, capacity) in [(None, 600.0), (Some(100), 600.0), (Some(50), 500.0)] {
+        let mut svc = util_and_rate_service(0.6, per_endpoint);
+        let a = group(&mut svc, A, zone(A, 0), 10);
+        group(&mut svc, B, zone(B, 0), 10);
+        let p = plan(&svc, util_and_rate_obs(&svc, a));
+        assert!(
+            close(p.status[0].capacity, capacity, 1e-9),
+            "{per_endpoint:?}: {p:#?}"
+        );
+        assert!(close(fraction(&p, A), capacity / 900.0, 1e-9), "{p:#?}");
+        assert!(close(fraction(&p, B), 1.0 - capacity / 900.0, 1e-9));
+        // Status shows the reported utilization, not load / capacity.
+        assert_eq!(p.status[0].utilization, Some(0.9));
+    }
+
+    // The group's max_rate is a limit of its own (pro rata to eligible
+    // endpoints, as in RATE), and the group's max_utilization overrides
+    // the service's target: 900 × 0.45 / 0.9 = 450 < 700.
+    let mut svc = util_and_rate_service(0.6, None);
+    let a = group_with(&mut svc, A, zone(A, 0), 10, 1.0, Some(700));
+    group(&mut svc, B, zone(B, 0), 10);
+    let p = plan(&svc, util_and_rate_obs(&svc, a.clone()));
+    assert!(close(p.status[0].capacity, 600.0, 1e-9), "{p:#?}");
+    svc.groups[0].max_utilization = Some(0.45);
+    let p = plan(&svc, util_and_rate_obs(&svc, a.clone()));
+    assert!(close(p.status[0].capacity, 450.0, 1e-9), "{p:#?}");
+    svc.groups[0].max_utilization = Some(1.0);
+    let p = plan(&svc, util_and_rate_obs(&svc, a.clone()));
+    assert!(close(p.status[0].capacity, 700.0, 1e-9), "{p:#?}");
+
+    // capacity_scaler scales both limits: half of 600 and of 700.
+    svc.groups[0].capacity_scaler = 0.5;
+    svc.groups[0].max_utilization = None;
+    let p = plan(&svc, util_and_rate_obs(&svc, a));
+    assert!(close(p.status[0].capacity, 300.0, 1e-9), "{p:#?}");
+}
+
+/// With no utilization reported, UTILIZATION alone has no limit
+/// (unlimited, status `None`: unknown); a rate set beside it still limits.
+/// The node's capacity share (M25 with several nodes) applies to the rate
+/// only: the endpoints' utilization already counts every node's traffic.
+#[test]
+fn an_unreported_utilization_leaves_the_rate_as_the_only_limit() {
+    let mut svc = util_and_rate_service(0.6, None);
+    let a = group(&mut svc, A, zone(A, 0), 10);
+    group(&mut svc, B, zone(B, 0), 10);
+    let mut obs = all_healthy(&svc);
+    load(&mut obs, a.clone(), 900.0);
+    let p = plan(&svc, obs.clone());
+    assert!(p.status[0].capacity.is_infinite(), "{p:#?}");
+    assert_eq!(p.status[0].utilization, None);
+    assert_eq!(fraction(&p, A), 1.0);
+
+    let mut svc = util_and_rate_service(0.6, Some(50));
+    let a = group(&mut svc, A, zone(A, 0), 10);
+    group(&mut svc, B, zone(B, 0), 10);
+    let p = plan(&svc, obs.clone());
+    assert!(close(p.status[0].capacity, 500.0, 1e-9), "{p:#?}");
+    assert_eq!(p.status[0].utilization, None);
+
+    let half = NodeSpec {
+        capacity_share: 0.5,
+        ..node()
+    };
+    let p = decide(&half, &svc, &observe(obs), None, &Tuning::default()).unwrap();
+    assert!(close(p.status[0].capacity, 250.0, 1e-9), "{p:#?}");
+    // Reported, the 600 pps utilization allows is not halved: 250 by rate
+    // binds; at 200 pps per endpoint (1000 after the share) the 600 does.
+    let p = decide(
+        &half,
+        &svc,
+        &observe(util_and_rate_obs(&svc, a.clone())),
+        None,
+        &Tuning::default(),
+    )
+    .unwrap();
+    assert!(close(p.status[0].capacity, 250.0, 1e-9), "{p:#?}");
+    let svc = {
+        let mut s = util_and_rate_service(0.6, Some(200));
+        group(&mut s, A, zone(A, 0), 10);
+        group(&mut s, B, zone(B, 0), 10);
+        s
+    };
+    let p = decide(
+        &half,
+        &svc,
+        &observe(util_and_rate_obs(&svc, a)),
+        None,
+        &Tuning::default(),
+    )
+    .unwrap();
+    assert!(close(p.status[0].capacity, 600.0, 1e-9), "{p:#?}");
+}
+
 /// Region A with zones a0 and a1 (5 × 100 pps each), region B.
 fn zoned(locality: Locality) -> ServiceSpec {
     let mut svc = rate_service(100);
@@ -694,4 +815,57 @@ fn from_compiled_reads_the_two_region_example() {
     assert_eq!(ws, [100_000, 100_000, 200_000, 50_000, 50_000]);
     // Zonal affinity: a variant for each us-east zone.
     assert_eq!(p.regions[0].zone_variants.len(), 2);
+}
+
+/// The two-region example under UTILIZATION keeps its rates as a second
+/// limit (M25, "or both"), and a group's own max_utilization overrides the
+/// service's target.
+#[test]
+fn from_compiled_reads_rate_and_utilization_together() {
+    let text = include_str!("../../../config/two-region-spillover.toml")
+        .replacen(
+            "balancing_mode = \"RATE\"",
+            "balancing_mode = \"UTILIZATION\"\nmax_utilization = 0.7",
+            1,
+        )
+        .replacen(
+            "zone = \"us-east-b\"\n",
+            "zone = \"us-east-b\"\nmax_utilization = 0.5\n",
+            1,
+        );
+    let loaded = config::load_str("t.toml", &text, &config::Env::with_cpus(4)).unwrap();
+    let c = &loaded.compiled;
+    let svc = ServiceSpec::from_compiled(c, config::compiled::ServiceId(0)).unwrap();
+    assert_eq!(
+        svc.capacity,
+        locality::CapacityMode::Utilization {
+            max_utilization: 0.7,
+            max_rate_per_endpoint: Some(50_000),
+        }
+    );
+    let targets: Vec<Option<f64>> = svc.groups.iter().map(|g| g.max_utilization).collect();
+    assert_eq!(targets, [None, Some(0.5), None]);
+    assert_eq!(svc.groups[2].max_rate, Some(200_000));
+
+    // us-east's groups at utilization 0.35 carrying 50 kpps each: use-a
+    // may take 50k × 0.7 / 0.35 = 100k (its rate allows 150k), use-b
+    // 50k × 0.5 × 0.5 / 0.35 = 35.7k (its rate, halved, 50k).
+    let mut obs = vec![EndpointObs::healthy(0.0); 9];
+    for (i, o) in obs[..5].iter_mut().enumerate() {
+        o.rate = if i < 3 { 50_000.0 / 3.0 } else { 25_000.0 };
+        o.utilization = Some(0.35);
+    }
+    let p = decide(
+        &NodeSpec::from_compiled(c),
+        &svc,
+        &Observation::new(obs),
+        None,
+        &Tuning::default(),
+    )
+    .unwrap();
+    let want = 100_000.0 + 50_000.0 * 0.25 / 0.35;
+    assert!(close(p.status[0].capacity, want, 1e-6), "{p:#?}");
+    // us-west reports nothing: only its rates, min(4 × 50k, 200k).
+    assert!(close(p.status[1].capacity, 200_000.0, 1e-9), "{p:#?}");
+    assert_eq!(p.status[1].utilization, None);
 }

@@ -37,7 +37,10 @@ pub fn rate_service(per_endpoint: u64) -> ServiceSpec {
 
 /// A UTILIZATION service with target `t`.
 pub fn util_service(t: f64) -> ServiceSpec {
-    ServiceSpec::new(CapacityMode::Utilization { max_utilization: t })
+    ServiceSpec::new(CapacityMode::Utilization {
+        max_utilization: t,
+        max_rate_per_endpoint: None,
+    })
 }
 
 /// Adds a group of `n` endpoints of weight 100; returns their indices.
@@ -59,6 +62,7 @@ pub fn group_with(
         zone,
         capacity_scaler: scaler,
         max_rate,
+        max_utilization: None,
     });
     let start = svc.endpoints.len();
     for _ in 0..n {
