@@ -189,6 +189,13 @@ fn every_control_command_answers_for_people_and_in_json() {
         "{v}"
     );
     assert_eq!(region["new_flows_fraction"], 1.0, "{v}");
+    // UTILIZATION (the default) with no health check: nothing reports a
+    // utilization, and status says so (M25).
+    assert_eq!(region["utilization"], "unknown", "{v}");
+    assert_eq!(
+        svc["capacity"], "unlimited (utilization unknown: no health check)",
+        "{v}"
+    );
     let backends: Vec<&str> = v["backends"]
         .as_array()
         .unwrap()
@@ -205,6 +212,8 @@ fn every_control_command_answers_for_people_and_in_json() {
         &format!("flow table: {n} live of 4096 (0 half-open)"),
         "service dns: gue (port 6080) (2 eligible backends)",
         "region r: Healthy, 2 endpoints (2 healthy, 0 unknown, 2 eligible)",
+        "of capacity unlimited, utilization unknown, new flows 100.0 %",
+        "eligibility Healthy, capacity unlimited (utilization unknown: no health check)\n",
         "rule dns: HEALTHY",
         "  child rule dns-ag0 (VIP 10.0.0.10): HEALTHY",
     ] {

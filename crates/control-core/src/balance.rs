@@ -831,7 +831,7 @@ impl Balance {
     /// rules and the probed endpoints.
     pub fn status(&self, compiled: &Compiled, st: &mut crate::report::Status) {
         use crate::report;
-        for (svc, plan) in compiled.services.iter().zip(&self.plans) {
+        for (si, (svc, plan)) in compiled.services.iter().zip(&self.plans).enumerate() {
             let Some(plan) = plan else { continue };
             let regions = plan
                 .status
@@ -849,6 +849,7 @@ impl Balance {
                     eligible: r.eligible,
                     load_pps: r.load,
                     capacity_pps: r.capacity.is_finite().then_some(r.capacity),
+                    utilization: report::Utilization::of(svc.balancing.mode, r.utilization),
                     new_flows_fraction: r.fraction,
                 })
                 .collect();
@@ -863,6 +864,7 @@ impl Balance {
                         eligibility: None,
                         degraded: false,
                         overloaded: false,
+                        capacity: None,
                         regions: Vec::new(),
                     });
                     st.services.len() - 1
@@ -873,6 +875,9 @@ impl Balance {
                 s.eligibility = Some(format!("{:?}", plan.eligibility));
                 s.degraded = plan.degraded;
                 s.overloaded = plan.overloaded;
+                s.capacity = compiled
+                    .capacity_limits(ServiceId(u32::try_from(si).unwrap_or(u32::MAX)))
+                    .map(|l| l.to_string());
                 s.regions = regions;
             }
         }

@@ -205,6 +205,11 @@ pub struct Service {
     pub degraded: bool,
     /// Every candidate region at capacity.
     pub overloaded: bool,
+    /// What limits its capacity (M25): `by rate`, `by utilization (target
+    /// 0.8)`, `by rate or utilization (…), whichever is reached first`, or
+    /// `by rate only` / `unlimited` with why its utilization is unknown.
+    /// `null`: no plan yet.
+    pub capacity: Option<String>,
     /// Per region, nearest first.
     pub regions: Vec<Region>,
 }
@@ -228,8 +233,52 @@ pub struct Region {
     pub load_pps: f64,
     /// Capacity in packets per second (`null`: unlimited).
     pub capacity_pps: Option<f64>,
+    /// `RATE`: load ÷ capacity; `UTILIZATION`: the mean its eligible
+    /// endpoints report, or `"unknown"` while none reports one (no
+    /// utilization limit applies then). `null`: `RATE` without a limit.
+    pub utilization: Option<Utilization>,
     /// Its share of new connections, 0 to 1 (spillover, M26).
     pub new_flows_fraction: f64,
+}
+
+/// A region's utilization in `status` (M25): a number, or `"unknown"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Utilization {
+    /// Measured or reported, 0 to 1 (above 1: overloaded).
+    Known(f64),
+    /// `UTILIZATION` mode, and no eligible endpoint reports one.
+    Unknown,
+}
+
+impl Utilization {
+    /// A region's utilization as its plan has it, in a service of balancing
+    /// mode `mode`: `None` from the plan is unknown under `UTILIZATION`,
+    /// and means no limit under `RATE`.
+    pub fn of(mode: config::schema::BalancingMode, planned: Option<f64>) -> Option<Self> {
+        match (planned, mode) {
+            (Some(u), _) => Some(Utilization::Known(u)),
+            (None, config::schema::BalancingMode::Utilization) => Some(Utilization::Unknown),
+            (None, config::schema::BalancingMode::Rate) => None,
+        }
+    }
+}
+
+impl Serialize for Utilization {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Utilization::Known(u) => s.serialize_f64(*u),
+            Utilization::Unknown => s.serialize_str("unknown"),
+        }
+    }
+}
+
+impl Display for Utilization {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Utilization::Known(u) => write!(f, "{u:.2}"),
+            Utilization::Unknown => f.write_str("unknown"),
+        }
+    }
 }
 
 /// A backend slot of the live snapshot.
@@ -601,16 +650,19 @@ impl Display for Status {
             let Some(health) = &s.health else { continue };
             let _ = writeln!(
                 out,
-                "service {}: health {health}, eligibility {}{}{}",
+                "service {}: health {health}, eligibility {}{}{}{}",
                 s.name,
                 s.eligibility.as_deref().unwrap_or("?"),
                 if s.degraded { ", degraded" } else { "" },
-                if s.overloaded { ", overloaded" } else { "" }
+                if s.overloaded { ", overloaded" } else { "" },
+                s.capacity
+                    .as_deref()
+                    .map_or_else(String::new, |c| format!(", capacity {c}"))
             );
             for r in &s.regions {
                 let _ = writeln!(
                     out,
-                    "  region {}: {}, {} endpoints ({} healthy, {} unknown, {} eligible), load {:.0} pps of capacity {}, new flows {:.1} %",
+                    "  region {}: {}, {} endpoints ({} healthy, {} unknown, {} eligible), load {:.0} pps of capacity {}{}, new flows {:.1} %",
                     r.name,
                     r.health,
                     r.endpoints,
@@ -620,6 +672,8 @@ impl Display for Status {
                     r.load_pps,
                     r.capacity_pps
                         .map_or_else(|| "unlimited".to_owned(), |c| format!("{c:.0} pps")),
+                    r.utilization
+                        .map_or_else(String::new, |u| format!(", utilization {u}")),
                     r.new_flows_fraction * 100.0
                 );
             }
@@ -1119,6 +1173,30 @@ pub struct SyncCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// M25: a region's utilization is a number, `"unknown"` under
+    /// UTILIZATION while nothing reports one, and absent under RATE without
+    /// a limit.
+    #[test]
+    fn utilization_is_a_number_or_unknown() {
+        use config::schema::BalancingMode::{Rate, Utilization as Util};
+        let json = |u: Option<Utilization>| serde_json::to_string(&u).unwrap();
+        assert_eq!(
+            Utilization::of(Util, Some(0.5)),
+            Some(Utilization::Known(0.5))
+        );
+        assert_eq!(
+            Utilization::of(Rate, Some(1.5)),
+            Some(Utilization::Known(1.5))
+        );
+        assert_eq!(Utilization::of(Util, None), Some(Utilization::Unknown));
+        assert_eq!(Utilization::of(Rate, None), None);
+        assert_eq!(json(Utilization::of(Util, Some(0.5))), "0.5");
+        assert_eq!(json(Utilization::of(Util, None)), "\"unknown\"");
+        assert_eq!(json(Utilization::of(Rate, None)), "null");
+        assert_eq!(Utilization::Known(0.456).to_string(), "0.46");
+        assert_eq!(Utilization::Unknown.to_string(), "unknown");
+    }
 
     #[test]
     fn answers_are_one_json_line_with_ok() {

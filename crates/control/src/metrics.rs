@@ -419,6 +419,13 @@ fn service_regions(x: &mut Exposition, s: &Services<'_>) {
         regions().filter_map(|(svc, r)| r.utilization.map(|u| (region(svc, r), u))),
     );
     x.gauge(
+        "service_region_utilization_known",
+        "UTILIZATION services: 1 while the region's eligible endpoints report a utilization, 0 while none does (unknown: no utilization limit applies; only an HTTP(S) health check can carry one).",
+        regions()
+            .filter(|(svc, _)| svc.balancing.mode == config::schema::BalancingMode::Utilization)
+            .map(|(svc, r)| (region(svc, r), r.utilization.is_some())),
+    );
+    x.gauge(
         "service_region_new_flows_ratio",
         "The region's share of the service's new connections.",
         regions().map(|(svc, r)| (region(svc, r), r.fraction)),

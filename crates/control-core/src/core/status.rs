@@ -48,6 +48,7 @@ impl Core {
                     eligibility: None,
                     degraded: false,
                     overloaded: false,
+                    capacity: None,
                     regions: Vec::new(),
                 })
                 .collect(),
