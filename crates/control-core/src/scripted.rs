@@ -34,6 +34,8 @@ pub struct ScriptedProbes {
     /// take the endpoint's.
     via: HashMap<(IpAddr, IpAddr), State>,
     weights: HashMap<IpAddr, u16>,
+    /// Utilizations reported to HTTP(S) checks (M25), by address.
+    utilizations: HashMap<IpAddr, f64>,
     /// Endpoints of services without a health check, reported as if probed.
     unchecked: Vec<(EndpointId, Arc<str>, SocketAddr)>,
     remote_keys: Vec<RemoteKey>,
@@ -120,6 +122,16 @@ impl ScriptedProbes {
         self.generation += 1;
     }
 
+    /// Scripts endpoint `addr`'s reported utilization (a new generation);
+    /// `None`: none reported.
+    pub fn set_utilization(&mut self, addr: IpAddr, utilization: Option<f64>) {
+        match utilization {
+            Some(u) => self.utilizations.insert(addr, u),
+            None => self.utilizations.remove(&addr),
+        };
+        self.generation += 1;
+    }
+
     /// Endpoint `addr`'s scripted verdict.
     pub fn state(&self, addr: IpAddr) -> State {
         self.states
@@ -166,7 +178,7 @@ impl ScriptedProbes {
                     .and_then(|v| self.via.get(&(t.addr.ip(), v.vip)).copied())
                     .unwrap_or_else(|| self.state(t.addr.ip())),
                 weight: self.weights.get(&t.addr.ip()).copied(),
-                utilization: None,
+                utilization: self.utilizations.get(&t.addr.ip()).copied(),
                 last_latency: None,
                 last_reason: "scripted".into(),
                 counters: health::Counters {

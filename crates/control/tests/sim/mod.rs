@@ -436,6 +436,14 @@ impl World {
             .set_state(addr.parse().expect("address"), s);
     }
 
+    /// Scripts endpoint `addr`'s reported utilization (M25; seen at the
+    /// next step).
+    pub fn set_utilization(&mut self, addr: &str, u: Option<f64>) {
+        self.shell
+            .probes
+            .set_utilization(addr.parse().expect("address"), u);
+    }
+
     /// Scripts every endpoint's verdict.
     pub fn all_health(&mut self, s: State) {
         let addrs: Vec<IpAddr> = self
