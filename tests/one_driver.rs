@@ -297,10 +297,13 @@ fn through_the_simulation() -> Seen {
         seen.generations.push(g);
         seen.backends.push(b);
     }
+    // The simulated core's own file is `sim.toml`, the daemon's FILE: the
+    // lines that name it (a reload's warnings) name FILE here too.
     seen.logs = w
         .logs
         .iter()
         .map(|(level, text)| {
+            let text = text.replacen("sim.toml: ", &format!("{FILE}: "), 1);
             plain(
                 &format!("{}: {text}", level.as_str().to_lowercase()),
                 &[&dir],
