@@ -137,6 +137,28 @@ impl Lab {
     }
 
     /// Waits until the client resolves exactly `want`; how long that took.
+    /// The service's status once every zone is healthy and nothing is
+    /// published fail-open; fails after [`WAIT`].
+    fn wait_zones_healthy(&self) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let s = self.zh_status();
+            let zones = s["zones"].as_array().map_or(&[][..], Vec::as_slice);
+            if s["fail_open"] == false
+                && !zones.is_empty()
+                && zones.iter().all(|z| z["state"] == "healthy")
+            {
+                return s;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "the zones never became healthy: {s}\nlog:\n{}",
+                self.log_of("zone-health.log")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     fn wait_dig(&self, want: &[&str], what: &str) -> Duration {
         let start = Instant::now();
         loop {
@@ -225,7 +247,9 @@ fn lab_zones_fail_over_through_dns_with_a_real_server() {
         let body = lab.get(&vip);
         assert!(body.starts_with("backend"), "GET through {vip}: {body}");
     }
-    let s = lab.zh_status();
+    // Published is not yet healthy: with every zone failing its first
+    // probes (the VIPs' routes still converging) both are published fail-open.
+    let s = lab.wait_zones_healthy();
     assert_eq!(s["zones"][0]["vips"][0]["last_probe"], "ok", "{s}");
 
     // Manual removal of a healthy zone: withdrawn within 10 s (at once).
