@@ -1282,17 +1282,23 @@ fn a_restored_drain_state_applies_at_once() {
     assert!(drain(&mut w, Scope::Region, "gone", false).ok());
 }
 
+/// Node `n` of region r1, zone r1-a, in availability group `ag` (`None`:
+/// both groups).
+fn group_node(ag: Option<u8>) -> testkit::config::Table {
+    let n = node("n", "r1", "r1-a").strs("region_preference", &["r1"]);
+    match ag {
+        Some(g) => n.set("availability_group", g),
+        None => n,
+    }
+}
+
 /// M5: a node of availability group 1 serves (and announces on L2) only
 /// each rule's AG 1 VIP; a node of no group serves both.
 #[test]
 fn a_node_of_availability_group_1_serves_only_its_groups_vips() {
     let cfg = |ag: Option<u8>| {
-        let mut n = node("n", "r1", "r1-a").strs("region_preference", &["r1"]);
-        if let Some(g) = ag {
-            n = n.set("availability_group", g);
-        }
         Config::new()
-            .node(n)
+            .node(group_node(ag))
             .dataplane("flow_table_capacity", 8192)
             .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
             .rule(rule("web", &["10.0.0.10", "10.0.0.11"], "TCP", "80", "web").set("ports", 80))
@@ -1702,12 +1708,8 @@ const BGP: &str =
 /// 10.0.0.11 in group 1) to [`FOUR`] backends checked through the VIP
 /// (M52), on a node of group `ag` (`None`: both) that announces (M35).
 fn two_group_web(ag: Option<u8>) -> String {
-    let mut n = node("n", "r1", "r1-a").strs("region_preference", &["r1"]);
-    if let Some(g) = ag {
-        n = n.set("availability_group", g);
-    }
     Config::new()
-        .node(n)
+        .node(group_node(ag))
         .dataplane("flow_table_capacity", 8192)
         .port(port("up", "net_ring0", "uplink").strs("addresses", &["10.0.0.2/24"]))
         .port(port("kernel", "net_tap0", "exception"))

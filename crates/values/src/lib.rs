@@ -373,17 +373,10 @@ impl Prefix {
     /// The network of the prefix: its address with the host bits cleared
     /// (`10.0.0.1/24` → `10.0.0.0/24`).
     pub fn network(&self) -> Prefix {
+        let (first, _) = self.span();
         let addr = match self.addr {
-            IpAddr::V4(n) => {
-                let m = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
-                IpAddr::V4((u32::from(n) & m).into())
-            }
-            IpAddr::V6(n) => {
-                let m = u128::MAX
-                    .checked_shl(128 - u32::from(self.len))
-                    .unwrap_or(0);
-                IpAddr::V6((u128::from(n) & m).into())
-            }
+            IpAddr::V4(_) => IpAddr::V4(u32::try_from(first).unwrap_or(0).into()),
+            IpAddr::V6(_) => IpAddr::V6(first.into()),
         };
         Prefix {
             addr,
@@ -394,18 +387,26 @@ impl Prefix {
     /// Whether bits beyond the prefix length are set (fine for an interface
     /// address, a mistake for a client prefix).
     pub fn has_host_bits(&self) -> bool {
-        match self.addr {
-            IpAddr::V4(n) => {
-                let m = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
-                u32::from(n) & !m != 0
-            }
-            IpAddr::V6(n) => {
-                let m = u128::MAX
-                    .checked_shl(128 - u32::from(self.len))
-                    .unwrap_or(0);
-                u128::from(n) & !m != 0
-            }
-        }
+        let (value, host) = self.bits();
+        value & host != 0
+    }
+
+    /// The first and last addresses inside the prefix, as integers of its
+    /// IP version's width (an IPv4 address as its 32-bit value).
+    pub fn span(&self) -> (u128, u128) {
+        let (value, host) = self.bits();
+        (value & !host, value | host)
+    }
+
+    /// The address as an integer of its IP version's width, and the mask
+    /// of the host bits (those beyond the prefix length).
+    fn bits(&self) -> (u128, u128) {
+        let (value, width) = match self.addr {
+            IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+            IpAddr::V6(a) => (u128::from(a), 128),
+        };
+        let all = u128::MAX >> (128 - width);
+        (value, all.checked_shr(u32::from(self.len)).unwrap_or(0))
     }
 }
 
@@ -615,6 +616,14 @@ mod tests {
         );
         let z: Prefix = "0.0.0.0/0".parse().unwrap();
         assert_eq!(z.network(), z);
+        assert_eq!(z.span(), (0, u128::from(u32::MAX)));
+        assert_eq!(
+            "10.1.2.3/24".parse::<Prefix>().unwrap().span(),
+            (0x0a01_0200, 0x0a01_02ff)
+        );
+        assert_eq!("::/0".parse::<Prefix>().unwrap().span(), (0, u128::MAX));
+        let host6 = 0xfd00_u128 << 112 | 1;
+        assert_eq!("fd00::1".parse::<Prefix>().unwrap().span(), (host6, host6));
         assert!(z.contains("1.2.3.4".parse().unwrap()));
         let h: Prefix = "fd00::1".parse().unwrap();
         assert_eq!(h.len, 128);

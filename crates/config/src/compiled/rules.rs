@@ -49,11 +49,11 @@ impl SourceSet {
     pub fn from_prefixes(prefixes: &[Prefix]) -> SourceSet {
         let (v4, v6): (Vec<Prefix>, Vec<Prefix>) = prefixes.iter().partition(|p| p.addr.is_ipv4());
         let narrow = |x: u128| u32::try_from(x).unwrap_or(u32::MAX);
-        let (v4_first, v4_last) = merged(&v4, 32)
+        let (v4_first, v4_last) = merged(&v4)
             .into_iter()
             .map(|(a, b)| (narrow(a), narrow(b)))
             .unzip();
-        let (v6_first, v6_last) = merged(&v6, 128).into_iter().unzip();
+        let (v6_first, v6_last) = merged(&v6).into_iter().unzip();
         SourceSet {
             v4_first,
             v4_last,
@@ -79,29 +79,16 @@ impl SourceSet {
         }
     }
 
-    /// Number of disjoint ranges (for summaries: what the search covers).
+    /// Number of disjoint ranges the prefixes merged into.
     pub fn ranges(&self) -> usize {
         self.v4_last.len() + self.v6_last.len()
     }
 }
 
-/// The prefixes of one IP version (`width` bits) as sorted, disjoint,
-/// non-adjacent inclusive ranges of addresses as integers.
-fn merged(prefixes: &[Prefix], width: u32) -> Vec<(u128, u128)> {
-    let mut spans: Vec<(u128, u128)> = prefixes
-        .iter()
-        .map(|p| {
-            let value = match p.addr {
-                IpAddr::V4(a) => u128::from(u32::from(a)),
-                IpAddr::V6(a) => u128::from(a),
-            };
-            let host = match width - u32::from(p.len).min(width) {
-                0 => 0,
-                n => u128::MAX >> (128 - n),
-            };
-            (value & !host, value | host)
-        })
-        .collect();
+/// The prefixes of one IP version as sorted, disjoint, non-adjacent
+/// inclusive ranges of addresses as integers ([`Prefix::span`]).
+fn merged(prefixes: &[Prefix]) -> Vec<(u128, u128)> {
+    let mut spans: Vec<(u128, u128)> = prefixes.iter().map(Prefix::span).collect();
     spans.sort_unstable();
     let mut out: Vec<(u128, u128)> = Vec::with_capacity(spans.len());
     for (lo, hi) in spans {
@@ -380,18 +367,18 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     }
     vips.sort_by_key(|v| addr_key(v.addr));
     let keys = vips.iter().map(|v| addr_key(v.addr)).collect();
+    // One set per rule with a list, shared by its child rules.
     let mut source_sets = Vec::new();
-    let mut set_of_rule = std::collections::HashMap::new();
+    let set_of_rule: Vec<Option<u32>> = rules
+        .iter()
+        .map(|r| {
+            source_sets.push(SourceSet::from_prefixes(r.source_ranges.as_deref()?));
+            Some(u32::try_from(source_sets.len() - 1).unwrap_or(u32::MAX))
+        })
+        .collect();
     let child_sources = children
         .iter()
-        .map(|c| {
-            let ranges = rules.get(c.rule.index())?.source_ranges.as_deref()?;
-            let set = *set_of_rule.entry(c.rule).or_insert_with(|| {
-                source_sets.push(SourceSet::from_prefixes(ranges));
-                u32::try_from(source_sets.len() - 1).unwrap_or(u32::MAX)
-            });
-            Some(set)
-        })
+        .map(|c| set_of_rule.get(c.rule.index()).copied().flatten())
         .collect();
     RuleIndex {
         vips,
