@@ -559,6 +559,19 @@ pub enum NoBackendAction {
     Reset,
 }
 
+/// Where new connections go when a service has no eligible endpoint,
+/// before its [`NoBackendAction`] applies (M14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoBackendFallback {
+    /// Nowhere: the `no_backend_action` applies at once.
+    #[default]
+    None,
+    /// To the endpoints draining after they left the configuration while
+    /// healthy, as long as their draining period lasts.
+    Draining,
+}
+
 /// Capacity accounting (M25).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -680,6 +693,13 @@ pub struct BackendService {
     /// `drop` (default) or `reset`.
     #[serde(default)]
     pub no_backend_action: NoBackendAction,
+    /// Where new connections go when no configured endpoint is eligible,
+    /// before `no_backend_action` applies: `none` (default) or `draining`,
+    /// the endpoints that left the configuration while healthy and are
+    /// still within their `connection_draining_timeout` (Kubernetes'
+    /// terminating endpoints as the last resort, M14).
+    #[serde(default)]
+    pub no_backend_fallback: NoBackendFallback,
     /// What a group's capacity counts (M25). `UTILIZATION` (default): the
     /// utilization its endpoints report to an HTTP(S) health check, and
     /// also packets per second where `max_rate_per_endpoint` or the group's

@@ -1091,3 +1091,35 @@ fn every_overlapping_pair_of_rules_on_a_vip_is_told_and_no_other() {
         assert!(g.starts_with(w), "{g} / {w}");
     }
 }
+
+/// M14: draining endpoints as the last resort need a draining period to
+/// exist; without one the fallback can never apply, which is said.
+#[test]
+fn a_draining_fallback_without_a_draining_period_is_a_warning() {
+    let fallback = |timeout: &str| {
+        with("").replace(
+            "[[backend_services]]\n",
+            &format!("[[backend_services]]\nno_backend_fallback = \"draining\"\nconnection_draining_timeout = \"{timeout}\"\n"),
+        )
+    };
+    let l = load(&fallback("0s")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(other_warnings(&l).len(), 1, "{:?}", other_warnings(&l));
+    assert!(
+        other_warnings(&l)[0].contains("backend_services[0].no_backend_fallback: \"draining\" with connection_draining_timeout = 0"),
+        "{:?}",
+        other_warnings(&l)
+    );
+    let l = load(&fallback("30s")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(other_warnings(&l).is_empty(), "{:?}", other_warnings(&l));
+    assert_eq!(
+        l.config.backend_services[0].no_backend_fallback,
+        config::schema::NoBackendFallback::Draining
+    );
+    let e = load(&with("").replace(
+        "[[backend_services]]\n",
+        "[[backend_services]]\nno_backend_fallback = \"unhealthy\"\n",
+    ))
+    .map(|_| ())
+    .expect_err("an unknown fallback is refused");
+    assert!(e.to_string().contains("no_backend_fallback"), "{e}");
+}

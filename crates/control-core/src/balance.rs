@@ -860,6 +860,7 @@ impl Balance {
                         name: svc.name.clone(),
                         delivery: svc.delivery.to_string(),
                         eligible_backends: None,
+                        last_resort_backends: 0,
                         health: None,
                         eligibility: None,
                         degraded: false,

@@ -195,6 +195,10 @@ pub struct Service {
     /// Backends eligible for new connections in the live snapshot (`null`:
     /// not in it yet).
     pub eligible_backends: Option<usize>,
+    /// Draining backends taking its new connections as the last resort
+    /// (`no_backend_fallback = "draining"`, M14): none of its configured
+    /// endpoints is eligible. 0 otherwise.
+    pub last_resort_backends: usize,
     /// Health over all its endpoints (`Healthy`, `Unhealthy`, `Unknown`;
     /// `null`: no plan yet).
     pub health: Option<String>,
@@ -509,9 +513,13 @@ impl Display for Status {
         self.tables(&mut out);
         for s in &self.services {
             if let Some(n) = s.eligible_backends {
+                let last_resort = match s.last_resort_backends {
+                    0 => String::new(),
+                    d => format!("; last resort: {d} draining backends take new connections"),
+                };
                 let _ = writeln!(
                     out,
-                    "service {}: {} ({n} eligible backends)",
+                    "service {}: {} ({n} eligible backends{last_resort})",
                     s.name, s.delivery
                 );
             }

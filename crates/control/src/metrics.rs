@@ -360,6 +360,16 @@ fn service_plans(x: &mut Exposition, s: &Services<'_>) {
         planned(s).map(|(svc, p)| (label("service", &svc.name), p.overloaded)),
     );
     x.gauge(
+        "service_last_resort",
+        "1 when no configured endpoint of the service is eligible and its new connections go to endpoints still draining (no_backend_fallback = draining, M14).",
+        s.snap
+            .compiled
+            .services
+            .iter()
+            .zip(&s.snap.services)
+            .map(|(svc, p)| (label("service", &svc.name), p.last_resort)),
+    );
+    x.gauge(
         "service_spillover_ratio",
         "Fraction of new connections sent past the service's nearest region (spillover and failover, M24-M26).",
         planned(s).filter(|(_, p)| p.is_serving()).map(|(svc, p)| {

@@ -522,6 +522,13 @@ fn locality_why(
                 .into(),
         );
     }
+    if p.last_resort {
+        why.push(
+            "no configured endpoint is eligible: new connections go to the endpoints still draining after they left the configuration while healthy (no_backend_fallback = draining, M14)"
+                .into(),
+        );
+        return why;
+    }
     let Some(lp) = lp else {
         why.push("Maglev over the service's eligible endpoints (no locality plan)".into());
         return why;

@@ -1877,3 +1877,58 @@ fn a_composites_child_rules_follow_their_own_groups_probes() {
         ]
     );
 }
+
+/// M14 end to end through the management core: a rolling update replaces
+/// every endpoint of a service with `no_backend_fallback = "draining"` by
+/// one that fails its checks. New connections go to the old endpoints
+/// while they drain (status and the log say so) instead of being dropped,
+/// established ones stay, and the new endpoint takes over once healthy.
+#[test]
+fn a_rolling_update_with_no_ready_endpoint_falls_back_on_the_draining_ones() {
+    let text = |eps: &[&str]| {
+        with_web(web_service("DEFAULT_FOR_PROTOCOL", eps).str("no_backend_fallback", "draining"))
+            .build()
+    };
+    let mut w = healthy_world(&text(&FOUR), 23);
+    let before = w.open(40, "10.0.0.10", 80);
+    assert!(before.iter().all(|(_, b)| b.is_some()));
+    w.reload(&text(&["10.1.0.9"]), false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    w.set_health("10.1.0.9", State::Unhealthy);
+    w.advance(SEC);
+    assert!(
+        w.logged(
+            Level::Warn,
+            "service web: no configured endpoint is eligible; new connections go to its 4 draining endpoint(s) as the last resort"
+        ),
+        "{:?}",
+        w.take_logs()
+    );
+    let during = w.open(200, "10.0.0.10", 80);
+    let mut to: Vec<IpAddr> = during.iter().filter_map(|(_, b)| *b).collect();
+    assert_eq!(to.len(), 200, "no new connection dropped");
+    to.sort();
+    to.dedup();
+    assert_eq!(to, FOUR.map(ip), "spread over the draining endpoints");
+    let status = w.status();
+    assert!(
+        status.contains("service web: ipip (0 eligible backends; last resort: 4 draining backends take new connections)"),
+        "{status}"
+    );
+    let established: Vec<_> = before.iter().map(|(_, b)| *b).collect();
+    assert_eq!(w.where_now(&before), established, "established flows stay");
+    // The new endpoint passes its checks: it alone takes new connections.
+    w.set_health("10.1.0.9", State::Healthy);
+    w.advance(SEC);
+    assert!(
+        w.logged(
+            Level::Info,
+            "service web: no longer on draining endpoints as the last resort"
+        ),
+        "{:?}",
+        w.take_logs()
+    );
+    let after = w.open(50, "10.0.0.10", 80);
+    assert!(after.iter().all(|(_, b)| *b == Some(ip("10.1.0.9"))));
+    assert!(w.status().contains("service web: ipip (1 eligible backends)"));
+}

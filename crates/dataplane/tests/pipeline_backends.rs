@@ -431,3 +431,103 @@ fn an_unresolved_next_hop_is_a_counted_drop_never_a_zero_mac() {
         assert_eq!(dst_mac(&out), new_mac, "{delivery}");
     }
 }
+
+/// `web` over ipip with `no_backend_fallback = fallback`, 10 s of
+/// draining, endpoints `eps`.
+fn with_fallback(fallback: &str, eps: &[&str]) -> Config {
+    with_web(web("ipip", eps).str("no_backend_fallback", fallback), "53")
+}
+
+/// Backends new SYNs from 200 client ports (from `first`) reach at `now`,
+/// and how many of them were dropped for want of one.
+fn new_flows(lab: &mut Lab, first: u16, now: u32) -> (Vec<String>, usize) {
+    let (mut to, mut dropped) = (Vec::new(), 0);
+    for port in first..first + 200 {
+        let f = tcp(CLIENT, port, VIP, 80, SYN).frame();
+        match lab.run(&f, now) {
+            (Verdict::Drop(DropReason::NoBackend), _) => dropped += 1,
+            (_, out) => to.push(backend_of(&out, &f).to_string()),
+        }
+    }
+    to.sort();
+    to.dedup();
+    (to, dropped)
+}
+
+/// M14, Kubernetes' terminating endpoints: with `no_backend_fallback =
+/// "draining"`, a service none of whose configured endpoints is ready (a
+/// rolling update whose new endpoint is not healthy yet) sends new
+/// connections to the endpoints that left while healthy and are still
+/// draining — never to one that left unhealthy — until a configured one
+/// is ready or their draining period ends. Without it they are dropped.
+#[test]
+fn without_a_ready_endpoint_new_connections_go_to_draining_ones_as_the_last_resort() {
+    let old = ["10.0.1.11", "10.0.1.12", "10.0.1.13", "10.0.1.14"];
+    let new = ["10.0.1.21"];
+    for fallback in ["draining", "none"] {
+        let mut lab = Lab::with(&with_fallback(fallback, &old), 4096);
+        // 10.0.1.14 fails its checks before the update.
+        lab.rebuild(&with_fallback(fallback, &old), |a| a != "10.0.1.14", 1);
+        assert!(!lab.snap.services[0].last_resort);
+        let established = tcp(CLIENT, 1000, VIP, 80, SYN).frame();
+        let (_, out) = lab.run(&established, 2);
+        let before = backend_of(&out, &established).to_string();
+        // The update at tick 5: the old endpoints leave, the new one is
+        // not healthy yet.
+        lab.rebuild(&with_fallback(fallback, &new), |_| false, 5);
+        let (to, dropped) = new_flows(&mut lab, 30000, 6);
+        if fallback == "draining" {
+            assert!(lab.snap.services[0].last_resort);
+            assert_eq!(dropped, 0, "every new connection has a backend");
+            assert_eq!(
+                to,
+                ["10.0.1.11", "10.0.1.12", "10.0.1.13"],
+                "spread over the draining endpoints that left healthy"
+            );
+        } else {
+            assert!(!lab.snap.services[0].last_resort);
+            assert_eq!(
+                (to.len(), dropped),
+                (0, 200),
+                "dropped without the fallback"
+            );
+        }
+        // Established flows keep their backends either way.
+        let ack = tcp(CLIENT, 1000, VIP, 80, ACK).frame();
+        let (_, out) = lab.run(&ack, 6);
+        assert_eq!(backend_of(&out, &ack).to_string(), before);
+        if fallback == "none" {
+            continue;
+        }
+        // A connection opened on a draining endpoint stays on it.
+        let syn = tcp(CLIENT, 2000, VIP, 80, SYN).frame();
+        let (_, out) = lab.run(&syn, 6);
+        let on = backend_of(&out, &syn);
+        let ack = tcp(CLIENT, 2000, VIP, 80, ACK).frame();
+        let (_, out) = lab.run(&ack, 7);
+        assert_eq!(backend_of(&out, &ack), on);
+        // Every node picks alike: a fresh builder given the same history
+        // sends each new flow to the same draining endpoint.
+        let mut twin = Lab::with(&with_fallback(fallback, &old), 4096);
+        twin.rebuild(&with_fallback(fallback, &old), |a| a != "10.0.1.14", 1);
+        twin.rebuild(&with_fallback(fallback, &new), |_| false, 5);
+        for port in 40000..40050u16 {
+            let f = tcp(CLIENT, port, VIP, 80, SYN).frame();
+            let (_, a) = lab.run(&f, 7);
+            let (_, b) = twin.run(&f, 7);
+            assert_eq!(backend_of(&a, &f), backend_of(&b, &f));
+        }
+        // The new endpoint turns healthy: new flows go to it alone.
+        lab.rebuild(&with_fallback(fallback, &new), |_| true, 8);
+        assert!(!lab.snap.services[0].last_resort);
+        assert_eq!(
+            new_flows(&mut lab, 50000, 9),
+            (vec!["10.0.1.21".to_string()], 0)
+        );
+        // Unhealthy again after the draining period (tick 15): nothing is
+        // left to fall back on.
+        lab.rebuild(&with_fallback(fallback, &new), |_| false, 16);
+        assert!(!lab.snap.services[0].last_resort);
+        assert_eq!(new_flows(&mut lab, 60000, 17), (Vec::new(), 200));
+    }
+}

@@ -205,6 +205,7 @@ fn backends(cfg: &Config, names: &Names<'_>, zones: &mut Interned) -> Backends {
                 .fail_open
                 .unwrap_or_else(|| gateway_services.contains(s.name.as_str())),
             no_backend_action: s.no_backend_action,
+            no_backend_fallback: s.no_backend_fallback,
             balancing: Balancing {
                 mode: s.balancing_mode,
                 max_rate_per_endpoint: s.max_rate_per_endpoint,

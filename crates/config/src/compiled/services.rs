@@ -7,7 +7,7 @@ use std::ops::Range;
 use super::{EndpointId, GroupId, HealthCheckId, RegionId, RuleId, ServiceId, ZoneId};
 use crate::schema::{
     Aggregation, BalancingMode, ConnectionPersistence, GroupKind, HashAlgorithm, LoadBalancing,
-    Locality, NoBackendAction, RemoteRule, SessionAffinity,
+    Locality, NoBackendAction, NoBackendFallback, RemoteRule, SessionAffinity,
 };
 use crate::values::MacAddr;
 
@@ -107,6 +107,8 @@ pub struct Service {
     pub fail_open: bool,
     /// M14.
     pub no_backend_action: NoBackendAction,
+    /// M14: draining endpoints as the last resort.
+    pub no_backend_fallback: NoBackendFallback,
     /// M25.
     pub balancing: Balancing,
     /// M27, M28.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::{Checker, MAX_TABLE_SIZE, MAX_WEIGHT, ipv4_mapped, valid_name};
-use crate::schema::{BackendService, DeliveryMode, GroupKind, LoadBalancing};
+use crate::schema::{BackendService, DeliveryMode, GroupKind, LoadBalancing, NoBackendFallback};
 
 impl Checker<'_> {
     pub(super) fn services(&mut self) {
@@ -47,6 +47,14 @@ impl Checker<'_> {
                 self.warn(
                     &format!("{p}.maglev_table_size"),
                     format!("{} slots for {n_endpoints} endpoints: below 100 slots per endpoint, Maglev's balance degrades", s.maglev_table_size),
+                );
+            }
+            if s.no_backend_fallback == NoBackendFallback::Draining
+                && s.connection_draining_timeout.0.is_zero()
+            {
+                self.warn(
+                    &format!("{p}.no_backend_fallback"),
+                    "\"draining\" with connection_draining_timeout = 0: an endpoint that leaves is gone at once, so no endpoint is ever draining to fall back on",
                 );
             }
             if let Some(hc) = &s.health_check {

@@ -161,6 +161,7 @@ impl Core {
             )
             .map_err(|e| e.to_string())?;
         let generation = snap.generation;
+        self.say_last_resort(&snap);
         let snap = Arc::new(snap);
         self.live = snap.clone();
         self.out.push(Output::Publish(snap));
@@ -168,6 +169,37 @@ impl Core {
             s.learn(&self.compiled, &self.builder);
         }
         Ok(generation)
+    }
+
+    /// Logs each service whose new connections start or stop going to
+    /// draining endpoints as the last resort (M14) with `snap`.
+    fn say_last_resort(&mut self, snap: &dataplane::Snapshot) {
+        let was = |name: &str| {
+            let live = &self.live;
+            live.compiled
+                .services
+                .iter()
+                .zip(&live.services)
+                .any(|(s, p)| s.name == name && p.last_resort)
+        };
+        for (svc, plan) in snap.compiled.services.iter().zip(&snap.services) {
+            match (was(&svc.name), plan.last_resort) {
+                (false, true) => say!(
+                    self.out,
+                    Warn,
+                    "service {}: no configured endpoint is eligible; new connections go to its {} draining endpoint(s) as the last resort",
+                    svc.name,
+                    plan.eligible_slots().len()
+                ),
+                (true, false) => say!(
+                    self.out,
+                    Info,
+                    "service {}: no longer on draining endpoints as the last resort",
+                    svc.name
+                ),
+                _ => {}
+            }
+        }
     }
 
     /// Input: the tables of [`Output::BuildTables`] `build` are built (or

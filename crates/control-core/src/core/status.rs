@@ -43,7 +43,16 @@ impl Core {
                 .map(|(svc, plan)| report::Service {
                     name: svc.name.clone(),
                     delivery: svc.delivery.to_string(),
-                    eligible_backends: Some(plan.eligible_slots().len()),
+                    eligible_backends: Some(if plan.last_resort {
+                        0
+                    } else {
+                        plan.eligible_slots().len()
+                    }),
+                    last_resort_backends: if plan.last_resort {
+                        plan.eligible_slots().len()
+                    } else {
+                        0
+                    },
                     health: None,
                     eligibility: None,
                     degraded: false,

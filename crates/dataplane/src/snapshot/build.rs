@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId};
-use config::schema::SessionAffinity;
+use config::schema::{NoBackendFallback, SessionAffinity};
 use flowtable::Tick;
 use maglev::MaglevTable;
 use wire::flow::Affinity;
@@ -41,6 +41,10 @@ struct SlotRecord {
     backend: Backend,
     drain_ticks: Tick,
     seen: bool,
+    /// Draining: whether it was serving (healthy, or its service failing
+    /// open) when it left the configuration — a last resort for new
+    /// connections of a service with `no_backend_fallback = "draining"`.
+    left_serving: bool,
     /// (service name, endpoint identity) the slot belongs to.
     key: (String, String),
 }
@@ -130,6 +134,7 @@ impl SnapshotBuilder {
             zonal,
             flow_tag: svc.flow_tag,
             fail_open: sel.fail_open,
+            last_resort: false,
             locality: plan.map(|p| Arc::new(p.clone())),
         })
     }
@@ -244,8 +249,16 @@ impl SnapshotBuilder {
             endpoint_slot,
             mut appliances,
         } = self.place_services(&inputs, &mut used)?;
-        let child_plans = self.place_vip_plans(&inputs, &slots_of, &mut services, &mut used)?;
+        let mut plan_services: Vec<usize> = (0..services.len()).collect();
+        let child_plans = self.place_vip_plans(
+            &inputs,
+            &slots_of,
+            &mut services,
+            &mut plan_services,
+            &mut used,
+        )?;
         self.drain_departed(&inputs, &mut appliances);
+        self.fall_back_to_draining(&compiled, &mut services, &plan_services, &mut used)?;
         // Keep the tables this snapshot uses, drop the rest.
         self.tables = used;
         self.generation = inputs.generation;
@@ -338,6 +351,7 @@ impl SnapshotBuilder {
         inputs: &Inputs<'_, H>,
         slots_of: &[Vec<u32>],
         services: &mut Vec<ServicePlan>,
+        plan_services: &mut Vec<usize>,
         used: &mut HashMap<TableKey, Arc<MaglevTable>>,
     ) -> Result<Vec<u32>, SnapshotError> {
         let compiled = inputs.compiled;
@@ -361,6 +375,7 @@ impl SnapshotBuilder {
             let sp = self.service_plan(svc, sel, slot_of, Some(&plan), used)?;
             let index = u32::try_from(services.len()).unwrap_or(u32::MAX);
             services.push(sp);
+            plan_services.push(svc_index);
             for (c, child) in compiled.children.iter().enumerate() {
                 let of_svc = compiled
                     .rules
@@ -385,9 +400,12 @@ impl SnapshotBuilder {
         let now = inputs.now;
         for (i, rec) in self.slots.iter_mut().enumerate().filter(|(_, r)| !r.seen) {
             rec.backend.state = match rec.backend.state {
-                BackendState::Active | BackendState::Unhealthy { .. } => BackendState::Draining {
-                    until: now.wrapping_add(rec.drain_ticks),
-                },
+                s @ (BackendState::Active | BackendState::Unhealthy { .. }) => {
+                    rec.left_serving = s == BackendState::Active;
+                    BackendState::Draining {
+                        until: now.wrapping_add(rec.drain_ticks),
+                    }
+                }
                 BackendState::Draining { until } if tick_reached(now, until) => {
                     self.free.push(u32::try_from(i).unwrap_or(u32::MAX));
                     BackendState::Removed
@@ -412,6 +430,76 @@ impl SnapshotBuilder {
         }
         self.free.sort_unstable_by(|a, b| b.cmp(a));
         self.free.dedup();
+    }
+
+    /// Plans without an eligible backend, of services with
+    /// `no_backend_fallback = "draining"` (M14): their new connections go to
+    /// the service's endpoints that left the configuration while serving
+    /// and are still draining, through one Maglev table over them (by
+    /// identity, so every node of a cluster picks alike). Kubernetes'
+    /// terminating endpoints as the last resort. `plan_services` gives each
+    /// plan's service index.
+    fn fall_back_to_draining(
+        &self,
+        compiled: &Compiled,
+        services: &mut [ServicePlan],
+        plan_services: &[usize],
+        used: &mut HashMap<TableKey, Arc<MaglevTable>>,
+    ) -> Result<(), SnapshotError> {
+        for (plan, &svc_index) in services.iter_mut().zip(plan_services) {
+            let Some(svc) = compiled.services.get(svc_index) else {
+                continue;
+            };
+            let eligible = plan.regions.iter().any(|r| !r.tables.is_empty());
+            if eligible || svc.no_backend_fallback != NoBackendFallback::Draining {
+                continue;
+            }
+            let mut draining: Vec<(&str, u32)> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| {
+                    r.key.0 == svc.name
+                        && r.left_serving
+                        && matches!(r.backend.state, BackendState::Draining { .. })
+                })
+                .map(|(i, r)| (r.key.1.as_str(), u32::try_from(i).unwrap_or(u32::MAX)))
+                .collect();
+            if draining.is_empty() {
+                continue;
+            }
+            draining.sort_unstable();
+            let set: Vec<(usize, maglev::Endpoint)> = draining
+                .iter()
+                .enumerate()
+                .map(|(i, (identity, _))| {
+                    let id = maglev::EndpointId::from_bytes(identity.as_bytes());
+                    (i, maglev::Endpoint { id, weight: 1 })
+                })
+                .collect();
+            let key = table_key(svc, &set);
+            let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
+                Some(t) => t.clone(),
+                None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
+                    service: svc.name.clone(),
+                    source,
+                })?),
+            };
+            used.insert(key, table.clone());
+            plan.regions = vec![RegionTables {
+                tables: vec![SlotTable {
+                    table,
+                    slots: draining.iter().map(|&(_, slot)| slot).collect(),
+                }],
+                zones: Vec::new(),
+            }];
+            plan.thresholds = vec![u32::MAX];
+            plan.zonal = false;
+            plan.last_resort = true;
+            // Its regions are no longer the locality plan's.
+            plan.locality = None;
+        }
+        Ok(())
     }
 
     /// Every endpoint with a backend slot: (service, identity, slot).
@@ -468,6 +556,7 @@ impl SnapshotBuilder {
             backend,
             drain_ticks,
             seen: true,
+            left_serving: false,
             key: key.clone(),
         };
         // A removed backend's slot: its flow entries predate `assigned`

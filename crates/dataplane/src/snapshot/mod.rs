@@ -229,6 +229,10 @@ pub struct ServicePlan {
     pub flow_tag: u16,
     /// Every endpoint is unhealthy and the service fails open (M23).
     pub fail_open: bool,
+    /// No configured endpoint is eligible, and new connections go to the
+    /// draining ones instead (`no_backend_fallback = "draining"`, M14):
+    /// `regions` is then one table over them, without a locality plan.
+    pub last_resort: bool,
     /// The locality plan `regions` and `thresholds` were built from (its
     /// regions in the same order), for explanations
     /// ([`crate::pipeline::explain`]); the packet path never reads it.
