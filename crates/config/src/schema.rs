@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use wire::geneve::OptionIds;
 
-use crate::values::{Duration, MacAddr, PortSpec, Prefix};
+use crate::values::{Duration, MacAddr, PortSpec, Prefix, Vip};
 
 /// The whole file.
 #[derive(Clone, Debug, Deserialize)]
@@ -382,8 +382,11 @@ pub struct ForwardingRule {
     /// Rule name; child rules are `<name>-ag0` and `<name>-ag1` (M5).
     pub name: String,
     /// The VIP of availability group 0 and, optionally, of group 1; both of
-    /// one IP version.
-    pub vips: Vec<IpAddr>,
+    /// one IP version. A VIP is one address, or an IPv6 prefix from /96 to
+    /// /128 (`"2001:db8:1::/96"`, a cloud's external IPv6 forwarding rule)
+    /// whose every address the rule takes alike: announced as that prefix,
+    /// probed through its first address after the network one.
+    pub vips: Vec<Vip>,
     /// `TCP`, `UDP` or `L3_DEFAULT`.
     pub protocol: Protocol,
     /// Destination ports; default `"all"`.

@@ -117,6 +117,23 @@ fn ranged(vips: &str, ranges: &str) -> String {
     )
 }
 
+/// Rules on `vips` (each a list's text; the first line marked) to an IPv6
+/// service `web6`.
+fn v6_rules(vips: &[&str]) -> String {
+    let rules: String = vips
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let marker = if i + 1 == vips.len() { " #!" } else { "" };
+            rule(&format!("x{i}"), v, "TCP", &format!("{}", 81 + i), "")
+                .replacen(&format!("{v}]"), &format!("{v}]{marker}"), 1)
+                .replace("backend_service = \"web\"", "backend_service = \"web6\"")
+        })
+        .collect();
+    rules
+        + "\n[[backend_services]]\nname = \"web6\"\ndelivery = \"ipip\"\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{ address = \"fd00::1\" }] }]\n"
+}
+
 /// A Geneve service `nva` of appliances, and `rule_text` pointed at it.
 fn nva(rule_text: &str) -> String {
     format!(
@@ -174,6 +191,10 @@ fn cases() -> Vec<Case> {
         case("VIPs of two families", with(&rule("x", "\"10.0.0.11\", \"fd00::11\"", "TCP", "81", "").replacen("\"fd00::11\"]", "\"fd00::11\"] #!", 1)), "forwarding_rules[1].vips[1]", "both VIPs of a rule are of one IP version"),
         case("an address in two availability groups", with(&rule("x", "\"10.0.0.11\", \"10.0.0.10\"", "TCP", "81", "").replacen("\"10.0.0.10\"]", "\"10.0.0.10\"] #!", 1)), "forwarding_rules[1].vips[1]", "10.0.0.10 is availability group 1 here but group 0 in rule \"web\": an address plays one availability-group role across all rules"),
         case("same VIP twice", with(&rule("x", "\"10.0.0.11\", \"10.0.0.11\"", "TCP", "81", "").replacen("\"10.0.0.11\"]", "\"10.0.0.11\"] #!", 1)), "forwarding_rules[1].vips[1]", "each availability group needs its own VIP"),
+        case("IPv4 VIP prefix", with(&rule("x", "\"10.0.1.0/24\"", "TCP", "81", "").replacen("/24\"]", "/24\"] #!", 1)), "forwarding_rules[1].vips[0]", "10.0.1.0/24: an IPv4 VIP is one address; only an IPv6 VIP may be a prefix (/96 to /128)"),
+        case("IPv6 VIP prefix wider than /96", with(&v6_rules(&["\"fd00:1::/64\""])), "forwarding_rules[1].vips[0]", "fd00:1::/64 is wider than /96: an IPv6 VIP prefix is /96 to /128"),
+        case("IPv6 VIP prefix with host bits", with(&v6_rules(&["\"fd00:1::5/96\""])), "forwarding_rules[1].vips[0]", "fd00:1::5/96 has host bits set beyond /96: write the network, fd00:1::/96"),
+        case("VIP inside another rule's VIP prefix", with(&v6_rules(&["\"fd00:1::/96\"", "\"fd00:2::1\", \"fd00:1::9\""])), "forwarding_rules[2].vips[1]", "fd00:1::9 overlaps VIP fd00:1::/96 of rule \"x0\": a packet's destination must name one VIP"),
         case("unusable VIP", with(&rule("x", "\"0.0.0.0\"", "TCP", "81", "").replacen("\"0.0.0.0\"]", "\"0.0.0.0\"] #!", 1)), "forwarding_rules[1].vips[0]", "cannot be a VIP"),
         case("IPv4-mapped VIP", with(&(rule("x", "\"::ffff:10.0.0.11\"", "TCP", "81", "").replacen("\"::ffff:10.0.0.11\"]", "\"::ffff:10.0.0.11\"] #!", 1).replace("backend_service = \"web\"", "backend_service = \"web6\"") + "\n[[backend_services]]\nname = \"web6\"\ndelivery = \"ipip\"\ngroups = [{ name = \"g\", region = \"r1\", zone = \"z\", endpoints = [{ address = \"fd00::1\" }] }]\n")), "forwarding_rules[1].vips[0]", "IPv4-mapped IPv6 address, which never appears on the wire: write 10.0.0.11"),
         case("empty source ranges", with(&ranged("\"10.0.0.11\"", "[]")), "forwarding_rules[1].source_ranges", "an empty list admits no client: omit source_ranges"),

@@ -27,6 +27,7 @@ use std::net::IpAddr;
 
 use config::Compiled;
 use config::schema::AnnouncePolicy;
+use config::values::Prefix;
 use health::Aggregate;
 
 /// What the node itself says about announcing, whatever its rules' health
@@ -105,6 +106,25 @@ pub fn announced(desired: &Desired) -> Vec<IpAddr> {
         .filter(|(_, w)| w.announced())
         .map(|(v, _)| *v)
         .collect()
+}
+
+/// The routes announcing what `desired` marks announced: each VIP as its
+/// prefix — /32 or /128, or a VIP prefix's own (`2001:db8:1::/96`, whose
+/// decision is keyed by the address it is probed through) — in order.
+pub fn routes(compiled: &Compiled, desired: &Desired) -> Vec<Prefix> {
+    let mut out: Vec<Prefix> = announced(desired)
+        .into_iter()
+        .map(|vip| {
+            compiled
+                .children
+                .iter()
+                .find(|ch| ch.vip == vip)
+                .map_or_else(|| Prefix::host(vip), |ch| ch.vip_spec().prefix())
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Decides each served VIP's announcement (see the module docs).

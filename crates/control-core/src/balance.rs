@@ -904,6 +904,9 @@ impl Balance {
                     })
                     .map(|(c, state)| report::RuleVip {
                         vip: c.vip,
+                        prefix: Some(c.vip_spec())
+                            .filter(config::values::Vip::is_range)
+                            .map(|v| v.to_string()),
                         child_rule: c.name.clone(),
                         availability_group: c.availability_group,
                         served: c.served,

@@ -76,8 +76,9 @@ pub enum Output {
     },
     /// Make the BGP speaker announce exactly the VIPs this decision marks
     /// announced (M34, M35): given once at start and whenever it changes,
-    /// only with `[bgp]`.
-    Announce(crate::announce::Desired),
+    /// only with `[bgp]`; with the routes that announces
+    /// ([`crate::announce::routes`]).
+    Announce(crate::announce::Desired, Vec<config::values::Prefix>),
 }
 
 /// Writes a log line into `$out` (a `Vec<Output>`) as [`Output::Log`], the
@@ -179,8 +180,9 @@ pub trait Shell {
     /// `take` (a bounded number). Nothing, for a shell without peers.
     fn sync_receive(&mut self, _now: Duration, _take: &mut dyn FnMut(SocketAddr, &[u8])) {}
 
-    /// Makes the BGP speaker announce what `desired` marks announced.
-    fn announce(&mut self, desired: crate::announce::Desired);
+    /// Makes the BGP speaker announce `routes`: the VIPs `desired` marks
+    /// announced, each as its prefix (/32, /128, or a VIP prefix's own).
+    fn announce(&mut self, desired: crate::announce::Desired, routes: Vec<config::values::Prefix>);
 
     /// Reloads when the configuration file changes, or stops doing so.
     fn watch(&mut self, on: bool);

@@ -168,8 +168,12 @@ pub struct Rule {
 /// A rule on one VIP.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RuleVip {
-    /// The VIP.
+    /// The VIP; of a VIP prefix, the address it is probed through.
     pub vip: IpAddr,
+    /// The VIP prefix (`2001:db8:1::/96`), when the VIP is one: every
+    /// address in it is taken alike.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
     /// The child rule (`<rule>-ag<N>`).
     pub child_rule: String,
     /// Its availability group.
@@ -699,7 +703,8 @@ impl Display for Status {
                     let _ = writeln!(
                         out,
                         "  child rule {} (VIP {}): {state}",
-                        v.child_rule, v.vip
+                        v.child_rule,
+                        v.prefix.clone().unwrap_or_else(|| v.vip.to_string())
                     );
                 }
             }
@@ -787,7 +792,7 @@ impl Status {
                         } else {
                             String::new()
                         },
-                        v.vip.to_string(),
+                        v.prefix.clone().unwrap_or_else(|| v.vip.to_string()),
                         v.availability_group.to_string(),
                         if v.served { "yes" } else { "no" }.to_owned(),
                         v.state.clone().unwrap_or_else(|| "-".to_owned()),

@@ -263,6 +263,8 @@ pub struct Recorder {
     pub sync_out: Vec<(SocketAddr, Vec<u8>)>,
     /// The BGP announcements asked for, in order.
     pub announced: Vec<Desired>,
+    /// The routes of the last announcement asked for.
+    pub routes: Vec<config::values::Prefix>,
     /// The last [`crate::Output::Watch`].
     pub watching: Option<bool>,
     /// Whether table builds are held instead of built at once.
@@ -311,8 +313,9 @@ impl Shell for Recorder {
         self.sync_out.push((to, datagram));
     }
 
-    fn announce(&mut self, desired: Desired) {
+    fn announce(&mut self, desired: Desired, routes: Vec<config::values::Prefix>) {
         self.announced.push(desired);
+        self.routes = routes;
     }
 
     fn watch(&mut self, on: bool) {

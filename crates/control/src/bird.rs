@@ -7,7 +7,7 @@
 //!
 //! Spillway never speaks BGP. It writes the VIPs to announce as BIRD
 //! `protocol static` blocks (`spillway4`, `spillway6`, one `route VIP/32
-//! blackhole;` or `/128` per VIP) into `[bgp] routes_file`, written whole
+//! blackhole;`, `/128` or a VIP prefix's own per VIP) into `[bgp] routes_file`, written whole
 //! to a temporary file and renamed over it (BIRD never reads half a file),
 //! then asks BIRD to `configure` over its control socket. The node's
 //! bird.conf (`spillway bird-config` prints one) includes that file and
@@ -47,6 +47,8 @@
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
+
+use config::values::Prefix;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -210,15 +212,14 @@ pub fn reachable(socket: &Path) -> Result<(), BirdError> {
 }
 
 /// The routes file announcing `vips` (see the module docs).
-pub fn routes_text(vips: &[IpAddr]) -> String {
+pub fn routes_text(vips: &[Prefix]) -> String {
     let mut out = String::from(
         "# Written by spillway: the VIPs this node announces (M34). Rewritten whole\n# at every change; do not edit.\n",
     );
     for (name, family, v6) in [("spillway4", "ipv4", false), ("spillway6", "ipv6", true)] {
         let _ = writeln!(out, "protocol static {name} {{\n  {family};");
-        for v in vips.iter().filter(|v| v.is_ipv6() == v6) {
-            let len = if v6 { 128 } else { 32 };
-            let _ = writeln!(out, "  route {v}/{len} blackhole;");
+        for v in vips.iter().filter(|v| v.addr.is_ipv6() == v6) {
+            let _ = writeln!(out, "  route {v} blackhole;");
         }
         out += "}\n";
     }
@@ -226,7 +227,7 @@ pub fn routes_text(vips: &[IpAddr]) -> String {
 }
 
 /// Writes `vips` to `path` whole: a temporary file beside it, renamed over.
-pub fn write_routes(path: &Path, vips: &[IpAddr]) -> Result<(), BirdError> {
+pub fn write_routes(path: &Path, vips: &[Prefix]) -> Result<(), BirdError> {
     let what = || format!("writing {}", path.display());
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io(what()))?;
@@ -389,7 +390,7 @@ pub struct SpeakerStatus {
     /// The latest failure.
     pub last_error: Option<String>,
     /// The VIPs in the routes file.
-    pub announced: Vec<IpAddr>,
+    pub announced: Vec<Prefix>,
 }
 
 impl SpeakerStatus {
@@ -419,7 +420,7 @@ impl SpeakerStatus {
 }
 
 enum Msg {
-    Set(Vec<IpAddr>),
+    Set(Vec<Prefix>),
     Stop,
 }
 
@@ -453,7 +454,7 @@ impl Speaker {
     }
 
     /// Announce exactly `vips` from now on.
-    pub fn set(&self, vips: Vec<IpAddr>) {
+    pub fn set(&self, vips: Vec<Prefix>) {
         // The thread only ends after Stop.
         let _ = self.tx.send(Msg::Set(vips));
     }
@@ -483,7 +484,7 @@ impl Drop for Speaker {
 }
 
 fn run(socket: &Path, file: &Path, rx: &Receiver<Msg>, status: &Mutex<SpeakerStatus>) {
-    let mut want: Option<Vec<IpAddr>> = None;
+    let mut want: Option<Vec<Prefix>> = None;
     let mut pending = false;
     let mut stopping = false;
     let mut last_probe = Instant::now();
@@ -716,9 +717,10 @@ mod tests {
 
     #[test]
     fn routes_file_holds_both_families() {
-        let v: Vec<IpAddr> = vec![
+        let v: Vec<Prefix> = vec![
             "198.51.100.1".parse().unwrap(),
             "2001:db8::1".parse().unwrap(),
+            "2001:db8:1::/96".parse().unwrap(),
         ];
         let t = routes_text(&v);
         assert!(
@@ -729,7 +731,7 @@ mod tests {
         );
         assert!(
             t.contains(
-                "protocol static spillway6 {\n  ipv6;\n  route 2001:db8::1/128 blackhole;\n}"
+                "protocol static spillway6 {\n  ipv6;\n  route 2001:db8::1/128 blackhole;\n  route 2001:db8:1::/96 blackhole;\n}"
             ),
             "{t}"
         );
@@ -781,7 +783,7 @@ mod tests {
             !std::fs::read_to_string(&file).unwrap().contains("route"),
             "emptied at start"
         );
-        let vip: IpAddr = "198.51.100.1".parse().unwrap();
+        let vip: Prefix = "198.51.100.1".parse().unwrap();
         // BIRD not there yet: a failure, then a retry once it is.
         sp.set(vec![vip]);
         wait_for(|| sp.status().failures > 0);

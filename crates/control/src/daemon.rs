@@ -1206,9 +1206,13 @@ impl Shell for DaemonShell<'_> {
         }
     }
 
-    fn announce(&mut self, desired: crate::announce::Desired) {
+    fn announce(
+        &mut self,
+        _desired: crate::announce::Desired,
+        routes: Vec<config::values::Prefix>,
+    ) {
         if let Some(sp) = self.speaker {
-            sp.set(crate::announce::announced(&desired));
+            sp.set(routes);
         }
     }
 

@@ -123,3 +123,68 @@ fn without_bgp_nothing_is_output() {
     assert!(announced(&mut core, &mut shell).is_empty());
     assert!(core.announcement().is_none());
 }
+
+/// M1, M35: an IPv6 VIP prefix is announced as that prefix, its decision
+/// keyed by (and its health probed through) the first address after its
+/// network one.
+#[test]
+fn a_vip_prefix_is_announced_as_the_prefix_and_probed_through_one_address() {
+    let text = r#"
+[node]
+name = "n"
+region = "r"
+zone = "z"
+
+[[backend_services]]
+name = "s6"
+delivery = "ipip"
+health_check = "tcp"
+groups = [{ name = "g", region = "r", zone = "z", endpoints = [{ address = "10.1.0.1", address6 = "fd00:1::1" }, { address = "10.1.0.2", address6 = "fd00:1::2" }] }]
+
+[[health_checks]]
+name = "tcp"
+type = "TCP"
+port = 80
+target = "vip"
+
+[[forwarding_rules]]
+name = "web6"
+vips = ["2001:db8:f00::/96"]
+protocol = "TCP"
+ports = 80
+backend_service = "s6"
+"#;
+    let loaded = sim::loaded(&format!("{text}{BGP}"));
+    let probe: IpAddr = "2001:db8:f00::1".parse().unwrap();
+    assert!(!loaded.compiled.vip_probes.is_empty());
+    assert!(
+        loaded.compiled.vip_probes.iter().all(|p| p.vip == probe),
+        "{:?}",
+        loaded.compiled.vip_probes
+    );
+    let (mut core, mut shell) = start(&format!("{text}{BGP}"));
+    core.carry_out(&mut shell);
+    shell.announced.clear();
+    for a in ["10.1.0.1", "10.1.0.2", "fd00:1::1", "fd00:1::2"] {
+        shell.probes.set_state(a.parse().unwrap(), State::Healthy);
+    }
+    for (via, ep) in [(probe, "fd00:1::1"), (probe, "fd00:1::2")] {
+        shell
+            .probes
+            .set_state_via(ep.parse().unwrap(), via, State::Healthy);
+    }
+    sim::step_alone(&mut core, &mut shell, Duration::from_secs(1));
+    assert_eq!(
+        announced(&mut core, &mut shell),
+        [vec![(probe, Why::Healthy)]]
+    );
+    let routes: Vec<String> = shell.routes.iter().map(ToString::to_string).collect();
+    assert_eq!(routes, ["2001:db8:f00::/96"]);
+    let status = core
+        .status(Duration::from_secs(2), control::FlowUse::default())
+        .to_string();
+    assert!(
+        status.contains("child rule web6-ag0 (VIP 2001:db8:f00::/96): HEALTHY"),
+        "{status}"
+    );
+}

@@ -1930,5 +1930,8 @@ fn a_rolling_update_with_no_ready_endpoint_falls_back_on_the_draining_ones() {
     );
     let after = w.open(50, "10.0.0.10", 80);
     assert!(after.iter().all(|(_, b)| *b == Some(ip("10.1.0.9"))));
-    assert!(w.status().contains("service web: ipip (1 eligible backends)"));
+    assert!(
+        w.status()
+            .contains("service web: ipip (1 eligible backends)")
+    );
 }

@@ -451,6 +451,96 @@ impl<'de> Deserialize<'de> for Prefix {
     }
 }
 
+/// A forwarding rule's VIP: one address (`10.0.0.10`, `2001:db8::10`), or
+/// an IPv6 prefix (`2001:db8:1::/96`) whose every address the rule takes
+/// alike, as a cloud's external IPv6 forwarding rule does. Parsed like a
+/// [`Prefix`]; validation bounds the length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Vip {
+    /// The address, or the prefix's network as written.
+    pub addr: IpAddr,
+    /// Prefix length in bits: 32 or 128 for one address.
+    pub len: u8,
+}
+
+impl Vip {
+    /// The VIP of one address.
+    pub fn host(addr: IpAddr) -> Vip {
+        let Prefix { addr, len } = Prefix::host(addr);
+        Vip { addr, len }
+    }
+
+    /// As a prefix (a host prefix for one address).
+    pub fn prefix(&self) -> Prefix {
+        Prefix {
+            addr: self.addr,
+            len: self.len,
+        }
+    }
+
+    /// Whether it is a prefix of more than one address.
+    pub fn is_range(&self) -> bool {
+        self.len < if self.addr.is_ipv4() { 32 } else { 128 }
+    }
+
+    /// The one address of it that stands for all: probed through, shown
+    /// as its state's key. The address itself; for a prefix, the first
+    /// after its network address (`2001:db8:1::1` of `2001:db8:1::/96`),
+    /// since the all-zero one is the subnet-router anycast address.
+    pub fn probe_addr(&self) -> IpAddr {
+        if !self.is_range() {
+            return self.addr;
+        }
+        let (first, _) = self.prefix().span();
+        match self.addr {
+            IpAddr::V4(_) => IpAddr::V4(u32::try_from(first + 1).unwrap_or(u32::MAX).into()),
+            IpAddr::V6(_) => IpAddr::V6((first + 1).into()),
+        }
+    }
+
+    /// Whether `ip` is one of its addresses.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.prefix().contains(ip)
+    }
+
+    /// Whether the two share an address.
+    pub fn overlaps(&self, other: &Vip) -> bool {
+        if self.addr.is_ipv4() != other.addr.is_ipv4() {
+            return false;
+        }
+        let ((a0, a1), (b0, b1)) = (self.prefix().span(), other.prefix().span());
+        a0 <= b1 && b0 <= a1
+    }
+}
+
+impl FromStr for Vip {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Prefix { addr, len } = s.parse()?;
+        Ok(Vip { addr, len })
+    }
+}
+
+/// One address as itself, a prefix as `address/length`.
+impl fmt::Display for Vip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_range() {
+            write!(f, "{}/{}", self.addr, self.len)
+        } else {
+            write!(f, "{}", self.addr)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Vip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(FromStrVisitor::<Vip>::new(
+            "a VIP: an address such as \"10.0.0.10\", or an IPv6 prefix such as \"2001:db8:1::/96\"",
+        ))
+    }
+}
+
 /// An Ethernet MAC address, written `02:00:00:00:00:01`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MacAddr(pub [u8; 6]);
@@ -555,6 +645,35 @@ mod tests {
             let got = text.parse::<Duration>().ok().map(|d| d.get().as_millis());
             assert_eq!(got, ms.map(u128::from), "{text:?}");
         }
+    }
+
+    #[test]
+    fn vips_are_an_address_or_a_prefix() {
+        let v = |s: &str| s.parse::<Vip>().unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // One address: itself everywhere, written bare.
+        let one = v("2001:db8::10");
+        assert!(!one.is_range());
+        assert_eq!(
+            (one.to_string(), one.probe_addr()),
+            ("2001:db8::10".into(), ip("2001:db8::10"))
+        );
+        assert_eq!(v("10.0.0.10/32"), Vip::host(ip("10.0.0.10")));
+        // A /96: written with its length, probed through network + 1.
+        let p = v("2001:db8:f00::/96");
+        assert!(p.is_range());
+        assert_eq!(p.to_string(), "2001:db8:f00::/96");
+        assert_eq!(p.probe_addr(), ip("2001:db8:f00::1"));
+        assert!(p.contains(ip("2001:db8:f00::ffff:ffff")));
+        assert!(!p.contains(ip("2001:db8:f00::1:0:0")));
+        // Overlaps: nested, equal, apart, other family.
+        assert!(p.overlaps(&v("2001:db8:f00::abcd")));
+        assert!(v("2001:db8:f00::abcd").overlaps(&p));
+        assert!(p.overlaps(&v("2001:db8:f00::/112")));
+        assert!(p.overlaps(&p));
+        assert!(!p.overlaps(&v("2001:db8:f00::1:0:0/96")));
+        assert!(!v("10.0.0.1").overlaps(&v("::a00:1")));
+        assert!("2001:db8::/129".parse::<Vip>().is_err());
     }
 
     #[test]

@@ -301,7 +301,7 @@ fn forwarding_rules(
             s.rules.push(rid);
         }
         let mut kids = Vec::new();
-        for (ag, &vip) in r.vips.iter().enumerate() {
+        for (ag, vip) in r.vips.iter().enumerate() {
             // Validation allows one or two VIPs a rule.
             let ag = u8::try_from(ag).unwrap_or(u8::MAX);
             kids.push(ChildRuleId(dense(children.len())));
@@ -309,7 +309,9 @@ fn forwarding_rules(
                 name: format!("{}-ag{ag}", r.name),
                 rule: rid,
                 availability_group: ag,
-                vip,
+                // A prefix is keyed, probed and reported by one address.
+                vip: vip.probe_addr(),
+                vip_len: vip.len,
                 served: cfg.node.availability_group.is_none_or(|g| g == ag),
             });
         }

@@ -7,7 +7,7 @@ use wire::ip::proto::{self, TCP, UDP};
 
 use super::{ChildRuleId, CompositeId, RuleId, ServiceId};
 use crate::schema::{Protocol, RuleMode};
-use crate::values::{PortSpec, Prefix};
+use crate::values::{PortSpec, Prefix, Vip};
 
 /// IP protocol numbers that `L3_DEFAULT` matches (M2).
 pub const L3_DEFAULT_PROTOCOLS: [u8; 6] =
@@ -110,6 +110,8 @@ struct Interval {
 #[derive(Clone, Debug)]
 struct VipRules {
     addr: IpAddr,
+    /// Prefix length: less than the address's width for a VIP prefix.
+    len: u8,
     /// Sorted, disjoint (validation guarantees it).
     tcp: Vec<Interval>,
     udp: Vec<Interval>,
@@ -127,6 +129,12 @@ pub struct RuleIndex {
     /// `addr_key` of each entry of `vips`: searched as integers, not as
     /// `IpAddr`s (whose ordering compares byte by byte).
     keys: Vec<u128>,
+    /// The VIP prefixes (IPv6 only), sorted and disjoint (validation):
+    /// searched only when `dst` is no single VIP, so that single VIPs,
+    /// IPv4 above all, pay nothing for them.
+    prefixes: Vec<VipRules>,
+    /// The first and last address of each of `prefixes`.
+    prefix_spans: Vec<(u128, u128)>,
     /// Per child rule (by [`ChildRuleId`]): the clients its rule admits,
     /// an index into `source_sets`; `None`: every client.
     child_sources: Vec<Option<u32>>,
@@ -154,8 +162,24 @@ impl RuleIndex {
                 return None;
             }
         }
-        let i = self.keys.binary_search(&addr_key(dst)).ok()?;
-        self.vips.get(i)
+        let key = addr_key(dst);
+        match self.keys.binary_search(&key) {
+            Ok(i) => self.vips.get(i),
+            Err(_) if dst.is_ipv6() && !self.prefixes.is_empty() => self.in_prefix(key),
+            Err(_) => None,
+        }
+    }
+
+    /// The VIP prefix holding the address of `key`, if any.
+    #[cold]
+    fn in_prefix(&self, key: u128) -> Option<&VipRules> {
+        let i = self.prefix_spans.partition_point(|&(_, last)| last < key);
+        let &(first, _) = self.prefix_spans.get(i)?;
+        if first <= key {
+            self.prefixes.get(i)
+        } else {
+            None
+        }
     }
 
     /// The rule for a packet to `dst` with IP protocol `proto` and
@@ -249,18 +273,27 @@ impl RuleIndex {
         self.find(addr).is_some_and(|v| v.answers_echo)
     }
 
-    /// The VIPs this node serves, in address order.
+    /// The single-address VIPs this node serves, in address order (its
+    /// VIP prefixes are [`RuleIndex::vip_prefixes`]).
     pub fn vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.vips.iter().map(|v| v.addr)
     }
 
-    /// Rules reachable at `vip`, in selection order per protocol: TCP
-    /// intervals, UDP intervals, then L3_DEFAULT (for summaries and status).
+    /// The VIP prefixes this node serves, in address order.
+    pub fn vip_prefixes(&self) -> impl Iterator<Item = Prefix> + '_ {
+        self.prefixes.iter().map(|v| Prefix {
+            addr: v.addr,
+            len: v.len,
+        })
+    }
+
+    /// Rules reachable at `vip` (an address; of a VIP prefix, any of its
+    /// addresses), in selection order per protocol: TCP intervals, UDP
+    /// intervals, then L3_DEFAULT (for summaries and status).
     pub fn rules_at(&self, vip: IpAddr) -> Vec<RuleId> {
-        let Ok(i) = self.keys.binary_search(&addr_key(vip)) else {
+        let Some(v) = self.find(vip) else {
             return Vec::new();
         };
-        let v = &self.vips[i];
         let mut out: Vec<RuleId> = Vec::new();
         for x in v.tcp.iter().chain(&v.udp) {
             if !out.contains(&x.hit.rule) {
@@ -307,16 +340,39 @@ pub struct ChildRule {
     pub rule: RuleId,
     /// 0 or 1.
     pub availability_group: u8,
-    /// The VIP.
+    /// The VIP; of a VIP prefix, the address standing for it
+    /// ([`Vip::probe_addr`]: probed through, states keyed by).
     pub vip: IpAddr,
+    /// The VIP's prefix length: 32 or 128 for one address, less for an
+    /// IPv6 prefix whose every address the child rule takes.
+    pub vip_len: u8,
     /// Whether this node serves (and announces) it.
     pub served: bool,
+}
+
+impl ChildRule {
+    /// Its VIP as written: one address, or the prefix.
+    pub fn vip_spec(&self) -> Vip {
+        let p = Prefix {
+            addr: self.vip,
+            len: self.vip_len,
+        }
+        .network();
+        if p.len == Prefix::host(self.vip).len {
+            Vip::host(self.vip)
+        } else {
+            Vip {
+                addr: p.addr,
+                len: p.len,
+            }
+        }
+    }
 }
 
 /// Builds the per-VIP index from the served child rules.
 pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     let mut vips: Vec<VipRules> = Vec::new();
-    let mut at: std::collections::HashMap<IpAddr, usize> = std::collections::HashMap::new();
+    let mut at: std::collections::HashMap<Vip, usize> = std::collections::HashMap::new();
     for (ci, c) in children.iter().enumerate() {
         if !c.served {
             continue;
@@ -330,12 +386,14 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
             service: rule.service,
             gateway: rule.mode == RuleMode::Gateway,
         };
-        let entry = match at.get(&c.vip) {
+        let spec = c.vip_spec();
+        let entry = match at.get(&spec) {
             Some(&i) => &mut vips[i],
             None => {
-                at.insert(c.vip, vips.len());
+                at.insert(spec, vips.len());
                 vips.push(VipRules {
-                    addr: c.vip,
+                    addr: spec.addr,
+                    len: spec.len,
                     tcp: Vec::new(),
                     udp: Vec::new(),
                     l3_default: None,
@@ -365,8 +423,27 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
         v.tcp.sort_by_key(|x| x.lo);
         v.udp.sort_by_key(|x| x.lo);
     }
+    let (mut prefixes, mut vips): (Vec<VipRules>, Vec<VipRules>) = vips
+        .into_iter()
+        .partition(|v| v.len < Prefix::host(v.addr).len);
     vips.sort_by_key(|v| addr_key(v.addr));
     let keys = vips.iter().map(|v| addr_key(v.addr)).collect();
+    prefixes.sort_by_key(|v| addr_key(v.addr));
+    let prefix_spans = prefixes
+        .iter()
+        .map(|v| {
+            let (first, last) = Prefix {
+                addr: v.addr,
+                len: v.len,
+            }
+            .span();
+            if v.addr.is_ipv4() {
+                (addr_key(v.addr), addr_key(v.addr) | (last - first))
+            } else {
+                (first, last)
+            }
+        })
+        .collect();
     // One set per rule with a list, shared by its child rules.
     let mut source_sets = Vec::new();
     let set_of_rule: Vec<Option<u32>> = rules
@@ -383,6 +460,8 @@ pub(super) fn build_index(rules: &[Rule], children: &[ChildRule]) -> RuleIndex {
     RuleIndex {
         vips,
         keys,
+        prefixes,
+        prefix_spans,
         child_sources,
         source_sets,
     }
@@ -537,6 +616,37 @@ mod tests {
                     ("10.0.0.11", 6, Some(80), None),
                     ("::", 6, Some(80), None),
                 ]),
+            },
+            Case {
+                name: "a /96 VIP takes every address in it, next to single VIPs",
+                rules: vec![
+                    rule("r96", "\"fd00:1::/96\", \"fd00:2::/112\"", "TCP", "443"),
+                    rule("r96all", "\"fd00:1::/96\"", "L3_DEFAULT", "\"all\""),
+                    rule("one", "\"fd00:1:0:0:0:1::5\"", "TCP", "443"),
+                ],
+                expect: Ok(vec![
+                    ("fd00:1::", 6, Some(443), Some("r96-ag0")),
+                    ("fd00:1::1", 6, Some(443), Some("r96-ag0")),
+                    ("fd00:1::ffff:ffff", 6, Some(443), Some("r96-ag0")),
+                    ("fd00:1::2:3", 17, Some(53), Some("r96all-ag0")),
+                    ("fd00:1::1:2:3", 17, Some(53), None),
+                    ("fd00:1::1:0:0", 6, Some(443), None),
+                    ("fd00:0:ffff:ffff:ffff:ffff:ffff:ffff", 6, Some(443), None),
+                    ("fd00:1:0:0:0:1::5", 6, Some(443), Some("one-ag0")),
+                    ("fd00:1:0:0:0:1::6", 6, Some(443), None),
+                    ("fd00:2::ffff", 6, Some(443), Some("r96-ag1")),
+                    ("fd00:2::1:0", 6, Some(443), None),
+                    ("fd00:2::1:0", 6, Some(80), None),
+                    ("10.0.0.10", 6, Some(443), None),
+                ]),
+            },
+            Case {
+                name: "VIPs that share an address are refused",
+                rules: vec![
+                    rule("r96", "\"fd00:1::/96\"", "TCP", "443"),
+                    rule("in", "\"fd00:1::80\"", "TCP", "80"),
+                ],
+                expect: Err("fd00:1::80 overlaps VIP fd00:1::/96 of rule \"r96\""),
             },
         ];
         for case in cases {

@@ -22,7 +22,14 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
         c.regions[c.node.region.index()],
         c.zones[c.node.zone.index()]
     );
-    let vips: Vec<IpAddr> = c.rule_index.vips().collect();
+    // Each single VIP, then each VIP prefix (shown with its length, its
+    // rules looked up through its first address).
+    let vips: Vec<(IpAddr, String)> = c
+        .rule_index
+        .vips()
+        .map(|v| (v, v.to_string()))
+        .chain(c.rule_index.vip_prefixes().map(|p| (p.addr, p.to_string())))
+        .collect();
     let _ = writeln!(
         s,
         "forwarding rules: {} ({} child rules), served VIPs: {}",
@@ -30,7 +37,7 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
         c.children.len(),
         vips.len()
     );
-    for vip in vips {
+    for (vip, shown) in vips {
         let rules: Vec<String> = c
             .rule_index
             .rules_at(vip)
@@ -67,7 +74,7 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
                 )
             })
             .collect();
-        let _ = writeln!(s, "  {vip}: {}", rules.join("; "));
+        let _ = writeln!(s, "  {shown}: {}", rules.join("; "));
     }
     let _ = writeln!(
         s,

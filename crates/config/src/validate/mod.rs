@@ -167,7 +167,8 @@ impl<'a> Index<'a> {
                     .iter()
                     .enumerate()
                     .filter(move |(g, _)| ag.is_none_or(|a| usize::from(a) == *g))
-                    .map(|(_, v)| *v)
+                    // A prefix is probed through one address (M1).
+                    .map(|(_, v)| v.probe_addr())
             })
             .filter(|v| seen.insert(*v))
             .collect()

@@ -29,7 +29,7 @@ impl Checker<'_> {
             let v6_vip = self
                 .index
                 .rules_of(cfg, &svc.name)
-                .any(|r| r.vips.iter().any(|v| v.is_ipv6()));
+                .any(|r| r.vips.iter().any(|v| v.addr.is_ipv6()));
             if !v6_vip {
                 continue;
             }

@@ -267,11 +267,21 @@ impl Checker<'_> {
         }
         for (r, rule) in self.cfg.forwarding_rules.iter().enumerate() {
             for (k, v) in rule.vips.iter().enumerate() {
-                if let Some(port_addr) = addrs.get(v) {
+                // A VIP prefix must not hold one either.
+                let own = addrs
+                    .iter()
+                    .filter(|(a, _)| v.contains(**a))
+                    .min_by_key(|(a, _)| **a);
+                if let Some((own, port_addr)) = own {
                     let at = self.at(port_addr);
+                    let what = if v.is_range() {
+                        format!("VIP {v} holds the balancer's own address {own} at {at}")
+                    } else {
+                        format!("VIP {v} is also the balancer's own address at {at}")
+                    };
                     self.err(
                         &format!("forwarding_rules[{r}].vips[{k}]"),
-                        format!("VIP {v} is also the balancer's own address at {at}; host traffic to it would be load-balanced"),
+                        format!("{what}; host traffic to it would be load-balanced"),
                     );
                 }
             }

@@ -6,7 +6,11 @@ use std::net::IpAddr;
 
 use super::{Checker, family, family_compatible, ipv4_mapped};
 use crate::schema::{DeliveryMode, ForwardingRule, Protocol, RuleMode};
-use crate::values::Prefix;
+use crate::values::{Prefix, Vip};
+
+/// The widest IPv6 VIP prefix (a cloud's external IPv6 forwarding rule is
+/// a /96).
+const MIN_VIP_PREFIX_V6: u8 = 96;
 
 impl Checker<'_> {
     pub(super) fn rules(&mut self) {
@@ -48,7 +52,8 @@ impl Checker<'_> {
         let mut gateway_sources: HashMap<IpAddr, String> = HashMap::new();
         // M5: an address is availability group 0 or 1 wherever it is a VIP,
         // or a node of one group would serve half of another's address.
-        let mut group_of: HashMap<IpAddr, (usize, usize)> = HashMap::new();
+        let mut group_of: HashMap<Vip, (usize, usize)> = HashMap::new();
+        self.vip_overlaps();
         for (i, r) in rules.iter().enumerate() {
             let p = format!("forwarding_rules[{i}]");
             match r.vips.len() {
@@ -63,13 +68,13 @@ impl Checker<'_> {
                 ),
             }
             if let [a, b] = r.vips[..] {
-                if a.is_ipv4() != b.is_ipv4() {
+                if a.addr.is_ipv4() != b.addr.is_ipv4() {
                     self.err(
                         &format!("{p}.vips[1]"),
                         format!(
                             "{b} is {} but {a} is {}: both VIPs of a rule are of one IP version",
-                            family(b),
-                            family(a)
+                            family(b.addr),
+                            family(a.addr)
                         ),
                     );
                 } else if a == b {
@@ -80,12 +85,32 @@ impl Checker<'_> {
                 }
             }
             for (k, v) in r.vips.iter().enumerate() {
-                if v.is_unspecified() || v.is_multicast() || v.is_loopback() {
+                let a = v.addr;
+                if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
                     self.err(&format!("{p}.vips[{k}]"), format!("{v} cannot be a VIP"));
-                } else if let Some(v4) = ipv4_mapped(v) {
+                } else if let Some(v4) = ipv4_mapped(&a) {
                     self.err(
                         &format!("{p}.vips[{k}]"),
                         format!("{v} is an IPv4-mapped IPv6 address, which never appears on the wire: write {v4}"),
+                    );
+                } else if a.is_ipv4() && v.is_range() {
+                    self.err(
+                        &format!("{p}.vips[{k}]"),
+                        format!("{v}: an IPv4 VIP is one address; only an IPv6 VIP may be a prefix (/96 to /128)"),
+                    );
+                } else if a.is_ipv6() && v.len < MIN_VIP_PREFIX_V6 {
+                    self.err(
+                        &format!("{p}.vips[{k}]"),
+                        format!("{v} is wider than /{MIN_VIP_PREFIX_V6}: an IPv6 VIP prefix is /{MIN_VIP_PREFIX_V6} to /128, as a cloud's IPv6 forwarding rule"),
+                    );
+                } else if v.prefix().has_host_bits() {
+                    self.err(
+                        &format!("{p}.vips[{k}]"),
+                        format!(
+                            "{v} has host bits set beyond /{}: write the network, {}",
+                            v.len,
+                            v.prefix().network()
+                        ),
                     );
                 }
                 // (A rule giving one address twice is told so above.)
@@ -225,6 +250,27 @@ impl Checker<'_> {
 
     /// A rule's `source_ranges`: networks of its VIPs' IP version, written
     /// without host bits, on a passthrough rule.
+    /// M1: a packet's destination names one VIP. Two different VIPs (of
+    /// any rules) sharing an address — a prefix and an address or prefix
+    /// inside it — are refused at the later one; rules may share one VIP.
+    fn vip_overlaps(&mut self) {
+        let rules = &self.cfg.forwarding_rules;
+        let mut seen: Vec<(Vip, usize)> = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            for (k, v) in r.vips.iter().enumerate() {
+                let clash = seen.iter().find(|(o, _)| o != v && o.overlaps(v));
+                if let Some(&(o, j)) = clash {
+                    self.err(
+                        &format!("forwarding_rules[{i}].vips[{k}]"),
+                        format!("{v} overlaps VIP {o} of rule {:?}: a packet's destination must name one VIP", rules[j].name),
+                    );
+                } else if !seen.iter().any(|(o, _)| o == v) {
+                    seen.push((*v, i));
+                }
+            }
+        }
+    }
+
     fn source_ranges(&mut self, p: &str, r: &ForwardingRule, ranges: &[Prefix]) {
         let at = format!("{p}.source_ranges");
         if r.mode == RuleMode::Gateway {
@@ -241,13 +287,13 @@ impl Checker<'_> {
             return;
         };
         for (k, range) in ranges.iter().enumerate() {
-            if range.addr.is_ipv4() != vip.is_ipv4() {
+            if range.addr.is_ipv4() != vip.addr.is_ipv4() {
                 self.err(
                     &format!("{at}[{k}]"),
                     format!(
                         "{range} is {} but the rule's VIPs are {}: it would admit no client",
                         family(range.addr),
-                        family(*vip)
+                        family(vip.addr)
                     ),
                 );
             } else if range.has_host_bits() {
@@ -278,7 +324,7 @@ impl Checker<'_> {
         // sweep over each VIP's ranges in port order finds exactly those
         // pairs, rather than comparing every rule with every other (many
         // rules may share one VIP, each on ports of its own).
-        let mut by_vip: HashMap<(IpAddr, Protocol), Vec<usize>> = HashMap::new();
+        let mut by_vip: HashMap<(Vip, Protocol), Vec<usize>> = HashMap::new();
         for (i, r) in rules.iter().enumerate() {
             for v in &r.vips {
                 let list = by_vip.entry((*v, r.protocol)).or_default();
@@ -369,7 +415,7 @@ impl Checker<'_> {
     fn rule_families(&mut self, r: usize, s: usize) {
         let rule = &self.cfg.forwarding_rules[r];
         let svc = &self.cfg.backend_services[s];
-        let Some(&vip) = rule.vips.first() else {
+        let Some(vip) = rule.vips.first().map(|v| v.addr) else {
             return;
         };
         for (g, group) in svc.groups.iter().enumerate() {

@@ -27,7 +27,8 @@ impl Core {
             for l in lines {
                 say!(self.out, Info, "bgp: {l}");
             }
-            self.out.push(Output::Announce(next));
+            let routes = crate::announce::routes(&self.compiled, &next);
+            self.out.push(Output::Announce(next, routes));
         }
     }
 

@@ -172,7 +172,9 @@ pub(super) fn announced(compiled: &Compiled) -> Vec<(usize, std::net::IpAddr)> {
     let mut vips: Vec<std::net::IpAddr> = compiled
         .children
         .iter()
-        .filter(|ch| ch.served)
+        // A VIP prefix is routed to the node, never announced address by
+        // address (the data plane still answers for any of them).
+        .filter(|ch| ch.served && ch.vip_len == config::values::Prefix::host(ch.vip).len)
         .map(|ch| ch.vip)
         .collect();
     vips.sort_unstable();

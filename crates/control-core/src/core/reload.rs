@@ -177,12 +177,12 @@ pub fn destructive_change(old: &Compiled, new: &Compiled) -> Option<String> {
             old.rules.len()
         ));
     }
-    let served = |c: &Compiled| -> Vec<std::net::IpAddr> {
+    let served = |c: &Compiled| -> Vec<config::values::Vip> {
         let mut v: Vec<_> = c
             .children
             .iter()
             .filter(|ch| ch.served)
-            .map(|ch| ch.vip)
+            .map(config::compiled::ChildRule::vip_spec)
             .collect();
         v.sort_unstable();
         v.dedup();

@@ -111,7 +111,7 @@ impl Core {
                     Output::Watch(on) => shell.watch(on),
                     Output::Transmit { port, frame } => shell.transmit(port, frame),
                     Output::SyncSend { to, datagram } => shell.sync_send(to, datagram),
-                    Output::Announce(desired) => shell.announce(desired),
+                    Output::Announce(desired, routes) => shell.announce(desired, routes),
                     Output::Log {
                         level,
                         target,
