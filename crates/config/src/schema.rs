@@ -419,13 +419,41 @@ pub struct ForwardingRule {
 }
 
 /// A gateway endpoint of a gateway-mode rule.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayEndpoint {
-    /// Source address of the traffic it sends.
+    /// Source address of the traffic it sends: a neighbour on a data
+    /// port's subnet, whose resolved MAC identifies its frames; with
+    /// `tunnel`, the outer source address of its tunnel.
     pub address: IpAddr,
     /// The 64-bit ID carried in the Geneve option (M30).
     pub id: u64,
+    /// A remote endpoint (M31), in another network: its traffic arrives
+    /// in this tunnel, from `address` to an own address of the node (on
+    /// the UDP port of the rule's service's Geneve delivery), and what its
+    /// flows' appliances return goes back to it in the same tunnel, from
+    /// the egress port's address of `address`'s family. The set of remote
+    /// endpoints' addresses is the tunnel's allow-list: a tunnel from
+    /// anywhere else is dropped. Absent: a neighbour, recognised by MAC.
+    #[serde(default)]
+    pub tunnel: Option<GatewayTunnel>,
+}
+
+/// The tunnel a remote gateway endpoint's traffic arrives in (M31).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayTunnel {
+    /// Geneve (RFC 8926) with no options needed: the endpoint's identity
+    /// is its outer source address.
+    Geneve,
+}
+
+impl std::fmt::Display for GatewayTunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GatewayTunnel::Geneve => "geneve",
+        })
+    }
 }
 
 /// How packets reach endpoints (M8).

@@ -322,11 +322,7 @@ fn forwarding_rules(
             mode: r.mode,
             service,
             children: kids,
-            gateway_endpoints: r
-                .gateway_endpoints
-                .iter()
-                .map(|g| (g.address, g.id))
-                .collect(),
+            gateway_endpoints: r.gateway_endpoints.clone(),
             composite: composite_of(&r.name),
             answer_ping: r
                 .answer_ping
@@ -343,15 +339,14 @@ fn gateway_endpoints(rules: &[Rule]) -> Vec<GatewayEndpoint> {
         .iter()
         .enumerate()
         .flat_map(|(i, r)| {
-            r.gateway_endpoints
-                .iter()
-                .map(move |&(address, id)| GatewayEndpoint {
-                    address,
-                    id,
-                    rule: RuleId(dense(i)),
-                    service: r.service,
-                    flow_tag: 0,
-                })
+            r.gateway_endpoints.iter().map(move |g| GatewayEndpoint {
+                address: g.address,
+                id: g.id,
+                tunnel: g.tunnel,
+                rule: RuleId(dense(i)),
+                service: r.service,
+                flow_tag: 0,
+            })
         })
         .collect()
 }

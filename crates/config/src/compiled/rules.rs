@@ -320,8 +320,9 @@ pub struct Rule {
     pub service: ServiceId,
     /// One child per VIP, availability group 0 first.
     pub children: Vec<ChildRuleId>,
-    /// Gateway mode: endpoint address → 64-bit ID.
-    pub gateway_endpoints: Vec<(IpAddr, u64)>,
+    /// Gateway mode: its gateway endpoints as configured (address, 64-bit
+    /// ID, tunnel of a remote one).
+    pub gateway_endpoints: Vec<crate::schema::GatewayEndpoint>,
     /// The composite whose state this rule exports (M20), if any.
     pub composite: Option<CompositeId>,
     /// Whether its VIPs may answer ICMP echo themselves.

@@ -225,6 +225,9 @@ pub struct GatewayEndpoint {
     pub address: IpAddr,
     /// The 64-bit endpoint ID sent in the Geneve option (M30).
     pub id: u64,
+    /// The tunnel a remote endpoint's traffic arrives and returns in;
+    /// `None`: a neighbour, recognised by its MAC (M31).
+    pub tunnel: Option<crate::schema::GatewayTunnel>,
     /// Its gateway rule.
     pub rule: RuleId,
     /// That rule's service (the appliances).

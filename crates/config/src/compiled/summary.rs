@@ -53,7 +53,10 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
                     let eps: Vec<String> = rule
                         .gateway_endpoints
                         .iter()
-                        .map(|(a, id)| format!("{a} id {id:#x}"))
+                        .map(|g| match g.tunnel {
+                            None => format!("{} id {:#x}", g.address, g.id),
+                            Some(t) => format!("{} id {:#x} remote in {t}", g.address, g.id),
+                        })
                         .collect();
                     format!(" (gateway, from {})", eps.join(", "))
                 } else {

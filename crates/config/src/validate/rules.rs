@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::{Checker, family, family_compatible, ipv4_mapped};
-use crate::schema::{DeliveryMode, ForwardingRule, Protocol, RuleMode};
+use crate::schema::{DeliveryMode, ForwardingRule, GatewayTunnel, Protocol, RuleMode};
 use crate::values::{Prefix, Vip};
 
 /// The widest IPv6 VIP prefix (a cloud's external IPv6 forwarding rule is
@@ -206,7 +206,13 @@ impl Checker<'_> {
                                 .iter()
                                 .filter(|pt| pt.role != crate::schema::PortRole::Exception)
                         };
-                        if data_ports().next().is_some()
+                        if let Some(t) = g.tunnel {
+                            self.remote_gateway_endpoint(
+                                &format!("{p}.gateway_endpoints[{k}]"),
+                                g.address,
+                                t,
+                            );
+                        } else if data_ports().next().is_some()
                             && !data_ports()
                                 .any(|pt| pt.addresses.iter().any(|a| a.contains(g.address)))
                         {
@@ -246,6 +252,60 @@ impl Checker<'_> {
             }
         }
         self.rule_overlaps();
+    }
+
+    /// A remote gateway endpoint (M31) at `p`, tunnelling from `addr`: its
+    /// returns leave the egress port from that port's address of its family,
+    /// to it or to the port's gateway; its address is none of the node's,
+    /// no VIP and no backend's (a Geneve packet from an appliance is a
+    /// return, never ingress).
+    fn remote_gateway_endpoint(&mut self, p: &str, addr: IpAddr, tunnel: GatewayTunnel) {
+        let cfg = self.cfg;
+        let at = format!("{p}.address");
+        let fam = if addr.is_ipv4() { "IPv4" } else { "IPv6" };
+        if let Some((pi, port)) = crate::schema::egress_port(&cfg.ports) {
+            let port_at = self.at(&format!("ports[{pi}].name"));
+            if !port
+                .addresses
+                .iter()
+                .any(|a| a.addr.is_ipv4() == addr.is_ipv4())
+            {
+                self.err(
+                    &at,
+                    format!("remote gateway endpoint {addr} gets its returns in {tunnel} from port {:?} (at {port_at}), which has no {fam} address", port.name),
+                );
+            } else if !port.addresses.iter().any(|a| a.contains(addr))
+                && port.gateway.is_none()
+                && port.gateway_mac.is_none()
+            {
+                self.err(
+                    &at,
+                    format!("remote gateway endpoint {addr} is on no subnet of port {:?} (at {port_at}), which has no gateway to reach it by", port.name),
+                );
+            }
+        }
+        let own = cfg
+            .ports
+            .iter()
+            .any(|pt| pt.addresses.iter().any(|a| a.addr == addr));
+        let vip = cfg.forwarding_rules.iter().any(|r| r.vips.iter().any(|v| v.contains(addr)));
+        let backend = cfg.backend_services.iter().find(|s| {
+            s.groups
+                .iter()
+                .flat_map(|g| &g.endpoints)
+                .any(|e| e.address == addr || e.address6 == Some(addr))
+        });
+        if own || vip {
+            self.err(
+                &at,
+                format!("remote gateway endpoint {addr} is {} of this node's: its tunnel would come from the node itself", if own { "an address" } else { "a VIP" }),
+            );
+        } else if let Some(s) = backend {
+            self.err(
+                &at,
+                format!("remote gateway endpoint {addr} is also an endpoint of service {:?}: Geneve from an appliance is a return, never a gateway endpoint's traffic", s.name),
+            );
+        }
     }
 
     /// A rule's `source_ranges`: networks of its VIPs' IP version, written
