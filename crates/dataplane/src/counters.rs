@@ -241,7 +241,8 @@ drop_reasons! {
     /// not take.
     GatewayNoRule => "gateway_no_rule",
     /// Geneve to the node's appliance port from an address that is no
-    /// appliance of a gateway rule (M32).
+    /// appliance and no remote gateway endpoint of a gateway rule (M32,
+    /// M31).
     GatewayUnknownSource => "gateway_unknown_source",
     /// Returned by an appliance, but its Geneve or inner packet is malformed,
     /// an OAM packet, a fragment, or has an unknown critical option (M32).
@@ -330,6 +331,15 @@ drop_reasons! {
     /// To a rule with `source_ranges` from a client outside them (a
     /// fragment, or an ICMP error about a flow of such a client, too).
     SourceNotAllowed => "source_not_allowed",
+    /// To the Geneve port of a gateway rule's service from a remote gateway
+    /// endpoint (M31), but not taken as its traffic: a fragment, a Geneve
+    /// or inner packet that is malformed, an OAM packet, an unknown
+    /// critical option, a payload that is not IP.
+    GatewayTunnelMalformed => "gateway_tunnel_malformed",
+    /// Tunnelled by a remote gateway endpoint (M31), but its inner packet
+    /// is to one of this node's VIPs or own addresses: a gateway endpoint's
+    /// traffic passes through the node, it never reaches it.
+    GatewayTunnelToNode => "gateway_tunnel_to_node",
 }
 
 counters! {
@@ -925,6 +935,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 49);
+        assert_eq!(DropReason::ALL.len(), 51);
     }
 }

@@ -85,6 +85,21 @@ fn gateway_hop(port: usize, p: &Port) -> Option<Hop> {
     }
 }
 
+/// The port and next hop of a remote gateway endpoint's tunnel (M31): it
+/// is reached as a tunnel backend is ([`endpoint_hop`]), by the egress port
+/// (where its flows' appliances return), itself on one of that port's
+/// subnets, else the port's gateway. Port 0 and [`Hop::Default`] without
+/// ports (offline replays, tests).
+pub fn remote_gateway_hop(compiled: &Compiled, addr: IpAddr) -> (usize, Hop) {
+    let Some((port, p)) = egress_port(compiled) else {
+        return (0, Hop::Default);
+    };
+    if p.addresses.iter().any(|a| a.contains(addr)) {
+        return (port, Hop::Resolved(NextHop { port, addr }));
+    }
+    (port, gateway_hop(port, p).unwrap_or(Hop::Default))
+}
+
 /// Every next hop to resolve, each once, in a stable order: the gateway of
 /// the egress port and of the uplink (without `gateway_mac`), then every
 /// endpoint whose [`endpoint_hop`] is resolved, then every gateway endpoint
@@ -128,8 +143,17 @@ pub fn next_hops(compiled: &Compiled) -> Vec<NextHop> {
 /// The next hop of a gateway endpoint (M31): itself, on the first data port
 /// whose subnet holds it (validation requires one when ports exist). Its
 /// resolved MAC, on that port, is how its traffic is recognised, and where
-/// returned packets go.
+/// returned packets go. A remote endpoint's: [`remote_gateway_hop`].
 pub fn gateway_endpoint_hop(compiled: &Compiled, addr: IpAddr) -> Option<NextHop> {
+    if compiled
+        .gateway_endpoint(addr)
+        .is_some_and(|g| g.tunnel.is_some())
+    {
+        return match remote_gateway_hop(compiled, addr) {
+            (_, Hop::Resolved(h)) => Some(h),
+            _ => None,
+        };
+    }
     compiled
         .settings
         .ports

@@ -562,6 +562,17 @@ impl Pipeline {
         if martian(snap, outer.src) && !probe_answer(snap, outer.src, outer.proto, outer.dst_port) {
             return Stage::Done(Outcome::Drop(DropReason::MartianSource));
         }
+        // Tunnelled by a remote gateway endpoint (M31): its inner packet is
+        // that endpoint's gateway ingress. A later fragment shows no port.
+        if outer.proto == UDP
+            && let Some((index, hop)) = snap.remote_gateway(outer.src)
+            && hop
+                .remote
+                .as_ref()
+                .is_some_and(|t| outer.dst_port == Some(t.geneve_port) || outer.fragment)
+        {
+            return self.gateway_remote(cx, pkt, index, outer.fragment, key, pend);
+        }
         let policy = &snap.tunnel_ingress;
         let tunnel = match outer.proto {
             ipproto::IPIP | ipproto::IPV6 => policy.ipip,
@@ -685,7 +696,7 @@ enum L2Dst {
 /// source routes (IPv4 LSRR/SSRR, IPv6 RH0, an SRH sending the packet on to
 /// what is not a VIP of this node, any other routing header with segments
 /// left).
-fn ip_header_ok(
+pub(super) fn ip_header_ok(
     snap: &Snapshot,
     frame: &[u8],
     info: &PacketInfo,
@@ -741,7 +752,7 @@ fn ip_header_ok(
 /// Whether the source of a packet the general path parsed is martian
 /// ([`martian`]), unless it answers a probe of the host's ([`probe_answer`]).
 /// IPv4-mapped IPv6 sources are left to [`Pipeline::ip`]'s `bad_address`.
-fn martian_source(snap: &Snapshot, info: &PacketInfo) -> bool {
+pub(super) fn martian_source(snap: &Snapshot, info: &PacketInfo) -> bool {
     let (src, dst) = match info.version {
         IpVersion::V4 => (unmap(&info.src), unmap(&info.dst)),
         IpVersion::V6 => (

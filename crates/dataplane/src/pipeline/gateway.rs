@@ -30,7 +30,11 @@ use std::net::IpAddr;
 use config::compiled::Delivery;
 use flowtable::Hit;
 use wire::buf::PacketBuf;
-use wire::encap::{DecapConfig, TunnelKind, parse_geneve_return_v4, parse_tunnel, strip_outer};
+use wire::buf::RxChecksum;
+use wire::encap::{
+    DecapConfig, InnerIp, TunnelKind, encapsulate_with, parse_geneve_return_v4, parse_tunnel,
+    strip_outer,
+};
 use wire::ethernet::MacAddr;
 use wire::flow::{FlowKey, hash_words, with_service_tag};
 use wire::geneve::OptionIds;
@@ -41,7 +45,7 @@ use wire::packet::{
 };
 use wire::tcp::Flags;
 
-use super::classify::{class_of, store_key};
+use super::classify::{class_of, ip_header_ok, is_link_control, martian_source, store_key};
 use super::flow::{admits, sent_mark};
 use super::{Ctx, Inner, Outcome, Pending, Pipeline, Stage};
 use crate::counters::DropReason;
@@ -232,12 +236,55 @@ impl Pipeline {
         key_out: &mut flowtable::FlowKey,
         pend: &mut Pending,
     ) -> Stage {
-        let snap = cx.snap;
         let from = pkt
             .data()
             .get(6..12)
-            .and_then(|mac| snap.gateway_from(self.rx_port, mac));
-        let Some((index, hop)) = from else {
+            .and_then(|mac| cx.snap.gateway_from(self.rx_port, mac));
+        let Some((index, _)) = from else {
+            return Stage::Done(Outcome::Drop(DropReason::NotOurs));
+        };
+        self.gateway_ingress(cx, pkt, info, index, key_out, pend)
+    }
+
+    /// Geneve from remote gateway endpoint `index` (M31) to an own address
+    /// (`fragment`: an IP fragment of it): its outer headers checked and
+    /// removed, its inner packet makes the edge checks a packet that
+    /// arrived directly makes, then is that endpoint's gateway ingress —
+    /// under its flow tag, so that the same 5-tuple behind two endpoints
+    /// is two flows.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn gateway_remote<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        index: usize,
+        fragment: bool,
+        key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        match remote_inner(cx.snap, pkt, index, fragment) {
+            Ok(info) => {
+                self.counters.decap_geneve += 1;
+                self.gateway_ingress(cx, pkt, &info, index, key_out, pend)
+            }
+            Err(r) => Stage::Done(Outcome::Drop(r)),
+        }
+    }
+
+    /// An IP packet of gateway endpoint `index` (found by its MAC, or by
+    /// its tunnel): its rule's, keyed symmetrically under its flow tag.
+    fn gateway_ingress<B: PacketBuf>(
+        &mut self,
+        cx: Ctx<'_>,
+        pkt: &mut B,
+        info: &PacketInfo,
+        index: usize,
+        key_out: &mut flowtable::FlowKey,
+        pend: &mut Pending,
+    ) -> Stage {
+        let snap = cx.snap;
+        let Some(hop) = snap.gateways.get(index) else {
             return Stage::Done(Outcome::Drop(DropReason::NotOurs));
         };
         if info.version == IpVersion::V6 && (is_mapped_v4(&info.dst) || is_mapped_v4(&info.src)) {
@@ -405,6 +452,9 @@ impl Pipeline {
             pkt.trim(excess)
                 .and_then(|()| pkt.adj(start))
                 .map_err(|_| DropReason::GatewayMalformed)?;
+            if hop.remote.is_some() {
+                tunnel_back(pkt, hop, hash_words(&sym, 0))?;
+            }
             return Ok(out);
         }
         // Parsed as Geneve to the port it came to (the Geneve port, or the
@@ -457,7 +507,11 @@ impl Pipeline {
         let (out, dst_mac, src_mac) =
             self.accepted(cx, plan, slot, hop, (sym.pack(), proto), cookie, claim)?;
         strip_outer(pkt, &t).map_err(|_| DropReason::GatewayMalformed)?;
-        set_macs(pkt, dst_mac, src_mac).map(|()| out)
+        set_macs(pkt, dst_mac, src_mac)?;
+        if hop.remote.is_some() {
+            tunnel_back(pkt, hop, hash_words(&sym.pack(), 0))?;
+        }
+        Ok(out)
     }
 
     /// The checks of a returned packet after its parse (M32, M53): the flow
@@ -691,6 +745,87 @@ fn endpoint_of(snap: &Snapshot, svc: usize, id: u64) -> Result<&GatewayHop, Drop
         .iter()
         .find(|g| g.svc == svc && g.id == id)
         .ok_or(DropReason::GatewayEndpointUnknown)
+}
+
+/// The inner packet of remote gateway endpoint `index`'s Geneve (M31),
+/// its outer headers removed (the frame's Ethernet header stays in front),
+/// once it passed the checks a gateway endpoint's frame passes on its link
+/// (M55); else why it is dropped.
+fn remote_inner<B: PacketBuf>(
+    snap: &Snapshot,
+    pkt: &mut B,
+    index: usize,
+    fragment: bool,
+) -> Result<PacketInfo, DropReason> {
+    let malformed = DropReason::GatewayTunnelMalformed;
+    let hop = snap.gateways.get(index).ok_or(DropReason::NotOurs)?;
+    let tunnel = hop.remote.as_ref().ok_or(DropReason::NotOurs)?;
+    // Tunnels are not reassembled.
+    if fragment {
+        return Err(malformed);
+    }
+    let ids = match snap.services.get(hop.svc).map(|p| p.delivery) {
+        Some(Delivery::Geneve {
+            option_class,
+            endpoint_id_type,
+            flow_cookie_type,
+            ..
+        }) => OptionIds {
+            class: option_class,
+            endpoint_type: endpoint_id_type,
+            cookie_type: flow_cookie_type,
+        },
+        _ => return Err(DropReason::NoRule),
+    };
+    let cfg = DecapConfig {
+        gue_port: None,
+        geneve_port: Some(tunnel.geneve_port),
+        allow_zero_udp_checksum_v6: false,
+        geneve_ids: ids,
+    };
+    let t = parse_tunnel(pkt.data(), &cfg).map_err(|_| malformed)?;
+    if t.kind != TunnelKind::Geneve || t.geneve_oam || t.geneve_unknown_critical {
+        return Err(malformed);
+    }
+    strip_outer(pkt, &t).map_err(|_| malformed)?;
+    let info = match parse_frame(pkt.data()) {
+        Ok(Frame::Ip(_, info)) => info,
+        _ => return Err(malformed),
+    };
+    // Neighbour discovery is of a link, never of a tunnel.
+    if info.version == IpVersion::V6
+        && info.proto == wire::ip::proto::ICMPV6
+        && info.icmp.is_some_and(|i| is_link_control(i.msg_type))
+    {
+        return Err(malformed);
+    }
+    ip_header_ok(snap, pkt.data(), &info, RxChecksum::Unknown)?;
+    if martian_source(snap, &info) {
+        return Err(DropReason::MartianSource);
+    }
+    let dst = match info.version {
+        IpVersion::V4 => wire::ip::unmap(&info.dst),
+        IpVersion::V6 => IpAddr::from(info.dst),
+    };
+    if snap.rules.is_vip(dst) || snap.is_own(dst) {
+        return Err(DropReason::GatewayTunnelToNode);
+    }
+    Ok(info)
+}
+
+/// A return to a remote gateway endpoint (M31): the inner packet, now
+/// behind an Ethernet header, goes back in the endpoint's tunnel (`hash`:
+/// the flow's, for the outer UDP source port).
+fn tunnel_back<B: PacketBuf>(pkt: &mut B, hop: &GatewayHop, hash: u64) -> Result<(), DropReason> {
+    let template = hop
+        .remote
+        .as_ref()
+        .and_then(|t| t.template.as_deref())
+        .ok_or(DropReason::GatewayEndpointUnresolved)?;
+    let inner = InnerIp::of(pkt.data()).map_err(|_| DropReason::GatewayMalformed)?;
+    encapsulate_with(pkt, template, &inner, hash, 0)
+        .map(|_| ())
+        .map_err(|_| DropReason::EncapFailed)
 }
 
 /// The MACs of a decapsulated packet on its way back to its endpoint.

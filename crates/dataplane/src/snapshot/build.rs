@@ -11,14 +11,15 @@ use config::compiled::{Compiled, Delivery, EndpointId as ConfigEndpointId};
 use config::schema::{NoBackendFallback, SessionAffinity};
 use flowtable::Tick;
 use maglev::MaglevTable;
+use wire::ethernet::MacAddr;
 use wire::flow::Affinity;
 
 use super::sizing::{TickLimits, max_ip_len, ticks};
 use super::tables::{Selection, TableKey, select, table_key};
-use super::templates::{template, template_to};
+use super::templates::{self, template, template_to};
 use super::{
     Backend, BackendState, EndpointHealth, GatewayHop, Local, Path, ProbeSteer, RegionTables,
-    Rules, ServicePlan, SlotTable, Snapshot, tick_reached,
+    RemoteTunnel, Rules, ServicePlan, SlotTable, Snapshot, tick_reached,
 };
 use crate::cookie::CookieKey;
 use crate::nexthop::{Hop, endpoint_hop};
@@ -726,13 +727,22 @@ fn gateway_hops(compiled: &Compiled, local: &Local) -> Vec<GatewayHop> {
                 .children
                 .iter()
                 .find(|c| compiled.children.get(c.index()).is_some_and(|c| c.served))?;
-            let hop = crate::nexthop::gateway_endpoint_hop(compiled, g.address);
+            let (port, mac, remote) = if g.tunnel.is_some() {
+                remote_gateway(compiled, local, g)
+            } else {
+                let hop = crate::nexthop::gateway_endpoint_hop(compiled, g.address);
+                (
+                    hop.map_or(0, |h| h.port),
+                    hop.and_then(|h| local.mac_of(Hop::Resolved(h)))
+                        .unwrap_or_default(),
+                    None,
+                )
+            };
             Some(GatewayHop {
                 address: g.address,
-                port: hop.map_or(0, |h| h.port),
-                mac: hop
-                    .and_then(|h| local.mac_of(Hop::Resolved(h)))
-                    .unwrap_or_default(),
+                port,
+                mac,
+                remote,
                 id: g.id,
                 child: child.index(),
                 svc: g.service.index(),
@@ -741,6 +751,50 @@ fn gateway_hops(compiled: &Compiled, local: &Local) -> Vec<GatewayHop> {
             })
         })
         .collect()
+}
+
+/// A remote gateway endpoint's port, next hop MAC (all zero while
+/// unresolved) and tunnel (M31): Geneve on its rule's service's port, its
+/// returns' outer headers built once, as a backend's are.
+fn remote_gateway(
+    compiled: &Compiled,
+    local: &Local,
+    g: &config::compiled::GatewayEndpoint,
+) -> (usize, MacAddr, Option<RemoteTunnel>) {
+    let (port, hop) = crate::nexthop::remote_gateway_hop(compiled, g.address);
+    let mac = local.mac_of(hop).unwrap_or_default();
+    let Some(Delivery::Geneve {
+        port: geneve_port,
+        option_class,
+        endpoint_id_type,
+        flow_cookie_type,
+    }) = compiled.services.get(g.service.index()).map(|s| s.delivery)
+    else {
+        return (port, mac, None);
+    };
+    let tunnel = wire::encap::Tunnel::Geneve {
+        port: geneve_port,
+        vni: 0,
+        ids: wire::geneve::OptionIds {
+            class: option_class,
+            endpoint_type: endpoint_id_type,
+            cookie_type: flow_cookie_type,
+        },
+        options: wire::geneve::GatewayOptions::default(),
+    };
+    let template = (mac != [0; 6])
+        .then(|| templates::outer(local, (g.address, mac), 0).ok())
+        .flatten()
+        .and_then(|o| wire::encap::Template::new(&o, &tunnel).ok())
+        .map(Box::new);
+    (
+        port,
+        mac,
+        Some(RemoteTunnel {
+            geneve_port,
+            template,
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -424,6 +424,22 @@ pub struct GatewayHop {
     pub flow_tag: u16,
     /// The rule's protocol.
     pub protocol: Protocol,
+    /// A remote endpoint's tunnel (M31); `None`: a neighbour, recognised
+    /// by its MAC. A remote one's `port` and `mac` are those of its
+    /// tunnel's next hop.
+    pub remote: Option<RemoteTunnel>,
+}
+
+/// How a remote gateway endpoint's traffic arrives and returns (M31).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteTunnel {
+    /// The UDP port its Geneve arrives on (the rule's service's Geneve
+    /// port).
+    pub geneve_port: u16,
+    /// The outer headers of its returns (this node's tunnel source to its
+    /// address, by its next hop, no options); `None` while the next hop is
+    /// unresolved or without a tunnel source of its family.
+    pub template: Option<Box<wire::encap::Template>>,
 }
 
 impl GatewayHop {
@@ -442,10 +458,18 @@ impl Snapshot {
     /// The gateway endpoint a frame from `mac` on port `port` came from.
     #[inline]
     pub fn gateway_from(&self, port: usize, mac: &[u8]) -> Option<(usize, &GatewayHop)> {
+        self.gateways.iter().enumerate().find(|(_, g)| {
+            g.port == port && g.mac != [0; 6] && g.mac[..] == *mac && g.remote.is_none()
+        })
+    }
+
+    /// The remote gateway endpoint (M31) whose tunnel comes from `src`.
+    #[inline]
+    pub fn remote_gateway(&self, src: IpAddr) -> Option<(usize, &GatewayHop)> {
         self.gateways
             .iter()
             .enumerate()
-            .find(|(_, g)| g.port == port && g.mac != [0; 6] && g.mac[..] == *mac)
+            .find(|(_, g)| g.remote.is_some() && g.address == src)
     }
 
     /// The Geneve port of appliance `slot`'s service.
