@@ -14,6 +14,9 @@
 # leave them.
 #
 #   scripts/lab-gateway.sh up DIR [BIN]     build the lab (tests/lab_gateway.rs)
+#   scripts/lab-gateway.sh up remote DIR [BIN]
+#                                           the same with a remote gateway
+#                                           endpoint (M31, see below)
 #   scripts/lab-gateway.sh down DIR         remove it
 #   scripts/lab-gateway.sh nva DIR N stop   stop appliance N (1 or 2)
 #   scripts/lab-gateway.sh nva DIR N start [ARG...]
@@ -35,6 +38,16 @@
 # (IPv4 via the gateway rule's VIP, IPv6 via Spillway's own address on the
 # segment); packets that arrive from the segment (returned by Spillway) use
 # the main table and go straight to their destination.
+#
+# With `remote`, the client and the server sit behind a remote router
+# (198.18.5.2, another network, reached through the router at 198.18.5.1)
+# that is the gateway endpoint instead: it tunnels what it forwards to
+# Spillway's address in Geneve (scripts/geneve-tun.py over a TUN device:
+# the kernel has no geneve module), and Spillway sends the appliances'
+# returns back to it in Geneve by the uplink's gateway, the router.
+#
+#   client ---- 198.18.0.1 remote router 198.18.3.1 ---- server
+#               198.18.5.2 (Geneve) ---- 198.18.5.1 router
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -89,14 +102,17 @@ nva_stop() {
 }
 
 lab_up() {
-    local dir=$1 bin=$2
+    local dir=$1 bin=$2 remote=${3:-}
     mkdir -p "$dir"
     local T
     T=$(printf '%04x' $(( ($$ + RANDOM) % 65536 )))
     echo "$T" >"$dir/tag"
     echo "$bin" >"$dir/bin"
-    local C="spg${T}c" R="spg${T}r" S="spg${T}s" N="spg${T}n"
-    for ns in "$C" "$R" "$S" "$N" "spg${T}a1" "spg${T}a2"; do
+    local C="spg${T}c" R="spg${T}r" S="spg${T}s" N="spg${T}n" X="spg${T}x"
+    # The router the client and the server are behind.
+    local CS=$R
+    [ -n "$remote" ] && CS=$X
+    for ns in "$C" "$R" "$S" "$N" "spg${T}a1" "spg${T}a2" ${remote:+"$X"}; do
         ip netns add "$ns"
         nsx "$ns" ip link set lo up
         nsx "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
@@ -104,6 +120,32 @@ lab_up() {
     # The router forwards both families, never answers with redirects.
     nsx "$R" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
         net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0
+    if [ -n "$remote" ]; then
+        nsx "$X" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+            net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0
+        ip link add "g${T}x" netns "$X" type veth peer name "g${T}rx" netns "$R"
+        nsx "$X" ip addr add 198.18.5.2/24 dev "g${T}x"
+        nsx "$X" ip link set "g${T}x" up
+        nsx "$X" ethtool -K "g${T}x" tx off >/dev/null
+        nsx "$X" ip route add default via 198.18.5.1
+        nsx "$R" ip addr add 198.18.5.1/24 dev "g${T}rx"
+        nsx "$R" ip link set "g${T}rx" up
+        # The remote endpoint's tunnel: Geneve to Spillway's address.
+        ip netns exec "$X" python3 "$here/geneve-tun.py" "g${T}t" 198.18.5.2 198.18.1.2 \
+            >"$dir/tunnel.log" 2>&1 &
+        echo $! >"$dir/tunnel.pid"
+        local up=0
+        for _ in $(seq 50); do
+            if grep -q "up," "$dir/tunnel.log"; then up=1; break; fi
+            sleep 0.1
+        done
+        [ "$up" = 1 ] || { cat "$dir/tunnel.log" >&2; die "geneve-tun did not start"; }
+        # Room for the tunnel's 36 bytes on the way to the node: the client's
+        # and the server's links too, so that no segment needs PMTU discovery.
+        nsx "$X" ip link set "g${T}t" mtu 1400 up
+        nsx "$X" ip -4 route add default dev "g${T}t" table "$VIA_SPILLWAY"
+        nsx "$X" ip -6 route add default dev "g${T}t" table "$VIA_SPILLWAY"
+    fi
 
     # Client and server, each on a /24 and /64 of their own behind the router.
     # Full checksums on their veths: Spillway passes frames on as it gets them.
@@ -112,19 +154,24 @@ lab_up() {
         if [ "$side" = c ]; then net4=198.18.0 net6=2001:db8:0; else net4=198.18.3 net6=2001:db8:3; fi
         addr4="$net4.100" addr6="$net6::100"
         local ns="spg${T}$side"
-        ip link add "g${T}$side" netns "$ns" type veth peer name "g${T}r$side" netns "$R"
+        ip link add "g${T}$side" netns "$ns" type veth peer name "g${T}r$side" netns "$CS"
         nsx "$ns" ip addr add "$addr4/24" dev "g${T}$side"
         nsx "$ns" ip addr add "$addr6/64" dev "g${T}$side" nodad
         nsx "$ns" ip link set "g${T}$side" up
         nsx "$ns" ethtool -K "g${T}$side" tx off >/dev/null
         nsx "$ns" ip route add default via "$net4.1"
         nsx "$ns" ip -6 route add default via "$net6::1"
-        nsx "$R" ip addr add "$net4.1/24" dev "g${T}r$side"
-        nsx "$R" ip addr add "$net6::1/64" dev "g${T}r$side" nodad
-        nsx "$R" ip link set "g${T}r$side" up
-        # Policy routing: from this side, everything goes through Spillway.
-        nsx "$R" ip -4 rule add iif "g${T}r$side" lookup "$VIA_SPILLWAY" pref 100
-        nsx "$R" ip -6 rule add iif "g${T}r$side" lookup "$VIA_SPILLWAY" pref 100
+        nsx "$CS" ip addr add "$net4.1/24" dev "g${T}r$side"
+        nsx "$CS" ip addr add "$net6::1/64" dev "g${T}r$side" nodad
+        nsx "$CS" ip link set "g${T}r$side" up
+        if [ -n "$remote" ]; then
+            nsx "$ns" ip link set "g${T}$side" mtu 1400
+            nsx "$CS" ip link set "g${T}r$side" mtu 1400
+        fi
+        # Policy routing: from this side, everything goes through Spillway
+        # (directly, or in the remote router's tunnel).
+        nsx "$CS" ip -4 rule add iif "g${T}r$side" lookup "$VIA_SPILLWAY" pref 100
+        nsx "$CS" ip -6 rule add iif "g${T}r$side" lookup "$VIA_SPILLWAY" pref 100
     done
 
     # The segment of the router, Spillway and the appliances.
@@ -173,6 +220,14 @@ socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
 ' >"$dir/echo.log" 2>&1 &
     echo $! >"$dir/echo.pid"
 
+    # The gateway endpoint: the router on the segment, or the remote router
+    # by its tunnel (reached by the uplink's gateway, the router).
+    local gw_endpoint='{ address = "198.18.1.1", id = 0x100 }' uplink_gateway=""
+    if [ -n "$remote" ]; then
+        gw_endpoint='{ address = "198.18.5.2", id = 0x500, tunnel = "geneve" }'
+        uplink_gateway='gateway = "198.18.1.1"'
+    fi
+
     cat >"$dir/spillway.toml" <<TOML
 [node]
 name = "gw"
@@ -195,6 +250,7 @@ name = "uplink"
 device = "net_af_packet0"
 role = "uplink"
 addresses = ["198.18.1.2/24", "2001:db8:1::2/64"]
+$uplink_gateway
 
 [[ports]]
 name = "kernel"
@@ -207,7 +263,7 @@ vips = ["$GW_VIP"]
 protocol = "L3_DEFAULT"
 backend_service = "nvas"
 mode = "gateway"
-gateway_endpoints = [{ address = "198.18.1.1", id = 0x100 }]
+gateway_endpoints = [$gw_endpoint]
 
 [[backend_services]]
 name = "nvas"
@@ -268,14 +324,19 @@ TOML
     nva_start "$dir" 2 ${NVA2_ARGS:-}
 }
 
-lab_down() { lab_teardown "$1" spg c r s n a1 a2; }
+lab_down() { lab_teardown "$1" spg c r s n a1 a2 x; }
 
 case "${1:-}" in
 up)
+    remote=""
+    if [ "${2:-}" = remote ]; then
+        remote=1
+        shift
+    fi
     dir="$2"
     # A failed start leaves nothing behind.
     trap 'lab_down "$dir"' EXIT
-    lab_up "$dir" "${3:-$root/target/release}"
+    lab_up "$dir" "${3:-$root/target/release}" "$remote"
     trap "" EXIT
     ;;
 down) lab_down "$2" ;;
@@ -290,5 +351,5 @@ nva)
     *) die "usage: $0 nva DIR N start [ARG...] | nva DIR N stop" ;;
     esac
     ;;
-*) die "usage: $0 up DIR [BIN] | down DIR | nva DIR N start [ARG...] | nva DIR N stop" ;;
+*) die "usage: $0 up [remote] DIR [BIN] | down DIR | nva DIR N start [ARG...] | nva DIR N stop" ;;
 esac

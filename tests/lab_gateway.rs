@@ -24,6 +24,8 @@ const CLIENT_V4: &str = "198.18.0.100";
 const CLIENT_V6: &str = "2001:db8::100";
 /// The gateway endpoint ID of the router in the lab's configuration.
 const ENDPOINT_ID: &str = "endpoint_id=0000000000000100";
+/// The remote router's, in the lab's `remote` mode (M31).
+const REMOTE_ENDPOINT_ID: &str = "endpoint_id=0000000000000500";
 const NVA: [&str; 2] = ["198.18.1.21", "198.18.1.22"];
 
 /// One side of a connection as the appliance's flow log writes it.
@@ -216,6 +218,12 @@ fn requests(lab: &Lab, server: &'static str, n: usize) -> Vec<Conn> {
 /// exactly one, both ways, returned, with the router's endpoint ID and one
 /// cookie for both directions.
 fn appliances_of(lab: &Lab, conns: &[Conn]) -> BTreeMap<Conn, u8> {
+    appliances_of_endpoint(lab, conns, ENDPOINT_ID)
+}
+
+/// [`appliances_of`] for connections of the endpoint whose ID the flow logs
+/// show as `endpoint_id`.
+fn appliances_of_endpoint(lab: &Lab, conns: &[Conn], endpoint_id: &str) -> BTreeMap<Conn, u8> {
     // The last segments (ACK of FIN) may still be on their way.
     std::thread::sleep(Duration::from_millis(500));
     let logs = [lab.flows(1), lab.flows(2)];
@@ -239,8 +247,8 @@ fn appliances_of(lab: &Lab, conns: &[Conn]) -> BTreeMap<Conn, u8> {
         );
         assert!(lines.iter().all(|l| l.verdict == "returned"), "{lines:?}");
         assert!(
-            lines.iter().all(|l| l.rest.starts_with(ENDPOINT_ID)),
-            "{c:?}: the router's endpoint ID on every packet: {lines:?}"
+            lines.iter().all(|l| l.rest.starts_with(endpoint_id)),
+            "{c:?}: the endpoint's ID on every packet: {lines:?}"
         );
         let cookies: BTreeSet<&str> = lines
             .iter()
@@ -565,4 +573,78 @@ fn lab_gateway_return_path_drops_what_no_flow_sent() {
     );
     assert!(now - dropped >= 5, "{s}");
     assert_eq!(delivered, 0, "forged return delivered to the server");
+}
+
+/// The lab's remote tunnel helper's counts (`geneve-tun: sent N received N
+/// refused N`), once it is stopped: (sent, received, refused).
+fn tunnel_counts(lab: &Lab) -> (u64, u64, u64) {
+    let pid = std::fs::read_to_string(lab.dir().join("tunnel.pid")).expect("tunnel.pid");
+    common::run_ok(Command::new("kill").arg(pid.trim()));
+    let t0 = Instant::now();
+    loop {
+        let log = lab.log_of("tunnel.log");
+        if log.contains("geneve-tun: sent") {
+            return (
+                lab::counter(&log, "sent "),
+                lab::counter(&log, "received "),
+                lab::counter(&log, "refused "),
+            );
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "tunnel.log:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// M31, remote gateway endpoints: the client and the server are behind a
+/// router in another network that tunnels everything it forwards to the
+/// node in Geneve (a userspace tunnel over TUN). Each connection, IPv4 and
+/// IPv6 inside, passes one appliance both ways under the remote endpoint's
+/// ID, and the node sends what the appliances return back to the remote
+/// router in Geneve: the tunnel's own counts show both ways.
+#[test]
+fn lab_gateway_remote_endpoint_tunnels_tcp_through_one_appliance_both_ways() {
+    let lab = Lab::up(&LAB_GATEWAY_SH, &["remote"], &[]);
+    for n in 1..=2 {
+        let t = lab.wait_health(n, "HEALTHY", Duration::from_secs(20));
+        eprintln!("nva{n} healthy after {t:?}");
+    }
+    let mut conns = requests(&lab, SERVER_V4, 20);
+    conns.extend(requests(&lab, SERVER_V6, 10));
+    let of = appliances_of_endpoint(&lab, &conns, REMOTE_ENDPOINT_ID);
+    let per = per_appliance(&of);
+    eprintln!("connections per appliance {per:?}");
+    assert!(
+        per[0] > 0 && per[1] > 0,
+        "both appliances get flows: {per:?}"
+    );
+    assert_eq!(of.len(), 30);
+    let s = lab.stats();
+    // Every segment (at least SYN, SYN-ACK, request and answer of each)
+    // came in tunnelled, went to an appliance, and went back in the tunnel.
+    let returned = lab::counter(&s, "gateway returned ");
+    assert!(returned >= 4 * 30, "{s}");
+    let (sent, received, refused) = tunnel_counts(&lab);
+    eprintln!(
+        "tunnel: sent {sent}, received {received}, refused {refused}; node returned {returned}"
+    );
+    assert!(
+        sent >= 4 * 30 && received >= 4 * 30,
+        "tunnel sent {sent}, received {received}\n{s}"
+    );
+    assert_eq!(
+        refused, 0,
+        "only the node's tunnel reaches the remote router"
+    );
+    assert!(
+        received <= returned,
+        "what the tunnel received, the node returned: {received} > {returned}\n{s}"
+    );
+    for reason in [
+        "gateway_tunnel_malformed",
+        "gateway_unknown_source",
+        "gateway_tunnel_to_node",
+        "martian_source",
+    ] {
+        assert_eq!(lab::counter(&s, &format!("drop {reason}: ")), 0, "{s}");
+    }
 }
