@@ -21,6 +21,7 @@ pub mod compiled;
 pub mod error;
 pub mod memory;
 pub mod outline;
+pub mod pool;
 pub mod schema;
 pub mod validate;
 pub use values;
@@ -213,7 +214,13 @@ pub fn load_str(file: &str, text: &str, env: &Env) -> Result<Loaded, ConfigError
     }
     map.record(&root);
     let outline = Outline::of_table(text, root.get_ref());
-    let config = deserialize(&map, root)?;
+    let mut config = deserialize(&map, root)?;
+    pool::allocate(&mut config, |path| map.contains(path)).map_err(|errors| ConfigErrors {
+        errors: errors
+            .into_iter()
+            .map(|(path, reason)| map.error(&path, reason))
+            .collect(),
+    })?;
     let warnings = validate::validate(&config, &map, env)?;
     let compiled = compiled::compile(&config);
     Ok(Loaded {

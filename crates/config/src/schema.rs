@@ -60,6 +60,35 @@ pub struct Config {
     /// Neighbour resolution of next hops (`[neighbours]`, M47).
     #[serde(default)]
     pub neighbours: Neighbours,
+    /// The availability groups' VIP pools (`[[availability_groups]]`, M5):
+    /// rules that give no `vips` get theirs from these.
+    #[serde(default)]
+    pub availability_groups: Vec<AvailabilityGroup>,
+}
+
+/// `[[availability_groups]]`: what an availability group allocates from.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvailabilityGroup {
+    /// 0 or 1.
+    pub group: u8,
+    /// Prefixes (of either IP version, host bits clear) from which a rule
+    /// without `vips` gets this group's VIP: one address each, chosen by
+    /// the rule's name (the same on every node whatever the order of the
+    /// file), skipping every address another rule names or was given.
+    pub vip_pool: Vec<Prefix>,
+}
+
+/// A rule's IP version, for VIPs from a pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum IpVersion {
+    /// An IPv4 VIP.
+    #[default]
+    #[serde(rename = "IPV4")]
+    V4,
+    /// An IPv6 VIP.
+    #[serde(rename = "IPV6")]
+    V6,
 }
 
 /// `[node]`: who this balancer is and where it stands.
@@ -385,8 +414,18 @@ pub struct ForwardingRule {
     /// one IP version. A VIP is one address, or an IPv6 prefix from /96 to
     /// /128 (`"2001:db8:1::/96"`, a cloud's external IPv6 forwarding rule)
     /// whose every address the rule takes alike: announced as that prefix,
-    /// probed through its first address after the network one.
+    /// probed through its first address after the network one. Omitted:
+    /// one VIP per availability group with a `vip_pool`
+    /// (`[[availability_groups]]`), of `ip_version`.
+    #[serde(default)]
     pub vips: Vec<Vip>,
+    /// Rules without `vips`: the IP version of the VIPs allocated from the
+    /// pools, `IPV4` (default) or `IPV6`.
+    #[serde(default)]
+    pub ip_version: Option<IpVersion>,
+    /// Whether `vips` were allocated from the pools (not in the file).
+    #[serde(skip)]
+    pub vips_from_pool: bool,
     /// `TCP`, `UDP` or `L3_DEFAULT`.
     pub protocol: Protocol,
     /// Destination ports; default `"all"`.

@@ -907,6 +907,7 @@ impl Balance {
                         prefix: Some(c.vip_spec())
                             .filter(config::values::Vip::is_range)
                             .map(|v| v.to_string()),
+                        allocated: c.allocated,
                         child_rule: c.name.clone(),
                         availability_group: c.availability_group,
                         served: c.served,

@@ -174,6 +174,8 @@ pub struct RuleVip {
     /// address in it is taken alike.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
+    /// Allocated from its availability group's `vip_pool`.
+    pub allocated: bool,
     /// The child rule (`<rule>-ag<N>`).
     pub child_rule: String,
     /// Its availability group.
@@ -702,9 +704,10 @@ impl Display for Status {
                 if let Some(state) = &v.state {
                     let _ = writeln!(
                         out,
-                        "  child rule {} (VIP {}): {state}",
+                        "  child rule {} (VIP {}{}): {state}",
                         v.child_rule,
-                        v.prefix.clone().unwrap_or_else(|| v.vip.to_string())
+                        v.prefix.clone().unwrap_or_else(|| v.vip.to_string()),
+                        if v.allocated { ", from vip_pool" } else { "" }
                     );
                 }
             }

@@ -1935,3 +1935,34 @@ fn a_rolling_update_with_no_ready_endpoint_falls_back_on_the_draining_ones() {
             .contains("service web: ipip (1 eligible backends)")
     );
 }
+
+/// M5: a reload that would move a VIP allocated from a pool is refused
+/// unless forced (clients and DNS know the address; the file never showed
+/// it), while one that keeps it goes live.
+#[test]
+fn a_reload_that_moves_a_pool_allocated_vip_is_refused_unless_forced() {
+    let pool = |prefix: &str| {
+        let text = web("DEFAULT_FOR_PROTOCOL", &FOUR).replace("vips = [\"10.0.0.10\"]\n", "");
+        format!("{text}\n[[availability_groups]]\ngroup = 0\nvip_pool = [\"{prefix}\"]\n")
+    };
+    let mut w = healthy_world(&pool("198.18.10.0/24"), 29);
+    let before = w.status();
+    assert!(before.contains(", from vip_pool): HEALTHY"), "{before}");
+    // Another service's change keeps the allocation: accepted.
+    w.reload(&pool("198.18.10.0/24").replace("10s", "20s"), false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A new pool moves both rules' VIPs: refused, then forced.
+    let why = w
+        .reload_answer(&pool("198.18.20.0/24"), false)
+        .expect_err("moves allocated VIPs")
+        .to_string();
+    assert!(
+        why.contains("it would move VIPs allocated from a vip_pool: ")
+            && why.contains("web-ag0 from 198.18.10.")
+            && why.contains(" to 198.18.20."),
+        "{why}"
+    );
+    w.reload(&pool("198.18.20.0/24"), true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(w.status().contains("(VIP 198.18.20."), "{}", w.status());
+}

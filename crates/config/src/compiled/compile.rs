@@ -312,6 +312,7 @@ fn forwarding_rules(
                 // A prefix is keyed, probed and reported by one address.
                 vip: vip.probe_addr(),
                 vip_len: vip.len,
+                allocated: r.vips_from_pool,
                 served: cfg.node.availability_group.is_none_or(|g| g == ag),
             });
         }

@@ -347,6 +347,9 @@ pub struct ChildRule {
     /// The VIP's prefix length: 32 or 128 for one address, less for an
     /// IPv6 prefix whose every address the child rule takes.
     pub vip_len: u8,
+    /// Whether its VIP was allocated from its availability group's
+    /// `vip_pool` (the rule gives no `vips`).
+    pub allocated: bool,
     /// Whether this node serves (and announces) it.
     pub served: bool,
 }

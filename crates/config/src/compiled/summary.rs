@@ -77,7 +77,14 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
                 )
             })
             .collect();
-        let _ = writeln!(s, "  {shown}: {}", rules.join("; "));
+        // A VIP allocated from a pool says so: the file does not show it.
+        let pool = c
+            .children
+            .iter()
+            .find(|ch| ch.vip == vip && ch.served)
+            .filter(|ch| ch.allocated)
+            .map_or("", |_| " (from vip_pool)");
+        let _ = writeln!(s, "  {shown}{pool}: {}", rules.join("; "));
     }
     let _ = writeln!(
         s,

@@ -288,7 +288,10 @@ impl Checker<'_> {
             .ports
             .iter()
             .any(|pt| pt.addresses.iter().any(|a| a.addr == addr));
-        let vip = cfg.forwarding_rules.iter().any(|r| r.vips.iter().any(|v| v.contains(addr)));
+        let vip = cfg
+            .forwarding_rules
+            .iter()
+            .any(|r| r.vips.iter().any(|v| v.contains(addr)));
         let backend = cfg.backend_services.iter().find(|s| {
             s.groups
                 .iter()

@@ -188,6 +188,24 @@ pub fn destructive_change(old: &Compiled, new: &Compiled) -> Option<String> {
         v.dedup();
         v
     };
+    // M5: a VIP allocated from a pool moves only when forced: clients and
+    // DNS know it, and the file does not show it.
+    let moved: Vec<String> = old
+        .children
+        .iter()
+        .filter(|o| o.allocated)
+        .filter_map(|o| {
+            let n = new.children.iter().find(|n| n.name == o.name)?;
+            (n.vip != o.vip)
+                .then(|| format!("{} from {} to {}", o.name, o.vip_spec(), n.vip_spec()))
+        })
+        .collect();
+    if !moved.is_empty() {
+        return Some(format!(
+            "it would move VIPs allocated from a vip_pool: {} (write the VIP into the rule to keep it)",
+            moved.join(", ")
+        ));
+    }
     let (before, after) = (served(old), served(new));
     let gone: Vec<String> = before
         .iter()
