@@ -608,6 +608,11 @@ fn lab_gateway_remote_endpoint_tunnels_tcp_through_one_appliance_both_ways() {
         let t = lab.wait_health(n, "HEALTHY", Duration::from_secs(20));
         eprintln!("nva{n} healthy after {t:?}");
     }
+    // Status says it is a tunnel's endpoint, not an L2 neighbour's MAC.
+    lab.wait_status(
+        &["(id 0x500, rule ", "remote in geneve, via next hop "],
+        Duration::from_secs(10),
+    );
     let mut conns = requests(&lab, SERVER_V4, 20);
     conns.extend(requests(&lab, SERVER_V6, 10));
     let of = appliances_of_endpoint(&lab, &conns, REMOTE_ENDPOINT_ID);

@@ -319,8 +319,13 @@ pub struct Gateway {
     pub rule: String,
     /// Its port.
     pub port: usize,
-    /// Its MAC (`null`: unresolved, its traffic is not taken).
+    /// Its MAC (`null`: unresolved, its traffic is not taken); of a
+    /// remote endpoint, its tunnel's next hop's (its returns wait for it).
     pub mac: Option<String>,
+    /// A remote endpoint's tunnel (`geneve`): its traffic arrives
+    /// encapsulated from its address, not from an L2 neighbour.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<&'static str>,
 }
 
 /// A next hop.
@@ -550,9 +555,13 @@ impl Display for Status {
             );
         }
         for g in &self.gateways {
-            let state = match &g.mac {
-                None => "unresolved, its traffic is not taken".to_owned(),
-                Some(m) => format!("from {m}"),
+            let state = match (&g.mac, g.tunnel) {
+                (None, None) => "unresolved, its traffic is not taken".to_owned(),
+                (Some(m), None) => format!("from {m}"),
+                (None, Some(t)) => {
+                    format!("remote in {t}, next hop unresolved: its returns wait for it")
+                }
+                (Some(m), Some(t)) => format!("remote in {t}, via next hop {m}"),
             };
             let _ = writeln!(
                 out,

@@ -97,6 +97,7 @@ impl Core {
                         .to_owned(),
                     port: g.port,
                     mac: (g.mac != [0; 6]).then(|| mac_text(g.mac)),
+                    tunnel: g.remote.as_ref().map(|_| "geneve"),
                 })
                 .collect(),
             neighbours: self
