@@ -542,6 +542,14 @@ counters! {
             /// derives measured rates from the packets: RATE capacity,
             /// spillover, M25/M26), indexed by slot.
             pub backends: Vec<BackendCounters>,
+            /// New flows per service and client zone (M27), for the
+            /// services whose rules look up their clients' zones
+            /// (`ServicePlan::measures_zones`): row = service index,
+            /// column 0 = clients in no zone, column `1 + z` = clients of
+            /// zone `z` (`ZoneId` index). The management core turns their
+            /// deltas into each zone's share of the demand; counted only
+            /// when a flow entry is created, never per packet.
+            pub zone_flows: Vec<Vec<u64>>,
         }
     }
 }
@@ -593,6 +601,39 @@ impl WorkerCounters {
         for (t, cc) in self.children.iter_mut().zip(&other.children) {
             t.add(cc);
         }
+        let columns = other.zone_flows.iter().map(Vec::len).max().unwrap_or(0);
+        self.resize_zone_flows(other.zone_flows.len(), columns);
+        for (t, row) in self.zone_flows.iter_mut().zip(&other.zone_flows) {
+            for (t, n) in t.iter_mut().zip(row) {
+                *t += n;
+            }
+        }
+    }
+
+    /// Counts a new flow of service `svc` from a client in `zone` (`None`:
+    /// in no zone). No allocation: a service or zone beyond the sizes of
+    /// [`WorkerCounters::resize_zone_flows`] is not counted.
+    #[inline]
+    pub fn count_zone_flow(&mut self, svc: usize, zone: Option<config::compiled::ZoneId>) {
+        let column = zone.map_or(0, |z| z.index() + 1);
+        if let Some(c) = self
+            .zone_flows
+            .get_mut(svc)
+            .and_then(|row| row.get_mut(column))
+        {
+            *c += 1;
+        }
+    }
+
+    /// New flows of service `svc` from clients of zone `zone` (`None`: in
+    /// no zone) counted so far.
+    pub fn zone_flows_of(&self, svc: usize, zone: Option<config::compiled::ZoneId>) -> u64 {
+        let column = zone.map_or(0, |z| z.index() + 1);
+        self.zone_flows
+            .get(svc)
+            .and_then(|row| row.get(column))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Every exported scalar counter: its family (after `spillway_`), HELP
@@ -658,6 +699,28 @@ impl WorkerCounters {
     pub fn resize_children(&mut self, children: usize) {
         if self.children.len() < children {
             self.children.resize(children, ChildCounters::default());
+        }
+    }
+
+    /// Makes room for `services` rows of `columns` per-client-zone
+    /// counters ([`WorkerCounters::zone_flows`]; the snapshot's
+    /// `Rules::zone_counters`). Off the packet path like
+    /// [`WorkerCounters::resize_children`]; grows only, and costs a compare
+    /// when nothing grows.
+    pub fn resize_zone_flows(&mut self, services: usize, columns: usize) {
+        if columns == 0 {
+            return;
+        }
+        let narrow = self.zone_flows.first().is_none_or(|r| r.len() < columns);
+        if self.zone_flows.len() < services || narrow {
+            if self.zone_flows.len() < services {
+                self.zone_flows.resize(services, Vec::new());
+            }
+            for row in &mut self.zone_flows {
+                if row.len() < columns {
+                    row.resize(columns, 0);
+                }
+            }
         }
     }
 
@@ -739,6 +802,7 @@ mod tests {
                     new_flows: 60 + i,
                 })
                 .collect(),
+            zone_flows: vec![vec![70, 71, 72], Vec::new(), vec![73, 74, 75]],
         }
     }
 
@@ -903,6 +967,49 @@ mod tests {
         assert_eq!(field(|b| b.packets), [82, 84, 86]);
         assert_eq!(field(|b| b.bytes), [102, 104, 106]);
         assert_eq!(field(|b| b.new_flows), [122, 124, 126]);
+        assert_eq!(
+            sum.zone_flows,
+            [vec![140, 142, 144], vec![0, 0, 0], vec![146, 148, 150]]
+        );
+    }
+
+    #[test]
+    fn zone_flows_count_per_service_and_client_zone() {
+        use config::compiled::ZoneId;
+        let mut c = WorkerCounters::new(0);
+        // No service measures zones: nothing to size, nothing counted.
+        c.resize_zone_flows(2, 0);
+        c.count_zone_flow(0, Some(ZoneId(0)));
+        assert!(c.zone_flows.is_empty());
+        // Two services, zones 0 and 1 (columns: none, 0, 1).
+        c.resize_zone_flows(2, 3);
+        c.count_zone_flow(1, Some(ZoneId(1)));
+        c.count_zone_flow(1, Some(ZoneId(1)));
+        c.count_zone_flow(1, None);
+        c.count_zone_flow(0, Some(ZoneId(0)));
+        // Beyond the sizes: not counted, no panic, no growth.
+        c.count_zone_flow(2, Some(ZoneId(0)));
+        c.count_zone_flow(0, Some(ZoneId(2)));
+        assert_eq!(c.zone_flows, [vec![0, 1, 0], vec![1, 0, 2]]);
+        assert_eq!(c.zone_flows_of(1, Some(ZoneId(1))), 2);
+        assert_eq!(c.zone_flows_of(1, None), 1);
+        assert_eq!(c.zone_flows_of(5, None), 0);
+        // A reload with more services and zones keeps the counts.
+        c.resize_zone_flows(3, 4);
+        c.resize_zone_flows(1, 2);
+        assert_eq!(
+            c.zone_flows,
+            [vec![0, 1, 0, 0], vec![1, 0, 2, 0], vec![0; 4]]
+        );
+        // Workers' counters sum, narrower ones included.
+        let mut total = WorkerCounters::default();
+        total.add(&c);
+        let mut other = WorkerCounters::new(0);
+        other.resize_zone_flows(1, 2);
+        other.count_zone_flow(0, Some(ZoneId(0)));
+        total.add(&other);
+        assert_eq!(total.zone_flows_of(0, Some(ZoneId(0))), 2);
+        assert_eq!(total.zone_flows_of(1, Some(ZoneId(1))), 2);
     }
 
     #[test]

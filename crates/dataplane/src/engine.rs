@@ -180,6 +180,8 @@ impl<B: PacketBurst> Engine<B> {
     ) -> usize {
         self.worker.counters.resize_children(snap.rules.children());
         self.worker.counters.resize_backends(snap.backends.len());
+        let (services, columns) = snap.rules.zone_counters();
+        self.worker.counters.resize_zone_flows(services, columns);
         let mut received = 0;
         for p in 0..self.roles.len() {
             let n = io.rx_burst(p, &mut self.rx);

@@ -441,6 +441,19 @@ pub const fn service_tag(words: &[u64; 5]) -> u16 {
     (words[4] & SERVICE_TAG_BITS) as u16
 }
 
+/// The source address of a packed key (with or without its service tag),
+/// IPv4-mapped addresses as IPv4: [`FlowKey::src_addr`] without unpacking.
+#[inline]
+#[must_use]
+pub fn source_of(words: &[u64; 5]) -> IpAddr {
+    let w = |x: u64| x.to_be_bytes();
+    let (hi, lo) = (w(words[0]), w(words[1]));
+    let mut src = [0u8; 16];
+    src[..8].copy_from_slice(&hi);
+    src[8..].copy_from_slice(&lo);
+    unmap(&src)
+}
+
 /// A packed key without its service tag: what [`FlowKey::unpack`] reads.
 #[inline]
 #[must_use]
@@ -538,6 +551,22 @@ mod tests {
             crate::ip::mapped_v4([5; 4]),
         );
         assert!(k.is_ipv4());
+    }
+
+    #[test]
+    fn source_of_reads_a_packed_keys_source() {
+        let v4 = FlowKey::pack_v4_with(
+            0x0a01_0203,
+            0x0a09_0909,
+            6,
+            (1000, 80),
+            Affinity::ClientIp.last_word(),
+        );
+        let tagged = with_service_tag(v4, 7);
+        assert_eq!(source_of(&tagged), IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+        let src = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        let k = FlowKey::five(src, [2; 16], 17, 1, 2);
+        assert_eq!(source_of(&k.pack()), k.src_addr());
     }
 
     #[test]

@@ -262,6 +262,13 @@ impl Compiled {
             .map(|&(_, z)| z)
     }
 
+    /// Whether the data plane looks up the zone of service `s`'s clients
+    /// and counts its new flows per client zone (M27): it has zonal
+    /// affinity and `[[client_zones]]` name some.
+    pub fn measures_client_zones(&self, s: &Service) -> bool {
+        s.locality.zonal_affinity && !self.client_zones.is_empty()
+    }
+
     /// The gateway-mode rule and endpoint ID for traffic from `src` (M31).
     /// Binary search, no allocation.
     pub fn gateway_endpoint(&self, src: IpAddr) -> Option<&GatewayEndpoint> {

@@ -5,7 +5,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use config::compiled::ZoneId;
 use flowtable::ProtoClass;
 use wire::buf::{PacketBuf, RxChecksum};
 use wire::encap::{DecapConfig, TunnelKind, parse_tunnel, strip_outer};
@@ -292,7 +291,6 @@ impl Pipeline {
             is_icmp_error,
             hash,
             class: class_of(proto),
-            client_zone: client_zone(snap, plan, key.src_addr()),
             inner: Inner::of(info, pkt.data()),
             tunnelled: false,
             gateway: 0,
@@ -318,18 +316,11 @@ impl Pipeline {
         // and port are this one's (the snapshot is the same within a group).
         let len = pkt.len();
         let dest = (f.dst, f.proto, f.dst_port);
-        let (child, svc, key_word, flow_tag, zonal, class) = match &mut self.last_rule {
+        let (child, svc, key_word, flow_tag, class) = match &mut self.last_rule {
             Some(run) if run.dest == dest => {
                 run.packets += 1;
                 run.bytes += len as u64;
-                (
-                    run.child,
-                    run.svc,
-                    run.key_word,
-                    run.flow_tag,
-                    run.zonal,
-                    run.class,
-                )
+                (run.child, run.svc, run.key_word, run.flow_tag, run.class)
             }
             _ => {
                 let dst = IpAddr::V4(Ipv4Addr::from(f.dst));
@@ -361,37 +352,23 @@ impl Pipeline {
                     svc,
                     key_word: plan.affinity.last_word(),
                     flow_tag: plan.flow_tag,
-                    zonal: plan.zonal,
                     class: class_of(f.proto),
                     packets: 0,
                     bytes: 0,
                 };
                 self.end_rule_run();
                 self.last_rule = Some(run);
-                (
-                    child,
-                    svc,
-                    run.key_word,
-                    run.flow_tag,
-                    plan.zonal,
-                    run.class,
-                )
+                (child, svc, run.key_word, run.flow_tag, run.class)
             }
         };
         let words =
             FlowKey::pack_v4_with(f.src, f.dst, f.proto, (f.src_port, f.dst_port), key_word);
         let hash = store_key(words, flow_tag, key_out);
-        let client_zone = if zonal {
-            snap.rules.client_zone(IpAddr::V4(Ipv4Addr::from(f.src)))
-        } else {
-            None
-        };
         *pend = Pending::fast(
             f.tcp_flags,
             (f.proto, class),
             (child, svc),
             hash,
-            client_zone,
             Inner {
                 l2_len: ETH_LEN,
                 v6: false,
@@ -451,7 +428,6 @@ impl Pipeline {
             (f.proto, class_of(f.proto)),
             (child, svc),
             hash,
-            client_zone(snap, plan, IpAddr::V6(Ipv6Addr::from(f.src))),
             Inner {
                 l2_len: ETH_LEN,
                 v6: true,
@@ -799,16 +775,6 @@ pub(super) fn store_key(words: [u64; 5], flow_tag: u16, key_out: &mut flowtable:
     // services keeps flows.
     *key_out = flowtable::FlowKey(wire::flow::with_service_tag(words, flow_tag));
     hash
-}
-
-/// The client's zone, when the service has zonal affinity (M27).
-#[inline(always)]
-fn client_zone(snap: &Snapshot, plan: &ServicePlan, client: IpAddr) -> Option<ZoneId> {
-    if plan.zonal {
-        snap.rules.client_zone(client)
-    } else {
-        None
-    }
 }
 
 /// Whether `info` is an ICMP (IPv4) or ICMPv6 echo request.

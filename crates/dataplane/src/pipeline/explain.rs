@@ -146,11 +146,11 @@ impl Pipeline {
         out.service = Some(p.svc);
         out.gateway = usize::from(p.gateway).checked_sub(1);
         out.hash = p.hash;
-        out.client_zone = p.client_zone;
         let Some(plan) = snap.plan_for(p.child, p.svc) else {
             out.verdict = Verdict::Drop(crate::DropReason::NoRule);
             return out;
         };
+        out.client_zone = super::flow::client_zone(snap, plan, &key, &p);
         // Read-only: `lookup` neither touches nor confirms the entry.
         let hit = flows.lookup(&key, flows.hash(&key));
         if hit.is_none()
@@ -175,7 +175,7 @@ impl Pipeline {
                     };
                 }
                 // `Pipeline::new_flow`'s pick (budgets and the insert aside).
-                out.pick = plan.pick_detail(p.hash, p.client_zone);
+                out.pick = plan.pick_detail(p.hash, out.client_zone);
                 out.pick.map(|pk| (pk.slot, 0))
             }
         };

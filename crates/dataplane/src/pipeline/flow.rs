@@ -6,7 +6,7 @@ use flowtable::{EntryFlags, Hit, InsertOutcome, NewEntry, ProtoClass, Tick};
 use wire::buf::PacketBuf;
 use wire::tcp::Flags;
 
-use config::compiled::Delivery;
+use config::compiled::{Delivery, ZoneId};
 
 use super::answer::no_backend;
 use super::{Ctx, Outcome, Pending, Pipeline, TCP};
@@ -287,7 +287,8 @@ impl Pipeline {
         p: &Pending,
     ) -> Option<(u32, u32)> {
         let Ctx { snap, flows, now } = cx;
-        let slot = plan.pick(p.hash, p.client_zone)?;
+        let zone = client_zone(snap, plan, fkey, p);
+        let slot = plan.pick(p.hash, zone)?;
         if p.is_icmp_error {
             // Its cookie, through an appliance, is its own (`finish`).
             return Some((slot, 0));
@@ -350,6 +351,9 @@ impl Pipeline {
                 if let Some(b) = self.counters.backends.get_mut(slot as usize) {
                     b.new_flows += 1;
                 }
+                if plan.measures_zones {
+                    self.counters.count_zone_flow(p.svc, zone);
+                }
                 Some((slot, cookie))
             }
             InsertOutcome::Existing(hit) => {
@@ -375,6 +379,24 @@ impl Pipeline {
         self.rng = x;
         (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
     }
+}
+
+/// The zone of a new flow's client (M27), for a service that measures
+/// client zones ([`ServicePlan::measures_zones`]); `None` otherwise, for a
+/// client in no zone, and for a gateway rule's packets (whose symmetric key
+/// has no client side). Looked up once per new flow, from its table key,
+/// never for a packet that follows an entry.
+#[inline]
+pub(super) fn client_zone(
+    snap: &Snapshot,
+    plan: &ServicePlan,
+    fkey: &flowtable::FlowKey,
+    p: &Pending,
+) -> Option<ZoneId> {
+    if !plan.measures_zones || p.gateway != 0 {
+        return None;
+    }
+    snap.rules.client_zone(wire::flow::source_of(&fkey.0))
 }
 
 /// The cookie of packet `p`'s flow forwarded without an entry (its table

@@ -47,7 +47,6 @@
 
 use std::sync::Arc;
 
-use config::compiled::ZoneId;
 use flowtable::{FlowTable, Lookup, ProtoClass, Tick};
 use wire::buf::PacketBuf;
 use wire::encap::InnerIp;
@@ -146,8 +145,6 @@ struct Pending {
     is_icmp_error: bool,
     hash: u64,
     class: ProtoClass,
-    /// The client's zone, when the service has zonal affinity (M27).
-    client_zone: Option<ZoneId>,
     /// The packet as parsed, for encapsulation.
     inner: Inner,
     /// It arrived in a tunnel to an own address (M49): never sent on to a
@@ -171,7 +168,6 @@ impl Pending {
         (proto, class): (u8, ProtoClass),
         (child, svc): (usize, usize),
         hash: u64,
-        client_zone: Option<ZoneId>,
         inner: Inner,
     ) -> Pending {
         Pending {
@@ -183,7 +179,6 @@ impl Pending {
             is_icmp_error: false,
             hash,
             class,
-            client_zone,
             inner,
             tunnelled: false,
             gateway: 0,
@@ -200,7 +195,6 @@ impl Pending {
         is_icmp_error: false,
         hash: 0,
         class: ProtoClass::Other,
-        client_zone: None,
         inner: Inner {
             l2_len: 0,
             v6: false,
@@ -317,7 +311,6 @@ struct RuleRun {
     key_word: LastWord,
     /// The service's [`ServicePlan::flow_tag`].
     flow_tag: u16,
-    zonal: bool,
     class: ProtoClass,
     packets: u64,
     bytes: u64,

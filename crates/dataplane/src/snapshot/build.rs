@@ -92,10 +92,11 @@ impl SnapshotBuilder {
     }
 
     /// A service's plan for the pipeline from its selection: its Maglev
-    /// tables (kept from before, or built) with their backend slots.
+    /// tables (kept from before, or built) with their backend slots;
+    /// `measures_zones` as [`Compiled::measures_client_zones`] says.
     fn service_plan(
         &self,
-        svc: &config::compiled::Service,
+        (svc, measures_zones): (&config::compiled::Service, bool),
         sel: Selection,
         slot_of: &[u32],
         plan: Option<&locality::Plan>,
@@ -133,6 +134,7 @@ impl SnapshotBuilder {
             regions,
             thresholds: sel.thresholds,
             zonal,
+            measures_zones,
             flow_tag: svc.flow_tag,
             fail_open: sel.fail_open,
             last_resort: false,
@@ -335,9 +337,13 @@ impl SnapshotBuilder {
                     *s = slot;
                 }
             }
-            placed
-                .services
-                .push(self.service_plan(svc, sel, &slot_of, plan, used)?);
+            placed.services.push(self.service_plan(
+                (svc, compiled.measures_client_zones(svc)),
+                sel,
+                &slot_of,
+                plan,
+                used,
+            )?);
             placed.slots_of.push(slot_of);
         }
         Ok(placed)
@@ -373,7 +379,13 @@ impl SnapshotBuilder {
                 continue;
             };
             let sel = select(compiled, svc, inputs.health, Some(&plan), inputs.local);
-            let sp = self.service_plan(svc, sel, slot_of, Some(&plan), used)?;
+            let sp = self.service_plan(
+                (svc, compiled.measures_client_zones(svc)),
+                sel,
+                slot_of,
+                Some(&plan),
+                used,
+            )?;
             let index = u32::try_from(services.len()).unwrap_or(u32::MAX);
             services.push(sp);
             plan_services.push(svc_index);

@@ -224,6 +224,11 @@ pub struct ServicePlan {
     pub thresholds: Vec<u32>,
     /// Whether the region tables have per-client-zone variants (M27).
     pub zonal: bool,
+    /// Whether its new flows look up the client's zone and are counted per
+    /// client zone ([`crate::WorkerCounters::zone_flows`]): the service has
+    /// zonal affinity and client zones exist, whether or not this round's
+    /// plan has zone variants (the counts are what sizes them, M27).
+    pub measures_zones: bool,
     /// The service's part of its flow keys (`config::compiled::Service::
     /// flow_tag`): stable across reloads that reorder services.
     pub flow_tag: u16,
@@ -526,6 +531,11 @@ pub struct Rules {
     /// Longest prefix first.
     client_zones: Vec<(Prefix, ZoneId)>,
     children: usize,
+    /// Services (rows of the per-client-zone counters).
+    services: usize,
+    /// Columns of the per-client-zone counters: the zones plus one (no
+    /// zone) when some service measures them, else 0.
+    zone_columns: usize,
 }
 
 impl Rules {
@@ -535,6 +545,16 @@ impl Rules {
             index: compiled.rule_index.clone(),
             client_zones: compiled.client_zones.clone(),
             children: compiled.children.len(),
+            services: compiled.services.len(),
+            zone_columns: if compiled
+                .services
+                .iter()
+                .any(|s| compiled.measures_client_zones(s))
+            {
+                compiled.zones.len() + 1
+            } else {
+                0
+            },
         }
     }
 
@@ -578,6 +598,13 @@ impl Rules {
     /// Number of child rules (the size of the per-child counters).
     pub fn children(&self) -> usize {
         self.children
+    }
+
+    /// The shape of the per-client-zone new-flow counters
+    /// ([`crate::WorkerCounters::zone_flows`]): (services, columns), the
+    /// columns 0 when no service measures client zones.
+    pub fn zone_counters(&self) -> (usize, usize) {
+        (self.services, self.zone_columns)
     }
 }
 
