@@ -24,6 +24,41 @@ use crate::ports::{Output, Probes, say};
 /// How often plans are recomputed (M29: at least every second).
 pub const PLAN_PERIOD: Duration = Duration::from_secs(1);
 
+/// A service's client zones as the data plane measured them over the last
+/// planning interval (M27): new flows per second from each.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ZoneDemand {
+    /// Every client zone (`[[client_zones]]`), in id order, with the new
+    /// flows per second from its clients.
+    pub zones: Vec<(config::compiled::ZoneId, f64)>,
+    /// New flows per second from clients in no zone.
+    pub unzoned: f64,
+    /// New flows per second in all.
+    pub new_flows: f64,
+}
+
+/// What the indices of `WorkerCounters::zone_flows` stand for: the
+/// services and zones by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ZoneLayout(Vec<String>, Vec<String>);
+
+impl ZoneLayout {
+    fn of(c: &Compiled) -> Self {
+        ZoneLayout(
+            c.services.iter().map(|s| s.name.clone()).collect(),
+            c.zones.clone(),
+        )
+    }
+}
+
+/// The zones `[[client_zones]]` name, in id order, once each.
+fn client_zones(c: &Compiled) -> Vec<config::compiled::ZoneId> {
+    let mut z: Vec<_> = c.client_zones.iter().map(|&(_, z)| z).collect();
+    z.sort_unstable();
+    z.dedup();
+    z
+}
+
 /// The management core's health and locality state.
 pub struct Balance {
     /// The remote rules polled (sorted, distinct).
@@ -53,6 +88,12 @@ pub struct Balance {
     last_plan: Option<Duration>,
     /// Per backend slot: packets forwarded, at the last plan.
     prev_packets: Vec<u64>,
+    /// The data plane's new flows per service and client zone at the last
+    /// plan (`WorkerCounters::zone_flows`), and the services and zones
+    /// (by name) their indices stood for then.
+    prev_zone_flows: (Vec<Vec<u64>>, ZoneLayout),
+    /// Per service: its clients' zones as measured at the last plan (M27).
+    zone_demand: Vec<Option<ZoneDemand>>,
     /// Per endpoint: its next hop has no MAC (M47). Planned as unhealthy,
     /// so that locality spills its share over instead of dropping it.
     unresolved: Vec<bool>,
@@ -103,6 +144,8 @@ impl Balance {
             vip_plans: Vec::new(),
             last_plan: None,
             prev_packets: Vec::new(),
+            prev_zone_flows: (Vec::new(), ZoneLayout::default()),
+            zone_demand: Vec::new(),
             drained: crate::drain::Drained::new(),
             drain_ignored: Vec::new(),
             cluster: Cluster::new(compiled),
@@ -487,6 +530,13 @@ impl Balance {
     ) -> bool {
         let secs = elapsed.as_secs_f64();
         let packets: Vec<u64> = counters.backends.iter().map(|b| b.packets).collect();
+        // Counts taken under other services or zones (a reload since) are
+        // not comparable: this round measures nothing, the next does.
+        let layout = ZoneLayout::of(compiled);
+        let prev_zone_flows = std::mem::take(&mut self.prev_zone_flows);
+        let zone_base =
+            (builder.is_some() && prev_zone_flows.1 == layout).then_some(&prev_zone_flows.0);
+        self.zone_demand.resize(compiled.services.len(), None);
         let mut changed = false;
         self.node.capacity_share = self.cluster.budget(now).share;
         let counted = self.cluster.counted(now);
@@ -501,6 +551,7 @@ impl Balance {
         }
         let mut measured = Vec::new();
         for (i, svc) in compiled.services.iter().enumerate() {
+            let zone_demand = self.zone_observation(compiled, i, counters, zone_base, secs);
             let Some(spec) = self.specs.get(i).and_then(Option::as_ref) else {
                 continue;
             };
@@ -556,9 +607,12 @@ impl Balance {
                     continue;
                 }
                 let mut planner = self.planners.get(&svc.name).cloned().unwrap_or_default();
-                if let Ok(plan) =
-                    planner.update(&self.node, spec, &Observation::new(at_vip), elapsed)
-                {
+                let observation = Observation {
+                    endpoints: at_vip,
+                    demand: None,
+                    zone_demand: zone_demand.clone(),
+                };
+                if let Ok(plan) = planner.update(&self.node, spec, &observation, elapsed) {
                     vip_plans.push((vip, plan.clone()));
                 }
             }
@@ -574,7 +628,12 @@ impl Balance {
                 *slot = vip_plans;
             }
             let planner = self.planners.entry(svc.name.clone()).or_default();
-            match planner.update(&self.node, spec, &Observation::new(obs), elapsed) {
+            let observation = Observation {
+                endpoints: obs,
+                demand: None,
+                zone_demand,
+            };
+            match planner.update(&self.node, spec, &observation, elapsed) {
                 Ok(plan) => {
                     let old = self.plans.get(i).and_then(Option::as_ref);
                     let differs =
@@ -594,9 +653,124 @@ impl Balance {
         }
         if builder.is_some() {
             self.prev_packets = packets;
+            self.prev_zone_flows = (counters.zone_flows.clone(), layout);
             self.measured = Some(measured);
+        } else {
+            self.prev_zone_flows = prev_zone_flows;
         }
         changed
+    }
+
+    /// Service `i`'s zone demand for this round's observation (M27): each
+    /// client zone's share of its new flows counted since the last plan
+    /// (`base`), also kept for status. No new flows (or no comparable
+    /// counts) tells nothing: the smoothed shares of before are given
+    /// again, so they hold; none yet, the planner assumes demand follows
+    /// capacity.
+    fn zone_observation(
+        &mut self,
+        compiled: &Compiled,
+        i: usize,
+        counters: &WorkerCounters,
+        base: Option<&Vec<Vec<u64>>>,
+        secs: f64,
+    ) -> Vec<(config::compiled::ZoneId, f64)> {
+        let Some(svc) = compiled.services.get(i) else {
+            return Vec::new();
+        };
+        if !compiled.measures_client_zones(svc) {
+            if let Some(z) = self.zone_demand.get_mut(i) {
+                *z = None;
+            }
+            return Vec::new();
+        }
+        let held = || {
+            self.planners
+                .get(&svc.name)
+                .map(|p| p.smoothed().zone_demand.clone())
+                .unwrap_or_default()
+        };
+        let Some(base) = base else { return held() };
+        let row = counters.zone_flows.get(i).map_or(&[][..], Vec::as_slice);
+        let before = base.get(i).map_or(&[][..], Vec::as_slice);
+        let delta = |c: usize| {
+            let now = row.get(c).copied().unwrap_or(0);
+            now.saturating_sub(before.get(c).copied().unwrap_or(0))
+        };
+        let total: u64 = (0..row.len()).map(delta).sum();
+        let zones = client_zones(compiled);
+        let measured = ZoneDemand {
+            unzoned: delta(0) as f64 / secs,
+            zones: zones
+                .iter()
+                .map(|&z| (z, delta(z.index() + 1) as f64 / secs))
+                .collect(),
+            new_flows: total as f64 / secs,
+        };
+        if let Some(slot) = self.zone_demand.get_mut(i) {
+            *slot = Some(measured);
+        }
+        if total == 0 {
+            return held();
+        }
+        zones
+            .iter()
+            .map(|&z| (z, delta(z.index() + 1) as f64 / total as f64))
+            .collect()
+    }
+
+    /// Service `si`'s client zones for `status` (M27): measured new flows,
+    /// the smoothed share the plan used, the share pinned in the zone.
+    fn zone_report(
+        &self,
+        compiled: &Compiled,
+        si: usize,
+        plan: &Plan,
+    ) -> Vec<crate::report::ZoneDemand> {
+        let (Some(m), Some(svc)) = (self.zone_demand(si), compiled.services.get(si)) else {
+            return Vec::new();
+        };
+        let shares = self.zone_shares(&svc.name);
+        let mut out: Vec<_> = m
+            .zones
+            .iter()
+            .map(|&(z, rate)| crate::report::ZoneDemand {
+                zone: compiled
+                    .zones
+                    .get(z.index())
+                    .map_or("?", String::as_str)
+                    .to_owned(),
+                new_flows_per_s: rate,
+                demand_share: shares.iter().find(|(y, _)| *y == z).map(|&(_, s)| s),
+                in_zone_share: plan.regions.iter().find_map(|r| {
+                    r.zone_variants
+                        .iter()
+                        .find(|v| v.zone == z)
+                        .map(|v| v.in_zone_share)
+                }),
+            })
+            .collect();
+        out.push(crate::report::ZoneDemand {
+            zone: "-".to_owned(),
+            new_flows_per_s: m.unzoned,
+            demand_share: None,
+            in_zone_share: None,
+        });
+        out
+    }
+
+    /// What was measured of service `i`'s client zones at the last plan
+    /// (status, metrics); `None`: it does not measure them.
+    pub fn zone_demand(&self, i: usize) -> Option<&ZoneDemand> {
+        self.zone_demand.get(i).and_then(Option::as_ref)
+    }
+
+    /// The smoothed share of service `name`'s demand from each client zone
+    /// its last plan was decided with (empty: none measured yet).
+    pub fn zone_shares(&self, name: &str) -> &[(config::compiled::ZoneId, f64)] {
+        self.planners
+            .get(name)
+            .map_or(&[][..], |p| p.smoothed().zone_demand.as_slice())
     }
 
     /// The rates measured at the last planning, once (for the peers).
@@ -867,6 +1041,7 @@ impl Balance {
                         overloaded: false,
                         capacity: None,
                         regions: Vec::new(),
+                        zones: Vec::new(),
                     });
                     st.services.len() - 1
                 }
@@ -880,6 +1055,7 @@ impl Balance {
                     .capacity_limits(ServiceId(u32::try_from(si).unwrap_or(u32::MAX)))
                     .map(|l| l.to_string());
                 s.regions = regions;
+                s.zones = self.zone_report(compiled, si, plan);
             }
         }
         st.drain_ignored = self.drain_ignored.clone();

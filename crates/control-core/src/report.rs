@@ -222,6 +222,28 @@ pub struct Service {
     pub capacity: Option<String>,
     /// Per region, nearest first.
     pub regions: Vec<Region>,
+    /// With zonal affinity (M27): each client zone's measured demand and
+    /// how much of it stays in the zone (omitted when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<ZoneDemand>,
+}
+
+/// A client zone of a service with zonal affinity (M27), as the data plane
+/// measured it over the last planning interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ZoneDemand {
+    /// The zone (`"-"`: clients in no zone).
+    pub zone: String,
+    /// New flows per second from its clients.
+    pub new_flows_per_s: f64,
+    /// Its share of the service's demand the plan sized the zone with,
+    /// smoothed, 0 to 1 (`null`: not measured yet, demand assumed to follow
+    /// capacity; and for clients in no zone).
+    pub demand_share: Option<f64>,
+    /// Share of its clients' new connections pinned to the zone's own
+    /// endpoints in the nearest region serving it (the rest spreads over
+    /// the region; `null`: no zone variant, the region's default set).
+    pub in_zone_share: Option<f64>,
 }
 
 /// A service in one region.
@@ -698,6 +720,20 @@ impl Display for Status {
                     r.utilization
                         .map_or_else(String::new, |u| format!(", utilization {u}")),
                     r.new_flows_fraction * 100.0
+                );
+            }
+            for z in &s.zones {
+                let _ = writeln!(
+                    out,
+                    "  client zone {}: {:.1} new flows/s, demand share {}, in zone {}",
+                    z.zone,
+                    z.new_flows_per_s,
+                    z.demand_share.map_or_else(
+                        || "unmeasured".to_owned(),
+                        |d| format!("{:.1} %", d * 100.0)
+                    ),
+                    z.in_zone_share
+                        .map_or_else(|| "-".to_owned(), |p| format!("{:.1} %", p * 100.0)),
                 );
             }
         }

@@ -59,6 +59,7 @@ impl Core {
                     overloaded: false,
                     capacity: None,
                     regions: Vec::new(),
+                    zones: Vec::new(),
                 })
                 .collect(),
             drain_ignored: Vec::new(),

@@ -374,12 +374,9 @@ impl World {
 
     fn counters(engines: &[Engine<VecBurst<Pkt>>], children: usize) -> WorkerCounters {
         let mut total = WorkerCounters::new(children);
+        // Summed as the daemon sums the workers' published counters.
         for e in engines {
-            let c = &e.worker.counters;
-            total.resize_backends(c.backends.len());
-            for (t, n) in total.backends.iter_mut().zip(&c.backends) {
-                t.packets += n.packets;
-            }
+            total.add(&e.worker.counters);
         }
         total
     }
