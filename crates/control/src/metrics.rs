@@ -259,6 +259,7 @@ fn slot_state(s: dataplane::BackendState) -> i8 {
 /// section below adds its own.
 pub fn services(x: &mut Exposition, s: &Services<'_>) {
     service_traffic(x, s);
+    service_zones(x, s);
     service_plans(x, s);
     service_regions(x, s);
     let slots = endpoint_slots(s);
@@ -321,6 +322,32 @@ fn service_traffic(x: &mut Exposition, s: &Services<'_>) {
         "service_new_flows_total",
         "New flows to the service's rules.",
         per_service(|cc| cc.new_flows),
+    );
+}
+
+/// New flows per service with zonal affinity and client zone (M27), as
+/// the data plane counts them (indexed like the live snapshot's
+/// configuration); no samples without client zones.
+fn service_zones(x: &mut Exposition, s: &Services<'_>) {
+    let c = &s.snap.compiled;
+    let mut zones: Vec<config::compiled::ZoneId> = c.client_zones.iter().map(|&(_, z)| z).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    let zones = &zones;
+    x.counter(
+        "service_zone_new_flows_total",
+        "New flows of a service with zonal affinity per client zone (M27): the demand each zone's share is sized from.",
+        c.services
+            .iter()
+            .enumerate()
+            .filter(|(_, svc)| c.measures_client_zones(svc))
+            .flat_map(move |(i, svc)| {
+                zones.iter().map(move |&z| {
+                    let mut l = label("service", &svc.name);
+                    l.push(("zone", name_of(&c.zones, z.index())));
+                    (l, s.counters.zone_flows_of(i, Some(z)))
+                })
+            }),
     );
 }
 
