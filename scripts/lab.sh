@@ -27,7 +27,11 @@
 # with the [neighbours] timings of LAB_NEIGHBOURS (TOML lines; short ones by
 # default). LAB_BE_PREFIX (default 24) is the prefix length of the balancer's
 # backend-port address: 30 puts the backends off its subnet, so tunnels go
-# through the router (the gateway, 198.18.2.1).
+# through the router (the gateway, 198.18.2.1). LAB_CLIENT_ZONES=RATE gives
+# the client a second address, 198.18.0.200: clients of 198.18.0.0/25 are in
+# zone lab-a, of 198.18.0.128/25 in zone lab-b (M27); backend3 forms group
+# lab-b in zone lab-b, and each group carries RATE packets per second
+# (balancing_mode RATE, zonal affinity without spill below capacity).
 #
 #        client 198.18.0.100
 #          |
@@ -74,6 +78,7 @@ lab_up() {
     nsx "$C" ip addr add 198.18.0.100/24 dev "s${T}c"
     nsx "$C" ip link set "s${T}c" up
     nsx "$C" ip route add default via 198.18.0.1
+    client_zones && nsx "$C" ip addr add 198.18.0.200/24 dev "s${T}c"
     # Full checksums from the client: the balancer forwards frames as it gets them.
     nsx "$C" ethtool -K "s${T}c" tx off >/dev/null
     nsx "$R" ip addr add 198.18.0.1/24 dev "s${T}rc"
@@ -160,7 +165,8 @@ while True:
         local ep="  { address = \"$addr\" },"
         [ "$mode" = l2dsr ] && [ "${LAB_RESOLVE:-0}" != 1 ] && ep="  { address = \"$addr\", mac = \"$mac\" },"
         # LAB_REGIONS=2: backend3 is a second, farther region.
-        if [ "${LAB_REGIONS:-1}" = 2 ] && [ "$i" = 3 ]; then
+        # LAB_CLIENT_ZONES: backend3 is zone lab-b.
+        if { [ "${LAB_REGIONS:-1}" = 2 ] || client_zones; } && [ "$i" = 3 ]; then
             far_endpoints+="$ep"$'\n'
         else
             endpoints+="$ep"$'\n'
@@ -235,17 +241,21 @@ name = "web"
 delivery = "$mode"
 connection_draining_timeout = "300s"
 $(lab_health)
+$(lab_zonal_service)
 [[backend_services.groups]]
 name = "lab-a"
 region = "lab"
 zone = "lab-a"
+$(lab_zone_rate)
 endpoints = [
 $endpoints]
 $(lab_far_group "$far_endpoints")
+$(lab_zone_b_group "$far_endpoints")
 $(lab_checks "$endpoints")
 [control]
 socket = "$dir/control.sock"
 $(lab_neighbours)
+$(lab_client_zones)
 TOML
     ip netns exec "$L" "$bin/spillway" run --config "$dir/lab.toml" >"$dir/spillway.log" 2>&1 &
     echo $! >"$dir/spillway.pid"
@@ -343,6 +353,43 @@ lab_resolved() {
 }
 
 per_port() { [ "${LAB_EXCEPTION:-}" = per-port ]; }
+client_zones() { [ -n "${LAB_CLIENT_ZONES:-}" ]; }
+
+# LAB_CLIENT_ZONES=RATE: capacities in packets per second, zonal affinity.
+lab_zonal_service() {
+    client_zones || return 0
+    echo 'balancing_mode = "RATE"'
+    echo 'locality = { zonal_affinity = true, zonal_spill_ratio = 0.0 }'
+}
+lab_zone_rate() {
+    client_zones || return 0
+    echo "max_rate = $LAB_CLIENT_ZONES"
+}
+lab_zone_b_group() {
+    client_zones || return 0
+    cat <<TOML
+[[backend_services.groups]]
+name = "lab-b"
+region = "lab"
+zone = "lab-b"
+max_rate = $LAB_CLIENT_ZONES
+endpoints = [
+$1]
+TOML
+}
+lab_client_zones() {
+    client_zones || return 0
+    cat <<TOML
+
+[[client_zones]]
+zone = "lab-a"
+prefixes = ["198.18.0.0/25"]
+
+[[client_zones]]
+zone = "lab-b"
+prefixes = ["198.18.0.128/25"]
+TOML
+}
 # net_af_packet's ring frames for a port MTU (its default 2048-byte frames
 # take up to 1996): a frame must hold the MTU behind TPACKET2_HDRLEN (52) and
 # its data fit an mbuf's room behind the headroom (Spillway sizes the pool
