@@ -352,7 +352,7 @@ impl Pipeline {
                     b.new_flows += 1;
                 }
                 if plan.measures_zones {
-                    self.counters.count_zone_flow(p.svc, zone);
+                    count_zone_flow(&mut self.counters, p.svc, zone);
                 }
                 Some((slot, cookie))
             }
@@ -396,7 +396,20 @@ pub(super) fn client_zone(
     if !plan.measures_zones || p.gateway != 0 {
         return None;
     }
+    lookup_client_zone(snap, fkey)
+}
+
+/// [`client_zone`]'s lookup, out of line: a service without zonal affinity
+/// pays only the test above on its new flows (perf/budget.toml's `new`).
+#[inline(never)]
+fn lookup_client_zone(snap: &Snapshot, fkey: &flowtable::FlowKey) -> Option<ZoneId> {
     snap.rules.client_zone(wire::flow::source_of(&fkey.0))
+}
+
+/// Counts a new flow per client zone, out of line for the same reason.
+#[inline(never)]
+fn count_zone_flow(counters: &mut crate::WorkerCounters, svc: usize, zone: Option<ZoneId>) {
+    counters.count_zone_flow(svc, zone);
 }
 
 /// The cookie of packet `p`'s flow forwarded without an entry (its table
