@@ -287,8 +287,13 @@ impl Pipeline {
         p: &Pending,
     ) -> Option<(u32, u32)> {
         let Ctx { snap, flows, now } = cx;
-        let zone = client_zone(snap, plan, fkey, p);
-        let slot = plan.pick(p.hash, zone)?;
+        // A service that measures client zones (M27) picks and counts out
+        // of line; every other service's new flows pay this test alone.
+        let slot = if plan.measures_zones {
+            self.pick_zonal(snap, plan, fkey, p)?
+        } else {
+            plan.pick(p.hash, None)?
+        };
         if p.is_icmp_error {
             // Its cookie, through an appliance, is its own (`finish`).
             return Some((slot, 0));
@@ -351,9 +356,6 @@ impl Pipeline {
                 if let Some(b) = self.counters.backends.get_mut(slot as usize) {
                     b.new_flows += 1;
                 }
-                if plan.measures_zones {
-                    count_zone_flow(&mut self.counters, p.svc, zone);
-                }
                 Some((slot, cookie))
             }
             InsertOutcome::Existing(hit) => {
@@ -399,17 +401,33 @@ pub(super) fn client_zone(
     lookup_client_zone(snap, fkey)
 }
 
-/// [`client_zone`]'s lookup, out of line: a service without zonal affinity
-/// pays only the test above on its new flows (perf/budget.toml's `new`).
-#[inline(never)]
+/// [`client_zone`]'s lookup.
 fn lookup_client_zone(snap: &Snapshot, fkey: &flowtable::FlowKey) -> Option<ZoneId> {
     snap.rules.client_zone(wire::flow::source_of(&fkey.0))
 }
 
-/// Counts a new flow per client zone, out of line for the same reason.
-#[inline(never)]
-fn count_zone_flow(counters: &mut crate::WorkerCounters, svc: usize, zone: Option<ZoneId>) {
-    counters.count_zone_flow(svc, zone);
+impl Pipeline {
+    /// [`ServicePlan::pick`] for a new flow of a service that measures
+    /// client zones: its client's zone looked up, the flow counted in it
+    /// (its demand, M27: whether it then gets an entry or, past the
+    /// new-entry budget, is forwarded by Maglev alone; an ICMP error is no
+    /// new flow). Out of line: a service without zonal affinity pays only
+    /// the test that skips it (perf/budget.toml's `new`).
+    #[inline(never)]
+    fn pick_zonal(
+        &mut self,
+        snap: &Snapshot,
+        plan: &ServicePlan,
+        fkey: &flowtable::FlowKey,
+        p: &Pending,
+    ) -> Option<u32> {
+        let zone = client_zone(snap, plan, fkey, p);
+        let slot = plan.pick(p.hash, zone)?;
+        if !p.is_icmp_error {
+            self.counters.count_zone_flow(p.svc, zone);
+        }
+        Some(slot)
+    }
 }
 
 /// The cookie of packet `p`'s flow forwarded without an entry (its table

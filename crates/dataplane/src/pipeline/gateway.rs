@@ -451,7 +451,7 @@ impl Pipeline {
                 .and_then(|()| pkt.adj(start))
                 .map_err(|_| DropReason::GatewayMalformed)?;
             if hop.remote.is_some() {
-                tunnel_back(pkt, hop, hash_words(&sym, 0))?;
+                tunnel_back(pkt, hop)?;
             }
             return Ok(out);
         }
@@ -507,7 +507,7 @@ impl Pipeline {
         strip_outer(pkt, &t).map_err(|_| DropReason::GatewayMalformed)?;
         set_macs(pkt, dst_mac, src_mac)?;
         if hop.remote.is_some() {
-            tunnel_back(pkt, hop, hash_words(&sym.pack(), 0))?;
+            tunnel_back(pkt, hop)?;
         }
         Ok(out)
     }
@@ -812,14 +812,26 @@ fn remote_inner<B: PacketBuf>(
 }
 
 /// A return to a remote gateway endpoint (M31): the inner packet, now
-/// behind an Ethernet header, goes back in the endpoint's tunnel (`hash`:
-/// the flow's, for the outer UDP source port).
-fn tunnel_back<B: PacketBuf>(pkt: &mut B, hop: &GatewayHop, hash: u64) -> Result<(), DropReason> {
+/// behind an Ethernet header, goes back in the endpoint's tunnel, its
+/// outer UDP source port from the flow's symmetric 5-tuple (worked out
+/// here from the packet, so that the usual return keeps no key alive for
+/// it). Out of line: a neighbour endpoint's returns never come here.
+#[cold]
+#[inline(never)]
+fn tunnel_back<B: PacketBuf>(pkt: &mut B, hop: &GatewayHop) -> Result<(), DropReason> {
     let template = hop
         .remote
         .as_ref()
         .and_then(|t| t.template.as_deref())
         .ok_or(DropReason::GatewayEndpointUnresolved)?;
+    let hash = pkt
+        .data()
+        .get(ETH_HEADER..)
+        .and_then(|ip| parse_ip(ip).ok())
+        .map_or(0, |info| {
+            let key = FlowKey::from_packet(&info, wire::flow::Affinity::None);
+            hash_words(&key.symmetric().pack(), 0)
+        });
     let inner = InnerIp::of(pkt.data()).map_err(|_| DropReason::GatewayMalformed)?;
     encapsulate_with(pkt, template, &inner, hash, 0)
         .map(|_| ())

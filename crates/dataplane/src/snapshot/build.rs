@@ -276,6 +276,7 @@ impl SnapshotBuilder {
         appliances.dedup_by_key(|&mut (a, _)| a);
         let probe_steering = probe_steering(&compiled, &endpoint_slot);
         let budgets = TickLimits::of(&compiled.settings.dataplane, ticks_per_second);
+        let gateways = gateway_hops(&compiled, &local);
         Ok(Snapshot {
             generation: self.generation,
             new_flow_budget: budgets.new_flow,
@@ -286,7 +287,8 @@ impl SnapshotBuilder {
             gateway_mismatch_budget: budgets.gateway_mismatch,
             rules: Rules::from_config(&compiled),
             tunnel_ingress: compiled.tunnel_ingress.clone(),
-            gateways: gateway_hops(&compiled, &local),
+            remote_gateways: gateways.iter().any(|g| g.remote.is_some()),
+            gateways,
             appliances,
             probe_steering,
             child_plans,

@@ -363,6 +363,10 @@ pub struct Snapshot {
     pub tunnel_ingress: IngressPolicy,
     /// The gateway endpoints of the gateway rules this node serves (M31).
     pub gateways: Vec<GatewayHop>,
+    /// Whether any of `gateways` is remote (its traffic tunnelled): when
+    /// none is, a packet to an own address (an appliance's return above
+    /// all) is not compared with each endpoint.
+    pub remote_gateways: bool,
     /// Appliances (backends of gateway services) by address, sorted: the
     /// only sources a returned Geneve packet is taken from (M32).
     pub appliances: Vec<(IpAddr, u32)>,
@@ -471,6 +475,9 @@ impl Snapshot {
     /// The remote gateway endpoint (M31) whose tunnel comes from `src`.
     #[inline]
     pub fn remote_gateway(&self, src: IpAddr) -> Option<(usize, &GatewayHop)> {
+        if !self.remote_gateways {
+            return None;
+        }
         self.gateways
             .iter()
             .enumerate()
