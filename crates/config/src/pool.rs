@@ -6,7 +6,9 @@
 //! order of its rules, so every node of a cluster allocates alike: the rules
 //! are visited by name, and each starts at an address chosen by a hash of
 //! its name and group, stepping past addresses taken (by any rule's own
-//! `vips`, the node's addresses, or a rule allocated before it). A later
+//! `vips`, or a rule allocated before it). Nothing of one node's own enters
+//! into it: a pool holding the node's own address is refused instead, or
+//! nodes would step past different addresses. A later
 //! edit can still move an allocated VIP (a new rule whose name sorts first
 //! may take a contested address); the daemon refuses such a reload unless
 //! forced, and writing the VIP into the rule pins it.
@@ -42,16 +44,11 @@ pub fn allocate(cfg: &mut Config, written: impl Fn(&str) -> bool) -> Result<(), 
     if !errors.is_empty() {
         return Err(errors);
     }
-    // Taken: every VIP written in the file and every address of the node.
+    // Taken: every VIP written in the file.
     let mut taken: Vec<Vip> = cfg
         .forwarding_rules
         .iter()
         .flat_map(|r| r.vips.iter().copied())
-        .chain(
-            cfg.ports
-                .iter()
-                .flat_map(|p| p.addresses.iter().map(|a| Vip::host(a.addr))),
-        )
         .collect();
     let mut order: Vec<usize> = (0..cfg.forwarding_rules.len())
         .filter(|&i| !written(&format!("forwarding_rules[{i}].vips")))
@@ -155,6 +152,16 @@ fn check_pools(cfg: &Config) -> Vec<PoolError> {
                         p.len,
                         p.network()
                     ),
+                ));
+            }
+            let own = cfg.ports.iter().enumerate().find_map(|(n, port)| {
+                let a = port.addresses.iter().find(|a| p.contains(a.addr))?;
+                Some((n, a.addr))
+            });
+            if let Some((n, a)) = own {
+                errors.push((
+                    format!("{at}.vip_pool[{k}]"),
+                    format!("{p} holds this node's own address {a} (ports[{n}]): a VIP allocated there would be load-balanced host traffic"),
                 ));
             }
             let clash = cfg.availability_groups[..i]

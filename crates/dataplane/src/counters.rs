@@ -547,8 +547,8 @@ counters! {
             /// (`ServicePlan::measures_zones`): row = service index,
             /// column 0 = clients in no zone, column `1 + z` = clients of
             /// zone `z` (`ZoneId` index). The management core turns their
-            /// deltas into each zone's share of the demand; counted only
-            /// when a flow entry is created, never per packet.
+            /// deltas into each zone's share of the demand; counted once
+            /// per new flow, when it picks its backend, never per packet.
             pub zone_flows: Vec<Vec<u64>>,
         }
     }
