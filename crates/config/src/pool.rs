@@ -235,7 +235,13 @@ fn pick(name: &str, group: u8, spans: &[(u128, u128, bool)], taken: &[Vip]) -> O
     // so the steps are bounded by the taken VIPs, not the pool's size.
     let mut i = 0u128;
     while i < total {
-        let a = address_at(spans, (start + i) % total)?;
+        // (start + i) mod total, without overflowing (start, i < total).
+        let index = if start >= total - i {
+            start - (total - i)
+        } else {
+            start + i
+        };
+        let a = address_at(spans, index)?;
         match taken.iter().find(|t| t.contains(a)) {
             None if !a.is_unspecified() => return Some(a),
             None => i += 1,

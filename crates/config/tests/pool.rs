@@ -148,6 +148,25 @@ fn a_pool_steps_past_a_written_vip_prefix_and_runs_out_with_a_reason() {
     );
 }
 
+/// A pool as wide as IPv6 allows (a /1 of 2^127 addresses) allocates
+/// like a small one: the arithmetic never overflows.
+#[test]
+fn a_huge_pool_allocates_too() {
+    let text = format!(
+        "{HEAD}\n[[availability_groups]]\ngroup = 0\nvip_pool = [\"8000::/1\"]\n{}{}",
+        rule("a", 80, None, "ip_version = \"IPV6\"\n"),
+        rule("b", 81, None, "ip_version = \"IPV6\"\n")
+    );
+    let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let all = vips(&l);
+    assert_eq!(all.len(), 2);
+    assert!(
+        all.iter().all(|(_, v, _)| in_prefix(*v, "8000::/1")),
+        "{all:?}"
+    );
+    assert_ne!(all[0].1, all[1].1);
+}
+
 #[test]
 fn unusable_pools_and_rules_are_refused_with_a_reason() {
     for (extra, want) in [
