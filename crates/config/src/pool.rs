@@ -168,7 +168,7 @@ fn check_pools(cfg: &Config) -> Vec<PoolError> {
                 .iter()
                 .flat_map(|o| o.vip_pool.iter())
                 .chain(g.vip_pool[..k].iter())
-                .find(|o| overlap(o, p));
+                .find(|o| o.overlaps(p));
             if let Some(o) = clash {
                 errors.push((
                     format!("{at}.vip_pool[{k}]"),
@@ -178,14 +178,6 @@ fn check_pools(cfg: &Config) -> Vec<PoolError> {
         }
     }
     errors
-}
-
-fn overlap(a: &Prefix, b: &Prefix) -> bool {
-    if a.addr.is_ipv4() != b.addr.is_ipv4() {
-        return false;
-    }
-    let ((a0, a1), (b0, b1)) = (a.span(), b.span());
-    a0 <= b1 && b0 <= a1
 }
 
 /// Group `group`'s pool prefixes of IP version `version`: (first address as

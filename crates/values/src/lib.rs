@@ -384,6 +384,15 @@ impl Prefix {
         }
     }
 
+    /// Whether the two share an address (never across IP versions).
+    pub fn overlaps(&self, other: &Prefix) -> bool {
+        if self.addr.is_ipv4() != other.addr.is_ipv4() {
+            return false;
+        }
+        let ((a0, a1), (b0, b1)) = (self.span(), other.span());
+        a0 <= b1 && b0 <= a1
+    }
+
     /// Whether bits beyond the prefix length are set (fine for an interface
     /// address, a mistake for a client prefix).
     pub fn has_host_bits(&self) -> bool {
@@ -505,11 +514,7 @@ impl Vip {
 
     /// Whether the two share an address.
     pub fn overlaps(&self, other: &Vip) -> bool {
-        if self.addr.is_ipv4() != other.addr.is_ipv4() {
-            return false;
-        }
-        let ((a0, a1), (b0, b1)) = (self.prefix().span(), other.prefix().span());
-        a0 <= b1 && b0 <= a1
+        self.prefix().overlaps(&other.prefix())
     }
 }
 

@@ -174,7 +174,7 @@ pub(super) fn announced(compiled: &Compiled) -> Vec<(usize, std::net::IpAddr)> {
         .iter()
         // A VIP prefix is routed to the node, never announced address by
         // address (the data plane still answers for any of them).
-        .filter(|ch| ch.served && ch.vip_len == config::values::Prefix::host(ch.vip).len)
+        .filter(|ch| ch.served && !ch.vip_spec().is_range())
         .map(|ch| ch.vip)
         .collect();
     vips.sort_unstable();

@@ -106,22 +106,13 @@ impl SnapshotBuilder {
         for (sets, zones) in sel.regions {
             let mut tables = Vec::with_capacity(sets.len());
             for set in sets {
-                let key = table_key(svc, &set);
-                let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
-                    Some(t) => t.clone(),
-                    None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
-                        service: svc.name.clone(),
-                        source,
-                    })?),
-                };
                 tables.push(SlotTable {
-                    table: table.clone(),
+                    table: self.table(svc, table_key(svc, &set), used)?,
                     slots: set
                         .iter()
                         .map(|(i, _)| slot_of.get(*i).copied().unwrap_or(u32::MAX))
                         .collect(),
                 });
-                used.insert(key, table);
             }
             regions.push(RegionTables { tables, zones });
         }
@@ -140,6 +131,26 @@ impl SnapshotBuilder {
             last_resort: false,
             locality: plan.map(|p| Arc::new(p.clone())),
         })
+    }
+
+    /// The Maglev table of `key` (of service `svc`): one this build already
+    /// uses, one kept from the last build or built ahead, or built here;
+    /// recorded in `used`.
+    fn table(
+        &self,
+        svc: &config::compiled::Service,
+        key: TableKey,
+        used: &mut HashMap<TableKey, Arc<MaglevTable>>,
+    ) -> Result<Arc<MaglevTable>, SnapshotError> {
+        let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
+            Some(t) => t.clone(),
+            None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
+                service: svc.name.clone(),
+                source,
+            })?),
+        };
+        used.insert(key, table.clone());
+        Ok(table)
     }
 
     /// A builder whose snapshots carry `cookie_key` (a secret chosen once
@@ -492,15 +503,7 @@ impl SnapshotBuilder {
                     (i, maglev::Endpoint { id, weight: 1 })
                 })
                 .collect();
-            let key = table_key(svc, &set);
-            let table = match used.get(&key).or_else(|| self.tables.get(&key)) {
-                Some(t) => t.clone(),
-                None => Arc::new(key.build().map_err(|source| SnapshotError::Maglev {
-                    service: svc.name.clone(),
-                    source,
-                })?),
-            };
-            used.insert(key, table.clone());
+            let table = self.table(svc, table_key(svc, &set), used)?;
             plan.regions = vec![RegionTables {
                 tables: vec![SlotTable {
                     table,
