@@ -115,6 +115,9 @@ const FUNCTIONS: &[&str] = &[
     "rte_socket_id",
     "rte_thread_register",
     "rte_thread_unregister",
+    "rte_lcore_is_enabled",
+    "rte_eal_remote_launch",
+    "rte_eal_wait_lcore",
     "rte_get_tsc_hz",
     "rte_rdtsc",
     "rte_get_tsc_cycles",
@@ -179,6 +182,25 @@ const FUNCTIONS: &[&str] = &[
     // virtual devices
     "rte_vdev_init",
     "rte_vdev_uninit",
+    // DPDK's capture tools (dpdk-dumpcap, dpdk-pdump) attach through these
+    "rte_pdump_init",
+    "rte_pdump_uninit",
+    "rte_eal_process_type",
+    // telemetry commands of our own beside DPDK's (dpdk-telemetry.py)
+    "rte_telemetry_register_cmd",
+    "rte_tel_data_start_dict",
+    "rte_tel_data_start_array",
+    "rte_tel_data_string",
+    "rte_tel_data_add_dict_string",
+    "rte_tel_data_add_dict_int",
+    "rte_tel_data_add_dict_u64",
+    "rte_tel_data_add_dict_container",
+    "rte_tel_data_add_array_string",
+    "rte_tel_data_add_array_int",
+    "rte_tel_data_add_array_u64",
+    "rte_tel_data_add_array_container",
+    "rte_tel_data_alloc",
+    "rte_tel_data_free",
 ];
 
 const TYPES: &[&str] = &[
@@ -196,9 +218,15 @@ const TYPES: &[&str] = &[
     "rte_eth_rx_mq_mode",
     "rte_eth_tx_mq_mode",
     "rte_intr_handle_type",
+    "rte_proc_type_t",
+    "rte_tel_data",
+    "rte_tel_value_type",
 ];
 
 const VARS: &[&str] = &[
+    "RTE_TEL_MAX_STRING_LEN",
+    "RTE_TEL_MAX_DICT_ENTRIES",
+    "RTE_TEL_MAX_ARRAY_ENTRIES",
     "RTE_PKTMBUF_HEADROOM",
     "RTE_MBUF_DEFAULT_BUF_SIZE",
     "RTE_MAX_ETHPORTS",

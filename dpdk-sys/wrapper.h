@@ -3,6 +3,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
+#include <rte_launch.h>
 #include <rte_cycles.h>
 #include <rte_mempool.h>
 #include <rte_malloc.h>
@@ -11,6 +12,8 @@
 #include <rte_bus_vdev.h>
 #include <rte_interrupts.h>
 #include <rte_version.h>
+#include <rte_pdump.h>
+#include <rte_telemetry.h>
 
 /* Macros and thread-locals bindgen cannot express; defined in shim.c. */
 int spw_rte_errno(void);

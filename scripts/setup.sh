@@ -33,6 +33,7 @@ PACKAGES=(
     bind9-dnsutils        # dig: tests/lab_zones.rs and scripts/lab-bgp.sh zones resolve the published name
     python3-scapy         # ICMP too-big bytes compared with scapy's (crates/dataplane/tests/mtu.rs), tests/lab_mtu.rs
     python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
+    tcpdump               # tests/capture.rs reads dpdk-dumpcap's capture back
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
     nftables              # nft: scripts/lab-bgp.sh `capacity` counts the packets reaching each backend (tests/lab_bgp.rs)

@@ -10,6 +10,7 @@ mod forward;
 mod output;
 mod replay;
 mod run;
+mod telemetry;
 mod zone_health;
 
 use std::process::ExitCode;

@@ -58,8 +58,23 @@ pub fn run(args: &Args) -> Result<()> {
         .iter()
         .any(|a| a == "-l" || a.starts_with("--lcores") || a == "-c")
     {
-        // EAL pins the main thread (our management core) to the first lcore.
-        eal_args.splice(0..0, ["-l".to_string(), dp.management_core.to_string()]);
+        // The management core is EAL's main lcore (the main thread, pinned
+        // there); every worker core is one of EAL's worker lcores, whose
+        // threads run the workers. DPDK's capture and inspection tools can
+        // attach to EAL's own lcores, not to threads registered later.
+        let cores: Vec<String> = std::iter::once(dp.management_core)
+            .chain(dp.worker_cores.iter().copied())
+            .map(|c| c.to_string())
+            .collect();
+        eal_args.splice(
+            0..0,
+            [
+                "-l".to_string(),
+                cores.join(","),
+                "--main-lcore".to_string(),
+                dp.management_core.to_string(),
+            ],
+        );
     }
     let eal = Eal::init(eal_args).context("cannot start DPDK")?;
     // Every buffer holds a whole frame of the largest port MTU (M48).
@@ -78,6 +93,21 @@ pub fn run(args: &Args) -> Result<()> {
     let pool = Mempool::new(eal, &pool_cfg)
         .context("cannot create the packet pool (too few hugepages? try --no-huge in eal_args)")?;
     let start_in_use = pool.in_use();
+    // DPDK's capture tools (dpdk-dumpcap, dpdk-pdump) attach as secondary
+    // processes; nothing runs on the workers' path until one does.
+    let capture = match dpdk::CaptureServer::start(eal) {
+        Ok(c) => {
+            log::info!(
+                "packet capture: `dpdk-dumpcap --file-prefix={} -i PORT` attaches to this daemon",
+                eal.file_prefix()
+            );
+            Some(c)
+        }
+        Err(e) => {
+            log::info!("packet capture by DPDK's tools is off: {e}");
+            None
+        }
+    };
 
     let queues = u16::try_from(workers).context("too many worker cores")?;
     let port_cfg = PortConfig {
@@ -181,6 +211,7 @@ pub fn run(args: &Args) -> Result<()> {
     // is the daemon's (M37).
     mgr.keep_drain_state(&control::drain::state_path(&socket_path));
     mgr.serve(listeners);
+    crate::telemetry::register(eal, &socket_path);
 
     let reload = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -189,54 +220,38 @@ pub fn run(args: &Args) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
 
     let links = std::thread::scope(|s| -> Result<Vec<LinkLog>> {
-        for (i, &core) in dp.worker_cores.iter().enumerate() {
-            let mut queues = Vec::new();
-            for (_, port) in &ports {
-                let q = u16::try_from(i).context("too many worker cores")?;
-                let (Some(rx), Some(tx)) = (port.rx_queue(q), port.tx_queue(q)) else {
-                    bail!("queue {i} of {} is taken", port.name());
-                };
-                queues.push((rx, tx));
+        dpdk::lcore_scope(eal, |lcores| -> Result<Vec<LinkLog>> {
+            let started = start_workers(
+                s,
+                lcores,
+                eal,
+                &dp,
+                &ports,
+                &exception_for,
+                &shared,
+                cookie_seed,
+            );
+            if started.is_err() {
+                shared.stop.store(true, Ordering::Release);
             }
-            let roles: Vec<PortRole> = ports.iter().map(|(role, _)| *role).collect();
-            let routes = Routes::with_exceptions(&roles, &exception_for);
-            let shared = shared.clone();
-            // Not core_affinity::get_core_ids(): after EAL init it lists only
-            // the main thread's (management) core.
-            let pin = core_affinity::CoreId { id: core as usize };
-            std::thread::Builder::new()
-                .name(format!("spillway-w{i}"))
-                .spawn_scoped(s, move || {
-                    // Register first: DPDK gives a registered thread the
-                    // main lcore's CPU set, which would undo the pinning.
-                    if let Err(e) = dpdk::thread_register(eal) {
-                        log::warn!(
-                            "worker {i}: not registered with DPDK ({e}); mempool caches unused"
-                        );
-                    }
-                    if !core_affinity::set_for_current(pin) {
-                        log::warn!("worker {i}: cannot pin to core {core}; not pinned");
-                    }
-                    let seed = cookie_seed.map(|s| s.wrapping_add(i as u64));
-                    worker(i, seed, &shared, eal, &roles, routes, DpdkIo::new(queues));
-                })?;
-        }
-        // Every port's link, logged once per change and counted (a memif
-        // port's peer restarting, a cable pulled): the workers keep polling.
-        let links = std::thread::Builder::new()
-            .name("spillway-links".into())
-            .spawn_scoped(s, || watch_links(&ports, &names, &shared.stop))
-            .inspect_err(|_| shared.stop.store(true, Ordering::Release))?;
-        log::info!(
-            "spillway running: {workers} workers; control socket {}",
-            socket_path.display()
-        );
-        mgr.run(control::TICK_PERIOD, &reload, &stop);
-        // Also when run() returned early: the link watcher waits for it.
-        shared.stop.store(true, Ordering::Release);
-        links
-            .join()
-            .map_err(|_| anyhow::anyhow!("the link watcher panicked"))
+            started?;
+            // Every port's link, logged once per change and counted (a memif
+            // port's peer restarting, a cable pulled): the workers keep polling.
+            let links = std::thread::Builder::new()
+                .name("spillway-links".into())
+                .spawn_scoped(s, || watch_links(&ports, &names, &shared.stop))
+                .inspect_err(|_| shared.stop.store(true, Ordering::Release))?;
+            log::info!(
+                "spillway running: {workers} workers; control socket {}",
+                socket_path.display()
+            );
+            mgr.run(control::TICK_PERIOD, &reload, &stop);
+            // Also when run() returned early: the link watcher waits for it.
+            shared.stop.store(true, Ordering::Release);
+            links
+                .join()
+                .map_err(|_| anyhow::anyhow!("the link watcher panicked"))
+        })
     })?;
     shared.stop.store(true, Ordering::Release);
     out!("{}", mgr.stats());
@@ -248,8 +263,10 @@ pub fn run(args: &Args) -> Result<()> {
             l.ups
         );
     }
-    // Closing the ports returns the mbufs their rings hold (and flushes
-    // file-backed devices); then every mbuf must be back in the pool.
+    // No capture tool is served past this point; then closing the ports
+    // returns the mbufs their rings hold (and flushes file-backed devices),
+    // and every mbuf must be back in the pool.
+    drop(capture);
     drop(ports);
     let end_in_use = pool.in_use();
     outln!(
@@ -261,6 +278,70 @@ pub fn run(args: &Args) -> Result<()> {
             "{} mbufs did not come back to the pool (a leak: please report it)",
             end_in_use.abs_diff(start_in_use)
         );
+    }
+    Ok(())
+}
+
+/// Starts one worker per `worker_cores` entry: on EAL's worker lcore of
+/// that core, or, when the EAL arguments did not make it one (an
+/// operator's own `-l`), on a thread of `s` pinned there and registered
+/// with DPDK (which shuts DPDK's multi-process tools out).
+#[allow(clippy::too_many_arguments)]
+fn start_workers<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    lcores: &dpdk::LcoreScope<'env>,
+    eal: &'env Eal,
+    dp: &config::schema::Dataplane,
+    ports: &'env [(PortRole, Port)],
+    exception_for: &[Option<usize>],
+    shared: &Arc<Shared>,
+    cookie_seed: Option<u64>,
+) -> Result<()> {
+    for (i, &core) in dp.worker_cores.iter().enumerate() {
+        let mut queues = Vec::new();
+        for (_, port) in ports {
+            let q = u16::try_from(i).context("too many worker cores")?;
+            let (Some(rx), Some(tx)) = (port.rx_queue(q), port.tx_queue(q)) else {
+                bail!("queue {i} of {} is taken", port.name());
+            };
+            queues.push((rx, tx));
+        }
+        let roles: Vec<PortRole> = ports.iter().map(|(role, _)| *role).collect();
+        let routes = Routes::with_exceptions(&roles, exception_for);
+        let shared = shared.clone();
+        let seed = cookie_seed.map(|s| s.wrapping_add(i as u64));
+        let job = move || worker(i, seed, &shared, eal, &roles, routes, DpdkIo::new(queues));
+        if dpdk::is_worker_lcore(eal, core) {
+            lcores
+                .spawn(core, move || {
+                    // EAL's name for it is `lcore-worker-N`; `top -H` and
+                    // the tests know the workers as spillway-wI.
+                    let _ = std::fs::write("/proc/thread-self/comm", format!("spillway-w{i}"));
+                    job();
+                })
+                .with_context(|| format!("worker {i} on core {core}"))?;
+            continue;
+        }
+        log::warn!(
+            "worker {i}: core {core} is not among EAL's lcores (eal_args names its own): \
+             running on a registered thread, so DPDK's capture tools cannot attach"
+        );
+        // Not core_affinity::get_core_ids(): after EAL init it lists only
+        // the main thread's (management) core.
+        let pin = core_affinity::CoreId { id: core as usize };
+        std::thread::Builder::new()
+            .name(format!("spillway-w{i}"))
+            .spawn_scoped(s, move || {
+                // Register first: DPDK gives a registered thread the main
+                // lcore's CPU set, which would undo the pinning.
+                if let Err(e) = dpdk::thread_register(eal) {
+                    log::warn!("worker {i}: not registered with DPDK ({e}); mempool caches unused");
+                }
+                if !core_affinity::set_for_current(pin) {
+                    log::warn!("worker {i}: cannot pin to core {core}; not pinned");
+                }
+                job();
+            })?;
     }
     Ok(())
 }

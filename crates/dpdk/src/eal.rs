@@ -103,4 +103,39 @@ impl Eal {
     pub fn args(&self) -> &[String] {
         &self.args
     }
+
+    /// Whether this is DPDK's primary process (the one that owns the
+    /// ports; the capture and inspection tools attach as secondaries).
+    pub fn is_primary(&self) -> bool {
+        // SAFETY: EAL is initialised (self proves it); the call reads its
+        // configuration.
+        let t = unsafe { dpdk_sys::rte_eal_process_type() };
+        t == dpdk_sys::rte_proc_type_t::RTE_PROC_PRIMARY
+    }
+
+    /// Whether EAL runs without its multi-process channel and shared
+    /// configuration (`--in-memory`, `--no-shconf`): no secondary process
+    /// can attach then.
+    pub fn without_multi_process(&self) -> bool {
+        self.args
+            .iter()
+            .any(|a| a == "--in-memory" || a == "--no-shconf")
+    }
+
+    /// The `--file-prefix` a secondary process must give to attach (DPDK's
+    /// default `rte` when none was given).
+    pub fn file_prefix(&self) -> &str {
+        let mut prefix = "rte";
+        let mut it = self.args.iter();
+        while let Some(a) = it.next() {
+            if let Some(p) = a.strip_prefix("--file-prefix=") {
+                prefix = p;
+            } else if a == "--file-prefix"
+                && let Some(p) = it.next()
+            {
+                prefix = p;
+            }
+        }
+        prefix
+    }
 }

@@ -25,6 +25,7 @@
 // says why it holds in a `// SAFETY:` comment).
 #![allow(unsafe_code)]
 
+mod capture;
 mod eal;
 mod errno;
 pub mod gate;
@@ -34,17 +35,23 @@ mod mbuf;
 mod memory;
 mod mempool;
 mod port;
+mod telemetry;
 
+pub use capture::{CaptureError, CaptureServer};
 pub use eal::{Eal, EalError};
 pub use errno::Errno;
 pub use io::DpdkIo;
-pub use lcore::{lcore_id, socket_id, thread_register, tsc, tsc_hz};
+pub use lcore::{
+    LaunchError, LcoreScope, is_worker_lcore, lcore_id, lcore_scope, socket_id, thread_register,
+    tsc, tsc_hz,
+};
 pub use mbuf::{Mbuf, MbufBurst, MbufError};
 pub use memory::HugeBlock;
 pub use mempool::{Mempool, MempoolConfig, MempoolError};
 pub use port::{
     Link, Port, PortConfig, PortError, PortId, PortStats, RxQueue, TxQueue, create_vdev,
 };
+pub use telemetry::{TelValue, TelemetryError, register_telemetry};
 
 /// Version string of the DPDK library this process is linked against, e.g.
 /// `"DPDK 22.11.11"`. Usable before EAL initialisation.
