@@ -50,6 +50,10 @@ enum Command {
     /// Ask a running daemon which rule, service and backend a flow would
     /// take, and why (nothing is forwarded or recorded).
     Simulate(run::SimulateArgs),
+    /// Trace a running daemon's decisions for the packets a filter takes:
+    /// rule, service, backend, flow entry, delivery or drop reason, each
+    /// packet as it arrives, until a count or a time.
+    Trace(run::TraceArgs),
     /// Make a running daemon reload its configuration.
     Reload(run::ReloadArgs),
     /// Drain this node (its VIPs withdrawn), or a zone or region (no new
@@ -107,6 +111,9 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Flows(args) => return run::client_exit(args.daemon.json, run::flows(&args)),
         Command::Simulate(args) => {
             return run::client_exit(args.daemon.json, run::simulate(&args));
+        }
+        Command::Trace(args) => {
+            return run::client_exit(args.daemon.json, run::trace(&args));
         }
         Command::Reload(args) => {
             let request = Request::Reload { force: args.force };

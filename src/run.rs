@@ -692,6 +692,85 @@ pub fn simulate(args: &SimulateArgs) -> Result<std::process::ExitCode> {
     client(&Request::Simulate(q), &args.daemon)
 }
 
+/// `spillway trace` arguments: which packets, and for how long.
+#[derive(clap::Args, Debug)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub daemon: ClientArgs,
+    /// Source address or prefix (ADDR or ADDR/LEN).
+    #[arg(long)]
+    src: Option<String>,
+    /// Destination address or prefix.
+    #[arg(long)]
+    dst: Option<String>,
+    /// Either address.
+    #[arg(long)]
+    host: Option<String>,
+    /// tcp, udp, icmp, icmpv6 or a protocol number.
+    #[arg(long)]
+    proto: Option<String>,
+    /// Source port.
+    #[arg(long)]
+    sport: Option<u16>,
+    /// Destination port.
+    #[arg(long)]
+    dport: Option<u16>,
+    /// Either port.
+    #[arg(long)]
+    port: Option<u16>,
+    /// The forwarding rule's name.
+    #[arg(long)]
+    rule: Option<String>,
+    /// Only dropped packets; with a reason (a drop counter's name, e.g.
+    /// no_backend), only those.
+    #[arg(long, value_name = "REASON", num_args = 0..=1, default_missing_value = "")]
+    drop: Option<String>,
+    /// Only packets not dropped.
+    #[arg(long, conflicts_with = "drop")]
+    forwarded: bool,
+    /// Stop after this many packets (at most 10000).
+    #[arg(long, default_value_t = control::trace::DEFAULT_COUNT)]
+    count: u32,
+    /// Stop after this many seconds (at most 25).
+    #[arg(long, default_value_t = control::trace::DEFAULT_SECONDS)]
+    seconds: u32,
+}
+
+/// `spillway trace`: the daemon's live decisions for matching packets.
+pub fn trace(args: &TraceArgs) -> Result<std::process::ExitCode> {
+    let mut words = Vec::new();
+    for (k, v) in [
+        ("src", &args.src),
+        ("dst", &args.dst),
+        ("host", &args.host),
+        ("proto", &args.proto),
+        ("rule", &args.rule),
+    ] {
+        if let Some(v) = v {
+            words.push(format!("{k}={v}"));
+        }
+    }
+    for (k, v) in [
+        ("sport", args.sport),
+        ("dport", args.dport),
+        ("port", args.port),
+    ] {
+        if let Some(v) = v {
+            words.push(format!("{k}={v}"));
+        }
+    }
+    match args.drop.as_deref() {
+        Some("") => words.push("drop".into()),
+        Some(r) => words.push(format!("drop={r}")),
+        None if args.forwarded => words.push("forwarded".into()),
+        None => {}
+    }
+    words.push(format!("count={} seconds={}", args.count, args.seconds));
+    // Checked here too, so that a mistake is told before the daemon is asked.
+    let q = control::trace::TraceQuery::parse(&words.join(" ")).map_err(|e| anyhow::anyhow!(e))?;
+    client(&Request::Trace(q), &args.daemon)
+}
+
 /// What `spillway drain` and `undrain` name.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum DrainScope {

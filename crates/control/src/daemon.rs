@@ -95,6 +95,18 @@ pub struct Manager {
     sync_socket: Option<SyncSockets>,
     /// The summed counters once a second, for the rates of `stats`.
     rates: report::RateSampler,
+    /// The `spillway trace` being taken, if any (one at a time).
+    trace: Option<ActiveTrace>,
+    /// The last trace's session number.
+    trace_session: u32,
+}
+
+/// A trace being taken: its query, its client and what arrived so far.
+struct ActiveTrace {
+    query: crate::trace::TraceQuery,
+    started: Instant,
+    waiter: Waiter,
+    records: Vec<dataplane::trace::TraceRecord>,
 }
 
 /// What identifies a version of the configuration file.
@@ -304,6 +316,8 @@ impl Manager {
             speaker,
             sync_socket,
             rates: report::RateSampler::default(),
+            trace: None,
+            trace_session: 0,
         };
         // What the core logged starting.
         mgr.pump();
@@ -661,6 +675,11 @@ impl Manager {
             socket::Request::Stats => ok(json, &self.stats()),
             socket::Request::Flows(q) => ok(json, &self.flows(&q)),
             socket::Request::Simulate(q) => ok(json, &self.simulate(&q)),
+            // Taken over time: the loop answers it when it ends
+            // (`Manager::begin_trace`); here there is no loop to wait on.
+            socket::Request::Trace(_) => {
+                err("trace: only a running daemon's control socket takes a trace\n".into())
+            }
             socket::Request::Drain { scope, name, on } => {
                 let now = self.clock();
                 let answer = self.core.drain(now, scope, &name, on);
@@ -880,6 +899,7 @@ impl Manager {
             self.poll_load();
             self.poll_build();
             self.tick();
+            self.poll_trace();
             self.answer_until(next_tick);
         }
         // Peers stop holding this node's share of capacity.
@@ -918,6 +938,14 @@ impl Manager {
                     return;
                 }
             };
+            // A trace is taken over ticks: its client is answered when
+            // it ends (`poll_trace`).
+            if let listen::Job::Command(line) = &call.job
+                && let Some((q, json)) = socket::trace_request(line)
+            {
+                self.begin_trace(q, (call.reply, json));
+                continue;
+            }
             // A reload is read off the loop: its client is answered when
             // it is done (`poll_load`).
             if let listen::Job::Command(line) = &call.job
@@ -930,6 +958,101 @@ impl Manager {
             // The client may have given up meanwhile; nothing to do then.
             let _ = call.reply.send(answer);
         }
+    }
+}
+
+impl Manager {
+    /// Arms the workers' tracer for `q`, or answers why not (one trace at
+    /// a time; an unknown rule).
+    fn begin_trace(&mut self, q: crate::trace::TraceQuery, waiter: Waiter) {
+        let (reply, json) = waiter;
+        let refuse = |reply: tokio::sync::oneshot::Sender<String>, e: String| {
+            let text = if json {
+                report::json_error(&e)
+            } else {
+                format!("{e}\n")
+            };
+            let _ = reply.send(socket::answer_line(false, &text));
+        };
+        if self.trace.is_some() {
+            return refuse(
+                reply,
+                "a trace is being taken; try again when it ends".into(),
+            );
+        }
+        let snap = self.shared.snapshot.load_full();
+        let filter = match q.filter(&snap) {
+            Ok(f) => f,
+            Err(e) => return refuse(reply, e),
+        };
+        self.trace_session = self.trace_session.wrapping_add(1).max(1);
+        self.shared.tracer.arm(self.trace_session, filter);
+        log::info!("trace started: {}", q.to_command());
+        self.trace = Some(ActiveTrace {
+            query: q,
+            started: Instant::now(),
+            waiter: (reply, json),
+            records: Vec::new(),
+        });
+    }
+
+    /// Collects the workers' records; answers the trace's client once it
+    /// has its count or its time is up.
+    fn poll_trace(&mut self) {
+        let Some(t) = &mut self.trace else {
+            return;
+        };
+        let tracer = &self.shared.tracer;
+        tracer.drain(&mut t.records);
+        let (remaining, lost) = tracer.progress();
+        let count = t.query.count as usize;
+        let complete = t.records.len() >= count
+            || (remaining == 0 && t.records.len() as u64 + lost >= count as u64);
+        let timed_out = t.started.elapsed() >= Duration::from_secs(u64::from(t.query.seconds));
+        // The client gone (it gave up): nothing to answer.
+        let gone = t.waiter.0.is_closed();
+        if !(complete || timed_out || gone) {
+            return;
+        }
+        tracer.disarm();
+        tracer.drain(&mut t.records);
+        let Some(t) = self.trace.take() else {
+            return;
+        };
+        let snap = self.shared.snapshot.load_full();
+        let ports: Vec<String> = snap
+            .compiled
+            .settings
+            .ports
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+        let drained = self.core.drained();
+        let packets: Vec<_> = t
+            .records
+            .iter()
+            .take(count)
+            .map(|r| crate::trace::TracedPacket::of(r, &snap, &ports, drained))
+            .collect();
+        let r = crate::trace::TraceReport {
+            query: t.query.to_command(),
+            stopped_by: if complete { "count" } else { "time" },
+            seconds: t.started.elapsed().as_secs_f64(),
+            lost,
+            packets,
+        };
+        log::info!(
+            "trace ended: {} packets in {:.1} s",
+            r.packets.len(),
+            r.seconds
+        );
+        let (reply, json) = t.waiter;
+        let text = if json {
+            report::json_ok(&r)
+        } else {
+            r.to_string()
+        };
+        let _ = reply.send(socket::answer_line(true, &text));
     }
 }
 

@@ -42,6 +42,7 @@ pub mod remote;
 pub mod report;
 pub mod simulate;
 pub mod socket;
+pub mod trace;
 
 pub use crate::daemon::Manager;
 pub use control_core::core::{

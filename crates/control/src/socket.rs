@@ -1,7 +1,8 @@
 //! The Unix control socket: one command per connection, a text answer.
 //!
 //! Commands: `status`, `stats`, `flows [filters]`, `simulate FLOW`,
-//! `reload`, `drain` and `undrain` `node|zone|region NAME`. The answer's
+//! `trace [filters]`, `reload`, `drain` and `undrain` `node|zone|region
+//! NAME`. The answer's
 //! first line is `ok` or `error`; the rest is for people, or, when the
 //! command line ends with the word `json`, one JSON object on one line
 //! (`{"ok": true, …}`, or `{"ok": false, "error": …}`; see
@@ -57,6 +58,9 @@ pub enum Request {
     Flows(crate::flows::FlowQuery),
     /// `simulate src=ADDR dst=ADDR …`: a flow's decision, explained.
     Simulate(crate::simulate::SimQuery),
+    /// `trace [filters]`: the live decisions for matching packets,
+    /// answered when the trace ends.
+    Trace(crate::trace::TraceQuery),
     /// `drain|undrain node|zone|region NAME` (M37).
     Drain {
         /// What it names.
@@ -69,7 +73,7 @@ pub enum Request {
 }
 
 /// The commands, as an unknown one's error lists them.
-const COMMANDS: &str = "status, stats, flows, simulate, reload [--force], drain|undrain node|zone|region NAME; any followed by json";
+const COMMANDS: &str = "status, stats, flows, simulate, trace, reload [--force], drain|undrain node|zone|region NAME; any followed by json";
 
 /// `line` without a last word `json`, and whether it had one. In `drain
 /// zone json` the word is the zone's name: a drain's third word is never
@@ -119,6 +123,7 @@ impl Request {
             Request::Reload { force: true } => "reload --force".to_owned(),
             Request::Flows(q) => q.to_command(),
             Request::Simulate(q) => q.to_command(),
+            Request::Trace(q) => q.to_command(),
             Request::Drain { scope, name, on } => {
                 format!("{} {scope} {name}", if *on { "drain" } else { "undrain" })
             }
@@ -144,6 +149,11 @@ impl Request {
             cmd if cmd == "simulate" || cmd.starts_with("simulate ") => {
                 crate::simulate::SimQuery::parse(&cmd["simulate".len()..])
                     .map(Request::Simulate)
+                    .map_err(|e| format!("{e}\n"))
+            }
+            cmd if cmd == "trace" || cmd.starts_with("trace ") => {
+                crate::trace::TraceQuery::parse(&cmd["trace".len()..])
+                    .map(Request::Trace)
                     .map_err(|e| format!("{e}\n"))
             }
             other => Err(format!("unknown command {other:?} ({COMMANDS})\n")),
@@ -176,6 +186,16 @@ pub fn reload_request(line: &str) -> Option<(bool, bool)> {
     let (line, json) = strip_json(line);
     match Request::parse(line) {
         Ok(Request::Reload { force }) => Some((force, json)),
+        _ => None,
+    }
+}
+
+/// Whether `line` asks for a trace: the query and JSON. The daemon's loop
+/// answers it when the trace ends.
+pub fn trace_request(line: &str) -> Option<(crate::trace::TraceQuery, bool)> {
+    let (line, json) = strip_json(line);
+    match Request::parse(line) {
+        Ok(Request::Trace(q)) => Some((q, json)),
         _ => None,
     }
 }
@@ -290,6 +310,8 @@ pub(crate) mod tests {
             flows("simulate src=192.0.2.1 dst=10.0.0.10 proto=tcp sport=5 dport=53 established"),
             flows("simulate src=192.0.2.1 dst=10.0.0.10 proto=udp dport=53"),
             flows("simulate src=2001:db8::1 dst=2001:db8::10 proto=icmpv6 json"),
+            flows("trace"),
+            flows("trace src=192.0.2.0/24 dport=80 rule=web drop count=3 seconds=2"),
             Request::Drain {
                 scope: crate::drain::Scope::Region,
                 name: "eu-west".into(),

@@ -222,8 +222,19 @@ impl<B: PacketBurst> Engine<B> {
                     continue;
                 };
                 self.worker.set_rx_port(p);
-                self.worker
-                    .process_burst(snap, flows, now, self.rx.packets_mut(), verdicts);
+                // `spillway trace`: one test per burst while none is armed.
+                if self.worker.tracing() {
+                    self.worker.process_burst_traced(
+                        snap,
+                        flows,
+                        now,
+                        self.rx.packets_mut(),
+                        verdicts,
+                    );
+                } else {
+                    self.worker
+                        .process_burst(snap, flows, now, self.rx.packets_mut(), verdicts);
+                }
                 let worker = &mut self.worker;
                 // The usual burst: every packet forwarded, to one port, in order.
                 // It is sent as it is (the TX bursts are empty between ports),

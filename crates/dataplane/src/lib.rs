@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod snapshot;
 pub mod sync;
 pub mod tick;
+pub mod trace;
 pub mod worker;
 
 pub use cookie::CookieKey;

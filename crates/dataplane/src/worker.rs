@@ -49,6 +49,8 @@ pub struct Shared {
     /// New flow entries from workers for flow-state sync (M36); `None`
     /// (no queue, nothing pushed) without `[flow_sync]`.
     pub flow_sync: Option<Arc<SyncQueue>>,
+    /// Live traces of the workers' decisions (`spillway trace`).
+    pub tracer: Arc<crate::trace::Tracer>,
 }
 
 impl Shared {
@@ -97,6 +99,7 @@ impl Shared {
             using: (0..workers).map(|_| Using::new()).collect(),
             neighbours: Arc::new(NeighbourQueues::default()),
             flow_sync: None,
+            tracer: Arc::new(crate::trace::Tracer::new(workers)),
         }
     }
 
@@ -178,6 +181,7 @@ impl<C: Clock, D: Idle> WorkerLoop<'_, C, D> {
         if let Some(q) = &shared.flow_sync {
             engine.worker.set_sync_queue(q.clone());
         }
+        engine.worker.set_tracer(shared.tracer.clone(), self.index);
         while !shared.stop.load(Ordering::Relaxed) {
             let received = {
                 let snap = shared.snapshot.load();

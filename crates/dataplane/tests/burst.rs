@@ -8,7 +8,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use dataplane::{EndpointHealth, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
+use dataplane::trace::{TraceFilter, Tracer};
+use dataplane::{EndpointHealth, EntryUse, Local, Pipeline, Snapshot, SnapshotBuilder, Verdict};
 use flowtable::FlowTable;
 use proptest::prelude::*;
 use testkit::config::{Config, endpoint_list, group, port, rule, service};
@@ -179,7 +180,21 @@ fn one_at_a_time(phases: &[Vec<Pkt>], delivery: &str) -> Out {
 }
 
 fn in_bursts(phases: &[Vec<Pkt>], burst: usize, delivery: &str) -> Out {
+    in_bursts_traced(phases, burst, delivery, None)
+}
+
+/// [`in_bursts`], its worker tracing through `tracer` when given.
+fn in_bursts_traced(
+    phases: &[Vec<Pkt>],
+    burst: usize,
+    delivery: &str,
+    tracer: Option<Arc<Tracer>>,
+) -> Out {
     let mut s = side(delivery);
+    let traced = tracer.is_some();
+    if let Some(t) = tracer {
+        s.worker.set_tracer(t, 0);
+    }
     let mut out = Vec::new();
     for (i, phase) in phases.iter().enumerate() {
         if i == 1 {
@@ -191,8 +206,13 @@ fn in_bursts(phases: &[Vec<Pkt>], burst: usize, delivery: &str) -> Out {
                 .map(|p| MemBuf::new(vec![0u8; 512], 128, &frame(*p)).expect("fits"))
                 .collect();
             let mut verdicts = vec![Verdict::ToHost; bufs.len()];
-            s.worker
-                .process_burst(&s.snap, &s.flows, tick(i), &mut bufs, &mut verdicts);
+            if traced && s.worker.tracing() {
+                s.worker
+                    .process_burst_traced(&s.snap, &s.flows, tick(i), &mut bufs, &mut verdicts);
+            } else {
+                s.worker
+                    .process_burst(&s.snap, &s.flows, tick(i), &mut bufs, &mut verdicts);
+            }
             for (v, b) in verdicts.into_iter().zip(&bufs) {
                 out.push((v, b.data().to_vec()));
             }
@@ -218,4 +238,80 @@ proptest! {
         prop_assert_eq!(&single.1, &batched.1);
         prop_assert_eq!(&single.2, &batched.2);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A traced burst (`spillway trace`) is processed one packet at a time
+    /// through the same passes: it decides exactly what an untraced one
+    /// does, and its records say what each packet became.
+    #[test]
+    fn traced_bursts_decide_exactly_what_untraced_ones_decide(
+        before in prop::collection::vec(pkt(), 1..120),
+        after in prop::collection::vec(pkt(), 0..80),
+        burst in 1usize..70,
+        delivery in prop_oneof![Just("geneve"), Just("l2dsr")],
+    ) {
+        let phases = vec![before, after];
+        let plain = in_bursts(&phases, burst, delivery);
+        let tracer = Arc::new(Tracer::new(1));
+        tracer.arm(1, TraceFilter { count: 1000, ..TraceFilter::default() });
+        let traced = in_bursts_traced(&phases, burst, delivery, Some(tracer.clone()));
+        prop_assert_eq!(&plain.0, &traced.0);
+        prop_assert_eq!(&plain.1, &traced.1);
+        prop_assert_eq!(&plain.2, &traced.2);
+        let mut records = Vec::new();
+        tracer.drain(&mut records);
+        prop_assert_eq!(records.len(), plain.0.len());
+        for (r, (v, _)) in records.iter().zip(&plain.0) {
+            prop_assert_eq!(r.verdict, *v);
+            // A forwarded packet of a rule names its backend; a new
+            // entry is one the packet did not find followed.
+            if *v == Verdict::Forward {
+                prop_assert!(r.backend.is_some() && r.child.is_some(), "{:?}", r);
+            }
+            if r.created {
+                prop_assert!(!matches!(r.entry, EntryUse::Pinned { .. }), "{:?}", r);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_filter_takes_only_its_packets_and_only_its_count() {
+    let phases = vec![
+        (0..40u8)
+            .map(|i| Pkt {
+                client: i % 4,
+                port: i,
+                udp: true,
+                flags: 0,
+                wrong_port: false,
+            })
+            .collect::<Vec<_>>(),
+    ];
+    let tracer = Arc::new(Tracer::new(1));
+    tracer.arm(
+        1,
+        TraceFilter {
+            src: Some(dataplane::trace::AddrMatch {
+                addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+                len: 32,
+            }),
+            count: 5,
+            ..TraceFilter::default()
+        },
+    );
+    let plain = in_bursts(&phases, 32, "geneve");
+    let traced = in_bursts_traced(&phases, 32, "geneve", Some(tracer.clone()));
+    assert_eq!(plain, traced);
+    let mut records = Vec::new();
+    tracer.drain(&mut records);
+    assert_eq!(records.len(), 5, "the count bounds the records");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.head.src == Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))))
+    );
+    assert_eq!(tracer.progress().0, 0);
 }

@@ -93,6 +93,8 @@ pub struct Explanation {
     pub pick: Option<Pick>,
     /// The backend slot the packet would go to.
     pub backend: Option<u32>,
+    /// The flow's key in the flow table, when a rule took it.
+    pub key: Option<flowtable::FlowKey>,
 }
 
 impl Pipeline {
@@ -117,6 +119,26 @@ impl Pipeline {
         let mut frame = [0u8; 128];
         let len = synthetic_frame(&mut frame, w.reply_mac(snap), src_mac, probe);
         let mut storage = [0u8; 512];
+        let cx = Ctx { snap, flows, now };
+        w.explain_frame(cx, port, frame.get(..len).unwrap_or(&[]), &mut storage)
+    }
+
+    /// What the pipeline would do with `frame`, received on port `port`,
+    /// done on this throwaway worker (its counters and budgets are
+    /// spent, nothing else): `storage` holds a copy of the frame, with
+    /// 256 bytes of headroom and room to grow, or the frame is explained
+    /// as malformed.
+    pub(super) fn explain_frame(
+        &mut self,
+        cx: Ctx<'_>,
+        port: usize,
+        frame: &[u8],
+        storage: &mut [u8],
+    ) -> Explanation {
+        let w = self;
+        let Ctx { snap, flows, now } = cx;
+        w.set_rx_port(port);
+        w.load_port_mac(snap);
         let mut out = Explanation {
             verdict: Verdict::Drop(crate::DropReason::Malformed),
             child: None,
@@ -127,14 +149,13 @@ impl Pipeline {
             entry: EntryUse::None,
             pick: None,
             backend: None,
+            key: None,
         };
-        let Ok(mut pkt) = MemBuf::new(&mut storage[..], 256, frame.get(..len).unwrap_or(&[]))
-        else {
+        let Ok(mut pkt) = MemBuf::new(storage, 256, frame) else {
             return out;
         };
         let mut key = flowtable::FlowKey([0; 5]);
         let mut p = Pending::BLANK;
-        let cx = Ctx { snap, flows, now };
         let p = match w.classify(cx, &mut pkt, &mut key, &mut p) {
             Stage::Done(o) => {
                 out.verdict = w.count(o);
@@ -142,6 +163,7 @@ impl Pipeline {
             }
             Stage::Lookup => p,
         };
+        out.key = Some(key);
         out.child = Some(p.child);
         out.service = Some(p.svc);
         out.gateway = usize::from(p.gateway).checked_sub(1);

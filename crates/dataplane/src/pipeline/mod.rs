@@ -68,6 +68,7 @@ pub mod explain;
 mod flow;
 mod fragment;
 mod gateway;
+mod trace;
 
 pub use fragment::MAX_FRAGMENTS;
 
@@ -296,6 +297,13 @@ pub struct Pipeline {
     /// Packets of the current burst to fragment (M48), by
     /// [`Verdict::Fragment`] index: capacity reserved once, never grown.
     frag_jobs: Vec<fragment::FragJob>,
+    /// Where this worker's decisions are traced while a trace is armed
+    /// (`spillway trace`); none in replays and tests that do not trace.
+    tracer: Option<Arc<crate::trace::Tracer>>,
+    /// This worker's queue of the tracer.
+    worker_index: u16,
+    /// What a traced burst works with (allocated with the tracer).
+    trace_scratch: Option<Box<trace::TraceScratch>>,
 }
 
 /// The rule that IPv4 fast-path packets to one destination, protocol and
@@ -364,6 +372,9 @@ impl Pipeline {
             sync: None,
             return_budget: Vec::new(),
             frag_jobs: Vec::with_capacity(fragment::FRAG_JOBS),
+            tracer: None,
+            worker_index: 0,
+            trace_scratch: None,
         }
     }
 
