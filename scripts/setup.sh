@@ -34,6 +34,8 @@ PACKAGES=(
     python3-scapy         # ICMP too-big bytes compared with scapy's (crates/dataplane/tests/mtu.rs), tests/lab_mtu.rs
     python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
     tcpdump               # tests/capture.rs reads dpdk-dumpcap's capture back
+    prometheus            # prometheus: tests/lab_prometheus.rs scrapes a lab's daemon; promtool: tests/monitoring.rs checks scripts/deploy/prometheus
+    python3-yaml          # tests/monitoring.rs reads scripts/deploy/prometheus's rules and their unit tests
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
     nftables              # nft: scripts/lab-bgp.sh `capacity` counts the packets reaching each backend (tests/lab_bgp.rs)
@@ -54,6 +56,13 @@ if ((${#missing[@]})); then
     say "installing Debian packages: ${missing[*]}"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # The tests run Prometheus themselves (their own port, storage and
+    # rules): the package's service, which it starts where systemd runs,
+    # would only listen on every address of this machine.
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+        say "stopping and disabling prometheus.service (the tests run their own Prometheus)"
+        as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    fi
 else
     say "Debian packages present"
 fi
