@@ -29,6 +29,7 @@ import ipaddress
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -320,6 +321,53 @@ def check_dut_devices(binary, tmp):
               "dut-config.sh %s should be refused" % " ".join(bad))
 
 
+def check_dut_starts(binary, tmp):
+    """The memif set-up dut-config.sh advertises (--uplink and --backend net_memif servers)
+    must start, not only pass check-config: Spillway sets each port's MTU from its [[ports]]
+    entry and refuses to start a port whose device cannot take it (net_memif: no frame over
+    1518 bytes, so no MTU over 1500). Runs `spillway run` on the generated file until it has
+    set up both ports, then stops it. Only the EAL memory options (no hugepages, as the tests'
+    daemons), the file prefix and the control socket are the test's own."""
+    up = "net_memif0,role=server,id=0,socket=%s/memif-up.sock" % tmp
+    be = "net_memif1,role=server,id=0,socket=%s/memif-be.sock" % tmp
+    res = dut_config("--uplink", up, "--backend", be, "--socket", os.path.join(tmp, "dut.sock"))
+    check(res.returncode == 0, "dut-config.sh with memif ports: %s" % res.stderr)
+    prefix = '"--file-prefix", "spillway"'
+    check(prefix in res.stdout, "dut-config.sh: no %s in eal_args" % prefix)
+    text = res.stdout.replace(prefix, '"--file-prefix", "spw-egress-%d", "--no-huge", "-m", "512", '
+                              '"--no-shconf", "--no-pci", "--no-telemetry"' % os.getpid())
+    config = os.path.join(tmp, "dut-memif.toml")
+    with open(config, "w") as f:
+        f.write(text)
+    chk = subprocess.run([binary, "check-config", config], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True)
+    check(chk.returncode == 0, "check-config of the memif DUT config:\n%s" % chk.stdout)
+    daemon = subprocess.Popen([binary, "run", "--config", config], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, universal_newlines=True,
+                              env=dict(os.environ, RUST_LOG="info"))
+    log, ports = [], set()
+    for line in daemon.stderr:
+        log.append(line.rstrip("\n"))
+        found = re.search(r"port (uplink|backends) \(net_memif\d", line)
+        if found:
+            ports.add(found.group(1))
+        if ports == {"uplink", "backends"}:
+            break
+    # The first SIGTERM drains, the second stops at once (M39); the rest of the log is not read.
+    for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGKILL):
+        if daemon.poll() is not None:
+            break
+        daemon.send_signal(sig)
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    daemon.stderr.close()
+    check(ports == {"uplink", "backends"},
+          "spillway run did not set up the memif ports dut-config.sh wrote; its log:\n%s"
+          % "\n".join(log[-20:]))
+
+
 def report():
     for f in FAILURES[:40]:
         print("FAIL: %s" % f)
@@ -346,6 +394,7 @@ def main():
         say("NOTICE: no Lua: the pcap frames of perf/pktgen/spillway.lua are not replayed")
     with tempfile.TemporaryDirectory(prefix="spillway-egress-") as tmp:
         check_dut_devices(binary, tmp)
+        check_dut_starts(binary, tmp)
         for mode in MODES:
             config = os.path.join(tmp, "dut-%s.toml" % mode)
             text = subprocess.run([os.path.join(ROOT, "perf", "bare-metal", "dut-config.sh"), "--mode", mode,

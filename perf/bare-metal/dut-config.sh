@@ -12,7 +12,8 @@
 #   --uplink     the port cabled to the generator's transmit port: a PCI address
 #                (0000:3b:00.0, allow-listed with -a) or a DPDK virtual device with its
 #                arguments (net_memif0,role=server,socket=/run/memif0.sock, created with --vdev)
-#   --backend    the port cabled to the generator's receive port, the same way
+#   --backend    the port cabled to the generator's receive port, the same way; MTU 9000 on
+#                a NIC, 1500 on a virtual device (net_memif takes no larger frames)
 #   --gen-mac    MAC of the generator's receive port: the next hop of every backend
 #                (gateway_mac), and the endpoints' own MAC in l2dsr
 #   --mgmt       management core (default 1)
@@ -74,6 +75,13 @@ for dev in "$uplink" "$backend"; do
     [[ "$dev" != *'"'* ]] || { echo "dut-config.sh: no quotes in device arguments: $dev" >&2; exit 2; }
 done
 [ "${uplink%%,*}" != "${backend%%,*}" ] || { echo "dut-config.sh: --uplink and --backend are the same device" >&2; exit 2; }
+# The backend port's MTU: 9000 on a NIC (room for the tunnel headers on full-size frames); a
+# virtual device keeps Ethernet's 1500, since net_memif takes no frame over 1518 bytes (DPDK's
+# max_rx_pktlen) and Spillway refuses to start a port whose MTU the device cannot take.
+case "${backend%%,*}" in
+    net_*) backend_mtu=1500; mtu_why="a virtual device: net_memif takes no larger frames" ;;
+    *) backend_mtu=9000; mtu_why="room for the tunnel headers on full-size frames" ;;
+esac
 n_workers=$(( $(tr -cd ',' <<<"$workers" | wc -c) + 1 ))
 # Every worker has an RX and a TX ring on both ports, plus bursts in flight.
 mbufs=$(( 2048 * 2 * 2 * n_workers + 8192 ))
@@ -140,7 +148,7 @@ role = "backend"
 addresses = ["198.18.1.1/24", "2001:db8:ff01::1/64"]   # outer source of IPv4 / IPv6 tunnels
 gateway = "198.18.1.2"
 gateway_mac = "$gen_mac"   # the generator's receive port: no ARP, every frame goes there
-mtu = 9000                             # room for the tunnel headers on full-size frames
+mtu = $backend_mtu                             # $mtu_why
 
 [[forwarding_rules]]
 name = "bench-tcp"
