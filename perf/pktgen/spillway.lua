@@ -8,12 +8,15 @@
 --   SPW_KIND      ack | syn | udp | ipv6 | ipv6-syn | ipv6-udp            (default ack)
 --   SPW_FLOWS     distinct client flows, 1 .. 8388608; in range mode at most SPW_MBUFS
 --                 (default 4096)
---   SPW_MBUFS     the "mbufs/port" figure pktgen prints at start-up: range mode builds one
---                 packet per TX mbuf, once, so it sends at most that many distinct flows
---                 (default 24576, pktgen's default descriptors)
+--   SPW_MBUFS     mbufs in each TX queue's range pool: range mode builds one packet per mbuf,
+--                 once, so it sends at most that many distinct flows. pktgen makes
+--                 (RX + TX descriptors) x 8 of them, 24576 with its defaults (1024 + 2048),
+--                 and prints the figure only when started with -v ("mbufs/port 24576")
+--                 (default 24576)
 --   SPW_PCAP      pcap mode: the file given to pktgen as `-s <tx port>:FILE`, written
 --                 beforehand by this script run outside pktgen (SPW_WRITE_PCAP below); the
---                 script checks it holds this case's flows and sends it instead of ranges
+--                 script checks that pktgen loaded exactly that file for the TX port and that
+--                 it holds this case's flows, then sends it instead of ranges
 --   SPW_VIP       default 198.18.10.10, or 2001:db8::10 for the ipv6 kinds
 --   SPW_PORT      VIP port; default 80 for TCP, 53 for UDP
 --   SPW_SIZE      frame length without FCS (default 60; 74 for the ipv6 kinds: pktgen
@@ -26,11 +29,14 @@
 --   SPW_WARMUP    seconds of traffic before the measurement                 (default 2)
 --   SPW_DURATION  seconds measured, then traffic stops and a report is printed; 0 starts the
 --                 traffic and leaves it running; -1 only configures       (default 30)
+--   SPW_FIRST_PACKET  seconds Spillway keeps a flow's first-packet (and half-open SYN) entry
+--                 before the flow's next packet: its [dataplane.timeouts] first_packet and
+--                 tcp_half_open, for the new-flow line of the report      (default 10)
 --   SPW_CMDFILE   where to write the pktgen CLI commands that the Lua binding lacks
 --                 (default /tmp/spillway-pktgen.pkt)
 --
 --   sudo env SPW_DST_MAC=3c:fd:fe:aa:bb:cc SPW_KIND=syn SPW_FLOWS=16384 \
---       pktgen -l 0-7 -n 4 -a 0000:af:00.0 -a 0000:af:00.1 -- -m "[1:2-5].0, [6:7].1" \
+--       pktgen -l 0-7 -n 4 -a 0000:af:00.0 -a 0000:af:00.1 -- -v -m "[1:2-5].0, [6:7].1" \
 --       -f perf/pktgen/spillway.lua
 --
 -- More flows than range mode can send: write them to a pcap with plain Lua first, then give
@@ -39,15 +45,19 @@
 --   env SPW_DST_MAC=... SPW_KIND=syn SPW_FLOWS=1048576 SPW_WRITE_PCAP=/tmp/syn-1m.pcap \
 --       lua5.4 perf/pktgen/spillway.lua
 --   sudo env SPW_DST_MAC=... SPW_KIND=syn SPW_FLOWS=1048576 SPW_PCAP=/tmp/syn-1m.pcap \
---       pktgen ... -- -m "[1:2-5].0, [6:7].1" -s 0:/tmp/syn-1m.pcap -f perf/pktgen/spillway.lua
+--       pktgen ... -- -v -m "[1:2-5].0, [6:7].1" -s 0:/tmp/syn-1m.pcap -f perf/pktgen/spillway.lua
 --
 -- Needs pktgen 24.03.1 or later (pktgen.info.Pktgen_Version): before it, pktgen.portStats
 -- read 0 in Lua scripts while traffic flowed, so the script refuses older ones.
 --
--- Flow layout (as the TRex profile): flow i, 0 <= i < flows, has client address 10.0.0.1 + i
--- (IPv6: 2001:db8:c::1 + i) and source port 1024 + (i mod P), P = gcd(flows, 4096). pktgen's
--- range mode steps every field with a non-zero increment together and wraps it at its maximum;
--- P divides flows, so the (address, port) pairs repeat after exactly `flows` steps.
+-- Flow layout (as the TRex profile; M.flow below is its one definition here): flow i,
+-- 0 <= i < flows, has client address 10.0.0.1 + i (IPv6: 2001:db8:c::1 + i) and source port
+-- 1235 + (i mod P), P = gcd(flows, 4096). Range mode builds packet k as flow k: pktgen steps
+-- its range template before building each packet (value + inc, wrapping from past max to min),
+-- and the template starts at pktgen's defaults, source port 1234 and client 192.168.<port>.1
+-- (IPv6 ::), so the first step lands on 1235 and, past the client range, on its start. P
+-- divides flows, so the (address, port) pairs repeat after exactly `flows` packets. The script
+-- resets the TX port (pktgen.reset) first, so an earlier run leaves no template behind.
 --
 -- TCP flags and IPv6 ranges have no Lua call in pktgen (only the CLI commands `range <port> tcp
 -- flag set|clr <flag>` and `range <port> type ipv6`, pktgen 21.x and later): the script writes
@@ -62,16 +72,31 @@ M.FLOW_COUNTS = { 1, 4096, 65536, 1048576 }
 M.MAX_FLOWS = 8388608
 M.CLIENT4_FIRST = (10 << 24) | 1 -- 10.0.0.1
 M.CLIENT6_PREFIX = "2001:db8:c::"
-M.CLIENT_PORT_FIRST = 1024
+-- pktgen's default source port: its range template starts there, so one step of 1 makes the
+-- first range packet's port 1235, the layout's first port (see the flow layout above).
+M.PKTGEN_SPORT = 1234
+M.CLIENT_PORT_FIRST = 1235
 M.PORT_CYCLE = 4096
 M.FCS = 4
 -- pktgen enlarges IPv6 frames to 78 bytes with the FCS (its MIN_v6_PKT_SIZE).
 M.PKTGEN_MIN_V6 = 74
--- pktgen's "mbufs/port" with its default RX/TX descriptors: range mode's flow limit.
-M.RANGE_MBUFS = 24576
+-- pktgen's default descriptors and its mbufs per pool: each TX queue gets a range pool of
+-- (rxd + txd) x 8 mbufs (MAX_MBUFS_PER_PORT), printed with -v as "mbufs/port".
+M.PKTGEN_RXD, M.PKTGEN_TXD, M.PKTGEN_MBUFS_PER_DESC = 1024, 2048, 8
+-- What a pcap mbuf costs: the rte_mbuf header and the headroom before the frame, and DPDK's
+-- mempool object header, cache line and default memory channels (EAL -n).
+M.MBUF_HEADER, M.MBUF_HEADROOM, M.CACHE_LINE, M.CHANNELS = 128, 128, 64, 4
 -- The first pktgen whose Lua portStats are updated while a script runs.
 M.MIN_VERSION = { 24, 3, 1 }
 M.MIN_VERSION_TEXT = "24.03.1"
+
+-- The mbufs of one TX queue's range pool for pktgen's --rxd and --txd.
+function M.range_mbufs(rxd, txd)
+  return (rxd + txd) * M.PKTGEN_MBUFS_PER_DESC
+end
+
+-- range mode's flow limit with pktgen's default descriptors.
+M.RANGE_MBUFS = M.range_mbufs(M.PKTGEN_RXD, M.PKTGEN_TXD)
 
 local ETH, IPV4, IPV6, TCP_HDR, UDP_HDR = 14, 20, 40, 20, 8
 -- Bytes between the outer IP header and the inner packet, per delivery mode (M8, M30).
@@ -125,6 +150,50 @@ function M.ipv6_client(index)
   return string.format("%s%x", M.CLIENT6_PREFIX, low)
 end
 
+-- Flow i (0 <= i < p.flows) of a case: its client, an IPv4 address as an integer or an IPv6
+-- address as text, and its source port. Range mode's settings, the pcap frames and the report
+-- all come from here; the TRex profile lays its flows out the same way (checked by
+-- perf/trex/check_profiles.py against what this script makes pktgen send).
+function M.flow(p, i)
+  local _, ports = M.flow_layout(p.flows)
+  local port = M.CLIENT_PORT_FIRST + i % ports
+  if M.is_ipv6(p.kind) then return M.ipv6_client(i), port end
+  return M.CLIENT4_FIRST + i, port
+end
+
+-- What `-s <port>:FILE` costs pktgen 24.03 (pktgen_pcap_parse, once for every TX queue of the
+-- port): a mempool of the file's `frames`, repeated up to the range pool's `mbufs` when fewer
+-- (frames x floor(mbufs / frames)); each element is the largest frame (60..1514 bytes) + the
+-- rte_mbuf header (128) + headroom (128), and pktgen prints frames x element as "= N KB".
+-- DPDK's mempool puts a 64-byte object header before each element, rounds the object up to
+-- whole cache lines and, on x86, to a number of lines coprime with the memory channels (EAL
+-- -n, 4 when not given): those objects are the hugepages the pool takes.
+function M.pcap_memory(frames, largest, mbufs, channels)
+  local len = math.min(math.max(largest, 60), 1514)
+  local count = frames
+  if frames < mbufs then count = (mbufs // frames) * frames end
+  local element = len + M.MBUF_HEADER + M.MBUF_HEADROOM
+  local lines = (M.CACHE_LINE + (element + 7) // 8 * 8 + M.CACHE_LINE - 1) // M.CACHE_LINE
+  while gcd(lines, channels or M.CHANNELS) ~= 1 do lines = lines + 1 end
+  local object = lines * M.CACHE_LINE
+  return {
+    mbufs = count,
+    element = element,
+    printed_kb = (frames * element + 1023) // 1024,
+    object = object,
+    bytes = count * object,
+  }
+end
+
+-- The memory line for SPW_WRITE_PCAP: what pktgen will print and take per TX queue.
+function M.pcap_memory_text(p)
+  local m = M.pcap_memory(p.flows, p.size, p.mbufs)
+  return string.format("pktgen -s takes %d mbufs of %d bytes for each TX queue of the port " ..
+    "(it prints = %d KB), %.1f MiB of hugepages per TX queue with DPDK's %d-byte mempool " ..
+    "objects (-n %d); times the TX cores -m gives the port", m.mbufs, m.element, m.printed_kb,
+    m.bytes / 1048576, m.object, M.CHANNELS)
+end
+
 -- Reads the parameters through `getenv` (os.getenv by default); returns a table or nil, error.
 function M.params(getenv)
   getenv = getenv or os.getenv
@@ -158,10 +227,11 @@ function M.params(getenv)
   if p.write_pcap == "" then p.write_pcap = nil end
   if p.pcap == nil and p.write_pcap == nil and p.flows > p.mbufs then
     return nil, string.format("SPW_FLOWS=%d: range mode sends at most %d distinct flows " ..
-      "(pktgen builds one packet per TX mbuf, once; SPW_MBUFS=%d); use pcap mode " ..
-      "(SPW_WRITE_PCAP, then SPW_PCAP and pktgen -s %s:FILE), or raise pktgen's --txd and " ..
-      "set SPW_MBUFS to the mbufs/port it prints", p.flows, p.mbufs, p.mbufs,
-      getenv("SPW_TX_PORT") or "0")
+      "(pktgen builds one packet per mbuf of a TX queue's range pool, once; SPW_MBUFS=%d); " ..
+      "use pcap mode (SPW_WRITE_PCAP, then SPW_PCAP and pktgen -s %s:FILE), or give pktgen " ..
+      "more descriptors (--rxd=R --txd=T make (R + T) x %d mbufs) and set SPW_MBUFS to the " ..
+      "mbufs/port pktgen prints when started with -v", p.flows, p.mbufs, p.mbufs,
+      getenv("SPW_TX_PORT") or "0", M.PKTGEN_MBUFS_PER_DESC)
   end
   local v6 = M.is_ipv6(p.kind)
   p.vip = getenv("SPW_VIP") or (v6 and "2001:db8::10" or "198.18.10.10")
@@ -184,6 +254,9 @@ function M.params(getenv)
   if err then return nil, err end
   p.duration, err = num("SPW_DURATION", 30)
   if err then return nil, err end
+  p.first_packet, err = num("SPW_FIRST_PACKET", 10)
+  if err then return nil, err end
+  if p.first_packet < 1 then return nil, "SPW_FIRST_PACKET must be at least 1 (seconds)" end
   p.cmdfile = getenv("SPW_CMDFILE") or "/tmp/spillway-pktgen.pkt"
   p.dst_mac = getenv("SPW_DST_MAC")
   if p.dst_mac == nil or not p.dst_mac:match("^%x%x:%x%x:%x%x:%x%x:%x%x:%x%x$") then
@@ -208,15 +281,16 @@ function M.cli_commands(p)
   local function add(fmt, ...) cmds[#cmds + 1] = string.format(fmt, ...) end
   if M.is_ipv6(p.kind) then
     local addresses = M.flow_layout(p.flows)
+    local first, last = M.flow(p, 0), M.flow(p, p.flows - 1)
     add("range %s type ipv6", t)
     add("range %s proto %s", t, M.is_udp(p.kind) and "udp" or "tcp")
     add("range %s dst ip start %s", t, p.vip)
     add("range %s dst ip min %s", t, p.vip)
     add("range %s dst ip max %s", t, p.vip)
     add("range %s dst ip inc ::", t)
-    add("range %s src ip start %s", t, M.ipv6_client(0))
-    add("range %s src ip min %s", t, M.ipv6_client(0))
-    add("range %s src ip max %s", t, M.ipv6_client(addresses - 1))
+    add("range %s src ip start %s", t, first)
+    add("range %s src ip min %s", t, first)
+    add("range %s src ip max %s", t, last)
     add("range %s src ip inc %s", t, addresses > 1 and "::1" or "::")
   end
   if not M.is_udp(p.kind) then
@@ -233,14 +307,26 @@ end
 
 -- Configures port p.tx through the Lua binding (pktgen.range.* since pktgen 3.x, the flat
 -- pktgen.* range calls before) and returns the CLI lines still to apply (see cli_commands).
+-- pktgen builds range packet k by stepping its template k + 1 times from pktgen's defaults
+-- (M.PKTGEN_SPORT, a client outside the range): with the ranges below, packet k is flow k.
 function M.configure(pg, p)
   local R = (type(pg.range) == "table") and pg.range or pg
   local t = p.tx
   local addresses, ports = M.flow_layout(p.flows)
   local proto = M.is_udp(p.kind) and "udp" or "tcp"
   local frame = p.size + M.FCS -- pktgen sizes count the FCS
+  local first, first_port = M.flow(p, 0)
+  local last = M.flow(p, p.flows - 1)
+  local _, last_port = M.flow(p, ports - 1)
 
   pg.stop(t)
+  -- The range template keeps stepping from run to run: back to pktgen's defaults.
+  if type(pg.reset) == "function" then
+    pg.reset(t)
+  else
+    print("spillway.lua: this pktgen's Lua has no pktgen.reset: range mode starts at flow 0 " ..
+      "only on a freshly started pktgen")
+  end
   pg.set_type(t, M.is_ipv6(p.kind) and "ipv6" or "ipv4")
   pg.set_proto(t, proto)
   pg.set(t, "size", frame)
@@ -251,13 +337,11 @@ function M.configure(pg, p)
   if R.ip_proto then R.ip_proto(t, proto) end
   if not M.is_ipv6(p.kind) then
     range4(R.dst_ip, t, p.vip, "0.0.0.0", p.vip, p.vip)
-    local first, last = M.CLIENT4_FIRST, M.CLIENT4_FIRST + addresses - 1
     range4(R.src_ip, t, M.ipv4(first), addresses > 1 and "0.0.0.1" or "0.0.0.0",
       M.ipv4(first), M.ipv4(last))
   end
   range4(R.dst_port, t, p.port, 0, p.port, p.port)
-  range4(R.src_port, t, M.CLIENT_PORT_FIRST, ports > 1 and 1 or 0, M.CLIENT_PORT_FIRST,
-    M.CLIENT_PORT_FIRST + ports - 1)
+  range4(R.src_port, t, first_port, ports > 1 and 1 or 0, first_port, last_port)
   range4(R.pkt_size, t, frame, 0, frame, frame)
   if R.ttl then range4(R.ttl, t, 64, 0, 64, 64) end
 
@@ -345,9 +429,45 @@ function M.report(p, sent, got, bytes)
       100 * (sent - got) / sent),
     string.format("received frames average %.1f bytes; expected %d (%s), or %d if the NIC counts the FCS",
       bytes / got, want, p.mode, want + M.FCS),
-    string.format("Spillway's `spillway stats` must show %d new flows for a fresh start " ..
-      "(pktgen may keep part of its packets out of use)", p.flows),
+    M.new_flows_text(p, sent),
   }
+end
+
+-- A packet rate as the report prints it.
+local function rate_text(pps)
+  if pps >= 10000 then return string.format("%.3f Mpps", pps / 1e6) end
+  return string.format("%d pps", math.ceil(pps))
+end
+
+-- What `spillway stats` can show as `new` flows after this run on a freshly started Spillway.
+-- Spillway keeps the entry a flow's first packet makes (a SYN's, half-open, alike) for
+-- p.first_packet seconds unless the flow's next packet comes; pktgen sends the flows in turn,
+-- so each comes back every flows / rate seconds. Within the lifetime, each flow makes one entry
+-- and keeps it: `new` = flows. Past it, the entry has aged out before the flow's next packet,
+-- which makes a new one: `new` counts packets, not flows (at least `flows`, at most every
+-- packet sent; the new-flow budget, flow_table_capacity / first_packet per second, is above
+-- that rate while the table holds every flow), and only a bound can be given.
+function M.new_flows_text(p, sent)
+  local rate = sent / p.duration
+  local every = p.flows / rate
+  local need = p.flows / p.first_packet
+  if every <= p.first_packet and sent >= p.flows then
+    return string.format("Spillway's `spillway stats` must show %d new flows for a fresh start: " ..
+      "each flow came back every %s, within its %d-s first-packet entry", p.flows,
+      every < 1 and string.format("%.1f ms", every * 1000) or string.format("%.1f s", every),
+      p.first_packet)
+  elseif every <= p.first_packet then
+    return string.format("Spillway's `spillway stats` shows %d new flows for a fresh start only " ..
+      "if the warm-up sent the flows the measured %d packets did not: `new` is at most %d",
+      p.flows, sent, p.flows)
+  end
+  return string.format("Spillway's `spillway stats` cannot show %d new flows: at %s each " ..
+    "flow comes back every %.1f s, after its %d-s first-packet entry has aged out, so each of " ..
+    "its packets makes a new entry: expect `new` of at least %d (if every flow was sent) and up " ..
+    "to the packets sent (%d in the measured %d s, plus the warm-up), and `expired by ageing` " ..
+    "growing; send at least %s (%d flows / %d s) to see exactly %d",
+    p.flows, rate_text(rate), every, p.first_packet, p.flows, sent, p.duration, rate_text(need),
+    p.flows, p.first_packet, p.flows)
 end
 
 -- pcap mode ------------------------------------------------------------------------------
@@ -396,15 +516,14 @@ local SRC_MAC = "02:00:00:00:00:fe"
 -- padding, TCP and UDP carry zero bytes of data), TTL/hop limit 64, checksums set.
 function M.frame(p, i)
   local v6, udp = M.is_ipv6(p.kind), M.is_udp(p.kind)
-  local _, ports = M.flow_layout(p.flows)
-  local sport = M.CLIENT_PORT_FIRST + i % ports
+  local client, sport = M.flow(p, i)
   local l4_len = p.size - ETH - (v6 and IPV6 or IPV4)
   local proto = udp and 17 or 6
   local src, dst, ip
   if v6 then
-    src, dst = ipv6_bytes(M.ipv6_client(i)), ipv6_bytes(p.vip)
+    src, dst = ipv6_bytes(client), ipv6_bytes(p.vip)
   else
-    src = string.pack(">I4", M.CLIENT4_FIRST + i)
+    src = string.pack(">I4", client)
     local a, b, c, d = p.vip:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
     dst = string.char(tonumber(a), tonumber(b), tonumber(c), tonumber(d))
   end
@@ -479,6 +598,53 @@ function M.check_pcap(p, path)
   return true
 end
 
+-- The pcap pktgen loaded for port p.tx (`-s <port>:FILE`): pktgen.save writes the running
+-- configuration with a "# PCAP port N" block (the file's name as given to -s and the frames
+-- pktgen read from it). Without -s, `pcap on` changes nothing and pktgen sends its default
+-- packet, so pcap mode needs this block, for SPW_PCAP and all of its frames: true, or nil and
+-- why not; "manual" when this pktgen cannot tell.
+function M.loaded_pcap(pg, p)
+  if type(pg.save) ~= "function" then
+    return nil, "this pktgen's Lua has no pktgen.save, so the script cannot tell which pcap " ..
+      "pktgen loaded: check `page pcap` shows " .. p.pcap .. " with " .. p.flows .. " packets, then " ..
+      "type `enable " .. p.tx .. " pcap` and `start " .. p.tx .. "`. Traffic not started.", "manual"
+  end
+  local path = os.tmpname()
+  local ok, serr = pcall(pg.save, path)
+  local f = ok and io.open(path, "r")
+  if not f then
+    os.remove(path)
+    return nil, "pktgen.save(" .. path .. ") failed (" .. tostring(serr) .. "): cannot tell " ..
+      "which pcap pktgen loaded. Traffic not started.", "manual"
+  end
+  local block, file, count = false, nil, nil
+  for line in f:lines() do
+    local port = line:match("^# PCAP port (%d+)")
+    if port then
+      block = port == tostring(p.tx)
+    elseif block then
+      count = count or tonumber(line:match("^#%s+Packet count:%s*(%d+)"))
+      file = file or line:match("^#%s+Filename%s*:%s*(.-)%s*$")
+    end
+  end
+  f:close()
+  os.remove(path)
+  local s_opt = "-s " .. p.tx .. ":" .. p.pcap
+  if not file then
+    return nil, "pktgen has no pcap for port " .. p.tx .. ": start it with " .. s_opt ..
+      " (without -s, pcap mode sends pktgen's default packet)"
+  end
+  if file ~= p.pcap then
+    return nil, "pktgen loaded " .. file .. " for port " .. p.tx .. ", not SPW_PCAP=" .. p.pcap ..
+      ": start it with " .. s_opt
+  end
+  if count ~= p.flows then
+    return nil, string.format("pktgen read %s frames from %s, not the case's %d flows",
+      tostring(count), file, p.flows)
+  end
+  return true
+end
+
 function M.describe(p)
   local addresses, ports = M.flow_layout(p.flows)
   return string.format(
@@ -512,9 +678,11 @@ function M.main(pg, getenv, sleep_ms)
   sleep_ms = sleep_ms or pg.delay
   print(M.describe(p))
   if p.pcap then
-    local ok, perr = M.check_pcap(p, p.pcap)
+    local ok, perr, manual = M.loaded_pcap(pg, p)
+    if ok then ok, perr = M.check_pcap(p, p.pcap) end
     if not ok then
       print("spillway.lua: " .. perr)
+      if manual then return p, "manual" end
       return nil, perr
     end
     if type(pg.pcap) ~= "function" then
@@ -573,7 +741,7 @@ elseif pktgen == nil and not SPILLWAY_PKTGEN_NO_MAIN and os.getenv("SPW_WRITE_PC
     io.stderr:write("spillway.lua: " .. err .. "\n")
     os.exit(1)
   end
-  io.stderr:write(string.format("spillway.lua: %d frames of %d bytes (%s, %d flows) -> %s\n",
-    n, p.size, p.kind, p.flows, p.write_pcap))
+  io.stderr:write(string.format("spillway.lua: %d frames of %d bytes (%s, %d flows) -> %s; %s\n",
+    n, p.size, p.kind, p.flows, p.write_pcap, M.pcap_memory_text(p)))
 end
 return M

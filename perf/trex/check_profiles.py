@@ -12,8 +12,11 @@ get_streams argument has a default (TRex < 2.89 requires it), and the file name 
 For spillway_bench.py, every case of perf/BARE-METAL.md (kind x flows x mode) is checked:
 frame length and headers, destination VIP and port, TCP flags, field-engine variables whose
 ranges give exactly `flows` distinct client flows (also by stepping the variables as TRex
-does), checksum fixes after the writes, the expected DUT egress per delivery mode against a
-table worked out by hand, both tunable syntaxes, and that bad tunables are refused.
+does), each starting at flow 0, checksum fixes after the writes, the expected DUT egress per
+delivery mode against a table worked out by hand, both tunable syntaxes, and that bad tunables
+are refused. Then the profile's flows, packet by packet, against what perf/pktgen/spillway.lua
+makes pktgen send in range and pcap mode (perf/pktgen/check.lua --dump-flows, run with lua5.4):
+the three send the same 5-tuples in the same order.
 
     python3 perf/trex/check_profiles.py            # stub layers
     python3 perf/trex/check_profiles.py --scapy    # real scapy layers, if installed
@@ -26,7 +29,8 @@ import io
 import ipaddress
 import math
 import os
-import re
+import socket
+import subprocess
 import sys
 import types
 
@@ -384,7 +388,7 @@ def check_case(m, profile, kind, flows, real):
     check(l4 is not None, "%s: no %s header" % (case, "UDP" if udp else "TCP"))
     if l4 is not None:
         check(int(l4.dport) == (53 if udp else 80), "%s: destination port %s" % (case, l4.dport))
-        check(int(l4.sport) == 1024, "%s: first source port %s" % (case, l4.sport))
+        check(int(l4.sport) == 1235, "%s: first source port %s" % (case, l4.sport))
         if not udp:
             want = "S" if kind.endswith("syn") else "A"
             check(str(l4.flags) == want, "%s: TCP flags %s, expected %s" % (case, l4.flags, want))
@@ -401,6 +405,10 @@ def check_case(m, profile, kind, flows, real):
         if isinstance(ins, STLVmFlowVar):
             k = ins.kwargs
             check(k.get("op") == "inc", "%s: variable %s is not op=inc" % (case, k.get("name")))
+            # TRex starts an inc variable at init_value (its min when not given): flow 0.
+            init = k.get("init_value")
+            check(init is None or as_int(init) == as_int(k["min_value"]),
+                  "%s: variable %s does not start at its minimum (flow 0)" % (case, k.get("name")))
             variables[k["name"]] = (pos, as_int(k["min_value"]), as_int(k["max_value"]), k.get("size"))
         elif isinstance(ins, STLVmWrFlowVar):
             k = ins.kwargs
@@ -427,7 +435,7 @@ def check_case(m, profile, kind, flows, real):
         _, lo, hi, width = variables["client_port"]
         port_count = hi - lo + 1
         check(width == 2, "%s: port variable is %s bytes" % (case, width))
-        check(lo == 1024 and hi <= 65535, "%s: source ports %d-%d" % (case, lo, hi))
+        check(lo == 1235 and hi <= 65535, "%s: source ports %d-%d" % (case, lo, hi))
         check(writes.get("client_port", (0, None))[1] == ("UDP.sport" if udp else "TCP.sport"),
               "%s: source port written to %s" % (case, writes.get("client_port")))
     check(addr_count == flows, "%s: %d client addresses for %d flows" % (case, addr_count, flows))
@@ -524,35 +532,70 @@ def check_spillway_bench(m, real):
         check(refuses(profile, bad), "tunables %s should be refused" % bad)
 
 
-def check_pktgen_agrees(m):
-    """perf/pktgen/spillway.lua must send the same flows: same clients, ports and layout."""
-    path = os.path.join(os.path.dirname(HERE), "pktgen", "spillway.lua")
-    try:
-        with open(path) as f:
-            lua = f.read()
-    except OSError as e:
-        check(False, "cannot read %s: %s" % (path, e))
-        return
+def trex_flows(m, kind, pkt, program):
+    """A function of n giving (client as an integer, source port) of packet n of the stream as
+    TRex sends it on one core: every inc variable at min + (init - min + n) mod (max - min + 1),
+    written where the program says (an IPv6 client's low 32 bits: offset_fixup 12)."""
+    variables = {}
+    for ins in program:
+        if isinstance(ins, STLVmFlowVar):
+            k = ins.kwargs
+            lo, hi = as_int(k["min_value"]), as_int(k["max_value"])
+            init = as_int(k["init_value"]) if k.get("init_value") is not None else lo
+            variables[k["name"]] = (lo, init - lo, hi - lo + 1)
+    ip = pkt.getlayer("IPv6" if m.is_ipv6(kind) else "IP")
+    l4 = pkt.getlayer("UDP" if m.l4_of(kind) == "udp" else "TCP")
+    base, sport = int(ipaddress.ip_address(ip.src)), int(l4.sport)
+    keep = ~0xFFFFFFFF if m.is_ipv6(kind) else 0
 
-    def lua_const(name):
-        found = re.search(r"^M\.%s = (.+?)(?:\s*--.*)?$" % name, lua, re.M)
-        return found.group(1).strip() if found else None
+    def value(name, n, default):
+        if name not in variables:
+            return default
+        lo, off, span = variables[name]
+        return lo + (off + n) % span
 
-    check(lua_const("CLIENT4_FIRST") == "(10 << 24) | 1" and m.CLIENT4_FIRST == (10 << 24) | 1,
-          "first IPv4 client differs between spillway.lua and spillway_bench.py")
-    check(lua_const("CLIENT6_PREFIX") == '"%s"' % m.CLIENT6_PREFIX, "IPv6 client prefix differs")
-    check(lua_const("CLIENT_PORT_FIRST") == str(m.CLIENT_PORT_FIRST), "first client port differs")
-    check(lua_const("PORT_CYCLE") == str(m.PORT_CYCLE), "port cycle differs")
-    check(lua_const("MAX_FLOWS") == str(m.MAX_FLOWS), "flow limit differs")
-    check(lua_const("FLOW_COUNTS") == "{ %s }" % ", ".join(str(n) for n in m.FLOW_COUNTS),
-          "benchmark flow counts differ")
-    check(lua_const("KINDS") == "{ %s }" % ", ".join('"%s"' % k for k in m.KINDS), "kinds differ")
-    check(lua_const("MODES") == "{ %s }" % ", ".join('"%s"' % k for k in m.MODES), "modes differ")
-    tunnel = lua_const("TUNNEL_HEADER")
-    want = "{ ipip = 0, gre = 4, [\"gre-key\"] = 8, gue = 8, geneve = 8 + 8 + 8 }"
-    check(tunnel == want and all(m.TUNNEL_HEADER[k] == v for k, v in
-                                 (("ipip", 0), ("gre", 4), ("gre-key", 8), ("gue", 8), ("geneve", 24))),
-          "tunnel header lengths differ: %s" % tunnel)
+    return lambda n: ((base & keep) | value("client_ip", n, base & 0xFFFFFFFF) if m.is_ipv6(kind)
+                      else value("client_ip", n, base), value("client_port", n, sport))
+
+
+def check_flow_sets(m, profile):
+    """The flows of TRex, pktgen's range mode and pktgen's pcap mode are the same 5-tuples in
+    the same order: packet n is flow n. perf/pktgen/check.lua --dump-flows runs
+    perf/pktgen/spillway.lua against its fake pktgen (which builds range packets the way
+    pktgen does) and writes the case's pcap; each of its lines must be the TRex stream's packet
+    of that index. Every packet up to 4096 flows, range mode's up to its 24576 mbufs, and the
+    pcap's first, last and port-wrap frames above."""
+    script = os.path.join(os.path.dirname(HERE), "pktgen", "check.lua")
+    cases = [(kind, flows) for kind in m.KINDS for flows in (1, 7, 4096)]
+    cases += [(kind, flows) for kind in ("ack", "ipv6") for flows in (24576, 1048576, m.MAX_FLOWS)]
+    for kind, flows in cases:
+        case = "flows of --kind %s --flows %d" % (kind, flows)
+        try:
+            res = subprocess.run(["lua5.4", script, "--dump-flows", kind, str(flows)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        except FileNotFoundError:
+            check(False, "%s: no lua5.4 to run perf/pktgen/check.lua (scripts/setup.sh installs it)" % case)
+            return
+        check(res.returncode == 0, "%s: check.lua --dump-flows failed: %s" % (case, res.stderr))
+        streams, _, _ = get_streams(profile, ["--kind", kind, "--flows", str(flows)])
+        builder = streams[0].kwargs["packet"]
+        vm = builder.kwargs.get("vm")
+        trex = trex_flows(m, kind, builder.kwargs["pkt"], vm.instructions() if vm is not None else [])
+        family = socket.AF_INET6 if m.is_ipv6(kind) else socket.AF_INET
+        seen = {"range": 0, "pcap": 0}
+        bad = []
+        for line in res.stdout.splitlines():
+            source, n, addr, port = line.split()
+            seen[source] += 1
+            got = (int.from_bytes(socket.inet_pton(family, addr), "big"), int(port))
+            want = trex(int(n))
+            if got != want and len(bad) < 3:
+                bad.append("%s packet %s is %s:%d, TRex's is %s:%d" % (
+                    source, n, addr, got[1], ipaddress.ip_address(want[0]), want[1]))
+        check(not bad, "%s: %s" % (case, "; ".join(bad)))
+        check(seen["range"] == (flows if flows <= 65536 else 0)
+              and seen["pcap"] == (flows if flows <= 4096 else 6),
+              "%s: %d range and %d pcap flows compared" % (case, seen["range"], seen["pcap"]))
 
 
 def main(argv):
@@ -566,7 +609,7 @@ def main(argv):
             generic_checks(path, module)
             if os.path.basename(path) == "spillway_bench.py":
                 check_spillway_bench(module, real)
-                check_pktgen_agrees(module)
+                check_flow_sets(module, module.register())
         except Exception as e:  # a profile that does not even load is one failure, with its cause
             import traceback
             FAILURES.append("%s: %s\n%s" % (os.path.basename(path), e, traceback.format_exc()))

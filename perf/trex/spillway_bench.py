@@ -22,11 +22,13 @@ Load it on the port cabled to Spillway's uplink (port 0), e.g. in trex-console:
              default) or leave them stale (Spillway does not check them; IPv4 header checksums
              are always fixed)
 
-Flow layout (the same as perf/pktgen/spillway.lua): flow i, 0 <= i < flows, has client address
-10.0.0.1 + i (IPv6: 2001:db8:c::1 + i in the low 32 bits) and source port 1024 + (i mod P), with
-P = gcd(flows, 4096). Both field-engine variables step once per packet; since P divides flows the
-pair repeats with period `flows`, so exactly `flows` distinct 5-tuples are sent, each once per
-period.
+Flow layout (the same as perf/pktgen/spillway.lua; `flow` below is its definition here): flow
+i, 0 <= i < flows, has client address 10.0.0.1 + i (IPv6: 2001:db8:c::1 + i in the low 32 bits)
+and source port 1235 + (i mod P), with P = gcd(flows, 4096). 1235 is the first source port
+pktgen's range mode can send (its default port 1234, stepped once), so both generators send the
+very same 5-tuples. Both field-engine variables start at flow 0 and step once per packet; since P
+divides flows the pair repeats with period `flows`, so packet n is flow n mod flows: exactly
+`flows` distinct 5-tuples, each once per period.
 """
 
 import argparse
@@ -55,7 +57,7 @@ TCP_PORT = 80
 UDP_PORT = 53
 CLIENT4_FIRST = (10 << 24) | 1  # 10.0.0.1
 CLIENT6_PREFIX = "2001:db8:c::"  # the flow index goes into the low 32 bits, from 1
-CLIENT_PORT_FIRST = 1024
+CLIENT_PORT_FIRST = 1235  # pktgen's default source port 1234 + its range mode's first step
 PORT_CYCLE = 4096
 MIN_FRAME = 60  # Ethernet minimum without the FCS
 
@@ -150,6 +152,20 @@ def ipv6_client(index):
     return str(ipaddress.IPv6Address(int(ipaddress.IPv6Address(CLIENT6_PREFIX)) + index + 1))
 
 
+def ipv6_low32(address):
+    """The low 32 bits of an IPv6 address: what the field engine writes (offset_fixup 12)."""
+    return int(ipaddress.IPv6Address(address)) & 0xFFFFFFFF
+
+
+def flow(kind, flows, index):
+    """Flow `index` (0 <= index < flows): (client address, source port). The field engine below
+    sends flow n as packet n; perf/trex/check_profiles.py compares these with what
+    perf/pktgen/spillway.lua makes pktgen send in range and pcap mode."""
+    _, ports = flow_layout(flows)
+    client = ipv6_client(index) if is_ipv6(kind) else ipv4_str(CLIENT4_FIRST + index)
+    return client, CLIENT_PORT_FIRST + index % ports
+
+
 def parse_tunables(tunables, kwargs=None):
     """Tunables as TRex passes them: a list of argv words since v2.89 (`-t --kind syn ...`),
     or keyword arguments before (`-t kind=syn,flows=4096`)."""
@@ -196,14 +212,15 @@ def parse_tunables(tunables, kwargs=None):
 def base_packet(args):
     """The first flow's packet; the field engine rewrites client address and port."""
     payload, pad = frame_layout(args.kind, args.size)
+    client, sport = flow(args.kind, args.flows, 0)
     if is_ipv6(args.kind):
-        pkt = Ether() / IPv6(src=ipv6_client(0), dst=args.vip, hlim=64)
+        pkt = Ether() / IPv6(src=client, dst=args.vip, hlim=64)
     else:
-        pkt = Ether() / IP(src=ipv4_str(CLIENT4_FIRST), dst=args.vip, ttl=64)
+        pkt = Ether() / IP(src=client, dst=args.vip, ttl=64)
     if l4_of(args.kind) == "udp":
-        pkt = pkt / UDP(sport=CLIENT_PORT_FIRST, dport=args.port)
+        pkt = pkt / UDP(sport=sport, dport=args.port)
     else:
-        pkt = pkt / TCP(sport=CLIENT_PORT_FIRST, dport=args.port, flags=tcp_flags_of(args.kind),
+        pkt = pkt / TCP(sport=sport, dport=args.port, flags=tcp_flags_of(args.kind),
                         seq=1000, ack=(0 if args.kind.endswith("syn") else 2000), window=65535)
     if payload:
         pkt = pkt / (b"\x00" * payload)
@@ -219,17 +236,21 @@ def field_engine(args):
         return None
     v6 = is_ipv6(args.kind)
     l4 = "UDP" if l4_of(args.kind) == "udp" else "TCP"
+    first, first_port = flow(args.kind, args.flows, 0)
+    last, _ = flow(args.kind, args.flows, args.flows - 1)
+    _, last_port = flow(args.kind, args.flows, ports - 1)
     program = []
+    # Each variable starts at its minimum (flow 0's value) and steps by 1 per packet.
     if v6:
-        program.append(STLVmFlowVar(name="client_ip", min_value=1, max_value=addresses,
+        lo, hi = ipv6_low32(first), ipv6_low32(last)
+        program.append(STLVmFlowVar(name="client_ip", min_value=lo, max_value=hi, init_value=lo,
                                     size=4, op="inc"))
     else:
-        program.append(STLVmFlowVar(name="client_ip", min_value=ipv4_str(CLIENT4_FIRST),
-                                    max_value=ipv4_str(CLIENT4_FIRST + addresses - 1),
-                                    size=4, op="inc"))
+        program.append(STLVmFlowVar(name="client_ip", min_value=first, max_value=last,
+                                    init_value=first, size=4, op="inc"))
     if ports > 1:
-        program.append(STLVmFlowVar(name="client_port", min_value=CLIENT_PORT_FIRST,
-                                    max_value=CLIENT_PORT_FIRST + ports - 1, size=2, op="inc"))
+        program.append(STLVmFlowVar(name="client_port", min_value=first_port, max_value=last_port,
+                                    init_value=first_port, size=2, op="inc"))
     if v6:
         # The low 32 bits of the 128-bit source address.
         program.append(STLVmWrFlowVar(fv_name="client_ip", pkt_offset="IPv6.src", offset_fixup=12))
