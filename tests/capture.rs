@@ -1,6 +1,7 @@
 //! DPDK's own operator tools against a live `spillway run` (net_pcap ports,
 //! hugepages, a `--file-prefix` of its own): `dpdk-dumpcap` captures what
-//! the daemon receives and sends with a BPF filter, `dpdk-proc-info` reads
+//! the daemon receives and sends with a BPF filter, so does `dpdk-pdump`
+//! on the backend port's transmit side, `dpdk-proc-info` reads
 //! its ports' counters, and `dpdk-telemetry.py` shows Spillway's own
 //! commands beside DPDK's. Each attaches as a DPDK secondary process, which
 //! a daemon without `rte_pdump_init` or with `--in-memory` refuses.
@@ -203,6 +204,35 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
         "{shown}"
     );
 
+    // dpdk-pdump: the same through DPDK's older tool, which runs until
+    // interrupted and writes through pcap devices of its own.
+    let tx = dir.join("pdump-tx.pcap");
+    let mut pdump = Command::new("dpdk-pdump")
+        .arg(format!("--file-prefix={prefix}"))
+        .args(["--log-level=lib.eal:error", "--", "--pdump"])
+        .arg(format!("port=1,queue=*,tx-dev={}", tx.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("dpdk-pdump");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read_pcap_len(&tx) < 20 {
+        assert!(Instant::now() < deadline, "dpdk-pdump wrote no packets");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &pdump.id().to_string()])
+        .status();
+    let _ = pdump.wait();
+    let frames = read_pcap(&tx);
+    assert!(frames.len() >= 20);
+    assert!(
+        frames
+            .iter()
+            .all(|f| parse_tunnel(f, &DecapConfig::default()).is_ok()),
+        "every frame dpdk-pdump took from the backend port is encapsulated"
+    );
+
     // dpdk-proc-info: the ports' counters, read from the shared memory.
     // DPDK 22.11's net_pcap crashes a secondary process in its device
     // removal at rte_eal_cleanup, after the tool printed (a backtrace ends
@@ -254,6 +284,24 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
         answer.contains("\"dns\""),
         "the status names the rule: {answer}"
     );
+}
+
+/// Records in the pcap file at `path` so far (0 while it is not there).
+fn read_pcap_len(path: &Path) -> usize {
+    let Ok(bytes) = std::fs::read(path) else {
+        return 0;
+    };
+    // Whole records after the 24-byte header (the tool may be mid-write).
+    let (mut at, mut n) = (24usize, 0);
+    while let Some(h) = bytes.get(at..at + 16) {
+        let incl = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        if bytes.len() < at + 16 + incl {
+            break;
+        }
+        at += 16 + incl;
+        n += 1;
+    }
+    n
 }
 
 /// Runs `cmd` with `input` on its stdin (at most 30 s), its output.
