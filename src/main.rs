@@ -8,6 +8,7 @@ mod bird_config;
 mod check_config;
 mod forward;
 mod output;
+mod package_assets;
 mod replay;
 mod run;
 mod telemetry;
@@ -15,7 +16,7 @@ mod zone_health;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use control::socket::Request;
 use output::errln;
 
@@ -77,6 +78,10 @@ enum Command {
     /// Forward frames from one DPDK port to another and report what happened
     /// (bring-up check for DPDK, drivers and hugepages on this host).
     Forward(forward::Args),
+    /// Write the man pages and shell completions of this command line
+    /// (scripts/package.sh puts them into the Debian package).
+    #[command(hide = true)]
+    PackageAssets(package_assets::Args),
 }
 
 fn long_version() -> String {
@@ -125,6 +130,7 @@ fn dispatch(command: Command) -> ExitCode {
         }
         Command::BirdConfig(args) => bird_config::run(&args),
         Command::ZoneHealth(args) => return zone_health::run(&args),
+        Command::PackageAssets(args) => package_assets::run(&args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
