@@ -23,6 +23,7 @@ PACKAGES=(
     pkg-config            # how dpdk-sys finds DPDK
     clang libclang-dev    # bindgen
     build-essential       # cc for the static-inline wrappers
+    dpkg-dev              # dpkg-shlibdeps: cargo-deb's Depends of the DPDK libraries (scripts/package.sh)
     git                   # build.rs stamps `spillway --version` with the commit; perf/bench.py and perf/flood.sh record it
     iproute2              # ip: namespaces, veth pairs and `ip netns exec` in the tests and the lab
     ethtool               # scripts/lab.sh turns off checksum offload on the lab's veths
@@ -75,6 +76,11 @@ ensure_cargo
 if ! cargo nextest --version >/dev/null 2>&1; then
     say "installing cargo-nextest"
     cargo install cargo-nextest --locked --quiet
+fi
+# The Debian package's builder (scripts/package.sh).
+if ! cargo deb --version >/dev/null 2>&1; then
+    say "installing cargo-deb"
+    cargo install cargo-deb --locked --quiet
 fi
 
 # Hugepages: reserve 2 MB pages and mount hugetlbfs where we can.

@@ -217,6 +217,13 @@ const DYNAMIC: &[Dynamic] = &[
         why: "a script of this repository (scanned itself)",
     },
     Dynamic {
+        file: "scripts/package.sh",
+        text: "\"$bin\"",
+        runs: &[],
+        wraps: false,
+        why: "the spillway binary of the release build it packages",
+    },
+    Dynamic {
         file: "perf/flood.sh",
         text: "\"$target/flood\"",
         runs: &[],

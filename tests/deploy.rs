@@ -58,11 +58,11 @@ fn show(o: &Output) -> String {
 fn installed_paths() -> [(&'static str, String); 2] {
     [
         (
-            "/usr/local/bin/spillway",
+            "/usr/bin/spillway",
             env!("CARGO_BIN_EXE_spillway").to_owned(),
         ),
         (
-            "/usr/local/lib/spillway/bind-nics.sh",
+            "/usr/lib/spillway/bind-nics.sh",
             deploy_dir().join("bind-nics.sh").display().to_string(),
         ),
     ]
@@ -150,11 +150,7 @@ fn unit_commands_are_ones_the_binary_takes() {
     for key in ["ExecStartPre", "ExecStart", "ExecReload"] {
         for line in unit_values("spillway.service", key) {
             let mut words = line.split_whitespace();
-            assert_eq!(
-                words.next(),
-                Some("/usr/local/bin/spillway"),
-                "{key}={line}"
-            );
+            assert_eq!(words.next(), Some("/usr/bin/spillway"), "{key}={line}");
             let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
                 .args(words)
                 .arg("--help")
@@ -167,11 +163,11 @@ fn unit_commands_are_ones_the_binary_takes() {
     assert_eq!(n, 3);
     assert_eq!(
         unit_values("spillway.service", "ExecStart"),
-        ["/usr/local/bin/spillway run --config /etc/spillway/spillway.toml"]
+        ["/usr/bin/spillway run --config /etc/spillway/spillway.toml"]
     );
     assert_eq!(
         unit_values("spillway.service", "ExecReload"),
-        ["/usr/local/bin/spillway reload --config /etc/spillway/spillway.toml"]
+        ["/usr/bin/spillway reload --config /etc/spillway/spillway.toml"]
     );
     assert_eq!(unit_values("spillway.service", "KillSignal"), ["SIGTERM"]);
     assert_eq!(unit_values("spillway.service", "Restart"), ["on-failure"]);
@@ -200,7 +196,7 @@ fn unit_commands_are_ones_the_binary_takes() {
     // The bind unit binds the configuration's NICs.
     assert_eq!(
         unit_values("spillway-bind-nics.service", "ExecStart"),
-        ["/usr/local/lib/spillway/bind-nics.sh --config /etc/spillway/spillway.toml"]
+        ["/usr/lib/spillway/bind-nics.sh --config /etc/spillway/spillway.toml"]
     );
 }
 
