@@ -24,6 +24,7 @@ PACKAGES=(
     clang libclang-dev    # bindgen
     build-essential       # cc for the static-inline wrappers
     dpkg-dev              # dpkg-shlibdeps: cargo-deb's Depends of the DPDK libraries (scripts/package.sh)
+    debootstrap           # tests/package.rs installs the Debian package into a fresh Debian root
     git                   # build.rs stamps `spillway --version` with the commit; perf/bench.py and perf/flood.sh record it
     iproute2              # ip: namespaces, veth pairs and `ip netns exec` in the tests and the lab
     ethtool               # scripts/lab.sh turns off checksum offload on the lab's veths

@@ -44,6 +44,12 @@ if (( $(hugepages_free) < 64 )); then
     say "NOTICE: no free hugepages: the hugepage variants of the DPDK tests are skipped; the --no-huge ones run"
     filter=(-E 'not test(/^hugepages_/)')
 fi
+# The Debian package's release build, made here rather than inside the
+# parallel test run below, where it would compete with the labs for the cores;
+# tests/package.rs then only packs and installs it.
+say "Debian package (scripts/package.sh --fast)"
+scripts/package.sh --fast >/dev/null
+
 say "cargo nextest (a process per test: DPDK's EAL initialises once per process)"
 cargo nextest run --workspace --profile ci "${filter[@]}"
 

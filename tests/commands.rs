@@ -224,6 +224,13 @@ const DYNAMIC: &[Dynamic] = &[
         why: "the spillway binary of the release build it packages",
     },
     Dynamic {
+        file: "tests/package.rs",
+        text: "repo().join(\"scripts/package.sh\")",
+        runs: &[],
+        wraps: false,
+        why: "a script of this repository (scanned itself)",
+    },
+    Dynamic {
         file: "perf/flood.sh",
         text: "\"$target/flood\"",
         runs: &[],
