@@ -109,6 +109,9 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
     write_pcap(&dir.join("in.pcap"), &queries);
     write_pcap(&dir.join("empty.pcap"), &[]);
     let prefix = format!("spwcap{}", std::process::id());
+    // Dropped after the daemon (declared before it): DPDK leaves its
+    // runtime directory and hugepage files of the prefix behind.
+    let _leftovers = Leftovers(prefix.clone());
     let cfg = dir.join("spillway.toml");
     std::fs::write(&cfg, config(&dir, &prefix)).expect("config");
     let log = dir.join("daemon.log");
@@ -284,6 +287,26 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
         answer.contains("\"dns\""),
         "the status names the rule: {answer}"
     );
+}
+
+/// Removes what DPDK leaves behind of a file prefix: its runtime directory
+/// and hugepage files.
+struct Leftovers(String);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.0));
+        if let Ok(files) = std::fs::read_dir("/dev/hugepages") {
+            for f in files.flatten() {
+                if f.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{}map_", self.0))
+                {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
+        }
+    }
 }
 
 /// Records in the pcap file at `path` so far (0 while it is not there).

@@ -363,6 +363,8 @@ def check_dut_starts(binary, tmp):
         except subprocess.TimeoutExpired:
             pass
     daemon.stderr.close()
+    # DPDK's runtime directory of this run's prefix (it outlives the process).
+    shutil.rmtree("/var/run/dpdk/spw-egress-%d" % os.getpid(), ignore_errors=True)
     check(ports == {"uplink", "backends"},
           "spillway run did not set up the memif ports dut-config.sh wrote; its log:\n%s"
           % "\n".join(log[-20:]))
