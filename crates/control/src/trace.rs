@@ -13,8 +13,8 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use dataplane::trace::{AddrMatch, OutcomeMatch, TraceFilter, TraceRecord};
-use dataplane::{DropReason, Explanation, Probe, Snapshot};
+use dataplane::trace::{AddrMatch, HeadMatch, OutcomeMatch, TraceFilter, TraceRecord};
+use dataplane::{DropReason, Probe, Snapshot};
 use wire::ip::proto;
 
 use crate::drain::Drained;
@@ -31,20 +31,8 @@ pub const MAX_SECONDS: u32 = 25;
 /// A parsed `trace` query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceQuery {
-    /// Source address or prefix.
-    pub src: Option<AddrMatch>,
-    /// Destination address or prefix.
-    pub dst: Option<AddrMatch>,
-    /// Either address.
-    pub host: Option<AddrMatch>,
-    /// IP protocol.
-    pub proto: Option<u8>,
-    /// Source port.
-    pub sport: Option<u16>,
-    /// Destination port.
-    pub dport: Option<u16>,
-    /// Either port.
-    pub port: Option<u16>,
+    /// What the packets carry.
+    pub head: HeadMatch,
     /// The forwarding rule, by name.
     pub rule: Option<String>,
     /// Which outcomes.
@@ -58,13 +46,7 @@ pub struct TraceQuery {
 impl Default for TraceQuery {
     fn default() -> Self {
         TraceQuery {
-            src: None,
-            dst: None,
-            host: None,
-            proto: None,
-            sport: None,
-            dport: None,
-            port: None,
+            head: HeadMatch::default(),
             rule: None,
             outcome: None,
             count: DEFAULT_COUNT,
@@ -123,13 +105,13 @@ impl TraceQuery {
                     .map_err(|_| format!("{k}={v:?}: not a port (0-65535)"))
             };
             match k {
-                "src" => q.src = Some(addr_match(k, v)?),
-                "dst" => q.dst = Some(addr_match(k, v)?),
-                "host" => q.host = Some(addr_match(k, v)?),
-                "proto" => q.proto = Some(crate::flows::parse_proto(v)?),
-                "sport" => q.sport = Some(port()?),
-                "dport" => q.dport = Some(port()?),
-                "port" => q.port = Some(port()?),
+                "src" => q.head.src = Some(addr_match(k, v)?),
+                "dst" => q.head.dst = Some(addr_match(k, v)?),
+                "host" => q.head.host = Some(addr_match(k, v)?),
+                "proto" => q.head.proto = Some(crate::flows::parse_proto(v)?),
+                "sport" => q.head.sport = Some(port()?),
+                "dport" => q.head.dport = Some(port()?),
+                "port" => q.head.port = Some(port()?),
                 "rule" => {
                     if v.is_empty() || !v.chars().all(|c| c.is_ascii_graphic()) {
                         return Err(format!("rule={:?}: not a rule name", short(v)));
@@ -165,8 +147,9 @@ impl TraceQuery {
                 _ => return Err(format!("unknown argument {:?}\n{USAGE}", short(k))),
             }
         }
-        if (q.sport.is_some() || q.dport.is_some() || q.port.is_some())
-            && q.proto.is_some_and(|p| p != proto::TCP && p != proto::UDP)
+        let h = &q.head;
+        if (h.sport.is_some() || h.dport.is_some() || h.port.is_some())
+            && h.proto.is_some_and(|p| p != proto::TCP && p != proto::UDP)
         {
             return Err("ports only go with tcp and udp".into());
         }
@@ -177,19 +160,16 @@ impl TraceQuery {
     pub fn to_command(&self) -> String {
         let mut c = "trace".to_owned();
         let m = |a: &AddrMatch| format!("{}/{}", a.addr, a.len);
-        for (k, v) in [("src", &self.src), ("dst", &self.dst), ("host", &self.host)] {
+        let h = &self.head;
+        for (k, v) in [("src", &h.src), ("dst", &h.dst), ("host", &h.host)] {
             if let Some(a) = v {
                 let _ = write!(c, " {k}={}", m(a));
             }
         }
-        if let Some(p) = self.proto {
+        if let Some(p) = h.proto {
             let _ = write!(c, " proto={p}");
         }
-        for (k, v) in [
-            ("sport", self.sport),
-            ("dport", self.dport),
-            ("port", self.port),
-        ] {
+        for (k, v) in [("sport", h.sport), ("dport", h.dport), ("port", h.port)] {
             if let Some(p) = v {
                 let _ = write!(c, " {k}={p}");
             }
@@ -233,13 +213,7 @@ impl TraceQuery {
             }
         };
         Ok(TraceFilter {
-            src: self.src,
-            dst: self.dst,
-            host: self.host,
-            proto: self.proto,
-            sport: self.sport,
-            dport: self.dport,
-            port: self.port,
+            head: self.head,
             children,
             outcome: self.outcome,
             count: self.count,
@@ -351,19 +325,7 @@ impl TracedPacket {
             dport: h.ports.map_or(0, |p| p.1),
             established: h.proto == proto::TCP && h.tcp_flags & 0x12 == 0x10,
         };
-        let e = Explanation {
-            verdict: r.verdict,
-            child: r.child,
-            service: r.service,
-            gateway: r.gateway,
-            hash: r.hash,
-            client_zone: r.client_zone,
-            entry: r.entry,
-            pick: r.pick,
-            backend: r.backend,
-            key: None,
-        };
-        let mut decision = Report::of(&probe, &e, snap, drained);
+        let mut decision = Report::of(&probe, &r.decision, snap, drained);
         if r.generation != snap.generation {
             decision.why.push(format!(
                 "decided with configuration generation {}; named here with generation {}",
@@ -466,8 +428,8 @@ mod tests {
         };
         assert_eq!(q.count, 5);
         assert_eq!(q.outcome, Some(OutcomeMatch::Drop(DropReason::NoBackend)));
-        assert_eq!(q.src.map(|s| s.len), Some(24));
-        assert_eq!(q.dst.map(|s| s.len), Some(32));
+        assert_eq!(q.head.src.map(|s| s.len), Some(24));
+        assert_eq!(q.head.dst.map(|s| s.len), Some(32));
         let line = q.to_command();
         assert_eq!(
             TraceQuery::parse(line.strip_prefix("trace").unwrap_or_default()),

@@ -16,14 +16,11 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
-use config::compiled::ZoneId;
 use crossbeam::queue::ArrayQueue;
-use flowtable::EntryFlags;
 
 use crate::counters::DropReason;
 use crate::pipeline::Verdict;
-use crate::pipeline::explain::EntryUse;
-use crate::snapshot::Pick;
+use crate::pipeline::explain::Explanation;
 
 /// Records a worker's queue holds between two drains of the management
 /// core.
@@ -69,10 +66,10 @@ pub enum OutcomeMatch {
     NotDropped,
 }
 
-/// Which packets a trace takes: every field set must match.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TraceFilter {
-    /// Source address or prefix (either end for `host`).
+/// What a packet must carry to be taken: every field set must match.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeadMatch {
+    /// Source address or prefix.
     pub src: Option<AddrMatch>,
     /// Destination address or prefix.
     pub dst: Option<AddrMatch>,
@@ -86,6 +83,13 @@ pub struct TraceFilter {
     pub dport: Option<u16>,
     /// Either port.
     pub port: Option<u16>,
+}
+
+/// Which packets a trace takes: every field set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceFilter {
+    /// What the packet carries.
+    pub head: HeadMatch,
     /// Child rules (indices into the snapshot's children) whose packets
     /// are taken: a rule's, resolved against snapshot `generation`.
     pub children: Option<(u32, Vec<usize>)>,
@@ -148,9 +152,9 @@ impl PacketHead {
     }
 }
 
-impl TraceFilter {
-    /// Whether a packet with `head` may be taken (before it is processed).
-    pub fn takes_head(&self, head: &PacketHead) -> bool {
+impl HeadMatch {
+    /// Whether a packet with `head` matches.
+    pub fn takes(&self, head: &PacketHead) -> bool {
         let addr = |m: &Option<AddrMatch>, a: Option<IpAddr>| match m {
             None => true,
             Some(m) => a.is_some_and(|a| m.contains(a)),
@@ -168,16 +172,24 @@ impl TraceFilter {
                 || port(self.port, head.ports.map(|p| p.0))
                 || port(self.port, head.ports.map(|p| p.1)))
     }
+}
+
+impl TraceFilter {
+    /// Whether a packet with `head` may be taken (before it is processed).
+    pub fn takes_head(&self, head: &PacketHead) -> bool {
+        self.head.takes(head)
+    }
 
     /// Whether a processed packet's record is kept.
     pub fn takes_record(&self, r: &TraceRecord) -> bool {
         let rule = match &self.children {
             None => true,
             Some((generation, children)) => {
-                *generation == r.generation && r.child.is_some_and(|c| children.contains(&c))
+                *generation == r.generation
+                    && r.decision.child.is_some_and(|c| children.contains(&c))
             }
         };
-        let outcome = match (self.outcome, r.verdict) {
+        let outcome = match (self.outcome, r.decision.verdict) {
             (None, _) => true,
             (Some(OutcomeMatch::AnyDrop), Verdict::Drop(_)) => true,
             (Some(OutcomeMatch::Drop(want)), Verdict::Drop(got)) => want == got,
@@ -189,7 +201,7 @@ impl TraceFilter {
 }
 
 /// One packet's decision, as each pass made it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceRecord {
     /// The worker.
     pub worker: u16,
@@ -199,58 +211,11 @@ pub struct TraceRecord {
     pub generation: u32,
     /// What it carried.
     pub head: PacketHead,
-    /// What became of it.
-    pub verdict: Verdict,
-    /// The child rule that took it.
-    pub child: Option<usize>,
-    /// The backend service.
-    pub service: Option<usize>,
-    /// The gateway endpoint it came from (gateway rules).
-    pub gateway: Option<usize>,
-    /// The flow hash.
-    pub hash: u64,
-    /// The client's zone (zonal affinity).
-    pub client_zone: Option<ZoneId>,
-    /// The flow entry it found.
-    pub entry: EntryUse,
-    /// A new pick's region, table and slot.
-    pub pick: Option<Pick>,
-    /// The backend it went to.
-    pub backend: Option<u32>,
+    /// The decision, as `simulate` explains one: its verdict the packet's
+    /// real one, its backend the one the packet went to.
+    pub decision: Explanation,
     /// Whether it created a flow entry.
     pub created: bool,
-}
-
-impl TraceRecord {
-    /// A record of a packet with `head`, nothing decided yet.
-    pub fn new(worker: u16, port: u16, generation: u32, head: PacketHead) -> TraceRecord {
-        TraceRecord {
-            worker,
-            port,
-            generation,
-            head,
-            verdict: Verdict::ToHost,
-            child: None,
-            service: None,
-            gateway: None,
-            hash: 0,
-            client_zone: None,
-            entry: EntryUse::None,
-            pick: None,
-            backend: None,
-            created: false,
-        }
-    }
-
-    /// Whether the entry found was an established TCP connection's.
-    pub fn established(&self) -> bool {
-        match self.entry {
-            EntryUse::Pinned { flags, .. } | EntryUse::Stale { flags, .. } => {
-                flags.contains(EntryFlags::ESTABLISHED)
-            }
-            EntryUse::None => false,
-        }
-    }
 }
 
 /// The trace shared by the management core and the workers.

@@ -264,14 +264,14 @@ proptest! {
         tracer.drain(&mut records);
         prop_assert_eq!(records.len(), plain.0.len());
         for (r, (v, _)) in records.iter().zip(&plain.0) {
-            prop_assert_eq!(r.verdict, *v);
+            prop_assert_eq!(r.decision.verdict, *v);
             // A forwarded packet of a rule names its backend; a new
             // entry is one the packet did not find followed.
             if *v == Verdict::Forward {
-                prop_assert!(r.backend.is_some() && r.child.is_some(), "{:?}", r);
+                prop_assert!(r.decision.backend.is_some() && r.decision.child.is_some(), "{:?}", r);
             }
             if r.created {
-                prop_assert!(!matches!(r.entry, EntryUse::Pinned { .. }), "{:?}", r);
+                prop_assert!(!matches!(r.decision.entry, EntryUse::Pinned { .. }), "{:?}", r);
             }
         }
     }
@@ -294,10 +294,13 @@ fn a_filter_takes_only_its_packets_and_only_its_count() {
     tracer.arm(
         1,
         TraceFilter {
-            src: Some(dataplane::trace::AddrMatch {
-                addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
-                len: 32,
-            }),
+            head: dataplane::trace::HeadMatch {
+                src: Some(dataplane::trace::AddrMatch {
+                    addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+                    len: 32,
+                }),
+                ..Default::default()
+            },
             count: 5,
             ..TraceFilter::default()
         },

@@ -106,28 +106,27 @@ impl Pipeline {
                     _ => *v = Verdict::Drop(crate::DropReason::FragmentFailed),
                 }
             }
-            let (Some(f), Some(e)) = (wanted, before) else {
+            let (Some(f), Some(mut e)) = (wanted, before) else {
                 continue;
             };
-            let port = u16::try_from(self.rx_port).unwrap_or(u16::MAX);
-            let mut rec = TraceRecord::new(self.worker_index, port, snap.generation, head);
-            rec.verdict = *v;
-            rec.child = e.child;
-            rec.service = e.service;
-            rec.gateway = e.gateway;
-            rec.hash = e.hash;
-            rec.client_zone = e.client_zone;
-            rec.entry = e.entry;
-            rec.pick = e.pick;
             // The entry as the packet left it: a new flow's, or the one it
             // followed.
             let after = e.key.and_then(|k| flows.lookup(&k, flows.hash(&k)));
-            rec.created = !matches!(e.entry, EntryUse::Pinned { .. }) && after.is_some();
-            rec.backend = match (rec.entry, after, rec.verdict) {
+            let created = !matches!(e.entry, EntryUse::Pinned { .. }) && after.is_some();
+            e.backend = match (e.entry, after, *v) {
                 (_, _, Verdict::Drop(_)) => None,
                 (EntryUse::Pinned { slot, .. }, ..) => Some(slot),
-                (_, Some(a), _) if rec.created => Some(a.entry.backend),
-                _ => e.backend,
+                (_, Some(a), _) if created => Some(a.entry.backend),
+                (..) => e.backend,
+            };
+            e.verdict = *v;
+            let rec = TraceRecord {
+                worker: self.worker_index,
+                port: u16::try_from(self.rx_port).unwrap_or(u16::MAX),
+                generation: snap.generation,
+                head,
+                decision: e,
+                created,
             };
             if f.takes_record(&rec) && tracer.take_one() {
                 tracer.push(usize::from(self.worker_index), rec);
