@@ -10,36 +10,24 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{read_pcap, write_pcap};
+use common::read_pcap;
 use wire::encap::{DecapConfig, parse_tunnel};
 
-/// A daemon of [`common::pcap_daemon_config`] whose uplink replays its
-/// queries without end (so that a tool attached later sees traffic) and
-/// whose backend port sends to no file, on hugepages under `prefix`.
+/// [`common::looping_pcap_daemon_config`] on hugepages under `prefix`, with
+/// DPDK's telemetry.
 fn config(dir: &Path, prefix: &str) -> String {
-    let d = dir.display();
-    let text = common::pcap_daemon_config(dir, "dns", false)
-        .replace(
-            &format!("rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
-            &format!("rx_pcap={d}/in.pcap,infinite_rx=1"),
-        )
-        .replace(
-            &format!("rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-            &format!("rx_pcap={d}/empty.pcap"),
-        )
+    let text = common::looping_pcap_daemon_config(dir, "dns")
         .replace(
             "\"--no-huge\", \"--no-shconf\", \"-m\", \"256\", ",
             &format!("\"--file-prefix={prefix}\", \"-m\", \"256\", "),
         )
         .replace("\"--no-telemetry\", ", "");
     assert!(
-        text.contains(&format!("--file-prefix={prefix}"))
-            && text.contains("infinite_rx")
-            && !text.contains("--no-telemetry"),
+        text.contains(&format!("--file-prefix={prefix}")) && !text.contains("--no-telemetry"),
         "{text}"
     );
     text
@@ -47,28 +35,38 @@ fn config(dir: &Path, prefix: &str) -> String {
 
 /// Runs `cmd` (at most `within`), its output; fails on a non-zero exit.
 fn run(cmd: &mut Command, within: Duration) -> String {
-    let (status, text, line) = run_status(cmd, within);
+    let (status, text, line) = run_status(cmd, within, None);
     assert!(status.success(), "{line}: {status:?}\n{text}");
     text
 }
 
-/// Runs `cmd` (at most `within`): its exit status, output and command line.
-fn run_status(cmd: &mut Command, within: Duration) -> (std::process::ExitStatus, String, String) {
+/// Runs `cmd` (at most `within`, `input` on its stdin): its exit status,
+/// output and command line.
+fn run_status(
+    cmd: &mut Command,
+    within: Duration,
+    input: Option<&str>,
+) -> (std::process::ExitStatus, String, String) {
+    use std::io::Write;
     let line = common::command_line(cmd);
-    let child = cmd
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{line}: {e}"));
+    // Closed once written (or at once): the tool sees the end of its input.
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        stdin.write_all(input.as_bytes()).expect("write");
+    }
     let pid = child.id();
-    let watchdog = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         std::thread::sleep(within);
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();
     });
     let out = child.wait_with_output().expect("wait");
-    drop(watchdog);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -77,37 +75,10 @@ fn run_status(cmd: &mut Command, within: Duration) -> (std::process::ExitStatus,
     (out.status, text, line)
 }
 
-/// Waits until the daemon's control socket answers `status`.
-fn wait_running(daemon: &mut common::Daemon, socket: &Path, log: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ok = Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(["status", "--socket", socket.to_str().expect("utf-8")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return;
-        }
-        if let Ok(Some(s)) = daemon.child.try_wait() {
-            panic!(
-                "spillway run exited: {s}\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(Instant::now() < deadline, "the daemon never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("spillway-capture-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
     let queries: Vec<Vec<u8>> = (0..64).map(common::dns_query).collect();
-    write_pcap(&dir.join("in.pcap"), &queries);
-    write_pcap(&dir.join("empty.pcap"), &[]);
+    let dir = common::pcap_daemon_dir("capture", &queries);
     let prefix = format!("spwcap{}", std::process::id());
     // Dropped after the daemon (declared before it): DPDK leaves its
     // runtime directory and hugepage files of the prefix behind.
@@ -117,7 +88,7 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
     let log = dir.join("daemon.log");
     let socket = dir.join("ctl.sock");
     let mut daemon = common::Daemon::start(&dir, &cfg, Some(&log));
-    wait_running(&mut daemon, &socket, &log);
+    daemon.wait_answering(&socket, &log);
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         logged.contains(&format!("dpdk-dumpcap --file-prefix={prefix}")),
@@ -246,6 +217,7 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
             .arg(format!("--file-prefix={prefix}"))
             .args(["--log-level=lib.eal:error", "--", "--stats"]),
         Duration::from_secs(30),
+        None,
     );
     {
         use std::os::unix::process::ExitStatusExt;
@@ -270,9 +242,12 @@ fn hugepages_dpdk_tools_capture_and_inspect_a_live_daemon() {
 
     // dpdk-telemetry.py: Spillway's commands listed beside DPDK's, and its
     // counters through them.
-    let mut py = Command::new("dpdk-telemetry.py");
-    py.args(["-f", &prefix]);
-    let answer = run_with_input(&mut py, "/\n/spillway/stats\n/spillway/status\n");
+    let (status, answer, line) = run_status(
+        Command::new("dpdk-telemetry.py").args(["-f", &prefix]),
+        Duration::from_secs(30),
+        Some("/\n/spillway/stats\n/spillway/status\n"),
+    );
+    assert!(status.success(), "{line}: {status:?}\n{answer}");
     assert!(
         answer.contains("\"/spillway/stats\"") && answer.contains("\"/ethdev/stats\""),
         "{answer}"
@@ -325,37 +300,4 @@ fn read_pcap_len(path: &Path) -> usize {
         n += 1;
     }
     n
-}
-
-/// Runs `cmd` with `input` on its stdin (at most 30 s), its output.
-fn run_with_input(cmd: &mut Command, input: &str) -> String {
-    use std::io::Write;
-    let line = common::command_line(cmd);
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{line}: {e}"));
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write");
-    let pid = child.id();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(30));
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    });
-    let out = child.wait_with_output().expect("wait");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{line}: {:?}\n{text}", out.status);
-    text
 }

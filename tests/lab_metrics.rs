@@ -18,23 +18,15 @@ use std::time::{Duration, Instant};
 
 use common::lab::{self, LAB_SH, Lab};
 
-/// Samples by series (`name{labels}`), from OpenMetrics text.
+/// Samples by series (`name{labels}`), from OpenMetrics text that ends as
+/// it must.
 fn parse(text: &str) -> BTreeMap<String, f64> {
     let body = text.split("\r\n\r\n").nth(1).unwrap_or(text);
     assert!(
         body.ends_with("# EOF\n"),
         "an OpenMetrics answer ends with # EOF:\n{body}"
     );
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, v) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l}"));
-            (
-                series.to_owned(),
-                v.parse().unwrap_or_else(|_| panic!("{l}")),
-            )
-        })
-        .collect()
+    lab::metric_samples(text)
 }
 
 fn scrape(lab: &Lab) -> (String, BTreeMap<String, f64>) {

@@ -176,18 +176,7 @@ fn daemon(m: &BTreeMap<String, f64>, family: &str) -> BTreeMap<String, f64> {
 
 /// The daemon's `/metrics`, by series.
 fn scrape(lab: &Lab) -> BTreeMap<String, f64> {
-    let text = lab.in_ns("lb", lab::metrics_here).join().expect("scrape");
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or(&text);
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, v) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l}"));
-            (
-                series.to_owned(),
-                v.parse().unwrap_or_else(|_| panic!("{l}")),
-            )
-        })
-        .collect()
+    lab::metric_samples(&lab.in_ns("lb", lab::metrics_here).join().expect("scrape"))
 }
 
 /// Waits (20 s at most, checking every 300 ms) until `ok` returns `Ok`;

@@ -10,27 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{read_pcap, write_pcap};
+use common::{read_pcap, spillway, text, write_pcap};
 use std::net::Ipv4Addr;
 use testkit::config::{endpoint_list, group, rule, service as service_table};
 use testkit::mutate::Mutator;
 use testkit::packet::{Packet, arp_request, v4};
 use wire::encap::{DecapConfig, parse_tunnel};
-
-fn spillway(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(args)
-        .output()
-        .expect("run spillway")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn config(dir: &Path, service: &str) -> String {
     common::pcap_daemon_config(dir, service, false)
@@ -263,28 +248,14 @@ fn the_daemon_forwards_reloads_and_stops_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// [`config`] with the uplink replaying `in.pcap` endlessly (M39's test
-/// needs traffic after the signal), nothing written (net_pcap drops what
-/// it sends without a tx file), and `[node] shutdown_drain = drain`.
+/// [`common::looping_pcap_daemon_config`] (M39's test needs traffic after
+/// the signal) with `[node] shutdown_drain = drain`.
 fn looping_config(dir: &Path, drain: &str) -> String {
-    let d = dir.display();
-    let text = config(dir, "dns")
-        .replace(
-            &format!("rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
-            &format!("rx_pcap={d}/in.pcap,infinite_rx=1"),
-        )
-        .replace(
-            &format!("rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-            &format!("rx_pcap={d}/empty.pcap"),
-        )
-        .replace(
-            "shutdown_drain = \"0s\"",
-            &format!("shutdown_drain = \"{drain}\""),
-        );
-    assert!(
-        text.contains("infinite_rx") && text.contains(&format!("\"{drain}\"")),
-        "{text}"
+    let text = common::looping_pcap_daemon_config(dir, "dns").replace(
+        "shutdown_drain = \"0s\"",
+        &format!("shutdown_drain = \"{drain}\""),
     );
+    assert!(text.contains(&format!("\"{drain}\"")), "{text}");
     text
 }
 

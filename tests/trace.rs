@@ -7,48 +7,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use common::write_pcap;
-
-fn spillway(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(args)
-        .output()
-        .expect("run spillway")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// The pcap daemon of `common`, its uplink replaying `in.pcap` without end.
-fn config(dir: &Path) -> String {
-    let d = dir.display();
-    let text = common::pcap_daemon_config(dir, "dns", false)
-        .replace(
-            &format!("rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
-            &format!("rx_pcap={d}/in.pcap,infinite_rx=1"),
-        )
-        .replace(
-            &format!("rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
-            &format!("rx_pcap={d}/empty.pcap"),
-        );
-    assert!(text.contains("infinite_rx"), "{text}");
-    text
-}
+use common::{spillway, text};
 
 #[test]
 fn trace_shows_live_decisions_for_the_packets_a_filter_takes() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("spillway-trace-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
     // Queries to the VIP, and datagrams to an address that is no VIP.
     let mut frames: Vec<Vec<u8>> = (0..32).map(common::dns_query).collect();
     frames.extend((0..8).map(|i| {
@@ -62,25 +27,14 @@ fn trace_shows_live_decisions_for_the_packets_a_filter_takes() {
         .macs(common::ROUTER_MAC, common::PCAP0_MAC)
         .frame()
     }));
-    write_pcap(&dir.join("in.pcap"), &frames);
-    write_pcap(&dir.join("empty.pcap"), &[]);
+    let dir = common::pcap_daemon_dir("trace", &frames);
     let cfg = dir.join("spillway.toml");
-    std::fs::write(&cfg, config(&dir)).expect("config");
+    std::fs::write(&cfg, common::looping_pcap_daemon_config(&dir, "dns")).expect("config");
     let log = dir.join("daemon.log");
     let mut daemon = common::Daemon::start(&dir, &cfg, Some(&log));
     let socket = dir.join("ctl.sock");
     let sock = socket.to_str().expect("utf-8").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !spillway(&["status", "--socket", &sock]).status.success() {
-        if let Ok(Some(s)) = daemon.child.try_wait() {
-            panic!(
-                "spillway run exited: {s}\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        assert!(Instant::now() < deadline, "the daemon never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    daemon.wait_answering(&socket, &log);
 
     // Five queries of one client port: rule, service, backend, entry.
     let o = spillway(&[

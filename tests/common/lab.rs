@@ -338,6 +338,22 @@ pub fn metrics_here() -> String {
     out
 }
 
+/// The samples of a `/metrics` answer (headers, then OpenMetrics text), by
+/// series (`name{labels}`).
+pub fn metric_samples(answer: &str) -> BTreeMap<String, f64> {
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or(answer);
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l}"));
+            (
+                series.to_owned(),
+                v.parse().unwrap_or_else(|_| panic!("{l}")),
+            )
+        })
+        .collect()
+}
+
 /// The answers of [`Lab::requests`] that are failures.
 pub fn failed(answers: &[String]) -> Vec<&String> {
     answers.iter().filter(|a| a.starts_with("FAILED")).collect()

@@ -288,6 +288,55 @@ pub fn pcap_daemon_config(dir: &std::path::Path, service: &str, watch: bool) -> 
         .build()
 }
 
+/// `spillway ARGS` (the binary under test), its output.
+pub fn spillway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(args)
+        .output()
+        .expect("run spillway")
+}
+
+/// An output's stdout, then its stderr, as text.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A fresh directory for one test's daemon (its configuration, pcaps,
+/// socket, log), holding `in.pcap` with `frames` and an empty `empty.pcap`.
+pub fn pcap_daemon_dir(name: &str, frames: &[Vec<u8>]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    write_pcap(&dir.join("in.pcap"), frames);
+    write_pcap(&dir.join("empty.pcap"), &[]);
+    dir
+}
+
+/// [`pcap_daemon_config`] with the uplink replaying `in.pcap` without end
+/// (a tool or query started later still sees traffic) and nothing written
+/// (net_pcap drops what it sends without a tx file).
+pub fn looping_pcap_daemon_config(dir: &std::path::Path, service: &str) -> String {
+    let d = dir.display();
+    let text = pcap_daemon_config(dir, service, false)
+        .replace(
+            &format!("rx_pcap={d}/in.pcap,tx_pcap={d}/up-out.pcap"),
+            &format!("rx_pcap={d}/in.pcap,infinite_rx=1"),
+        )
+        .replace(
+            &format!("rx_pcap={d}/empty.pcap,tx_pcap={d}/out.pcap"),
+            &format!("rx_pcap={d}/empty.pcap"),
+        );
+    assert!(
+        text.contains("infinite_rx") && !text.contains("out.pcap"),
+        "{text}"
+    );
+    text
+}
+
 /// A daemon a test started, killed when the test ends however it ends,
 /// and its directory removed.
 pub struct Daemon {
@@ -315,6 +364,28 @@ impl Daemon {
         Daemon {
             child: cmd.spawn().expect("start spillway run"),
             dir: dir.to_owned(),
+        }
+    }
+}
+
+impl Daemon {
+    /// Waits (30 s at most) until its control socket at `socket` answers
+    /// `status`; fails with its log (`log`) if it exits first.
+    pub fn wait_answering(&mut self, socket: &std::path::Path, log: &std::path::Path) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let socket = socket.to_str().expect("utf-8");
+        while !spillway(&["status", "--socket", socket]).status.success() {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                panic!(
+                    "spillway run exited: {s}\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the daemon never answered"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 }
