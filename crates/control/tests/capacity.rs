@@ -148,51 +148,31 @@ impl Offer {
     /// Offers `pps[i]` new one-packet UDP flows a second to rule `i`'s VIP
     /// for `d`, interleaved tick by tick; what each rule's flows reached.
     fn run(&mut self, pps: [f64; 2], d: Duration) -> [Delivered; 2] {
-        let period = self.w.period;
-        let steps = (d.as_secs_f64() / period.as_secs_f64()).round() as usize;
         let mut got = [Delivered::default(); 2];
-        for _ in 0..steps {
-            let mut due = [0usize; 2];
-            for i in 0..2 {
-                self.carry[i] += pps[i] * period.as_secs_f64();
-                let n = self.carry[i].floor();
-                self.carry[i] -= n;
-                due[i] = n as usize;
-            }
-            // Alternate the rules within the tick, as their clients would.
-            while due.iter().any(|&n| n > 0) {
-                for (i, vip) in [VIP_A, VIP_B].into_iter().enumerate() {
-                    if due[i] == 0 {
-                        continue;
-                    }
-                    due[i] -= 1;
-                    let r = self.rng.next();
-                    let f = Flow {
-                        client: Ipv4Addr::new(
-                            100,
-                            64 | (r >> 58) as u8,
-                            (r >> 8) as u8,
-                            (r >> 16) as u8,
-                        ),
-                        sport: 1024 + ((r >> 24) as u16 % 60000),
-                        vip,
-                        dport: 53,
-                        udp: true,
-                    };
-                    let to = self.w.send(&f, true).addr();
-                    if let Some(a) = to {
-                        *self.hits.entry(a).or_default() += 1;
-                    }
-                    match to {
-                        Some(IpAddr::V4(a)) if a.octets()[1] == 1 => got[i].near += 1.0,
-                        Some(_) => got[i].far += 1.0,
-                        None => got[i].dropped += 1.0,
-                    }
+        let hits = &mut self.hits;
+        let secs = self.w.offer(
+            &mut self.rng,
+            &mut self.carry,
+            pps,
+            d,
+            |i, r| Flow {
+                client: Ipv4Addr::new(100, 64 | (r >> 58) as u8, (r >> 8) as u8, (r >> 16) as u8),
+                sport: 1024 + ((r >> 24) as u16 % 60000),
+                vip: [VIP_A, VIP_B][i],
+                dport: 53,
+                udp: true,
+            },
+            |i, to| {
+                if let Some(a) = to {
+                    *hits.entry(a).or_default() += 1;
                 }
-            }
-            self.w.advance(period);
-        }
-        let secs = d.as_secs_f64();
+                match to {
+                    Some(IpAddr::V4(a)) if a.octets()[1] == 1 => got[i].near += 1.0,
+                    Some(_) => got[i].far += 1.0,
+                    None => got[i].dropped += 1.0,
+                }
+            },
+        );
         got.map(|g| Delivered {
             near: g.near / secs,
             far: g.far / secs,

@@ -107,41 +107,25 @@ impl Offer {
     /// Offers `pps[z]` new one-packet flows a second from clients of zone
     /// `z` (0: a, 1: b) for `d`; where each zone's flows went.
     fn run(&mut self, pps: [f64; 2], d: Duration) -> [Went; 2] {
-        let period = self.w.period;
-        let steps = (d.as_secs_f64() / period.as_secs_f64()).round() as usize;
         let mut got = [Went::default(); 2];
-        for _ in 0..steps {
-            let mut due = [0usize; 2];
-            for z in 0..2 {
-                self.carry[z] += pps[z] * period.as_secs_f64();
-                let n = self.carry[z].floor();
-                self.carry[z] -= n;
-                due[z] = n as usize;
-            }
-            while due.iter().any(|&n| n > 0) {
-                for z in 0..2 {
-                    if due[z] == 0 {
-                        continue;
-                    }
-                    due[z] -= 1;
-                    let r = self.rng.next();
-                    let f = Flow {
-                        client: Ipv4Addr::new(100, 64 + z as u8, (r >> 8) as u8, (r >> 16) as u8),
-                        sport: 1024 + ((r >> 24) as u16 % 60000),
-                        vip: VIP,
-                        dport: 53,
-                        udp: true,
-                    };
-                    match self.w.send(&f, true).addr() {
-                        Some(IpAddr::V4(a)) if a.octets()[1] == 1 => got[z].to_a += 1.0,
-                        Some(_) => got[z].to_b += 1.0,
-                        None => got[z].dropped += 1.0,
-                    }
-                }
-            }
-            self.w.advance(period);
-        }
-        let secs = d.as_secs_f64();
+        let secs = self.w.offer(
+            &mut self.rng,
+            &mut self.carry,
+            pps,
+            d,
+            |z, r| Flow {
+                client: Ipv4Addr::new(100, 64 + z as u8, (r >> 8) as u8, (r >> 16) as u8),
+                sport: 1024 + ((r >> 24) as u16 % 60000),
+                vip: VIP,
+                dport: 53,
+                udp: true,
+            },
+            |z, to| match to {
+                Some(IpAddr::V4(a)) if a.octets()[1] == 1 => got[z].to_a += 1.0,
+                Some(_) => got[z].to_b += 1.0,
+                None => got[z].dropped += 1.0,
+            },
+        );
         got.map(|g| Went {
             to_a: g.to_a / secs,
             to_b: g.to_b / secs,

@@ -531,6 +531,47 @@ impl World {
         }
     }
 
+    /// Offers `pps[i]` new one-packet flows a second of stream `i` for
+    /// `d`, tick by tick, the streams interleaved within a tick as their
+    /// clients would be; a stream's fractions of a flow carry to the next
+    /// tick (and the next call) in `carry`. `flow(i, r)` makes stream `i`'s
+    /// next flow from a word `r` of `rng`; `went(i, to)` hears where it
+    /// went. Returns the seconds offered.
+    #[allow(clippy::cast_sign_loss, clippy::cast_precision_loss)] // rates and counts are small and positive
+    pub fn offer<const N: usize>(
+        &mut self,
+        rng: &mut Rng,
+        carry: &mut [f64; N],
+        pps: [f64; N],
+        d: Duration,
+        mut flow: impl FnMut(usize, u64) -> Flow,
+        mut went: impl FnMut(usize, Option<IpAddr>),
+    ) -> f64 {
+        let period = self.period;
+        let steps = (d.as_secs_f64() / period.as_secs_f64()).round() as usize;
+        for _ in 0..steps {
+            let mut due = [0usize; N];
+            for ((due, carry), pps) in due.iter_mut().zip(carry.iter_mut()).zip(pps) {
+                *carry += pps * period.as_secs_f64();
+                let n = carry.floor();
+                *carry -= n;
+                *due = n as usize;
+            }
+            while due.iter().any(|&n| n > 0) {
+                for (i, due) in due.iter_mut().enumerate() {
+                    if *due == 0 {
+                        continue;
+                    }
+                    *due -= 1;
+                    let f = flow(i, rng.next());
+                    went(i, self.send(&f, true).addr());
+                }
+            }
+            self.advance(period);
+        }
+        d.as_secs_f64()
+    }
+
     /// Opens `n` TCP flows to `vip`:80 from random clients (SYN, then one
     /// data packet); returns each with its backend.
     pub fn open(&mut self, n: usize, vip: &str, port: u16) -> Vec<(Flow, Option<IpAddr>)> {
