@@ -40,6 +40,7 @@ PACKAGES=(
     python3-yaml          # tests/monitoring.rs reads scripts/deploy/prometheus's rules and their unit tests
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
+    keepalived            # keepalived: the VRRPv3 peer of tests/lab_vrrp.rs
     nftables              # nft: scripts/lab-bgp.sh `capacity` counts the packets reaching each backend (tests/lab_bgp.rs)
     lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts
     shellcheck            # tests/shellcheck.rs checks every shell script
@@ -64,6 +65,12 @@ if ((${#missing[@]})); then
     if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
         say "stopping and disabling prometheus.service (the tests run their own Prometheus)"
         as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    fi
+    # Likewise keepalived: the VRRP lab runs its own in a namespace; the
+    # package's service would speak VRRP on this machine's own interfaces.
+    if [[ " ${missing[*]} " == *" keepalived "* ]] && [ -d /run/systemd/system ]; then
+        say "stopping and disabling keepalived.service (the VRRP lab runs its own)"
+        as_root systemctl disable --now keepalived.service >/dev/null 2>&1 || true
     fi
 else
     say "Debian packages present"
