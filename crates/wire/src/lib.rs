@@ -61,6 +61,7 @@ pub mod packet;
 pub mod reply;
 pub mod tcp;
 pub mod udp;
+pub mod vrrp;
 pub mod vxlan;
 
 pub use error::{BufError, DecapError, EncapError, NdpError, ParseError, ReplyError};
