@@ -189,6 +189,7 @@ fn daemon_model(
             let inputs = Inputs {
                 flows: &flows,
                 sightings: Vec::new(),
+                vrrp: Vec::new(),
                 counters: &|| counters.clone(),
                 sync_queue: None,
             };

@@ -64,6 +64,48 @@ pub struct Config {
     /// rules that give no `vips` get theirs from these.
     #[serde(default)]
     pub availability_groups: Vec<AvailabilityGroup>,
+    /// VRRP version 3 groups (`[[vrrp]]`): VIPs failed over on one L2
+    /// segment without a router; absent: every VIP is served always.
+    #[serde(default)]
+    pub vrrp: Vec<Vrrp>,
+}
+
+/// `[[vrrp]]`: one VRRPv3 virtual router (RFC 5798).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vrrp {
+    /// Virtual router ID, 1–255, the same on every node of the group.
+    pub vrid: u8,
+    /// The data port (by name) the group runs on.
+    pub port: String,
+    /// This node's priority, 1–254 (255 is the addresses' owner, which a
+    /// load balancer never is); higher wins. Default 100.
+    #[serde(default = "d_vrrp_priority")]
+    pub priority: u8,
+    /// Between two advertisements of the master: 100 ms to 40.95 s, in
+    /// whole centiseconds (the field is 12 bits of centiseconds). Default
+    /// `"1s"`.
+    #[serde(default = "d_vrrp_interval")]
+    pub advert_interval: Duration,
+    /// Whether this node takes over from a master of lower priority.
+    /// Default true.
+    #[serde(default = "d_true")]
+    pub preempt: bool,
+    /// The group's VIPs: single-address VIPs of this file's rules, all of
+    /// one IP version.
+    pub vips: Vec<IpAddr>,
+    /// The only addresses advertisements are taken from (the other nodes'
+    /// addresses on the port); empty (default): any sender on the link.
+    #[serde(default)]
+    pub peers: Vec<IpAddr>,
+}
+
+fn d_vrrp_priority() -> u8 {
+    100
+}
+
+fn d_vrrp_interval() -> Duration {
+    Duration(std::time::Duration::from_secs(1))
 }
 
 /// `[[availability_groups]]`: what an availability group allocates from.

@@ -174,6 +174,8 @@ fn documented(reference: &str) -> BTreeSet<String> {
             continue;
         };
         if let Some(h) = header(text) {
+            // A commented-out table documents itself and its keys below.
+            out.insert(h.clone());
             commented = Some(h);
             continue;
         }

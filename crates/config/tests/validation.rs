@@ -84,6 +84,14 @@ fn regions_and_zones() -> String {
     )
 }
 
+/// An uplink `up` at 10.0.0.2/24 and a VRRP group on it for the rule's VIP
+/// with `fields` (the VRID first), then `more` (further groups).
+fn vrrp(fields: &str, more: &str) -> String {
+    format!(
+        "[[ports]]\nname = \"up\"\ndevice = \"d\"\nrole = \"uplink\"\naddresses = [\"10.0.0.2/24\"]\n[[vrrp]]\n{fields}port = \"up\"\nvips = [\"10.0.0.10\"]\n{more}"
+    )
+}
+
 struct Case {
     name: &'static str,
     text: String,
@@ -320,6 +328,18 @@ fn cases() -> Vec<Case> {
         case("no neighbour probes", with("[neighbours]\nprobes = 0 #!\n"), "neighbours.probes", "out of range 1-20"),
         case("zero reachable time", with("[neighbours]\nreachable = \"0s\" #!\n"), "neighbours.reachable", "longer than 0"),
         case("failed retry shorter than retransmit", with("[neighbours]\nretransmit = \"2s\"\nfailed_retry = \"1s\" #!\n"), "neighbours.failed_retry", "at least neighbours.retransmit"),
+        // ---- VRRP ----
+        case("VRRP VRID 0", with(&vrrp("vrid = 0 #!\n", "")), "vrrp[0].vrid", "a virtual router ID is 1 to 255"),
+        case("VRRP owner priority", with(&vrrp("vrid = 51\npriority = 255 #!\n", "")), "vrrp[0].priority", "priority 255 is not 1 to 254"),
+        case("VRRP interval too short", with(&vrrp("vrid = 51\nadvert_interval = \"50ms\" #!\n", "")), "vrrp[0].advert_interval", "from 100ms to 40.95s"),
+        case("VRRP interval not in centiseconds", with(&vrrp("vrid = 51\nadvert_interval = \"105ms\" #!\n", "")), "vrrp[0].advert_interval", "not a whole number of centiseconds"),
+        case("VRRP on no port", with(&vrrp("vrid = 51\n", "").replace("port = \"up\"", "port = \"nope\" #!")), "vrrp[0].port", "no port is named \"nope\""),
+        case("VRRP VIP of no rule", with(&vrrp("vrid = 51\n", "").replace("vips = [\"10.0.0.10\"]", "vips = [\"10.0.0.99\"] #!")), "vrrp[0].vips", "10.0.0.99 is no single-address VIP of a forwarding rule"),
+        case("VRRP group of two IP versions", with(&vrrp("vrid = 51\n", "").replace("vips = [\"10.0.0.10\"]", "vips = [\"10.0.0.10\", \"2001:db8::10\"] #!")), "vrrp[0].vips", "2001:db8::10 is not of the IP version of 10.0.0.10"),
+        case("VRRP VIP in two groups", with(&vrrp("vrid = 51\n", "[[vrrp]]\nvrid = 52\nport = \"up\"\nvips = [\"10.0.0.10\"] #!\n")), "vrrp[1].vips", "10.0.0.10 is already in the group of VRID 51"),
+        case("VRRP VRID twice on a port", with(&vrrp("vrid = 51\n", "[[vrrp]]\nvrid = 51 #!\nport = \"up\"\nvips = [\"10.0.0.11\"]\n")).replacen("vips = [\"10.0.0.10\"]\nprotocol", "vips = [\"10.0.0.10\", \"10.0.0.11\"]\nprotocol", 1), "vrrp[1].vrid", "VRID 51 of IPv4 is already a group on port \"up\""),
+        case("VRRP VIP also announced by BGP", with(&format!("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 65001\n{}", vrrp("vrid = 51\n", "").replace("vips = [\"10.0.0.10\"]", "vips = [\"10.0.0.10\"] #!"))), "vrrp[0].vips", "10.0.0.10 is announced by [bgp], which announces every VIP"),
+        case("VRRP peer of the other IP version", with(&vrrp("vrid = 51\npeers = [\"2001:db8::3\"] #!\n", "")), "vrrp[0].peers[0]", "2001:db8::3 is not of the group's IP version"),
         // ---- BGP, flow sync, control ----
         case("reserved local ASN", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"/run/bird/bird.ctl\"\nlocal_asn = 0 #!\n"), "bgp.local_asn", "AS 0 is reserved"),
         case("BIRD socket not a path", with("[bgp]\nspeaker = \"bird\"\ncontrol = \"127.0.0.1:179\" #!\nlocal_asn = 65001\n"), "bgp.control", "absolute path"),

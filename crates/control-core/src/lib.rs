@@ -41,6 +41,7 @@ pub mod report;
 pub mod scripted;
 pub mod sync;
 pub mod transitions;
+pub mod vrrp;
 
 pub use crate::core::{
     Ageing, BuiltTables, Core, DrainError, FlowUse, INLINE_TABLE_SLOTS, Inputs, Output, Probes,

@@ -105,6 +105,11 @@ pub struct Status {
     pub neighbours: Vec<Neighbour>,
     /// Neighbour resolution's totals (`null`: no next hop, nothing seen).
     pub neighbour_totals: Option<NeighbourTotals>,
+    /// VRRP groups (`[[vrrp]]`).
+    pub vrrp: Vec<VrrpGroup>,
+    /// VRRP advertisements refused before reaching a group's state
+    /// machine, by reason (`null` without `[[vrrp]]`).
+    pub vrrp_refused: Option<std::collections::BTreeMap<&'static str, u64>>,
     /// `remote_rule` groups' verdicts.
     pub remote_rules: Vec<RemoteRule>,
     /// Health-checked endpoints.
@@ -363,6 +368,37 @@ pub struct Neighbour {
     pub mac: Option<String>,
 }
 
+/// A VRRP group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VrrpGroup {
+    /// Virtual router ID.
+    pub vrid: u8,
+    /// `IPv4` or `IPv6`.
+    pub family: &'static str,
+    /// The port it runs on.
+    pub port: usize,
+    /// `initialize`, `backup` or `master`.
+    pub state: &'static str,
+    /// Seconds in that state.
+    pub since_s: f64,
+    /// The priority it advertises now.
+    pub priority: u8,
+    /// The priority configured.
+    pub configured_priority: u8,
+    /// Why it advertises below it (`null`: it does not).
+    pub unfit: Option<&'static str>,
+    /// The master as last heard (`null`: this node, or none heard).
+    pub master: Option<IpAddr>,
+    /// Its VIPs.
+    pub vips: Vec<IpAddr>,
+    /// Advertisements sent.
+    pub sent: u64,
+    /// Advertisements taken.
+    pub received: u64,
+    /// Times it became master.
+    pub became_master: u64,
+}
+
 /// Neighbour resolution's totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct NeighbourTotals {
@@ -607,6 +643,35 @@ impl Display for Status {
                 "neighbours: {} resolved, {} failed, {} MAC changes, {} sightings of others ignored",
                 n.resolved, n.failed, n.mac_changes, n.ignored
             );
+        }
+        for g in &self.vrrp {
+            let master = match (g.state, g.master) {
+                ("backup", Some(m)) => format!(", master {m}"),
+                _ => String::new(),
+            };
+            let unfit = g
+                .unfit
+                .map(|u| format!(" ({u}; configured {})", g.configured_priority))
+                .unwrap_or_default();
+            let vips: Vec<String> = g.vips.iter().map(IpAddr::to_string).collect();
+            let _ = writeln!(
+                out,
+                "vrrp vrid {} ({}) on port {}: {}{master} for {:.1} s, priority {}{unfit}; VIPs {}; {} advertisements sent, {} received, master {} times",
+                g.vrid,
+                g.family,
+                g.port,
+                g.state,
+                g.since_s,
+                g.priority,
+                vips.join(", "),
+                g.sent,
+                g.received,
+                g.became_master
+            );
+        }
+        if let Some(r) = &self.vrrp_refused {
+            let parts: Vec<String> = r.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(out, "vrrp advertisements refused: {}", parts.join(", "));
         }
         if let Some(s) = self.shutting_down_s {
             let _ = writeln!(out, "shutting down, {s} s left");

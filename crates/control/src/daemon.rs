@@ -609,12 +609,18 @@ impl Manager {
             .take(dataplane::neighbour::SIGHTINGS)
             .map(|s| (usize::from(s.port), s.ip, s.mac))
             .collect();
+        // VRRP advertisements workers copied (at most a queue's worth).
+        let vrrp: Vec<_> = std::iter::from_fn(|| q.vrrp.pop())
+            .take(dataplane::neighbour::VRRP_QUEUE)
+            .map(|f| (usize::from(f.port), f.bytes().to_vec()))
+            .collect();
         let shared = self.shared.clone();
         let children = shared.snapshot.load().compiled.children.len();
         let counters = || sum_published(&shared, children);
         let inputs = Inputs {
             flows: &shared.flows,
             sightings,
+            vrrp,
             counters: &counters,
             sync_queue: shared.flow_sync.as_deref(),
         };
@@ -795,6 +801,7 @@ impl Manager {
             },
         );
         metrics::neighbours(&mut x, core.neighbours(), &snap);
+        metrics::vrrp(&mut x, core.vrrp());
         metrics::drain(&mut x, core.drained(), core.shutting_down());
         metrics::sync(&mut x, core.sync_counters());
         metrics::cluster(&mut x, &core.cluster());

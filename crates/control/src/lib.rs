@@ -51,7 +51,7 @@ pub use control_core::core::{
     rule_states_text, watch_refusal,
 };
 pub use control_core::{
-    announce, balance, cluster, core, neighbours, ports, scripted, sync, transitions,
+    announce, balance, cluster, core, neighbours, ports, scripted, sync, transitions, vrrp,
 };
 
 pub use crate::scripted::{Recorder, ScriptedProbes};

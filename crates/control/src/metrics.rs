@@ -713,6 +713,63 @@ pub fn config(x: &mut Exposition, s: &ConfigState<'_>) {
     }
 }
 
+/// VRRP (`[[vrrp]]`): each group's state and priority, what it sent and
+/// took, and the advertisements refused by reason.
+pub fn vrrp(x: &mut Exposition, v: &crate::vrrp::Vrrp) {
+    if v.groups().is_empty() {
+        return;
+    }
+    let labels = |g: &crate::vrrp::Group| {
+        vec![
+            ("vrid", g.spec().vrid.to_string()),
+            (
+                "family",
+                if g.spec().src.is_ipv4() {
+                    "ipv4"
+                } else {
+                    "ipv6"
+                }
+                .to_owned(),
+            ),
+        ]
+    };
+    x.gauge(
+        "vrrp_state",
+        "VRRP group state: 0 initialize, 1 backup, 2 master.",
+        v.groups().iter().map(|g| (labels(g), g.state().gauge())),
+    );
+    x.gauge(
+        "vrrp_priority",
+        "The priority the VRRP group advertises now (1 while the node is drained or its rules unhealthy).",
+        v.groups().iter().map(|g| (labels(g), g.priority())),
+    );
+    x.counter(
+        "vrrp_adverts_sent_total",
+        "VRRP advertisements sent.",
+        v.groups().iter().map(|g| (labels(g), g.counts.sent)),
+    );
+    x.counter(
+        "vrrp_adverts_received_total",
+        "VRRP advertisements taken by the group.",
+        v.groups().iter().map(|g| (labels(g), g.counts.received)),
+    );
+    x.counter(
+        "vrrp_became_master_total",
+        "Times the VRRP group became master.",
+        v.groups()
+            .iter()
+            .map(|g| (labels(g), g.counts.became_master)),
+    );
+    x.counter(
+        "vrrp_adverts_refused_total",
+        "VRRP advertisements refused, by reason.",
+        crate::vrrp::Refusal::ALL
+            .iter()
+            .zip(v.refused)
+            .map(|(r, n)| (vec![("reason", r.label().to_owned())], n)),
+    );
+}
+
 /// Neighbour resolution (M47): each next hop's state, what the table did,
 /// and which backends are ineligible for want of a MAC.
 pub fn neighbours(

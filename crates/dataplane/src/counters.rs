@@ -340,6 +340,10 @@ drop_reasons! {
     /// is to one of this node's VIPs or own addresses: a gateway endpoint's
     /// traffic passes through the node, it never reaches it.
     GatewayTunnelToNode => "gateway_tunnel_to_node",
+    /// To a VIP of a VRRP group this node is not master of: the master
+    /// serves it; a client still sending here has a stale ARP or
+    /// neighbour cache.
+    VrrpBackup => "vrrp_backup",
 }
 
 counters! {
@@ -516,6 +520,13 @@ counters! {
             /// them, or the outbox to the workers was full).
             nbr_send_failed: stats " (failed {})",
                 metric "neighbour_frames_failed_total" "ARP/NDP requests and announcements that could not be sent.";
+            /// VRRP advertisements on a VRRP port whose copy was handed to
+            /// the management core (the frame itself goes to the host).
+            vrrp_frames: stats "; {} vrrp advertisements",
+                metric "vrrp_frames_total" "VRRP advertisements handed to the management core.";
+            /// Those lost because the queue to the management core was full.
+            vrrp_frames_lost: stats " (lost {})",
+                metric "vrrp_frames_lost_total" "VRRP advertisements lost to a full queue.";
         ];
         /// The worker loop's own work (per-worker metrics; not in `stats`).
         const LOOP = [
@@ -770,6 +781,8 @@ mod tests {
             nbr_sightings_lost: 44,
             nbr_sent: 45,
             nbr_send_failed: 46,
+            vrrp_frames: 59,
+            vrrp_frames_lost: 60,
             from_host_dropped: 50,
             vip_probes: 57,
             vip_probes_dropped: 58,
@@ -858,8 +871,13 @@ mod tests {
             );
         }
         want += &format!(
-            "neighbours: {} sightings (lost {}); {} frames sent (failed {})\n",
-            c.nbr_sightings, c.nbr_sightings_lost, c.nbr_sent, c.nbr_send_failed
+            "neighbours: {} sightings (lost {}); {} frames sent (failed {}); {} vrrp advertisements (lost {})\n",
+            c.nbr_sightings,
+            c.nbr_sightings_lost,
+            c.nbr_sent,
+            c.nbr_send_failed,
+            c.vrrp_frames,
+            c.vrrp_frames_lost
         );
         assert_eq!(c.stats(99, ["a-ag0", "b-ag1"]), want);
     }
@@ -939,6 +957,8 @@ mod tests {
                 ("neighbour_sightings_lost_total", c.nbr_sightings_lost),
                 ("neighbour_frames_sent_total", c.nbr_sent),
                 ("neighbour_frames_failed_total", c.nbr_send_failed),
+                ("vrrp_frames_total", c.vrrp_frames),
+                ("vrrp_frames_lost_total", c.vrrp_frames_lost),
             ]
         );
     }
@@ -1042,6 +1062,6 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
         }
-        assert_eq!(DropReason::ALL.len(), 51);
+        assert_eq!(DropReason::ALL.len(), 52);
     }
 }

@@ -12,7 +12,12 @@
 //!   small fixed-size frames; each worker pass pops a few and sends them on
 //!   their port in buffers from [`PacketIo::alloc`].
 //!
-//! Only ARP/NDP frames (never the fast path) are looked at here.
+//! - **vrrp**: VRRP advertisements arriving on a data port, copied whole
+//!   for the management core's VRRP groups (which parse and check them);
+//!   the frame itself goes to the host like other control traffic. A full
+//!   queue loses the copy (counted).
+//!
+//! Only ARP/NDP and VRRP frames (never the fast path) are looked at here.
 
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
@@ -24,8 +29,13 @@ use wire::ethernet::MacAddr;
 
 use crate::counters::WorkerCounters;
 
-/// Largest frame the outbox carries (an NDP frame with a VLAN tag fits).
-pub const FRAME_MAX: usize = 128;
+/// Largest frame the outbox and the VRRP queue carry: a VRRP advertisement
+/// of as many VIPs as validation lets a group have; ARP and NDP frames are
+/// far shorter.
+pub const FRAME_MAX: usize = wire::vrrp::FRAME_MAX;
+/// VRRP advertisements queued at most (groups advertise every 100 ms at
+/// the fastest; a flood beyond this is lost and counted).
+pub const VRRP_QUEUE: usize = 64;
 /// Sightings queued at most (a few bursts' worth).
 pub const SIGHTINGS: usize = 1024;
 /// Frames queued at most for the workers to send.
@@ -50,7 +60,7 @@ pub struct Sighting {
 pub struct OutFrame {
     /// The port (index in `[[ports]]`).
     pub port: u16,
-    len: u8,
+    len: u16,
     data: [u8; FRAME_MAX],
 }
 
@@ -61,7 +71,7 @@ impl OutFrame {
         data.get_mut(..frame.len())?.copy_from_slice(frame);
         Some(OutFrame {
             port: u16::try_from(port).ok()?,
-            len: u8::try_from(frame.len()).ok()?,
+            len: u16::try_from(frame.len()).ok()?,
             data,
         })
     }
@@ -82,6 +92,8 @@ pub struct NeighbourQueues {
     /// Frames the management core could not queue (a full outbox), counted
     /// with the workers' failed sends (`nbr_send_failed`).
     pub outbox_lost: AtomicU64,
+    /// From workers: VRRP advertisements received, with their port.
+    pub vrrp: ArrayQueue<OutFrame>,
 }
 
 impl Default for NeighbourQueues {
@@ -90,6 +102,7 @@ impl Default for NeighbourQueues {
             sightings: ArrayQueue::new(SIGHTINGS),
             outbox: ArrayQueue::new(OUTBOX),
             outbox_lost: AtomicU64::new(0),
+            vrrp: ArrayQueue::new(VRRP_QUEUE),
         }
     }
 }
@@ -113,6 +126,19 @@ impl NeighbourQueues {
         match self.sightings.push(s) {
             Ok(()) => counters.nbr_sightings += 1,
             Err(_) => counters.nbr_sightings_lost += 1,
+        }
+    }
+
+    /// Hands a copy of the VRRP advertisement `frame`, received on `port`,
+    /// to the management core. Never waits: a full queue, or a frame longer
+    /// than [`FRAME_MAX`] (more VIPs than a group may have), is counted
+    /// lost.
+    pub fn observe_vrrp(&self, port: usize, frame: &[u8], counters: &mut WorkerCounters) {
+        let taken = OutFrame::new(port, frame).is_some_and(|f| self.vrrp.push(f).is_ok());
+        if taken {
+            counters.vrrp_frames += 1;
+        } else {
+            counters.vrrp_frames_lost += 1;
         }
     }
 

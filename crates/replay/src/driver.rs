@@ -344,6 +344,9 @@ impl Mgmt {
             // `--neighbour`: the next hop answers every tick (so it never
             // ages out).
             sightings: neighbour_answers(&self.core, &self.neighbours),
+            // A capture is replayed by one node: no VRRP peer speaks, so
+            // each group takes over after its master-down interval.
+            vrrp: Vec::new(),
             counters: &|| counters.clone(),
             sync_queue: None,
         };

@@ -448,6 +448,7 @@ fn settings(cfg: &Config) -> Settings {
         exception_for: exception_for(&cfg.ports),
         bgp: cfg.bgp.clone(),
         flow_sync: cfg.flow_sync.clone(),
+        vrrp: cfg.vrrp.clone(),
         flow_sync_key: cfg.flow_sync.as_ref().and_then(|f| f.resolve_key().ok()),
         metrics: cfg.metrics.clone(),
         control: cfg.control.clone(),

@@ -251,6 +251,8 @@ pub struct Settings {
     pub control: crate::schema::Control,
     /// `[neighbours]`.
     pub neighbours: crate::schema::Neighbours,
+    /// `[[vrrp]]`.
+    pub vrrp: Vec<crate::schema::Vrrp>,
 }
 
 impl Compiled {

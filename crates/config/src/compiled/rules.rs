@@ -260,6 +260,29 @@ impl RuleIndex {
         }
     }
 
+    /// This index without the single-address VIPs of `standby` (sorted):
+    /// the VIPs of VRRP groups this node is not master of, whose packets
+    /// no rule takes and whose ARP/NDP it does not answer.
+    pub fn without(&self, standby: &[IpAddr]) -> RuleIndex {
+        let mut out = self.clone();
+        let keep: Vec<bool> = self
+            .vips
+            .iter()
+            .map(|v| standby.binary_search(&v.addr).is_err())
+            .collect();
+        let mut i = 0;
+        out.vips.retain(|_| {
+            i += 1;
+            keep.get(i - 1).copied().unwrap_or(true)
+        });
+        let mut i = 0;
+        out.keys.retain(|_| {
+            i += 1;
+            keep.get(i - 1).copied().unwrap_or(true)
+        });
+        out
+    }
+
     /// Whether `addr` is a VIP this node serves (it answers ARP/NDP for it
     /// and counts unmatched traffic as "VIP, no rule" rather than "not ours").
     pub fn is_vip(&self, addr: IpAddr) -> bool {

@@ -30,6 +30,7 @@ mod peers;
 mod rules;
 mod services;
 mod tunnels;
+mod vrrp;
 
 /// The burst size the data plane's workers use whatever `burst_size` says
 /// (`dataplane::BURST`; a test of the binary checks that they agree).
@@ -198,6 +199,7 @@ pub fn validate(cfg: &Config, map: &SourceMap, env: &Env) -> Result<Vec<String>,
     c.client_zones();
     c.bgp();
     c.flow_sync();
+    c.vrrp();
     c.control();
     c.tunnel_ingress();
     c.neighbours();

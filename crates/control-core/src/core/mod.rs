@@ -43,6 +43,7 @@
 //! - `neighbours`: next hops resolved and addresses announced on L2 (M47);
 //! - `flow_sync`: flow-state sync with the peers (M36) and the cluster's
 //!   rates (M25);
+//! - `vrrp`: VRRP groups (`[[vrrp]]`) fed with advertisements and time;
 //! - `status`: the `spillway status` report.
 
 use std::path::{Path, PathBuf};
@@ -65,6 +66,7 @@ mod publish;
 mod reload;
 mod status;
 mod step;
+mod vrrp;
 
 pub(crate) use crate::ports::say;
 pub use crate::ports::{Output, Probes, Shell};
@@ -120,6 +122,8 @@ pub struct Core {
     sync: Option<crate::sync::SyncState>,
     /// What the flow table's ageing counted.
     ageing: Ageing,
+    /// The VRRP groups (`[[vrrp]]`); none without.
+    vrrp: crate::vrrp::Vrrp,
     out: Vec<Output>,
 }
 
@@ -149,8 +153,10 @@ impl Core {
         for (port, addr) in announced(&compiled) {
             announcer.announce(now, compiled.settings.neighbours.announce_count, port, addr);
         }
+        let vrrp = crate::vrrp::Vrrp::new(self::vrrp::vrrp_specs(&compiled, &local), now, None);
         let mut builder = SnapshotBuilder::with_cookie_key(cookie_key);
         builder.set_vip_plans(balance.vip_plans());
+        builder.set_standby(vrrp.standby());
         let snap = builder.build_with_plans(
             compiled.clone(),
             local.clone(),
@@ -192,6 +198,7 @@ impl Core {
             transitions: crate::transitions::Transitions::default(),
             sync,
             ageing: Ageing::default(),
+            vrrp,
             out,
         };
         core.neighbours_changed();
@@ -271,7 +278,8 @@ impl Core {
             self.send(sends);
         }
         let resolved = self.neighbours_tick();
-        if retire_due || replan || resolved {
+        let vrrp = self.vrrp_tick();
+        if retire_due || replan || resolved || vrrp {
             if let Err(e) = self.publish() {
                 say!(self.out, Error, "rebuilding the snapshot: {e}");
             }

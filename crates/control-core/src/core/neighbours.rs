@@ -162,7 +162,8 @@ pub(super) fn mac_text(m: wire::ethernet::MacAddr) -> String {
     )
 }
 
-/// What this node announces on L2 (M47): every VIP it serves on the uplink
+/// What this node announces on L2 (M47): every VIP it serves (but VRRP
+/// groups' VIPs) on the uplink
 /// and on each data port whose subnet holds it, and each port's own
 /// addresses on that port; as (port, address), each once.
 pub(super) fn announced(compiled: &Compiled) -> Vec<(usize, std::net::IpAddr)> {
@@ -176,6 +177,9 @@ pub(super) fn announced(compiled: &Compiled) -> Vec<(usize, std::net::IpAddr)> {
         // address (the data plane still answers for any of them).
         .filter(|ch| ch.served && !ch.vip_spec().is_range())
         .map(|ch| ch.vip)
+        // A VRRP group's VIPs are announced by its master when it takes
+        // over, never by every node.
+        .filter(|v| !compiled.settings.vrrp.iter().any(|g| g.vips.contains(v)))
         .collect();
     vips.sort_unstable();
     vips.dedup();

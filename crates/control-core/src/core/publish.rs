@@ -95,6 +95,7 @@ impl Core {
             self.dirty = true;
             return Ok(Published::Queued);
         }
+        self.builder.set_standby(self.vrrp.standby());
         let compiled = self.compiled.clone();
         let health: Vec<EndpointHealth> = (0..u32::try_from(compiled.endpoints.len())
             .unwrap_or(u32::MAX))

@@ -66,6 +66,7 @@ impl Core {
             return Err(self.reload_failed(ReloadError::Health(e.to_string())));
         }
         let previous = std::mem::replace(&mut self.compiled, compiled.clone());
+        self.vrrp_reconfigure();
         self.neighbours.set_hops(
             Timings::from_config(&compiled.settings.neighbours),
             &next_hops(&compiled),
@@ -111,6 +112,7 @@ impl Core {
                 // The new configuration did not go live: health, locality
                 // and next hops follow the running one again.
                 self.compiled = previous;
+                self.vrrp_reconfigure();
                 self.neighbours.set_hops(
                     Timings::from_config(&self.compiled.settings.neighbours),
                     &next_hops(&self.compiled),

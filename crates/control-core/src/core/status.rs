@@ -113,6 +113,37 @@ impl Core {
                 })
                 .collect(),
             neighbour_totals: None,
+            vrrp: self
+                .vrrp
+                .groups()
+                .iter()
+                .map(|g| report::VrrpGroup {
+                    vrid: g.spec().vrid,
+                    family: if g.spec().src.is_ipv4() {
+                        "IPv4"
+                    } else {
+                        "IPv6"
+                    },
+                    port: g.spec().port,
+                    state: g.state().name(),
+                    since_s: self.now.saturating_sub(g.since()).as_secs_f64(),
+                    priority: g.priority(),
+                    configured_priority: g.spec().priority,
+                    unfit: g.unfit().then_some("drained or its rules unhealthy"),
+                    master: g.master(),
+                    vips: g.spec().vips.clone(),
+                    sent: g.counts.sent,
+                    received: g.counts.received,
+                    became_master: g.counts.became_master,
+                })
+                .collect(),
+            vrrp_refused: (!self.vrrp.groups().is_empty()).then(|| {
+                crate::vrrp::Refusal::ALL
+                    .iter()
+                    .zip(self.vrrp.refused)
+                    .map(|(r, n)| (r.label(), n))
+                    .collect()
+            }),
             remote_rules: Vec::new(),
             health: Vec::new(),
             shutting_down_s: self

@@ -27,6 +27,9 @@ pub struct Inputs<'a> {
     pub flows: &'a FlowTable,
     /// Neighbours workers saw since the last tick (M47): port, address, MAC.
     pub sightings: Vec<(usize, IpAddr, wire::ethernet::MacAddr)>,
+    /// VRRP advertisements workers handed over since the last tick: port,
+    /// frame.
+    pub vrrp: Vec<(usize, Vec<u8>)>,
     /// The workers' counters summed, asked for only when plans are
     /// recomputed.
     pub counters: &'a dyn Fn() -> WorkerCounters,
@@ -63,8 +66,9 @@ impl Ageing {
 impl Core {
     /// One management tick at `now`, in this order: a slice of the flow
     /// table aged; the probers' health and remote verdicts in; the
-    /// neighbours workers saw; the periodic work (draining
-    /// backends retired, plans, neighbours, the VIPs' announcement); the
+    /// neighbours workers saw; the VRRP advertisements they handed over;
+    /// the periodic work (draining backends retired, plans, neighbours,
+    /// VRRP timers, the VIPs' announcement); the
     /// peers' flow-sync datagrams in and the workers' new entries out; then
     /// every output carried out.
     pub fn step(&mut self, now: Duration, inputs: Inputs<'_>, shell: &mut dyn Shell) {
@@ -78,6 +82,9 @@ impl Core {
         self.remote_verdicts(now, |k| probes.remote_verdict(k));
         if !inputs.sightings.is_empty() {
             self.sightings(now, inputs.sightings);
+        }
+        if !inputs.vrrp.is_empty() {
+            self.vrrp_frames(now, inputs.vrrp);
         }
         self.tick(now, inputs.counters);
         if let Some(queue) = inputs.sync_queue {

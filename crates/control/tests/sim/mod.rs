@@ -155,6 +155,9 @@ pub struct World {
     /// Answers (port, address, MAC) the data plane passes on at the next
     /// step.
     answers: Vec<(usize, IpAddr, [u8; 6])>,
+    /// VRRP advertisements (port, frame) the data plane hands over at the
+    /// next step.
+    pub vrrp_in: Vec<(usize, Vec<u8>)>,
     /// The last frame a pipeline sent, if [`World::send`] sent one.
     pub last_frame: Option<Vec<u8>>,
     /// The second of virtual time of the probers' last round.
@@ -198,12 +201,23 @@ pub fn start_core(
     seed: u64,
     probes: &mut ScriptedProbes,
 ) -> Core {
+    start_core_at(compiled, local, seed, probes, Duration::ZERO)
+}
+
+/// [`start_core`] at `start`.
+pub fn start_core_at(
+    compiled: config::Compiled,
+    local: Local,
+    seed: u64,
+    probes: &mut ScriptedProbes,
+    start: Duration,
+) -> Core {
     Core::start(
         std::path::Path::new("sim.toml"),
         compiled,
         local,
         dataplane::CookieKey::fixed(seed, 0),
-        Duration::ZERO,
+        start,
         probes,
     )
     .unwrap_or_else(|e| panic!("{e}"))
@@ -216,6 +230,7 @@ pub fn step_alone(core: &mut Core, shell: &mut Recorder, now: Duration) {
     let inputs = control::Inputs {
         flows: &flows,
         sightings: Vec::new(),
+        vrrp: Vec::new(),
         counters: &WorkerCounters::default,
         sync_queue: None,
     };
@@ -245,6 +260,18 @@ impl World {
     /// [`World::new`]; with `answered` false, no next hop has answered yet
     /// and the segment is empty (scenarios add its neighbours).
     pub fn with_segment(text: &str, pipelines: usize, seed: u64, answered: bool) -> World {
+        World::started(text, pipelines, seed, answered, Duration::ZERO)
+    }
+
+    /// [`World::with_segment`] for a node whose daemon starts at `start`
+    /// of virtual time (a node joining others that already run).
+    pub fn started(
+        text: &str,
+        pipelines: usize,
+        seed: u64,
+        answered: bool,
+        start: Duration,
+    ) -> World {
         let loaded = loaded(text);
         // A fixed placement: the simulation replays exactly.
         let flows = FlowTable::new(flowtable::Config {
@@ -253,7 +280,7 @@ impl World {
         })
         .expect("flow table");
         let mut probes = ScriptedProbes::default();
-        let mut core = start_core(loaded.compiled, local(), seed, &mut probes);
+        let mut core = start_core_at(loaded.compiled, local(), seed, &mut probes, start);
         // Every next hop is on the segment and has answered before the
         // first packet (M47); scenarios take them away or change them.
         let segment: Vec<(usize, IpAddr, [u8; 6])> = dataplane::nexthop::next_hops(core.compiled())
@@ -261,7 +288,7 @@ impl World {
             .map(|h| (h.port, h.addr, peer_mac(h.addr)))
             .collect();
         let segment = if answered {
-            core.sightings(Duration::ZERO, segment.clone());
+            core.sightings(start, segment.clone());
             segment
         } else {
             Vec::new()
@@ -294,7 +321,7 @@ impl World {
             flows,
             published: vec![live.clone()],
             live,
-            now: Duration::ZERO,
+            now: start,
             rng: Rng::new(seed),
             builds: Builds::Inline,
             engines,
@@ -305,6 +332,7 @@ impl World {
             sent: Vec::new(),
             segment,
             answers: Vec::new(),
+            vrrp_in: Vec::new(),
             last_frame: None,
             sync_queue,
             sync_out: Vec::new(),
@@ -395,6 +423,7 @@ impl World {
         let inputs = control::Inputs {
             flows: &self.flows,
             sightings: std::mem::take(&mut self.answers),
+            vrrp: std::mem::take(&mut self.vrrp_in),
             counters: &|| Self::counters(engines, children),
             sync_queue: self.sync_queue.as_deref(),
         };
@@ -508,6 +537,16 @@ impl World {
         let st = self.core.status(self.now, flows);
         self.pump();
         st.to_string()
+    }
+
+    /// Sends `frame` through a pipeline; the frames it sent out.
+    pub fn send_raw(&mut self, frame: Vec<u8>) -> Vec<Vec<u8>> {
+        let i = self.rng.below(self.engines.len() as u64) as usize;
+        let tick = self.tick();
+        let (engine, io) = (&mut self.engines[i], &mut self.ios[i]);
+        io.rx.push_back(frame);
+        engine.poll(io, &self.live, &self.flows, tick);
+        std::mem::take(&mut io.tx)
     }
 
     /// Sends one packet of `flow` (a SYN when `syn`, else an ACK for TCP)

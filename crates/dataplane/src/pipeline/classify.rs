@@ -141,7 +141,7 @@ impl Pipeline {
             return Stage::Done(Outcome::Drop(DropReason::VlanUntaggedPort));
         }
         let Some(dst) = self.l2_destination(l2) else {
-            return Stage::Done(Outcome::Drop(DropReason::L2ForeignDst));
+            return Stage::Done(self.foreign_l2(snap, pkt.data()));
         };
         let foreign = Outcome::Drop(DropReason::L2ForeignDst);
         Stage::Done(match parse_frame(pkt.data()) {
@@ -169,12 +169,27 @@ impl Pipeline {
                     {
                         self.link_control(snap, pkt, &info, icmp.msg_type)
                     }
-                    _ if dst == L2Dst::NdMulticast => foreign,
+                    _ if dst == L2Dst::NdMulticast => self.foreign_l2(snap, pkt.data()),
                     _ if martian_source(snap, &info) => Outcome::Drop(DropReason::MartianSource),
                     _ => return self.ip(cx, pkt, &info, key, pend),
                 }
             }
         })
+    }
+
+    /// A frame to a MAC this port takes nothing from (M55), but for the
+    /// VRRP groups' advertisements on their ports: a copy to the
+    /// management core, the frame to the host.
+    #[cold]
+    #[inline(never)]
+    fn foreign_l2(&mut self, snap: &Snapshot, frame: &[u8]) -> Outcome {
+        if snap.vrrp_ports.contains(&self.rx_port) && wire::vrrp::looks_like(frame) {
+            if let Some(q) = &self.neighbours {
+                q.observe_vrrp(self.rx_port, frame, &mut self.counters);
+            }
+            return Outcome::ToHost;
+        }
+        Outcome::Drop(DropReason::L2ForeignDst)
     }
 
     /// What a frame's destination MAC is to this port (`None`: another
@@ -463,8 +478,11 @@ impl Pipeline {
                     Outcome::Drop(DropReason::NoRule)
                 } else if snap.is_own(dst) {
                     Outcome::ToHost
-                } else {
+                } else if snap.standby.is_empty() {
+                    // Gateway traffic comes this way: no call for it.
                     Outcome::Drop(DropReason::NotOurs)
+                } else {
+                    not_ours(snap, dst)
                 });
             }
         };
@@ -800,5 +818,17 @@ pub(super) fn class_of(proto: u8) -> ProtoClass {
         TCP => ProtoClass::Tcp,
         UDP => ProtoClass::Udp,
         _ => ProtoClass::Other,
+    }
+}
+
+/// A packet to an address that is neither a served VIP nor the node's own:
+/// a VRRP backup's VIP (the master serves it), or not ours at all.
+#[cold]
+#[inline(never)]
+fn not_ours(snap: &Snapshot, dst: IpAddr) -> Outcome {
+    if snap.standby.binary_search(&dst).is_ok() {
+        Outcome::Drop(DropReason::VrrpBackup)
+    } else {
+        Outcome::Drop(DropReason::NotOurs)
     }
 }

@@ -66,6 +66,22 @@ pub struct SnapshotBuilder {
     /// The plans of VIPs that differ from their service's (M52, M8):
     /// (service index, VIP, plan), for the next builds.
     vip_plans: Vec<(usize, IpAddr, locality::Plan)>,
+    /// VIPs of VRRP groups this node is not master of, sorted.
+    standby: Vec<IpAddr>,
+}
+
+/// The ports `[[vrrp]]` groups run on, by index in `[[ports]]`.
+fn vrrp_ports(compiled: &Compiled) -> Vec<usize> {
+    let ports = &compiled.settings.ports;
+    let mut v: Vec<usize> = compiled
+        .settings
+        .vrrp
+        .iter()
+        .filter_map(|g| ports.iter().position(|p| p.name == g.port))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Maps configuration affinity onto the flow-key rule of `wire`.
@@ -89,6 +105,17 @@ impl SnapshotBuilder {
     /// plan). Their child rules' new flows follow them.
     pub fn set_vip_plans(&mut self, plans: Vec<(usize, IpAddr, locality::Plan)>) {
         self.vip_plans = plans;
+    }
+
+    /// The VIPs of VRRP groups this node is not master of, for the next
+    /// builds: left out of the rules (no ARP/NDP answered, nothing
+    /// forwarded). Returns whether they changed.
+    pub fn set_standby(&mut self, mut vips: Vec<IpAddr>) -> bool {
+        vips.sort_unstable();
+        vips.dedup();
+        let changed = vips != self.standby;
+        self.standby = vips;
+        changed
     }
 
     /// A service's plan for the pipeline from its selection: its Maglev
@@ -296,7 +323,9 @@ impl SnapshotBuilder {
             cookie_key: self.cookie_key,
             appliance_port: config::schema::egress_port(&compiled.settings.ports).map(|(i, _)| i),
             gateway_mismatch_budget: budgets.gateway_mismatch,
-            rules: Rules::from_config(&compiled),
+            rules: Rules::serving(&compiled, &self.standby),
+            vrrp_ports: vrrp_ports(&compiled),
+            standby: self.standby.clone(),
             tunnel_ingress: compiled.tunnel_ingress.clone(),
             remote_gateways: gateways.iter().any(|g| g.remote.is_some()),
             gateways,

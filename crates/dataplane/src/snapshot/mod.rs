@@ -373,6 +373,12 @@ pub struct Snapshot {
     /// Health probes through VIPs (M52), sorted by source port: what the
     /// host sends from one of these ports to its VIP goes to its backend.
     pub probe_steering: Vec<ProbeSteer>,
+    /// The ports VRRP groups run on (`[[vrrp]]`): their advertisements
+    /// are copied to the management core.
+    pub vrrp_ports: Vec<usize>,
+    /// VIPs of VRRP groups this node is not master of, sorted: left out of
+    /// [`Snapshot::rules`]; their packets are `vrrp_backup` drops.
+    pub standby: Vec<IpAddr>,
     /// Per child rule: the index in [`Snapshot::services`] of the plan its
     /// new flows take — its service's, or its VIP's own when an endpoint's
     /// verdict there differs (M52, M8; such plans follow the services').
@@ -548,8 +554,18 @@ pub struct Rules {
 impl Rules {
     /// The rule index and client zones of `compiled`.
     pub fn from_config(compiled: &Compiled) -> Rules {
+        Rules::serving(compiled, &[])
+    }
+
+    /// [`Rules::from_config`] without the VIPs of `standby` (sorted): those
+    /// of VRRP groups this node is not master of.
+    pub fn serving(compiled: &Compiled, standby: &[IpAddr]) -> Rules {
         Rules {
-            index: compiled.rule_index.clone(),
+            index: if standby.is_empty() {
+                compiled.rule_index.clone()
+            } else {
+                compiled.rule_index.without(standby)
+            },
             client_zones: compiled.client_zones.clone(),
             children: compiled.children.len(),
             services: compiled.services.len(),
