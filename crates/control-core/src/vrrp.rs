@@ -200,10 +200,9 @@ pub struct Group {
     since: Duration,
     /// The master as last heard (`None`: none heard, or this node).
     master: Option<IpAddr>,
-    /// Unfit (drained, unhealthy): advertises [`UNFIT_PRIORITY`].
+    /// Unfit (drained, unhealthy): advertises [`UNFIT_PRIORITY`]; a master
+    /// resigns when it becomes so, once a spell.
     unfit: bool,
-    /// Resigned in this spell of unfitness: never twice.
-    resigned: bool,
     /// What it counted.
     pub counts: GroupCounts,
 }
@@ -226,7 +225,6 @@ impl Group {
             since: now,
             master: None,
             unfit: false,
-            resigned: false,
             counts: GroupCounts::default(),
         };
         g.become_backup(now, None);
@@ -337,12 +335,9 @@ impl Group {
         let unfit = fitness.drained || unhealthy;
         if unfit != self.unfit {
             self.unfit = unfit;
-            if !unfit {
-                self.resigned = false;
-            } else if self.state == State::Master && !self.resigned {
+            if unfit && self.state == State::Master {
                 // Resign once: the backup takes over after its skew time,
                 // whether it preempts or not.
-                self.resigned = true;
                 self.advertise(now, 0, out);
                 self.become_backup(now, None);
                 return;
