@@ -31,6 +31,8 @@ for name, b in vectors.items():
     # Frames neighbour resolution reads: ARP, solicitations, advertisements.
     if name.startswith(("arp", "ns_", "na_", "nbr_")):
         seed("neighbour", b)
+    if name.startswith("vrrp"):
+        seed("vrrp", b)
     p = Ether(b)
     if IP in p:
         seed("ipv4", bytes(p[IP]))

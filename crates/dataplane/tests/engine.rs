@@ -709,3 +709,117 @@ fn a_packet_to_fragment_leaves_as_its_fragments_together_and_in_order() {
     assert_eq!(c.dropped(dataplane::DropReason::FragmentFailed), 1);
     assert_eq!((c.forwarded, c.fragmented), (35, 2));
 }
+
+/// [`config`] (with its exception port) and a VRRP group for the VIP on
+/// the uplink.
+fn vrrp_config() -> String {
+    format!(
+        "{}\n[[vrrp]]\nvrid = 51\nport = \"up\"\nvips = [\"10.0.0.10\"]\n",
+        config(true)
+    )
+}
+
+/// A VRRPv3 advertisement of VRID 51 for the VIP from 10.0.0.3.
+fn advert() -> Vec<u8> {
+    let addrs = [IpAddr::from([10, 0, 0, 10])];
+    let a = wire::vrrp::AdvertRepr {
+        mac: CLIENT_MAC,
+        src: IpAddr::from([10, 0, 0, 3]),
+        vrid: 51,
+        priority: 100,
+        interval_cs: 100,
+        addrs: &addrs,
+    };
+    let mut f = vec![0u8; a.frame_len()];
+    wire::vrrp::advert_frame(&mut f, &a).expect("frame");
+    f
+}
+
+/// VRRP advertisements on the group's port are copied to the management
+/// core and go to the host; on another port they are foreign multicast.
+#[test]
+fn vrrp_adverts_on_their_port_are_handed_to_the_management_core() {
+    use dataplane::neighbour::NeighbourQueues;
+    let mut s = setup_text(&vrrp_config());
+    let q = Arc::new(NeighbourQueues::default());
+    s.engine.worker.set_neighbour_queues(q.clone());
+    let (up, be, kernel) = (0, 1, 2);
+    s.io.rx[up].push_back(advert());
+    s.io.rx[be].push_back(advert());
+    s.poll();
+    let got: Vec<_> = std::iter::from_fn(|| q.vrrp.pop()).collect();
+    assert_eq!(got.len(), 1, "one copy, from the uplink");
+    assert_eq!((got[0].port, got[0].bytes()), (0, &advert()[..]));
+    assert_eq!(
+        s.io.tx[kernel].len(),
+        1,
+        "the advertisement also reaches the host"
+    );
+    let c = &s.engine.worker.counters;
+    assert_eq!(c.vrrp_frames, 1);
+    assert_eq!(
+        c.drops[DropReason::L2ForeignDst as usize],
+        1,
+        "on the backend port"
+    );
+
+    // Without a group, the uplink takes no such multicast either.
+    let mut s = setup(true);
+    s.engine.worker.set_neighbour_queues(q.clone());
+    s.io.rx[up].push_back(advert());
+    s.poll();
+    assert!(q.vrrp.is_empty());
+    assert_eq!(
+        s.engine.worker.counters.drops[DropReason::L2ForeignDst as usize],
+        1
+    );
+
+    // A full queue loses the copy, counted.
+    let mut s = setup_text(&vrrp_config());
+    s.engine.worker.set_neighbour_queues(q.clone());
+    while !q.vrrp.is_full() {
+        let _ = q.vrrp.push(got[0]);
+    }
+    s.io.rx[up].push_back(advert());
+    s.poll();
+    assert_eq!(s.engine.worker.counters.vrrp_frames_lost, 1);
+}
+
+/// A VIP of a group this node is not master of: no ARP answered, its
+/// packets dropped as `vrrp_backup`; served again once master.
+#[test]
+fn a_backup_answers_and_forwards_nothing_for_its_groups_vips() {
+    let mut s = setup_text(&vrrp_config());
+    let compiled = s.snap.compiled.clone();
+    let local = s.snap.local.clone();
+    let snapshot = |standby: Vec<IpAddr>| {
+        let mut b = SnapshotBuilder::new();
+        b.set_standby(standby);
+        b.build(
+            compiled.clone(),
+            local.clone(),
+            |_| EndpointHealth::HEALTHY,
+            0,
+            1,
+        )
+        .expect("snapshot")
+    };
+    let (up, be, kernel) = (0, 1, 2);
+    s.snap = snapshot(vec![IpAddr::from([10, 0, 0, 10])]);
+    s.io.rx[up].push_back(arp_request_to([10, 0, 0, 10]));
+    s.io.rx[up].push_back(udp([10, 0, 0, 10], 4000, 53));
+    s.poll();
+    assert!(s.io.tx[up].is_empty(), "no ARP reply: {:?}", s.io.tx[up]);
+    assert!(s.io.tx[be].is_empty(), "nothing forwarded");
+    assert_eq!(s.io.tx[kernel].len(), 1, "the ARP request goes to the host");
+    let c = &s.engine.worker.counters;
+    assert_eq!(c.drops[DropReason::VrrpBackup as usize], 1);
+    assert_eq!(c.arp_replies, 0);
+
+    s.snap = snapshot(Vec::new());
+    s.io.rx[up].push_back(arp_request_to([10, 0, 0, 10]));
+    s.io.rx[up].push_back(udp([10, 0, 0, 10], 4000, 53));
+    s.poll();
+    assert_eq!(s.io.tx[up].len(), 1, "the ARP reply");
+    assert_eq!(s.io.tx[be].len(), 1, "forwarded");
+}

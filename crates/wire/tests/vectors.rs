@@ -793,7 +793,7 @@ fn every_prefix_of_every_vector_is_handled() {
         }
         vectors += 1;
     }
-    assert_eq!(vectors, 71);
+    assert_eq!(vectors, 73);
 }
 
 // ------------------------------------------------ neighbour resolution frames (M47)
@@ -815,4 +815,46 @@ fn neighbour_requests_and_announcements_match_scapy() {
     assert_eq!((s.ip, s.mac), (IpAddr::V6(VIP6), LB_MAC));
     let s = neighbour::parse_sighting(&v("nbr_garp")).unwrap();
     assert_eq!((s.ip, s.mac), (IpAddr::V4(VIP4), LB_MAC));
+}
+
+// ------------------------------------------------ VRRPv3 advertisements
+
+#[test]
+fn vrrp_advertisements_match_scapy() {
+    use wire::vrrp::{AdvertRepr, advert_frame, link_local, parse_frame};
+    let v4 = [IpAddr::V4(VIP4), IpAddr::V4(Ipv4Addr::new(198, 51, 100, 2))];
+    let a = AdvertRepr {
+        mac: LB_MAC,
+        src: IpAddr::V4(LB4),
+        vrid: 51,
+        priority: 150,
+        interval_cs: 10,
+        addrs: &v4,
+    };
+    let mut b = [0u8; 256];
+    let n = advert_frame(&mut b, &a).unwrap();
+    assert_eq!(&b[..n], &v("vrrp_v4")[..]);
+    let v6 = [IpAddr::V6(VIP6)];
+    let a = AdvertRepr {
+        src: IpAddr::V6(link_local(LB_MAC)),
+        vrid: 7,
+        priority: 0,
+        interval_cs: 100,
+        addrs: &v6,
+        ..a
+    };
+    let n = advert_frame(&mut b, &a).unwrap();
+    assert_eq!(&b[..n], &v("vrrp_v6")[..]);
+    // scapy's frames read back as what they say.
+    let f4 = v("vrrp_v4");
+    let p = parse_frame(&f4).unwrap();
+    assert_eq!((p.vrid, p.priority, p.interval_cs), (51, 150, 10));
+    assert_eq!(p.addrs().collect::<Vec<_>>(), v4);
+    let f6 = v("vrrp_v6");
+    let p = parse_frame(&f6).unwrap();
+    assert_eq!(
+        (p.src, p.priority, p.interval_cs),
+        (IpAddr::V6(link_local(LB_MAC)), 0, 100)
+    );
+    assert_eq!(p.addrs().collect::<Vec<_>>(), v6);
 }
