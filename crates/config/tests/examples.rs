@@ -46,6 +46,7 @@ fn every_example_loads_warned_only_of_unused_fields() {
         "geneve-gateway.toml",
         "ipv6.toml",
         "bare-metal-two-nic.toml",
+        "vrrp-pair.toml",
     ] {
         assert!(
             names.iter().any(|n| n == want),
@@ -90,6 +91,15 @@ fn every_example_loads_warned_only_of_unused_fields() {
 #[test]
 fn examples_show_what_they_say() {
     let c = |name: &str| load(&config_dir().join(name)).unwrap().compiled;
+    let pair = c("vrrp-pair.toml");
+    let g = &pair.settings.vrrp[0];
+    assert_eq!((g.vrid, g.priority, g.preempt), (51, 150, true));
+    assert!(pair.settings.bgp.is_none(), "VRRP fails over without BGP");
+    assert!(
+        pair.settings.flow_sync.is_some(),
+        "the backup has the flows"
+    );
+    assert!(pair.rule_index.is_vip(g.vips[0]));
     let v6 = c("ipv6.toml");
     let m = v6
         .rule_index

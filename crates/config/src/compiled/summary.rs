@@ -110,6 +110,25 @@ pub fn summary(c: &Compiled, memory: &str, warnings: &[String]) -> String {
         );
     }
     let _ = writeln!(s, "regions (nearest first): {}", c.regions.join(", "));
+    for g in &c.settings.vrrp {
+        let vips: Vec<String> = g.vips.iter().map(ToString::to_string).collect();
+        let peers = if g.peers.is_empty() {
+            "from any sender on the segment".to_owned()
+        } else {
+            let p: Vec<String> = g.peers.iter().map(ToString::to_string).collect();
+            format!("from {} only", p.join(", "))
+        };
+        let _ = writeln!(
+            s,
+            "vrrp: vrid {} on port {}, priority {}, every {:?}{}; VIPs {}; advertisements {peers}",
+            g.vrid,
+            g.port,
+            g.priority,
+            g.advert_interval.0,
+            if g.preempt { ", preempting" } else { "" },
+            vips.join(", ")
+        );
+    }
     s.push_str(memory);
     let _ = writeln!(s, "warnings: {}", warnings.len());
     for w in warnings {
