@@ -397,6 +397,8 @@ pub struct VrrpGroup {
     pub received: u64,
     /// Times it became master.
     pub became_master: u64,
+    /// Advertisements taken that named other VIPs besides some of its own.
+    pub addresses_differ: u64,
 }
 
 /// Neighbour resolution's totals.
@@ -656,7 +658,7 @@ impl Display for Status {
             let vips: Vec<String> = g.vips.iter().map(IpAddr::to_string).collect();
             let _ = writeln!(
                 out,
-                "vrrp vrid {} ({}) on port {}: {}{master} for {:.1} s, priority {}{unfit}; VIPs {}; {} advertisements sent, {} received, master {} times",
+                "vrrp vrid {} ({}) on port {}: {}{master} for {:.1} s, priority {}{unfit}; VIPs {}; {} advertisements sent, {} received, master {} times{}",
                 g.vrid,
                 g.family,
                 g.port,
@@ -666,7 +668,15 @@ impl Display for Status {
                 vips.join(", "),
                 g.sent,
                 g.received,
-                g.became_master
+                g.became_master,
+                if g.addresses_differ > 0 {
+                    format!(
+                        "; {} advertisements named other VIPs: the nodes' groups differ",
+                        g.addresses_differ
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
         if let Some(r) = &self.vrrp_refused {

@@ -20,9 +20,11 @@
 //! - **Hostile input.** v3 has no authentication (RFC 5798 §9): an
 //!   advertisement must come with TTL 255 (from the link itself), on the
 //!   group's port, and, with `peers`, from a listed address; one that names
-//!   other addresses than the group's is refused (a misconfigured or forged
-//!   peer never silences a master that serves other VIPs). Every refusal is
-//!   counted by reason.
+//!   none of the group's addresses is refused (a misconfigured or forged
+//!   peer never silences a master that serves other VIPs), one that names
+//!   some of them and others too is taken and counted (a reload done on one
+//!   node and not yet on the other must not make two masters). Every
+//!   refusal is counted by reason.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -125,7 +127,8 @@ pub enum Refusal {
     UnknownGroup,
     /// From an address `peers` does not list.
     NotPeer,
-    /// It names other addresses than the group's.
+    /// It names none of the group's addresses (another group's, or a
+    /// forgery).
     Addresses,
     /// An interval of 0.
     Interval,
@@ -183,6 +186,9 @@ pub struct GroupCounts {
     pub left_master: u64,
     /// Advertisements with priority 0 (a master resigning) taken.
     pub resignations_heard: u64,
+    /// Advertisements taken that name other addresses than the group's
+    /// besides some of them (configurations out of step).
+    pub addresses_differ: u64,
 }
 
 /// One group's state machine.
@@ -365,8 +371,14 @@ impl Group {
         if !self.spec.peers.is_empty() && !self.spec.peers.contains(&h.src) {
             return Err(Refusal::NotPeer);
         }
-        if h.addrs != self.spec.vips {
+        if !h.addrs.iter().any(|a| self.spec.vips.contains(a)) {
             return Err(Refusal::Addresses);
+        }
+        if h.addrs != self.spec.vips {
+            // Overlapping but different: a reload done on one node and not
+            // yet on the other. Taken, so that the election goes on (two
+            // masters would answer for the common VIPs), and counted.
+            self.counts.addresses_differ += 1;
         }
         if h.interval_cs == 0 {
             return Err(Refusal::Interval);
@@ -469,6 +481,15 @@ impl Vrrp {
         v.sort_unstable();
         v.dedup();
         v
+    }
+
+    /// The (port, VIP) pairs of groups this node is master of.
+    pub fn served(&self) -> Vec<(usize, IpAddr)> {
+        self.groups
+            .iter()
+            .filter(|g| g.state == State::Master)
+            .flat_map(|g| g.spec.vips.iter().map(|v| (g.spec.port, *v)))
+            .collect()
     }
 
     fn count(&mut self, r: Refusal) {
@@ -620,10 +641,16 @@ mod tests {
         // Its own frame: a loop or a forgery.
         let own = v.advert(0, 100).expect("frame");
         assert_eq!(v.frame(ms(1), 0, &own, &mut out), Err(Refusal::Own));
+        // One more address: taken, counted as differing.
         peer.groups[0]
             .spec
             .vips
             .push(IpAddr::V4(Ipv4Addr::new(198, 18, 10, 99)));
+        let more = peer.advert(0, 200).expect("frame");
+        v.frame(ms(1), 0, &more, &mut out).expect("taken");
+        assert_eq!(v.groups[0].counts.addresses_differ, 1);
+        // None of the group's: refused.
+        peer.groups[0].spec.vips = vec![IpAddr::V4(Ipv4Addr::new(198, 18, 10, 99))];
         let other = peer.advert(0, 200).expect("frame");
         assert_eq!(v.frame(ms(1), 0, &other, &mut out), Err(Refusal::Addresses));
         assert_eq!(v.refused, [1, 1, 0, 1, 0, 1]);

@@ -761,6 +761,11 @@ pub fn vrrp(x: &mut Exposition, v: &crate::vrrp::Vrrp) {
             .map(|g| (labels(g), g.counts.became_master)),
     );
     x.counter(
+        "vrrp_adverts_addresses_differ_total",
+        "VRRP advertisements taken that named other VIPs besides some of the group's (configurations out of step).",
+        v.groups().iter().map(|g| (labels(g), g.counts.addresses_differ)),
+    );
+    x.counter(
         "vrrp_adverts_refused_total",
         "VRRP advertisements refused, by reason.",
         crate::vrrp::Refusal::ALL

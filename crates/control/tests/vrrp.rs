@@ -331,3 +331,54 @@ fn an_unhealthy_master_resigns_once() {
     p.run(Duration::from_secs(2));
     assert_eq!(p.states()[0], State::Master, "stays master");
 }
+
+/// A reload keeps each group's state: the master stays master (no new
+/// election), a priority change needs no takeover of its own, and a VIP
+/// the reload adds to the group is served and announced at once.
+#[test]
+fn a_reload_keeps_the_master_and_announces_what_it_adds() {
+    let two = |priority: u8| {
+        let text = cfg("a", "10.0.0.2", priority, true);
+        let (head, group) = text.split_once("[[vrrp]]").expect("a group");
+        format!(
+            "{head}[[forwarding_rules]]\nname = \"web2\"\nvips = [\"10.0.0.11\"]\nprotocol = \"TCP\"\nports = 80\nbackend_service = \"web\"\n\n[[vrrp]]{}",
+            group.replace(
+                "vips = [\"10.0.0.10\"]",
+                "vips = [\"10.0.0.10\", \"10.0.0.11\"]"
+            )
+        )
+    };
+    let mut p = Pair::new(
+        &cfg("a", "10.0.0.2", 150, true),
+        &cfg("b", "10.0.0.3", 100, true),
+    );
+    p.until_master(0, Duration::from_secs(1));
+    p.run(Duration::from_secs(1));
+    let became = p.n[0].core.vrrp().groups()[0].counts.became_master;
+    p.n[0].sent.clear();
+    // b does not know the new VIP yet: each takes the other's
+    // advertisements all the same (they share a VIP), so the election goes
+    // on: a stays master all along, b backup.
+    p.n[0].reload(&two(200), false).expect("reload");
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.states()[0], State::Master);
+    assert_eq!(p.n[0].core.vrrp().groups()[0].counts.became_master, became);
+    assert_eq!(p.n[0].core.vrrp().groups()[0].priority(), 200);
+    let new_garps = p.n[0]
+        .sent
+        .iter()
+        .filter(|(_, _, f)| {
+            wire::arp::Packet::new_checked(&f[14..])
+                .ok()
+                .and_then(|p| wire::arp::ArpRepr::parse(&p).ok())
+                .is_some_and(|a| a.spa == a.tpa && IpAddr::V4(a.spa) == ip("10.0.0.11"))
+        })
+        .count();
+    assert!(new_garps >= 1, "the added VIP is announced");
+    assert!(p.n[0].live.rules.is_vip(ip("10.0.0.11")), "and served");
+    assert_eq!(p.states(), [State::Master, State::Backup], "no split brain");
+    assert!(
+        p.n[1].core.vrrp().groups()[0].counts.addresses_differ > 0,
+        "b counts advertisements naming other VIPs"
+    );
+}

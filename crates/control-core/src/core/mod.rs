@@ -277,8 +277,10 @@ impl Core {
             s.send_rates(&rates, &mut sends);
             self.send(sends);
         }
-        let resolved = self.neighbours_tick();
+        // VRRP first: a group taking over queues its gratuitous ARPs, which
+        // the neighbours' announcer sends in this same tick.
         let vrrp = self.vrrp_tick();
+        let resolved = self.neighbours_tick();
         if retire_due || replan || resolved || vrrp {
             if let Err(e) = self.publish() {
                 say!(self.out, Error, "rebuilding the snapshot: {e}");

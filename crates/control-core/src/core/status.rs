@@ -135,6 +135,7 @@ impl Core {
                     sent: g.counts.sent,
                     received: g.counts.received,
                     became_master: g.counts.became_master,
+                    addresses_differ: g.counts.addresses_differ,
                 })
                 .collect(),
             vrrp_refused: (!self.vrrp.groups().is_empty()).then(|| {

@@ -187,6 +187,14 @@ impl Core {
     pub(super) fn vrrp_reconfigure(&mut self) {
         let specs = vrrp_specs(&self.compiled, &self.local);
         let old = std::mem::take(&mut self.vrrp);
+        let served = old.served();
         self.vrrp = Vrrp::new(specs, self.now, Some(old));
+        // A master given more VIPs by the reload announces the new ones.
+        let count = self.compiled.settings.neighbours.announce_count.max(1);
+        for (port, vip) in self.vrrp.served() {
+            if !served.contains(&(port, vip)) {
+                self.announcer.announce(self.now, count, port, vip);
+            }
+        }
     }
 }
