@@ -1087,10 +1087,57 @@ pub struct Bgp {
     /// `/run/spillway/bird-vips.conf`.
     #[serde(default = "d_routes_file")]
     pub routes_file: PathBuf,
+    /// BFD on every BGP session of the node's BIRD (`speaker = "bird"`):
+    /// `{ interval = "100ms", multiplier = 3 }` (the default), or `{
+    /// enabled = false }`.
+    #[serde(default)]
+    pub bfd: Bfd,
 }
 
 fn d_routes_file() -> PathBuf {
     PathBuf::from("/run/spillway/bird-vips.conf")
+}
+
+/// `[bgp] bfd`: Bidirectional Forwarding Detection (RFC 5880) on the BGP
+/// sessions, which `spillway bird-config` writes into bird.conf. A peer
+/// that stops hearing BFD control packets for `interval × multiplier`
+/// takes the session down, and with it this node's routes, instead of
+/// waiting for BGP's hold timer. On by default; a peer that runs no BFD
+/// is not affected (the session is taken down only once BFD was up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table: { interval = \"100ms\", multiplier = 3 }, or { enabled = false } for none"
+)]
+pub struct Bfd {
+    /// Whether the sessions run BFD; default true.
+    #[serde(default = "d_true")]
+    pub enabled: bool,
+    /// The interval this node asks to receive and offers to send BFD
+    /// control packets at; default `"100ms"`, from 10 ms to 10 s.
+    #[serde(default = "d_bfd_interval")]
+    pub interval: Duration,
+    /// How many intervals without a packet take the session down; default
+    /// 3, from 1 to 255.
+    #[serde(default = "d_bfd_multiplier")]
+    pub multiplier: u32,
+}
+
+impl Default for Bfd {
+    fn default() -> Self {
+        Bfd {
+            enabled: true,
+            interval: d_bfd_interval(),
+            multiplier: d_bfd_multiplier(),
+        }
+    }
+}
+
+fn d_bfd_interval() -> Duration {
+    Duration::millis(100)
+}
+fn d_bfd_multiplier() -> u32 {
+    3
 }
 
 /// When VIPs are announced.

@@ -38,8 +38,11 @@
 //!   when Spillway starts, before anything is decided, and
 //!   docs/operating.md gives the systemd safeguards: `ExecStopPost=` that
 //!   empties the file and reconfigures BIRD (runs after a crash too), and
-//!   BIRD's unit `BindsTo=` Spillway's, so that BIRD stops with it and its
-//!   peers drop the routes when the sessions close.
+//!   BIRD's unit `BindsTo=` Spillway's, so that BIRD stops with it. Neither
+//!   withdrawal can reach the peers when the BGP sessions run through the
+//!   crashed data plane's exception port (the usual case): they notice the
+//!   silence instead, through BFD (`[bgp] bfd`, by default after 3 × 100
+//!   ms) or, without BFD, when the hold time ([`HOLD_TIME`]) runs out.
 //! - Hostile or broken replies: a reply line longer than [`MAX_LINE`],
 //!   more than [`MAX_LINES`] lines, or anything but a code the reply
 //!   protocol allows is an error (counted, retried), never a panic.
@@ -248,8 +251,10 @@ pub fn write_routes(path: &Path, vips: &[Prefix]) -> Result<(), BirdError> {
 /// The BGP hold time `bird-config` asks for (BIRD's default is 240 s): when
 /// the data plane crashes it takes the exception port, and the BGP session
 /// that runs through it, down with it, and the routers drop the node's routes
-/// only when the hold time runs out. (BGP uses the smaller of the two sides'
-/// hold times.)
+/// only when the hold time runs out — or, much sooner, when BFD (`[bgp]
+/// bfd`, on by default) misses its packets; the hold time is the fallback
+/// for routers without BFD. (BGP uses the smaller of the two sides' hold
+/// times.)
 pub const HOLD_TIME: u32 = 9;
 /// Keepalives every third of the hold time, as BGP suggests.
 pub const KEEPALIVE_TIME: u32 = 3;
@@ -308,8 +313,8 @@ fn comment_text<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Unsa
 
 /// A bird.conf for this node (`spillway bird-config`): router ID, the
 /// routes file included, one BGP session per peer (hold time
-/// [`HOLD_TIME`]) exporting only the routes of `spillway4` / `spillway6`,
-/// importing nothing.
+/// [`HOLD_TIME`], BFD unless `[bgp] bfd` turns it off) exporting only the
+/// routes of `spillway4` / `spillway6`, importing nothing.
 ///
 /// # Errors
 /// A value that cannot be written safely ([`bird_string`]): the node name,
@@ -344,6 +349,27 @@ pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> Result<String, Unsafe
          include {include};\n\n\
          filter spillway_vips {{\n  if proto = \"spillway4\" || proto = \"spillway6\" then accept;\n  reject;\n}}\n"
     );
+    let bfd = &bgp.bfd;
+    let bfd_on = if bfd.enabled {
+        let ms = bfd.interval.get().as_millis();
+        let timers = format!(
+            "    min rx interval {ms} ms;\n    min tx interval {ms} ms;\n    multiplier {};\n",
+            bfd.multiplier
+        );
+        let _ = write!(
+            o,
+            "\n# BFD (RFC 5880) on every BGP session: a peer that hears nothing for\n\
+             # {ms} ms x {} takes the session down, and this node's routes with it,\n\
+             # without waiting for the hold time ([bgp] bfd). Its packets (UDP 3784,\n\
+             # 4784 multihop) run through the data plane like BGP's: a dead data\n\
+             # plane is a silent one.\n\
+             protocol bfd {{\n  interface \"*\" {{\n{timers}  }};\n  multihop {{\n{timers}  }};\n}}\n",
+            bfd.multiplier
+        );
+        "\n  bfd on;"
+    } else {
+        ""
+    };
     for (i, p) in bgp.peers.iter().enumerate() {
         let (family, v6) = match p.address {
             IpAddr::V4(_) => ("ipv4", false),
@@ -355,7 +381,7 @@ pub fn bird_conf(node: &str, bgp: &config::schema::Bgp) -> Result<String, Unsafe
         };
         let _ = write!(
             o,
-            "\nprotocol bgp peer{i} {{\n  local as {};\n  neighbor {} as {};\n  hold time {HOLD_TIME};\n  keepalive time {KEEPALIVE_TIME};\n  {family} {{\n    import none;\n    export filter spillway_vips;\n    {next_hop}\n  }};\n}}\n",
+            "\nprotocol bgp peer{i} {{\n  local as {};\n  neighbor {} as {};\n  hold time {HOLD_TIME};\n  keepalive time {KEEPALIVE_TIME};{bfd_on}\n  {family} {{\n    import none;\n    export filter spillway_vips;\n    {next_hop}\n  }};\n}}\n",
             bgp.local_asn, p.address, p.asn
         );
     }
@@ -629,7 +655,7 @@ mod tests {
 
     #[test]
     fn bird_conf_has_a_session_per_peer_exporting_only_the_vips() {
-        use config::schema::{AnnouncePolicy, Bgp, BgpPeer, BgpSpeaker};
+        use config::schema::{AnnouncePolicy, Bfd, Bgp, BgpPeer, BgpSpeaker};
         let b = Bgp {
             speaker: BgpSpeaker::Bird,
             control: "/run/bird/bird.ctl".into(),
@@ -649,6 +675,7 @@ mod tests {
             announce: AnnouncePolicy::WhenHealthy,
             fail_open: true,
             routes_file: "/run/spillway/bird-vips.conf".into(),
+            bfd: Bfd::default(),
         };
         let c = bird_conf("n1", &b).unwrap();
         assert!(c.contains("router id 192.0.2.2;"), "{c}");
@@ -656,15 +683,57 @@ mod tests {
             c.contains("include \"/run/spillway/bird-vips.con[f]\";"),
             "{c}"
         );
-        assert!(c.contains("protocol bgp peer0 {\n  local as 65001;\n  neighbor 192.0.2.1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  ipv4 {\n    import none;\n    export filter spillway_vips;\n    next hop address 192.0.2.9;"), "{c}");
-        assert!(c.contains("neighbor 2001:db8::1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  ipv6 {\n    import none;\n    export filter spillway_vips;\n    next hop self;"), "{c}");
+        assert!(c.contains("protocol bgp peer0 {\n  local as 65001;\n  neighbor 192.0.2.1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  bfd on;\n  ipv4 {\n    import none;\n    export filter spillway_vips;\n    next hop address 192.0.2.9;"), "{c}");
+        assert!(c.contains("neighbor 2001:db8::1 as 65000;\n  hold time 9;\n  keepalive time 3;\n  bfd on;\n  ipv6 {\n    import none;\n    export filter spillway_vips;\n    next hop self;"), "{c}");
+        // BFD by default: 100 ms x 3, for direct and multihop sessions.
+        let timers =
+            "    min rx interval 100 ms;\n    min tx interval 100 ms;\n    multiplier 3;\n  };";
+        assert!(
+            c.contains(&format!(
+                "protocol bfd {{\n  interface \"*\" {{\n{timers}\n  multihop {{\n{timers}\n}}"
+            )),
+            "{c}"
+        );
+    }
+
+    #[test]
+    fn bird_conf_writes_the_configured_bfd_timers_or_none() {
+        use config::schema::{AnnouncePolicy, Bfd, Bgp, BgpPeer, BgpSpeaker};
+        let mut b = Bgp {
+            speaker: BgpSpeaker::Bird,
+            control: "/run/bird/bird.ctl".into(),
+            local_asn: 65001,
+            router_id: None,
+            peers: vec![BgpPeer {
+                address: "192.0.2.1".parse().unwrap(),
+                asn: 65000,
+            }],
+            next_hop: None,
+            announce: AnnouncePolicy::WhenHealthy,
+            fail_open: true,
+            routes_file: "/run/spillway/bird-vips.conf".into(),
+            bfd: Bfd {
+                enabled: true,
+                interval: config::values::Duration::millis(250),
+                multiplier: 5,
+            },
+        };
+        let c = bird_conf("n1", &b).unwrap();
+        assert_eq!(c.matches("min rx interval 250 ms;").count(), 2, "{c}");
+        assert_eq!(c.matches("min tx interval 250 ms;").count(), 2, "{c}");
+        assert_eq!(c.matches("multiplier 5;").count(), 2, "{c}");
+        assert!(c.contains("keepalive time 3;\n  bfd on;\n"), "{c}");
+        b.bfd.enabled = false;
+        let c = bird_conf("n1", &b).unwrap();
+        assert!(!c.contains("bfd"), "{c}");
+        assert!(c.contains("keepalive time 3;\n  ipv4 {"), "{c}");
     }
 
     /// Issue 38 item 9, the writer's own guard: whatever validation let
     /// through, a value that would end its string or comment is refused.
     #[test]
     fn bird_conf_refuses_values_that_would_inject_configuration() {
-        use config::schema::{AnnouncePolicy, Bgp, BgpSpeaker};
+        use config::schema::{AnnouncePolicy, Bfd, Bgp, BgpSpeaker};
         let good = Bgp {
             speaker: BgpSpeaker::Bird,
             control: "/run/bird/bird.ctl".into(),
@@ -675,6 +744,7 @@ mod tests {
             announce: AnnouncePolicy::WhenHealthy,
             fail_open: true,
             routes_file: "/run/spillway/bird-vips.conf".into(),
+            bfd: Bfd::default(),
         };
         assert!(bird_conf("n1", &good).is_ok());
         let evil = [

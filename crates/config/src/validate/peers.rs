@@ -50,6 +50,7 @@ impl Checker<'_> {
         if let Some(why) = bird_text_problem(&b.routes_file.to_string_lossy(), true) {
             self.err("bgp.routes_file", why);
         }
+        self.bfd(&b.bfd);
         let mut seen = HashSet::new();
         for (i, peer) in b.peers.iter().enumerate() {
             if !asn_ok(peer.asn) {
@@ -64,6 +65,34 @@ impl Checker<'_> {
                     format!("peer {} is listed twice", peer.address),
                 );
             }
+        }
+    }
+
+    /// `[bgp] bfd`: an interval from 10 ms (shorter, a busy host misses
+    /// packets and sessions go down for nothing) to 10 s (longer detects
+    /// more slowly than BGP's own hold time of 9 s), and a multiplier that
+    /// fits BFD's octet and is not 0.
+    fn bfd(&mut self, bfd: &crate::schema::Bfd) {
+        let ms = bfd.interval.get().as_millis();
+        if !(BFD_INTERVAL_MS.0..=BFD_INTERVAL_MS.1).contains(&ms) {
+            self.err(
+                "bgp.bfd.interval",
+                format!(
+                    "BFD interval {}: expected {}ms to {}s",
+                    bfd.interval,
+                    BFD_INTERVAL_MS.0,
+                    BFD_INTERVAL_MS.1 / 1000
+                ),
+            );
+        }
+        if !(1..=255).contains(&bfd.multiplier) {
+            self.err(
+                "bgp.bfd.multiplier",
+                format!(
+                    "BFD multiplier {}: expected 1 to 255 (missed intervals before the session is down)",
+                    bfd.multiplier
+                ),
+            );
         }
     }
 
@@ -104,6 +133,9 @@ impl Checker<'_> {
         }
     }
 }
+
+/// The BFD intervals `[bgp] bfd.interval` may ask for, in milliseconds.
+const BFD_INTERVAL_MS: (u128, u128) = (10, 10_000);
 
 /// Why `value` cannot be written into a bird.conf (`None`: it can): a
 /// double quote, or a control character (a line break, a tab, NUL, DEL …);
