@@ -9,7 +9,10 @@
 # same backend (l2dsr, the VIP on the backends' loopback, answers go back
 # directly). Each node is its own DPDK process (own --file-prefix, no
 # hugepages needed) on net_af_packet ports, with an exception TAP for its
-# host's stack, where its BIRD (TCP 179) and its health probes live.
+# host's stack, where its BIRD (BGP on TCP 179, BFD on UDP 3784) and its
+# health probes live. BFD runs on every BGP session (100 ms x 3), so the
+# router drops a dead node's routes within about 0.3 s; LAB_BFD=off leaves
+# it out of the nodes' sessions (to compare: then BGP's hold time, 9 s).
 # Everything lives in namespaces this script creates, named by a per-run tag,
 # with addresses from 198.18.0.0/15 that never leave them.
 #
@@ -73,6 +76,9 @@ VIP_B=198.18.10.21
 DNS=198.18.5.53
 # packets/s of the capped service's near group (tests/lab_bgp.rs sets it)
 CAPPED_MAX_RATE=${CAPPED_MAX_RATE:-100}
+# `off`: the nodes' BGP sessions without BFD ([bgp] bfd = { enabled = false };
+# the router keeps its own), to compare a crash's figures without it
+LAB_BFD=${LAB_BFD:-on}
 ROUTER_MAC=02:53:51:00:00:fe
 
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
@@ -187,6 +193,11 @@ local_asn = 65001
 router_id = "$addr"
 peers = [{ address = "198.18.1.1", asn = 65000 }]
 routes_file = "$dir/n$n/bird-vips.conf"
+TOML
+    if [ "$LAB_BFD" = off ]; then
+        echo 'bfd = { enabled = false }'
+    fi
+    cat <<TOML
 
 [metrics]
 listen = "0.0.0.0:9469"
@@ -493,7 +504,8 @@ lab_up() {
         nsx "$R" ip link set "t${T}rb$i" master "t${T}br" up
         mkdir -p "$dir/www$i"
         echo "backend$i" >"$dir/www$i/index.html"
-        ip netns exec "$B" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www$i" \
+        # HTTP/1.1: a client may keep its connection for many requests.
+        ip netns exec "$B" python3 -m http.server 80 --protocol HTTP/1.1 --bind 0.0.0.0 --directory "$dir/www$i" \
             >"$dir/http$i.log" 2>&1 &
         echo $! >"$dir/http$i.pid"
         if [ "$i" = 3 ]; then
@@ -504,7 +516,9 @@ lab_up() {
     done
 
     # The router's BIRD: a session per node, their routes merged into one
-    # multipath kernel route.
+    # multipath kernel route; BFD on each session (as the nodes' bird.conf
+    # has it), so that a dead node's routes go within 3 x 100 ms rather than
+    # at the end of BGP's hold time.
     cat >"$dir/r/bird.conf" <<BIRD
 router id 198.18.1.1;
 protocol device {
@@ -513,12 +527,20 @@ protocol kernel {
   ipv4 { import none; export all; };
   merge paths on;
 }
+protocol bfd {
+  interface "*" {
+    min rx interval 100 ms;
+    min tx interval 100 ms;
+    multiplier 3;
+  };
+}
 BIRD
     for n in 1 2; do
         cat >>"$dir/r/bird.conf" <<BIRD
 protocol bgp node$n {
   local 198.18.1.1 as 65000;
   neighbor 198.18.1.$((n + 1)) as 65001;
+  bfd on;
   ipv4 { import all; export none; };
 }
 BIRD

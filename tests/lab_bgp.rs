@@ -10,9 +10,13 @@
 //! backend set changed, which break without it; forged sync datagrams are
 //! counted and not applied; `spillway drain node` withdraws the node within
 //! 10 s without breaking a connection (M37); a SIGTERM withdraws, forwards
-//! for `shutdown_drain` and exits (M39). Times are printed, never asserted
-//! (except the drain's 10 s, which M37 demands). Needs root and BIRD
-//! (scripts/setup.sh installs bird2).
+//! for `shutdown_drain` and exits (M39); a node crashed with `kill -9`
+//! (its spillway alone, or with its BIRD) under 60 busy connections is
+//! dropped by the router through BFD, not BGP's hold timer (the `lab_bfd_*`
+//! tests print how soon, the longest stall and the broken connections;
+//! `SPILLWAY_FAILOVER_RUNS=N` repeats each N times for a table). Times are
+//! printed, never asserted (except the drain's 10 s, which M37 demands).
+//! Needs root and BIRD (scripts/setup.sh installs bird2).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: fail loudly
 
@@ -156,8 +160,8 @@ impl Lab {
     /// drain). In that order because BIRD's BGP session runs through the
     /// data plane (the exception TAP): with the data plane dead before
     /// BIRD's closing message left, the router would keep the route until
-    /// its hold timer expires (240 s by default). Returns how long the
-    /// router took.
+    /// BFD noticed (the `lab_bfd_*` tests crash a node so). Returns how
+    /// long the router took.
     fn kill_node(&self, n: u8) -> Duration {
         let t0 = Instant::now();
         self.stop_bird(n);
@@ -225,20 +229,24 @@ fn line_of(text: &str, start: &str) -> String {
 fn wait_exit(pid: &str, within: Duration) -> Option<Duration> {
     let t0 = Instant::now();
     loop {
-        let gone = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            // The state is the field after the command's closing parenthesis.
-            Ok(stat) => stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('Z')),
-            Err(_) => true,
-        };
-        if gone {
+        if gone(pid) {
             return Some(t0.elapsed());
         }
         if t0.elapsed() > within {
             return None;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether process `pid` is gone or a zombie (its threads and files are).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
     }
 }
 
@@ -1015,4 +1023,460 @@ fn lab_cluster_rate_capacity_holds_with_two_nodes() {
         far > 0.0 && ((near + far) - sent).abs() <= 0.1 * sent,
         "the far group gets the rest of what the client sent: {figures}"
     );
+}
+
+/// `SO_TXREHASH` (Linux 5.19): whether the kernel may draw a new flow hash
+/// for a socket, which the router's ECMP hashes by (`l4_hash`), at each
+/// retransmission timeout. By default it may, and a connection stalled
+/// behind a dead node can hop to the live one before the route moves,
+/// hiding the outage; a real router hashes the 5-tuple, which stays. nix's
+/// macro for an option it does not name (the `setsockopt` call is nix's).
+mod txrehash {
+    use nix::{libc, setsockopt_impl, sockopt_impl};
+
+    /// `SOL_SOCKET`, `SO_TXREHASH`: 0 never, 1 at each RTO, 255 as the
+    /// sysctl `net.core.txrehash` says.
+    const SO_TXREHASH: libc::c_int = 74;
+
+    sockopt_impl!(
+        /// Whether the socket's flow hash is drawn anew at each RTO.
+        TxRehash,
+        SetOnly,
+        libc::SOL_SOCKET,
+        SO_TXREHASH,
+        libc::c_int
+    );
+
+    /// Keeps `s`'s flow hash, and so its ECMP path, for good.
+    pub fn pin(s: &socket2::Socket) -> nix::Result<()> {
+        nix::sys::socket::setsockopt(s, TxRehash, &0)
+    }
+}
+
+/// How many long-lived connections the crash tests keep busy.
+const BUSY_CONNECTIONS: usize = 60;
+/// The pause of a busy connection between an answer and its next request.
+const BUSY_PAUSE: Duration = Duration::from_millis(50);
+/// The longest wait for an answer before a busy connection counts as broken.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the connections go on once the router's route has moved.
+const AFTER_WITHDRAWAL: Duration = Duration::from_secs(3);
+/// How soon after the connections open the other node's copies of them are
+/// established ones: the lab's sync refresh period (a third of the
+/// half-open timeout, 10 s) and a margin.
+const SYNC_REFRESHED: Duration = Duration::from_secs(5);
+
+/// What of node 1 a crash test kills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Crash {
+    /// `kill -9` of its spillway alone: its BIRD runs on, but its sessions
+    /// ran through the dead data plane's exception TAP, so no closing
+    /// message leaves.
+    Spillway,
+    /// `kill -9` of its spillway, then of its BIRD as soon as the spillway
+    /// is gone: the whole node silent.
+    Node,
+}
+
+impl Crash {
+    /// What is killed, for the figures.
+    fn what(self) -> &'static str {
+        match self {
+            Crash::Spillway => "spillway killed",
+            Crash::Node => "spillway+BIRD killed",
+        }
+    }
+}
+
+/// What one busy connection saw.
+struct Busy {
+    /// The longest time without an answer: from one answer (or the start)
+    /// to the next, or to the failure.
+    max_gap: Duration,
+    /// Request-answer exchanges.
+    exchanges: u64,
+    /// Why it broke (reset, closed, no answer within [`BUSY_TIMEOUT`]).
+    broken: Option<String>,
+}
+
+/// Opens a connection to the VIP's port 80 whose flow hash stays
+/// ([`txrehash`]).
+fn connect_pinned() -> TcpStream {
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    txrehash::pin(&s).expect("SO_TXREHASH (Linux 5.19 or later)");
+    let vip: SocketAddr = lab::VIP_HTTP.parse().expect("vip");
+    s.connect_timeout(&vip.into(), lab::TIMEOUT)
+        .expect("connect");
+    s.into()
+}
+
+/// One HTTP/1.1 request on a kept-open connection (written to `w`, read
+/// from `r`) and its whole answer.
+fn exchange(w: &mut TcpStream, r: &mut std::io::BufReader<TcpStream>) -> std::io::Result<()> {
+    use std::io::{BufRead, Read, Write};
+    w.write_all(b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n")?;
+    let mut length = None;
+    let mut status = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed by the peer",
+            ));
+        }
+        if status.is_empty() {
+            status = line.trim().to_owned();
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse::<usize>().ok();
+        }
+    }
+    let Some(length) = length.filter(|_| status.starts_with("HTTP/1.1 200")) else {
+        return Err(std::io::Error::other(format!(
+            "unexpected answer {status:?} (no length)"
+        )));
+    };
+    let mut body = vec![0; length];
+    r.read_exact(&mut body)
+}
+
+/// Keeps connection `s` busy (a request, its answer, [`BUSY_PAUSE`],
+/// again) until `stop`, then ends after the exchange under way.
+fn keep_busy(s: TcpStream, stop: &std::sync::atomic::AtomicBool) -> Busy {
+    let mut busy = Busy {
+        max_gap: Duration::ZERO,
+        exchanges: 0,
+        broken: None,
+    };
+    let setup = (|| {
+        s.set_read_timeout(Some(BUSY_TIMEOUT))?;
+        s.set_write_timeout(Some(BUSY_TIMEOUT))?;
+        s.set_nodelay(true)?;
+        s.try_clone()
+    })();
+    let mut r = match setup {
+        Ok(c) => std::io::BufReader::new(c),
+        Err(e) => {
+            busy.broken = Some(e.to_string());
+            return busy;
+        }
+    };
+    let mut w = s;
+    let mut last = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let result = exchange(&mut w, &mut r);
+        busy.max_gap = busy.max_gap.max(last.elapsed());
+        if let Err(e) = result {
+            busy.broken = Some(e.to_string());
+            break;
+        }
+        last = Instant::now();
+        busy.exchanges += 1;
+        std::thread::sleep(BUSY_PAUSE);
+    }
+    busy
+}
+
+/// The figures of one crash.
+struct Failover {
+    /// From the kill to the router's kernel route without node 1 (polled
+    /// every ~10 ms).
+    withdrawn: Duration,
+    /// The longest time any connection went without an answer.
+    max_stall: Duration,
+    /// How many connections broke, and the first reason.
+    broken: usize,
+    first_break: Option<String>,
+    /// Request-answer exchanges on all connections.
+    exchanges: u64,
+    /// Whether the router's BFD sessions to both nodes were Up before the
+    /// crash, and the sessions then.
+    bfd_up: bool,
+    bfd_before: String,
+    /// The router's `show protocols all node1` after.
+    router_node1: String,
+}
+
+impl Lab {
+    /// The router's BFD sessions (`birdc show bfd sessions`).
+    fn router_bfd(&self) -> String {
+        self.birdc("r", &["show", "bfd", "sessions"])
+    }
+
+    /// Waits (at most 30 s) until the router's BFD sessions to both nodes
+    /// are Up: whether they are, and the sessions then.
+    fn wait_bfd_up(&self) -> (bool, String) {
+        let t0 = Instant::now();
+        loop {
+            let s = self.router_bfd();
+            let up = |addr: &str| {
+                s.lines()
+                    .any(|l| l.starts_with(&format!("{addr} ")) && l.contains(" Up "))
+            };
+            if NODE_ADDR.iter().all(|a| up(a)) {
+                eprintln!("router's BFD sessions Up after {:?}:\n{s}", t0.elapsed());
+                return (true, s);
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                eprintln!("router's BFD sessions not Up within 30 s:\n{s}");
+                return (false, s);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Node 1 crashes (`crash`) while [`BUSY_CONNECTIONS`] long-lived
+/// connections, spread over both nodes, exchange requests and answers;
+/// backend 3 joined before (so Maglev would send some of node 1's flows
+/// elsewhere, as in [`node_dies_after_backend_change`]). Measures how long
+/// the router kept the dead node in its route, the longest stall of a
+/// connection and how many broke, and reads what BFD did (the caller
+/// asserts, after printing the figures).
+fn crash_under_busy_connections(lab: &Lab, sync: bool, crash: Crash) -> Failover {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    lab.wait_via(VIP, &[1, 2], "healthy");
+    let (bfd_up, bfd_before) = lab.wait_bfd_up();
+    let conns = lab
+        .in_client(|| {
+            (0..BUSY_CONNECTIONS)
+                .map(|_| connect_pinned())
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .expect("client");
+    let opened = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = conns
+        .into_iter()
+        .map(|s| {
+            let stop = stop.clone();
+            std::thread::spawn(move || keep_busy(s, &stop))
+        })
+        .collect();
+    // Both nodes carry some of them (ECMP), and with sync each holds all.
+    let t0 = Instant::now();
+    loop {
+        let live: Vec<u64> = [1, 2]
+            .iter()
+            .map(|&n| lab::counter(&lab.flow_line(n), "flow table: "))
+            .collect();
+        let want = BUSY_CONNECTIONS as u64;
+        let done = if sync {
+            live.iter().all(|&l| l >= want)
+        } else {
+            live.iter().sum::<u64>() >= want
+        };
+        if done {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "flow entries live {live:?}, expected {want} (sync {sync})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab.add_backend3();
+    let answers = lab.requests(30);
+    assert!(
+        answers.iter().any(|a| a == "backend3"),
+        "backend 3 takes new connections: {:?}",
+        lab::spread(&answers)
+    );
+    let forwarded: Vec<u64> = [1, 2]
+        .iter()
+        .map(|&n| lab::counter(&lab.node(n, &["stats"]), "forwarded "))
+        .collect();
+    eprintln!(
+        "sync {sync}: {BUSY_CONNECTIONS} busy connections; node 1 {}; node 2 {}; packets forwarded {forwarded:?}",
+        lab.flow_line(1),
+        lab.flow_line(2)
+    );
+    assert!(
+        forwarded.iter().all(|&f| f > 0),
+        "ECMP spreads the connections over both nodes: forwarded {forwarded:?}"
+    );
+    if sync {
+        // A peer's first copy of a connection is half-open (sent at its
+        // SYN, with the 10 s half-open timeout); the carrier's next refresh,
+        // a third of that later, makes it established. Crashed before,
+        // a copy would outlive only an outage of 10 s: that of a router
+        // without BFD, not the one shown here.
+        std::thread::sleep(SYNC_REFRESHED.saturating_sub(opened.elapsed()));
+        eprintln!("node 1 {}\nnode 2 {}", lab.sync_line(1), lab.sync_line(2));
+    }
+
+    let spillway = lab.node_pid(1);
+    let bird = std::fs::read_to_string(lab.dir().join("bird1.pid"))
+        .expect("bird pid")
+        .trim()
+        .to_owned();
+    let kill = |pid: &str| {
+        let st = Command::new("kill")
+            .args(["-KILL", pid])
+            .status()
+            .expect("kill");
+        assert!(st.success(), "kill -KILL {pid}");
+    };
+    let mut victims = vec![spillway.clone()];
+    let t0 = Instant::now();
+    kill(&spillway);
+    if crash == Crash::Node {
+        // BIRD once its data plane is gone, as when a whole node dies
+        // silently. Killed first, or in the same instant, its kernel closes
+        // its BGP connection and the FIN may still leave through the live
+        // data plane: the router drops the routes at once, BFD or not (seen:
+        // 26 ms, "Socket: Connection closed").
+        while !gone(&spillway) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "killed with KILL, still running"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        kill(&bird);
+        eprintln!(
+            "BIRD of node 1 killed {:?} after its spillway",
+            t0.elapsed()
+        );
+        victims.push(bird);
+    }
+    let withdrawn = loop {
+        if lab.via(VIP) == [2] {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "node 1 ({crash:?} killed) still in the router's route after 30 s: {}\nrouter:\n{}\n{}",
+            lab.route(VIP),
+            lab.birdc("r", &["show", "protocols", "all", "node1"]),
+            lab.router_bfd()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(AFTER_WITHDRAWAL);
+    stop.store(true, Ordering::Relaxed);
+    let busy: Vec<Busy> = clients
+        .into_iter()
+        .map(|c| c.join().expect("busy connection"))
+        .collect();
+    for pid in &victims {
+        wait_exit(pid, Duration::from_secs(10)).expect("killed with KILL, still running");
+    }
+    // Gone: teardown has nothing to signal (the pids may be reused).
+    let _ = std::fs::remove_file(lab.dir().join("node1.pid"));
+    if crash == Crash::Node {
+        let _ = std::fs::remove_file(lab.dir().join("bird1.pid"));
+    }
+
+    let router_node1 = lab.birdc("r", &["show", "protocols", "all", "node1"]);
+    let failover = Failover {
+        withdrawn,
+        max_stall: busy.iter().map(|b| b.max_gap).max().unwrap_or_default(),
+        broken: busy.iter().filter(|b| b.broken.is_some()).count(),
+        first_break: busy.iter().find_map(|b| b.broken.clone()),
+        exchanges: busy.iter().map(|b| b.exchanges).sum(),
+        bfd_up,
+        bfd_before,
+        router_node1,
+    };
+    eprintln!(
+        "{} (sync {sync}): route via node 2 only after {:?}; longest stall {:?}; {} of {BUSY_CONNECTIONS} broken (first: {:?}); {} exchanges\nrouter after:\n{}\n{}",
+        crash.what(),
+        failover.withdrawn,
+        failover.max_stall,
+        failover.broken,
+        failover.first_break,
+        failover.exchanges,
+        failover.router_node1,
+        lab.router_bfd()
+    );
+    failover
+}
+
+/// How many crashes each `lab_bfd_*` test runs, each in a fresh lab
+/// (`SPILLWAY_FAILOVER_RUNS`, default 1): its figures are printed as a table.
+fn failover_runs() -> usize {
+    std::env::var("SPILLWAY_FAILOVER_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Runs [`crash_under_busy_connections`] [`failover_runs`] times and prints
+/// the figures. Asserted: the router's BFD sessions were Up before, BFD
+/// took the dead node's session down (not the hold timer), and with sync no
+/// connection broke.
+fn failover(sync: bool, crash: Crash) {
+    let case = format!(
+        "{}, {}",
+        crash.what(),
+        if sync { "sync" } else { "no sync" }
+    );
+    let mut rows = Vec::new();
+    for run in 1..=failover_runs() {
+        let lab = Lab::up(&LAB_BGP_SH, if sync { &["sync"] } else { &[] }, &[]);
+        let f = crash_under_busy_connections(&lab, sync, crash);
+        drop(lab);
+        let row = format!(
+            "| {case} | {run} | {} | {} | {} of {BUSY_CONNECTIONS} |",
+            f.withdrawn.as_millis(),
+            f.max_stall.as_millis(),
+            f.broken
+        );
+        eprintln!("{row}");
+        rows.push(row);
+        assert!(
+            f.bfd_up,
+            "the router's BFD sessions to both nodes were Up before the crash:\n{}",
+            f.bfd_before
+        );
+        assert!(
+            f.router_node1.contains("BFD session down"),
+            "the router's session to node 1 went down for BFD:\n{}",
+            f.router_node1
+        );
+        if sync {
+            assert_eq!(
+                f.broken, 0,
+                "connections broken despite flow sync: {:?}",
+                f.first_break
+            );
+        }
+    }
+    eprintln!(
+        "| case | run | withdrawn after (ms) | max stall (ms) | broken |\n|---|---|---|---|---|\n{}",
+        rows.join("\n")
+    );
+}
+
+#[test]
+fn lab_bfd_spillway_crash_with_sync() {
+    failover(true, Crash::Spillway);
+}
+
+#[test]
+fn lab_bfd_spillway_crash_without_sync() {
+    failover(false, Crash::Spillway);
+}
+
+#[test]
+fn lab_bfd_node_crash_with_sync() {
+    failover(true, Crash::Node);
+}
+
+#[test]
+fn lab_bfd_node_crash_without_sync() {
+    failover(false, Crash::Node);
 }
