@@ -454,6 +454,11 @@ lab_up() {
     nsx "$C" ip addr add 198.18.0.100/24 dev "t${T}c"
     nsx "$C" ip link set "t${T}c" up
     nsx "$C" ip route add default via 198.18.0.1
+    # The client's sockets keep their flow hash at a retransmission timeout
+    # (Linux 5.19's default draws a new one, and the router's ECMP follows
+    # it): a stalled connection must not hop to the live node and hide an
+    # outage, as with a real router's 5-tuple hash. Per namespace.
+    nsx "$C" sysctl -qw net.core.txrehash=0
     # Full checksums: the balancers pass frames on as they get them.
     nsx "$C" ethtool -K "t${T}c" tx off >/dev/null
     nsx "$R" ip addr add 198.18.0.1/24 dev "t${T}rc"

@@ -1025,34 +1025,6 @@ fn lab_cluster_rate_capacity_holds_with_two_nodes() {
     );
 }
 
-/// `SO_TXREHASH` (Linux 5.19): whether the kernel may draw a new flow hash
-/// for a socket, which the router's ECMP hashes by (`l4_hash`), at each
-/// retransmission timeout. By default it may, and a connection stalled
-/// behind a dead node can hop to the live one before the route moves,
-/// hiding the outage; a real router hashes the 5-tuple, which stays. nix's
-/// macro for an option it does not name (the `setsockopt` call is nix's).
-mod txrehash {
-    use nix::{libc, setsockopt_impl, sockopt_impl};
-
-    /// `SOL_SOCKET`, `SO_TXREHASH`: 0 never, 1 at each RTO, 255 as the
-    /// sysctl `net.core.txrehash` says.
-    const SO_TXREHASH: libc::c_int = 74;
-
-    sockopt_impl!(
-        /// Whether the socket's flow hash is drawn anew at each RTO.
-        TxRehash,
-        SetOnly,
-        libc::SOL_SOCKET,
-        SO_TXREHASH,
-        libc::c_int
-    );
-
-    /// Keeps `s`'s flow hash, and so its ECMP path, for good.
-    pub fn pin(s: &socket2::Socket) -> nix::Result<()> {
-        nix::sys::socket::setsockopt(s, TxRehash, &0)
-    }
-}
-
 /// How many long-lived connections the crash tests keep busy.
 const BUSY_CONNECTIONS: usize = 60;
 /// The pause of a busy connection between an answer and its next request.
@@ -1099,16 +1071,15 @@ struct Busy {
     broken: Option<String>,
 }
 
-/// Opens a connection to the VIP's port 80 whose flow hash stays
-/// ([`txrehash`]).
+/// Opens a connection to the VIP's port 80. Its flow hash stays: the lab's
+/// client namespace has `net.core.txrehash = 0`, which this checks (a new
+/// hash at each retransmission timeout would let a stalled connection hop
+/// to the live node behind the router's ECMP and hide the outage).
 fn connect_pinned() -> TcpStream {
-    let s =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    txrehash::pin(&s).expect("SO_TXREHASH (Linux 5.19 or later)");
+    let rehash = std::fs::read_to_string("/proc/sys/net/core/txrehash").expect("txrehash");
+    assert_eq!(rehash.trim(), "0", "the client's flow hashes are pinned");
     let vip: SocketAddr = lab::VIP_HTTP.parse().expect("vip");
-    s.connect_timeout(&vip.into(), lab::TIMEOUT)
-        .expect("connect");
-    s.into()
+    TcpStream::connect_timeout(&vip, lab::TIMEOUT).expect("connect")
 }
 
 /// One HTTP/1.1 request on a kept-open connection (written to `w`, read
