@@ -17,6 +17,12 @@
 //!   master again after the master-down interval and stays (a degraded
 //!   service over none, as BGP's fail-open). A node shutting down resigns
 //!   and leaves the group (INITIALIZE).
+//! - **A lower master.** RFC 5798 has a master discard the advertisement of
+//!   a lower one; such a node took over because this one's advertisements
+//!   did not reach it (lost, late) and its gratuitous ARPs moved the
+//!   segment's neighbour caches. The master advertises at once, so that it
+//!   steps back, and announces its VIPs again (at most once a master-down
+//!   interval), as keepalived does.
 //! - **Hostile input.** v3 has no authentication (RFC 5798 §9): an
 //!   advertisement must come with TTL 255 (from the link itself), on the
 //!   group's port, and, with `peers`, from a listed address; one that names
@@ -209,6 +215,9 @@ pub struct Group {
     /// Unfit (drained, unhealthy): advertises [`UNFIT_PRIORITY`]; a master
     /// resigns when it becomes so, once a spell.
     unfit: bool,
+    /// When, as MASTER, it last announced the VIPs again because a lower
+    /// master advertised.
+    reasserted_at: Option<Duration>,
     /// What it counted.
     pub counts: GroupCounts,
 }
@@ -231,6 +240,7 @@ impl Group {
             since: now,
             master: None,
             unfit: false,
+            reasserted_at: None,
             counts: GroupCounts::default(),
         };
         g.become_backup(now, None);
@@ -409,9 +419,27 @@ impl Group {
                 {
                     self.master_interval_cs = h.interval_cs;
                     self.become_backup(now, Some(h.src));
+                } else {
+                    // A lower master: it took over while this node's
+                    // advertisements did not reach it (lost, late: split
+                    // brain), and its gratuitous ARPs moved the segment's
+                    // neighbour caches to it. Advertise at once so that it
+                    // steps back, and announce the VIPs again so that the
+                    // caches come back (keepalived does both,
+                    // garp_lower_prio_repeat): the RFC's "discard" would
+                    // leave the clients with a node that no longer serves
+                    // the VIPs. Announced at most once a master-down
+                    // interval (a peer that never hears this node goes on
+                    // advertising).
+                    self.advertise(now, self.priority(), out);
+                    if self
+                        .reasserted_at
+                        .is_none_or(|t| now >= t + self.master_down_interval())
+                    {
+                        self.reasserted_at = Some(now);
+                        out.push(Action::Announce);
+                    }
                 }
-                // Else: a lower master (split brain healing): it will
-                // hear this node and step back.
             }
         }
         Ok(())
@@ -627,6 +655,45 @@ mod tests {
         g.tick(ms(360), Fitness::default(), false, &mut out);
         assert_eq!(g.state(), State::Master);
         assert_eq!(out, [Action::Advertise(100), Action::Announce]);
+    }
+
+    fn heard(last: u8, priority: u8) -> Heard {
+        Heard {
+            src: IpAddr::V4(Ipv4Addr::new(198, 18, 1, last)),
+            priority,
+            interval_cs: 10,
+            addrs: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 10, 10))],
+        }
+    }
+
+    #[test]
+    fn a_master_hearing_a_lower_master_advertises_and_announces_again() {
+        let mut g = Group::start(spec(3, 150, true), ms(0));
+        let mut out = Vec::new();
+        g.tick(ms(340), Fitness::default(), false, &mut out);
+        assert_eq!(g.state(), State::Master);
+        out.clear();
+        // The peer took over while it did not hear this node: its
+        // gratuitous ARPs moved the clients; it steps back once it hears
+        // this node, and the clients must come back.
+        g.heard(ms(400), &heard(2, 100), &mut out).expect("taken");
+        assert_eq!(g.state(), State::Master);
+        assert_eq!(out, [Action::Advertise(150), Action::Announce]);
+        // A peer that goes on advertising (it never hears this node): an
+        // advertisement for each, an announcement once a master-down
+        // interval (340 ms at priority 150).
+        out.clear();
+        g.heard(ms(500), &heard(2, 100), &mut out).expect("taken");
+        assert_eq!(out, [Action::Advertise(150)]);
+        out.clear();
+        assert_eq!(g.master_down_interval(), ms(340));
+        g.heard(ms(740), &heard(2, 100), &mut out).expect("taken");
+        assert_eq!(out, [Action::Advertise(150), Action::Announce]);
+        // Equal priority, lower address: a lower master too.
+        out.clear();
+        g.heard(ms(2000), &heard(1, 150), &mut out).expect("taken");
+        assert_eq!(out, [Action::Advertise(150), Action::Announce]);
+        assert_eq!(g.state(), State::Master);
     }
 
     #[test]
