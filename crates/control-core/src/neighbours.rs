@@ -253,7 +253,8 @@ pub struct Announcer {
 
 impl Announcer {
     /// Announces `addr` on `port` `count` times from `now`, `interval`
-    /// apart (replacing an announcement of it under way).
+    /// apart (replacing an announcement of it under way; a `count` of 0
+    /// only ends that).
     pub fn announce(&mut self, now: Duration, count: u32, port: usize, addr: IpAddr) {
         self.pending.retain(|p| (p.2, p.3) != (port, addr));
         if count > 0 {

@@ -288,6 +288,31 @@ fn preemption() {
     }
 }
 
+/// A master preempted before its takeover's announcements are over
+/// ([neighbours] announce_count 3, 1 s apart) sends no more of them: they
+/// would move the clients back to a node that drops the VIP's packets. The
+/// new master's go on.
+#[test]
+fn a_preempted_master_stops_announcing() {
+    let mut p = Pair::new(
+        &cfg("a", "10.0.0.2", 200, true),
+        &cfg("b", "10.0.0.3", 100, true),
+    );
+    p.alive[0] = false;
+    p.until_master(1, Duration::from_secs(1));
+    p.n[0] = world(&cfg("a", "10.0.0.2", 200, true), 3, p.n[1].now);
+    p.alive[0] = true;
+    p.until_master(0, Duration::from_secs(1));
+    p.run(50 * MS);
+    assert_eq!(p.states(), [State::Master, State::Backup]);
+    let (a, b) = (garps(&p.n[0]), garps(&p.n[1]));
+    assert!(b >= 1, "b announced the VIP on taking over");
+    p.run(Duration::from_secs(3));
+    assert_eq!(garps(&p.n[1]), b, "b announced the VIP after stepping back");
+    assert!(garps(&p.n[0]) >= a + 2, "a's announcements go on");
+    served_by(&mut p, 0);
+}
+
 /// The segment is cut: both become master (split brain). Healed: the
 /// lower priority hears the higher and steps back within one interval;
 /// with equal priorities the higher address wins.

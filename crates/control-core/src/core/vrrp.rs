@@ -117,14 +117,22 @@ impl Core {
         self.vrrp.groups().iter().map(|g| g.state()).collect()
     }
 
-    /// Logs each group's change of state; whether any changed.
+    /// Logs each group's change of state; whether any changed. A group
+    /// that is no longer master stops announcing its VIPs: what is left of
+    /// its takeover's announcements ([neighbours] announce_count, one
+    /// announce_interval apart) would move the neighbour caches back to a
+    /// node that now drops the VIPs' packets (vrrp_backup).
     fn vrrp_changed(&mut self, before: &[State]) -> bool {
         let mut changed = false;
+        let mut silenced = Vec::new();
         for (g, was) in self.vrrp.groups().iter().zip(before) {
             if g.state() == *was {
                 continue;
             }
             changed = true;
+            if *was == State::Master {
+                silenced.extend(g.spec().vips.iter().map(|&v| (g.spec().port, v)));
+            }
             let why = match (g.state(), g.master()) {
                 (State::Master, _) => "no higher-priority master heard".to_owned(),
                 (State::Backup, Some(m)) => format!("master is {m}"),
@@ -148,6 +156,9 @@ impl Core {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+        }
+        for (port, vip) in silenced {
+            self.announcer.announce(self.now, 0, port, vip);
         }
         changed
     }
