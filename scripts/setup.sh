@@ -33,15 +33,15 @@ PACKAGES=(
     python3               # scripts/pcap.py, the lab's HTTP and echo servers, perf/bench.py and its checks
     knot                  # knotd: the authoritative DNS server of crates/zonehealth/tests/knot.rs and the zones lab
     bind9-dnsutils        # dig: tests/lab_zones.rs and scripts/lab-bgp.sh zones resolve the published name
-    python3-scapy         # ICMP too-big bytes compared with scapy's (crates/dataplane/tests/mtu.rs), tests/lab_mtu.rs
+    python3-scapy         # ICMP too-big bytes compared with scapy's (crates/dataplane/tests/mtu.rs), tests/lab_mtu.rs; VRRPv3 adverts read back (tests/lab_vrrp.rs)
     python3-prometheus-client # the Prometheus project's OpenMetrics parser reads /metrics (tests/lab_metrics.rs)
-    tcpdump               # tests/capture.rs reads dpdk-dumpcap's capture back
+    tcpdump               # tests/capture.rs reads dpdk-dumpcap's capture back; tests/lab_vrrp.rs captures the VRRP segment
     prometheus            # prometheus: tests/lab_prometheus.rs scrapes a lab's daemon; promtool: tests/monitoring.rs checks scripts/deploy/prometheus
     python3-yaml          # tests/monitoring.rs reads scripts/deploy/prometheus's rules and their unit tests
     curl                  # the lab demo's client; tests/lab.rs reads the metrics with it
     bird2                 # bird, birdc: the BGP speakers of scripts/lab-bgp.sh (M34)
-    keepalived            # keepalived: the VRRPv3 peer of tests/lab_vrrp.rs
-    nftables              # nft: scripts/lab-bgp.sh `capacity` counts the packets reaching each backend (tests/lab_bgp.rs)
+    keepalived            # keepalived: the VRRPv3 peer of scripts/lab-vrrp.sh (tests/lab_vrrp.rs)
+    nftables              # nft: scripts/lab-bgp.sh `capacity` counts the packets reaching each backend (tests/lab_bgp.rs); tests/lab_vrrp.rs cuts keepalived off
     lua5.4                # luac5.4, lua5.4: perf/pktgen/check.sh checks the pktgen-dpdk scripts
     shellcheck            # tests/shellcheck.rs checks every shell script
     systemd               # systemd-analyze: tests/deploy.rs verifies scripts/deploy's units

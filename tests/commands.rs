@@ -88,6 +88,13 @@ const DYNAMIC: &[Dynamic] = &[
         why: "nsx NS CMD… runs `ip netns exec NS CMD…`; its callers are scanned (nsx is a wrapper)",
     },
     Dynamic {
+        file: "scripts/lab-vrrp.sh",
+        text: "\"$@\"",
+        runs: &[],
+        wraps: false,
+        why: "nsx NS CMD… runs `ip netns exec NS CMD…`; its callers are scanned (nsx is a wrapper)",
+    },
+    Dynamic {
         file: "scripts/lab-gateway.sh",
         text: "\"$@\"",
         runs: &[],

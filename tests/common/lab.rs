@@ -1,9 +1,9 @@
-//! The namespace labs of scripts/lab.sh, lab-tunnels.sh, lab-gateway.sh and lab-bgp.sh, as the
-//! lab tests drive them: a [`Lab`] is built by `bash SCRIPT up ARGS… DIR BIN`
-//! and taken down when dropped (also when the test fails), and the helpers
-//! here run clients, the balancer's CLI and commands inside its namespaces.
-//! What only one test file needs stays in that file (`impl Lab` blocks or
-//! free functions there).
+//! The namespace labs of scripts/lab.sh, lab-tunnels.sh, lab-gateway.sh,
+//! lab-bgp.sh and lab-vrrp.sh, as the lab tests drive them: a [`Lab`] is
+//! built by `bash SCRIPT up ARGS… DIR BIN` and taken down when dropped (also
+//! when the test fails), and the helpers here run clients, the balancer's
+//! CLI and commands inside its namespaces. What only one test file needs
+//! stays in that file (`impl Lab` blocks or free functions there).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -45,6 +45,14 @@ pub const LAB_BGP_SH: Script = Script {
 pub const LAB_GATEWAY_SH: Script = Script {
     path: "scripts/lab-gateway.sh",
     ns_prefix: "spg",
+};
+
+/// `scripts/lab-vrrp.sh up keepalived|pair DIR BIN`: one L2 segment (a
+/// bridge) with a client, a balancer and its VRRP peer (keepalived or a
+/// second balancer), 3 backends.
+pub const LAB_VRRP_SH: Script = Script {
+    path: "scripts/lab-vrrp.sh",
+    ns_prefix: "spv",
 };
 
 /// The VIP's HTTP service in both labs.
