@@ -417,6 +417,14 @@ impl Group {
                 } else if h.priority > self.priority()
                     || (h.priority == self.priority() && addr_key(h.src) > addr_key(self.spec.src))
                 {
+                    // One last advertisement before stepping back: if this
+                    // node was master because the other's advertisements
+                    // did not reach it (a healed split brain), its
+                    // gratuitous ARPs moved the segment's caches here, and
+                    // the other announces again only on hearing a lower
+                    // master (below), which it may never have, if its
+                    // advertisement crossed first.
+                    self.advertise(now, self.priority(), out);
                     self.master_interval_cs = h.interval_cs;
                     self.become_backup(now, Some(h.src));
                 } else {

@@ -318,21 +318,36 @@ fn a_preempted_master_stops_announcing() {
 /// with equal priorities the higher address wins.
 #[test]
 fn split_brain_healed() {
+    // Healed at each 10 ms of an advertisement interval: whichever node's
+    // advertisement crosses first, the loser steps back and the winner
+    // announces the VIPs again (the loser's gratuitous ARPs of the split
+    // moved the segment's caches to it).
     for (pa, pb, winner) in [(150, 100, 0), (100, 100, 1)] {
-        let mut p = Pair::new(
-            &cfg("a", "10.0.0.2", pa, true),
-            &cfg("b", "10.0.0.3", pb, true),
-        );
-        p.run(Duration::from_secs(1));
-        p.linked = false;
-        p.run(Duration::from_secs(1));
-        assert_eq!(p.states(), [State::Master, State::Master], "cut");
-        p.linked = true;
-        p.run(150 * MS);
-        let mut want = [State::Backup, State::Backup];
-        want[winner] = State::Master;
-        assert_eq!(p.states(), want, "healed, priorities {pa} {pb}");
-        served_by(&mut p, winner);
+        for phase in 0..10u32 {
+            let mut p = Pair::new(
+                &cfg("a", "10.0.0.2", pa, true),
+                &cfg("b", "10.0.0.3", pb, true),
+            );
+            p.run(Duration::from_secs(1));
+            p.linked = false;
+            p.run(Duration::from_secs(1) + phase * 10 * MS);
+            assert_eq!(p.states(), [State::Master, State::Master], "cut");
+            p.n[winner].sent.clear();
+            p.linked = true;
+            p.run(150 * MS);
+            let mut want = [State::Backup, State::Backup];
+            want[winner] = State::Master;
+            assert_eq!(
+                p.states(),
+                want,
+                "healed, priorities {pa} {pb}, phase {phase}"
+            );
+            assert!(
+                garps(&p.n[winner]) >= 1,
+                "the winner announces the VIP again (priorities {pa} {pb}, phase {phase})"
+            );
+            served_by(&mut p, winner);
+        }
     }
 }
 
