@@ -168,7 +168,8 @@ pub fn looks_like(frame: &[u8]) -> bool {
 }
 
 /// Reads a VRRPv3 advertisement out of an untagged Ethernet frame, checking
-/// everything §7.1 checks that needs no configuration.
+/// everything §7.1 checks that needs no configuration, and that it is to
+/// the group's multicast MAC (what [`looks_like`] takes, no more).
 pub fn parse_frame(frame: &[u8]) -> Result<Advert<'_>, VrrpError> {
     let eth = ethernet::Frame::new_checked(frame)?;
     let mac = eth.src();
@@ -179,7 +180,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<Advert<'_>, VrrpError> {
         ethertype::IPV4 => {
             let p = ipv4::Packet::new_checked(body)?;
             let ip = Ipv4Repr::parse(&p)?;
-            if ip.protocol != PROTOCOL || ip.dst != GROUP_V4 {
+            if ip.protocol != PROTOCOL || ip.dst != GROUP_V4 || eth.dst() != MAC_V4 {
                 return Err(VrrpError::NotVrrp);
             }
             if p.is_fragment() {
@@ -195,7 +196,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<Advert<'_>, VrrpError> {
         ethertype::IPV6 => {
             let p = ipv6::Packet::new_checked(body)?;
             let ip = Ipv6Repr::parse(&p)?;
-            if ip.next_header != PROTOCOL || ip.dst != GROUP_V6 {
+            if ip.next_header != PROTOCOL || ip.dst != GROUP_V6 || eth.dst() != MAC_V6 {
                 return Err(VrrpError::NotVrrp);
             }
             let msg = body
@@ -471,6 +472,9 @@ mod tests {
             parse_frame(&count),
             Err(VrrpError::Count { count: 2, len: 12 })
         );
+        let mut mac = good.clone();
+        mac[3] = 0x80;
+        assert_eq!(parse_frame(&mac), Err(VrrpError::NotVrrp), "to another MAC");
         let mut not = good.clone();
         not[14 + 16..14 + 20].copy_from_slice(&[224, 0, 0, 19]);
         ipv4::Packet::new_unchecked(&mut not[14..]).fill_checksum();
