@@ -289,18 +289,7 @@ NFT
 # The host's stack behind node N's exception TAP (as in lab-tunnels.sh).
 node_host() {
     local ns=$1 T=$2 n=$3 addr=$4
-    for _ in $(seq 50); do
-        nsx "$ns" ip link show "t${T}k$n" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    nsx "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
-    # The kernel sees the data plane's uplink frames too (af_packet on a
-    # veth); rp_filter drops its copies, but UDP early demux skips that
-    # check for a connected socket (flow sync has one per peer), which
-    # would then get every datagram twice (refused as replays).
-    nsx "$ns" sysctl -qw net.ipv4.udp_early_demux=0
-    nsx "$ns" ip addr add "$addr/24" dev "t${T}k$n"
-    nsx "$ns" ip link set "t${T}k$n" up
+    lab_node_host "$ns" "$T" "$n" "$addr"
     # The data plane may still be bringing the TAP's link up (its connected
     # route comes and goes with it): "Nexthop has invalid gateway" meanwhile.
     for _ in $(seq 50); do

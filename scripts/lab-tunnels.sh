@@ -84,13 +84,7 @@ TOML
 # scripts/lab.sh: the namespace's kernel must leave that veth to DPDK).
 node_host() {
     local ns=$1 T=$2 n=$3 addr=$4
-    for _ in $(seq 50); do
-        nsx "$ns" ip link show "t${T}k$n" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    nsx "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
-    nsx "$ns" ip addr add "$addr/24" dev "t${T}k$n"
-    nsx "$ns" ip link set "t${T}k$n" up
+    lab_node_host "$ns" "$T" "$n" "$addr"
     nsx "$ns" ip route add default via 198.18.1.1
 }
 

@@ -139,24 +139,6 @@ TOML
     fi
 }
 
-# The host's stack behind node N's exception TAP (as in lab-bgp.sh), on
-# the segment's subnet: no router, every address it talks to is on-link.
-node_host() {
-    local ns=$1 T=$2 n=$3 addr=$4
-    for _ in $(seq 50); do
-        nsx "$ns" ip link show "t${T}k$n" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    nsx "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
-    # The kernel sees the data plane's uplink frames too (af_packet on a
-    # veth); rp_filter drops its copies, but UDP early demux skips that
-    # check for a connected socket (flow sync has one per peer), which
-    # would then get every datagram twice (refused as replays).
-    nsx "$ns" sysctl -qw net.ipv4.udp_early_demux=0
-    nsx "$ns" ip addr add "$addr/24" dev "t${T}k$n"
-    nsx "$ns" ip link set "t${T}k$n" up
-}
-
 # Starts node N's spillway (its log appended to: a restart keeps the first
 # run's) and its host stack; waits for its control socket.
 start_node() {
@@ -185,7 +167,9 @@ start_node() {
         cat "$dir/node$n.log" >&2
         die "node $n did not open its control socket"
     fi
-    node_host "$ns" "$T" "$n" "198.18.1.$((n + 1))"
+    # Its host stack on the segment's subnet: no router, every address it
+    # talks to is on-link.
+    lab_node_host "$ns" "$T" "$n" "198.18.1.$((n + 1))"
 }
 
 # keepalived in namespace K on interface IF with priority P: VRRPv3, VRID

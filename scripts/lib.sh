@@ -90,3 +90,23 @@ lab_teardown() {
     done < <(awk '$3 == "hugetlbfs" {print $2}' /proc/mounts)
     rm -f "$dir/tag"
 }
+
+# The host's stack behind a lab node's exception TAP t<T>k<N> in namespace
+# NS (scripts/lab-bgp.sh, lab-tunnels.sh, lab-vrrp.sh): waits for the TAP
+# the node's data plane creates, gives it ADDR/24 and brings it up.
+#   lab_node_host NS T N ADDR
+lab_node_host() {
+    local ns=$1 T=$2 n=$3 addr=$4
+    for _ in $(seq 50); do
+        ip netns exec "$ns" ip link show "t${T}k$n" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    ip netns exec "$ns" sysctl -qw "net.ipv4.conf.t${T}n$n.rp_filter=1"
+    # The kernel sees the data plane's uplink frames too (af_packet on a
+    # veth); rp_filter drops its copies, but UDP early demux skips that
+    # check for a connected socket (flow sync has one per peer), which
+    # would then get every datagram twice (refused as replays).
+    ip netns exec "$ns" sysctl -qw net.ipv4.udp_early_demux=0
+    ip netns exec "$ns" ip addr add "$addr/24" dev "t${T}k$n"
+    ip netns exec "$ns" ip link set "t${T}k$n" up
+}

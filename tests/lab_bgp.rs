@@ -38,11 +38,6 @@ const SYNC_PORT: u16 = 7700;
 const SYNC_KEY: &str = "hex:5370696c6c776179206c61622073796e63206b6579";
 
 impl Lab {
-    /// `spillway ARGS…` on node `n`'s control socket.
-    fn node(&self, n: u8, args: &[&str]) -> String {
-        self.ctl_on(&format!("n{n}/control.sock"), args)
-    }
-
     /// Node `n`'s `spillway status`, or why there is none (a dead node).
     fn status_or_error(&self, n: u8) -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
@@ -174,34 +169,6 @@ impl Lab {
         // Gone: teardown has nothing to signal (the pid may be reused).
         let _ = std::fs::remove_file(self.dir().join(format!("node{n}.pid")));
         withdrawn
-    }
-
-    /// Adds backend 3 (the endpoint line marked `# b3`) to web's group in
-    /// both nodes' files and reloads both; waits until both use it.
-    fn add_backend3(&self) {
-        for n in 1..=2u8 {
-            let path = self.dir().join(format!("node{n}.toml"));
-            let text = std::fs::read_to_string(&path).expect("node toml");
-            assert!(text.contains("# b3"), "no backend 3 line in {path:?}");
-            let text: String = text
-                .lines()
-                .map(|l| match l.strip_suffix("# b3") {
-                    Some(line) => format!("{}\n", line.replacen('#', "", 1)),
-                    None => format!("{l}\n"),
-                })
-                .collect();
-            std::fs::write(&path, text).expect("write node toml");
-            let said = self.node(n, &["reload"]);
-            eprintln!("node {n} reload: {}", said.trim());
-        }
-        for n in 1..=2u8 {
-            self.wait_status_on(
-                &format!("n{n}/control.sock"),
-                &format!("node{n}.log"),
-                &["service web: ", "(3 eligible backends)"],
-                Duration::from_secs(30),
-            );
-        }
     }
 
     /// Node `n`'s `flow table:` line.
@@ -527,28 +494,24 @@ const SYNC_CONNECTIONS: usize = 80;
 /// number that fail. Without flow sync node 2 has no entry for node 1's
 /// flows and Maglev sends some to backend 3, which never saw them and
 /// resets them; with sync it has node 1's entries.
-fn node_dies_after_backend_change(lab: &Lab, sync: bool) -> usize {
-    lab.wait_via(VIP, &[1, 2], "healthy");
-    let conns = lab
-        .in_client(|| open(SYNC_CONNECTIONS))
-        .join()
-        .expect("client");
-    // Both nodes hold all entries with sync (their own and the other's),
-    // together all without.
+/// Waits (at most 30 s) until the two nodes' flow tables hold `want`
+/// connections: each all of them with sync (its own and the other's
+/// copies), together all without.
+fn wait_flows(lab: &Lab, want: usize, sync: bool) {
+    let want = want as u64;
     let t0 = Instant::now();
     loop {
         let live: Vec<u64> = [1, 2]
             .iter()
             .map(|&n| lab::counter(&lab.flow_line(n), "flow table: "))
             .collect();
-        let want = SYNC_CONNECTIONS as u64;
         let done = if sync {
             live.iter().all(|&l| l >= want)
         } else {
             live.iter().sum::<u64>() >= want
         };
         if done {
-            break;
+            return;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(30),
@@ -558,6 +521,17 @@ fn node_dies_after_backend_change(lab: &Lab, sync: bool) -> usize {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+fn node_dies_after_backend_change(lab: &Lab, sync: bool) -> usize {
+    lab.wait_via(VIP, &[1, 2], "healthy");
+    let conns = lab
+        .in_client(|| open(SYNC_CONNECTIONS))
+        .join()
+        .expect("client");
+    // Both nodes hold all entries with sync (their own and the other's),
+    // together all without.
+    wait_flows(lab, SYNC_CONNECTIONS, sync);
     let forwarded: Vec<u64> = [1, 2]
         .iter()
         .map(|&n| lab::counter(&lab.node(n, &["stats"]), "forwarded "))
@@ -1236,27 +1210,7 @@ fn crash_under_busy_connections(lab: &Lab, sync: bool, crash: Crash) -> Failover
         })
         .collect();
     // Both nodes carry some of them (ECMP), and with sync each holds all.
-    let t0 = Instant::now();
-    loop {
-        let live: Vec<u64> = [1, 2]
-            .iter()
-            .map(|&n| lab::counter(&lab.flow_line(n), "flow table: "))
-            .collect();
-        let want = BUSY_CONNECTIONS as u64;
-        let done = if sync {
-            live.iter().all(|&l| l >= want)
-        } else {
-            live.iter().sum::<u64>() >= want
-        };
-        if done {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "flow entries live {live:?}, expected {want} (sync {sync})"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_flows(lab, BUSY_CONNECTIONS, sync);
     lab.add_backend3();
     let answers = lab.requests(30);
     assert!(

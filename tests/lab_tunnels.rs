@@ -15,11 +15,6 @@ use std::time::{Duration, Instant};
 use common::lab::{self, LAB_TUNNELS_SH, Lab};
 
 impl Lab {
-    /// `spillway ARGS…` on node `n`'s control socket.
-    fn node(&self, n: u8, args: &[&str]) -> String {
-        self.ctl_on(&format!("n{n}/control.sock"), args)
-    }
-
     /// Waits until node 1 sees node 2's rule HEALTHY (its /status polled
     /// through both nodes' exception paths).
     fn wait_for_the_peer(&self) {

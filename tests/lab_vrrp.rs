@@ -64,11 +64,6 @@ const STREAMS: usize = 60;
 const STREAM_PERIOD: Duration = Duration::from_millis(50);
 
 impl Lab {
-    /// `spillway ARGS…` on node `n`'s control socket.
-    fn node(&self, n: u8, args: &[&str]) -> String {
-        self.ctl_on(&format!("n{n}/control.sock"), args)
-    }
-
     /// Node `n`'s VRRP status line (`vrrp vrid 51 (IPv4) on port 0: …`).
     fn vrrp_line(&self, n: u8) -> String {
         let status = self.node(n, &["status"]);
@@ -875,34 +870,6 @@ impl Lab {
             .find(|l| l.starts_with("flow table:"))
             .unwrap_or("");
         lab::counter(line, "flow table: ")
-    }
-
-    /// Adds backend 3 (the endpoint line marked `# b3`) to web's group in
-    /// both nodes' files and reloads both; waits until both use it.
-    fn add_backend3(&self) {
-        for n in 1..=2u8 {
-            let path = self.dir().join(format!("node{n}.toml"));
-            let text = std::fs::read_to_string(&path).expect("node toml");
-            assert!(text.contains("# b3"), "no backend 3 line in {path:?}");
-            let text: String = text
-                .lines()
-                .map(|l| match l.strip_suffix("# b3") {
-                    Some(line) => format!("{}\n", line.replacen('#', "", 1)),
-                    None => format!("{l}\n"),
-                })
-                .collect();
-            std::fs::write(&path, text).expect("write node toml");
-            let said = self.node(n, &["reload"]);
-            eprintln!("node {n} reload: {}", said.trim());
-        }
-        for n in 1..=2u8 {
-            self.wait_status_on(
-                &format!("n{n}/control.sock"),
-                &format!("node{n}.log"),
-                &["service web: ", "(3 eligible backends)"],
-                Duration::from_secs(30),
-            );
-        }
     }
 }
 

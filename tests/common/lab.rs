@@ -197,6 +197,42 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `spillway ARGS…` on node `n`'s control socket (`n{n}/control.sock`:
+    /// the labs of more than one node, scripts/lab-bgp.sh,
+    /// scripts/lab-tunnels.sh and scripts/lab-vrrp.sh).
+    pub fn node(&self, n: u8, args: &[&str]) -> String {
+        self.ctl_on(&format!("n{n}/control.sock"), args)
+    }
+
+    /// Adds backend 3 (the endpoint line marked `# b3`) to web's group in
+    /// both nodes' files of a two-node lab and reloads both; waits until
+    /// both use it.
+    pub fn add_backend3(&self) {
+        for n in 1..=2u8 {
+            let path = self.dir().join(format!("node{n}.toml"));
+            let text = std::fs::read_to_string(&path).expect("node toml");
+            assert!(text.contains("# b3"), "no backend 3 line in {path:?}");
+            let text: String = text
+                .lines()
+                .map(|l| match l.strip_suffix("# b3") {
+                    Some(line) => format!("{}\n", line.replacen('#', "", 1)),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            std::fs::write(&path, text).expect("write node toml");
+            let said = self.node(n, &["reload"]);
+            eprintln!("node {n} reload: {}", said.trim());
+        }
+        for n in 1..=2u8 {
+            self.wait_status_on(
+                &format!("n{n}/control.sock"),
+                &format!("node{n}.log"),
+                &["service web: ", "(3 eligible backends)"],
+                Duration::from_secs(30),
+            );
+        }
+    }
+
     /// The log of the lab's (first) balancer.
     pub fn log(&self) -> String {
         self.log_of("spillway.log")
