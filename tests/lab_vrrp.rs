@@ -98,6 +98,17 @@ impl Lab {
         neighbour_in(&self.ns("c"))
     }
 
+    /// Asserts that the client's neighbour entry for the VIP is `mac`;
+    /// `more` adds to the message what the caller knows.
+    fn assert_client_on(&self, mac: &str, more: &str) {
+        assert_eq!(
+            self.client_neighbour().as_deref(),
+            Some(mac),
+            "{}{more}",
+            self.ip("c", &["neigh"])
+        );
+    }
+
     /// Whether keepalived's interface holds the VIP (it is master).
     fn keepalived_holds_vip(&self) -> bool {
         self.ip("k", &["-o", "addr", "show"])
@@ -505,12 +516,7 @@ fn lab_vrrp_keepalived_backup_takes_over_and_spillway_preempts() {
         "{spread:?}\n{}",
         lab.keepalived_log()
     );
-    assert_eq!(
-        lab.client_neighbour().as_deref(),
-        Some(NODE_MAC[0]),
-        "{}",
-        lab.ip("c", &["neigh"])
-    );
+    lab.assert_client_on(NODE_MAC[0], "");
 
     // Once Spillway's own announcements of its takeover are over
     // ([neighbours] announce_count 3, 1 s apart)…
@@ -703,23 +709,12 @@ fn lab_vrrp_spillway_backs_up_a_keepalived_master() {
         ["keepalived"],
         "{spread:?}"
     );
-    assert_eq!(
-        lab.client_neighbour().as_deref(),
-        Some(KEEPALIVED_MAC),
-        "{}",
-        lab.ip("c", &["neigh"])
-    );
+    lab.assert_client_on(KEEPALIVED_MAC, "");
     // Nor does Spillway announce the VIP as backup (what was left of its
     // announcements if it was master first, 3 of them 1 s apart, would
     // move the client to it): the client's entry stays keepalived's.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(
-        lab.client_neighbour().as_deref(),
-        Some(KEEPALIVED_MAC),
-        "{}\nnode 1: {}",
-        lab.ip("c", &["neigh"]),
-        lab.vrrp_line(1)
-    );
+    lab.assert_client_on(KEEPALIVED_MAC, &format!("\nnode 1: {}", lab.vrrp_line(1)));
     let arp = tcpdump_arp(&capture.stop());
     let count = |what: &str| arp.lines().filter(|l| l.contains(what)).count();
     let replies = |mac: &str| count(&format!("Reply {VIP} is-at {mac}"));
@@ -779,12 +774,7 @@ fn lab_vrrp_spillway_backs_up_a_keepalived_master() {
         ["keepalived"],
         "{spread:?}"
     );
-    assert_eq!(
-        lab.client_neighbour().as_deref(),
-        Some(KEEPALIVED_MAC),
-        "{}",
-        lab.ip("c", &["neigh"])
-    );
+    lab.assert_client_on(KEEPALIVED_MAC, "");
 }
 
 /// One long-lived connection of the pair's takeover: a line every
@@ -907,12 +897,7 @@ fn lab_vrrp_pair_takeover_keeps_synced_connections() {
             .recv_timeout(Duration::from_secs(30))
             .expect("connections opened");
     }
-    assert_eq!(
-        lab.client_neighbour().as_deref(),
-        Some(NODE_MAC[0]),
-        "{}",
-        lab.ip("c", &["neigh"])
-    );
+    lab.assert_client_on(NODE_MAC[0], "");
     // Node 2, backup, holds node 1's entries through flow sync.
     poll(
         "node 2 has node 1's flows",

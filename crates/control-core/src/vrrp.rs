@@ -124,7 +124,8 @@ pub enum Action {
     Announce,
 }
 
-/// Why an advertisement was refused.
+/// Why an advertisement was refused; its discriminant is its index in
+/// [`Refusal::ALL`] and in [`Vrrp::refused`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Refusal {
     /// Not a valid VRRPv3 advertisement (TTL, version, checksum, length).
@@ -528,18 +529,10 @@ impl Vrrp {
             .collect()
     }
 
-    fn count(&mut self, r: Refusal) {
-        if let Some(c) = Refusal::ALL
-            .iter()
-            .position(|x| *x == r)
-            .and_then(|i| self.refused.get_mut(i))
-        {
-            *c += 1;
-        }
-    }
-
     /// A frame handed over by the data plane from `port` at `now`: parsed,
-    /// checked and given to its group. `out` gets (group index, action).
+    /// checked and given to its group; a refusal is counted by reason
+    /// (`refused`, indexed like [`Refusal::ALL`]). `out` gets (group index,
+    /// action).
     pub fn frame(
         &mut self,
         now: Duration,
@@ -547,11 +540,11 @@ impl Vrrp {
         frame: &[u8],
         out: &mut Vec<(usize, Action)>,
     ) -> Result<(), Refusal> {
-        let r = self.take(now, port, frame, out);
-        if let Err(e) = r {
-            self.count(e);
-        }
-        r
+        self.take(now, port, frame, out).inspect_err(|&r| {
+            if let Some(c) = self.refused.get_mut(r as usize) {
+                *c += 1;
+            }
+        })
     }
 
     fn take(
@@ -642,6 +635,13 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn refusals_index_their_counters() {
+        for (i, r) in Refusal::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{}", r.label());
+        }
     }
 
     #[test]
