@@ -109,15 +109,9 @@ TOML
     fi
     cat <<TOML
 
-[dataplane]
-management_core = 0
-worker_cores = [1]
-mbufs = 4095
-queue_descriptors = 512
-flow_table_capacity = 65536
-eal_args = ["$(eal_memory_args | sed 's/-m 512/-m 256/; s/ /", "/g')", "--file-prefix=spb${T}n$n", "--no-pci", "--no-telemetry",
-  "--log-level=lib.eal:warning",
-  "--vdev=net_af_packet${n}0,iface=t${T}n$n", "--vdev=net_tap${n}0,iface=t${T}k$n"]
+TOML
+    lab_node_dataplane spb "$T" "$n"
+    cat <<TOML
 
 [[ports]]
 name = "uplink"

@@ -42,15 +42,9 @@ zone = "$region-a"
 region_preference = ["near", "far"]
 shutdown_drain = "0s" # the lab is torn down at once: no drain period
 
-[dataplane]
-management_core = 0
-worker_cores = [1]
-mbufs = 4095
-queue_descriptors = 512
-flow_table_capacity = 65536
-eal_args = ["$(eal_memory_args | sed 's/-m 512/-m 256/; s/ /", "/g')", "--file-prefix=spt${T}n$n", "--no-pci", "--no-telemetry",
-  "--log-level=lib.eal:warning",
-  "--vdev=net_af_packet${n}0,iface=t${T}n$n", "--vdev=net_tap${n}0,iface=t${T}k$n"]
+TOML
+    lab_node_dataplane spt "$T" "$n"
+    cat <<TOML
 
 [[ports]]
 name = "uplink"

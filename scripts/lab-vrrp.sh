@@ -63,15 +63,9 @@ region = "lab"
 zone = "lab-a"
 shutdown_drain = "5s"
 
-[dataplane]
-management_core = 0
-worker_cores = [1]
-mbufs = 4095
-queue_descriptors = 512
-flow_table_capacity = 65536
-eal_args = ["$(eal_memory_args | sed 's/-m 512/-m 256/; s/ /", "/g')", "--file-prefix=spv${T}n$n", "--no-pci", "--no-telemetry",
-  "--log-level=lib.eal:warning",
-  "--vdev=net_af_packet${n}0,iface=t${T}n$n", "--vdev=net_tap${n}0,iface=t${T}k$n"]
+TOML
+    lab_node_dataplane spv "$T" "$n"
+    cat <<TOML
 
 [[ports]]
 name = "uplink"
@@ -217,19 +211,7 @@ servers() {
     ip netns exec "$ns" python3 -m http.server 80 --bind 0.0.0.0 --directory "$dir/www-$who" \
         >"$dir/http-$who.log" 2>&1 &
     echo $! >"$dir/http-$who.pid"
-    ip netns exec "$ns" python3 -c '
-import socketserver, sys
-name = sys.argv[1].encode()
-class Echo(socketserver.StreamRequestHandler):
-    def handle(self):
-        for line in self.rfile:
-            self.wfile.write(name + b" " + line)
-            self.wfile.flush()
-socketserver.ThreadingTCPServer.allow_reuse_address = True
-socketserver.ThreadingTCPServer.daemon_threads = True
-socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
-' "$name" >"$dir/echo-$who.log" 2>&1 &
-    echo $! >"$dir/echo-$who.pid"
+    lab_echo_server "$ns" "$name" "$dir/echo-$who.log" "$dir/echo-$who.pid"
 }
 
 lab_up() {

@@ -131,19 +131,7 @@ lab_up() {
         http_start "$dir" "$i"
         # A line echo server on port 7 that names its backend: long-lived
         # connections for the reload tests.
-        ip netns exec "$B" python3 -c '
-import socketserver, sys
-name = sys.argv[1].encode()
-class Echo(socketserver.StreamRequestHandler):
-    def handle(self):
-        for line in self.rfile:
-            self.wfile.write(name + b" " + line)
-            self.wfile.flush()
-socketserver.ThreadingTCPServer.allow_reuse_address = True
-socketserver.ThreadingTCPServer.daemon_threads = True
-socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
-' "backend$i" >"$dir/echo$i.log" 2>&1 &
-        echo $! >"$dir/echo$i.pid"
+        lab_echo_server "$B" "backend$i" "$dir/echo$i.log" "$dir/echo$i.pid"
         if [ -n "${LAB_UDP:-}" ]; then
             ip netns exec "$B" python3 -c '
 import socket, sys

@@ -110,3 +110,45 @@ lab_node_host() {
     ip netns exec "$ns" ip addr add "$addr/24" dev "t${T}k$n"
     ip netns exec "$ns" ip link set "t${T}k$n" up
 }
+
+# The [dataplane] table of lab node N (scripts/lab-bgp.sh, lab-tunnels.sh,
+# lab-vrrp.sh): management on core 0, one worker on core 1, without
+# hugepages where none are free, DPDK files under prefix STEM<T>n<N>, an
+# af_packet uplink on veth t<T>n<N> (net_af_packet<N>0) and an exception TAP
+# t<T>k<N> (net_tap<N>0).
+#   lab_node_dataplane STEM T N
+lab_node_dataplane() {
+    local stem=$1 T=$2 n=$3
+    cat <<TOML
+[dataplane]
+management_core = 0
+worker_cores = [1]
+mbufs = 4095
+queue_descriptors = 512
+flow_table_capacity = 65536
+eal_args = ["$(eal_memory_args | sed 's/-m 512/-m 256/; s/ /", "/g')", "--file-prefix=${stem}${T}n$n", "--no-pci", "--no-telemetry",
+  "--log-level=lib.eal:warning",
+  "--vdev=net_af_packet${n}0,iface=t${T}n$n", "--vdev=net_tap${n}0,iface=t${T}k$n"]
+TOML
+}
+
+# A line echo server on TCP port 7 in namespace NS whose answers name it:
+# each line comes back as "NAME line" (long-lived connections for the labs'
+# reload and takeover tests). Its log goes to LOG, its pid to PIDFILE.
+#   lab_echo_server NS NAME LOG PIDFILE
+lab_echo_server() {
+    local ns=$1 name=$2 log=$3 pidfile=$4
+    ip netns exec "$ns" python3 -c '
+import socketserver, sys
+name = sys.argv[1].encode()
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self):
+        for line in self.rfile:
+            self.wfile.write(name + b" " + line)
+            self.wfile.flush()
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.daemon_threads = True
+socketserver.ThreadingTCPServer(("0.0.0.0", 7), Echo).serve_forever()
+' "$name" >"$log" 2>&1 &
+    echo $! >"$pidfile"
+}
